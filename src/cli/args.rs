@@ -1,0 +1,171 @@
+//! The command line, parsed and nothing more (clap derive). Resolving it
+//! against the host happens in `cli::bench`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::parse;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "urmove",
+    version,
+    about = "io_uring data mover for storage servers: disk benchmark (replaces dd and iozone)",
+    long_about = "urmove moves data disk-to-disk with io_uring, O_DIRECT and registered buffers.\n\n\
+                  `urmove bench --disk [TARGET...]` measures sustained disk throughput, IOPS and \
+                  latency with per-interval rates, a sustained-rate gate and an iozone-style sweep.\n\n\
+                  Exit codes: 0 success, 1 the run failed (I/O error, verify failure, rate gate \
+                  not met, interrupted), 2 usage or configuration error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Benchmark disks: sustained, honest throughput, IOPS and latency
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    Write,
+    Read,
+    Randread,
+    Randwrite,
+    Rw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UnitsArg {
+    #[value(name = "MB")]
+    Mb,
+    #[value(name = "MiB")]
+    Mib,
+    #[value(name = "Gbit")]
+    Gbit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DirectArg {
+    Auto,
+    Required,
+    Off,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+      urmove bench --disk /raid/dir                      write then read a test file (O_DIRECT, 1 MiB, QD 32)\n  \
+      urmove bench --disk /mnt/d1 /mnt/d2 --time 30s     two disks in parallel, per target and aggregate\n  \
+      urmove bench --disk /raid --mode randread --bs 4k  4k random read IOPS at QD 32\n  \
+      urmove bench --disk /raid --mode write --time 60s --min-rate 4Gbit --window 2s\n  \
+      urmove bench --disk /raid --sweep --csv sweep.csv  iozone -a style matrix")]
+pub struct BenchArgs {
+    /// Benchmark disks. Each TARGET is a file, a directory (a test file is
+    /// created in it and removed after) or a block device. Without TARGET, a
+    /// test file in $TMPDIR (or /var/tmp).
+    #[arg(long, required = true)]
+    pub disk: bool,
+
+    /// Files, directories or block devices; one worker and ring each.
+    #[arg(value_name = "TARGET")]
+    pub targets: Vec<PathBuf>,
+
+    /// What to run, in order (repeatable or a comma list).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [ModeArg::Write, ModeArg::Read])]
+    pub mode: Vec<ModeArg>,
+
+    /// Read share of `--mode rw`, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub mix: u8,
+
+    /// Block size per I/O (K, M = powers of 1024; kB, MB = powers of 1000).
+    /// With --sweep: the largest record size.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub bs: Option<u64>,
+
+    /// Bytes per target and mode. Default: 2 GiB with O_DIRECT, at least the
+    /// RAM size with buffered I/O, the file's size when only reading an
+    /// existing file; clamped to the free space. With --sweep: the largest
+    /// file size.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub size: Option<u64>,
+
+    /// I/Os in flight per target [default: 32, or 1 with --sweep as iozone].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub qd: Option<u32>,
+
+    /// Run each mode for this long instead of for --size bytes.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
+    pub time: Option<Duration>,
+
+    /// Run this long before measuring.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "0s")]
+    pub ramp: Duration,
+
+    /// Print a line every DURATION.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
+    pub interval: Duration,
+
+    /// Units of rates and sizes in human output.
+    #[arg(long, value_enum, default_value_t = UnitsArg::Mb)]
+    pub units: UnitsArg,
+
+    /// O_DIRECT: auto (fall back to buffered where unsupported, with a
+    /// warning), required, or off. `--direct` alone means required.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto,
+          num_args = 0..=1, default_missing_value = "required")]
+    pub direct: DirectArg,
+
+    /// Include the final flush in the write time (as dd conv=fdatasync).
+    #[arg(long)]
+    pub fsync: bool,
+
+    /// Stamp every block (target, offset, seed, checksum) and check it on read-back.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Seed of the data (and of the stamps --verify expects).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Leave the test file in place.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Write zeros instead of incompressible, non-dedupable data.
+    #[arg(long)]
+    pub zeros: bool,
+
+    /// Allow writing over a block device that holds a filesystem or partition table.
+    #[arg(long)]
+    pub destroy: bool,
+
+    /// Fail (exit 1) if any --window of the aggregate rate falls below RATE
+    /// (as 4Gbit, 500MB or 450MiB, per second).
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
+    pub min_rate: Option<f64>,
+
+    /// Window of the --min-rate gate.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
+    pub window: Duration,
+
+    /// Run the iozone-style matrix of record sizes x file sizes.
+    #[arg(long, conflicts_with_all = ["time", "min_rate", "verify"])]
+    pub sweep: bool,
+
+    /// Write the sweep table as CSV.
+    #[arg(long, value_name = "FILE", requires = "sweep")]
+    pub csv: Option<PathBuf>,
+
+    /// Print one JSON document at the end, nothing else on stdout.
+    #[arg(long, conflicts_with = "json_stream")]
+    pub json: bool,
+
+    /// Print one JSON object per interval, then the summary.
+    #[arg(long)]
+    pub json_stream: bool,
+}

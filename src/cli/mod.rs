@@ -1,0 +1,310 @@
+//! L4: parse the command line, resolve it against the host into configs, run,
+//! render, and turn the outcome into an exit code. `anyhow` lives here only.
+
+pub mod args;
+pub mod parse;
+pub mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::bench::disk::MinRate;
+use crate::bench::sweep::{run_sweep, SweepSpec};
+use crate::bench::{run_disk_bench, DiskBenchConfig, DiskReport, Mode, SizeRule};
+use crate::coord::units::RateUnit;
+use crate::datapath::{sys, DirectMode};
+
+use args::{BenchArgs, Cli, Command, DirectArg, ModeArg, UnitsArg};
+use render::{Format, Out, Printer};
+
+/// Exit code of a run that failed (I/O error, verify failure, gate not met).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code of a usage or configuration error.
+pub const EXIT_USAGE: u8 = 2;
+
+/// What went wrong, and which exit code it earns.
+#[derive(Debug)]
+enum Failure {
+    Usage(anyhow::Error),
+    Run(anyhow::Error),
+}
+
+/// Parse, run, and map the result to an exit code (the binary's whole main).
+pub fn main() -> ExitCode {
+    sys::ignore_sigxfsz();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
+    };
+    let result = match cli.command {
+        Command::Bench(a) => bench(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure::Usage(e)) => {
+            eprintln!("urmove: error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Failure::Run(e)) => {
+            eprintln!("urmove: error: {e:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+fn ram_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn default_target() -> PathBuf {
+    std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+}
+
+fn interrupt_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("installing a signal handler")?;
+    }
+    Ok(flag)
+}
+
+/// Resolve `bench --disk` arguments into a config.
+fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Failure> {
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let mut modes: Vec<Mode> = a
+        .mode
+        .iter()
+        .map(|m| match m {
+            ModeArg::Write => Mode::Write,
+            ModeArg::Read => Mode::Read,
+            ModeArg::Randread => Mode::RandRead,
+            ModeArg::Randwrite => Mode::RandWrite,
+            ModeArg::Rw => Mode::Rw,
+        })
+        .collect();
+    modes.dedup();
+    let bs_default: u64 = if modes
+        .iter()
+        .all(|m| matches!(m, Mode::RandRead | Mode::RandWrite | Mode::Rw))
+    {
+        4096
+    } else {
+        1 << 20
+    };
+    let bs = a.bs.unwrap_or(if a.sweep { 16 << 20 } else { bs_default });
+    if bs == 0 || bs > u64::from(crate::datapath::disk::BS_MAX) {
+        return Err(usage(format!(
+            "--bs {bs} is out of range (1 to {} bytes)",
+            crate::datapath::disk::BS_MAX
+        )));
+    }
+    if a.interval.is_zero() {
+        return Err(usage("--interval must be above zero".into()));
+    }
+    if a.window.is_zero() {
+        return Err(usage("--window must be above zero".into()));
+    }
+    if a.time.is_some_and(|t| t.is_zero()) {
+        return Err(usage("--time must be above zero".into()));
+    }
+    if a.size == Some(0) {
+        return Err(usage("--size must be above zero".into()));
+    }
+    let targets = if a.targets.is_empty() {
+        vec![default_target()]
+    } else {
+        a.targets.clone()
+    };
+    let cfg = DiskBenchConfig {
+        targets,
+        modes,
+        mix_read_pct: a.mix,
+        bs: bs as u32,
+        size: match a.size {
+            Some(s) => SizeRule::Given(s),
+            None => SizeRule::Default {
+                ram_bytes: ram_bytes(),
+            },
+        },
+        qd: a.qd.unwrap_or(if a.sweep { 1 } else { 32 }),
+        time: a.time,
+        ramp: a.ramp,
+        interval: a.interval,
+        direct: match a.direct {
+            DirectArg::Auto => DirectMode::Auto,
+            DirectArg::Required => DirectMode::Required,
+            DirectArg::Off => DirectMode::Off,
+        },
+        fsync: a.fsync,
+        verify: a.verify,
+        seed: a.seed,
+        keep: a.keep,
+        zeros: a.zeros,
+        destroy: a.destroy,
+        min_rate: a.min_rate.map(|bytes_per_s| MinRate {
+            bytes_per_s,
+            window: a.window,
+        }),
+    };
+    let sweep = a.sweep.then(|| {
+        let d = SweepSpec::default();
+        SweepSpec {
+            file_max: a.size.unwrap_or(d.file_max),
+            record_max: bs as u32,
+            file_min: d.file_min.min(a.size.unwrap_or(d.file_max)),
+            record_min: d.record_min,
+        }
+    });
+    Ok((cfg, sweep))
+}
+
+fn bench(a: BenchArgs) -> Result<u8, Failure> {
+    let (cfg, sweep) = disk_config(&a)?;
+    let format = if a.json {
+        Format::Json
+    } else if a.json_stream {
+        Format::JsonStream
+    } else {
+        Format::Human
+    };
+    let units = match a.units {
+        UnitsArg::Mb => RateUnit::Mb,
+        UnitsArg::Mib => RateUnit::Mib,
+        UnitsArg::Gbit => RateUnit::Gbit,
+    };
+    let mut printer = Printer {
+        format,
+        units,
+        out: Out::default(),
+    };
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    if format == Format::Human {
+        let what = if sweep.is_some() { "sweep" } else { "disk" };
+        printer.out.line(&format!(
+            "urmove bench --{what}: {} target(s), {} blocks, QD {}, io_uring with registered buffers",
+            cfg.targets.len(),
+            crate::coord::units::bytes_binary(u64::from(cfg.bs)),
+            cfg.qd
+        ));
+    }
+    let result = match &sweep {
+        Some(spec) => {
+            printer.sweep_header();
+            let mut rows = Vec::new();
+            let r = {
+                let mut on_row = |row: &crate::bench::sweep::SweepRow| rows.push(row.clone());
+                run_sweep(&cfg, spec, &interrupt, &mut ErrSink, &mut on_row)
+            };
+            for row in &rows {
+                printer.sweep_row(row);
+            }
+            r
+        }
+        None => run_disk_bench(&cfg, &interrupt, &mut printer),
+    };
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let usage = e.is_usage();
+            if format != Format::Human {
+                let doc =
+                    serde_json::json!({"schema": 1, "status": "error", "error": e.to_string()});
+                printer.out.line(&doc.to_string());
+            }
+            let e = anyhow::Error::new(e);
+            return Err(if usage {
+                Failure::Usage(e)
+            } else {
+                Failure::Run(e)
+            });
+        }
+    };
+    if let (Some(path), Some(table)) = (&a.csv, &report.sweep) {
+        write_csv(path, table, units).map_err(Failure::Run)?;
+    }
+    finish(&mut printer, &report);
+    Ok(if report.status == "ok" {
+        0
+    } else {
+        EXIT_FAILED
+    })
+}
+
+/// Print the summary document (JSON) or the closing words (human).
+fn finish(printer: &mut Printer, report: &DiskReport) {
+    match printer.format {
+        Format::Json => {
+            let doc = serde_json::to_string_pretty(report).expect("reports serialize");
+            printer.out.line(&doc);
+        }
+        Format::JsonStream => {
+            let mut v = serde_json::to_value(report).expect("reports serialize");
+            v["type"] = "summary".into();
+            printer.out.line(&v.to_string());
+        }
+        Format::Human => {
+            for f in &report.env.fallbacks {
+                printer.out.line(&format!("fallback: {f}"));
+            }
+        }
+    }
+    if let Some(e) = &report.error {
+        eprintln!("urmove: error: {e}");
+    }
+    if report.min_rate_ok == Some(false) {
+        eprintln!(
+            "urmove: error: the sustained rate fell below --min-rate (see the worst window above)"
+        );
+    }
+}
+
+/// Sweep cells print as rows; notices still go to stderr.
+struct ErrSink;
+
+impl crate::bench::Observer for ErrSink {
+    fn notice(&mut self, message: &str) {
+        render::warn(message);
+    }
+    fn interval(&mut self, _: &crate::bench::IntervalLine, _: &[crate::bench::IntervalLine]) {}
+    fn phase_done(&mut self, _: &[crate::bench::ModeResult]) {}
+}
+
+fn write_csv(
+    path: &std::path::Path,
+    table: &crate::bench::sweep::SweepTable,
+    units: RateUnit,
+) -> anyhow::Result<()> {
+    let unit = render::rate_unit_name(units).replace('/', "_per_");
+    let mut s = String::from("file_bytes,record_bytes");
+    for t in &table.tests {
+        s += &format!(",{t}_{unit}");
+    }
+    s.push('\n');
+    for row in &table.rows {
+        s += &format!("{},{}", row.file_bytes, row.record_bytes);
+        for r in &row.rates_bytes_per_s {
+            s += &format!(",{:.3}", render::rate_in(*r, units));
+        }
+        s.push('\n');
+    }
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}

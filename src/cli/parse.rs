@@ -1,0 +1,142 @@
+//! Parsers for sizes (`1M`, `4KiB`, `2GB`), rates (`4Gbit`, `500MB`,
+//! `450MiB`) and durations (`2s`, `500ms`, `1m`), with errors that name the
+//! problem.
+
+use std::time::Duration;
+
+fn split_number(s: &str) -> Result<(f64, &str), String> {
+    let s = s.trim();
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(end);
+    if num.is_empty() {
+        return Err(format!("'{s}' does not start with a number"));
+    }
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{num}' is not a number"))?;
+    Ok((v, unit.trim()))
+}
+
+/// A size in bytes. `K`/`M`/`G`/`T` and `KiB`.. are powers of 1024 (as dd and
+/// fio read them); `kB`/`MB`/`GB`/`TB` are powers of 1000; a bare number is bytes.
+pub fn size(s: &str) -> Result<u64, String> {
+    let (v, unit) = split_number(s)?;
+    let mult: f64 = match unit {
+        "" | "B" | "b" => 1.0,
+        "k" | "K" | "KiB" | "kiB" => 1024.0,
+        "M" | "m" | "MiB" => 1024.0 * 1024.0,
+        "G" | "g" | "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "T" | "t" | "TiB" => 1024f64.powi(4),
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => {
+            return Err(format!(
+                "unknown size unit '{unit}' in '{s}' (use K, M, G, T, KiB, MiB, GiB, kB, MB, GB)"
+            ))
+        }
+    };
+    let bytes = v * mult;
+    if !(bytes.is_finite() && bytes < 1.8e19) {
+        return Err(format!("size '{s}' is too large"));
+    }
+    if bytes.fract() != 0.0 {
+        return Err(format!("size '{s}' is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A rate in bytes per second: `4Gbit` (bits, powers of 1000), `500MB`
+/// (bytes, powers of 1000), `450MiB` (bytes, powers of 1024); `/s` may follow.
+pub fn rate(s: &str) -> Result<f64, String> {
+    let (v, unit) = split_number(s)?;
+    let unit = unit.strip_suffix("/s").unwrap_or(unit).trim();
+    let per_s = match unit {
+        "bit" | "b" => v / 8.0,
+        "kbit" | "Kbit" | "kb" | "Kb" => v * 1e3 / 8.0,
+        "Mbit" | "Mb" => v * 1e6 / 8.0,
+        "Gbit" | "Gb" => v * 1e9 / 8.0,
+        "Tbit" | "Tb" => v * 1e12 / 8.0,
+        "B" => v,
+        "kB" | "KB" => v * 1e3,
+        "MB" => v * 1e6,
+        "GB" => v * 1e9,
+        "TB" => v * 1e12,
+        "KiB" => v * 1024.0,
+        "MiB" => v * 1024.0 * 1024.0,
+        "GiB" => v * 1024f64.powi(3),
+        "TiB" => v * 1024f64.powi(4),
+        "" => {
+            return Err(format!(
+                "rate '{s}' needs a unit, as 4Gbit, 500MB or 450MiB"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "unknown rate unit '{unit}' in '{s}' (use Gbit, Mbit, GB, MB, GiB, MiB)"
+            ))
+        }
+    };
+    Ok(per_s)
+}
+
+/// A duration: `500ms`, `2s`, `1.5m`, `1h`, or bare seconds.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let (v, unit) = split_number(s)?;
+    let secs = match unit {
+        "" | "s" | "sec" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown duration unit '{unit}' in '{s}' (use ms, s, m, h)"
+            ))
+        }
+    };
+    if !(secs.is_finite() && secs < 1e9) {
+        return Err(format!("duration '{s}' is too long"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size("1M"), Ok(1 << 20));
+        assert_eq!(size("4k"), Ok(4096));
+        assert_eq!(size("4KiB"), Ok(4096));
+        assert_eq!(size("2GB"), Ok(2_000_000_000));
+        assert_eq!(size("512"), Ok(512));
+        assert_eq!(size("1.5G"), Ok(3 << 29));
+        assert!(size("12Q").unwrap_err().contains("unknown size unit 'Q'"));
+        assert!(size("abc").is_err());
+        assert!(size("0.3").is_err());
+        assert!(size("99999999T").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(rate("4Gbit"), Ok(5e8));
+        assert_eq!(rate("500MB"), Ok(5e8));
+        assert_eq!(rate("450MiB/s"), Ok(450.0 * 1048576.0));
+        assert!(rate("450").is_err());
+        assert!(rate("4Gbps").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(duration("3"), Ok(Duration::from_secs(3)));
+        assert!(duration("2 weeks").is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! Human and machine output of `bench --disk`.
+
+use std::io::Write;
+
+use crate::bench::sweep::SweepRow;
+use crate::bench::{IntervalLine, ModeResult, Observer};
+use crate::coord::units::{self, RateUnit};
+
+/// How the report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+    JsonStream,
+}
+
+/// Writes to stdout, treating a closed pipe as "stop printing", not an error.
+#[derive(Debug, Default)]
+pub struct Out {
+    closed: bool,
+}
+
+impl Out {
+    pub fn line(&mut self, s: &str) {
+        if self.closed {
+            return;
+        }
+        let mut so = std::io::stdout().lock();
+        if writeln!(so, "{s}").and_then(|_| so.flush()).is_err() {
+            self.closed = true;
+        }
+    }
+}
+
+pub fn warn(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "urmove: warning: {msg}");
+}
+
+fn wall_clock() -> String {
+    // Local time without a timezone database: UTC offset from libc's view is
+    // not worth a dependency; admins read these next to syslog, which is UTC
+    // on most DTNs. Print UTC HH:MM:SS.
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let s = secs % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+}
+
+/// Latency in microseconds, shown as `850 us` or `27.1 ms`.
+pub fn latency(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} us")
+    } else if us < 1e6 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+/// Prints progress as it comes.
+pub struct Printer {
+    pub format: Format,
+    pub units: RateUnit,
+    pub out: Out,
+}
+
+impl Printer {
+    fn human_interval(&self, l: &IntervalLine, indent: bool) -> String {
+        let u = self.units;
+        let mut s = if indent {
+            format!("          {}  {}", l.target, l.mode)
+        } else {
+            format!("{}  {}", wall_clock(), l.mode)
+        };
+        s += &format!(
+            "  {}  avg {}  min {}  {}",
+            units::rate(l.rate_bytes_per_s, u),
+            units::rate(l.avg_rate_bytes_per_s, u),
+            units::rate(l.min_rate_bytes_per_s, u),
+            units::bytes(l.total_bytes, u)
+        );
+        if let Some(total) = l.expected_bytes {
+            s += &format!(" of {}", units::bytes(total, u));
+        }
+        if let Some(p) = l.percent {
+            s += &format!("  {p:.0}%");
+        }
+        if let Some(eta) = l.eta_s {
+            s += &format!("  ETA {}s", eta.ceil() as u64);
+        }
+        s
+    }
+
+    /// The human summary of one mode's results.
+    pub fn human_results(&mut self, results: &[ModeResult]) {
+        let u = self.units;
+        for r in results {
+            let mut lines = vec![
+                format!("{} {}", r.mode, r.target),
+                format!(
+                    "  {} bytes ({}, {}) in {}: {}, {:.0} IOPS ({} blocks, QD {})",
+                    r.bytes,
+                    units::bytes_decimal(r.bytes),
+                    units::bytes_binary(r.bytes),
+                    units::duration_s(r.elapsed_s),
+                    units::rate(r.rate_bytes_per_s, u),
+                    r.iops,
+                    units::bytes_binary(u64::from(r.block_size_bytes)),
+                    r.queue_depth
+                ),
+                format!(
+                    "  latency p50 {}  p99 {}  p99.9 {}  max {}   min interval {}",
+                    latency(r.latency_us.p50),
+                    latency(r.latency_us.p99),
+                    latency(r.latency_us.p999),
+                    latency(r.latency_us.max),
+                    units::rate(r.interval_rate_min_bytes_per_s, u)
+                ),
+            ];
+            if let Some(v) = r.verified_blocks {
+                lines.push(format!("  verified {v} blocks"));
+            }
+            if let Some(g) = &r.min_rate {
+                lines.push(format!(
+                    "  min-rate {} over {} windows: {} (worst {} at {:.2} s, {} of {} windows short{})",
+                    units::rate(g.min_rate_bytes_per_s, u),
+                    units::duration_s(g.window_s),
+                    if g.ok { "OK" } else { "FAILED" },
+                    units::rate(g.worst_window_bytes_per_s, u),
+                    g.worst_window_at_s,
+                    g.windows_short,
+                    g.windows_total,
+                    if g.run_shorter_than_window {
+                        "; the run was shorter than one window"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            for l in lines {
+                self.out.line(&l);
+            }
+        }
+    }
+
+    /// The sweep table's header, in the chosen units.
+    pub fn sweep_header(&mut self) {
+        if self.format != Format::Human {
+            return;
+        }
+        let unit = rate_unit_name(self.units);
+        self.out.line(&format!(
+            "{:>10} {:>8}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   ({unit})",
+            "file", "record", "write", "rewrite", "read", "reread", "randread", "randwrite"
+        ));
+    }
+
+    pub fn sweep_row(&mut self, row: &SweepRow) {
+        match self.format {
+            Format::Human => {
+                let mut s = format!(
+                    "{:>10} {:>8}",
+                    units::bytes_binary(row.file_bytes),
+                    units::bytes_binary(u64::from(row.record_bytes))
+                );
+                for r in &row.rates_bytes_per_s {
+                    s += &format!("  {:>9.1}", rate_in(*r, self.units));
+                }
+                self.out.line(&s);
+            }
+            Format::JsonStream => {
+                let v = serde_json::json!({"type": "sweep_row", "row": row});
+                self.out.line(&v.to_string());
+            }
+            Format::Json => {}
+        }
+    }
+}
+
+/// The name of the rate unit a sweep table is printed in.
+pub fn rate_unit_name(u: RateUnit) -> &'static str {
+    match u {
+        RateUnit::Mb => "MB/s",
+        RateUnit::Mib => "MiB/s",
+        RateUnit::Gbit => "Gb/s",
+    }
+}
+
+/// A rate as a plain number in the table unit.
+pub fn rate_in(bytes_per_s: f64, u: RateUnit) -> f64 {
+    match u {
+        RateUnit::Mb => bytes_per_s / 1e6,
+        RateUnit::Mib => bytes_per_s / 1048576.0,
+        RateUnit::Gbit => bytes_per_s * 8.0 / 1e9,
+    }
+}
+
+impl Observer for Printer {
+    fn notice(&mut self, message: &str) {
+        warn(message);
+    }
+
+    fn interval(&mut self, aggregate: &IntervalLine, per_target: &[IntervalLine]) {
+        match self.format {
+            Format::Human => {
+                let line = self.human_interval(aggregate, false);
+                self.out.line(&line);
+                for l in per_target {
+                    let line = self.human_interval(l, true);
+                    self.out.line(&line);
+                }
+            }
+            Format::JsonStream => {
+                for l in std::iter::once(aggregate).chain(per_target) {
+                    let mut v = serde_json::to_value(l).expect("interval lines serialize");
+                    v["type"] = "interval".into();
+                    self.out.line(&v.to_string());
+                }
+            }
+            Format::Json => {}
+        }
+    }
+
+    fn phase_done(&mut self, results: &[ModeResult]) {
+        if self.format == Format::Human {
+            self.human_results(results);
+        }
+    }
+}

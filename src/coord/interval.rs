@@ -1,0 +1,149 @@
+//! True per-interval rates: each interval's bytes over that interval's time.
+
+use hdrhistogram::Histogram;
+
+/// One finished interval of one series (a target or the aggregate).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Interval {
+    /// End of the interval, seconds since the phase started.
+    pub end_s: f64,
+    /// Length of the interval in seconds (shorter than nominal for the last one).
+    pub len_s: f64,
+    /// Bytes completed in this interval alone.
+    pub bytes: u64,
+    /// `bytes / len_s`.
+    pub rate_bytes_per_s: f64,
+    /// Average since the start of the phase.
+    pub avg_rate_bytes_per_s: f64,
+    /// Lowest full-interval rate so far (this one included when it is full).
+    pub min_rate_bytes_per_s: f64,
+    /// Bytes completed since the start of the phase.
+    pub total_bytes: u64,
+    /// Whether this interval ran its full nominal length.
+    pub full: bool,
+}
+
+/// Turns cumulative byte counts sampled at any times into interval lines.
+#[derive(Debug)]
+pub struct IntervalTracker {
+    interval_ns: u64,
+    next_ns: u64,
+    last_ns: u64,
+    last_bytes: u64,
+    min_full: Option<f64>,
+    rates: Histogram<u64>,
+}
+
+impl IntervalTracker {
+    pub fn new(interval_ns: u64) -> Self {
+        assert!(interval_ns > 0);
+        let mut rates =
+            Histogram::new_with_bounds(1, 1 << 50, 3).expect("static histogram bounds are valid");
+        rates.auto(false);
+        IntervalTracker {
+            interval_ns,
+            next_ns: interval_ns,
+            last_ns: 0,
+            last_bytes: 0,
+            min_full: None,
+            rates,
+        }
+    }
+
+    /// Feed the cumulative byte count seen at `t_ns` after the phase start.
+    /// Returns an interval when `t_ns` reached the next boundary.
+    pub fn observe(&mut self, t_ns: u64, total_bytes: u64) -> Option<Interval> {
+        if t_ns < self.next_ns {
+            return None;
+        }
+        while self.next_ns <= t_ns {
+            self.next_ns += self.interval_ns;
+        }
+        Some(self.close(t_ns, total_bytes, true))
+    }
+
+    /// Close the phase at `t_ns`. Returns the last, partial interval if any
+    /// time passed since the last boundary.
+    pub fn finish(&mut self, t_ns: u64, total_bytes: u64) -> Option<Interval> {
+        if t_ns <= self.last_ns {
+            return None;
+        }
+        let full = t_ns - self.last_ns >= self.interval_ns;
+        Some(self.close(t_ns, total_bytes, full))
+    }
+
+    fn close(&mut self, t_ns: u64, total_bytes: u64, full: bool) -> Interval {
+        let len_ns = t_ns - self.last_ns;
+        let bytes = total_bytes.saturating_sub(self.last_bytes);
+        let rate = bytes as f64 * 1e9 / len_ns as f64;
+        if full {
+            self.min_full = Some(self.min_full.map_or(rate, |m| m.min(rate)));
+            let _ = self.rates.record((rate as u64).clamp(1, 1 << 50));
+        }
+        self.last_ns = t_ns;
+        self.last_bytes = total_bytes;
+        Interval {
+            end_s: t_ns as f64 / 1e9,
+            len_s: len_ns as f64 / 1e9,
+            bytes,
+            rate_bytes_per_s: rate,
+            avg_rate_bytes_per_s: total_bytes as f64 * 1e9 / t_ns as f64,
+            min_rate_bytes_per_s: self.min_full.unwrap_or(rate),
+            total_bytes,
+            full,
+        }
+    }
+
+    /// Lowest rate over full intervals; `None` when no interval was full.
+    pub fn min_full_rate(&self) -> Option<f64> {
+        self.min_full
+    }
+
+    /// Median of full-interval rates, bytes per second.
+    pub fn median_full_rate(&self) -> Option<f64> {
+        (!self.rates.is_empty()).then(|| self.rates.value_at_quantile(0.5) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn rates_are_per_interval_not_cumulative() {
+        let mut t = IntervalTracker::new(S);
+        assert!(t.observe(S / 2, 50).is_none());
+        let a = t.observe(S, 100).unwrap();
+        assert_eq!(a.bytes, 100);
+        assert!((a.rate_bytes_per_s - 100.0).abs() < 1e-9);
+        // A slow second interval: 10 bytes.
+        let b = t.observe(2 * S, 110).unwrap();
+        assert!((b.rate_bytes_per_s - 10.0).abs() < 1e-9);
+        assert!((b.avg_rate_bytes_per_s - 55.0).abs() < 1e-9);
+        assert!((b.min_rate_bytes_per_s - 10.0).abs() < 1e-9);
+        // A partial last interval does not lower the minimum.
+        let c = t.finish(2 * S + S / 10, 111).unwrap();
+        assert!(!c.full);
+        assert!((c.rate_bytes_per_s - 10.0).abs() < 1e-6);
+        assert_eq!(t.min_full_rate(), Some(10.0));
+    }
+
+    #[test]
+    fn late_samples_skip_boundaries_without_inventing_intervals() {
+        let mut t = IntervalTracker::new(S);
+        let a = t.observe(3 * S + 1, 300).unwrap();
+        assert_eq!(a.bytes, 300);
+        assert!(t.observe(3 * S + 2, 301).is_none());
+        assert!(t.observe(4 * S, 400).is_some());
+    }
+
+    #[test]
+    fn no_full_interval_means_no_minimum() {
+        let mut t = IntervalTracker::new(S);
+        assert!(t.finish(S / 2, 10).is_some());
+        assert_eq!(t.min_full_rate(), None);
+        assert!(t.finish(S / 2, 10).is_none());
+    }
+}

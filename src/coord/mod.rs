@@ -1,0 +1,14 @@
+//! L1 leaf: per-worker counters, interval accounting, histograms and the
+//! sustained-rate gate. No I/O: the caller owns the clock and the printing.
+#![forbid(unsafe_code)]
+
+pub mod counters;
+pub mod gate;
+pub mod hist;
+pub mod interval;
+pub mod units;
+
+pub use counters::WorkerCounters;
+pub use gate::{evaluate_gate, GateResult};
+pub use hist::LatencyHist;
+pub use interval::{Interval, IntervalTracker};

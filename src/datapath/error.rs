@@ -1,0 +1,115 @@
+//! The data path's typed errors. Each carries the op, path and offset it
+//! concerns; `is_usage` separates configuration problems (exit 2) from run
+//! failures (exit 1).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::protocol::block::StampError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("io_uring is not available: {reason}. {remedy}")]
+    RingUnavailable { reason: String, remedy: String },
+
+    #[error("io_uring on this kernel does not support {op}. {remedy}")]
+    OpUnsupported {
+        op: &'static str,
+        remedy: &'static str,
+    },
+
+    #[error("cannot register {what} with io_uring: {source}. {remedy}")]
+    Register {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+        remedy: String,
+    },
+
+    #[error("cannot map {bytes} bytes of I/O buffers: {source}")]
+    Alloc {
+        bytes: usize,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{op} {path} at offset {offset}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error(
+        "{path}: {what} {value} is not a multiple of the direct I/O alignment of {align} bytes \
+         (from {from}); use a multiple of {align}, or --direct off"
+    )]
+    Misaligned {
+        path: PathBuf,
+        what: &'static str,
+        value: u64,
+        align: u32,
+        from: &'static str,
+    },
+
+    #[error(
+        "{path}: the filesystem does not support O_DIRECT and --direct required was given; \
+         use --direct auto to fall back to buffered I/O"
+    )]
+    DirectUnsupported { path: PathBuf },
+
+    #[error("{path}: verify failed at offset {offset}: {reason}")]
+    Verify {
+        path: PathBuf,
+        offset: u64,
+        reason: StampError,
+    },
+
+    #[error("{path} holds {what}; refusing to write to it without --destroy")]
+    HoldsData { path: PathBuf, what: String },
+
+    #[error("{path} is in use (mounted, or held by another program): {source}")]
+    Busy {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{path}: not enough free space for one block ({free} bytes free)")]
+    NoSpace { path: PathBuf, free: u64 },
+
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl Error {
+    /// True when the error is a configuration or usage problem (exit code 2)
+    /// rather than a failure during the run (exit code 1).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Error::Open { .. }
+                | Error::Misaligned { .. }
+                | Error::DirectUnsupported { .. }
+                | Error::HoldsData { .. }
+                | Error::Busy { .. }
+                | Error::RingUnavailable { .. }
+                | Error::OpUnsupported { .. }
+                | Error::Register { .. }
+        )
+    }
+}
+
+/// Errno values that mean "try the same op again", not failure.
+pub fn is_retry(errno: i32) -> bool {
+    errno == libc::EINTR || errno == libc::EAGAIN || errno == libc::EBUSY
+}

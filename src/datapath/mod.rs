@@ -1,0 +1,18 @@
+//! L2: rings, registered buffers, op slots, O_DIRECT files, workers.
+//!
+//! The only room where `unsafe` is allowed. Every `unsafe` block carries a
+//! `// SAFETY:` comment naming why the kernel cannot touch freed memory.
+
+pub mod arena;
+pub mod disk;
+pub mod error;
+pub mod file;
+pub mod ring;
+pub mod signature;
+pub mod sys;
+pub mod topology;
+
+pub use arena::{Arena, Lease};
+pub use error::Error;
+pub use file::{Alignment, DirectMode, OpenSpec, TargetFile, TargetKind};
+pub use ring::{Completion, Ring};

@@ -1,0 +1,390 @@
+//! Our thin safe layer over one io_uring instance.
+//!
+//! - Probes the opcodes a worker needs at startup and fails fast with a remedy.
+//! - Owns the buffer [`Arena`] registered with it (`ReadFixed`/`WriteFixed`)
+//!   and the files registered with it.
+//! - Keeps an op-slot table keyed by `user_data`: a pushed op's [`Lease`] and
+//!   tag live in its slot until its completion, which hands them back as a
+//!   [`Completion`].
+//! - `Drop` cancels what is in flight and waits for every completion before
+//!   the arena can be unmapped, so the kernel never writes into freed memory.
+//!
+//! The slot table, the free-slot stack and the completion batch are sized at
+//! startup; pushing, submitting and reaping allocate nothing.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types, IoUring, Probe};
+
+use super::{Arena, Error, Lease};
+
+/// Upper bound on ring entries (and so on ops in flight per ring).
+pub const RING_ENTRIES_MAX: u32 = 4096;
+/// `user_data` of internal cancel requests, never a slot index.
+const CANCEL_USER_DATA: u64 = u64::MAX;
+
+const _: () = assert!(RING_ENTRIES_MAX as u64 <= CANCEL_USER_DATA);
+
+/// An opcode a worker needs, with the name to print when it is missing.
+#[derive(Debug, Clone, Copy)]
+pub struct Needed {
+    pub code: u8,
+    pub name: &'static str,
+}
+
+impl Needed {
+    pub const READ_FIXED: Needed = Needed {
+        code: opcode::ReadFixed::CODE,
+        name: "IORING_OP_READ_FIXED",
+    };
+    pub const WRITE_FIXED: Needed = Needed {
+        code: opcode::WriteFixed::CODE,
+        name: "IORING_OP_WRITE_FIXED",
+    };
+    pub const FSYNC: Needed = Needed {
+        code: opcode::Fsync::CODE,
+        name: "IORING_OP_FSYNC",
+    };
+    pub const ASYNC_CANCEL: Needed = Needed {
+        code: opcode::AsyncCancel::CODE,
+        name: "IORING_OP_ASYNC_CANCEL",
+    };
+}
+
+/// A finished op: its result (bytes, or a negative errno), its buffer lease
+/// (when it had one) and the caller's tag.
+#[must_use = "a completion carries a lease that must go back to the arena"]
+#[derive(Debug)]
+pub struct Completion<T> {
+    pub result: i32,
+    pub lease: Option<Lease>,
+    pub tag: T,
+}
+
+struct Slot<T> {
+    lease: Option<Lease>,
+    tag: T,
+}
+
+/// One io_uring with its registered arena, registered files and op slots.
+pub struct Ring<T> {
+    // Field order matters: `ring` is dropped (fd closed) before `arena` is
+    // unmapped, and Drop has already drained every in-flight op by then.
+    ring: IoUring,
+    slots: Vec<Option<Slot<T>>>,
+    free_slots: Vec<u32>,
+    in_flight: u32,
+    sq_full_flushes: u64,
+    features: Vec<&'static str>,
+    arena: Arena,
+}
+
+impl<T> Ring<T> {
+    /// Set up a ring of `entries` SQEs, check it supports `needed`, register
+    /// `arena`'s buffers and `files`.
+    pub fn new(
+        entries: u32,
+        arena: Arena,
+        files: &[RawFd],
+        needed: &[Needed],
+    ) -> Result<Self, Error> {
+        let entries = entries.clamp(1, RING_ENTRIES_MAX).next_power_of_two();
+        let mut features = Vec::new();
+        let ring = match IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(entries * 2)
+            .build(entries)
+        {
+            Ok(r) => {
+                features.push("single_issuer");
+                features.push("defer_taskrun");
+                r
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::builder()
+                .setup_cqsize(entries * 2)
+                .build(entries)
+                .map_err(ring_unavailable)?,
+            Err(e) => return Err(ring_unavailable(e)),
+        };
+        let mut probe = Probe::new();
+        ring.submitter()
+            .register_probe(&mut probe)
+            .map_err(|e| Error::RingUnavailable {
+                reason: format!("probing opcodes failed: {e}"),
+                remedy: "io_uring needs Linux 5.6 or newer".into(),
+            })?;
+        for need in needed {
+            if !probe.is_supported(need.code) {
+                return Err(Error::OpUnsupported {
+                    op: need.name,
+                    remedy: "upgrade to Linux 5.19 or newer",
+                });
+            }
+        }
+        let iovecs = arena.iovecs();
+        // SAFETY: the iovecs describe the arena's mapping, which this Ring
+        // owns and unmaps only after the ring fd is closed (field order) and
+        // every op using it has completed (Drop drains).
+        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|e| Error::Register {
+            what: "I/O buffers",
+            remedy: memlock_remedy(&e, arena.bytes()),
+            source: e,
+        })?;
+        features.push("registered_buffers");
+        if !files.is_empty() {
+            ring.submitter()
+                .register_files(files)
+                .map_err(|e| Error::Register {
+                    what: "files",
+                    source: e,
+                    remedy: "check RLIMIT_NOFILE".into(),
+                })?;
+            features.push("registered_files");
+        }
+        if ring.params().is_feature_nodrop() {
+            features.push("nodrop");
+        }
+        let slot_count = entries as usize * 2;
+        let mut slots = Vec::with_capacity(slot_count);
+        slots.resize_with(slot_count, || None);
+        let free_slots = (0..slot_count as u32).rev().collect();
+        Ok(Ring {
+            ring,
+            slots,
+            free_slots,
+            in_flight: 0,
+            sq_full_flushes: 0,
+            features,
+            arena,
+        })
+    }
+
+    /// The io_uring features this ring uses, for the report.
+    pub fn features(&self) -> &[&'static str] {
+        &self.features
+    }
+
+    pub fn arena(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Times a full SQ forced an early submit.
+    pub fn sq_full_flushes(&self) -> u64 {
+        self.sq_full_flushes
+    }
+
+    /// Ops this ring can hold in flight.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Read `len` bytes at `offset` of registered file `file` into the
+    /// lease's buffer starting at `buf_at`.
+    pub fn read_fixed(
+        &mut self,
+        file: u32,
+        offset: u64,
+        lease: Lease,
+        buf_at: usize,
+        len: u32,
+        tag: T,
+    ) {
+        assert!(
+            buf_at + len as usize <= lease.capacity(),
+            "read past the end of its buffer"
+        );
+        // SAFETY (of the pointer): the lease moves into the op's slot below and
+        // comes back only with the completion, so the buffer stays valid and
+        // untouched by user code while the kernel writes into it.
+        let ptr = lease.as_ptr().wrapping_add(buf_at);
+        let sqe = opcode::ReadFixed::new(types::Fixed(file), ptr, len, lease.index())
+            .offset(offset)
+            .build();
+        self.push(sqe, Some(lease), tag);
+    }
+
+    /// Write `len` bytes of the lease's buffer starting at `buf_at` to
+    /// `offset` of registered file `file`.
+    pub fn write_fixed(
+        &mut self,
+        file: u32,
+        offset: u64,
+        lease: Lease,
+        buf_at: usize,
+        len: u32,
+        tag: T,
+    ) {
+        assert!(
+            buf_at + len as usize <= lease.capacity(),
+            "write past the end of its buffer"
+        );
+        let ptr = lease.as_ptr().wrapping_add(buf_at);
+        let sqe = opcode::WriteFixed::new(types::Fixed(file), ptr, len, lease.index())
+            .offset(offset)
+            .build();
+        self.push(sqe, Some(lease), tag);
+    }
+
+    /// fdatasync registered file `file`.
+    pub fn fdatasync(&mut self, file: u32, tag: T) {
+        let sqe = opcode::Fsync::new(types::Fixed(file))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build();
+        self.push(sqe, None, tag);
+    }
+
+    /// Whether another op fits in the slot table.
+    pub fn has_room(&self) -> bool {
+        !self.free_slots.is_empty()
+    }
+
+    fn push(&mut self, sqe: squeue::Entry, lease: Option<Lease>, tag: T) {
+        let slot = self
+            .free_slots
+            .pop()
+            .expect("op pushed with no free slot: callers bound ops in flight by has_room()");
+        self.slots[slot as usize] = Some(Slot { lease, tag });
+        let sqe = sqe.user_data(u64::from(slot));
+        loop {
+            // SAFETY: every pointer in the SQE points into a lease now owned
+            // by `self.slots[slot]`, which is released only when this op's
+            // CQE is reaped (or in Drop, after draining).
+            let pushed = unsafe { self.ring.submission().push(&sqe) };
+            if pushed.is_ok() {
+                break;
+            }
+            self.sq_full_flushes += 1;
+            // A submit failure leaves the SQE queued; the op keeps its slot.
+            let _ = self.submit_and_wait(0);
+        }
+        self.in_flight += 1;
+    }
+
+    /// Submit what is queued and wait for at least `want` completions.
+    /// Interruptions and a busy CQ are retried, not reported.
+    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        loop {
+            match self.ring.submitter().submit_and_wait(want) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.raw_os_error().is_some_and(super::error::is_retry) => {
+                    // EBUSY: the CQ is full; the caller reaps, then comes back.
+                    if e.raw_os_error() == Some(libc::EBUSY) {
+                        return Ok(0);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Move every ready completion into `batch` (which must have room for
+    /// `capacity()` entries so this never allocates).
+    pub fn reap(&mut self, batch: &mut Vec<Completion<T>>) {
+        debug_assert!(batch.capacity() - batch.len() >= self.in_flight as usize);
+        let cq = self.ring.completion();
+        for cqe in cq {
+            let user_data = cqe.user_data();
+            if user_data == CANCEL_USER_DATA {
+                continue;
+            }
+            let slot = self.slots[user_data as usize]
+                .take()
+                .expect("completion for an empty slot");
+            self.free_slots.push(user_data as u32);
+            self.in_flight -= 1;
+            batch.push(Completion {
+                result: cqe.result(),
+                lease: slot.lease,
+                tag: slot.tag,
+            });
+        }
+    }
+
+    /// Cancel every op in flight and wait until each has completed, returning
+    /// their leases to the arena. Safe to call at any time.
+    pub fn cancel_all_and_drain(&mut self) {
+        if self.in_flight == 0 {
+            return;
+        }
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(CANCEL_USER_DATA);
+        loop {
+            // SAFETY: a cancel request carries no user memory.
+            if unsafe { self.ring.submission().push(&cancel) }.is_ok() {
+                break;
+            }
+            let _ = self.submit_and_wait(0);
+        }
+        while self.in_flight > 0 {
+            if self.submit_and_wait(1).is_err() {
+                // Waiting failed for a reason other than EINTR: spin through
+                // the CQ anyway; ops in flight must finish before we return.
+                std::thread::yield_now();
+            }
+            let cq = self.ring.completion();
+            for cqe in cq {
+                let user_data = cqe.user_data();
+                if user_data == CANCEL_USER_DATA {
+                    continue;
+                }
+                if let Some(slot) = self.slots[user_data as usize].take() {
+                    self.free_slots.push(user_data as u32);
+                    self.in_flight -= 1;
+                    if let Some(lease) = slot.lease {
+                        self.arena.give_back(lease);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    fn drop(&mut self) {
+        self.cancel_all_and_drain();
+    }
+}
+
+fn ring_unavailable(e: io::Error) -> Error {
+    let disabled = super::sys::io_uring_disabled().unwrap_or(0);
+    let remedy = match (e.raw_os_error(), disabled) {
+        (_, 2) => "io_uring is disabled by sysctl kernel.io_uring_disabled=2; set it to 0".into(),
+        (Some(libc::EPERM), 1) => {
+            "kernel.io_uring_disabled=1 allows only root or the io_uring_group; run as root or set it to 0"
+                .into()
+        }
+        (Some(libc::ENOSYS), _) => "this kernel was built without io_uring; urmove needs Linux 5.19+".into(),
+        (Some(libc::ENOMEM), _) => "raise the memlock limit (ulimit -l, LimitMEMLOCK= in the unit)".into(),
+        _ => "check that io_uring is allowed here (seccomp, containers) and the kernel is 5.19+".into(),
+    };
+    Error::RingUnavailable {
+        reason: e.to_string(),
+        remedy,
+    }
+}
+
+fn memlock_remedy(e: &io::Error, bytes: usize) -> String {
+    if e.raw_os_error() == Some(libc::ENOMEM) || e.raw_os_error() == Some(libc::EPERM) {
+        memlock_remedy_text(bytes as u64)
+    } else {
+        "check the kernel log".into()
+    }
+}
+
+/// What to raise so `bytes` of registered buffers fit.
+pub fn memlock_remedy_text(bytes: u64) -> String {
+    let need_kib = bytes.div_ceil(1024) + 1024;
+    format!(
+        "registered buffers ({} MiB) are locked memory: raise RLIMIT_MEMLOCK to at least {need_kib} KiB \
+         (`ulimit -l {need_kib}`, or LimitMEMLOCK= in the systemd unit), grant CAP_IPC_LOCK, \
+         or lower --qd / --bs",
+        bytes >> 20
+    )
+}

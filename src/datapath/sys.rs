@@ -1,0 +1,240 @@
+//! Thin, checked wrappers over the system calls and sysfs files the data path
+//! probes at startup: statx alignment, filesystem type, free space, block
+//! device geometry, memlock and capability limits.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// Direct-I/O alignment as reported by `statx(STATX_DIOALIGN)`:
+/// `(memory alignment, offset alignment)`, or `None` when the kernel or the
+/// filesystem does not report it (or reports that O_DIRECT is unsupported).
+pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
+    let mut stx = MaybeUninit::<libc::statx>::zeroed();
+    let empty = c"";
+    // SAFETY: `stx` is a valid, writable statx buffer for the duration of the
+    // call and `empty` is a NUL-terminated string; no memory is retained.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            stx.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statx returned 0, so the buffer is initialised (it was zeroed too).
+    let stx = unsafe { stx.assume_init() };
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
+        return Ok(None);
+    }
+    Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
+}
+
+/// The filesystem's magic number (`statfs.f_type`) and a readable name.
+pub fn fs_type(file: &File) -> io::Result<(i64, &'static str)> {
+    let mut st = MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `st` is a valid, writable statfs buffer; no memory is retained.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs returned 0, so the buffer is initialised.
+    let st = unsafe { st.assume_init() };
+    let magic = st.f_type as i64;
+    let name = match magic {
+        0xEF53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x6969 => "nfs",
+        0x794C_7630 => "overlayfs",
+        0x2FC1_2FC1 => "zfs",
+        0x6573_5546 => "fuse",
+        0x0BD0_0BD0 => "lustre",
+        0x4750_4653 => "gpfs",
+        0x0062_6466 | 0x6264_6576 => "devtmpfs",
+        0xF2F5_2010 => "f2fs",
+        _ => "unknown",
+    };
+    Ok((magic, name))
+}
+
+/// Bytes available to an unprivileged writer on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> io::Result<u64> {
+    let c = cstring(path)?;
+    let mut st = MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is NUL-terminated and `st` is a valid, writable buffer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so the buffer is initialised.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+/// The running kernel's release string, as `uname -r` prints it.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Size in bytes of the block device open as `file`.
+pub fn block_device_size(file: &File) -> io::Result<u64> {
+    // BLKGETSIZE64 = _IOR(0x12, 114, size_t)
+    const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 into `size`, which outlives the call.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(size)
+}
+
+/// Logical block size of the block device open as `file`.
+pub fn block_device_logical_block_size(file: &File) -> io::Result<u32> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int into `size`, which outlives the call.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            libc::BLKSSZGET,
+            &mut size as *mut libc::c_int,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(size as u32)
+}
+
+/// `/sys/dev/block/MAJOR:MINOR`, the sysfs directory of a block device.
+fn sysfs_dev(major: u32, minor: u32) -> std::path::PathBuf {
+    Path::new("/sys/dev/block").join(format!("{major}:{minor}"))
+}
+
+/// Kernel name of the block device `major:minor` (as `loop3` or `nvme0n1p2`).
+pub fn block_device_name(major: u32, minor: u32) -> Option<String> {
+    let uevent = std::fs::read_to_string(sysfs_dev(major, minor).join("uevent")).ok()?;
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .map(str::to_string)
+}
+
+/// Logical block size of `major:minor` from sysfs (a partition asks its disk).
+pub fn sysfs_logical_block_size(major: u32, minor: u32) -> Option<u32> {
+    let dev = sysfs_dev(major, minor);
+    for queue in [dev.join("queue"), dev.join("../queue")] {
+        if let Ok(s) = std::fs::read_to_string(queue.join("logical_block_size")) {
+            if let Ok(v) = s.trim().parse() {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+/// Partitions and holders (LVM, md, dm) that sit on `major:minor`.
+pub fn block_device_children(major: u32, minor: u32) -> Vec<String> {
+    let dev = sysfs_dev(major, minor);
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dev.join("holders")) {
+        out.extend(
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned()),
+        );
+    }
+    if let Ok(entries) = std::fs::read_dir(&dev) {
+        out.extend(
+            entries
+                .flatten()
+                .filter(|e| e.path().join("partition").exists())
+                .map(|e| e.file_name().to_string_lossy().into_owned()),
+        );
+    }
+    out
+}
+
+/// The soft RLIMIT_MEMLOCK in bytes (`None` when unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    let mut rl = MaybeUninit::<libc::rlimit>::zeroed();
+    // SAFETY: `rl` is a valid, writable rlimit buffer.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, rl.as_mut_ptr()) };
+    if rc != 0 {
+        return Some(0);
+    }
+    // SAFETY: getrlimit returned 0, so the buffer is initialised.
+    let rl = unsafe { rl.assume_init() };
+    (rl.rlim_cur != libc::RLIM_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// Whether this process holds CAP_IPC_LOCK, which exempts registered buffers
+/// from RLIMIT_MEMLOCK.
+pub fn has_cap_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+/// `kernel.io_uring_disabled` (0 enabled, 1 root or group only, 2 disabled).
+pub fn io_uring_disabled() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// First data at or after `offset` (`SEEK_DATA`), `None` when only a hole follows.
+pub fn seek_data(file: &File, offset: u64) -> io::Result<Option<u64>> {
+    seek(file, offset, libc::SEEK_DATA)
+}
+
+/// First hole at or after `offset` (`SEEK_HOLE`); end of file counts as a hole.
+pub fn seek_hole(file: &File, offset: u64) -> io::Result<Option<u64>> {
+    seek(file, offset, libc::SEEK_HOLE)
+}
+
+fn seek(file: &File, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    // SAFETY: lseek only reads its integer arguments.
+    let rc = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, whence) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    Ok(Some(rc as u64))
+}
+
+/// Ignore SIGXFSZ so a write past RLIMIT_FSIZE fails with EFBIG instead of
+/// killing the process.
+pub fn ignore_sigxfsz() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler
+    // code and touches no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
