@@ -105,7 +105,10 @@ pub trait Observer {
 /// A target prepared for the run.
 pub(crate) struct Prepared {
     pub(crate) file: TargetFile,
+    /// The file did not exist before this run.
     pub(crate) created: bool,
+    /// We named it (a TARGET directory): remove it at the end unless --keep.
+    pub(crate) temporary: bool,
     /// Bytes each phase addresses.
     pub(crate) region: u64,
     pub(crate) laid_out: u64,
@@ -621,14 +624,11 @@ pub(crate) fn prepare_targets(
     let result = (|| {
         for (i, path) in cfg.targets.iter().enumerate() {
             let p = prepare_one(cfg, writes, i, path, obs)?;
-            let created = p.created;
-            out.push(p);
-            let t = out.last_mut().expect("just pushed");
-            for f in &t.file.fallbacks {
+            for f in &p.file.fallbacks {
                 obs.notice(f);
             }
-            env.fallbacks.extend(t.file.fallbacks.iter().cloned());
-            let _ = created;
+            env.fallbacks.extend(p.file.fallbacks.iter().cloned());
+            out.push(p);
         }
         Ok(())
     })();
@@ -656,6 +656,7 @@ fn prepare_one(
         source,
     };
     let meta = std::fs::metadata(path);
+    let auto_named = meta.as_ref().is_ok_and(|m| m.is_dir());
     let (file_path, created) = match &meta {
         Ok(m) if m.is_dir() => (
             path.join(format!("urmove-bench-{}-{index}.dat", std::process::id())),
@@ -700,6 +701,7 @@ fn prepare_one(
         laid_out: 0,
         core: None,
         created,
+        temporary: auto_named,
         file,
     };
     let result = size_target(cfg, writes, &mut prepared, obs);
@@ -849,8 +851,8 @@ fn finish_targets(
     obs: &mut dyn Observer,
 ) {
     for t in targets {
-        let kept = !t.created || cfg.keep;
-        if t.created {
+        let kept = !t.temporary || cfg.keep;
+        if t.temporary {
             if cfg.keep {
                 obs.notice(&format!("kept {}", t.file.path.display()));
             } else {

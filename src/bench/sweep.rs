@@ -139,7 +139,7 @@ pub fn run_sweep(
     );
     report.sweep = Some(table);
     for t in &targets {
-        if t.created && !cfg.keep {
+        if t.temporary && !cfg.keep {
             let _ = std::fs::remove_file(&t.file.path);
         }
     }

@@ -24,7 +24,7 @@ pub const RING_ENTRIES_MAX: u32 = 4096;
 /// `user_data` of internal cancel requests, never a slot index.
 const CANCEL_USER_DATA: u64 = u64::MAX;
 
-const _: () = assert!(RING_ENTRIES_MAX as u64 <= CANCEL_USER_DATA);
+const _: () = assert!((RING_ENTRIES_MAX as u64) < CANCEL_USER_DATA);
 
 /// An opcode a worker needs, with the name to print when it is missing.
 #[derive(Debug, Clone, Copy)]

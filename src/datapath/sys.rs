@@ -53,7 +53,7 @@ pub fn fs_type(file: &File) -> io::Result<(i64, &'static str)> {
     }
     // SAFETY: fstatfs returned 0, so the buffer is initialised.
     let st = unsafe { st.assume_init() };
-    let magic = st.f_type as i64;
+    let magic = st.f_type;
     let name = match magic {
         0xEF53 => "ext4",
         0x5846_5342 => "xfs",

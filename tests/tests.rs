@@ -1,0 +1,10 @@
+//! urmove's integration tests: one binary, built once (as ripgrep does).
+
+mod util;
+
+mod alloc_count;
+mod cli_errors;
+mod datapath;
+mod disk;
+mod disk_devices;
+mod linters;
