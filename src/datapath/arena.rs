@@ -81,24 +81,7 @@ impl Arena {
         assert!(buf_size <= BUF_SIZE_MAX);
         assert!(buf_count > 0 && buf_count <= BUF_COUNT_MAX);
         let map_len = buf_size * buf_count;
-        // SAFETY: an anonymous private mapping at an address of the kernel's
-        // choosing aliases no existing memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::Alloc {
-                bytes: map_len,
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        let ptr = map_huge_aligned(map_len)?;
         let base = NonNull::new(ptr.cast::<u8>()).expect("mmap never returns null on success");
         // Hand out low indexes first.
         let free = (0..buf_count as u16).rev().collect();
@@ -162,6 +145,69 @@ impl Arena {
     pub fn bytes(&self) -> usize {
         self.map_len
     }
+}
+
+/// Transparent huge pages are 2 MiB on x86-64 and arm64 (4K base pages).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Map `len` bytes of anonymous memory aligned to a huge page, ask for
+/// transparent huge pages and fault it all in now.
+///
+/// Huge pages matter for O_DIRECT: a 1 MiB buffer in 4 KiB pages is up to 256
+/// scatter-gather segments, more than many queues take in one request
+/// (virtio-blk here: 254), so each I/O is split in two. In one huge page it is
+/// one segment. Measured here: sequential 1 MiB reads at QD 32 went from
+/// about 0.65 to 1.0 of fio's rate.
+fn map_huge_aligned(len: usize) -> Result<*mut libc::c_void, Error> {
+    let span = len + HUGE_PAGE;
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing aliases no existing memory.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return Err(Error::Alloc {
+            bytes: len,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let start = raw as usize;
+    let aligned = start.next_multiple_of(HUGE_PAGE);
+    let head = aligned - start;
+    let tail = span - head - len;
+    // SAFETY: the head and tail ranges lie inside the mapping just made and
+    // outside the part we keep; nothing points into them yet.
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+    }
+    let ptr = aligned as *mut libc::c_void;
+    // SAFETY: advice on our own fresh mapping; it changes no contents. Where
+    // THP is off the advice fails harmlessly and 4 KiB pages are used.
+    unsafe {
+        libc::madvise(ptr, len, libc::MADV_HUGEPAGE);
+    }
+    // SAFETY: populating our own fresh mapping writes only zeros to it.
+    let populated = unsafe { libc::madvise(ptr, len, libc::MADV_POPULATE_WRITE) };
+    if populated != 0 {
+        // Kernels before 5.14: touch every page instead.
+        for off in (0..len).step_by(BUF_ALIGN) {
+            // SAFETY: off < len, inside our own writable mapping.
+            unsafe { ptr.cast::<u8>().add(off).write_volatile(0) };
+        }
+    }
+    Ok(ptr)
 }
 
 impl Drop for Arena {
