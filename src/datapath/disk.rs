@@ -177,6 +177,133 @@ pub fn fill_random(buf: &mut [u8], seed: u64, offset: u64, generation: u64) {
     tail.copy_from_slice(&last[..n]);
 }
 
+impl OpTag {
+    fn fsync(now_ns: u64) -> Self {
+        OpTag {
+            kind: OpKind::Fsync,
+            offset: 0,
+            len: 0,
+            done: 0,
+            pushed_ns: now_ns,
+        }
+    }
+}
+
+/// How many completions to handle before pushing their replacements and
+/// submitting them, rather than after the whole reaped batch.
+///
+/// Measured here (virtio-blk, 4 KiB random reads at QD 32): replacing the
+/// whole batch at once gave 0.85 of fio's IOPS, every 4 completions 1.0. The
+/// device gets new work while the rest of the batch is handled.
+fn resubmit_every(qd: u32) -> usize {
+    (qd as usize / 8).max(1)
+}
+
+/// What to issue next in a phase.
+struct Issuer {
+    rng: Rng,
+    next_seq: u64,
+    generation: u64,
+    measured_issued: u64,
+    issuing: bool,
+    blocks: u64,
+    ramp_ns: u64,
+    deadline_ns: Option<u64>,
+    /// Keep ops of a random verified phase off blocks already in flight.
+    track_busy: bool,
+}
+
+impl Issuer {
+    fn new(spec: &PhaseSpec) -> Self {
+        let ramp_ns = spec.ramp.as_nanos() as u64;
+        Issuer {
+            rng: Rng::new(spec.seed ^ 0x5EED),
+            next_seq: spec.region_start,
+            generation: 0,
+            measured_issued: 0,
+            issuing: true,
+            blocks: ((spec.region_end - spec.region_start) / u64::from(spec.bs)).max(1),
+            ramp_ns,
+            deadline_ns: match spec.limit {
+                Limit::Time(t) => Some(ramp_ns + t.as_nanos() as u64),
+                Limit::Bytes(_) => None,
+            },
+            track_busy: spec.verify.is_some() && spec.pattern.random(),
+        }
+    }
+
+    /// The next op as (kind, offset, length), or `None` when nothing may be
+    /// issued now (`issuing` turns false when the phase has issued it all).
+    fn next_op(
+        &mut self,
+        spec: &PhaseSpec,
+        now_ns: u64,
+        busy: &[u64],
+    ) -> Option<(OpKind, u64, u32)> {
+        let in_ramp = now_ns < self.ramp_ns;
+        let limit_reached = match (spec.limit, self.deadline_ns) {
+            (_, Some(deadline)) => now_ns >= deadline,
+            (Limit::Bytes(limit), None) => !in_ramp && self.measured_issued >= limit,
+            (Limit::Time(_), None) => false,
+        };
+        if limit_reached {
+            self.issuing = false;
+            return None;
+        }
+        let bs = u64::from(spec.bs);
+        let (kind, offset, len) = if spec.pattern.random() {
+            let write = match spec.pattern {
+                Pattern::RandWrite => true,
+                Pattern::Mixed { read_pct } => self.rng.below(100) >= u64::from(read_pct),
+                _ => false,
+            };
+            let mut offset = spec.region_start + self.rng.below(self.blocks) * bs;
+            if self.track_busy {
+                // Re-draw a few times; if the block is still in flight, wait
+                // for a completion instead (tiny regions).
+                let mut tries = 0;
+                while busy.contains(&offset) && tries < 8 {
+                    offset = spec.region_start + self.rng.below(self.blocks) * bs;
+                    tries += 1;
+                }
+                if busy.contains(&offset) {
+                    return None;
+                }
+            }
+            let kind = if write { OpKind::Write } else { OpKind::Read };
+            (kind, offset, spec.bs)
+        } else {
+            if self.next_seq >= spec.region_end {
+                self.next_seq = spec.region_start;
+                self.generation += 1;
+            }
+            let offset = self.next_seq;
+            let len = (spec.region_end - offset).min(bs) as u32;
+            self.next_seq += u64::from(len);
+            let kind = if spec.pattern.writes() {
+                OpKind::Write
+            } else {
+                OpKind::Read
+            };
+            (kind, offset, len)
+        };
+        if !in_ramp {
+            self.measured_issued += u64::from(len);
+        }
+        Some((kind, offset, len))
+    }
+}
+
+/// Outcome and error of a phase while it runs.
+struct RunState {
+    out: PhaseOutcome,
+    error: Option<Error>,
+    /// The tick's one clock reading, ns since the phase start.
+    now_ns: u64,
+    batch_bytes: u64,
+    batch_ops: u64,
+}
+
 /// One target's ring, buffers and latency histogram.
 pub struct DiskWorker {
     ring: Ring<OpTag>,
@@ -258,153 +385,42 @@ impl DiskWorker {
         );
         assert!(spec.region_end > spec.region_start, "empty region");
         self.latency.reset();
-        let ramp_ns = spec.ramp.as_nanos() as u64;
-        let deadline_ns = match spec.limit {
-            Limit::Time(t) => Some(ramp_ns + t.as_nanos() as u64),
-            Limit::Bytes(_) => None,
+        self.busy_offsets.clear();
+        let mut is = Issuer::new(spec);
+        let mut st = RunState {
+            out: PhaseOutcome {
+                seed_seen: spec.verify.and_then(|v| v.seed),
+                ..PhaseOutcome::default()
+            },
+            error: None,
+            now_ns: 0,
+            batch_bytes: 0,
+            batch_ops: 0,
         };
-        let track_busy = spec.verify.is_some() && spec.pattern.random();
-        let mut out = PhaseOutcome {
-            seed_seen: spec.verify.and_then(|v| v.seed),
-            ..PhaseOutcome::default()
-        };
-        let mut rng = Rng::new(spec.seed ^ 0x5EED);
-        let mut next_seq = spec.region_start;
-        let mut generation = 0u64;
-        let mut measured_issued = 0u64;
-        let mut issuing = true;
-        let mut error: Option<Error> = None;
+        let resubmit_every = resubmit_every(spec.qd);
         let mut end_ns = 0u64;
         let mut fsync_pushed = false;
-        let blocks = ((spec.region_end - spec.region_start) / u64::from(spec.bs)).max(1);
-        self.busy_offsets.clear();
-
-        let mut now_ns = 0u64;
         loop {
-            // Top up the queue.
-            while issuing && self.ring.in_flight() < spec.qd {
-                let in_ramp = now_ns < ramp_ns;
-                if let Some(deadline) = deadline_ns {
-                    if now_ns >= deadline {
-                        issuing = false;
-                        break;
-                    }
-                }
-                if let Limit::Bytes(limit) = spec.limit {
-                    if !in_ramp && measured_issued >= limit {
-                        issuing = false;
-                        break;
-                    }
-                }
-                // Choose the op.
-                let (kind, offset, len) = if spec.pattern.random() {
-                    let write = match spec.pattern {
-                        Pattern::RandWrite => true,
-                        Pattern::Mixed { read_pct } => rng.below(100) >= u64::from(read_pct),
-                        _ => false,
-                    };
-                    let mut offset = spec.region_start + rng.below(blocks) * u64::from(spec.bs);
-                    if track_busy {
-                        // Re-draw until the block is not in flight (there are
-                        // more blocks than ops in flight, or we take the next one).
-                        let mut tries = 0;
-                        while self.busy_offsets.contains(&offset) && tries < 8 {
-                            offset = spec.region_start + rng.below(blocks) * u64::from(spec.bs);
-                            tries += 1;
-                        }
-                        if self.busy_offsets.contains(&offset) {
-                            break; // wait for a completion instead
-                        }
-                    }
-                    let kind = if write { OpKind::Write } else { OpKind::Read };
-                    (kind, offset, spec.bs)
-                } else {
-                    if next_seq >= spec.region_end {
-                        next_seq = spec.region_start;
-                        generation += 1;
-                    }
-                    let offset = next_seq;
-                    let len = (spec.region_end - offset).min(u64::from(spec.bs)) as u32;
-                    next_seq += u64::from(len);
-                    let kind = if spec.pattern.writes() {
-                        OpKind::Write
-                    } else {
-                        OpKind::Read
-                    };
-                    (kind, offset, len)
-                };
-                if !in_ramp {
-                    measured_issued += u64::from(len);
-                }
-                let mut lease = self
-                    .ring
-                    .arena()
-                    .take()
-                    .expect("one buffer per op in flight, and qd bounds ops in flight");
-                let tag = OpTag {
-                    kind,
-                    offset,
-                    len,
-                    done: 0,
-                    pushed_ns: now_ns,
-                };
-                if track_busy {
-                    self.busy_offsets.push(offset);
-                }
-                if kind == OpKind::Write {
-                    let buf = &mut lease.as_mut_slice()[..len as usize];
-                    if spec.zeros {
-                        buf.fill(0);
-                    } else {
-                        fill_random(buf, spec.seed, offset, generation);
-                    }
-                    if let Some(v) = spec.verify {
-                        block::seal(
-                            buf,
-                            &block::Stamp {
-                                seed: spec.seed,
-                                offset,
-                                target: v.target,
-                                block_len: len,
-                                generation,
-                            },
-                        );
-                    }
-                    self.ring
-                        .write_fixed(TARGET_FILE, offset, lease, 0, len, tag);
-                } else {
-                    self.ring
-                        .read_fixed(TARGET_FILE, offset, lease, 0, len, tag);
-                }
-            }
+            self.top_up(spec, &mut is, st.now_ns, u32::MAX);
 
             // Done writing: flush inside the measured time when asked.
-            if !issuing
+            if !is.issuing
                 && self.ring.in_flight() == 0
-                && error.is_none()
-                && !out.interrupted
+                && st.error.is_none()
+                && !st.out.interrupted
                 && spec.fsync
                 && spec.pattern.writes()
                 && !fsync_pushed
             {
                 fsync_pushed = true;
-                self.ring.fdatasync(
-                    TARGET_FILE,
-                    OpTag {
-                        kind: OpKind::Fsync,
-                        offset: 0,
-                        len: 0,
-                        done: 0,
-                        pushed_ns: now_ns,
-                    },
-                );
+                self.ring.fdatasync(TARGET_FILE, OpTag::fsync(st.now_ns));
             }
             if self.ring.in_flight() == 0 {
                 break;
             }
 
             if let Err(e) = self.ring.submit_and_wait(1) {
-                error.get_or_insert(Error::Io {
+                st.error.get_or_insert(Error::Io {
                     op: "io_uring_enter",
                     path: self.path.clone(),
                     offset: 0,
@@ -413,129 +429,202 @@ impl DiskWorker {
                 self.ring.cancel_all_and_drain();
                 break;
             }
-            now_ns = start.elapsed().as_nanos() as u64;
-            end_ns = now_ns;
-            let measuring = now_ns >= ramp_ns;
+            st.now_ns = start.elapsed().as_nanos() as u64;
+            end_ns = st.now_ns;
             self.ring.reap(&mut self.batch);
-            let (mut batch_bytes, mut batch_ops) = (0u64, 0u64);
             let mut batch = std::mem::take(&mut self.batch);
-            for c in batch.drain(..) {
-                let Completion {
-                    result,
-                    lease,
-                    mut tag,
-                } = c;
-                if tag.kind == OpKind::Fsync {
-                    if result < 0 {
-                        error.get_or_insert(Error::Io {
-                            op: "fdatasync",
-                            path: self.path.clone(),
-                            offset: 0,
-                            source: std::io::Error::from_raw_os_error(-result),
-                        });
-                    }
-                    continue;
+            for (i, c) in batch.drain(..).enumerate() {
+                self.complete(c, spec, &mut is, &mut st);
+                // Replace finished ops a few at a time, not all after the
+                // batch: the device gets new work while we handle the rest.
+                if (i + 1) % resubmit_every == 0
+                    && is.issuing
+                    && self.top_up(spec, &mut is, st.now_ns, resubmit_every as u32) > 0
+                {
+                    // A failed submit leaves the SQEs queued for the next one.
+                    let _ = self.ring.submit_and_wait(0);
                 }
-                let mut lease = lease.expect("read and write ops carry a buffer");
-                let op = if tag.kind == OpKind::Write {
-                    "write"
-                } else {
-                    "read"
-                };
-                if result < 0 {
-                    if super::error::is_retry(-result) && error.is_none() {
-                        out.retried_ops += 1;
-                        self.push_rest(lease, tag);
-                    } else {
-                        error.get_or_insert(Error::Io {
-                            op,
-                            path: self.path.clone(),
-                            offset: tag.offset + u64::from(tag.done),
-                            source: std::io::Error::from_raw_os_error(-result),
-                        });
-                        issuing = false;
-                        self.release(lease, tag.offset, track_busy);
-                    }
-                    continue;
-                }
-                let n = result as u32;
-                assert!(
-                    n <= tag.len - tag.done,
-                    "kernel reported more bytes than asked"
-                );
-                tag.done += n;
-                let at_eof =
-                    tag.kind == OpKind::Read && tag.offset + u64::from(tag.done) >= spec.eof;
-                if tag.done < tag.len && !at_eof {
-                    if n == 0 {
-                        error.get_or_insert(Error::Io {
-                            op,
-                            path: self.path.clone(),
-                            offset: tag.offset + u64::from(tag.done),
-                            source: std::io::Error::new(
-                                std::io::ErrorKind::UnexpectedEof,
-                                if tag.kind == OpKind::Read {
-                                    "file ended early (truncated while in use?)"
-                                } else {
-                                    "the device accepted no bytes"
-                                },
-                            ),
-                        });
-                        issuing = false;
-                        self.release(lease, tag.offset, track_busy);
-                        continue;
-                    }
-                    // Short read or write: continue from where it stopped.
-                    out.short_ops += 1;
-                    if error.is_none() {
-                        self.push_rest(lease, tag);
-                    } else {
-                        self.release(lease, tag.offset, track_busy);
-                    }
-                    continue;
-                }
-                if tag.kind == OpKind::Read && tag.done > 0 {
-                    if let Some(v) = spec.verify {
-                        let data = &lease.as_mut_slice()[..tag.done as usize];
-                        match block::check(data, v.target, tag.offset, out.seed_seen) {
-                            Ok(stamp) => {
-                                out.seed_seen = Some(stamp.seed);
-                                out.verified_blocks += 1;
-                            }
-                            Err(reason) => {
-                                error.get_or_insert(Error::Verify {
-                                    path: self.path.clone(),
-                                    offset: tag.offset,
-                                    reason,
-                                });
-                                issuing = false;
-                            }
-                        }
-                    }
-                }
-                if measuring && tag.pushed_ns >= ramp_ns {
-                    batch_bytes += u64::from(tag.done);
-                    batch_ops += 1;
-                    self.latency.record_n(now_ns - tag.pushed_ns, 1);
-                } else {
-                    out.ramp_bytes += u64::from(tag.done);
-                }
-                self.release(lease, tag.offset, track_busy);
             }
             self.batch = batch;
-            out.bytes += batch_bytes;
-            out.ops += batch_ops;
-            counters.add(batch_bytes, batch_ops);
-            if stop.load(Ordering::Relaxed) && issuing {
-                issuing = false;
-                out.interrupted = true;
+            st.out.bytes += st.batch_bytes;
+            st.out.ops += st.batch_ops;
+            counters.add(st.batch_bytes, st.batch_ops);
+            st.batch_bytes = 0;
+            st.batch_ops = 0;
+            if stop.load(Ordering::Relaxed) && is.issuing {
+                is.issuing = false;
+                st.out.interrupted = true;
             }
         }
-        out.elapsed_ns = end_ns.saturating_sub(ramp_ns);
-        match error {
+        st.out.elapsed_ns = end_ns.saturating_sub(is.ramp_ns);
+        match st.error {
             Some(e) => Err(e),
-            None => Ok(out),
+            None => Ok(st.out),
         }
+    }
+
+    /// Push up to `max` new ops while fewer than `qd` are in flight and the
+    /// phase has more to issue. Returns how many were pushed.
+    fn top_up(&mut self, spec: &PhaseSpec, is: &mut Issuer, now_ns: u64, max: u32) -> u32 {
+        let mut pushed = 0;
+        while is.issuing && pushed < max && self.ring.in_flight() < spec.qd {
+            let Some((kind, offset, len)) = is.next_op(spec, now_ns, &self.busy_offsets) else {
+                break;
+            };
+            let mut lease = self
+                .ring
+                .arena()
+                .take()
+                .expect("one buffer per op in flight, and qd bounds ops in flight");
+            if is.track_busy {
+                self.busy_offsets.push(offset);
+            }
+            let tag = OpTag {
+                kind,
+                offset,
+                len,
+                done: 0,
+                pushed_ns: now_ns,
+            };
+            if kind == OpKind::Write {
+                let buf = &mut lease.as_mut_slice()[..len as usize];
+                if spec.zeros {
+                    buf.fill(0);
+                } else {
+                    fill_random(buf, spec.seed, offset, is.generation);
+                }
+                if let Some(v) = spec.verify {
+                    block::seal(
+                        buf,
+                        &block::Stamp {
+                            seed: spec.seed,
+                            offset,
+                            target: v.target,
+                            block_len: len,
+                            generation: is.generation,
+                        },
+                    );
+                }
+                self.ring
+                    .write_fixed(TARGET_FILE, offset, lease, 0, len, tag);
+            } else {
+                self.ring
+                    .read_fixed(TARGET_FILE, offset, lease, 0, len, tag);
+            }
+            pushed += 1;
+        }
+        pushed
+    }
+
+    /// Handle one completion: count it, verify it, or continue it when short.
+    fn complete(
+        &mut self,
+        c: Completion<OpTag>,
+        spec: &PhaseSpec,
+        is: &mut Issuer,
+        st: &mut RunState,
+    ) {
+        let Completion {
+            result,
+            lease,
+            mut tag,
+        } = c;
+        if tag.kind == OpKind::Fsync {
+            if result < 0 {
+                st.error.get_or_insert(Error::Io {
+                    op: "fdatasync",
+                    path: self.path.clone(),
+                    offset: 0,
+                    source: std::io::Error::from_raw_os_error(-result),
+                });
+            }
+            return;
+        }
+        let mut lease = lease.expect("read and write ops carry a buffer");
+        let op = if tag.kind == OpKind::Write {
+            "write"
+        } else {
+            "read"
+        };
+        let track_busy = is.track_busy;
+        if result < 0 {
+            if super::error::is_retry(-result) && st.error.is_none() {
+                st.out.retried_ops += 1;
+                self.push_rest(lease, tag);
+            } else {
+                st.error.get_or_insert(Error::Io {
+                    op,
+                    path: self.path.clone(),
+                    offset: tag.offset + u64::from(tag.done),
+                    source: std::io::Error::from_raw_os_error(-result),
+                });
+                is.issuing = false;
+                self.release(lease, tag.offset, track_busy);
+            }
+            return;
+        }
+        let n = result as u32;
+        assert!(
+            n <= tag.len - tag.done,
+            "kernel reported more bytes than asked"
+        );
+        tag.done += n;
+        let at_eof = tag.kind == OpKind::Read && tag.offset + u64::from(tag.done) >= spec.eof;
+        if tag.done < tag.len && !at_eof {
+            if n == 0 {
+                st.error.get_or_insert(Error::Io {
+                    op,
+                    path: self.path.clone(),
+                    offset: tag.offset + u64::from(tag.done),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        if tag.kind == OpKind::Read {
+                            "file ended early (truncated while in use?)"
+                        } else {
+                            "the device accepted no bytes"
+                        },
+                    ),
+                });
+                is.issuing = false;
+                self.release(lease, tag.offset, track_busy);
+                return;
+            }
+            // Short read or write: continue from where it stopped.
+            st.out.short_ops += 1;
+            if st.error.is_none() {
+                self.push_rest(lease, tag);
+            } else {
+                self.release(lease, tag.offset, track_busy);
+            }
+            return;
+        }
+        if tag.kind == OpKind::Read && tag.done > 0 {
+            if let Some(v) = spec.verify {
+                let data = &lease.as_mut_slice()[..tag.done as usize];
+                match block::check(data, v.target, tag.offset, st.out.seed_seen) {
+                    Ok(stamp) => {
+                        st.out.seed_seen = Some(stamp.seed);
+                        st.out.verified_blocks += 1;
+                    }
+                    Err(reason) => {
+                        st.error.get_or_insert(Error::Verify {
+                            path: self.path.clone(),
+                            offset: tag.offset,
+                            reason,
+                        });
+                        is.issuing = false;
+                    }
+                }
+            }
+        }
+        if st.now_ns >= is.ramp_ns && tag.pushed_ns >= is.ramp_ns {
+            st.batch_bytes += u64::from(tag.done);
+            st.batch_ops += 1;
+            self.latency.record_n(st.now_ns - tag.pushed_ns, 1);
+        } else {
+            st.out.ramp_bytes += u64::from(tag.done);
+        }
+        self.release(lease, tag.offset, track_busy);
     }
 
     fn push_rest(&mut self, lease: super::Lease, tag: OpTag) {
