@@ -439,3 +439,62 @@ fn sigint_mid_run_stops_cleanly_and_removes_the_test_file() {
         "test file removed"
     );
 }
+
+#[test]
+fn ramp_units_zeros_and_fsync_options_take_effect() {
+    let dir = tmp();
+    // Zeros with --fsync and a ramp: the measured part excludes the ramp.
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(dir.path()),
+        "--mode",
+        "write",
+        "--size",
+        "64M",
+        "--time",
+        "1s",
+        "--ramp",
+        "300ms",
+        "--zeros",
+        "--fsync",
+        "--units",
+        "MiB",
+        "--keep",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("iB/s") && !out.contains(" MB/s") && !out.contains(" GB/s"),
+        "{out}"
+    );
+    assert!(stderr(&o).contains("kept "), "{}", stderr(&o));
+    let kept: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1);
+    let data = std::fs::read(&kept[0]).unwrap();
+    assert!(data.iter().all(|&b| b == 0), "--zeros wrote non-zero bytes");
+
+    // Default data is not zeros and does not compress: every 4 KiB block differs.
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(&kept[0]),
+        "--mode",
+        "write",
+        "--size",
+        "4M",
+        "--units",
+        "Gbit",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("b/s"), "{}", stdout(&o));
+    let data = std::fs::read(&kept[0]).unwrap();
+    let mut blocks: Vec<&[u8]> = data[..4 << 20].chunks(4096).collect();
+    blocks.sort();
+    blocks.dedup();
+    assert_eq!(blocks.len(), 1024, "4 KiB blocks repeat: dedupable data");
+}

@@ -200,11 +200,11 @@ fn a_full_filesystem_clamps_then_refuses() {
         let df = String::from_utf8_lossy(&df.stdout);
         let mut it = df.split_whitespace().map(|x| x.parse::<u64>().unwrap());
         let free = it.next().unwrap() * it.next().unwrap();
-        if free <= 2 << 20 {
+        if free <= 512 << 10 {
             break;
         }
         let fill = std::process::Command::new("fallocate")
-            .args(["-l", &(free - (1 << 20)).to_string()])
+            .args(["-l", &(free - (256 << 10)).to_string()])
             .arg(fs.path().join(format!("fill{i}")))
             .status()
             .unwrap();
@@ -225,5 +225,121 @@ fn a_full_filesystem_clamps_then_refuses() {
             .iter()
             .any(|n| n.to_string_lossy().starts_with("urmove-bench")),
         "{left:?}"
+    );
+}
+
+/// A ramfs mount (no O_DIRECT at all), unmounted on drop.
+struct Ramfs(tempfile::TempDir);
+
+impl Ramfs {
+    fn new() -> Option<Self> {
+        let d = tempfile::tempdir_in("/var/tmp").ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "ramfs", "ramfs"])
+            .arg(d.path())
+            .status()
+            .ok()?
+            .success();
+        ok.then_some(Ramfs(d))
+    }
+}
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn without_o_direct_auto_falls_back_and_required_refuses() {
+    require!(crate::util::is_root(), "needs root to mount ramfs");
+    let Some(fs) = Ramfs::new() else {
+        eprintln!("skipped: cannot mount ramfs");
+        return;
+    };
+    let o = run(&["bench", "--disk", p(fs.0.path()), "--size", "8M", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("O_DIRECT refused by the filesystem"),
+        "{}",
+        stderr(&o)
+    );
+    let v = json(&o);
+    assert_eq!(v["env"]["targets"][0]["direct_io"], false);
+    assert_eq!(v["env"]["targets"][0]["filesystem"], "ramfs");
+    assert_eq!(v["env"]["fallbacks"].as_array().unwrap().len(), 1);
+    assert_eq!(v["results"][1]["bytes"], 8 << 20);
+
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(fs.0.path()),
+        "--size",
+        "8M",
+        "--direct",
+        "required",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not support O_DIRECT"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn without_cap_ipc_lock_the_arena_fits_memlock_or_says_what_to_raise() {
+    require!(
+        crate::util::is_root() && crate::util::have("setpriv") && crate::util::have("prlimit"),
+        "needs root, setpriv and prlimit"
+    );
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let limited = |memlock: &str, extra: &[&str]| {
+        std::process::Command::new("prlimit")
+            .arg(format!("--memlock={memlock}:{memlock}"))
+            .args([
+                "setpriv",
+                "--bounding-set=-ipc_lock",
+                "--inh-caps=-ipc_lock",
+            ])
+            .arg(env!("CARGO_BIN_EXE_urmove"))
+            .args([
+                "bench",
+                "--disk",
+                p(dir.path()),
+                "--mode",
+                "write",
+                "--size",
+                "16M",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // 8 MiB of locked memory holds at most 8 buffers of 1 MiB (less the
+    // ring's own accounted pages): depth 32 is lowered to fit, and it runs.
+    let o = limited("8388608", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let qd = v["env"]["queue_depth"].as_u64().unwrap();
+    assert!((1..=8).contains(&qd), "queue depth {qd}");
+    assert!(
+        stderr(&o).contains(&format!("queue depth lowered from 32 to {qd}")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(v["results"][0]["queue_depth"], qd);
+    assert_eq!(v["results"][0]["bytes"], 16 << 20);
+
+    // Not even one buffer fits: refuse, naming the limit to raise.
+    let o = limited("524288", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("RLIMIT_MEMLOCK") && e.contains("LimitMEMLOCK="),
+        "{e}"
     );
 }

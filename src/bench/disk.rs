@@ -16,8 +16,13 @@ use super::report::{DiskReport, Environment, IntervalLine, ModeResult, TargetEnv
 /// Default test size when O_DIRECT is in force: the page cache cannot
 /// flatter it, so it only needs to be long enough to be steady.
 pub const SIZE_DIRECT_DEFAULT: u64 = 2 << 30;
-/// Never leave less than this free on a filesystem we write a test file to.
+/// Leave this much free on a filesystem we write a test file to (or a
+/// twentieth of what is free, on small filesystems).
 pub const FREE_SPACE_RESERVE: u64 = 64 << 20;
+
+/// Locked memory left per ring for its own SQ and CQ pages, which recent
+/// kernels charge to RLIMIT_MEMLOCK beside the registered buffers.
+const RING_MEMLOCK_SLACK: u64 = 512 << 10;
 
 /// A `--mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -757,8 +762,11 @@ fn size_target(
         .map_err(|e| Error::Open {
             path: dir.to_path_buf(),
             source: e,
-        })?;
-        let avail = (free + f.size).saturating_sub(FREE_SPACE_RESERVE);
+        })?
+        // A filesystem that reports no size (ramfs) cannot be clamped.
+        .unwrap_or(u64::MAX / 4);
+        let reserve = FREE_SPACE_RESERVE.min(free / 20);
+        let avail = (free + f.size).saturating_sub(reserve);
         if region > avail {
             let clamped = avail / bs * bs;
             if clamped == 0 {
@@ -822,10 +830,12 @@ fn fit_memlock(
     let buf = round_up(u64::from(cfg.bs), crate::datapath::arena::BUF_ALIGN as u64);
     let per_depth = buf * targets.len() as u64;
     let need = per_depth * u64::from(cfg.qd);
-    if need <= limit {
+    // The kernel also charges each ring's own SQ/CQ pages to the same limit.
+    let usable = limit.saturating_sub(RING_MEMLOCK_SLACK * targets.len() as u64);
+    if need <= usable {
         return Ok(cfg.qd);
     }
-    let qd = (limit / per_depth).min(u64::from(cfg.qd)) as u32;
+    let qd = (usable / per_depth).min(u64::from(cfg.qd)) as u32;
     let remedy = crate::datapath::ring::memlock_remedy_text(need);
     if qd == 0 {
         return Err(Error::Register {

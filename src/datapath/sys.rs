@@ -59,6 +59,7 @@ pub fn fs_type(file: &File) -> io::Result<(i64, &'static str)> {
         0x5846_5342 => "xfs",
         0x9123_683E => "btrfs",
         0x0102_1994 => "tmpfs",
+        0x8584_58F6 => "ramfs",
         0x6969 => "nfs",
         0x794C_7630 => "overlayfs",
         0x2FC1_2FC1 => "zfs",
@@ -72,8 +73,9 @@ pub fn fs_type(file: &File) -> io::Result<(i64, &'static str)> {
     Ok((magic, name))
 }
 
-/// Bytes available to an unprivileged writer on the filesystem holding `path`.
-pub fn free_bytes(path: &Path) -> io::Result<u64> {
+/// Bytes available to an unprivileged writer on the filesystem holding
+/// `path`; `None` for filesystems that report no size at all (ramfs).
+pub fn free_bytes(path: &Path) -> io::Result<Option<u64>> {
     let c = cstring(path)?;
     let mut st = MaybeUninit::<libc::statvfs>::zeroed();
     // SAFETY: `c` is NUL-terminated and `st` is a valid, writable buffer.
@@ -83,7 +85,10 @@ pub fn free_bytes(path: &Path) -> io::Result<u64> {
     }
     // SAFETY: statvfs returned 0, so the buffer is initialised.
     let st = unsafe { st.assume_init() };
-    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    if st.f_blocks == 0 {
+        return Ok(None);
+    }
+    Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
 }
 
 /// The running kernel's release string, as `uname -r` prints it.
