@@ -158,6 +158,12 @@ fn short_reads_at_an_unaligned_end_of_file_count_exact_bytes() {
 
 #[test]
 fn short_writes_are_continued_where_they_stopped() {
+    for qd in ["1", "32"] {
+        short_write_at_qd(qd);
+    }
+}
+
+fn short_write_at_qd(qd: &str) {
     // RLIMIT_FSIZE of 1.5 MiB makes the second 1 MiB write come back short
     // (512 KiB); the rest is re-issued at 1.5 MiB and fails with EFBIG,
     // which must be reported at that offset, not at the block's start.
@@ -187,7 +193,7 @@ fn short_writes_are_continued_where_they_stopped() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains("at offset 1572864"), "{err}");
+    assert!(err.contains("at offset 1572864"), "qd {qd}: {err}");
     assert!(err.contains("File too large"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
@@ -497,4 +503,93 @@ fn ramp_units_zeros_and_fsync_options_take_effect() {
     blocks.sort();
     blocks.dedup();
     assert_eq!(blocks.len(), 1024, "4 KiB blocks repeat: dedupable data");
+}
+
+#[test]
+fn a_users_short_file_is_refused_for_reading_never_overwritten() {
+    let dir = tmp();
+    let path = dir.path().join("mine.dat");
+    std::fs::write(&path, crate::util::noise(1 << 20, 9)).unwrap();
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(&path),
+        "--mode",
+        "read",
+        "--size",
+        "8M",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("holds written data only up to 1048576 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        crate::util::noise(1 << 20, 9),
+        "the user's file changed"
+    );
+}
+
+#[test]
+fn a_time_limited_write_then_read_lays_out_the_rest() {
+    // The write stops long before 256 MiB; the read must still find data
+    // everywhere (not fail at the end of what was written).
+    let dir = tmp();
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(dir.path()),
+        "--mode",
+        "write,randread,read",
+        "--size",
+        "256M",
+        "--bs",
+        "64k",
+        "--qd",
+        "1",
+        "--time",
+        "100ms",
+        "--verify",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert!(v["env"]["targets"][0]["laid_out_bytes"].as_u64().unwrap() > 0);
+    assert!(v["results"][2]["verified_blocks"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn verify_on_a_kept_file_adopts_its_seed_for_mixed_io() {
+    let dir = tmp();
+    let path = dir.path().join("kept.dat");
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(&path),
+        "--mode",
+        "write",
+        "--size",
+        "8M",
+        "--bs",
+        "64k",
+        "--verify",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(&path),
+        "--mode",
+        "rw,randwrite,read",
+        "--size",
+        "8M",
+        "--bs",
+        "64k",
+        "--verify",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json(&o)["results"][2]["verified_blocks"], 128);
 }

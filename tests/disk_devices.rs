@@ -331,8 +331,11 @@ fn without_cap_ipc_lock_the_arena_fits_memlock_or_says_what_to_raise() {
         "{}",
         stderr(&o)
     );
-    assert_eq!(v["results"][0]["queue_depth"], qd);
-    assert_eq!(v["results"][0]["bytes"], 16 << 20);
+    // Both phases run: the first ring's locked pages are released in time.
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["queue_depth"], qd);
+        assert_eq!(r["bytes"], 16 << 20);
+    }
 
     // Not even one buffer fits: refuse, naming the limit to raise.
     let o = limited("524288", &[]);

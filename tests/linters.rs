@@ -1,8 +1,11 @@
 //! The room rules of conventions.md, checked on the source tree: each room
-//! uses only the rooms below it, `unsafe` lives only in `datapath`, `anyhow`
-//! only in `cli`.
+//! uses only the rooms below it, `unsafe` lives only in `datapath` with a
+//! SAFETY comment per block, `anyhow` only in `cli`.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+
+const ROOMS: [&str; 6] = ["cli", "session", "bench", "datapath", "protocol", "coord"];
 
 fn sources(room: &str) -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(room);
@@ -25,72 +28,121 @@ fn sources(room: &str) -> Vec<(String, String)> {
     out
 }
 
-fn code_lines(text: &str) -> impl Iterator<Item = &str> {
-    text.lines().filter(|l| {
-        let t = l.trim_start();
-        !t.starts_with("//")
-    })
+/// The code with line comments removed.
+fn code(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
-fn forbid(room: &str, needles: &[&str]) {
-    for (path, text) in sources(room) {
-        for line in code_lines(&text) {
-            for n in needles {
-                assert!(
-                    !line.contains(n),
-                    "{path}: room `{room}` must not use `{n}`: {line}"
-                );
+/// Every room named after `crate::` (including inside `use crate::{a, b::c}`)
+/// and every `super::super::` reach out of a room.
+fn rooms_used(code: &str) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                used.insert(name);
             }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            used.insert(name);
+        }
+    }
+    if code.contains("super::super::") {
+        used.insert("super::super".into());
+    }
+    used.retain(|n| ROOMS.contains(&n.as_str()) || n == "super::super");
+    used
+}
+
+fn check_room(room: &str, allowed: &[&str]) {
+    for (path, text) in sources(room) {
+        for used in rooms_used(&code(&text)) {
+            assert!(
+                used == room || allowed.contains(&used.as_str()),
+                "{path}: room `{room}` uses `{used}`, which is not below it"
+            );
         }
     }
 }
 
 #[test]
 fn rooms_use_only_rooms_below() {
-    let above_l3 = ["crate::cli", "urmove::cli"];
-    let above_l2 = ["crate::session", "crate::bench", "super::super::bench"];
-    let above_l1 = ["crate::datapath"];
-    forbid("session", &above_l3);
-    forbid("bench", &[&above_l3[..], &["crate::session"]].concat());
-    forbid("datapath", &[&above_l3[..], &above_l2[..]].concat());
-    forbid(
-        "protocol",
-        &[
-            &above_l3[..],
-            &above_l2[..],
-            &above_l1[..],
-            &["crate::coord"],
-        ]
-        .concat(),
+    check_room(
+        "cli",
+        &["session", "bench", "datapath", "protocol", "coord"],
     );
-    forbid(
-        "coord",
-        &[
-            &above_l3[..],
-            &above_l2[..],
-            &above_l1[..],
-            &["crate::protocol"],
-        ]
-        .concat(),
-    );
+    check_room("session", &["datapath", "protocol", "coord"]);
+    check_room("bench", &["datapath", "protocol", "coord"]);
+    check_room("datapath", &["protocol", "coord"]);
+    check_room("protocol", &[]);
+    check_room("coord", &[]);
 }
 
 #[test]
-fn unsafe_only_in_datapath_and_always_explained() {
+fn the_checker_sees_grouped_and_nested_imports() {
+    let used = rooms_used(
+        "use crate::{coord::x, cli};\nuse super::super::bench;\nlet a = crate::session::f();",
+    );
+    assert!(
+        used.contains("cli") && used.contains("coord") && used.contains("session"),
+        "{used:?}"
+    );
+    assert!(used.contains("super::super"));
+}
+
+fn has_unsafe(line: &str) -> bool {
+    line.contains("unsafe {")
+        || line.contains("unsafe{")
+        || line.trim_start().starts_with("unsafe impl")
+}
+
+#[test]
+fn unsafe_only_in_datapath_and_each_block_explained() {
     for room in ["cli", "session", "bench", "protocol", "coord"] {
-        forbid(room, &["unsafe "]);
+        for (path, text) in sources(room) {
+            let c = code(&text);
+            assert!(
+                !c.lines().any(|l| has_unsafe(l) || l.contains("unsafe fn")),
+                "{path}: `unsafe` outside datapath"
+            );
+        }
     }
     for (path, text) in sources("datapath") {
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
-            if line.contains("unsafe {") || line.trim_start().starts_with("unsafe impl") {
-                let window = &lines[i.saturating_sub(8)..=i];
-                assert!(
-                    window.iter().any(|l| l.contains("SAFETY")),
-                    "{path}:{}: unsafe without a SAFETY comment",
-                    i + 1
-                );
+            if !has_unsafe(&code(line)) {
+                continue;
             }
+            // Walk up to the nearest SAFETY comment; another unsafe block
+            // on the way means this one has none of its own.
+            let explained = lines[..i]
+                .iter()
+                .rev()
+                .take(12)
+                .find(|l| l.contains("SAFETY") || has_unsafe(&code(l)))
+                .is_some_and(|l| l.contains("SAFETY"));
+            assert!(
+                explained,
+                "{path}:{}: unsafe block without its own SAFETY comment",
+                i + 1
+            );
         }
     }
 }
@@ -98,7 +150,12 @@ fn unsafe_only_in_datapath_and_always_explained() {
 #[test]
 fn anyhow_only_in_cli() {
     for room in ["session", "bench", "datapath", "protocol", "coord"] {
-        forbid(room, &["anyhow"]);
+        for (path, text) in sources(room) {
+            assert!(
+                !code(&text).contains("anyhow"),
+                "{path}: anyhow outside cli"
+            );
+        }
     }
 }
 

@@ -27,6 +27,11 @@ pub struct ModeResult {
     pub queue_depth: u32,
     pub short_ops: u64,
     pub retried_ops: u64,
+    /// Bytes moved during --ramp, not counted in `bytes`.
+    pub ramp_bytes: u64,
+    /// Time of the final fdatasync (--fsync), inside `elapsed_s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsync_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verified_blocks: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -49,6 +54,8 @@ pub struct TargetEnv {
     pub kept: bool,
     pub laid_out_bytes: u64,
     pub core: Option<usize>,
+    /// Seed of the data and block stamps written to this target.
+    pub seed: u64,
 }
 
 /// The host and the choices made on it.

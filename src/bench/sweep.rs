@@ -11,10 +11,10 @@ use crate::datapath::disk::{Limit, Pattern, PhaseSpec};
 use crate::datapath::file::TargetKind;
 use crate::datapath::{sys, Error};
 
-use super::disk::{
-    prepare_targets, run_phase, DiskBenchConfig, Mode, Observer, Prepared, SizeRule,
-};
+use super::disk::{DiskBenchConfig, Mode, Observer, SizeRule};
+use super::phase::run_phase;
 use super::report::{DiskReport, Environment, SCHEMA};
+use super::target::{finish_targets, fit_buffers, prepare_targets, remove_created, Prepared};
 
 /// The tests of each cell, in iozone's order.
 pub const TESTS: [&str; 6] = [
@@ -112,7 +112,20 @@ pub fn run_sweep(
         seed: 0,
         ..Environment::default()
     };
-    let mut targets = prepare_targets(&prep_cfg, &mut env, obs)?;
+    let mut targets = prepare_targets(&prep_cfg, 1, &mut env, obs)?;
+    let record_max = cells
+        .iter()
+        .map(|&(_, r)| r)
+        .max()
+        .unwrap_or(spec.record_min);
+    let qd = match fit_buffers(cfg, record_max, targets.len(), 0, &mut env, obs) {
+        Ok(qd) => qd,
+        Err(e) => {
+            remove_created(&targets);
+            return Err(e);
+        }
+    };
+    env.queue_depth = qd;
     let mut report = DiskReport {
         schema: SCHEMA,
         command: "bench --disk --sweep",
@@ -125,10 +138,11 @@ pub fn run_sweep(
     };
     let mut table = SweepTable {
         tests: TESTS.to_vec(),
-        queue_depth: cfg.qd,
+        queue_depth: qd,
         rows: Vec::with_capacity(cells.len()),
     };
     let outcome = sweep_cells(
+        qd,
         cfg,
         &cells,
         &mut targets,
@@ -138,23 +152,28 @@ pub fn run_sweep(
         on_row,
     );
     report.sweep = Some(table);
-    for t in &targets {
-        if t.temporary && !cfg.keep {
-            let _ = std::fs::remove_file(&t.file.path);
+    report.env.targets = finish_targets(cfg, &targets, obs);
+    match outcome {
+        Err(e) if e.is_usage() => {
+            remove_created(&targets);
+            return Err(e);
         }
-    }
-    if let Err(e) = outcome {
-        report.status = if matches!(e, Error::Interrupted) {
-            "interrupted"
-        } else {
-            "io_error"
-        };
-        report.error = Some(e.to_string());
+        Err(e) => {
+            report.status = if matches!(e, Error::Interrupted) {
+                "interrupted"
+            } else {
+                "io_error"
+            };
+            report.error = Some(e.to_string());
+        }
+        Ok(()) => {}
     }
     Ok(report)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn sweep_cells(
+    qd: u32,
     cfg: &DiskBenchConfig,
     cells: &[(u64, u32)],
     targets: &mut [Prepared],
@@ -195,7 +214,7 @@ fn sweep_cells(
                 .map(|_| PhaseSpec {
                     pattern,
                     bs: record,
-                    qd: cfg.qd,
+                    qd,
                     region_start: 0,
                     region_end: file_bytes,
                     eof: file_bytes,

@@ -50,11 +50,11 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(Failure::Usage(e)) => {
-            eprintln!("urmove: error: {e:#}");
+            render::error(&format!("{e:#}"));
             ExitCode::from(EXIT_USAGE)
         }
         Err(Failure::Run(e)) => {
-            eprintln!("urmove: error: {e:#}");
+            render::error(&format!("{e:#}"));
             ExitCode::from(EXIT_FAILED)
         }
     }
@@ -178,7 +178,6 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
 }
 
 fn bench(a: BenchArgs) -> Result<u8, Failure> {
-    let (cfg, sweep) = disk_config(&a)?;
     let format = if a.json {
         Format::Json
     } else if a.json_stream {
@@ -186,6 +185,23 @@ fn bench(a: BenchArgs) -> Result<u8, Failure> {
     } else {
         Format::Human
     };
+    let result = bench_run(&a, format);
+    if let Err(Failure::Usage(e) | Failure::Run(e)) = &result {
+        // Machines get a document even when the run never started.
+        if format != Format::Human {
+            let mut doc =
+                serde_json::json!({"schema": 1, "status": "error", "error": format!("{e:#}")});
+            if format == Format::JsonStream {
+                doc["type"] = "summary".into();
+            }
+            Out::default().line(&doc.to_string());
+        }
+    }
+    result
+}
+
+fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
+    let (cfg, sweep) = disk_config(a)?;
     let units = match a.units {
         UnitsArg::Mb => RateUnit::Mb,
         UnitsArg::Mib => RateUnit::Mib,

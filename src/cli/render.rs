@@ -32,20 +32,19 @@ impl Out {
     }
 }
 
+/// A warning on stderr (a closed stderr is ignored, never a panic).
 pub fn warn(msg: &str) {
     let _ = writeln!(std::io::stderr(), "urmove: warning: {msg}");
 }
 
+/// An error on stderr, one line.
+pub fn error(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "urmove: error: {msg}");
+}
+
 fn wall_clock() -> String {
-    // Local time without a timezone database: UTC offset from libc's view is
-    // not worth a dependency; admins read these next to syslog, which is UTC
-    // on most DTNs. Print UTC HH:MM:SS.
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let s = secs % 86_400;
-    format!("{:02}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+    let (h, m, sec) = crate::datapath::sys::local_hms();
+    format!("{h:02}:{m:02}:{sec:02}")
 }
 
 /// Latency in microseconds, shown as `850 us` or `27.1 ms`.

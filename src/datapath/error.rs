@@ -87,6 +87,26 @@ pub enum Error {
     #[error("{path}: not enough free space for one block ({free} bytes free)")]
     NoSpace { path: PathBuf, free: u64 },
 
+    #[error(
+        "{path} holds written data only up to {data_bytes} bytes, less than the {region_bytes} to read \
+         (reading holes or past the end measures no disk); give --size {data_bytes} or less, add a \
+         write mode, or use a directory target"
+    )]
+    ShortTarget {
+        path: PathBuf,
+        data_bytes: u64,
+        region_bytes: u64,
+    },
+
+    #[error(
+        "I/O buffers would take {bytes} bytes, more than half the RAM ({ram_bytes} bytes); \
+         lower --qd or --bs"
+    )]
+    TooMuchMemory { bytes: u64, ram_bytes: u64 },
+
+    #[error("the worker thread for {path} panicked (a bug; please report it)")]
+    WorkerPanicked { path: PathBuf },
+
     #[error("interrupted")]
     Interrupted,
 }
@@ -105,6 +125,8 @@ impl Error {
                 | Error::RingUnavailable { .. }
                 | Error::OpUnsupported { .. }
                 | Error::Register { .. }
+                | Error::ShortTarget { .. }
+                | Error::TooMuchMemory { .. }
         )
     }
 }

@@ -255,14 +255,15 @@ impl TargetFile {
         Ok(())
     }
 
-    /// Whether `[offset, end)` holds a hole (a never-written extent).
-    pub fn has_hole_before(&self, end: u64) -> bool {
+    /// Offset of the first hole (a never-written extent), or the end of
+    /// the file when there is none; `u64::MAX` for a block device.
+    pub fn first_hole(&self) -> u64 {
         if self.kind == TargetKind::BlockDevice {
-            return false;
+            return u64::MAX;
         }
         match sys::seek_hole(&self.file, 0) {
-            Ok(Some(hole)) => hole < end.min(self.size) || self.size < end,
-            _ => self.size < end,
+            Ok(Some(hole)) => hole.min(self.size),
+            _ => self.size,
         }
     }
 }

@@ -349,6 +349,10 @@ impl<T> Ring<T> {
 impl<T> Drop for Ring<T> {
     fn drop(&mut self) {
         self.cancel_all_and_drain();
+        // Nothing is in flight: unpin the buffers now, so their locked-memory
+        // charge is gone before the next ring registers (the kernel would
+        // otherwise release it later, from a worker, after the fd closes).
+        let _ = self.ring.submitter().unregister_buffers();
     }
 }
 

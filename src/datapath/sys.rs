@@ -243,3 +243,20 @@ pub fn ignore_sigxfsz() {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
+
+/// The local wall-clock time as (hours, minutes, seconds), for interval lines.
+pub fn local_hms() -> (u32, u32, u32) {
+    // SAFETY: time(NULL) reads the clock and writes nothing of ours.
+    let now = unsafe { libc::time(std::ptr::null_mut()) };
+    let mut tm = MaybeUninit::<libc::tm>::zeroed();
+    // SAFETY: localtime_r writes only into `tm`, a valid buffer that outlives
+    // the call; `now` is a valid time_t.
+    let ok = unsafe { !libc::localtime_r(&now, tm.as_mut_ptr()).is_null() };
+    if !ok {
+        let s = (now.max(0) as u64 % 86_400) as u32;
+        return (s / 3600, (s / 60) % 60, s % 60);
+    }
+    // SAFETY: localtime_r succeeded, so `tm` is initialised (it was zeroed too).
+    let tm = unsafe { tm.assume_init() };
+    (tm.tm_hour as u32, tm.tm_min as u32, tm.tm_sec as u32)
+}
