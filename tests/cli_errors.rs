@@ -91,3 +91,31 @@ fn help_mentions_every_option_the_issue_names() {
         assert!(h.contains(opt), "--help lacks {opt}");
     }
 }
+
+#[test]
+fn machines_get_one_json_document_even_on_errors() {
+    let o = run(&["bench", "--disk", "/nonexistent-urmove/x", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v = crate::util::json(&o);
+    assert_eq!(v["status"], "error");
+    assert!(v["error"].as_str().unwrap().contains("/nonexistent-urmove"));
+
+    let o = run(&[
+        "bench",
+        "--disk",
+        "/var/tmp",
+        "--bs",
+        "32",
+        "--verify",
+        "--direct",
+        "off",
+        "--json-stream",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let out = crate::util::stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["type"], "summary");
+    assert!(v["error"].as_str().unwrap().contains("at least 64 bytes"));
+}

@@ -192,12 +192,13 @@ fn size_target(
     let f = &t.file;
     f.check_aligned("block size", u64::from(cfg.bs))?;
     if cfg.verify && (cfg.bs as usize) < block::STAMP_LEN {
-        return Err(Error::Misaligned {
+        return Err(Error::Invalid {
             path: f.path.clone(),
-            what: "block size",
-            value: u64::from(cfg.bs),
-            align: block::STAMP_LEN as u32,
-            from: "--verify, whose stamp takes 64 bytes of every block",
+            message: format!(
+                "--verify needs blocks of at least {} bytes (its stamp); --bs is {}",
+                block::STAMP_LEN,
+                cfg.bs
+            ),
         });
     }
     let bs = u64::from(cfg.bs);

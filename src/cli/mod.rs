@@ -241,12 +241,8 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         Ok(r) => r,
         Err(e) => {
             let usage = e.is_usage();
-            if format != Format::Human {
-                let doc =
-                    serde_json::json!({"schema": 1, "status": "error", "error": e.to_string()});
-                printer.out.line(&doc.to_string());
-            }
-            let e = anyhow::Error::new(e);
+            // The typed error's message already names its cause.
+            let e = anyhow::anyhow!("{e}");
             return Err(if usage {
                 Failure::Usage(e)
             } else {

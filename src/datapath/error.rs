@@ -107,6 +107,9 @@ pub enum Error {
     #[error("the worker thread for {path} panicked (a bug; please report it)")]
     WorkerPanicked { path: PathBuf },
 
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+
     #[error("interrupted")]
     Interrupted,
 }
@@ -127,6 +130,7 @@ impl Error {
                 | Error::Register { .. }
                 | Error::ShortTarget { .. }
                 | Error::TooMuchMemory { .. }
+                | Error::Invalid { .. }
         )
     }
 }
