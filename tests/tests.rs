@@ -8,3 +8,4 @@ mod datapath;
 mod disk;
 mod disk_devices;
 mod linters;
+mod protocol_io;

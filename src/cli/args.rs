@@ -28,6 +28,11 @@ pub struct Cli {
 pub enum Command {
     /// Benchmark disks: sustained, honest throughput, IOPS and latency
     Bench(BenchArgs),
+    /// Write a new pre-shared key to FILE (mode 0600; never overwrites)
+    Keygen {
+        /// Where to write the key.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

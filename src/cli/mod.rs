@@ -2,6 +2,7 @@
 //! render, and turn the outcome into an exit code. `anyhow` lives here only.
 
 pub mod args;
+pub mod keys;
 pub mod parse;
 pub mod render;
 
@@ -46,6 +47,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Bench(a) => bench(a),
+        Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -4,6 +4,7 @@
 //! `// SAFETY:` comment naming why the kernel cannot touch freed memory.
 
 pub mod arena;
+pub mod beneath;
 pub mod disk;
 pub mod error;
 pub mod file;

@@ -260,3 +260,23 @@ pub fn local_hms() -> (u32, u32, u32) {
     let tm = unsafe { tm.assume_init() };
     (tm.tm_hour as u32, tm.tm_min as u32, tm.tm_sec as u32)
 }
+
+/// Fill `buf` with random bytes from the kernel (getrandom(2)), for nonces,
+/// session ids and keys.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        // SAFETY: the kernel writes at most `buf.len() - at` bytes into our
+        // own live buffer starting at `at`.
+        let n = unsafe { libc::getrandom(buf[at..].as_mut_ptr().cast(), buf.len() - at, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        at += n as usize;
+    }
+    Ok(())
+}

@@ -1,7 +1,13 @@
-//! L1 leaf: pure formats shared by the disk path and (later) the wire.
+//! L1 leaf: pure formats: block stamps on disk, and the versioned wire
+//! protocol (handshake, control messages, manifest, data frames).
 //!
 //! No I/O, no `unsafe`: everything here is a function of bytes, so it can be
 //! unit-tested and fuzzed.
 #![forbid(unsafe_code)]
 
 pub mod block;
+pub mod control;
+pub mod frame;
+pub mod handshake;
+pub mod manifest;
+pub mod wire;

@@ -1,0 +1,207 @@
+//! Paths from the wire, resolved beneath a root directory and never out of
+//! it: every open goes through `openat2(2)` with `RESOLVE_BENEATH` (and no
+//! magic links), so absolute paths, `..` and symlinks that escape the root
+//! fail in the kernel with EXDEV, whatever races the filesystem sees.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// `struct open_how` of openat2(2) (libc's is non-exhaustive).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// A directory that wire paths are confined to.
+#[derive(Debug)]
+pub struct Root {
+    dir: OwnedFd,
+    path: PathBuf,
+}
+
+fn cstr(s: &str) -> io::Result<CString> {
+    CString::new(s)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+fn escapes(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EXDEV) || e.raw_os_error() == Some(libc::ELOOP)
+}
+
+/// Turn the kernel's EXDEV/ELOOP into an error that says what happened.
+fn name_escape(rel: &str, e: io::Error) -> io::Error {
+    if escapes(&e) {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{rel}: refused, it resolves outside the receiver's root"),
+        )
+    } else {
+        e
+    }
+}
+
+impl Root {
+    /// Open `path` as a root (it must be a directory).
+    pub fn open(path: &Path) -> io::Result<Root> {
+        let dir = File::options()
+            .read(true)
+            .custom_flags_dir()
+            .open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Ok(Root {
+            dir: dir.into(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `openat2(root, rel, flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
+    pub fn openat(&self, rel: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+        if rel.starts_with('/') {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{rel}: refused, absolute paths are not allowed"),
+            ));
+        }
+        let c = cstr(rel)?;
+        let how = OpenHow {
+            flags: (flags | libc::O_CLOEXEC) as u64,
+            mode: if flags & libc::O_CREAT != 0 {
+                u64::from(mode)
+            } else {
+                0
+            },
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+        };
+        loop {
+            // SAFETY: `c` is NUL-terminated and `how` is a valid open_how that
+            // outlives the call; the kernel reads both and keeps neither.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    self.dir.as_raw_fd(),
+                    c.as_ptr(),
+                    &how as *const OpenHow,
+                    std::mem::size_of::<OpenHow>(),
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: the kernel just returned this descriptor to us; we
+                // are its only owner.
+                return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EINTR) {
+                continue; // a concurrent rename raced the lookup: retry
+            }
+            return Err(name_escape(rel, e));
+        }
+    }
+
+    /// Open a file beneath the root.
+    pub fn open_file(&self, rel: &str, flags: i32, mode: u32) -> io::Result<File> {
+        self.openat(rel, flags, mode).map(File::from)
+    }
+
+    /// The directory holding `rel` (opened beneath the root) and the last
+    /// component, for *at() calls that must not follow a final symlink.
+    fn parent(&self, rel: &str) -> io::Result<(OwnedFd, CString)> {
+        let (dir, name) = match rel.rsplit_once('/') {
+            Some((d, n)) => (d, n),
+            None => (".", rel),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{rel}: not a file name"),
+            ));
+        }
+        let fd = self.openat(dir, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        Ok((fd, cstr(name)?))
+    }
+
+    /// Create directory `rel` and its missing parents, each beneath the root.
+    pub fn mkdir_all(&self, rel: &str, mode: u32) -> io::Result<()> {
+        let mut at = String::new();
+        for comp in rel.split('/').filter(|c| !c.is_empty()) {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(comp);
+            let (parent, name) = self.parent(&at)?;
+            // SAFETY: `name` is NUL-terminated; mkdirat reads it only.
+            let rc = unsafe { libc::mkdirat(parent.as_raw_fd(), name.as_ptr(), mode) };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EEXIST) {
+                    return Err(e);
+                }
+            }
+            // Whatever is there now must be a directory beneath the root.
+            self.openat(&at, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Rename `from` to `to`, both beneath the root (replacing `to`).
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let (fd_from, n_from) = self.parent(from)?;
+        let (fd_to, n_to) = self.parent(to)?;
+        // SAFETY: both names are NUL-terminated; renameat reads them only.
+        let rc = unsafe {
+            libc::renameat(
+                fd_from.as_raw_fd(),
+                n_from.as_ptr(),
+                fd_to.as_raw_fd(),
+                n_to.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Create a symlink `rel` (beneath the root) pointing at `target`.
+    /// The target text is the caller's to check (see `protocol::manifest`).
+    pub fn symlink(&self, target: &str, rel: &str) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        let t = cstr(target)?;
+        // SAFETY: both strings are NUL-terminated; symlinkat reads them only.
+        let rc = unsafe { libc::symlinkat(t.as_ptr(), parent.as_raw_fd(), name.as_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Remove the file `rel` beneath the root (not following a final symlink).
+    pub fn unlink(&self, rel: &str) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        // SAFETY: `name` is NUL-terminated; unlinkat reads it only.
+        let rc = unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+trait DirFlags {
+    fn custom_flags_dir(&mut self) -> &mut Self;
+}
+
+impl DirFlags for std::fs::OpenOptions {
+    fn custom_flags_dir(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+    }
+}

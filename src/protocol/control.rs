@@ -1,0 +1,472 @@
+//! Control-connection messages and their framing:
+//! `u32 length | u8 kind | body`, where `length` counts kind and body and is
+//! bounded by [`CONTROL_LEN_MAX`]. The first message on every connection
+//! carries the magic, so a stranger speaking another protocol is refused at
+//! once. Data streams open with [`Message::StreamHello`] and then carry frames.
+
+use super::handshake::{
+    Auth, Challenge, Hello, Proof, SessionId, Welcome, NONCE_LEN, PROOF_LEN, SESSION_ID_LEN,
+};
+use super::manifest::{decode_entry, encode_entry, Entry};
+use super::wire::{DecodeError, Reader, Writer};
+
+/// Bytes every connection starts with.
+pub const MAGIC: [u8; 4] = *b"URMV";
+/// Largest control message (a manifest is sent in parts under this).
+pub const CONTROL_LEN_MAX: u32 = 4 << 20;
+/// Most entries in one manifest part.
+pub const MANIFEST_PART_ENTRIES_MAX: u32 = 4096;
+/// Longest error text.
+pub const ERROR_TEXT_MAX: usize = 4096;
+/// Most data streams in one session.
+pub const STREAMS_MAX: u16 = 256;
+
+/// Push (send to the daemon) or pull (fetch from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Push = 0,
+    Pull = 1,
+}
+
+/// What a client asks for once authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRequest {
+    pub direction: Direction,
+    pub streams: u16,
+    pub block_size: u32,
+    /// Destination directory (push) or source path (pull), under the root.
+    pub path: String,
+}
+
+/// Error codes carried by [`Message::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    AuthFailed = 1,
+    BadRequest = 2,
+    PathRefused = 3,
+    TooLarge = 4,
+    Io = 5,
+    NoSpace = 6,
+    Malformed = 7,
+    Busy = 8,
+    Internal = 9,
+}
+
+impl ErrorCode {
+    fn from_u16(v: u16) -> Option<Self> {
+        use ErrorCode::*;
+        [
+            AuthFailed,
+            BadRequest,
+            PathRefused,
+            TooLarge,
+            Io,
+            NoSpace,
+            Malformed,
+            Busy,
+            Internal,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == v)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::AuthFailed => "auth_failed",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::PathRefused => "path_refused",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Io => "io_error",
+            ErrorCode::NoSpace => "no_space",
+            ErrorCode::Malformed => "malformed",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    Hello(Hello),
+    Challenge(Challenge),
+    Auth(Auth),
+    Welcome(Welcome),
+    Request(SessionRequest),
+    /// Part of the manifest; the receiver numbers entries in arrival order.
+    Manifest(Vec<Entry>),
+    ManifestEnd,
+    /// The first message of a data stream.
+    StreamHello {
+        session_id: SessionId,
+        stream_index: u16,
+        proof: Proof,
+    },
+    /// A file arrived, verified (digest over its blocks) and was renamed.
+    FileAck {
+        file_index: u32,
+        digest: u64,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    Summary {
+        files: u64,
+        bytes: u64,
+        ok: bool,
+    },
+}
+
+mod kind {
+    pub const HELLO: u8 = 1;
+    pub const CHALLENGE: u8 = 2;
+    pub const AUTH: u8 = 3;
+    pub const WELCOME: u8 = 4;
+    pub const REQUEST: u8 = 5;
+    pub const MANIFEST: u8 = 6;
+    pub const MANIFEST_END: u8 = 7;
+    pub const STREAM_HELLO: u8 = 8;
+    pub const FILE_ACK: u8 = 9;
+    pub const ERROR: u8 = 10;
+    pub const SUMMARY: u8 = 11;
+}
+
+/// Encode `m` with its length prefix.
+pub fn encode(m: &Message) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u32(0); // length, patched below
+    match m {
+        Message::Hello(h) => {
+            w.u8(kind::HELLO)
+                .bytes(&MAGIC)
+                .u16(h.version)
+                .bytes(&h.client_nonce);
+        }
+        Message::Challenge(c) => {
+            w.u8(kind::CHALLENGE)
+                .bytes(&c.server_nonce)
+                .bytes(&c.server_proof);
+        }
+        Message::Auth(a) => {
+            w.u8(kind::AUTH).bytes(&a.client_proof);
+        }
+        Message::Welcome(x) => {
+            w.u8(kind::WELCOME).bytes(&x.session_id);
+        }
+        Message::Request(r) => {
+            w.u8(kind::REQUEST)
+                .u8(r.direction as u8)
+                .u16(r.streams)
+                .u32(r.block_size)
+                .str16(&r.path);
+        }
+        Message::Manifest(entries) => {
+            assert!(entries.len() as u32 <= MANIFEST_PART_ENTRIES_MAX);
+            w.u8(kind::MANIFEST).u32(entries.len() as u32);
+            for e in entries {
+                encode_entry(&mut w, e);
+            }
+        }
+        Message::ManifestEnd => {
+            w.u8(kind::MANIFEST_END);
+        }
+        Message::StreamHello {
+            session_id,
+            stream_index,
+            proof,
+        } => {
+            w.u8(kind::STREAM_HELLO)
+                .bytes(&MAGIC)
+                .bytes(session_id)
+                .u16(*stream_index)
+                .bytes(proof);
+        }
+        Message::FileAck { file_index, digest } => {
+            w.u8(kind::FILE_ACK).u32(*file_index).u64(*digest);
+        }
+        Message::Error { code, message } => {
+            let text: String = message.chars().take(ERROR_TEXT_MAX / 4).collect();
+            w.u8(kind::ERROR).u16(*code as u16).str16(&text);
+        }
+        Message::Summary { files, bytes, ok } => {
+            w.u8(kind::SUMMARY)
+                .u64(*files)
+                .u64(*bytes)
+                .u8(u8::from(*ok));
+        }
+    }
+    let len = (w.buf.len() - 4) as u32;
+    assert!(len <= CONTROL_LEN_MAX, "control message over the limit");
+    w.buf[..4].copy_from_slice(&len.to_le_bytes());
+    w.buf
+}
+
+/// The body length announced by a message's 4-byte prefix, checked
+/// against the limit before anything is allocated for it.
+pub fn body_len(prefix: [u8; 4]) -> Result<usize, DecodeError> {
+    let len = u32::from_le_bytes(prefix);
+    if len == 0 {
+        return Err(DecodeError::Invalid {
+            what: "message length",
+            value: 0,
+        });
+    }
+    if len > CONTROL_LEN_MAX {
+        return Err(DecodeError::TooLarge {
+            what: "message length",
+            value: u64::from(len),
+            max: u64::from(CONTROL_LEN_MAX),
+        });
+    }
+    Ok(len as usize)
+}
+
+/// Decode one message body (kind and fields, without the length prefix).
+pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
+    let mut r = Reader::new(body);
+    let magic = |r: &mut Reader<'_>| -> Result<(), DecodeError> {
+        if r.array::<4>()? != MAGIC {
+            return Err(DecodeError::Invalid {
+                what: "magic",
+                value: 0,
+            });
+        }
+        Ok(())
+    };
+    let m = match r.u8()? {
+        kind::HELLO => {
+            magic(&mut r)?;
+            Message::Hello(Hello {
+                version: r.u16()?,
+                client_nonce: r.array::<NONCE_LEN>()?,
+            })
+        }
+        kind::CHALLENGE => Message::Challenge(Challenge {
+            server_nonce: r.array::<NONCE_LEN>()?,
+            server_proof: r.array::<PROOF_LEN>()?,
+        }),
+        kind::AUTH => Message::Auth(Auth {
+            client_proof: r.array::<PROOF_LEN>()?,
+        }),
+        kind::WELCOME => Message::Welcome(Welcome {
+            session_id: r.array::<SESSION_ID_LEN>()?,
+        }),
+        kind::REQUEST => {
+            let direction = match r.u8()? {
+                0 => Direction::Push,
+                1 => Direction::Pull,
+                d => {
+                    return Err(DecodeError::Invalid {
+                        what: "direction",
+                        value: u64::from(d),
+                    })
+                }
+            };
+            let streams = r.u16()?;
+            if streams == 0 || streams > STREAMS_MAX {
+                return Err(DecodeError::TooLarge {
+                    what: "stream count",
+                    value: u64::from(streams),
+                    max: u64::from(STREAMS_MAX),
+                });
+            }
+            let block_size = r.u32()?;
+            if block_size == 0 || block_size > super::frame::FRAME_PAYLOAD_MAX {
+                return Err(DecodeError::TooLarge {
+                    what: "block size",
+                    value: u64::from(block_size),
+                    max: u64::from(super::frame::FRAME_PAYLOAD_MAX),
+                });
+            }
+            let path = r.str16("path", super::manifest::PATH_LEN_MAX)?.to_string();
+            Message::Request(SessionRequest {
+                direction,
+                streams,
+                block_size,
+                path,
+            })
+        }
+        kind::MANIFEST => {
+            let count = r.u32()?;
+            if count > MANIFEST_PART_ENTRIES_MAX {
+                return Err(DecodeError::TooLarge {
+                    what: "manifest part entries",
+                    value: u64::from(count),
+                    max: u64::from(MANIFEST_PART_ENTRIES_MAX),
+                });
+            }
+            let mut entries = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                entries.push(decode_entry(&mut r)?);
+            }
+            Message::Manifest(entries)
+        }
+        kind::MANIFEST_END => Message::ManifestEnd,
+        kind::STREAM_HELLO => {
+            magic(&mut r)?;
+            Message::StreamHello {
+                session_id: r.array::<SESSION_ID_LEN>()?,
+                stream_index: r.u16()?,
+                proof: r.array::<PROOF_LEN>()?,
+            }
+        }
+        kind::FILE_ACK => Message::FileAck {
+            file_index: r.u32()?,
+            digest: r.u64()?,
+        },
+        kind::ERROR => {
+            let code = r.u16()?;
+            let code = ErrorCode::from_u16(code).ok_or(DecodeError::Invalid {
+                what: "error code",
+                value: u64::from(code),
+            })?;
+            Message::Error {
+                code,
+                message: r.str16("error text", ERROR_TEXT_MAX)?.to_string(),
+            }
+        }
+        kind::SUMMARY => Message::Summary {
+            files: r.u64()?,
+            bytes: r.u64()?,
+            ok: r.u8()? != 0,
+        },
+        k => {
+            return Err(DecodeError::Invalid {
+                what: "message kind",
+                value: u64::from(k),
+            })
+        }
+    };
+    r.finish()?;
+    Ok(m)
+}
+
+/// Decode one whole message (prefix and body) from the start of `buf`.
+/// `Ok(None)` means more bytes are needed.
+pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, DecodeError> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = body_len(prefix.try_into().expect("4 bytes"))?;
+    let Some(body) = buf.get(4..4 + len) else {
+        return Ok(None);
+    };
+    Ok(Some((decode_body(body)?, 4 + len)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::manifest::EntryKind;
+
+    fn samples() -> Vec<Message> {
+        vec![
+            Message::Hello(Hello {
+                version: 1,
+                client_nonce: [1; 32],
+            }),
+            Message::Challenge(Challenge {
+                server_nonce: [2; 32],
+                server_proof: [3; 32],
+            }),
+            Message::Auth(Auth {
+                client_proof: [4; 32],
+            }),
+            Message::Welcome(Welcome {
+                session_id: [5; 16],
+            }),
+            Message::Request(SessionRequest {
+                direction: Direction::Push,
+                streams: 4,
+                block_size: 4 << 20,
+                path: "ingest".into(),
+            }),
+            Message::Manifest(vec![Entry {
+                path: "run42/a.dat".into(),
+                kind: EntryKind::File,
+                size: 123,
+                mode: 0o640,
+                mtime_s: 1_700_000_000,
+                mtime_ns: 5,
+                link: None,
+            }]),
+            Message::ManifestEnd,
+            Message::StreamHello {
+                session_id: [6; 16],
+                stream_index: 3,
+                proof: [7; 32],
+            },
+            Message::FileAck {
+                file_index: 9,
+                digest: 0xdead_beef,
+            },
+            Message::Error {
+                code: ErrorCode::PathRefused,
+                message: "absolute path".into(),
+            },
+            Message::Summary {
+                files: 3,
+                bytes: 1 << 30,
+                ok: true,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips_and_streams_split_anywhere() {
+        let mut all = Vec::new();
+        for m in samples() {
+            let b = encode(&m);
+            assert_eq!(decode(&b), Ok(Some((m.clone(), b.len()))));
+            all.extend_from_slice(&b);
+        }
+        // A byte stream cut at any point decodes to "need more", never an error.
+        for cut in 0..all.len() {
+            let mut at = 0;
+            while let Some((_, used)) = decode(&all[at..cut]).unwrap() {
+                at += used;
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_messages_are_refused() {
+        // Oversized length: refused before any allocation.
+        assert!(matches!(
+            body_len((CONTROL_LEN_MAX + 1).to_le_bytes()),
+            Err(DecodeError::TooLarge { .. })
+        ));
+        assert!(body_len(0u32.to_le_bytes()).is_err());
+        // Unknown kind.
+        assert!(matches!(
+            decode_body(&[200]),
+            Err(DecodeError::Invalid { .. })
+        ));
+        // A stranger's protocol: wrong magic.
+        let mut b = encode(&samples()[0]);
+        b[5] = b'X';
+        assert!(decode(&b).is_err());
+        // Trailing garbage inside a message.
+        let mut b = encode(&Message::ManifestEnd);
+        b.push(0);
+        b[..4].copy_from_slice(&2u32.to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::Trailing { .. })));
+        // Zero or too many streams, zero block size.
+        for (streams, bs) in [(0u16, 1u32), (STREAMS_MAX + 1, 1), (1, 0)] {
+            let b = encode(&Message::Request(SessionRequest {
+                direction: Direction::Pull,
+                streams,
+                block_size: bs,
+                path: "x".into(),
+            }));
+            assert!(decode(&b).is_err());
+        }
+        // Truncated bodies at every length.
+        for m in samples() {
+            let b = encode(&m);
+            for cut in 1..b.len() - 4 {
+                assert!(decode_body(&b[4..4 + cut]).is_err(), "{m:?} cut at {cut}");
+            }
+        }
+    }
+}

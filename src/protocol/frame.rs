@@ -1,0 +1,294 @@
+//! Data-stream frames: a fixed 32-byte header, then `length` payload bytes.
+//!
+//! ```text
+//! 0      2      4           8          12         16              24             32
+//! | magic| flags| file_index| length   | reserved | offset        | checksum      |
+//! ```
+//! The checksum (xxh3-64) is seeded with the file index, offset and length,
+//! so a payload delivered to the wrong file or offset fails it like a
+//! corrupted one. Every field is checked against limits and the manifest
+//! before the payload is read or written anywhere.
+
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+
+pub const FRAME_HEADER_LEN: usize = 32;
+const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"UF");
+/// Largest payload of one frame.
+pub const FRAME_PAYLOAD_MAX: u32 = 64 << 20;
+
+/// The last frame this stream sends.
+pub const FLAG_END: u16 = 1;
+const FLAGS_KNOWN: u16 = FLAG_END;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub flags: u16,
+    pub file_index: u32,
+    pub length: u32,
+    pub offset: u64,
+    pub checksum: u64,
+}
+
+/// Why a frame is refused. Each ends the session with this error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    Short {
+        have: usize,
+    },
+    BadMagic,
+    UnknownFlags {
+        flags: u16,
+    },
+    Oversized {
+        length: u32,
+    },
+    UnknownFile {
+        file_index: u32,
+        files: usize,
+    },
+    PastEnd {
+        file_index: u32,
+        end: u64,
+        size: u64,
+    },
+    BadChecksum {
+        file_index: u32,
+        offset: u64,
+    },
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Short { have } => {
+                write!(f, "short frame header ({have} of {FRAME_HEADER_LEN} bytes)")
+            }
+            FrameError::BadMagic => write!(f, "not a frame (bad magic)"),
+            FrameError::UnknownFlags { flags } => write!(f, "frame with unknown flags {flags:#x}"),
+            FrameError::Oversized { length } => {
+                write!(f, "frame of {length} bytes (limit {FRAME_PAYLOAD_MAX})")
+            }
+            FrameError::UnknownFile { file_index, files } => {
+                write!(
+                    f,
+                    "frame for file {file_index}, but the manifest has {files}"
+                )
+            }
+            FrameError::PastEnd {
+                file_index,
+                end,
+                size,
+            } => {
+                write!(
+                    f,
+                    "frame for file {file_index} ends at {end}, past its size {size}"
+                )
+            }
+            FrameError::BadChecksum { file_index, offset } => {
+                write!(
+                    f,
+                    "checksum mismatch in file {file_index} at offset {offset}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+fn seed(file_index: u32, offset: u64, length: u32) -> u64 {
+    xxh3_64(
+        &[
+            file_index.to_le_bytes().as_slice(),
+            &offset.to_le_bytes(),
+            &length.to_le_bytes(),
+        ]
+        .concat(),
+    )
+}
+
+/// The checksum of a payload at `offset` of file `file_index`.
+pub fn payload_checksum(file_index: u32, offset: u64, payload: &[u8]) -> u64 {
+    xxh3_64_with_seed(payload, seed(file_index, offset, payload.len() as u32))
+}
+
+/// Fold one block's checksum into a whole-file digest. The fold is
+/// order-independent, so blocks arriving on several streams in any order
+/// give the same digest on both sides.
+pub fn digest_add(digest: u64, block_checksum: u64) -> u64 {
+    digest.wrapping_add(block_checksum.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+}
+
+impl FrameHeader {
+    /// A header for `payload` at `offset` of file `file_index`.
+    pub fn for_payload(file_index: u32, offset: u64, payload: &[u8], flags: u16) -> Self {
+        assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);
+        FrameHeader {
+            flags,
+            file_index,
+            length: payload.len() as u32,
+            offset,
+            checksum: payload_checksum(file_index, offset, payload),
+        }
+    }
+
+    pub fn encode(&self) -> [u8; FRAME_HEADER_LEN] {
+        let mut b = [0u8; FRAME_HEADER_LEN];
+        b[0..2].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+        b[2..4].copy_from_slice(&self.flags.to_le_bytes());
+        b[4..8].copy_from_slice(&self.file_index.to_le_bytes());
+        b[8..12].copy_from_slice(&self.length.to_le_bytes());
+        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        b[24..32].copy_from_slice(&self.checksum.to_le_bytes());
+        b
+    }
+
+    /// Decode a header and check it against the limits (not yet the manifest).
+    pub fn decode(b: &[u8]) -> Result<Self, FrameError> {
+        if b.len() < FRAME_HEADER_LEN {
+            return Err(FrameError::Short { have: b.len() });
+        }
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if u16_at(0) != FRAME_MAGIC {
+            return Err(FrameError::BadMagic);
+        }
+        let h = FrameHeader {
+            flags: u16_at(2),
+            file_index: u32_at(4),
+            length: u32_at(8),
+            offset: u64_at(16),
+            checksum: u64_at(24),
+        };
+        if h.flags & !FLAGS_KNOWN != 0 {
+            return Err(FrameError::UnknownFlags { flags: h.flags });
+        }
+        if h.length > FRAME_PAYLOAD_MAX {
+            return Err(FrameError::Oversized { length: h.length });
+        }
+        Ok(h)
+    }
+
+    /// Check the header against the manifest's file sizes, before reading
+    /// its payload anywhere.
+    pub fn check_against(&self, sizes: &[u64]) -> Result<(), FrameError> {
+        let Some(&size) = sizes.get(self.file_index as usize) else {
+            return Err(FrameError::UnknownFile {
+                file_index: self.file_index,
+                files: sizes.len(),
+            });
+        };
+        match self.offset.checked_add(u64::from(self.length)) {
+            Some(end) if end <= size => {}
+            end => {
+                return Err(FrameError::PastEnd {
+                    file_index: self.file_index,
+                    end: end.unwrap_or(u64::MAX),
+                    size,
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the received payload against the header's checksum.
+    pub fn check_payload(&self, payload: &[u8]) -> Result<(), FrameError> {
+        if payload.len() != self.length as usize
+            || payload_checksum(self.file_index, self.offset, payload) != self.checksum
+        {
+            return Err(FrameError::BadChecksum {
+                file_index: self.file_index,
+                offset: self.offset,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(file: u32, offset: u64, payload: &[u8]) -> [u8; FRAME_HEADER_LEN] {
+        FrameHeader::for_payload(file, offset, payload, 0).encode()
+    }
+
+    #[test]
+    fn round_trip() {
+        let payload = vec![5u8; 4096];
+        let h = FrameHeader::decode(&frame(2, 8192, &payload)).unwrap();
+        assert_eq!((h.file_index, h.offset, h.length), (2, 8192, 4096));
+        assert!(h.check_against(&[0, 0, 12288]).is_ok());
+        assert!(h.check_payload(&payload).is_ok());
+    }
+
+    #[test]
+    fn every_malformed_class_is_refused() {
+        let payload = vec![5u8; 4096];
+        let good = frame(1, 0, &payload);
+        // Short.
+        assert_eq!(
+            FrameHeader::decode(&good[..31]),
+            Err(FrameError::Short { have: 31 })
+        );
+        // Not a frame.
+        let mut b = good;
+        b[0] = b'X';
+        assert_eq!(FrameHeader::decode(&b), Err(FrameError::BadMagic));
+        // Unknown flags.
+        let mut b = good;
+        b[2] = 0x80;
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(FrameError::UnknownFlags { .. })
+        ));
+        // Oversized.
+        let mut b = good;
+        b[8..12].copy_from_slice(&(FRAME_PAYLOAD_MAX + 1).to_le_bytes());
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(FrameError::Oversized { .. })
+        ));
+        // Unknown file index.
+        let h = FrameHeader::decode(&frame(7, 0, &payload)).unwrap();
+        assert!(matches!(
+            h.check_against(&[4096]),
+            Err(FrameError::UnknownFile { .. })
+        ));
+        // Offset past the end, including an overflowing one.
+        let h = FrameHeader::decode(&frame(0, 4096, &payload)).unwrap();
+        assert!(matches!(
+            h.check_against(&[4096]),
+            Err(FrameError::PastEnd { .. })
+        ));
+        let h = FrameHeader::decode(&frame(0, u64::MAX - 10, &payload)).unwrap();
+        assert!(matches!(
+            h.check_against(&[u64::MAX]),
+            Err(FrameError::PastEnd { .. })
+        ));
+        // Bad checksum: flipped payload, or a payload for another offset.
+        let h = FrameHeader::decode(&good).unwrap();
+        let mut p = payload.clone();
+        p[100] ^= 1;
+        assert!(matches!(
+            h.check_payload(&p),
+            Err(FrameError::BadChecksum { .. })
+        ));
+        let moved = FrameHeader { offset: 4096, ..h };
+        assert!(moved.check_payload(&payload).is_err());
+        let other_file = FrameHeader { file_index: 2, ..h };
+        assert!(other_file.check_payload(&payload).is_err());
+    }
+
+    #[test]
+    fn digest_is_order_independent() {
+        let a = payload_checksum(0, 0, b"aaaa");
+        let b = payload_checksum(0, 4, b"bbbb");
+        assert_eq!(
+            digest_add(digest_add(0, a), b),
+            digest_add(digest_add(0, b), a)
+        );
+        assert_ne!(digest_add(0, a), digest_add(0, b));
+    }
+}

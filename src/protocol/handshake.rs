@@ -1,0 +1,403 @@
+//! Mutual authentication by pre-shared key, as a pure state machine.
+//!
+//! ```text
+//! client                                   server
+//!   Hello { version, client_nonce }   ->
+//!                                     <-   Challenge { server_nonce,
+//!                                            server_proof = HMAC(K, "server" | cn | sn) }
+//!   (client checks server_proof)
+//!   Auth { client_proof =             ->
+//!          HMAC(K, "client" | sn | cn) }   (server checks client_proof)
+//!                                     <-   Welcome { session_id }
+//! session_key = HMAC(K, "session" | cn | sn | session_id)
+//! ```
+//! The key never crosses the wire; both nonces are fresh per connection, so
+//! a recorded `Auth` is worthless against a new challenge; proofs are
+//! compared in constant time. Data streams prove they belong to a session
+//! with `HMAC(session_key, "stream" | session_id | stream_index)`.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// Protocol version spoken here.
+pub const VERSION: u16 = 1;
+pub const NONCE_LEN: usize = 32;
+pub const PROOF_LEN: usize = 32;
+pub const SESSION_ID_LEN: usize = 16;
+/// Pre-shared keys are 32 bytes (written as 64 hex digits in a key file).
+pub const KEY_LEN: usize = 32;
+
+pub type Key = [u8; KEY_LEN];
+pub type Nonce = [u8; NONCE_LEN];
+pub type Proof = [u8; PROOF_LEN];
+pub type SessionId = [u8; SESSION_ID_LEN];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u16,
+    pub client_nonce: Nonce,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Challenge {
+    pub server_nonce: Nonce,
+    pub server_proof: Proof,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Auth {
+    pub client_proof: Proof,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    pub session_id: SessionId,
+}
+
+/// What both sides know after a successful handshake.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionKeys {
+    pub session_id: SessionId,
+    pub session_key: [u8; 32],
+}
+
+impl std::fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("SessionKeys")
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a handshake failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthError {
+    /// The peer speaks another protocol version.
+    Version { theirs: u16 },
+    /// The peer's proof does not match: it holds another key (or none).
+    BadProof,
+    /// A message arrived in the wrong state (replayed, reordered, repeated).
+    OutOfOrder,
+}
+
+impl std::fmt::Display for AuthError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuthError::Version { theirs } => {
+                write!(
+                    f,
+                    "the peer speaks protocol version {theirs}, this urmove speaks {VERSION}"
+                )
+            }
+            AuthError::BadProof => write!(
+                f,
+                "authentication failed: the peer does not hold the same key"
+            ),
+            AuthError::OutOfOrder => write!(f, "handshake message out of order"),
+        }
+    }
+}
+
+impl std::error::Error for AuthError {}
+
+fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().into()
+}
+
+fn verify(key: &[u8], parts: &[&[u8]], proof: &Proof) -> bool {
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    for p in parts {
+        mac.update(p);
+    }
+    // Constant-time comparison.
+    mac.verify_slice(proof).is_ok()
+}
+
+fn session_keys(key: &Key, cn: &Nonce, sn: &Nonce, session_id: SessionId) -> SessionKeys {
+    SessionKeys {
+        session_id,
+        session_key: hmac(key, &[b"urmove-session", cn, sn, &session_id]),
+    }
+}
+
+/// The server side of the handshake.
+pub struct ServerHandshake {
+    key: Key,
+    server_nonce: Nonce,
+    client_nonce: Option<Nonce>,
+    done: bool,
+}
+
+impl ServerHandshake {
+    /// `server_nonce` must be fresh random bytes for every connection.
+    pub fn new(key: Key, server_nonce: Nonce) -> Self {
+        ServerHandshake {
+            key,
+            server_nonce,
+            client_nonce: None,
+            done: false,
+        }
+    }
+
+    pub fn on_hello(&mut self, hello: &Hello) -> Result<Challenge, AuthError> {
+        if self.client_nonce.is_some() || self.done {
+            return Err(AuthError::OutOfOrder);
+        }
+        if hello.version != VERSION {
+            return Err(AuthError::Version {
+                theirs: hello.version,
+            });
+        }
+        self.client_nonce = Some(hello.client_nonce);
+        Ok(Challenge {
+            server_nonce: self.server_nonce,
+            server_proof: hmac(
+                &self.key,
+                &[b"urmove-server", &hello.client_nonce, &self.server_nonce],
+            ),
+        })
+    }
+
+    /// Check the client's proof; `session_id` must be fresh random bytes.
+    pub fn on_auth(
+        &mut self,
+        auth: &Auth,
+        session_id: SessionId,
+    ) -> Result<(Welcome, SessionKeys), AuthError> {
+        let Some(cn) = self.client_nonce.filter(|_| !self.done) else {
+            return Err(AuthError::OutOfOrder);
+        };
+        self.done = true;
+        if !verify(
+            &self.key,
+            &[b"urmove-client", &self.server_nonce, &cn],
+            &auth.client_proof,
+        ) {
+            return Err(AuthError::BadProof);
+        }
+        Ok((
+            Welcome { session_id },
+            session_keys(&self.key, &cn, &self.server_nonce, session_id),
+        ))
+    }
+}
+
+/// The client side of the handshake.
+pub struct ClientHandshake {
+    key: Key,
+    client_nonce: Nonce,
+    server_nonce: Option<Nonce>,
+    done: bool,
+}
+
+impl ClientHandshake {
+    /// `client_nonce` must be fresh random bytes for every connection.
+    pub fn new(key: Key, client_nonce: Nonce) -> (Self, Hello) {
+        (
+            ClientHandshake {
+                key,
+                client_nonce,
+                server_nonce: None,
+                done: false,
+            },
+            Hello {
+                version: VERSION,
+                client_nonce,
+            },
+        )
+    }
+
+    /// Check the server's proof and answer with ours.
+    pub fn on_challenge(&mut self, c: &Challenge) -> Result<Auth, AuthError> {
+        if self.server_nonce.is_some() || self.done {
+            return Err(AuthError::OutOfOrder);
+        }
+        if !verify(
+            &self.key,
+            &[b"urmove-server", &self.client_nonce, &c.server_nonce],
+            &c.server_proof,
+        ) {
+            self.done = true;
+            return Err(AuthError::BadProof);
+        }
+        self.server_nonce = Some(c.server_nonce);
+        Ok(Auth {
+            client_proof: hmac(
+                &self.key,
+                &[b"urmove-client", &c.server_nonce, &self.client_nonce],
+            ),
+        })
+    }
+
+    pub fn on_welcome(&mut self, w: &Welcome) -> Result<SessionKeys, AuthError> {
+        let Some(sn) = self.server_nonce.filter(|_| !self.done) else {
+            return Err(AuthError::OutOfOrder);
+        };
+        self.done = true;
+        Ok(session_keys(
+            &self.key,
+            &self.client_nonce,
+            &sn,
+            w.session_id,
+        ))
+    }
+}
+
+/// The proof a data stream presents for `stream_index` of a session.
+pub fn stream_proof(keys: &SessionKeys, stream_index: u16) -> Proof {
+    hmac(
+        &keys.session_key,
+        &[
+            b"urmove-stream",
+            &keys.session_id,
+            &stream_index.to_le_bytes(),
+        ],
+    )
+}
+
+/// Whether `proof` is the right one for `stream_index` (constant time).
+pub fn check_stream_proof(keys: &SessionKeys, stream_index: u16, proof: &Proof) -> bool {
+    verify(
+        &keys.session_key,
+        &[
+            b"urmove-stream",
+            &keys.session_id,
+            &stream_index.to_le_bytes(),
+        ],
+        proof,
+    )
+}
+
+/// Parse a key file's text: 64 hex digits (whitespace around is ignored).
+pub fn parse_key(text: &str) -> Result<Key, String> {
+    let hex = text.trim();
+    if hex.len() != KEY_LEN * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "a key file holds {} hex digits (urmove keygen FILE writes one)",
+            KEY_LEN * 2
+        ));
+    }
+    let mut key = [0u8; KEY_LEN];
+    for (i, k) in key.iter_mut().enumerate() {
+        *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("checked hex digits");
+    }
+    Ok(key)
+}
+
+/// A key as key-file text.
+pub fn format_key(key: &Key) -> String {
+    let mut s: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: Key = [7u8; 32];
+
+    fn run(client_key: Key, server_key: Key) -> Result<(SessionKeys, SessionKeys), AuthError> {
+        let (mut c, hello) = ClientHandshake::new(client_key, [1; 32]);
+        let mut s = ServerHandshake::new(server_key, [2; 32]);
+        let challenge = s.on_hello(&hello)?;
+        let auth = c.on_challenge(&challenge)?;
+        let (welcome, sk) = s.on_auth(&auth, [3; 16])?;
+        let ck = c.on_welcome(&welcome)?;
+        Ok((ck, sk))
+    }
+
+    #[test]
+    fn same_key_agrees_on_session() {
+        let (ck, sk) = run(K, K).unwrap();
+        assert_eq!(ck, sk);
+        assert_ne!(ck.session_key, K, "the session key is derived, not the PSK");
+        let p = stream_proof(&ck, 3);
+        assert!(check_stream_proof(&sk, 3, &p));
+        assert!(
+            !check_stream_proof(&sk, 4, &p),
+            "a proof is bound to its stream index"
+        );
+    }
+
+    #[test]
+    fn wrong_key_is_refused_by_both_sides() {
+        // The client sees the server does not hold its key.
+        assert_eq!(run(K, [8; 32]).unwrap_err(), AuthError::BadProof);
+        // A client without the key cannot forge the proof either.
+        let mut s = ServerHandshake::new(K, [2; 32]);
+        s.on_hello(&Hello {
+            version: VERSION,
+            client_nonce: [1; 32],
+        })
+        .unwrap();
+        assert_eq!(
+            s.on_auth(
+                &Auth {
+                    client_proof: [0; 32]
+                },
+                [3; 16]
+            )
+            .unwrap_err(),
+            AuthError::BadProof
+        );
+    }
+
+    #[test]
+    fn a_replayed_auth_fails_against_a_fresh_challenge() {
+        let (mut c, hello) = ClientHandshake::new(K, [1; 32]);
+        let mut s1 = ServerHandshake::new(K, [2; 32]);
+        let auth = c.on_challenge(&s1.on_hello(&hello).unwrap()).unwrap();
+        assert!(s1.on_auth(&auth, [3; 16]).is_ok());
+        // Same hello and auth replayed to a new connection (new server nonce).
+        let mut s2 = ServerHandshake::new(K, [9; 32]);
+        s2.on_hello(&hello).unwrap();
+        assert_eq!(s2.on_auth(&auth, [3; 16]).unwrap_err(), AuthError::BadProof);
+    }
+
+    #[test]
+    fn out_of_order_and_version() {
+        let mut s = ServerHandshake::new(K, [2; 32]);
+        assert_eq!(
+            s.on_auth(
+                &Auth {
+                    client_proof: [0; 32]
+                },
+                [0; 16]
+            )
+            .unwrap_err(),
+            AuthError::OutOfOrder
+        );
+        assert_eq!(
+            s.on_hello(&Hello {
+                version: 99,
+                client_nonce: [1; 32]
+            })
+            .unwrap_err(),
+            AuthError::Version { theirs: 99 }
+        );
+        let (mut c, _) = ClientHandshake::new(K, [1; 32]);
+        assert_eq!(
+            c.on_welcome(&Welcome {
+                session_id: [0; 16]
+            })
+            .unwrap_err(),
+            AuthError::OutOfOrder
+        );
+    }
+
+    #[test]
+    fn key_text_round_trip() {
+        let text = format_key(&K);
+        assert_eq!(parse_key(&text), Ok(K));
+        assert!(parse_key("abc").is_err());
+        assert!(parse_key(&"zz".repeat(32)).is_err());
+    }
+}

@@ -1,0 +1,276 @@
+//! The manifest: what a session moves (path, kind, size, mode, mtime, and a
+//! link target for symlinks), with the path rules a receiver relies on.
+//! Every path on the wire is relative, normalised and bounded; a symlink's
+//! target must stay beneath the root when resolved from the link.
+
+use super::wire::{DecodeError, Reader, Writer};
+
+/// Longest path on the wire (bytes), as Linux's PATH_MAX.
+pub const PATH_LEN_MAX: usize = 4096;
+/// Longest path component (bytes), as Linux's NAME_MAX.
+pub const COMPONENT_LEN_MAX: usize = 255;
+/// Most entries in one manifest.
+pub const ENTRIES_MAX: u32 = 10_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File = 0,
+    Dir = 1,
+    Symlink = 2,
+}
+
+/// One file, directory or symlink to move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative path under the destination, `/`-separated.
+    pub path: String,
+    pub kind: EntryKind,
+    /// Bytes (files only; 0 otherwise).
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    pub mtime_s: i64,
+    pub mtime_ns: u32,
+    /// Target of a symlink.
+    pub link: Option<String>,
+}
+
+/// Why a path is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathError {
+    Empty,
+    Absolute,
+    DotDot,
+    /// `.` or an empty component (`a//b`, trailing `/`).
+    NotNormal,
+    Nul,
+    TooLong {
+        len: usize,
+    },
+    ComponentTooLong {
+        len: usize,
+    },
+    /// A symlink whose target is absolute or climbs out of the root.
+    LinkEscapes,
+}
+
+impl std::fmt::Display for PathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PathError::Empty => write!(f, "empty path"),
+            PathError::Absolute => write!(f, "absolute path"),
+            PathError::DotDot => write!(f, "path with '..'"),
+            PathError::NotNormal => write!(f, "path with '.' or an empty component"),
+            PathError::Nul => write!(f, "path with a NUL byte"),
+            PathError::TooLong { len } => write!(f, "path of {len} bytes (limit {PATH_LEN_MAX})"),
+            PathError::ComponentTooLong { len } => {
+                write!(
+                    f,
+                    "path component of {len} bytes (limit {COMPONENT_LEN_MAX})"
+                )
+            }
+            PathError::LinkEscapes => write!(f, "symlink target outside the root"),
+        }
+    }
+}
+
+impl std::error::Error for PathError {}
+
+/// Check a relative wire path: no absolute paths, `..`, `.`, empty
+/// components, NUL bytes, or lengths past the limits.
+pub fn check_path(path: &str) -> Result<(), PathError> {
+    if path.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if path.len() > PATH_LEN_MAX {
+        return Err(PathError::TooLong { len: path.len() });
+    }
+    if path.starts_with('/') {
+        return Err(PathError::Absolute);
+    }
+    if path.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    for c in path.split('/') {
+        match c {
+            ".." => return Err(PathError::DotDot),
+            "" | "." => return Err(PathError::NotNormal),
+            c if c.len() > COMPONENT_LEN_MAX => {
+                return Err(PathError::ComponentTooLong { len: c.len() })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether a symlink at `link_path` pointing to `target` stays beneath the
+/// root when resolved lexically from the link's directory.
+pub fn link_stays_beneath(link_path: &str, target: &str) -> bool {
+    if target.is_empty()
+        || target.starts_with('/')
+        || target.contains('\0')
+        || target.len() > PATH_LEN_MAX
+    {
+        return false;
+    }
+    // Depth of the link's directory below the root.
+    let mut depth = link_path.split('/').count() as i64 - 1;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    true
+}
+
+/// Validate an entry as a receiver must before acting on it.
+pub fn check_entry(e: &Entry) -> Result<(), PathError> {
+    check_path(&e.path)?;
+    if e.kind == EntryKind::Symlink {
+        let ok = e
+            .link
+            .as_deref()
+            .is_some_and(|t| link_stays_beneath(&e.path, t));
+        if !ok {
+            return Err(PathError::LinkEscapes);
+        }
+    }
+    Ok(())
+}
+
+pub fn encode_entry(w: &mut Writer, e: &Entry) {
+    w.u8(e.kind as u8)
+        .u32(e.mode)
+        .i64(e.mtime_s)
+        .u32(e.mtime_ns)
+        .u64(if e.kind == EntryKind::File { e.size } else { 0 })
+        .str16(&e.path)
+        .str16(e.link.as_deref().unwrap_or(""));
+}
+
+/// Decode one entry. Paths are length-checked here and must still pass
+/// [`check_entry`] before use.
+pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
+    let kind = match r.u8()? {
+        0 => EntryKind::File,
+        1 => EntryKind::Dir,
+        2 => EntryKind::Symlink,
+        k => {
+            return Err(DecodeError::Invalid {
+                what: "entry kind",
+                value: u64::from(k),
+            })
+        }
+    };
+    let mode = r.u32()?;
+    if mode > 0o7777 {
+        return Err(DecodeError::Invalid {
+            what: "mode",
+            value: u64::from(mode),
+        });
+    }
+    let mtime_s = r.i64()?;
+    let mtime_ns = r.u32()?;
+    if mtime_ns >= 1_000_000_000 {
+        return Err(DecodeError::Invalid {
+            what: "mtime nanoseconds",
+            value: u64::from(mtime_ns),
+        });
+    }
+    let size = r.u64()?;
+    let path = r.str16("path", PATH_LEN_MAX)?.to_string();
+    let link = r.str16("symlink target", PATH_LEN_MAX)?;
+    let link = (kind == EntryKind::Symlink).then(|| link.to_string());
+    Ok(Entry {
+        path,
+        kind,
+        size,
+        mode,
+        mtime_s,
+        mtime_ns,
+        link,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_rules() {
+        assert_eq!(check_path("run42/a/b.dat"), Ok(()));
+        assert_eq!(check_path(""), Err(PathError::Empty));
+        assert_eq!(check_path("/etc/passwd"), Err(PathError::Absolute));
+        assert_eq!(check_path("a/../../etc"), Err(PathError::DotDot));
+        assert_eq!(check_path(".."), Err(PathError::DotDot));
+        assert_eq!(check_path("a//b"), Err(PathError::NotNormal));
+        assert_eq!(check_path("a/./b"), Err(PathError::NotNormal));
+        assert_eq!(check_path("a/"), Err(PathError::NotNormal));
+        assert_eq!(check_path("a\0b"), Err(PathError::Nul));
+        assert!(matches!(
+            check_path(&"x".repeat(300)),
+            Err(PathError::ComponentTooLong { .. })
+        ));
+        assert!(matches!(
+            check_path(&"x/".repeat(3000)),
+            Err(PathError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn symlinks_must_stay_beneath() {
+        assert!(link_stays_beneath("a/b/link", "../c"));
+        assert!(link_stays_beneath("a/link", "../c"));
+        assert!(!link_stays_beneath("link", "../c"));
+        assert!(!link_stays_beneath("a/link", "../../etc/passwd"));
+        assert!(!link_stays_beneath("a/link", "/etc/passwd"));
+        assert!(link_stays_beneath("a/link", "x/../y"));
+        assert!(!link_stays_beneath("a/link", "x/../../../y"));
+        assert!(!link_stays_beneath("a/link", ""));
+    }
+
+    #[test]
+    fn entries_round_trip_and_bad_fields_are_refused() {
+        let e = Entry {
+            path: "d/f".into(),
+            kind: EntryKind::Symlink,
+            size: 0,
+            mode: 0o777,
+            mtime_s: -5,
+            mtime_ns: 7,
+            link: Some("../g".into()),
+        };
+        let mut w = Writer::default();
+        encode_entry(&mut w, &e);
+        let mut r = Reader::new(&w.buf);
+        assert_eq!(decode_entry(&mut r), Ok(e.clone()));
+        assert!(check_entry(&e).is_ok());
+
+        let mut bad = w.buf.clone();
+        bad[0] = 9;
+        assert!(matches!(
+            decode_entry(&mut Reader::new(&bad)),
+            Err(DecodeError::Invalid { .. })
+        ));
+        let mut bad = w.buf.clone();
+        bad[1..5].copy_from_slice(&0o170000u32.to_le_bytes());
+        assert!(matches!(
+            decode_entry(&mut Reader::new(&bad)),
+            Err(DecodeError::Invalid { .. })
+        ));
+        for cut in 0..w.buf.len() {
+            assert!(
+                decode_entry(&mut Reader::new(&w.buf[..cut])).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+}
