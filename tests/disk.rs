@@ -257,7 +257,7 @@ fn verify_catches_a_corrupted_and_a_misdirected_block() {
     f.seek(SeekFrom::Start(5 << 20)).unwrap();
     f.write_all(&data[2 << 20..3 << 20]).unwrap();
     f.sync_all().unwrap();
-    let o = runv(args("randread"));
+    let o = runv(args("read"));
     assert_eq!(o.status.code(), Some(1));
     let e = json(&o)["error"].as_str().unwrap().to_string();
     assert!(

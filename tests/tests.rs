@@ -8,4 +8,5 @@ mod datapath;
 mod disk;
 mod disk_devices;
 mod linters;
+mod net;
 mod protocol_io;

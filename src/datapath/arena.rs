@@ -75,7 +75,7 @@ impl Arena {
     /// Map `buf_count` buffers of `buf_size` bytes (a multiple of 4096).
     pub fn new(buf_size: usize, buf_count: usize) -> Result<Self, Error> {
         assert!(
-            buf_size > 0 && buf_size % BUF_ALIGN == 0,
+            buf_size > 0 && buf_size.is_multiple_of(BUF_ALIGN),
             "buffer size {buf_size} not page aligned"
         );
         assert!(buf_size <= BUF_SIZE_MAX);

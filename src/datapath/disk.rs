@@ -576,6 +576,7 @@ impl DiskWorker {
             result,
             lease,
             mut tag,
+            ..
         } = c;
         if tag.kind == OpKind::Fsync {
             st.out.fsync_ns = st.now_ns.saturating_sub(tag.pushed_ns);

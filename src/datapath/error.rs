@@ -110,6 +110,20 @@ pub enum Error {
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
 
+    #[error("{op} on data stream {stream}: {source}")]
+    Stream {
+        op: &'static str,
+        stream: u32,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("data stream {stream}: {reason}")]
+    Frame {
+        stream: u32,
+        reason: crate::protocol::frame::FrameError,
+    },
+
     #[error("interrupted")]
     Interrupted,
 }

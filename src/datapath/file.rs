@@ -243,7 +243,7 @@ fn refuse_if_holds_data(path: &Path, meta: &std::fs::Metadata) -> Result<(), Err
 impl TargetFile {
     /// Refuse an I/O size or offset that O_DIRECT on this target would reject.
     pub fn check_aligned(&self, what: &'static str, value: u64) -> Result<(), Error> {
-        if value % u64::from(self.align.offset) != 0 {
+        if !value.is_multiple_of(u64::from(self.align.offset)) {
             return Err(Error::Misaligned {
                 path: self.path.clone(),
                 what,

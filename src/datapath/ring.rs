@@ -15,7 +15,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use io_uring::{opcode, squeue, types, IoUring, Probe};
+use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
 use super::{Arena, Error, Lease};
 
@@ -46,6 +46,14 @@ impl Needed {
         code: opcode::Fsync::CODE,
         name: "IORING_OP_FSYNC",
     };
+    pub const SEND: Needed = Needed {
+        code: opcode::Send::CODE,
+        name: "IORING_OP_SEND",
+    };
+    pub const SEND_ZC: Needed = Needed {
+        code: opcode::SendZc::CODE,
+        name: "IORING_OP_SEND_ZC",
+    };
     pub const ASYNC_CANCEL: Needed = Needed {
         code: opcode::AsyncCancel::CODE,
         name: "IORING_OP_ASYNC_CANCEL",
@@ -58,9 +66,23 @@ impl Needed {
 #[derive(Debug)]
 pub struct Completion<T> {
     pub result: i32,
+    /// The op's buffer, handed back with its last completion only.
     pub lease: Option<Lease>,
     pub tag: T,
+    /// More completions of this op follow (a zero-copy send's first CQE);
+    /// the op keeps its slot and buffer until the last one.
+    pub more: bool,
+    /// The zero-copy notification: the kernel is done with the buffer.
+    /// `result & ZC_COPIED` says the data was copied after all.
+    pub notif: bool,
 }
+
+/// IORING_SEND_ZC_REPORT_USAGE: ask the notification to say whether the
+/// data was copied after all.
+const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+
+/// Bit of a zero-copy notification's result: the kernel copied the data.
+pub const ZC_COPIED: i32 = i32::MIN; // IORING_NOTIF_USAGE_ZC_COPIED, 1 << 31
 
 struct Slot<T> {
     lease: Option<Lease>,
@@ -231,6 +253,38 @@ impl<T> Ring<T> {
         self.push(sqe, Some(lease), tag);
     }
 
+    /// Send `len` bytes of the lease's buffer from `buf_at` on registered
+    /// socket `file`, zero-copy from the registered buffer. Two completions
+    /// follow: the send's result (`more`), then the notification (`notif`)
+    /// that hands the buffer back.
+    pub fn send_zc(&mut self, file: u32, lease: Lease, buf_at: usize, len: u32, tag: T) {
+        assert!(
+            buf_at + len as usize <= lease.capacity(),
+            "send past the end of its buffer"
+        );
+        let ptr = lease.as_ptr().wrapping_add(buf_at);
+        let sqe = opcode::SendZc::new(types::Fixed(file), ptr, len)
+            .buf_index(Some(lease.index()))
+            .flags(libc::MSG_WAITALL | libc::MSG_NOSIGNAL)
+            .zc_flags(SEND_ZC_REPORT_USAGE)
+            .build();
+        self.push(sqe, Some(lease), tag);
+    }
+
+    /// Send `len` bytes of the lease's buffer from `buf_at` on registered
+    /// socket `file` (copied into the socket; one completion).
+    pub fn send(&mut self, file: u32, lease: Lease, buf_at: usize, len: u32, tag: T) {
+        assert!(
+            buf_at + len as usize <= lease.capacity(),
+            "send past the end of its buffer"
+        );
+        let ptr = lease.as_ptr().wrapping_add(buf_at);
+        let sqe = opcode::Send::new(types::Fixed(file), ptr, len)
+            .flags(libc::MSG_WAITALL | libc::MSG_NOSIGNAL)
+            .build();
+        self.push(sqe, Some(lease), tag);
+    }
+
     /// fdatasync registered file `file`.
     pub fn fdatasync(&mut self, file: u32, tag: T) {
         let sqe = opcode::Fsync::new(types::Fixed(file))
@@ -285,12 +339,29 @@ impl<T> Ring<T> {
 
     /// Move every ready completion into `batch` (which must have room for
     /// `capacity()` entries so this never allocates).
-    pub fn reap(&mut self, batch: &mut Vec<Completion<T>>) {
-        debug_assert!(batch.capacity() - batch.len() >= self.in_flight as usize);
+    pub fn reap(&mut self, batch: &mut Vec<Completion<T>>)
+    where
+        T: Clone,
+    {
         let cq = self.ring.completion();
         for cqe in cq {
             let user_data = cqe.user_data();
             if user_data == CANCEL_USER_DATA {
+                continue;
+            }
+            let flags = cqe.flags();
+            if cqueue::more(flags) {
+                // Not the op's last completion: it keeps its slot and buffer.
+                let slot = self.slots[user_data as usize]
+                    .as_ref()
+                    .expect("completion for an empty slot");
+                batch.push(Completion {
+                    result: cqe.result(),
+                    lease: None,
+                    tag: slot.tag.clone(),
+                    more: true,
+                    notif: false,
+                });
                 continue;
             }
             let slot = self.slots[user_data as usize]
@@ -302,6 +373,8 @@ impl<T> Ring<T> {
                 result: cqe.result(),
                 lease: slot.lease,
                 tag: slot.tag,
+                more: false,
+                notif: cqueue::notif(flags),
             });
         }
     }
@@ -331,7 +404,9 @@ impl<T> Ring<T> {
             let cq = self.ring.completion();
             for cqe in cq {
                 let user_data = cqe.user_data();
-                if user_data == CANCEL_USER_DATA {
+                if user_data == CANCEL_USER_DATA || cqueue::more(cqe.flags()) {
+                    // A zero-copy send's first CQE: its buffer is released
+                    // only by the notification that follows.
                     continue;
                 }
                 if let Some(slot) = self.slots[user_data as usize].take() {

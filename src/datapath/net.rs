@@ -1,0 +1,513 @@
+//! Net rings: data-stream frames sent from registered buffers and received
+//! into them, one io_uring for a set of TCP streams.
+//!
+//! A frame lives in one buffer: its 32-byte header sits just before
+//! [`HEADROOM`] and its payload starts at `HEADROOM`, so the payload is
+//! page-aligned for O_DIRECT (disk read into it, or disk write from it)
+//! while header and payload go out in a single send.
+//!
+//! Zero-copy sends (`SendZc`) keep their buffer until the kernel's
+//! notification; the notification also says whether the data was copied
+//! after all, which it always is on loopback and veth. In
+//! [`ZeroCopy::Auto`] the sender watches that flag and falls back to plain
+//! `Send` once zero-copy has proved to be copying, since a copied `SendZc`
+//! costs more than a plain send.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+
+use crate::protocol::frame::{FrameError, FrameHeader, FRAME_HEADER_LEN};
+
+use super::arena::BUF_ALIGN;
+use super::ring::{Needed, ZC_COPIED};
+use super::{Arena, Completion, Error, Lease, Ring};
+
+/// Where a frame's payload starts in its buffer (page-aligned for O_DIRECT).
+pub const HEADROOM: usize = 4096;
+const HEADER_AT: usize = HEADROOM - FRAME_HEADER_LEN;
+/// Notifications to see before judging zero-copy in `Auto` mode.
+const ZC_PROBE_NOTIFS: u64 = 16;
+
+/// `--zerocopy auto|on|off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// Zero-copy until the kernel reports it copies anyway, then plain send.
+    Auto,
+    On,
+    Off,
+}
+
+/// What a sender did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendStats {
+    pub frames: u64,
+    pub bytes: u64,
+    pub zc_sends: u64,
+    pub zc_notifs: u64,
+    pub zc_copied: u64,
+    /// Zero-copy was given up because every notification reported a copy.
+    pub zc_fell_back: bool,
+}
+
+/// Bytes of buffer a frame with `payload_max` bytes of payload needs.
+pub fn frame_buf_size(payload_max: usize) -> usize {
+    (HEADROOM + payload_max).div_ceil(BUF_ALIGN) * BUF_ALIGN
+}
+
+/// The payload area of a frame buffer.
+pub fn payload_mut(lease: &mut Lease) -> &mut [u8] {
+    &mut lease.as_mut_slice()[HEADROOM..]
+}
+
+/// The payload of a received frame.
+pub fn payload<'a>(lease: &'a Lease, header: &FrameHeader) -> &'a [u8] {
+    &lease.as_slice()[HEADROOM..HEADROOM + header.length as usize]
+}
+
+fn stream_err(op: &'static str, stream: u32, source: io::Error) -> Error {
+    Error::Stream { op, stream, source }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SendTag {
+    stream: u32,
+    /// Bytes of this frame (header and payload) and how many are sent.
+    len: u32,
+    done: u32,
+}
+
+#[derive(Debug)]
+struct SendQueue {
+    pending: VecDeque<(Lease, u32)>,
+    /// A send of this stream is in flight (one at a time keeps frames in order).
+    busy: bool,
+    /// A zero-copy send came back short: the rest goes out when its
+    /// notification returns the buffer.
+    rest_from: Option<u32>,
+}
+
+/// Sends frames on a set of connected TCP streams.
+pub struct NetSender {
+    ring: Ring<SendTag>,
+    queues: Vec<SendQueue>,
+    batch: Vec<Completion<SendTag>>,
+    mode: ZeroCopy,
+    zc_now: bool,
+    stats: SendStats,
+}
+
+impl NetSender {
+    /// `sockets` are connected TCP streams; `buf_count` buffers of
+    /// `payload_max` payload bytes each bound what is in flight.
+    pub fn new(
+        sockets: &[RawFd],
+        buf_count: usize,
+        payload_max: usize,
+        mode: ZeroCopy,
+    ) -> Result<Self, Error> {
+        let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
+        let mut needed = vec![Needed::SEND, Needed::ASYNC_CANCEL];
+        if mode == ZeroCopy::On {
+            needed.push(Needed::SEND_ZC);
+        }
+        let ring = Ring::new(buf_count as u32, arena, sockets, &needed)?;
+        let zc_supported = mode == ZeroCopy::On || probe_send_zc();
+        let capacity = ring.capacity();
+        Ok(NetSender {
+            ring,
+            queues: sockets
+                .iter()
+                .map(|_| SendQueue {
+                    pending: VecDeque::with_capacity(buf_count),
+                    busy: false,
+                    rest_from: None,
+                })
+                .collect(),
+            batch: Vec::with_capacity(capacity),
+            mode,
+            zc_now: mode != ZeroCopy::Off && zc_supported,
+            stats: SendStats::default(),
+        })
+    }
+
+    pub fn stats(&self) -> SendStats {
+        self.stats
+    }
+
+    /// A free frame buffer, or `None` while all are in flight (backpressure:
+    /// call [`poll`](Self::poll)).
+    pub fn take_buffer(&mut self) -> Option<Lease> {
+        self.ring.arena().take()
+    }
+
+    /// Return a buffer that will not be sent.
+    pub fn give_back(&mut self, lease: Lease) {
+        self.ring.arena().give_back(lease);
+    }
+
+    /// Queue the frame in `lease` (payload already at [`HEADROOM`]) on
+    /// `stream`. Frames of one stream go out in the order queued.
+    pub fn queue(&mut self, stream: u32, mut lease: Lease, header: &FrameHeader) {
+        let len = FRAME_HEADER_LEN + header.length as usize;
+        assert!(
+            HEADER_AT + len <= lease.capacity(),
+            "frame larger than its buffer"
+        );
+        lease.as_mut_slice()[HEADER_AT..HEADROOM].copy_from_slice(&header.encode());
+        self.queues[stream as usize]
+            .pending
+            .push_back((lease, len as u32));
+        self.issue(stream);
+    }
+
+    fn issue(&mut self, stream: u32) {
+        let q = &mut self.queues[stream as usize];
+        if q.busy {
+            return;
+        }
+        let Some((lease, len)) = q.pending.pop_front() else {
+            return;
+        };
+        q.busy = true;
+        self.push_send(stream, lease, len, 0);
+    }
+
+    fn push_send(&mut self, stream: u32, lease: Lease, len: u32, done: u32) {
+        let tag = SendTag { stream, len, done };
+        let at = HEADER_AT + done as usize;
+        if self.zc_now {
+            self.stats.zc_sends += 1;
+            self.ring.send_zc(stream, lease, at, len - done, tag);
+        } else {
+            self.ring.send(stream, lease, at, len - done, tag);
+        }
+    }
+
+    /// Whether frames are queued or in flight.
+    pub fn busy(&self) -> bool {
+        self.ring.in_flight() > 0 || self.queues.iter().any(|q| q.busy || !q.pending.is_empty())
+    }
+
+    /// Submit, optionally wait for a completion, and handle what completed.
+    pub fn poll(&mut self, wait: bool) -> Result<(), Error> {
+        let want = usize::from(wait && self.ring.in_flight() > 0);
+        self.ring
+            .submit_and_wait(want)
+            .map_err(|e| stream_err("io_uring_enter", 0, e))?;
+        self.ring.reap(&mut self.batch);
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut result = Ok(());
+        for c in batch.drain(..) {
+            if let Err(e) = self.complete(c) {
+                result = result.and(Err(e));
+            }
+        }
+        self.batch = batch;
+        result
+    }
+
+    fn complete(&mut self, c: Completion<SendTag>) -> Result<(), Error> {
+        let Completion {
+            result,
+            lease,
+            tag,
+            more,
+            notif,
+        } = c;
+        let stream = tag.stream;
+        if notif {
+            // The kernel is done with the buffer.
+            let lease = lease.expect("a notification returns the buffer");
+            self.stats.zc_notifs += 1;
+            if result & ZC_COPIED != 0 {
+                self.stats.zc_copied += 1;
+            }
+            if self.mode == ZeroCopy::Auto
+                && self.zc_now
+                && self.stats.zc_notifs >= ZC_PROBE_NOTIFS
+                && self.stats.zc_copied == self.stats.zc_notifs
+            {
+                self.zc_now = false;
+                self.stats.zc_fell_back = true;
+            }
+            match self.queues[stream as usize].rest_from.take() {
+                Some(done) => self.push_send(stream, lease, tag.len, done),
+                None => self.ring.arena().give_back(lease),
+            }
+            return Ok(());
+        }
+        if result < 0 {
+            if super::error::is_retry(-result) {
+                match lease {
+                    Some(lease) => self.push_send(stream, lease, tag.len, tag.done),
+                    None => self.queues[stream as usize].rest_from = Some(tag.done),
+                }
+                return Ok(());
+            }
+            if let Some(lease) = lease {
+                self.ring.arena().give_back(lease);
+            }
+            self.queues[stream as usize].busy = false;
+            return Err(stream_err(
+                "send",
+                stream,
+                io::Error::from_raw_os_error(-result),
+            ));
+        }
+        let done = tag.done + result as u32;
+        assert!(done <= tag.len, "the kernel sent more than asked");
+        if done < tag.len {
+            // Short send: the rest goes out before anything else on this stream.
+            match lease {
+                Some(lease) => self.push_send(stream, lease, tag.len, done),
+                None => self.queues[stream as usize].rest_from = Some(done),
+            }
+            return Ok(());
+        }
+        self.stats.frames += 1;
+        self.stats.bytes += u64::from(tag.len);
+        if !more {
+            if let Some(lease) = lease {
+                self.ring.arena().give_back(lease);
+            }
+        }
+        self.queues[stream as usize].busy = false;
+        self.issue(stream);
+        Ok(())
+    }
+
+    /// Send everything queued and wait for every buffer to come back.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        while self.busy() {
+            self.poll(true)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether this kernel knows IORING_OP_SEND_ZC (probed once per sender).
+fn probe_send_zc() -> bool {
+    let Ok(arena) = Arena::new(BUF_ALIGN, 1) else {
+        return false;
+    };
+    Ring::<()>::new(1, arena, &[], &[Needed::SEND_ZC]).is_ok()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RecvTag {
+    stream: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Header { got: u32 },
+    Payload { header: FrameHeader, got: u32 },
+}
+
+#[derive(Debug)]
+struct RecvStream {
+    lease: Option<Lease>,
+    phase: Phase,
+    busy: bool,
+    open: bool,
+}
+
+/// What a receiver hands its caller.
+#[derive(Debug)]
+pub enum RecvEvent {
+    /// A whole frame: header decoded and within limits, payload at
+    /// [`HEADROOM`] of the buffer (its checksum is the caller's to check
+    /// against the manifest). Give the buffer back when done with it.
+    Frame {
+        stream: u32,
+        header: FrameHeader,
+        lease: Lease,
+    },
+    /// The stream ended cleanly at a frame boundary.
+    Closed { stream: u32 },
+}
+
+/// Receives frames from a set of connected TCP streams into registered buffers.
+pub struct NetReceiver {
+    ring: Ring<RecvTag>,
+    streams: Vec<RecvStream>,
+    batch: Vec<Completion<RecvTag>>,
+    payload_max: usize,
+}
+
+impl NetReceiver {
+    pub fn new(sockets: &[RawFd], buf_count: usize, payload_max: usize) -> Result<Self, Error> {
+        assert!(buf_count >= sockets.len(), "one buffer per stream at least");
+        let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
+        let ring = Ring::new(
+            buf_count as u32,
+            arena,
+            sockets,
+            &[Needed::READ_FIXED, Needed::ASYNC_CANCEL],
+        )?;
+        let capacity = ring.capacity();
+        Ok(NetReceiver {
+            ring,
+            streams: sockets
+                .iter()
+                .map(|_| RecvStream {
+                    lease: None,
+                    phase: Phase::Header { got: 0 },
+                    busy: false,
+                    open: true,
+                })
+                .collect(),
+            batch: Vec::with_capacity(capacity),
+            payload_max,
+        })
+    }
+
+    /// Whether any stream is still open.
+    pub fn open(&self) -> bool {
+        self.streams.iter().any(|s| s.open)
+    }
+
+    /// Return the buffer of a frame the caller is done with.
+    pub fn give_back(&mut self, lease: Lease) {
+        self.ring.arena().give_back(lease);
+    }
+
+    fn arm(&mut self) {
+        for i in 0..self.streams.len() {
+            let s = &mut self.streams[i];
+            if s.busy || !s.open {
+                continue;
+            }
+            let lease = match s.lease.take() {
+                Some(l) => l,
+                None => match self.ring.arena().take() {
+                    Some(l) => l,
+                    None => return, // all buffers with the caller: backpressure
+                },
+            };
+            let s = &mut self.streams[i];
+            let (at, len) = match s.phase {
+                Phase::Header { got } => (HEADER_AT + got as usize, FRAME_HEADER_LEN as u32 - got),
+                Phase::Payload { header, got } => (HEADROOM + got as usize, header.length - got),
+            };
+            s.busy = true;
+            self.ring
+                .read_fixed(i as u32, 0, lease, at, len, RecvTag { stream: i as u32 });
+        }
+    }
+
+    /// Read what the streams have, handing each complete frame (and each
+    /// clean end of stream) to `on_event`. A malformed frame or a stream
+    /// cut mid-frame is an error naming the stream.
+    pub fn poll(&mut self, wait: bool, on_event: &mut dyn FnMut(RecvEvent)) -> Result<(), Error> {
+        self.arm();
+        let want = usize::from(wait && self.ring.in_flight() > 0);
+        self.ring
+            .submit_and_wait(want)
+            .map_err(|e| stream_err("io_uring_enter", 0, e))?;
+        self.ring.reap(&mut self.batch);
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut result = Ok(());
+        for c in batch.drain(..) {
+            if let Err(e) = self.complete(c, on_event) {
+                result = result.and(Err(e));
+            }
+        }
+        self.batch = batch;
+        result
+    }
+
+    fn complete(
+        &mut self,
+        c: Completion<RecvTag>,
+        on_event: &mut dyn FnMut(RecvEvent),
+    ) -> Result<(), Error> {
+        let stream = c.tag.stream;
+        let lease = c.lease.expect("reads carry a buffer");
+        let s = &mut self.streams[stream as usize];
+        s.busy = false;
+        if c.result < 0 {
+            if super::error::is_retry(-c.result) {
+                s.lease = Some(lease);
+                return Ok(());
+            }
+            s.open = false;
+            self.ring.arena().give_back(lease);
+            return Err(stream_err(
+                "receive",
+                stream,
+                io::Error::from_raw_os_error(-c.result),
+            ));
+        }
+        let n = c.result as u32;
+        if n == 0 {
+            s.open = false;
+            self.ring.arena().give_back(lease);
+            return match s.phase {
+                Phase::Header { got: 0 } => {
+                    on_event(RecvEvent::Closed { stream });
+                    Ok(())
+                }
+                _ => Err(stream_err(
+                    "receive",
+                    stream,
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the stream ended in the middle of a frame",
+                    ),
+                )),
+            };
+        }
+        match s.phase {
+            Phase::Header { got } if got + n < FRAME_HEADER_LEN as u32 => {
+                s.phase = Phase::Header { got: got + n };
+                s.lease = Some(lease);
+            }
+            Phase::Header { .. } => {
+                let header = FrameHeader::decode(&lease.as_slice()[HEADER_AT..HEADROOM]);
+                let header = match header {
+                    Ok(h) if h.length as usize <= self.payload_max => Ok(h),
+                    Ok(h) => Err(FrameError::Oversized { length: h.length }),
+                    Err(e) => Err(e),
+                };
+                let header = match header {
+                    Ok(h) => h,
+                    Err(reason) => {
+                        // A malformed frame ends this stream; its buffer goes back.
+                        self.streams[stream as usize].open = false;
+                        self.ring.arena().give_back(lease);
+                        return Err(Error::Frame { stream, reason });
+                    }
+                };
+                let s = &mut self.streams[stream as usize];
+                if header.length == 0 {
+                    s.phase = Phase::Header { got: 0 };
+                    on_event(RecvEvent::Frame {
+                        stream,
+                        header,
+                        lease,
+                    });
+                } else {
+                    s.phase = Phase::Payload { header, got: 0 };
+                    s.lease = Some(lease);
+                }
+            }
+            Phase::Payload { header, got } => {
+                let got = got + n;
+                if got < header.length {
+                    s.phase = Phase::Payload { header, got };
+                    s.lease = Some(lease);
+                } else {
+                    s.phase = Phase::Header { got: 0 };
+                    on_event(RecvEvent::Frame {
+                        stream,
+                        header,
+                        lease,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
