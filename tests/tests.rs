@@ -10,3 +10,4 @@ mod disk_devices;
 mod linters;
 mod net;
 mod protocol_io;
+mod transfer;

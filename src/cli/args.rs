@@ -28,6 +28,10 @@ pub struct Cli {
 pub enum Command {
     /// Benchmark disks: sustained, honest throughput, IOPS and latency
     Bench(BenchArgs),
+    /// Run the receiver daemon: files pushed by `urmove send` land under --root
+    Recv(RecvArgs),
+    /// Push files and directory trees to a `urmove recv` daemon: SOURCE... HOST:DEST
+    Send(SendArgs),
     /// Write a new pre-shared key to FILE (mode 0600; never overwrites)
     Keygen {
         /// Where to write the key.
@@ -165,6 +169,87 @@ pub struct BenchArgs {
     /// Write the sweep table as CSV.
     #[arg(long, value_name = "FILE", requires = "sweep")]
     pub csv: Option<PathBuf>,
+
+    /// Print one JSON document at the end, nothing else on stdout.
+    #[arg(long, conflicts_with = "json_stream")]
+    pub json: bool,
+
+    /// Print one JSON object per interval, then the summary.
+    #[arg(long)]
+    pub json_stream: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ZeroCopyArg {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Debug, Args)]
+pub struct RecvArgs {
+    /// Address to listen on: ADDR or ADDR:PORT [default port: 7878].
+    #[arg(long, value_name = "ADDR[:PORT]", default_value = "0.0.0.0:7878")]
+    pub listen: String,
+
+    /// Directory every received path is confined to.
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+
+    /// Pre-shared key (written by `urmove keygen FILE`, mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: PathBuf,
+
+    /// O_DIRECT for received files: auto, required, or off.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+
+    /// Drop a client that completes no handshake within this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "10s")]
+    pub handshake_timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+      urmove send --key-file k /data/run42 dtn2:ingest      creates ingest/run42/... under the receiver's root\n  \
+      urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself")]
+pub struct SendArgs {
+    /// Files or directories to send, then HOST:DEST (DEST under the receiver's root).
+    #[arg(value_name = "SOURCE... HOST:DEST", num_args = 2.., required = true)]
+    pub args: Vec<String>,
+
+    /// Receiver's port.
+    #[arg(short = 'p', long, default_value_t = 7878)]
+    pub port: u16,
+
+    /// Parallel TCP data streams.
+    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: u16,
+
+    /// Bytes per frame (block).
+    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
+    pub block: u64,
+
+    /// Socket send buffer per stream (FDT's -ss).
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub sock_buf: Option<u64>,
+
+    /// Pre-shared key (the same file as the receiver's).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: PathBuf,
+
+    /// O_DIRECT for reading sources: auto, required, or off.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+
+    /// Zero-copy sends: auto (drop them when the kernel copies anyway, as on
+    /// loopback and veth), on, or off.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto)]
+    pub zerocopy: ZeroCopyArg,
+
+    /// Print a line every DURATION.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
+    pub interval: Duration,
 
     /// Print one JSON document at the end, nothing else on stdout.
     #[arg(long, conflicts_with = "json_stream")]

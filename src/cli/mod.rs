@@ -5,6 +5,7 @@ pub mod args;
 pub mod keys;
 pub mod parse;
 pub mod render;
+mod transfer;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,7 +31,7 @@ pub const EXIT_USAGE: u8 = 2;
 
 /// What went wrong, and which exit code it earns.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Usage(anyhow::Error),
     Run(anyhow::Error),
 }
@@ -47,6 +48,8 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Bench(a) => bench(a),
+        Command::Recv(a) => transfer::recv(a),
+        Command::Send(a) => transfer::send(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
     };
     match result {
@@ -80,7 +83,7 @@ fn default_target() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/tmp"))
 }
 
-fn interrupt_flag() -> anyhow::Result<Arc<AtomicBool>> {
+pub(crate) fn interrupt_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&flag))

@@ -42,7 +42,7 @@ pub fn error(msg: &str) {
     let _ = writeln!(std::io::stderr(), "urmove: error: {msg}");
 }
 
-fn wall_clock() -> String {
+pub fn wall_clock() -> String {
     let (h, m, sec) = crate::datapath::sys::local_hms();
     format!("{h:02}:{m:02}:{sec:02}")
 }

@@ -280,3 +280,19 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Ask for a socket send buffer of `bytes` (FDT's `-ss`); the kernel caps it
+/// at `net.core.wmem_max`.
+pub fn set_send_buffer(fd: std::os::fd::RawFd, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: setsockopt reads one int from `v`, which outlives the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}

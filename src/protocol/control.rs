@@ -95,6 +95,8 @@ pub enum Message {
     /// Part of the manifest; the receiver numbers entries in arrival order.
     Manifest(Vec<Entry>),
     ManifestEnd,
+    /// The receiver has prepared every file and waits for the data streams.
+    Ready,
     /// The first message of a data stream.
     StreamHello {
         session_id: SessionId,
@@ -129,6 +131,7 @@ mod kind {
     pub const FILE_ACK: u8 = 9;
     pub const ERROR: u8 = 10;
     pub const SUMMARY: u8 = 11;
+    pub const READY: u8 = 12;
 }
 
 /// Encode `m` with its length prefix.
@@ -169,6 +172,9 @@ pub fn encode(m: &Message) -> Vec<u8> {
         }
         Message::ManifestEnd => {
             w.u8(kind::MANIFEST_END);
+        }
+        Message::Ready => {
+            w.u8(kind::READY);
         }
         Message::StreamHello {
             session_id,
@@ -302,6 +308,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::Manifest(entries)
         }
         kind::MANIFEST_END => Message::ManifestEnd,
+        kind::READY => Message::Ready,
         kind::STREAM_HELLO => {
             magic(&mut r)?;
             Message::StreamHello {
@@ -391,6 +398,7 @@ mod tests {
                 link: None,
             }]),
             Message::ManifestEnd,
+            Message::Ready,
             Message::StreamHello {
                 session_id: [6; 16],
                 stream_index: 3,

@@ -1,0 +1,235 @@
+//! `urmove recv` and `urmove send` on the command line.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::coord::units::{self, RateUnit};
+use crate::datapath::net::ZeroCopy;
+use crate::datapath::DirectMode;
+use crate::session::recv::{serve, RecvConfig};
+use crate::session::send::{run_send, NetInterval, SendConfig, SendObserver, SendReport};
+use crate::session::DEFAULT_PORT;
+
+use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
+use super::render::{self, Format, Out};
+use super::{interrupt_flag, keys, Failure, EXIT_FAILED};
+
+fn direct(d: DirectArg) -> DirectMode {
+    match d {
+        DirectArg::Auto => DirectMode::Auto,
+        DirectArg::Required => DirectMode::Required,
+        DirectArg::Off => DirectMode::Off,
+    }
+}
+
+fn listen_addr(s: &str) -> anyhow::Result<SocketAddr> {
+    let with_port = if s.parse::<SocketAddr>().is_ok()
+        || s.rsplit_once(':')
+            .is_some_and(|(h, p)| !h.ends_with(':') && p.parse::<u16>().is_ok() && !h.is_empty())
+    {
+        s.to_string()
+    } else {
+        format!("{s}:{DEFAULT_PORT}")
+    };
+    with_port
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {s}"))?
+        .next()
+        .with_context(|| format!("--listen {s}: no address"))
+}
+
+pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
+    let usage = |e: anyhow::Error| Failure::Usage(e);
+    let key = keys::load(&a.key_file).map_err(usage)?;
+    let listen = listen_addr(&a.listen).map_err(usage)?;
+    let stop = interrupt_flag().map_err(Failure::Run)?;
+    let cfg = RecvConfig {
+        listen,
+        root: a.root.clone(),
+        key,
+        direct: direct(a.direct),
+        handshake_timeout: a.handshake_timeout,
+        stream_wait: Duration::from_secs(30),
+    };
+    let log: crate::session::recv::Log = Arc::new(|m: &str| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "urmove recv: {m}");
+    });
+    serve(cfg, &stop, log, &mut |_| {}).map_err(|e| {
+        let e = anyhow::anyhow!("{e}");
+        Failure::Usage(e)
+    })?;
+    Ok(0)
+}
+
+/// `HOST:DEST`, with `[v6]:DEST` for IPv6 literals.
+fn split_target(t: &str) -> Option<(String, String)> {
+    if let Some(rest) = t.strip_prefix('[') {
+        let (host, dest) = rest.split_once("]:")?;
+        return Some((host.to_string(), dest.to_string()));
+    }
+    let (host, dest) = t.split_once(':')?;
+    (!host.is_empty()).then(|| (host.to_string(), dest.to_string()))
+}
+
+struct SendPrinter {
+    format: Format,
+    out: Out,
+}
+
+impl SendObserver for SendPrinter {
+    fn interval(&mut self, l: &NetInterval) {
+        let iv = &l.interval;
+        match self.format {
+            Format::Human => {
+                let pct = if l.total_bytes > 0 {
+                    100.0 * iv.total_bytes as f64 / l.total_bytes as f64
+                } else {
+                    100.0
+                };
+                let left = l.total_bytes.saturating_sub(iv.total_bytes) as f64;
+                let eta = if iv.avg_rate_bytes_per_s > 0.0 {
+                    left / iv.avg_rate_bytes_per_s
+                } else {
+                    0.0
+                };
+                let line = format!(
+                    "{}  Net Out: {}  Avg: {}  {pct:.1}%  ETA {}s",
+                    render::wall_clock(),
+                    units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+                    units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
+                    eta.ceil() as u64
+                );
+                self.out.line(&line);
+            }
+            Format::JsonStream => {
+                let v = serde_json::json!({
+                    "type": "interval",
+                    "t_s": iv.end_s,
+                    "interval_s": iv.len_s,
+                    "bytes": iv.bytes,
+                    "rate_bits_per_s": iv.rate_bytes_per_s * 8.0,
+                    "avg_rate_bits_per_s": iv.avg_rate_bytes_per_s * 8.0,
+                    "total_bytes": iv.total_bytes,
+                    "expected_bytes": l.total_bytes,
+                });
+                self.out.line(&v.to_string());
+            }
+            Format::Json => {}
+        }
+    }
+
+    fn notice(&mut self, message: &str) {
+        render::warn(message);
+    }
+}
+
+pub fn send(a: SendArgs) -> Result<u8, Failure> {
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let (target, sources) = a.args.split_last().expect("clap requires two or more");
+    let (host, dest) = split_target(target).ok_or_else(|| {
+        usage(format!(
+            "{target}: the last argument must be HOST:DEST (DEST may be empty)"
+        ))
+    })?;
+    if a.block == 0
+        || a.block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
+        || !a.block.is_multiple_of(4096)
+    {
+        return Err(usage(format!(
+            "--block {} must be a multiple of 4096 up to {}",
+            a.block,
+            crate::protocol::frame::FRAME_PAYLOAD_MAX
+        )));
+    }
+    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
+    let format = if a.json {
+        Format::Json
+    } else if a.json_stream {
+        Format::JsonStream
+    } else {
+        Format::Human
+    };
+    let cfg = SendConfig {
+        host,
+        port: a.port,
+        dest: dest.trim_end_matches('/').to_string(),
+        sources: sources.iter().map(PathBuf::from).collect(),
+        streams: a.streams,
+        block_size: a.block as u32,
+        key,
+        zerocopy: match a.zerocopy {
+            ZeroCopyArg::Auto => ZeroCopy::Auto,
+            ZeroCopyArg::On => ZeroCopy::On,
+            ZeroCopyArg::Off => ZeroCopy::Off,
+        },
+        direct: direct(a.direct),
+        interval: a.interval,
+        sock_buf: a.sock_buf.map(|b| b as usize),
+        connect_timeout: Duration::from_secs(10),
+    };
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter {
+        format,
+        out: Out::default(),
+    };
+    let report = match run_send(&cfg, &interrupt, &mut printer) {
+        Ok(r) => r,
+        Err(e) => {
+            if format != Format::Human {
+                let mut doc = serde_json::json!({"schema": 1, "command": "send", "status": e.code().name(), "error": e.to_string()});
+                if format == Format::JsonStream {
+                    doc["type"] = "summary".into();
+                }
+                printer.out.line(&doc.to_string());
+            }
+            let usage = e.is_usage();
+            let e = anyhow::anyhow!("{e}");
+            return Err(if usage {
+                Failure::Usage(e)
+            } else {
+                Failure::Run(e)
+            });
+        }
+    };
+    finish_send(&mut printer, &report);
+    Ok(if report.status == "ok" {
+        0
+    } else {
+        EXIT_FAILED
+    })
+}
+
+fn finish_send(p: &mut SendPrinter, r: &SendReport) {
+    match p.format {
+        Format::Json => p
+            .out
+            .line(&serde_json::to_string_pretty(r).expect("reports serialize")),
+        Format::JsonStream => {
+            let mut v = serde_json::to_value(r).expect("reports serialize");
+            v["type"] = "summary".into();
+            p.out.line(&v.to_string());
+        }
+        Format::Human => {
+            p.out.line(&format!(
+                "sent {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files verified by the receiver",
+                r.files,
+                units::bytes_decimal(r.bytes),
+                units::bytes_binary(r.bytes),
+                units::duration_s(r.elapsed_s),
+                units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
+                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+                r.streams,
+                r.files_verified,
+                r.files
+            ));
+        }
+    }
+    if let Some(e) = &r.error {
+        render::error(e);
+    }
+}

@@ -1,0 +1,403 @@
+//! `urmove send`: push files and trees to a `urmove recv` daemon over one
+//! control connection and N parallel data streams.
+
+use std::fs::File;
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::coord::{Interval, IntervalTracker, WorkerCounters};
+use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
+use crate::datapath::{sys, DirectMode};
+use crate::protocol::control::{
+    Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
+};
+use crate::protocol::frame::{digest_add, FrameHeader};
+use crate::protocol::handshake::{stream_proof, ClientHandshake, Key};
+use crate::protocol::manifest::EntryKind;
+
+use super::conn::{recv_msg, send_msg};
+use super::tree::{scan, Tree};
+use super::SessionError;
+
+/// Everything `send` needs, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct SendConfig {
+    pub host: String,
+    pub port: u16,
+    /// Destination directory under the receiver's root.
+    pub dest: String,
+    pub sources: Vec<PathBuf>,
+    pub streams: u16,
+    pub block_size: u32,
+    pub key: Key,
+    pub zerocopy: ZeroCopy,
+    pub direct: DirectMode,
+    pub interval: Duration,
+    pub sock_buf: Option<usize>,
+    pub connect_timeout: Duration,
+}
+
+/// One interval line of a transfer.
+#[derive(Debug, Clone, Copy)]
+pub struct NetInterval {
+    pub interval: Interval,
+    pub total_bytes: u64,
+}
+
+/// Receives progress while a transfer runs.
+pub trait SendObserver {
+    fn interval(&mut self, line: &NetInterval);
+    fn notice(&mut self, message: &str);
+}
+
+/// The outcome of a transfer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SendReport {
+    pub schema: u32,
+    pub command: &'static str,
+    /// `ok` or an error code.
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Payload bytes that crossed the network.
+    pub bytes: u64,
+    pub bytes_skipped: u64,
+    pub files: u64,
+    pub files_verified: u64,
+    pub elapsed_s: f64,
+    pub rate_bits_per_s: f64,
+    pub interval_rate_min_bits_per_s: f64,
+    pub streams: u16,
+    pub block_size_bytes: u32,
+    pub zero_copy_sends: u64,
+    pub zero_copy_copied: u64,
+    pub zero_copy_fell_back: bool,
+}
+
+fn random<const N: usize>() -> Result<[u8; N], SessionError> {
+    let mut b = [0u8; N];
+    sys::random_bytes(&mut b).map_err(|e| SessionError::io("random bytes", e))?;
+    Ok(b)
+}
+
+fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
+    let what = format!("connecting to {}:{}", cfg.host, cfg.port);
+    let addrs = (cfg.host.as_str(), cfg.port)
+        .to_socket_addrs()
+        .map_err(|e| SessionError::io(what.clone(), e))?;
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            Ok(s) => {
+                s.set_nodelay(true)
+                    .map_err(|e| SessionError::io(what.clone(), e))?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(SessionError::io(
+        what,
+        last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address")),
+    ))
+}
+
+/// Run a push. Setup failures (connection, authentication, refusal) come
+/// back as `Err`; a transfer that started reports its outcome in the report.
+pub fn run_send(
+    cfg: &SendConfig,
+    interrupt: &AtomicBool,
+    obs: &mut dyn SendObserver,
+) -> Result<SendReport, SessionError> {
+    let tree = scan(&cfg.sources)?;
+    let mut ctl = connect(cfg)?;
+    ctl.set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(|e| SessionError::io("socket", e))?;
+    let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
+    send_msg(&mut ctl, &Message::Hello(hello))?;
+    let Message::Challenge(ch) = recv_msg(&mut ctl)? else {
+        return Err(SessionError::Protocol(
+            "expected the receiver's challenge".into(),
+        ));
+    };
+    // A receiver without our key is told so before we hang up.
+    let auth = hs
+        .on_challenge(&ch)
+        .map_err(|e| super::conn::fail(&mut ctl, SessionError::Auth(e)))?;
+    send_msg(&mut ctl, &Message::Auth(auth))?;
+    let Message::Welcome(welcome) = recv_msg(&mut ctl)? else {
+        return Err(SessionError::Protocol(
+            "expected the receiver's welcome".into(),
+        ));
+    };
+    let keys = hs.on_welcome(&welcome).map_err(SessionError::Auth)?;
+    send_msg(
+        &mut ctl,
+        &Message::Request(SessionRequest {
+            direction: Direction::Push,
+            streams: cfg.streams,
+            block_size: cfg.block_size,
+            path: cfg.dest.clone(),
+        }),
+    )?;
+    for part in tree.entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
+        send_msg(&mut ctl, &Message::Manifest(part.to_vec()))?;
+    }
+    send_msg(&mut ctl, &Message::ManifestEnd)?;
+    match recv_msg(&mut ctl)? {
+        Message::Ready => {}
+        _ => {
+            return Err(SessionError::Protocol(
+                "expected the receiver to be ready".into(),
+            ))
+        }
+    }
+    let mut streams = Vec::with_capacity(cfg.streams as usize);
+    for i in 0..cfg.streams {
+        let mut st = connect(cfg)?;
+        if let Some(b) = cfg.sock_buf {
+            set_sock_buf(&st, b);
+        }
+        send_msg(
+            &mut st,
+            &Message::StreamHello {
+                session_id: keys.session_id,
+                stream_index: i,
+                proof: stream_proof(&keys, i),
+            },
+        )?;
+        streams.push(st);
+    }
+
+    // Data on its own thread; progress here.
+    let counters = WorkerCounters::default();
+    let stop = AtomicBool::new(false);
+    let total = tree.file_bytes();
+    let start = Instant::now();
+    let (data, tracker) = std::thread::scope(|scope| {
+        let data = scope.spawn(|| {
+            let r = push_data(cfg, &tree, &streams, &counters, &stop);
+            counters.finish();
+            r
+        });
+        let mut tracker = IntervalTracker::new(cfg.interval.as_nanos() as u64);
+        while !counters.is_done() {
+            std::thread::sleep(Duration::from_millis(50).min(cfg.interval));
+            if interrupt.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            let t = start.elapsed().as_nanos() as u64;
+            if let Some(iv) = tracker.observe(t, counters.snapshot().0) {
+                obs.interval(&NetInterval {
+                    interval: iv,
+                    total_bytes: total,
+                });
+            }
+        }
+        (data.join().expect("the data thread panicked"), tracker)
+    });
+    for st in &streams {
+        let _ = st.shutdown(Shutdown::Write);
+    }
+    let elapsed = start.elapsed();
+    let (bytes, _) = counters.snapshot();
+    let mut tracker = tracker;
+    if let Some(iv) = tracker.finish(elapsed.as_nanos() as u64, bytes) {
+        obs.interval(&NetInterval {
+            interval: iv,
+            total_bytes: total,
+        });
+    }
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let mut report = SendReport {
+        schema: 1,
+        command: "send",
+        status: "ok",
+        error: None,
+        bytes,
+        bytes_skipped: 0,
+        files: tree.file_count() as u64,
+        files_verified: 0,
+        elapsed_s: secs,
+        rate_bits_per_s: bytes as f64 * 8.0 / secs,
+        interval_rate_min_bits_per_s: tracker.min_full_rate().unwrap_or(bytes as f64 / secs) * 8.0,
+        streams: cfg.streams,
+        block_size_bytes: cfg.block_size,
+        zero_copy_sends: 0,
+        zero_copy_copied: 0,
+        zero_copy_fell_back: false,
+    };
+    let digests = match data {
+        Ok((digests, stats)) => {
+            report.zero_copy_sends = stats.zc_sends;
+            report.zero_copy_copied = stats.zc_copied;
+            report.zero_copy_fell_back = stats.zc_fell_back;
+            if stats.zc_fell_back {
+                obs.notice("zero-copy sends were copied by the kernel (loopback or veth): fell back to plain send");
+            }
+            digests
+        }
+        Err(e) => {
+            // Tell the receiver, which keeps only .part files.
+            let _ = send_msg(
+                &mut ctl,
+                &Message::Error {
+                    code: e.code(),
+                    message: e.to_string(),
+                },
+            );
+            report.status = if interrupt.load(Ordering::Relaxed) {
+                "interrupted"
+            } else {
+                e.code().name()
+            };
+            report.error = Some(e.to_string());
+            return Ok(report);
+        }
+    };
+    // Every file is acknowledged with a digest that must match ours.
+    let outcome = collect_acks(&mut ctl, &tree, &digests, &mut report);
+    if let Err(e) = outcome {
+        report.status = e.code().name();
+        report.error = Some(e.to_string());
+    }
+    Ok(report)
+}
+
+fn collect_acks(
+    ctl: &mut TcpStream,
+    tree: &Tree,
+    digests: &[u64],
+    report: &mut SendReport,
+) -> Result<(), SessionError> {
+    let mut acked = vec![false; tree.entries.len()];
+    loop {
+        match recv_msg(ctl)? {
+            Message::FileAck { file_index, digest } => {
+                let i = file_index as usize;
+                if i >= tree.entries.len() || tree.entries[i].kind != EntryKind::File || acked[i] {
+                    return Err(SessionError::Protocol(format!(
+                        "unexpected acknowledgement for entry {i}"
+                    )));
+                }
+                if digest != digests[i] {
+                    return Err(SessionError::local(
+                        ErrorCode::Io,
+                        format!(
+                            "{}: the receiver's digest does not match",
+                            tree.entries[i].path
+                        ),
+                    ));
+                }
+                acked[i] = true;
+                report.files_verified += 1;
+            }
+            Message::Summary { ok: true, .. } if report.files_verified == report.files => {
+                return Ok(())
+            }
+            Message::Summary { .. } => {
+                return Err(SessionError::local(
+                    ErrorCode::Io,
+                    format!(
+                        "only {} of {} files verified",
+                        report.files_verified, report.files
+                    ),
+                ))
+            }
+            _ => {
+                return Err(SessionError::Protocol(
+                    "unexpected message after the data".into(),
+                ))
+            }
+        }
+    }
+}
+
+fn set_sock_buf(s: &TcpStream, bytes: usize) {
+    sys::set_send_buffer(s.as_raw_fd(), bytes);
+}
+
+fn open_source(path: &std::path::Path, direct: DirectMode) -> Result<(File, bool), SessionError> {
+    let ctx = || path.display().to_string();
+    if direct != DirectMode::Off {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(f) => return Ok((f, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
+            Err(e) => return Err(SessionError::io(ctx(), e)),
+        }
+    }
+    let f = File::open(path).map_err(|e| SessionError::io(ctx(), e))?;
+    Ok((f, false))
+}
+
+/// Read every file block by block into frame buffers and queue the frames
+/// round-robin on the streams. Returns each file's digest.
+fn push_data(
+    cfg: &SendConfig,
+    tree: &Tree,
+    streams: &[TcpStream],
+    counters: &WorkerCounters,
+    stop: &AtomicBool,
+) -> Result<(Vec<u64>, SendStats), SessionError> {
+    let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
+    let bufs = (streams.len() * 4).clamp(8, 256);
+    let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
+    let mut digests = vec![0u64; tree.entries.len()];
+    let block = u64::from(cfg.block_size);
+    let mut next_stream = 0u32;
+    for (i, e) in tree.entries.iter().enumerate() {
+        if e.kind != EntryKind::File || e.size == 0 {
+            continue;
+        }
+        let (file, direct) = open_source(&tree.sources[i], cfg.direct)?;
+        let mut offset = 0u64;
+        while offset < e.size {
+            if stop.load(Ordering::Relaxed) {
+                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+            }
+            let mut lease = loop {
+                match tx.take_buffer() {
+                    Some(l) => break l,
+                    None => tx.poll(true)?,
+                }
+            };
+            let n = (e.size - offset).min(block) as usize;
+            let want = if direct { n.div_ceil(4096) * 4096 } else { n };
+            let buf = &mut payload_mut(&mut lease)[..want];
+            let mut got = 0;
+            while got < n {
+                let r = file
+                    .read_at(&mut buf[got..], offset + got as u64)
+                    .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
+                if r == 0 {
+                    tx.give_back(lease);
+                    return Err(SessionError::local(
+                        ErrorCode::Io,
+                        format!(
+                            "{}: changed size during the send",
+                            tree.sources[i].display()
+                        ),
+                    ));
+                }
+                got += r;
+            }
+            let h = FrameHeader::for_payload(i as u32, offset, &buf[..n], 0);
+            digests[i] = digest_add(digests[i], h.checksum);
+            tx.queue(next_stream, lease, &h);
+            next_stream = (next_stream + 1) % fds.len() as u32;
+            counters.add(n as u64, 1);
+            tx.poll(false)?;
+            offset += n as u64;
+        }
+    }
+    tx.flush()?;
+    Ok((digests, tx.stats()))
+}

@@ -1,0 +1,118 @@
+//! The sender's view of its sources: files, directory trees and symlinks
+//! turned into a manifest, as `cp -r SRC DEST/` would copy them (a
+//! directory is copied as itself, under its own name).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::protocol::manifest::{check_path, Entry, EntryKind};
+
+use super::SessionError;
+
+/// The manifest and, for each regular file, where to read it.
+#[derive(Debug, Default)]
+pub struct Tree {
+    pub entries: Vec<Entry>,
+    /// Source path of each entry (files are read from here).
+    pub sources: Vec<PathBuf>,
+}
+
+impl Tree {
+    pub fn file_bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| e.size)
+            .sum()
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .count()
+    }
+}
+
+fn entry(path: &str, source: &Path) -> Result<Entry, SessionError> {
+    let m = std::fs::symlink_metadata(source)
+        .map_err(|e| SessionError::io(source.display().to_string(), e))?;
+    let ft = m.file_type();
+    let (kind, link) = if ft.is_symlink() {
+        let t = std::fs::read_link(source)
+            .map_err(|e| SessionError::io(source.display().to_string(), e))?;
+        (EntryKind::Symlink, Some(t.to_string_lossy().into_owned()))
+    } else if ft.is_dir() {
+        (EntryKind::Dir, None)
+    } else if ft.is_file() {
+        (EntryKind::File, None)
+    } else {
+        return Err(SessionError::local(
+            crate::protocol::control::ErrorCode::BadRequest,
+            format!("{}: not a file, directory or symlink", source.display()),
+        ));
+    };
+    check_path(path).map_err(|e| {
+        SessionError::local(
+            crate::protocol::control::ErrorCode::BadRequest,
+            format!("{path}: {e}"),
+        )
+    })?;
+    Ok(Entry {
+        path: path.to_string(),
+        kind,
+        size: if kind == EntryKind::File { m.len() } else { 0 },
+        mode: m.permissions().mode() & 0o7777,
+        mtime_s: m.mtime(),
+        mtime_ns: m.mtime_nsec() as u32,
+        link,
+    })
+}
+
+fn walk(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
+    let e = entry(rel, source)?;
+    let is_dir = e.kind == EntryKind::Dir;
+    tree.entries.push(e);
+    tree.sources.push(source.to_path_buf());
+    if is_dir {
+        let mut children: Vec<_> = std::fs::read_dir(source)
+            .map_err(|e| SessionError::io(source.display().to_string(), e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| SessionError::io(source.display().to_string(), e))?;
+        children.sort_by_key(|c| c.file_name());
+        for c in children {
+            let name = c.file_name();
+            let name = name.to_str().ok_or_else(|| {
+                SessionError::local(
+                    crate::protocol::control::ErrorCode::BadRequest,
+                    format!("{}: file name is not UTF-8", c.path().display()),
+                )
+            })?;
+            walk(tree, &format!("{rel}/{name}"), &c.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Build the manifest of `sources` (files, directories, symlinks; a
+/// directory is copied as itself, recursively).
+pub fn scan(sources: &[PathBuf]) -> Result<Tree, SessionError> {
+    let mut tree = Tree::default();
+    for s in sources {
+        let trimmed = s.components().as_path();
+        let name = trimmed
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| {
+                SessionError::local(
+                    crate::protocol::control::ErrorCode::BadRequest,
+                    format!(
+                        "{}: cannot name this source (give a file or directory)",
+                        s.display()
+                    ),
+                )
+            })?;
+        walk(&mut tree, name, s)?;
+    }
+    Ok(tree)
+}

@@ -1,0 +1,423 @@
+//! `urmove recv` and `urmove send` as users run them: real processes, real
+//! TCP on loopback, real files compared byte for byte with modes and mtimes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, SystemTime};
+
+use crate::util::{json, stderr, urmove};
+
+/// A receiver daemon on 127.0.0.1 and a free port, killed on drop.
+pub struct Daemon {
+    child: Child,
+    pub port: u16,
+    pub root: tempfile::TempDir,
+    pub key: PathBuf,
+    _keydir: tempfile::TempDir,
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let key = keydir.path().join("key");
+        assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        let mut child = urmove()
+            .args([
+                "recv",
+                "--listen",
+                "127.0.0.1:0",
+                "--handshake-timeout",
+                "2s",
+                "--root",
+            ])
+            .arg(root.path())
+            .arg("--key-file")
+            .arg(&key)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, log) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = log
+            .recv_timeout(Duration::from_secs(10))
+            .expect("daemon started");
+        let port = first
+            .split("listening on 127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {first:?}"));
+        Daemon {
+            child,
+            port,
+            root,
+            key,
+            _keydir: keydir,
+            log,
+        }
+    }
+
+    pub fn send(&self, extra: &[&str], args: &[&str]) -> std::process::Output {
+        urmove()
+            .args(["send", "-p", &self.port.to_string(), "--key-file"])
+            .arg(&self.key)
+            .args(extra)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Log lines so far.
+    pub fn log(&self) -> String {
+        self.log.try_iter().collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn set_mtime(p: &Path, secs: u64) {
+    let f = std::fs::File::options()
+        .write(!p.is_dir())
+        .read(p.is_dir())
+        .open(p)
+        .unwrap();
+    f.set_times(
+        std::fs::FileTimes::new().set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)),
+    )
+    .unwrap();
+}
+
+/// A tree with every file kind: sizes around block and page edges, an
+/// empty file, an empty directory, nested directories, an inside symlink.
+fn make_tree(dir: &Path) -> PathBuf {
+    let top = dir.join("run42");
+    std::fs::create_dir_all(top.join("a/b")).unwrap();
+    std::fs::create_dir_all(top.join("empty")).unwrap();
+    let sizes = [0usize, 1, 1000, 4096, (1 << 20) + 123, 3 << 20];
+    for (i, n) in sizes.iter().enumerate() {
+        let p = top.join(if i % 2 == 0 {
+            format!("f{i}")
+        } else {
+            format!("a/b/f{i}")
+        });
+        std::fs::write(&p, crate::util::noise(*n, i as u64 + 100)).unwrap();
+        std::fs::set_permissions(
+            &p,
+            std::fs::Permissions::from_mode([0o600, 0o640, 0o644, 0o755][i % 4]),
+        )
+        .unwrap();
+        set_mtime(&p, 1_600_000_000 + i as u64);
+    }
+    std::os::unix::fs::symlink("a/b/f1", top.join("link")).unwrap();
+    set_mtime(&top.join("a/b"), 1_500_000_000);
+    set_mtime(&top.join("empty"), 1_500_000_001);
+    top
+}
+
+/// Compare two trees: kinds, bytes, modes, mtimes, link targets.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let ma = std::fs::symlink_metadata(a).unwrap();
+    let mb = std::fs::symlink_metadata(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()));
+    assert_eq!(ma.file_type(), mb.file_type(), "{}", b.display());
+    if ma.file_type().is_symlink() {
+        assert_eq!(
+            std::fs::read_link(a).unwrap(),
+            std::fs::read_link(b).unwrap()
+        );
+        return;
+    }
+    assert_eq!(
+        ma.mode() & 0o7777,
+        mb.mode() & 0o7777,
+        "mode of {}",
+        b.display()
+    );
+    assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", b.display());
+    if ma.is_dir() {
+        let mut names: Vec<_> = std::fs::read_dir(a)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        let mut other: Vec<_> = std::fs::read_dir(b)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        other.sort();
+        assert_eq!(names, other, "entries of {}", b.display());
+        for n in names {
+            assert_same_tree(&a.join(&n), &b.join(&n));
+        }
+    } else {
+        assert_eq!(
+            std::fs::read(a).unwrap(),
+            std::fs::read(b).unwrap(),
+            "bytes of {}",
+            b.display()
+        );
+    }
+}
+
+fn no_part_files(dir: &Path) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().ends_with(".urmove.part") {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[test]
+fn a_tree_with_every_file_kind_arrives_identical() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_tree(src.path());
+    let o = d.send(
+        &["-P", "3", "--block", "1M", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:ingest/day1"],
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["files"], 6);
+    assert_eq!(v["files_verified"], 6);
+    assert_eq!(v["streams"], 3);
+    let expected: u64 = [0u64, 1, 1000, 4096, (1 << 20) + 123, 3 << 20].iter().sum();
+    assert_eq!(v["bytes"], expected);
+    for k in [
+        "elapsed_s",
+        "rate_bits_per_s",
+        "interval_rate_min_bits_per_s",
+    ] {
+        assert!(v[k].as_f64().unwrap() > 0.0, "{k}");
+    }
+    assert_same_tree(&top, &d.root.path().join("ingest/day1/run42"));
+    assert!(no_part_files(d.root.path()));
+}
+
+#[test]
+fn one_large_file_uses_every_stream_and_human_output_has_interval_lines() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = src.path().join("big.dat");
+    std::fs::write(&f, crate::util::noise(24 << 20, 7)).unwrap();
+    let o = d.send(
+        &["-P", "4", "--block", "1M", "--interval", "100ms"],
+        &[f.to_str().unwrap(), "127.0.0.1:"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = crate::util::stdout(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.contains("Net Out:") && l.contains("Avg:") && l.contains('%')),
+        "{out}"
+    );
+    assert!(out.contains("1 of 1 files verified"), "{out}");
+    assert_eq!(
+        std::fs::read(d.root.path().join("big.dat")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+}
+
+#[test]
+fn the_wrong_key_is_refused_on_both_sides_and_the_daemon_keeps_serving() {
+    let mut d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(src.path().join("x"), b"data").unwrap();
+    let other = src.path().join("other.key");
+    assert!(urmove()
+        .arg("keygen")
+        .arg(&other)
+        .status()
+        .unwrap()
+        .success());
+    let o = urmove()
+        .args(["send", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&other)
+        .arg(src.path().join("x"))
+        .arg("127.0.0.1:in")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("authentication failed"),
+        "{}",
+        stderr(&o)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        d.log().contains("authentication failed"),
+        "the daemon says so too"
+    );
+    assert_eq!(
+        std::fs::read_dir(d.root.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    assert!(d.alive());
+    let o = d.send(
+        &[],
+        &[src.path().join("x").to_str().unwrap(), "127.0.0.1:in"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(d.root.path().join("in/x")).unwrap(), b"data");
+}
+
+#[test]
+fn escaping_destinations_and_symlinks_are_refused_without_writing_outside() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(src.path().join("x"), b"data").unwrap();
+    let x = src.path().join("x");
+    for dest in [
+        "127.0.0.1:../escape",
+        "127.0.0.1:/etc/urmove-test",
+        "127.0.0.1:a/../../b",
+    ] {
+        let o = d.send(&[], &[x.to_str().unwrap(), dest]);
+        assert_eq!(o.status.code(), Some(2), "{dest}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("path_refused"),
+            "{dest}: {}",
+            stderr(&o)
+        );
+    }
+    assert!(!Path::new("/etc/urmove-test").exists());
+    assert!(!d.root.path().parent().unwrap().join("escape").exists());
+    // A tree holding a symlink that climbs out of the root.
+    let top = src.path().join("t");
+    std::fs::create_dir(&top).unwrap();
+    std::os::unix::fs::symlink("../../../etc/passwd", top.join("evil")).unwrap();
+    let o = d.send(&[], &[top.to_str().unwrap(), "127.0.0.1:in"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("symlink target outside the root"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!d.root.path().join("in/t/evil").exists());
+}
+
+fn raw(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn strangers_garbage_and_silence_are_refused_and_the_daemon_stays_up() {
+    use urmove::protocol::control::{decode, encode, ErrorCode, Message};
+    let mut d = Daemon::start();
+    let refused = |reply: &[u8]| match decode(reply) {
+        Ok(Some((Message::Error { code, .. }, _))) => code,
+        other => panic!("expected an error message, got {other:?}"),
+    };
+    // A data stream for a session that does not exist.
+    let hello = encode(&Message::StreamHello {
+        session_id: [9; 16],
+        stream_index: 0,
+        proof: [1; 32],
+    });
+    assert_eq!(refused(&raw(d.port, &hello)), ErrorCode::AuthFailed);
+    // Garbage, and an oversized length prefix.
+    assert_eq!(
+        refused(&raw(d.port, b"GET / HTTP/1.1\r\n\r\n")),
+        ErrorCode::Malformed
+    );
+    assert_eq!(
+        refused(&raw(d.port, &u32::MAX.to_le_bytes())),
+        ErrorCode::Malformed
+    );
+    // Silence: dropped after the handshake timeout (2 s here).
+    let mut s = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    assert!(d.alive());
+    // And a real transfer still works.
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(src.path().join("ok"), b"fine").unwrap();
+    let o = d.send(
+        &[],
+        &[src.path().join("ok").to_str().unwrap(), "127.0.0.1:"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn a_killed_sender_leaves_only_part_files_and_the_daemon_serves_the_next() {
+    let mut d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = src.path().join("big.dat");
+    std::fs::write(&f, crate::util::noise(64 << 20, 3)).unwrap();
+    let mut child: Child = urmove()
+        .args([
+            "send",
+            "-p",
+            &d.port.to_string(),
+            "--block",
+            "64k",
+            "-P",
+            "1",
+            "--key-file",
+        ])
+        .arg(&d.key)
+        .arg(&f)
+        .arg("127.0.0.1:in")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until data is flowing, then kill -9.
+    let part = d.root.path().join("in/big.dat.urmove.part");
+    for _ in 0..200 {
+        if std::fs::metadata(&part).is_ok_and(|m| m.len() > 0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !d.root.path().join("in/big.dat").exists(),
+        "a partial file was presented as complete"
+    );
+    assert!(part.exists(), "the partial data stays as .urmove.part");
+    assert!(d.alive());
+    let o = d.send(&[], &[f.to_str().unwrap(), "127.0.0.1:in"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(d.root.path().join("in/big.dat")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+}
