@@ -22,6 +22,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start() -> Daemon {
+        Self::start_with(&[])
+    }
+
+    /// Start the daemon under a wrapper command (as `prlimit --nofile=...`).
+    pub fn start_with(wrapper: &[&str]) -> Daemon {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
         assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
@@ -420,4 +425,46 @@ fn a_killed_sender_leaves_only_part_files_and_the_daemon_serves_the_next() {
         std::fs::read(d.root.path().join("in/big.dat")).unwrap(),
         std::fs::read(&f).unwrap()
     );
+}
+
+#[test]
+fn thousands_of_small_files_need_no_descriptor_each() {
+    // The daemon may hold 256 descriptors; the tree has 3,000 files.
+    crate::require!(
+        crate::util::have("prlimit"),
+        "prlimit (util-linux) not installed"
+    );
+    let d = Daemon::start_with(&["prlimit", "--nofile=256:256"]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("many");
+    for i in 0..3000u64 {
+        let dir = top.join(format!("d{}", i / 500));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("f{i}")),
+            crate::util::noise((i % 5000) as usize, i),
+        )
+        .unwrap();
+    }
+    let o = d.send(
+        &["-P", "4", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:"],
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 3000);
+    assert_same_tree(&top, &d.root.path().join("many"));
+}
+
+#[test]
+fn sigterm_stops_the_daemon_cleanly() {
+    let mut d = Daemon::start();
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &d.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = d.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(d.log().contains("stopping"), "{}", d.log());
 }

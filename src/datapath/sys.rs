@@ -296,3 +296,22 @@ pub fn set_send_buffer(fd: std::os::fd::RawFd, bytes: usize) {
         );
     }
 }
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit (a daemon serving many
+/// sessions and streams needs descriptors; the default soft limit is 1024).
+pub fn raise_nofile_limit() {
+    let mut rl = MaybeUninit::<libc::rlimit>::zeroed();
+    // SAFETY: `rl` is a valid, writable rlimit buffer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, rl.as_mut_ptr()) } != 0 {
+        return;
+    }
+    // SAFETY: getrlimit returned 0, so the buffer is initialised.
+    let mut rl = unsafe { rl.assume_init() };
+    if rl.rlim_cur < rl.rlim_max {
+        rl.rlim_cur = rl.rlim_max;
+        // SAFETY: setrlimit reads the struct we own.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}

@@ -60,6 +60,7 @@ pub fn serve(
     on_listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), SessionError> {
     Root::open(&cfg.root).map_err(|e| SessionError::io("--root", e))?;
+    sys::raise_nofile_limit();
     let listener = TcpListener::bind(cfg.listen)
         .map_err(|e| SessionError::io(format!("listening on {}", cfg.listen), e))?;
     let addr = listener
@@ -166,7 +167,9 @@ fn random<const N: usize>() -> Result<[u8; N], SessionError> {
 
 /// One file being received.
 struct RecvFile {
-    part: File,
+    /// Open while blocks arrive (opened on the first, closed when done), so
+    /// a tree of 100,000 files does not hold 100,000 descriptors.
+    part: Option<File>,
     part_rel: String,
     final_rel: String,
     size: u64,
@@ -294,9 +297,10 @@ fn control_session(
             }
             EntryKind::File => {
                 let part_rel = format!("{rel}{PART_SUFFIX}");
-                let (part, direct) = open_part(&root, &part_rel, cfg.direct)?;
+                // Create (or empty) the .part now: a bad path fails before any data.
+                let (part, direct) = open_part(&root, &part_rel, cfg.direct, true)?;
                 let mut f = RecvFile {
-                    part,
+                    part: (e.size == 0).then_some(part),
                     part_rel,
                     final_rel: rel,
                     size: e.size,
@@ -379,7 +383,7 @@ fn control_session(
         let mut failure = None;
         for (header, lease) in frames {
             if failure.is_none() {
-                match take_frame(&root, &mut files, block, &header, &lease) {
+                match take_frame(&root, cfg.direct, &mut files, block, &header, &lease) {
                     Ok(Some(digest)) => {
                         done_files += 1;
                         send_msg(
@@ -431,8 +435,13 @@ fn control_session(
     Ok((file_count as u64, bytes))
 }
 
-fn open_part(root: &Root, rel: &str, direct: DirectMode) -> Result<(File, bool), SessionError> {
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+fn open_part(
+    root: &Root,
+    rel: &str,
+    direct: DirectMode,
+    truncate: bool,
+) -> Result<(File, bool), SessionError> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | if truncate { libc::O_TRUNC } else { 0 };
     if direct != DirectMode::Off {
         match root.open_file(rel, flags | libc::O_DIRECT, 0o600) {
             Ok(f) => return Ok((f, true)),
@@ -450,6 +459,7 @@ fn open_part(root: &Root, rel: &str, direct: DirectMode) -> Result<(File, bool),
 /// file's digest when this frame completed it (and it was renamed).
 fn take_frame(
     root: &Root,
+    direct: DirectMode,
     files: &mut [Option<RecvFile>],
     block: u64,
     header: &FrameHeader,
@@ -490,6 +500,12 @@ fn take_frame(
         .map_err(|e| malformed(e.to_string()))?;
     // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
     // back to the true size before the rename.
+    if f.part.is_none() {
+        let (part, d) = open_part(root, &f.part_rel, direct, false)?;
+        f.part = Some(part);
+        f.direct = d;
+    }
+    let part = f.part.as_ref().expect("opened above");
     let len = header.length as usize;
     let write_len = if f.direct {
         len.div_ceil(4096) * 4096
@@ -497,8 +513,7 @@ fn take_frame(
         len
     };
     let bytes = &lease.as_slice()[HEADROOM..HEADROOM + write_len];
-    f.part
-        .write_all_at(bytes, header.offset)
+    part.write_all_at(bytes, header.offset)
         .map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
     f.seen[word] |= bit;
     f.received += u64::from(header.length);
@@ -514,17 +529,14 @@ fn take_frame(
 fn finalize(root: &Root, f: &mut RecvFile) -> Result<(), SessionError> {
     use std::os::unix::fs::PermissionsExt;
     let ctx = |what: &str| format!("{what} {}", f.final_rel);
-    f.part
-        .set_len(f.size)
+    let part = f.part.take().expect("a file being finalized is open");
+    part.set_len(f.size)
         .map_err(|e| SessionError::io(ctx("truncating"), e))?;
-    f.part
-        .set_permissions(std::fs::Permissions::from_mode(f.mode))
+    part.set_permissions(std::fs::Permissions::from_mode(f.mode))
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
-    f.part
-        .set_times(std::fs::FileTimes::new().set_modified(f.mtime))
+    part.set_times(std::fs::FileTimes::new().set_modified(f.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
-    f.part
-        .sync_all()
+    part.sync_all()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
     root.rename(&f.part_rel, &f.final_rel)
         .map_err(|e| SessionError::io(ctx("renaming"), e))?;
