@@ -31,7 +31,15 @@ impl Daemon {
         let key = keydir.path().join("key");
         assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
         let root = tempfile::tempdir_in("/var/tmp").unwrap();
-        let mut child = urmove()
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = std::process::Command::new(w);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_urmove"));
+                c
+            }
+            None => urmove(),
+        };
+        let mut child = cmd
             .args([
                 "recv",
                 "--listen",
