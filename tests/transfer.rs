@@ -476,3 +476,34 @@ fn sigterm_stops_the_daemon_cleanly() {
     std::thread::sleep(Duration::from_millis(100));
     assert!(d.log().contains("stopping"), "{}", d.log());
 }
+
+#[test]
+fn holes_in_sparse_files_stay_holes() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = src.path().join("sparse.img");
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::create(&f).unwrap();
+        file.set_len(16 << 20).unwrap();
+        file.write_all_at(&crate::util::noise(1 << 20, 5), 5 << 20)
+            .unwrap();
+        file.write_all_at(b"tail", (16 << 20) - 4).unwrap();
+    }
+    let o = d.send(
+        &["--block", "1M", "--json"],
+        &[f.to_str().unwrap(), "127.0.0.1:"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = d.root.path().join("sparse.img");
+    assert_eq!(std::fs::read(&got).unwrap(), std::fs::read(&f).unwrap());
+    let m = std::fs::metadata(&got).unwrap();
+    assert_eq!(m.len(), 16 << 20);
+    assert!(
+        m.blocks() * 512 <= 3 << 20,
+        "holes were filled: {} bytes allocated",
+        m.blocks() * 512
+    );
+    // Only the data crossed the network.
+    assert!(json(&o)["bytes"].as_u64().unwrap() <= 2 << 20);
+}

@@ -18,7 +18,10 @@ pub const FRAME_PAYLOAD_MAX: u32 = 64 << 20;
 
 /// The last frame this stream sends.
 pub const FLAG_END: u16 = 1;
-const FLAGS_KNOWN: u16 = FLAG_END;
+/// A block that is a hole in the source (never written): no payload
+/// (`length` 0); the receiver writes nothing, so the hole stays a hole.
+pub const FLAG_HOLE: u16 = 2;
+const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -112,6 +115,19 @@ pub fn payload_checksum(file_index: u32, offset: u64, payload: &[u8]) -> u64 {
     xxh3_64_with_seed(payload, seed(file_index, offset, payload.len() as u32))
 }
 
+/// The digest term of a hole of `len` bytes at `offset` of file `file_index`.
+pub fn hole_checksum(file_index: u32, offset: u64, len: u64) -> u64 {
+    xxh3_64(
+        &[
+            b"hole".as_slice(),
+            &file_index.to_le_bytes(),
+            &offset.to_le_bytes(),
+            &len.to_le_bytes(),
+        ]
+        .concat(),
+    )
+}
+
 /// Fold one block's checksum into a whole-file digest. The fold is
 /// order-independent, so blocks arriving on several streams in any order
 /// give the same digest on both sides.
@@ -120,6 +136,21 @@ pub fn digest_add(digest: u64, block_checksum: u64) -> u64 {
 }
 
 impl FrameHeader {
+    /// A header for a hole block at `offset` of file `file_index`.
+    pub fn hole(file_index: u32, offset: u64) -> Self {
+        FrameHeader {
+            flags: FLAG_HOLE,
+            file_index,
+            length: 0,
+            offset,
+            checksum: 0,
+        }
+    }
+
+    pub fn is_hole(&self) -> bool {
+        self.flags & FLAG_HOLE != 0
+    }
+
     /// A header for `payload` at `offset` of file `file_index`.
     pub fn for_payload(file_index: u32, offset: u64, payload: &[u8], flags: u16) -> Self {
         assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);

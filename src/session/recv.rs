@@ -18,7 +18,7 @@ use crate::datapath::beneath::Root;
 use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{Direction, ErrorCode, Message, STREAMS_MAX};
-use crate::protocol::frame::{digest_add, FrameHeader};
+use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader};
 use crate::protocol::handshake::{
     check_stream_proof, Key, ServerHandshake, SessionId, SessionKeys,
 };
@@ -480,7 +480,17 @@ fn take_frame(
     .check_against(&sizes)
     .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
     let expected = (f.size - header.offset.min(f.size)).min(block);
-    if !header.offset.is_multiple_of(block) || u64::from(header.length) != expected || f.done {
+    let hole = header.is_hole();
+    let covered = if hole && header.length == 0 {
+        expected
+    } else {
+        u64::from(header.length)
+    };
+    if !header.offset.is_multiple_of(block)
+        || covered != expected
+        || (hole && header.length != 0)
+        || f.done
+    {
         return Err(malformed(format!(
             "frame at offset {} of file {} does not fit its block layout",
             header.offset, header.file_index
@@ -493,6 +503,23 @@ fn take_frame(
             "block at offset {} of file {} arrived twice",
             header.offset, header.file_index
         )));
+    }
+    if hole {
+        // Nothing to write: the hole stays a hole (the size is set at the end).
+        f.seen[word] |= bit;
+        f.received += expected;
+        f.digest = digest_add(
+            f.digest,
+            hole_checksum(header.file_index, header.offset, expected),
+        );
+        if f.received == f.size {
+            if f.part.is_none() {
+                f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
+            }
+            finalize(root, f)?;
+            return Ok(Some(f.digest));
+        }
+        return Ok(None);
     }
     let data = payload(lease, header);
     header

@@ -15,7 +15,7 @@ use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
     Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
 };
-use crate::protocol::frame::{digest_add, FrameHeader};
+use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader};
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key};
 use crate::protocol::manifest::EntryKind;
 
@@ -321,6 +321,15 @@ fn set_sock_buf(s: &TcpStream, bytes: usize) {
     sys::set_send_buffer(s.as_raw_fd(), bytes);
 }
 
+/// Whether `[offset, offset + len)` of `file` holds no data at all.
+fn is_hole(file: &File, offset: u64, len: u64) -> bool {
+    match sys::seek_data(file, offset) {
+        Ok(Some(data)) => data >= offset + len,
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
 fn open_source(path: &std::path::Path, direct: DirectMode) -> Result<(File, bool), SessionError> {
     let ctx = || path.display().to_string();
     if direct != DirectMode::Off {
@@ -358,6 +367,11 @@ fn push_data(
             continue;
         }
         let (file, direct) = open_source(&tree.sources[i], cfg.direct)?;
+        // Fewer allocated bytes than the size: look for holes to skip.
+        let sparse = file.metadata().is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.blocks() * 512 < m.len()
+        });
         let mut offset = 0u64;
         while offset < e.size {
             if stop.load(Ordering::Relaxed) {
@@ -370,6 +384,15 @@ fn push_data(
                 }
             };
             let n = (e.size - offset).min(block) as usize;
+            if sparse && is_hole(&file, offset, n as u64) {
+                let h = FrameHeader::hole(i as u32, offset);
+                digests[i] = digest_add(digests[i], hole_checksum(i as u32, offset, n as u64));
+                tx.queue(next_stream, lease, &h);
+                next_stream = (next_stream + 1) % fds.len() as u32;
+                tx.poll(false)?;
+                offset += n as u64;
+                continue;
+            }
             let want = if direct { n.div_ceil(4096) * 4096 } else { n };
             let buf = &mut payload_mut(&mut lease)[..want];
             let mut got = 0;
