@@ -507,3 +507,26 @@ fn holes_in_sparse_files_stay_holes() {
     // Only the data crossed the network.
     assert!(json(&o)["bytes"].as_u64().unwrap() <= 2 << 20);
 }
+
+#[test]
+fn the_demo_transfers_checks_and_cleans_up() {
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let o = urmove()
+        .args(["demo", "--size", "48M", "-P", "2"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = crate::util::stdout(&o);
+    assert!(out.contains("Net Out:") || out.contains("sent "), "{out}");
+    assert!(out.contains("files verified by the receiver"), "{out}");
+    assert!(
+        out.contains("compared byte for byte with their sources: identical"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the demo left files behind"
+    );
+}

@@ -32,6 +32,9 @@ pub enum Command {
     Recv(RecvArgs),
     /// Push files and directory trees to a `urmove recv` daemon: SOURCE... HOST:DEST
     Send(SendArgs),
+    /// The main job on built-in defaults: a real loopback transfer of generated
+    /// files with live progress, checked and cleaned up
+    Demo(DemoArgs),
     /// Write a new pre-shared key to FILE (mode 0600; never overwrites)
     Keygen {
         /// Where to write the key.
@@ -258,4 +261,19 @@ pub struct SendArgs {
     /// Print one JSON object per interval, then the summary.
     #[arg(long)]
     pub json_stream: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Bytes of test files to generate and send.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "2G")]
+    pub size: u64,
+
+    /// Parallel TCP data streams.
+    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: u16,
+
+    /// Leave the generated and received files in place.
+    #[arg(long)]
+    pub keep: bool,
 }

@@ -2,6 +2,7 @@
 //! render, and turn the outcome into an exit code. `anyhow` lives here only.
 
 pub mod args;
+mod demo;
 pub mod keys;
 pub mod parse;
 pub mod render;
@@ -50,6 +51,7 @@ pub fn main() -> ExitCode {
         Command::Bench(a) => bench(a),
         Command::Recv(a) => transfer::recv(a),
         Command::Send(a) => transfer::send(a),
+        Command::Demo(a) => demo::demo(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
     };
     match result {

@@ -76,9 +76,18 @@ fn split_target(t: &str) -> Option<(String, String)> {
     (!host.is_empty()).then(|| (host.to_string(), dest.to_string()))
 }
 
-struct SendPrinter {
+pub(crate) struct SendPrinter {
     format: Format,
     out: Out,
+}
+
+impl SendPrinter {
+    pub(crate) fn new(format: Format) -> Self {
+        SendPrinter {
+            format,
+            out: Out::default(),
+        }
+    }
 }
 
 impl SendObserver for SendPrinter {
@@ -204,7 +213,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     })
 }
 
-fn finish_send(p: &mut SendPrinter, r: &SendReport) {
+pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     match p.format {
         Format::Json => p
             .out

@@ -63,12 +63,13 @@ impl IntervalTracker {
     }
 
     /// Close the phase at `t_ns`. Returns the last, partial interval if any
-    /// time passed since the last boundary.
+    /// time passed since the last boundary. It counts towards the minimum
+    /// when it lasted at least half an interval (a shorter tail says little).
     pub fn finish(&mut self, t_ns: u64, total_bytes: u64) -> Option<Interval> {
         if t_ns <= self.last_ns {
             return None;
         }
-        let full = t_ns - self.last_ns >= self.interval_ns;
+        let full = t_ns - self.last_ns >= self.interval_ns / 2;
         Some(self.close(t_ns, total_bytes, full))
     }
 
