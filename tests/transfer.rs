@@ -27,6 +27,11 @@ impl Daemon {
 
     /// Start the daemon under a wrapper command (as `prlimit --nofile=...`).
     pub fn start_with(wrapper: &[&str]) -> Daemon {
+        Self::start_on(wrapper, "127.0.0.1")
+    }
+
+    /// Start the daemon listening on `ip` (port chosen by the kernel).
+    pub fn start_on(wrapper: &[&str], ip: &str) -> Daemon {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
         assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
@@ -43,7 +48,7 @@ impl Daemon {
             .args([
                 "recv",
                 "--listen",
-                "127.0.0.1:0",
+                &format!("{ip}:0"),
                 "--handshake-timeout",
                 "2s",
                 "--root",
@@ -67,7 +72,7 @@ impl Daemon {
             .recv_timeout(Duration::from_secs(10))
             .expect("daemon started");
         let port = first
-            .split("listening on 127.0.0.1:")
+            .split(&format!("listening on {ip}:"))
             .nth(1)
             .and_then(|r| r.split(',').next())
             .and_then(|p| p.parse().ok())
@@ -529,4 +534,97 @@ fn the_demo_transfers_checks_and_cleans_up() {
         0,
         "the demo left files behind"
     );
+}
+
+/// Two network namespaces joined by a veth pair: the project's own test
+/// hosts, removed on drop.
+struct NetnsPair {
+    a: String,
+    b: String,
+    addr_b: String,
+}
+
+impl NetnsPair {
+    fn new() -> Option<NetnsPair> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("{}-{n}", std::process::id() % 100_000);
+        let (a, b) = (format!("urt-a-{tag}"), format!("urt-b-{tag}"));
+        let subnet = 10 + (std::process::id() % 200) as u8;
+        let (addr_a, addr_b) = (
+            format!("10.231.{subnet}.{}", 1 + 4 * n),
+            format!("10.231.{subnet}.{}", 2 + 4 * n),
+        );
+        let (va, vb) = (format!("ua{tag}"), format!("ub{tag}"));
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let pair = NetnsPair {
+            a: a.clone(),
+            b: b.clone(),
+            addr_b: addr_b.clone(),
+        };
+        let ok = ip(&["netns", "add", &a])
+            && ip(&["netns", "add", &b])
+            && ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])
+            && ip(&["link", "set", &va, "netns", &a])
+            && ip(&["link", "set", &vb, "netns", &b])
+            && ip(&["-n", &a, "addr", "add", &format!("{addr_a}/30"), "dev", &va])
+            && ip(&["-n", &b, "addr", "add", &format!("{addr_b}/30"), "dev", &vb])
+            && ip(&["-n", &a, "link", "set", &va, "up"])
+            && ip(&["-n", &b, "link", "set", &vb, "up"])
+            && ip(&["-n", &a, "link", "set", "lo", "up"])
+            && ip(&["-n", &b, "link", "set", "lo", "up"]);
+        ok.then_some(pair)
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+#[test]
+fn a_tree_crosses_between_two_network_namespaces() {
+    crate::require!(
+        crate::util::is_root() && crate::util::have("ip"),
+        "needs root and iproute2"
+    );
+    let Some(ns) = NetnsPair::new() else {
+        eprintln!("skipped: cannot create network namespaces here");
+        return;
+    };
+    let d = Daemon::start_on(&["ip", "netns", "exec", &ns.b], &ns.addr_b);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_tree(src.path());
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.a])
+        .arg(env!("CARGO_BIN_EXE_urmove"))
+        .args([
+            "send",
+            "-p",
+            &d.port.to_string(),
+            "-P",
+            "2",
+            "--block",
+            "1M",
+            "--json",
+            "--key-file",
+        ])
+        .arg(&d.key)
+        .arg(&top)
+        .arg(format!("{}:veth", ns.addr_b))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 6);
+    assert_same_tree(&top, &d.root.path().join("veth/run42"));
 }

@@ -144,7 +144,11 @@ mod tests {
     fn no_full_interval_means_no_minimum() {
         let mut t = IntervalTracker::new(S);
         assert!(t.finish(S / 4, 10).is_some());
-        assert_eq!(t.min_full_rate(), None, "a quarter interval is too short to count");
+        assert_eq!(
+            t.min_full_rate(),
+            None,
+            "a quarter interval is too short to count"
+        );
         assert!(t.finish(S / 4, 10).is_none());
         // Half an interval or more counts.
         let mut t = IntervalTracker::new(S);
