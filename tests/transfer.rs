@@ -628,3 +628,49 @@ fn a_tree_crosses_between_two_network_namespaces() {
     assert_eq!(json(&o)["files_verified"], 6);
     assert_same_tree(&top, &d.root.path().join("veth/run42"));
 }
+
+#[test]
+fn bench_net_moves_memory_to_memory_and_the_receiver_counts_it() {
+    let d = Daemon::start();
+    let bench = |extra: &[&str]| {
+        urmove()
+            .args([
+                "bench",
+                "--net",
+                "127.0.0.1",
+                "-p",
+                &d.port.to_string(),
+                "-P",
+                "2",
+                "--time",
+                "1s",
+                "--key-file",
+            ])
+            .arg(&d.key)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for extra in [&["--json"][..], &["--json", "--verify"][..]] {
+        let o = bench(extra);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        let v = json(&o);
+        assert_eq!(v["status"], "ok");
+        assert_eq!(v["command"], "bench --net");
+        assert_eq!(v["streams"], 2);
+        assert!(v["bytes"].as_u64().unwrap() > 0);
+        assert!(v["rate_bits_per_s"].as_f64().unwrap() > 0.0);
+        assert!(v["interval_rate_min_bits_per_s"].as_f64().unwrap() > 0.0);
+    }
+    // Human output: interval lines without a percent (no total), then the summary.
+    let o = bench(&["--interval", "250ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = crate::util::stdout(&o);
+    assert!(
+        out.lines().filter(|l| l.contains("Net Out:")).count() >= 2,
+        "{out}"
+    );
+    assert!(out.contains("the receiver counted every byte"), "{out}");
+    // Nothing was written on the receiving side.
+    assert_eq!(std::fs::read_dir(d.root.path()).unwrap().count(), 0);
+}

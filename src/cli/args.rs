@@ -79,8 +79,30 @@ pub struct BenchArgs {
     /// Benchmark disks. Each TARGET is a file, a directory (a test file is
     /// created in it and removed after) or a block device. Without TARGET, a
     /// test file in $TMPDIR (or /var/tmp).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "net", conflicts_with = "net")]
     pub disk: bool,
+
+    /// Benchmark the network, memory to memory, against `urmove recv` on
+    /// HOST (iperf3's role; needs --key-file). No disk is touched.
+    #[arg(long, value_name = "HOST")]
+    pub net: Option<String>,
+
+    /// bench --net: the receiver's port.
+    #[arg(short = 'p', long, default_value_t = 7878, requires = "net")]
+    pub port: u16,
+
+    /// bench --net: parallel TCP streams.
+    #[arg(short = 'P', long, default_value_t = 4, requires = "net",
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: u16,
+
+    /// bench --net: the pre-shared key (the receiver's).
+    #[arg(long, value_name = "FILE", requires = "net")]
+    pub key_file: Option<PathBuf>,
+
+    /// bench --net: zero-copy sends (auto drops them where the kernel copies).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto, requires = "net")]
+    pub zerocopy: ZeroCopyArg,
 
     /// Files, directories or block devices; one worker and ring each.
     #[arg(value_name = "TARGET")]
@@ -95,7 +117,8 @@ pub struct BenchArgs {
     pub mix: u8,
 
     /// Block size per I/O (K, M = powers of 1024; kB, MB = powers of 1000).
-    /// With --sweep: the largest record size.
+    /// With --sweep: the largest record size. With --net: bytes per frame
+    /// [default: 4M].
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
     pub bs: Option<u64>,
 
@@ -110,7 +133,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub qd: Option<u32>,
 
-    /// Run each mode for this long instead of for --size bytes.
+    /// Run each mode for this long instead of for --size bytes (--net: the
+    /// test length, default 10s).
     #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
     pub time: Option<Duration>,
 
@@ -136,7 +160,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub fsync: bool,
 
-    /// Stamp every block (target, offset, seed, checksum) and check it on read-back.
+    /// Stamp every block (target, offset, seed, checksum) and check it on
+    /// read-back. With --net: checksum every frame on both sides (off by
+    /// default there, as iperf3 measures the network alone).
     #[arg(long)]
     pub verify: bool,
 

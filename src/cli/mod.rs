@@ -185,6 +185,9 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
 }
 
 fn bench(a: BenchArgs) -> Result<u8, Failure> {
+    if a.net.is_some() {
+        return transfer::bench_net(a);
+    }
     let format = if a.json {
         Format::Json
     } else if a.json_stream {

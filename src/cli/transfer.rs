@@ -94,6 +94,17 @@ impl SendObserver for SendPrinter {
     fn interval(&mut self, l: &NetInterval) {
         let iv = &l.interval;
         match self.format {
+            Format::Human if l.total_bytes == 0 => {
+                // A memory-to-memory test has no total: no percent, no ETA.
+                let line = format!(
+                    "{}  Net Out: {}  Avg: {}  {}",
+                    render::wall_clock(),
+                    units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+                    units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
+                    units::bytes_decimal(iv.total_bytes)
+                );
+                self.out.line(&line);
+            }
             Format::Human => {
                 let pct = if l.total_bytes > 0 {
                     100.0 * iv.total_bytes as f64 / l.total_bytes as f64
@@ -223,6 +234,18 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             v["type"] = "summary".into();
             p.out.line(&v.to_string());
         }
+        Format::Human if r.command == "bench --net" => {
+            p.out.line(&format!(
+                "bench --net: {} ({}) in {}: {}, min interval {}, {} streams, {} frames; the receiver counted every byte",
+                units::bytes_decimal(r.bytes),
+                units::bytes_binary(r.bytes),
+                units::duration_s(r.elapsed_s),
+                units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
+                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+                r.streams,
+                units::bytes_binary(u64::from(r.block_size_bytes))
+            ));
+        }
         Format::Human => {
             p.out.line(&format!(
                 "sent {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files verified by the receiver",
@@ -241,4 +264,77 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     if let Some(e) = &r.error {
         render::error(e);
     }
+}
+
+pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let host = a.net.clone().expect("bench_net is called with --net");
+    let key_file = a
+        .key_file
+        .clone()
+        .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
+    let key = keys::load(&key_file).map_err(Failure::Usage)?;
+    let block = a.bs.unwrap_or(4 << 20);
+    if block == 0 || block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX) {
+        return Err(usage(format!("--bs {block} is out of range for a frame")));
+    }
+    let format = if a.json {
+        Format::Json
+    } else if a.json_stream {
+        Format::JsonStream
+    } else {
+        Format::Human
+    };
+    let cfg = SendConfig {
+        host,
+        port: a.port,
+        dest: String::new(),
+        sources: Vec::new(),
+        streams: a.streams,
+        block_size: block as u32,
+        key,
+        zerocopy: match a.zerocopy {
+            ZeroCopyArg::Auto => ZeroCopy::Auto,
+            ZeroCopyArg::On => ZeroCopy::On,
+            ZeroCopyArg::Off => ZeroCopy::Off,
+        },
+        direct: DirectMode::Off,
+        interval: a.interval,
+        sock_buf: None,
+        connect_timeout: Duration::from_secs(10),
+    };
+    let time = a.time.unwrap_or(Duration::from_secs(10));
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter::new(format);
+    let report = match crate::session::send::run_bench_net(
+        &cfg,
+        time,
+        a.verify,
+        &interrupt,
+        &mut printer,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            if format != Format::Human {
+                let mut doc = serde_json::json!({"schema": 1, "command": "bench --net", "status": e.code().name(), "error": e.to_string()});
+                if format == Format::JsonStream {
+                    doc["type"] = "summary".into();
+                }
+                printer.out.line(&doc.to_string());
+            }
+            let usage = e.is_usage();
+            let e = anyhow::anyhow!("{e}");
+            return Err(if usage {
+                Failure::Usage(e)
+            } else {
+                Failure::Run(e)
+            });
+        }
+    };
+    finish_send(&mut printer, &report);
+    Ok(if report.status == "ok" {
+        0
+    } else {
+        EXIT_FAILED
+    })
 }

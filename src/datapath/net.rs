@@ -344,7 +344,7 @@ impl NetReceiver {
             buf_count as u32,
             arena,
             sockets,
-            &[Needed::READ_FIXED, Needed::ASYNC_CANCEL],
+            &[Needed::RECV, Needed::ASYNC_CANCEL],
         )?;
         let capacity = ring.capacity();
         Ok(NetReceiver {
@@ -393,7 +393,7 @@ impl NetReceiver {
             };
             s.busy = true;
             self.ring
-                .read_fixed(i as u32, 0, lease, at, len, RecvTag { stream: i as u32 });
+                .recv_all(i as u32, lease, at, len, RecvTag { stream: i as u32 });
         }
     }
 

@@ -46,6 +46,10 @@ impl Needed {
         code: opcode::Fsync::CODE,
         name: "IORING_OP_FSYNC",
     };
+    pub const RECV: Needed = Needed {
+        code: opcode::Recv::CODE,
+        name: "IORING_OP_RECV",
+    };
     pub const SEND: Needed = Needed {
         code: opcode::Send::CODE,
         name: "IORING_OP_SEND",
@@ -281,6 +285,21 @@ impl<T> Ring<T> {
         let ptr = lease.as_ptr().wrapping_add(buf_at);
         let sqe = opcode::Send::new(types::Fixed(file), ptr, len)
             .flags(libc::MSG_WAITALL | libc::MSG_NOSIGNAL)
+            .build();
+        self.push(sqe, Some(lease), tag);
+    }
+
+    /// Receive exactly `len` bytes (MSG_WAITALL: the kernel keeps reading
+    /// until all arrived, the peer closed, or an error) from registered
+    /// socket `file` into the lease's buffer at `buf_at`.
+    pub fn recv_all(&mut self, file: u32, lease: Lease, buf_at: usize, len: u32, tag: T) {
+        assert!(
+            buf_at + len as usize <= lease.capacity(),
+            "receive past the end of its buffer"
+        );
+        let ptr = lease.as_ptr().wrapping_add(buf_at);
+        let sqe = opcode::Recv::new(types::Fixed(file), ptr, len)
+            .flags(libc::MSG_WAITALL)
             .build();
         self.push(sqe, Some(lease), tag);
     }

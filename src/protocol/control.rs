@@ -21,11 +21,13 @@ pub const ERROR_TEXT_MAX: usize = 4096;
 /// Most data streams in one session.
 pub const STREAMS_MAX: u16 = 256;
 
-/// Push (send to the daemon) or pull (fetch from it).
+/// Push (send to the daemon), pull (fetch from it), or a network benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     Push = 0,
     Pull = 1,
+    /// `bench --net`: memory to memory, nothing written.
+    Bench = 2,
 }
 
 /// What a client asks for once authenticated.
@@ -261,6 +263,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             let direction = match r.u8()? {
                 0 => Direction::Push,
                 1 => Direction::Pull,
+                2 => Direction::Bench,
                 d => {
                     return Err(DecodeError::Invalid {
                         what: "direction",

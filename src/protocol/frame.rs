@@ -21,7 +21,10 @@ pub const FLAG_END: u16 = 1;
 /// A block that is a hole in the source (never written): no payload
 /// (`length` 0); the receiver writes nothing, so the hole stays a hole.
 pub const FLAG_HOLE: u16 = 2;
-const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE;
+/// `bench --net` without `--verify`: the payload carries no checksum
+/// (measuring the network, as iperf3 does). Accepted only in bench sessions.
+pub const FLAG_UNCHECKED: u16 = 4;
+const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {

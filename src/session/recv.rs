@@ -225,6 +225,9 @@ fn control_session(
             "expected a session request",
         ));
     };
+    if req.direction == Direction::Bench {
+        return bench_session(s, &req, &keys, cfg, registry);
+    }
     if req.direction != Direction::Push {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
@@ -322,41 +325,7 @@ fn control_session(
     }
 
     // Wait for the data streams, each proving it belongs here.
-    let (tx, rx) = mpsc::channel();
-    registry.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        keys.session_id,
-        Pending {
-            keys: keys.clone(),
-            streams: req.streams,
-            tx,
-        },
-    );
-    send_msg(s, &Message::Ready)?;
-    let mut streams: Vec<Option<TcpStream>> = (0..req.streams).map(|_| None).collect();
-    let deadline = Instant::now() + cfg.stream_wait;
-    let mut arrived = 0;
-    while arrived < streams.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, st)) if streams[i as usize].is_none() => {
-                streams[i as usize] = Some(st);
-                arrived += 1;
-            }
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    registry
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&keys.session_id);
-    if arrived < streams.len() {
-        return Err(SessionError::local(
-            ErrorCode::BadRequest,
-            format!("only {arrived} of {} data streams arrived", streams.len()),
-        ));
-    }
-    let streams: Vec<TcpStream> = streams.into_iter().flatten().collect();
+    let streams = collect_streams(s, registry, &keys, req.streams, cfg.stream_wait)?;
     for i in empty_acks {
         send_msg(
             s,
@@ -433,6 +402,100 @@ fn control_session(
         },
     )?;
     Ok((file_count as u64, bytes))
+}
+
+/// Register the session, say Ready, and wait for its data streams, each of
+/// which proved it belongs here when it connected.
+fn collect_streams(
+    s: &mut TcpStream,
+    registry: &Registry,
+    keys: &SessionKeys,
+    count: u16,
+    wait: Duration,
+) -> Result<Vec<TcpStream>, SessionError> {
+    let (tx, rx) = mpsc::channel();
+    registry.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        keys.session_id,
+        Pending {
+            keys: keys.clone(),
+            streams: count,
+            tx,
+        },
+    );
+    let ready = send_msg(s, &Message::Ready);
+    let mut streams: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
+    let deadline = Instant::now() + wait;
+    let mut arrived = 0;
+    while ready.is_ok() && arrived < streams.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, st)) if streams[i as usize].is_none() => {
+                streams[i as usize] = Some(st);
+                arrived += 1;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    registry
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&keys.session_id);
+    ready?;
+    if arrived < streams.len() {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!("only {arrived} of {} data streams arrived", streams.len()),
+        ));
+    }
+    Ok(streams.into_iter().flatten().collect())
+}
+
+/// `bench --net` on the receiving side: take frames on every stream, check
+/// each checksum, count and discard them; no disk is touched.
+fn bench_session(
+    s: &mut TcpStream,
+    req: &crate::protocol::control::SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+) -> Result<(u64, u64), SessionError> {
+    let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
+    let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
+    let buf_count = (streams.len() * 2 + 2).min(256);
+    let mut rx = NetReceiver::new(&fds, buf_count, req.block_size as usize)?;
+    let mut bytes = 0u64;
+    while rx.open() {
+        let mut frames = Vec::new();
+        rx.poll(true, &mut |ev| {
+            if let RecvEvent::Frame { header, lease, .. } = ev {
+                frames.push((header, lease));
+            }
+        })?;
+        let mut failure = None;
+        for (header, lease) in frames {
+            let unchecked = header.flags & crate::protocol::frame::FLAG_UNCHECKED != 0;
+            if !unchecked {
+                if let Err(e) = header.check_payload(payload(&lease, &header)) {
+                    failure.get_or_insert(SessionError::local(ErrorCode::Malformed, e.to_string()));
+                }
+            }
+            bytes += u64::from(header.length);
+            rx.give_back(lease);
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+    }
+    send_msg(
+        s,
+        &Message::Summary {
+            files: 0,
+            bytes,
+            ok: true,
+        },
+    )?;
+    Ok((0, bytes))
 }
 
 fn open_part(

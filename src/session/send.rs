@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::coord::{Interval, IntervalTracker, WorkerCounters};
+use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
     Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
 };
-use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader};
+use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader, FLAG_UNCHECKED};
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key};
 use crate::protocol::manifest::EntryKind;
 
@@ -106,14 +107,14 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
     ))
 }
 
-/// Run a push. Setup failures (connection, authentication, refusal) come
-/// back as `Err`; a transfer that started reports its outcome in the report.
-pub fn run_send(
+/// Connect, authenticate, ask for `req` (with `entries` as the manifest
+/// when pushing), wait until the receiver is ready, and open the data
+/// streams, each proving it belongs to the session.
+fn open_session(
     cfg: &SendConfig,
-    interrupt: &AtomicBool,
-    obs: &mut dyn SendObserver,
-) -> Result<SendReport, SessionError> {
-    let tree = scan(&cfg.sources)?;
+    req: SessionRequest,
+    entries: Option<&[crate::protocol::manifest::Entry]>,
+) -> Result<(TcpStream, Vec<TcpStream>), SessionError> {
     let mut ctl = connect(cfg)?;
     ctl.set_read_timeout(Some(Duration::from_secs(60)))
         .map_err(|e| SessionError::io("socket", e))?;
@@ -135,19 +136,14 @@ pub fn run_send(
         ));
     };
     let keys = hs.on_welcome(&welcome).map_err(SessionError::Auth)?;
-    send_msg(
-        &mut ctl,
-        &Message::Request(SessionRequest {
-            direction: Direction::Push,
-            streams: cfg.streams,
-            block_size: cfg.block_size,
-            path: cfg.dest.clone(),
-        }),
-    )?;
-    for part in tree.entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
-        send_msg(&mut ctl, &Message::Manifest(part.to_vec()))?;
+    let streams_n = req.streams;
+    send_msg(&mut ctl, &Message::Request(req))?;
+    if let Some(entries) = entries {
+        for part in entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
+            send_msg(&mut ctl, &Message::Manifest(part.to_vec()))?;
+        }
+        send_msg(&mut ctl, &Message::ManifestEnd)?;
     }
-    send_msg(&mut ctl, &Message::ManifestEnd)?;
     match recv_msg(&mut ctl)? {
         Message::Ready => {}
         _ => {
@@ -156,8 +152,8 @@ pub fn run_send(
             ))
         }
     }
-    let mut streams = Vec::with_capacity(cfg.streams as usize);
-    for i in 0..cfg.streams {
+    let mut streams = Vec::with_capacity(streams_n as usize);
+    for i in 0..streams_n {
         let mut st = connect(cfg)?;
         if let Some(b) = cfg.sock_buf {
             set_sock_buf(&st, b);
@@ -172,15 +168,25 @@ pub fn run_send(
         )?;
         streams.push(st);
     }
+    Ok((ctl, streams))
+}
 
-    // Data on its own thread; progress here.
+/// Run `data` on its own thread while this one samples its counters and
+/// prints interval lines; then end the data streams.
+fn drive<T: Send>(
+    cfg: &SendConfig,
+    total: u64,
+    streams: &[TcpStream],
+    interrupt: &AtomicBool,
+    obs: &mut dyn SendObserver,
+    data: impl FnOnce(&WorkerCounters, &AtomicBool) -> Result<T, SessionError> + Send,
+) -> (Result<T, SessionError>, SendReport) {
     let counters = WorkerCounters::default();
     let stop = AtomicBool::new(false);
-    let total = tree.file_bytes();
     let start = Instant::now();
-    let (data, tracker) = std::thread::scope(|scope| {
-        let data = scope.spawn(|| {
-            let r = push_data(cfg, &tree, &streams, &counters, &stop);
+    let (result, mut tracker) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let r = data(&counters, &stop);
             counters.finish();
             r
         });
@@ -198,14 +204,13 @@ pub fn run_send(
                 });
             }
         }
-        (data.join().expect("the data thread panicked"), tracker)
+        (worker.join().expect("the data thread panicked"), tracker)
     });
-    for st in &streams {
+    for st in streams {
         let _ = st.shutdown(Shutdown::Write);
     }
     let elapsed = start.elapsed();
     let (bytes, _) = counters.snapshot();
-    let mut tracker = tracker;
     if let Some(iv) = tracker.finish(elapsed.as_nanos() as u64, bytes) {
         obs.interval(&NetInterval {
             interval: iv,
@@ -213,32 +218,65 @@ pub fn run_send(
         });
     }
     let secs = elapsed.as_secs_f64().max(1e-9);
-    let mut report = SendReport {
+    let report = SendReport {
         schema: 1,
         command: "send",
         status: "ok",
         error: None,
         bytes,
         bytes_skipped: 0,
-        files: tree.file_count() as u64,
+        files: 0,
         files_verified: 0,
         elapsed_s: secs,
         rate_bits_per_s: bytes as f64 * 8.0 / secs,
         interval_rate_min_bits_per_s: tracker.min_full_rate().unwrap_or(bytes as f64 / secs) * 8.0,
-        streams: cfg.streams,
+        streams: streams.len() as u16,
         block_size_bytes: cfg.block_size,
         zero_copy_sends: 0,
         zero_copy_copied: 0,
         zero_copy_fell_back: false,
     };
+    (result, report)
+}
+
+fn note_zero_copy(report: &mut SendReport, stats: &SendStats, obs: &mut dyn SendObserver) {
+    report.zero_copy_sends = stats.zc_sends;
+    report.zero_copy_copied = stats.zc_copied;
+    report.zero_copy_fell_back = stats.zc_fell_back;
+    if stats.zc_fell_back {
+        obs.notice(
+            "zero-copy sends were copied by the kernel (loopback or veth): fell back to plain send",
+        );
+    }
+}
+
+/// Run a push. Setup failures (connection, authentication, refusal) come
+/// back as `Err`; a transfer that started reports its outcome in the report.
+pub fn run_send(
+    cfg: &SendConfig,
+    interrupt: &AtomicBool,
+    obs: &mut dyn SendObserver,
+) -> Result<SendReport, SessionError> {
+    let tree = scan(&cfg.sources)?;
+    let req = SessionRequest {
+        direction: Direction::Push,
+        streams: cfg.streams,
+        block_size: cfg.block_size,
+        path: cfg.dest.clone(),
+    };
+    let (mut ctl, streams) = open_session(cfg, req, Some(&tree.entries))?;
+    let (data, mut report) = drive(
+        cfg,
+        tree.file_bytes(),
+        &streams,
+        interrupt,
+        obs,
+        |counters, stop| push_data(cfg, &tree, &streams, counters, stop),
+    );
+    report.files = tree.file_count() as u64;
     let digests = match data {
         Ok((digests, stats)) => {
-            report.zero_copy_sends = stats.zc_sends;
-            report.zero_copy_copied = stats.zc_copied;
-            report.zero_copy_fell_back = stats.zc_fell_back;
-            if stats.zc_fell_back {
-                obs.notice("zero-copy sends were copied by the kernel (loopback or veth): fell back to plain send");
-            }
+            note_zero_copy(&mut report, &stats, obs);
             digests
         }
         Err(e) => {
@@ -266,6 +304,115 @@ pub fn run_send(
         report.error = Some(e.to_string());
     }
     Ok(report)
+}
+
+/// `bench --net`: frames from memory to a receiver for `time`, which
+/// discards them (after checking each checksum when `verify`); no disk is
+/// touched on either side.
+pub fn run_bench_net(
+    cfg: &SendConfig,
+    time: Duration,
+    verify: bool,
+    interrupt: &AtomicBool,
+    obs: &mut dyn SendObserver,
+) -> Result<SendReport, SessionError> {
+    let req = SessionRequest {
+        direction: Direction::Bench,
+        streams: cfg.streams,
+        block_size: cfg.block_size,
+        path: String::new(),
+    };
+    let (mut ctl, streams) = open_session(cfg, req, None)?;
+    let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
+        bench_data(cfg, time, verify, &streams, counters, stop)
+    });
+    report.command = "bench --net";
+    match data {
+        Ok(stats) => note_zero_copy(&mut report, &stats, obs),
+        Err(e) => {
+            report.status = e.code().name();
+            report.error = Some(e.to_string());
+            return Ok(report);
+        }
+    }
+    match recv_msg(&mut ctl) {
+        Ok(Message::Summary {
+            bytes, ok: true, ..
+        }) if bytes == report.bytes => {}
+        Ok(Message::Summary { bytes, .. }) => {
+            report.status = ErrorCode::Io.name();
+            report.error = Some(format!(
+                "the receiver counted {bytes} bytes, {} were sent",
+                report.bytes
+            ));
+        }
+        Ok(_) => {
+            report.status = ErrorCode::Malformed.name();
+            report.error = Some("unexpected message after the data".into());
+        }
+        Err(e) => {
+            report.status = e.code().name();
+            report.error = Some(e.to_string());
+        }
+    }
+    Ok(report)
+}
+
+/// Send frames of incompressible data round-robin until `time` is up.
+fn bench_data(
+    cfg: &SendConfig,
+    time: Duration,
+    verify: bool,
+    streams: &[TcpStream],
+    counters: &WorkerCounters,
+    stop: &AtomicBool,
+) -> Result<SendStats, SessionError> {
+    let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
+    let bufs = (streams.len() * 4).clamp(8, 256);
+    let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
+    // Random bytes in every buffer once; each frame then scrambles a word per
+    // 512 bytes so no two frames are alike.
+    let mut all = Vec::with_capacity(bufs);
+    while let Some(mut l) = tx.take_buffer() {
+        let at = all.len() as u64;
+        fill_random(payload_mut(&mut l), 0xBE4C, at, 0);
+        all.push(l);
+    }
+    for l in all {
+        tx.give_back(l);
+    }
+    let n = cfg.block_size as usize;
+    let start = Instant::now();
+    let mut offset = 0u64;
+    let mut next_stream = 0u32;
+    while start.elapsed() < time && !stop.load(Ordering::Relaxed) {
+        let mut lease = loop {
+            match tx.take_buffer() {
+                Some(l) => break l,
+                None => tx.poll(true)?,
+            }
+        };
+        let p = &mut payload_mut(&mut lease)[..n];
+        scramble(p, 0xBE4C, offset, 0);
+        let h = if verify {
+            FrameHeader::for_payload(0, offset, p, 0)
+        } else {
+            FrameHeader {
+                flags: FLAG_UNCHECKED,
+                file_index: 0,
+                length: n as u32,
+                offset,
+                checksum: 0,
+            }
+        };
+        tx.queue(next_stream, lease, &h);
+        next_stream = (next_stream + 1) % fds.len() as u32;
+        counters.add(n as u64, 1);
+        tx.poll(false)?;
+        offset += n as u64;
+    }
+    tx.flush()?;
+    Ok(tx.stats())
 }
 
 fn collect_acks(
