@@ -674,3 +674,140 @@ fn bench_net_moves_memory_to_memory_and_the_receiver_counts_it() {
     // Nothing was written on the receiving side.
     assert_eq!(std::fs::read_dir(d.root.path()).unwrap().count(), 0);
 }
+
+/// An authenticated push session driven by hand, to send crafted frames.
+fn hand_session(
+    d: &Daemon,
+    entries: Vec<urmove::protocol::manifest::Entry>,
+) -> (TcpStream, TcpStream) {
+    use urmove::protocol::control::{decode, encode, Direction, Message, SessionRequest};
+    use urmove::protocol::handshake::{parse_key, stream_proof, ClientHandshake};
+    let key = parse_key(&std::fs::read_to_string(&d.key).unwrap()).unwrap();
+    let mut ctl = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+    ctl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut read_msg = |s: &mut TcpStream| -> Message {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((m, _)) = decode(&buf).unwrap() {
+                return m;
+            }
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "connection closed");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    let (mut hs, hello) = ClientHandshake::new(key, [5; 32]);
+    ctl.write_all(&encode(&Message::Hello(hello))).unwrap();
+    let Message::Challenge(ch) = read_msg(&mut ctl) else {
+        panic!("no challenge")
+    };
+    ctl.write_all(&encode(&Message::Auth(hs.on_challenge(&ch).unwrap())))
+        .unwrap();
+    let Message::Welcome(w) = read_msg(&mut ctl) else {
+        panic!("no welcome")
+    };
+    let keys = hs.on_welcome(&w).unwrap();
+    let req = SessionRequest {
+        direction: Direction::Push,
+        streams: 1,
+        block_size: 65536,
+        path: "hand".into(),
+    };
+    ctl.write_all(&encode(&Message::Request(req))).unwrap();
+    ctl.write_all(&encode(&Message::Manifest(entries))).unwrap();
+    ctl.write_all(&encode(&Message::ManifestEnd)).unwrap();
+    assert_eq!(read_msg(&mut ctl), Message::Ready);
+    let mut data = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+    data.write_all(&encode(&Message::StreamHello {
+        session_id: keys.session_id,
+        stream_index: 0,
+        proof: stream_proof(&keys, 0),
+    }))
+    .unwrap();
+    (ctl, data)
+}
+
+#[test]
+fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
+    use urmove::protocol::control::{decode, ErrorCode, Message};
+    use urmove::protocol::frame::FrameHeader;
+    use urmove::protocol::manifest::{Entry, EntryKind};
+    let mut d = Daemon::start();
+    let entry = Entry {
+        path: "f".into(),
+        kind: EntryKind::File,
+        size: 100_000,
+        mode: 0o644,
+        mtime_s: 1_600_000_000,
+        mtime_ns: 0,
+        link: None,
+    };
+    let block = crate::util::noise(65536, 1);
+    let good = FrameHeader::for_payload(0, 0, &block, 0);
+    let mut bad_sum = good;
+    bad_sum.checksum ^= 1;
+    let mut oversized = good;
+    oversized.length = 1 << 30;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("short", good.encode()[..20].to_vec()),
+        ("oversized", oversized.encode().to_vec()),
+        (
+            "unknown file index",
+            [
+                FrameHeader::for_payload(7, 0, &block, 0).encode().to_vec(),
+                block.clone(),
+            ]
+            .concat(),
+        ),
+        (
+            "offset past the end",
+            [
+                FrameHeader::for_payload(0, 98_304, &block, 0)
+                    .encode()
+                    .to_vec(),
+                block.clone(),
+            ]
+            .concat(),
+        ),
+        (
+            "bad checksum",
+            [bad_sum.encode().to_vec(), block.clone()].concat(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let (mut ctl, mut data) = hand_session(&d, vec![entry.clone()]);
+        data.write_all(&bytes).unwrap();
+        drop(data);
+        let mut reply = Vec::new();
+        let _ = ctl.read_to_end(&mut reply);
+        let mut at = 0;
+        let mut got = None;
+        while let Ok(Some((m, used))) = decode(&reply[at..]) {
+            at += used;
+            if let Message::Error { code, message } = m {
+                got = Some((code, message));
+            }
+        }
+        let (code, message) =
+            got.unwrap_or_else(|| panic!("{what}: no error message, got {reply:?}"));
+        assert!(
+            matches!(code, ErrorCode::Malformed | ErrorCode::Io),
+            "{what}: {code:?} {message}"
+        );
+        assert!(!message.is_empty(), "{what}");
+        assert!(
+            !d.root.path().join("hand/f").exists(),
+            "{what}: a file was presented as complete"
+        );
+        assert!(d.alive(), "{what}: the daemon died");
+    }
+    // And the daemon still serves a good session.
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(src.path().join("ok"), b"fine").unwrap();
+    let o = d.send(
+        &[],
+        &[src.path().join("ok").to_str().unwrap(), "127.0.0.1:"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
