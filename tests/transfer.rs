@@ -685,7 +685,7 @@ fn hand_session(
     let key = parse_key(&std::fs::read_to_string(&d.key).unwrap()).unwrap();
     let mut ctl = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     ctl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut read_msg = |s: &mut TcpStream| -> Message {
+    let read_msg = |s: &mut TcpStream| -> Message {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
@@ -810,4 +810,66 @@ fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
         &[src.path().join("ok").to_str().unwrap(), "127.0.0.1:"],
     );
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn files_from_sends_the_listed_paths_and_rate_limit_paces() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let a = src.path().join("a.dat");
+    let b = src.path().join("dir");
+    std::fs::write(&a, crate::util::noise(3 << 20, 1)).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    std::fs::write(b.join("c.dat"), crate::util::noise(2 << 20, 2)).unwrap();
+    let list = src.path().join("list.txt");
+    std::fs::write(
+        &list,
+        format!("# the run\n{}\n\n{}\n", a.display(), b.display()),
+    )
+    .unwrap();
+    // 40 Mbit/s is far below what loopback does: the limit must show.
+    let o = d.send(
+        &[
+            "--files-from",
+            list.to_str().unwrap(),
+            "--rate-limit",
+            "40Mbit",
+            "--block",
+            "256k",
+            "--json",
+        ],
+        &["127.0.0.1:listed"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["files_verified"], 2);
+    let rate = v["rate_bits_per_s"].as_f64().unwrap();
+    assert!(rate <= 40e6 * 1.1, "rate {rate} above the limit");
+    assert_eq!(
+        std::fs::read(d.root.path().join("listed/a.dat")).unwrap(),
+        std::fs::read(&a).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(d.root.path().join("listed/dir/c.dat")).unwrap(),
+        std::fs::read(b.join("c.dat")).unwrap()
+    );
+
+    // Two sources with one name would collide: refused before connecting.
+    let other = src.path().join("x");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("a.dat"), b"other").unwrap();
+    let o = d.send(
+        &[],
+        &[
+            a.to_str().unwrap(),
+            other.join("a.dat").to_str().unwrap(),
+            "127.0.0.1:",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("two sources are named a.dat"),
+        "{}",
+        stderr(&o)
+    );
 }

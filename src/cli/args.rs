@@ -244,8 +244,17 @@ pub struct RecvArgs {
       urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself")]
 pub struct SendArgs {
     /// Files or directories to send, then HOST:DEST (DEST under the receiver's root).
-    #[arg(value_name = "SOURCE... HOST:DEST", num_args = 2.., required = true)]
+    #[arg(value_name = "SOURCE... HOST:DEST", num_args = 1.., required = true)]
     pub args: Vec<String>,
+
+    /// Also send the paths listed in FILE, one per line (FDT's -fl); blank
+    /// lines and lines starting with # are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+
+    /// Send no faster than RATE per second in total (as 4Gbit, 500MB, 450MiB).
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
+    pub rate_limit: Option<f64>,
 
     /// Receiver's port.
     #[arg(short = 'p', long, default_value_t = 7878)]

@@ -168,6 +168,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         interval: Duration::from_secs(1),
         sock_buf: None,
         connect_timeout: Duration::from_secs(10),
+        rate_limit_bytes_per_s: None,
     };
     let interrupt = interrupt_flag().map_err(run)?;
     let mut printer = super::transfer::SendPrinter::new(Format::Human);

@@ -156,6 +156,26 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
             "{target}: the last argument must be HOST:DEST (DEST may be empty)"
         ))
     })?;
+    let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
+    if let Some(list) = &a.files_from {
+        let text = std::fs::read_to_string(list)
+            .with_context(|| format!("--files-from {}", list.display()))
+            .map_err(Failure::Usage)?;
+        sources.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(PathBuf::from),
+        );
+    }
+    if sources.is_empty() {
+        return Err(usage(
+            "nothing to send: give SOURCE... or --files-from FILE before HOST:DEST".into(),
+        ));
+    }
+    if a.rate_limit.is_some_and(|r| r <= 0.0) {
+        return Err(usage("--rate-limit must be above zero".into()));
+    }
     if a.block == 0
         || a.block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
         || !a.block.is_multiple_of(4096)
@@ -178,7 +198,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         host,
         port: a.port,
         dest: dest.trim_end_matches('/').to_string(),
-        sources: sources.iter().map(PathBuf::from).collect(),
+        sources,
         streams: a.streams,
         block_size: a.block as u32,
         key,
@@ -191,6 +211,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         interval: a.interval,
         sock_buf: a.sock_buf.map(|b| b as usize),
         connect_timeout: Duration::from_secs(10),
+        rate_limit_bytes_per_s: a.rate_limit,
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter {
@@ -302,6 +323,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         interval: a.interval,
         sock_buf: None,
         connect_timeout: Duration::from_secs(10),
+        rate_limit_bytes_per_s: None,
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;

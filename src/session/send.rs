@@ -40,6 +40,37 @@ pub struct SendConfig {
     pub interval: Duration,
     pub sock_buf: Option<usize>,
     pub connect_timeout: Duration,
+    /// Pace the data to at most this many bytes per second in total.
+    pub rate_limit_bytes_per_s: Option<f64>,
+}
+
+/// Keeps the bytes sent under `rate * elapsed`.
+struct Pacer {
+    rate: Option<f64>,
+    start: Instant,
+    sent: u64,
+}
+
+impl Pacer {
+    fn new(rate: Option<f64>) -> Self {
+        Pacer {
+            rate,
+            start: Instant::now(),
+            sent: 0,
+        }
+    }
+
+    /// Wait until `bytes` more may go out.
+    fn admit(&mut self, bytes: u64) {
+        if let Some(rate) = self.rate {
+            let due = (self.sent + bytes) as f64 / rate;
+            let now = self.start.elapsed().as_secs_f64();
+            if due > now {
+                std::thread::sleep(Duration::from_secs_f64(due - now));
+            }
+        }
+        self.sent += bytes;
+    }
 }
 
 /// One interval line of a transfer.
@@ -509,6 +540,7 @@ fn push_data(
     let mut digests = vec![0u64; tree.entries.len()];
     let block = u64::from(cfg.block_size);
     let mut next_stream = 0u32;
+    let mut pacer = Pacer::new(cfg.rate_limit_bytes_per_s);
     for (i, e) in tree.entries.iter().enumerate() {
         if e.kind != EntryKind::File || e.size == 0 {
             continue;
@@ -540,6 +572,7 @@ fn push_data(
                 offset += n as u64;
                 continue;
             }
+            pacer.admit(n as u64);
             let want = if direct { n.div_ceil(4096) * 4096 } else { n };
             let buf = &mut payload_mut(&mut lease)[..want];
             let mut got = 0;

@@ -112,6 +112,12 @@ pub fn scan(sources: &[PathBuf]) -> Result<Tree, SessionError> {
                     ),
                 )
             })?;
+        if tree.entries.iter().any(|e| e.path == name) {
+            return Err(SessionError::local(
+                crate::protocol::control::ErrorCode::BadRequest,
+                format!("two sources are named {name}: they would land on the same path"),
+            ));
+        }
         walk(&mut tree, name, s)?;
     }
     Ok(tree)
