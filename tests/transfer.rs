@@ -873,3 +873,54 @@ fn files_from_sends_the_listed_paths_and_rate_limit_paces() {
         stderr(&o)
     );
 }
+
+#[test]
+fn pull_fetches_a_tree_identical_and_never_reads_outside_the_root() {
+    let d = Daemon::start();
+    let top = make_tree(d.root.path());
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let dest = local.path().join("got");
+    let pull = |extra: &[&str], paths: &[&str], to: &Path| {
+        urmove()
+            .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .args(extra)
+            .args(paths)
+            .arg(to)
+            .output()
+            .unwrap()
+    };
+    let o = pull(
+        &["-P", "3", "--block", "1M", "--json"],
+        &["127.0.0.1:run42"],
+        &dest,
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["command"], "pull");
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["files_verified"], 6);
+    assert_same_tree(&top, &dest.join("run42"));
+    assert!(no_part_files(&dest));
+
+    // Out of the root: refused by path rules, or by openat2 for a symlink
+    // inside the root that points out of it.
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(outside.path().join("secret"), b"no").unwrap();
+    std::os::unix::fs::symlink(outside.path(), d.root.path().join("evil")).unwrap();
+    for path in [
+        "127.0.0.1:../etc",
+        "127.0.0.1:/etc",
+        "127.0.0.1:evil/secret",
+    ] {
+        let to = local.path().join("refused");
+        let o = pull(&[], &[path], &to);
+        assert_ne!(o.status.code(), Some(0), "{path}: {}", stderr(&o));
+        assert!(
+            !to.join("secret").exists() && !to.join("etc").exists(),
+            "{path}"
+        );
+        let e = stderr(&o);
+        assert!(e.contains("refused") || e.contains("path"), "{path}: {e}");
+    }
+}

@@ -32,6 +32,8 @@ pub enum Command {
     Recv(RecvArgs),
     /// Push files and directory trees to a `urmove recv` daemon: SOURCE... HOST:DEST
     Send(SendArgs),
+    /// Fetch files and trees from a `urmove recv` daemon: HOST:PATH... LOCAL_DIR
+    Pull(PullArgs),
     /// The main job on built-in defaults: a real loopback transfer of generated
     /// files with live progress, checked and cleaned up
     Demo(DemoArgs),
@@ -311,4 +313,45 @@ pub struct DemoArgs {
     /// Leave the generated and received files in place.
     #[arg(long)]
     pub keep: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  \
+      urmove pull --key-file k dtn2:ingest/run42 /data     creates /data/run42/... from the receiver's root")]
+pub struct PullArgs {
+    /// HOST:PATH (PATH under the daemon's root; one host), then LOCAL_DIR.
+    #[arg(value_name = "HOST:PATH... LOCAL_DIR", num_args = 2.., required = true)]
+    pub args: Vec<String>,
+
+    /// The daemon's port.
+    #[arg(short = 'p', long, default_value_t = 7878)]
+    pub port: u16,
+
+    /// Parallel TCP data streams.
+    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: u16,
+
+    /// Bytes per frame (block).
+    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
+    pub block: u64,
+
+    /// Pre-shared key (the same file as the daemon's).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: PathBuf,
+
+    /// O_DIRECT for writing received files: auto, required, or off.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
+
+    /// Print a line every DURATION.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
+    pub interval: Duration,
+
+    /// Print one JSON document at the end, nothing else on stdout.
+    #[arg(long, conflicts_with = "json_stream")]
+    pub json: bool,
+
+    /// Print one JSON object per interval, then the summary.
+    #[arg(long)]
+    pub json_stream: bool,
 }

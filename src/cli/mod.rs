@@ -52,6 +52,7 @@ pub fn main() -> ExitCode {
         Command::Recv(a) => transfer::recv(a),
         Command::Send(a) => transfer::send(a),
         Command::Demo(a) => demo::demo(a),
+        Command::Pull(a) => transfer::pull(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
     };
     match result {

@@ -267,6 +267,20 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 units::bytes_binary(u64::from(r.block_size_bytes))
             ));
         }
+        Format::Human if r.command == "pull" => {
+            p.out.line(&format!(
+                "pulled {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files verified against the sender",
+                r.files,
+                units::bytes_decimal(r.bytes),
+                units::bytes_binary(r.bytes),
+                units::duration_s(r.elapsed_s),
+                units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
+                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+                r.streams,
+                r.files_verified,
+                r.files
+            ));
+        }
         Format::Human => {
             p.out.line(&format!(
                 "sent {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files verified by the receiver",
@@ -339,6 +353,90 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         Err(e) => {
             if format != Format::Human {
                 let mut doc = serde_json::json!({"schema": 1, "command": "bench --net", "status": e.code().name(), "error": e.to_string()});
+                if format == Format::JsonStream {
+                    doc["type"] = "summary".into();
+                }
+                printer.out.line(&doc.to_string());
+            }
+            let usage = e.is_usage();
+            let e = anyhow::anyhow!("{e}");
+            return Err(if usage {
+                Failure::Usage(e)
+            } else {
+                Failure::Run(e)
+            });
+        }
+    };
+    finish_send(&mut printer, &report);
+    Ok(if report.status == "ok" {
+        0
+    } else {
+        EXIT_FAILED
+    })
+}
+
+pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let (local, remotes) = a.args.split_last().expect("clap requires two or more");
+    let mut host = None;
+    let mut paths = Vec::new();
+    for r in remotes {
+        let (h, p) = split_target(r).ok_or_else(|| usage(format!("{r}: expected HOST:PATH")))?;
+        if host.as_ref().is_some_and(|prev| prev != &h) {
+            return Err(usage(
+                "all HOST:PATH arguments of one pull name the same host".into(),
+            ));
+        }
+        host = Some(h);
+        paths.push(p.trim_end_matches('/').to_string());
+    }
+    if a.block == 0
+        || a.block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
+        || !a.block.is_multiple_of(4096)
+    {
+        return Err(usage(format!(
+            "--block {} must be a multiple of 4096 up to {}",
+            a.block,
+            crate::protocol::frame::FRAME_PAYLOAD_MAX
+        )));
+    }
+    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
+    let format = if a.json {
+        Format::Json
+    } else if a.json_stream {
+        Format::JsonStream
+    } else {
+        Format::Human
+    };
+    let cfg = SendConfig {
+        host: host.expect("at least one HOST:PATH"),
+        port: a.port,
+        dest: String::new(),
+        sources: Vec::new(),
+        streams: a.streams,
+        block_size: a.block as u32,
+        key,
+        zerocopy: ZeroCopy::Auto,
+        direct: direct(a.direct),
+        interval: a.interval,
+        sock_buf: None,
+        connect_timeout: Duration::from_secs(10),
+        rate_limit_bytes_per_s: None,
+    };
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter::new(format);
+    let local = PathBuf::from(local);
+    let report = match crate::session::pull::run_pull(
+        &cfg,
+        &paths,
+        &local,
+        &interrupt,
+        &mut printer,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            if format != Format::Human {
+                let mut doc = serde_json::json!({"schema": 1, "command": "pull", "status": e.code().name(), "error": e.to_string()});
                 if format == Format::JsonStream {
                     doc["type"] = "summary".into();
                 }

@@ -183,6 +183,58 @@ impl Root {
         Ok(())
     }
 
+    /// Metadata of `rel` beneath the root, not following a final symlink.
+    pub fn symlink_metadata(&self, rel: &str) -> io::Result<std::fs::Metadata> {
+        let fd = self.openat(rel, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        File::from(fd).metadata()
+    }
+
+    /// Names in directory `rel` beneath the root.
+    pub fn read_dir(&self, rel: &str) -> io::Result<Vec<String>> {
+        let fd = self.openat(rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        // The descriptor was opened beneath the root; listing it by its
+        // /proc name reads that directory and no other.
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))? {
+            let name = e?.file_name();
+            let name = name.into_string().map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{rel}: a name is not UTF-8"),
+                )
+            })?;
+            names.push(name);
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// The target of symlink `rel` beneath the root.
+    pub fn read_link(&self, rel: &str) -> io::Result<String> {
+        let (parent, name) = self.parent(rel)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: readlinkat writes at most `buf.len()` bytes into our live
+        // buffer; `name` is NUL-terminated.
+        let n = unsafe {
+            libc::readlinkat(
+                parent.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        String::from_utf8(buf).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{rel}: link target is not UTF-8"),
+            )
+        })
+    }
+
     /// Remove the file `rel` beneath the root (not following a final symlink).
     pub fn unlink(&self, rel: &str) -> io::Result<()> {
         let (parent, name) = self.parent(rel)?;

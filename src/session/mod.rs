@@ -7,6 +7,8 @@
 //! arrived, verified, and was synced.
 
 pub mod conn;
+pub mod pull;
+mod receive;
 pub mod recv;
 pub mod send;
 pub mod tree;

@@ -5,27 +5,25 @@
 //! every block arrived exactly once with a good checksum and was synced.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
-use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
+use crate::datapath::net::{payload, NetReceiver, RecvEvent};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{Direction, ErrorCode, Message, STREAMS_MAX};
-use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader};
 use crate::protocol::handshake::{
     check_stream_proof, Key, ServerHandshake, SessionId, SessionKeys,
 };
-use crate::protocol::manifest::{check_entry, check_path, Entry, EntryKind, ENTRIES_MAX};
+use crate::protocol::manifest::check_path;
 
 use super::conn::{fail, recv_any, recv_msg, send_msg};
-use super::{SessionError, PART_SUFFIX};
+use super::receive::{recv_manifest, Incoming};
+use super::SessionError;
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -165,48 +163,12 @@ fn random<const N: usize>() -> Result<[u8; N], SessionError> {
     Ok(b)
 }
 
-/// One file being received.
-struct RecvFile {
-    /// Open while blocks arrive (opened on the first, closed when done), so
-    /// a tree of 100,000 files does not hold 100,000 descriptors.
-    part: Option<File>,
-    part_rel: String,
-    final_rel: String,
-    size: u64,
-    mode: u32,
-    mtime: SystemTime,
-    direct: bool,
-    /// One bit per block: which blocks arrived.
-    seen: Vec<u64>,
-    received: u64,
-    digest: u64,
-    done: bool,
-}
-
-fn join(dest: &str, path: &str) -> String {
-    if dest.is_empty() {
-        path.to_string()
-    } else {
-        format!("{dest}/{path}")
-    }
-}
-
-fn mtime_of(e: &Entry) -> SystemTime {
-    let d = Duration::new(e.mtime_s.unsigned_abs(), e.mtime_ns);
-    if e.mtime_s >= 0 {
-        SystemTime::UNIX_EPOCH + d
-    } else {
-        SystemTime::UNIX_EPOCH - d
-    }
-}
-
 fn control_session(
     s: &mut TcpStream,
     hello: crate::protocol::handshake::Hello,
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let mut hs = ServerHandshake::new(cfg.key, random()?);
     let challenge = hs.on_hello(&hello).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Challenge(challenge))?;
@@ -228,11 +190,8 @@ fn control_session(
     if req.direction == Direction::Bench {
         return bench_session(s, &req, &keys, cfg, registry);
     }
-    if req.direction != Direction::Push {
-        return Err(SessionError::local(
-            ErrorCode::BadRequest,
-            "this receiver takes pushed data only (urmove send); pull is not supported",
-        ));
+    if req.direction == Direction::Pull {
+        return pull_session(s, &req, &keys, cfg, registry);
     }
     if req.streams == 0 || req.streams > STREAMS_MAX {
         return Err(SessionError::local(
@@ -248,85 +207,14 @@ fn control_session(
             p.to_string()
         }
     };
-    let mut entries: Vec<Entry> = Vec::new();
-    loop {
-        match recv_msg(s)? {
-            Message::Manifest(part) => {
-                if entries.len() as u64 + part.len() as u64 > u64::from(ENTRIES_MAX) {
-                    return Err(SessionError::local(
-                        ErrorCode::TooLarge,
-                        "manifest has too many entries",
-                    ));
-                }
-                entries.extend(part);
-            }
-            Message::ManifestEnd => break,
-            _ => {
-                return Err(SessionError::local(
-                    ErrorCode::Malformed,
-                    "expected the manifest",
-                ))
-            }
-        }
-    }
-    for e in &entries {
-        check_entry(e).map_err(|err| {
-            SessionError::local(ErrorCode::PathRefused, format!("{}: {err}", e.path))
-        })?;
-    }
-
-    // Prepare everything before any byte arrives.
-    if !dest.is_empty() {
-        root.mkdir_all(&dest, 0o755)
-            .map_err(|e| SessionError::io(dest.clone(), e))?;
-    }
-    let block = u64::from(req.block_size);
-    let mut files: Vec<Option<RecvFile>> = Vec::with_capacity(entries.len());
-    let mut empty_acks = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        let rel = join(&dest, &e.path);
-        match e.kind {
-            EntryKind::Dir => {
-                root.mkdir_all(&rel, 0o755)
-                    .map_err(|err| SessionError::io(rel.clone(), err))?;
-                files.push(None);
-            }
-            EntryKind::Symlink => {
-                let _ = root.unlink(&rel);
-                let target = e.link.as_deref().unwrap_or_default();
-                root.symlink(target, &rel)
-                    .map_err(|err| SessionError::io(rel.clone(), err))?;
-                files.push(None);
-            }
-            EntryKind::File => {
-                let part_rel = format!("{rel}{PART_SUFFIX}");
-                // Create (or empty) the .part now: a bad path fails before any data.
-                let (part, direct) = open_part(&root, &part_rel, cfg.direct, true)?;
-                let mut f = RecvFile {
-                    part: (e.size == 0).then_some(part),
-                    part_rel,
-                    final_rel: rel,
-                    size: e.size,
-                    mode: e.mode,
-                    mtime: mtime_of(e),
-                    direct,
-                    seen: vec![0; e.size.div_ceil(block).div_ceil(64) as usize],
-                    received: 0,
-                    digest: 0,
-                    done: false,
-                };
-                if e.size == 0 {
-                    finalize(&root, &mut f)?;
-                    empty_acks.push(i as u32);
-                }
-                files.push(Some(f));
-            }
-        }
-    }
+    let entries = recv_manifest(s)?;
+    let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let mut incoming =
+        Incoming::prepare(root, dest, entries, u64::from(req.block_size), cfg.direct)?;
 
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, &keys, req.streams, cfg.stream_wait)?;
-    for i in empty_acks {
+    for i in incoming.take_empty_done() {
         send_msg(
             s,
             &Message::FileAck {
@@ -335,73 +223,23 @@ fn control_session(
             },
         )?;
     }
-
     // Receive: frames into registered buffers, checked, written, acked.
-    let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-    let buf_count = (streams.len() * 2 + 2).min(256);
-    let mut rx = NetReceiver::new(&fds, buf_count, req.block_size as usize)?;
-    let mut bytes = 0u64;
-    let mut done_files = files.iter().flatten().filter(|f| f.done).count();
-    while rx.open() {
-        let mut frames = Vec::new();
-        rx.poll(true, &mut |ev| {
-            if let RecvEvent::Frame { header, lease, .. } = ev {
-                frames.push((header, lease));
-            }
-        })?;
-        let mut failure = None;
-        for (header, lease) in frames {
-            if failure.is_none() {
-                match take_frame(&root, cfg.direct, &mut files, block, &header, &lease) {
-                    Ok(Some(digest)) => {
-                        done_files += 1;
-                        send_msg(
-                            s,
-                            &Message::FileAck {
-                                file_index: header.file_index,
-                                digest,
-                            },
-                        )?;
-                    }
-                    Ok(None) => {}
-                    Err(e) => failure = Some(e),
-                }
-                bytes += u64::from(header.length);
-            }
-            rx.give_back(lease);
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-    }
-    let file_count = files.iter().flatten().count();
-    if done_files < file_count {
-        return Err(SessionError::local(
-            ErrorCode::Io,
-            format!(
-                "the data streams ended with {} of {file_count} files incomplete",
-                file_count - done_files
-            ),
-        ));
-    }
-    // Directories last: adding files changed their mtimes.
-    for e in entries.iter().rev().filter(|e| e.kind == EntryKind::Dir) {
-        let rel = join(&dest, &e.path);
-        if let Ok(d) = root.open_file(&rel, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = d.set_permissions(std::fs::Permissions::from_mode(e.mode));
-            let _ = d.set_times(std::fs::FileTimes::new().set_modified(mtime_of(e)));
-        }
-    }
+    incoming.receive(
+        &streams,
+        req.block_size as usize,
+        None,
+        &mut |file_index, digest| send_msg(s, &Message::FileAck { file_index, digest }),
+    )?;
+    let (file_count, bytes) = incoming.finish()?;
     send_msg(
         s,
         &Message::Summary {
-            files: file_count as u64,
+            files: file_count,
             bytes,
             ok: true,
         },
     )?;
-    Ok((file_count as u64, bytes))
+    Ok((file_count, bytes))
 }
 
 /// Register the session, say Ready, and wait for its data streams, each of
@@ -451,6 +289,58 @@ fn collect_streams(
     Ok(streams.into_iter().flatten().collect())
 }
 
+/// `urmove pull` on the daemon's side: walk the requested paths beneath the
+/// root, send their manifest, then their data on the client's streams, then
+/// each file's digest and a summary.
+fn pull_session(
+    s: &mut TcpStream,
+    req: &crate::protocol::control::SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+) -> Result<(u64, u64), SessionError> {
+    use super::send::{open_source_beneath, push_data, send_manifest, PushParams};
+    let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let paths: Vec<&str> = req.path.split('\0').collect();
+    let tree = super::tree::scan_beneath(&root, &paths)?;
+    send_manifest(s, &tree.entries)?;
+    let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
+    let params = PushParams {
+        block_size: req.block_size,
+        zerocopy: crate::datapath::net::ZeroCopy::Auto,
+        rate_limit_bytes_per_s: None,
+    };
+    let open = |i: usize| open_source_beneath(&root, &tree.sources[i], cfg.direct);
+    let counters = crate::coord::WorkerCounters::default();
+    let stop = AtomicBool::new(false);
+    let (digests, _) = push_data(&params, &tree, &open, &streams, &counters, &stop)?;
+    for st in &streams {
+        let _ = st.shutdown(std::net::Shutdown::Write);
+    }
+    for (i, e) in tree.entries.iter().enumerate() {
+        if e.kind == crate::protocol::manifest::EntryKind::File {
+            send_msg(
+                s,
+                &Message::FileAck {
+                    file_index: i as u32,
+                    digest: digests[i],
+                },
+            )?;
+        }
+    }
+    let bytes = counters.snapshot().0;
+    let files = tree.file_count() as u64;
+    send_msg(
+        s,
+        &Message::Summary {
+            files,
+            bytes,
+            ok: true,
+        },
+    )?;
+    Ok((files, bytes))
+}
+
 /// `bench --net` on the receiving side: take frames on every stream, check
 /// each checksum, count and discard them; no disk is touched.
 fn bench_session(
@@ -496,140 +386,4 @@ fn bench_session(
         },
     )?;
     Ok((0, bytes))
-}
-
-fn open_part(
-    root: &Root,
-    rel: &str,
-    direct: DirectMode,
-    truncate: bool,
-) -> Result<(File, bool), SessionError> {
-    let flags = libc::O_WRONLY | libc::O_CREAT | if truncate { libc::O_TRUNC } else { 0 };
-    if direct != DirectMode::Off {
-        match root.open_file(rel, flags | libc::O_DIRECT, 0o600) {
-            Ok(f) => return Ok((f, true)),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
-            Err(e) => return Err(SessionError::io(rel.to_string(), e)),
-        }
-    }
-    let f = root
-        .open_file(rel, flags, 0o600)
-        .map_err(|e| SessionError::io(rel.to_string(), e))?;
-    Ok((f, false))
-}
-
-/// Check a frame against the file it names and write it. Returns the
-/// file's digest when this frame completed it (and it was renamed).
-fn take_frame(
-    root: &Root,
-    direct: DirectMode,
-    files: &mut [Option<RecvFile>],
-    block: u64,
-    header: &FrameHeader,
-    lease: &crate::datapath::Lease,
-) -> Result<Option<u64>, SessionError> {
-    let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
-    let Some(Some(f)) = files.get_mut(header.file_index as usize) else {
-        return Err(malformed(format!(
-            "frame for entry {}, which is not a file being received",
-            header.file_index
-        )));
-    };
-    let sizes = [f.size];
-    FrameHeader {
-        file_index: 0,
-        ..*header
-    }
-    .check_against(&sizes)
-    .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
-    let expected = (f.size - header.offset.min(f.size)).min(block);
-    let hole = header.is_hole();
-    let covered = if hole && header.length == 0 {
-        expected
-    } else {
-        u64::from(header.length)
-    };
-    if !header.offset.is_multiple_of(block)
-        || covered != expected
-        || (hole && header.length != 0)
-        || f.done
-    {
-        return Err(malformed(format!(
-            "frame at offset {} of file {} does not fit its block layout",
-            header.offset, header.file_index
-        )));
-    }
-    let block_no = (header.offset / block) as usize;
-    let (word, bit) = (block_no / 64, 1u64 << (block_no % 64));
-    if f.seen[word] & bit != 0 {
-        return Err(malformed(format!(
-            "block at offset {} of file {} arrived twice",
-            header.offset, header.file_index
-        )));
-    }
-    if hole {
-        // Nothing to write: the hole stays a hole (the size is set at the end).
-        f.seen[word] |= bit;
-        f.received += expected;
-        f.digest = digest_add(
-            f.digest,
-            hole_checksum(header.file_index, header.offset, expected),
-        );
-        if f.received == f.size {
-            if f.part.is_none() {
-                f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
-            }
-            finalize(root, f)?;
-            return Ok(Some(f.digest));
-        }
-        return Ok(None);
-    }
-    let data = payload(lease, header);
-    header
-        .check_payload(data)
-        .map_err(|e| malformed(e.to_string()))?;
-    // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
-    // back to the true size before the rename.
-    if f.part.is_none() {
-        let (part, d) = open_part(root, &f.part_rel, direct, false)?;
-        f.part = Some(part);
-        f.direct = d;
-    }
-    let part = f.part.as_ref().expect("opened above");
-    let len = header.length as usize;
-    let write_len = if f.direct {
-        len.div_ceil(4096) * 4096
-    } else {
-        len
-    };
-    let bytes = &lease.as_slice()[HEADROOM..HEADROOM + write_len];
-    part.write_all_at(bytes, header.offset)
-        .map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
-    f.seen[word] |= bit;
-    f.received += u64::from(header.length);
-    f.digest = digest_add(f.digest, header.checksum);
-    if f.received == f.size {
-        finalize(root, f)?;
-        return Ok(Some(f.digest));
-    }
-    Ok(None)
-}
-
-/// Cut to size, set mode and mtime, sync, and rename to the final name.
-fn finalize(root: &Root, f: &mut RecvFile) -> Result<(), SessionError> {
-    use std::os::unix::fs::PermissionsExt;
-    let ctx = |what: &str| format!("{what} {}", f.final_rel);
-    let part = f.part.take().expect("a file being finalized is open");
-    part.set_len(f.size)
-        .map_err(|e| SessionError::io(ctx("truncating"), e))?;
-    part.set_permissions(std::fs::Permissions::from_mode(f.mode))
-        .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
-    part.set_times(std::fs::FileTimes::new().set_modified(f.mtime))
-        .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
-    part.sync_all()
-        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    root.rename(&f.part_rel, &f.final_rel)
-        .map_err(|e| SessionError::io(ctx("renaming"), e))?;
-    f.done = true;
-    Ok(())
 }

@@ -138,13 +138,24 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
     ))
 }
 
-/// Connect, authenticate, ask for `req` (with `entries` as the manifest
-/// when pushing), wait until the receiver is ready, and open the data
-/// streams, each proving it belongs to the session.
-fn open_session(
+/// Connect, authenticate, ask for `req`, run `between` (sending or
+/// receiving the manifest), wait until the daemon is ready, and open the
+/// data streams, each proving it belongs to the session.
+/// Send a manifest in parts, then its end.
+pub(crate) fn send_manifest(
+    ctl: &mut TcpStream,
+    entries: &[crate::protocol::manifest::Entry],
+) -> Result<(), SessionError> {
+    for part in entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
+        send_msg(ctl, &Message::Manifest(part.to_vec()))?;
+    }
+    send_msg(ctl, &Message::ManifestEnd)
+}
+
+pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
-    entries: Option<&[crate::protocol::manifest::Entry]>,
+    between: &mut dyn FnMut(&mut TcpStream) -> Result<(), SessionError>,
 ) -> Result<(TcpStream, Vec<TcpStream>), SessionError> {
     let mut ctl = connect(cfg)?;
     ctl.set_read_timeout(Some(Duration::from_secs(60)))
@@ -169,12 +180,7 @@ fn open_session(
     let keys = hs.on_welcome(&welcome).map_err(SessionError::Auth)?;
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
-    if let Some(entries) = entries {
-        for part in entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
-            send_msg(&mut ctl, &Message::Manifest(part.to_vec()))?;
-        }
-        send_msg(&mut ctl, &Message::ManifestEnd)?;
-    }
+    between(&mut ctl)?;
     match recv_msg(&mut ctl)? {
         Message::Ready => {}
         _ => {
@@ -204,7 +210,7 @@ fn open_session(
 
 /// Run `data` on its own thread while this one samples its counters and
 /// prints interval lines; then end the data streams.
-fn drive<T: Send>(
+pub(crate) fn drive<T: Send>(
     cfg: &SendConfig,
     total: u64,
     streams: &[TcpStream],
@@ -270,7 +276,11 @@ fn drive<T: Send>(
     (result, report)
 }
 
-fn note_zero_copy(report: &mut SendReport, stats: &SendStats, obs: &mut dyn SendObserver) {
+pub(crate) fn note_zero_copy(
+    report: &mut SendReport,
+    stats: &SendStats,
+    obs: &mut dyn SendObserver,
+) {
     report.zero_copy_sends = stats.zc_sends;
     report.zero_copy_copied = stats.zc_copied;
     report.zero_copy_fell_back = stats.zc_fell_back;
@@ -295,14 +305,20 @@ pub fn run_send(
         block_size: cfg.block_size,
         path: cfg.dest.clone(),
     };
-    let (mut ctl, streams) = open_session(cfg, req, Some(&tree.entries))?;
+    let (mut ctl, streams) = open_session(cfg, req, &mut |ctl| send_manifest(ctl, &tree.entries))?;
+    let params = PushParams {
+        block_size: cfg.block_size,
+        zerocopy: cfg.zerocopy,
+        rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
+    };
+    let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
     let (data, mut report) = drive(
         cfg,
         tree.file_bytes(),
         &streams,
         interrupt,
         obs,
-        |counters, stop| push_data(cfg, &tree, &streams, counters, stop),
+        |counters, stop| push_data(&params, &tree, &open, &streams, counters, stop),
     );
     report.files = tree.file_count() as u64;
     let digests = match data {
@@ -353,7 +369,7 @@ pub fn run_bench_net(
         block_size: cfg.block_size,
         path: String::new(),
     };
-    let (mut ctl, streams) = open_session(cfg, req, None)?;
+    let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
         bench_data(cfg, time, verify, &streams, counters, stop)
     });
@@ -508,7 +524,30 @@ fn is_hole(file: &File, offset: u64, len: u64) -> bool {
     }
 }
 
-fn open_source(path: &std::path::Path, direct: DirectMode) -> Result<(File, bool), SessionError> {
+/// Open a root-relative source beneath `root` (the daemon serving a pull).
+pub(crate) fn open_source_beneath(
+    root: &crate::datapath::beneath::Root,
+    rel: &std::path::Path,
+    direct: DirectMode,
+) -> Result<(File, bool), SessionError> {
+    let rel = rel.to_str().expect("root-relative sources are UTF-8");
+    if direct != DirectMode::Off {
+        match root.open_file(rel, libc::O_RDONLY | libc::O_DIRECT, 0) {
+            Ok(f) => return Ok((f, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
+            Err(e) => return Err(SessionError::io(rel.to_string(), e)),
+        }
+    }
+    let f = root
+        .open_file(rel, libc::O_RDONLY, 0)
+        .map_err(|e| SessionError::io(rel.to_string(), e))?;
+    Ok((f, false))
+}
+
+pub(crate) fn open_source(
+    path: &std::path::Path,
+    direct: DirectMode,
+) -> Result<(File, bool), SessionError> {
     let ctx = || path.display().to_string();
     if direct != DirectMode::Off {
         match std::fs::OpenOptions::new()
@@ -525,15 +564,27 @@ fn open_source(path: &std::path::Path, direct: DirectMode) -> Result<(File, bool
     Ok((f, false))
 }
 
+/// How the sending side reads and paces.
+pub(crate) struct PushParams {
+    pub(crate) block_size: u32,
+    pub(crate) zerocopy: ZeroCopy,
+    pub(crate) rate_limit_bytes_per_s: Option<f64>,
+}
+
+/// Opens entry `i`'s source: (file, whether O_DIRECT is in force).
+pub(crate) type Opener<'a> = dyn Fn(usize) -> Result<(File, bool), SessionError> + Sync + 'a;
+
 /// Read every file block by block into frame buffers and queue the frames
-/// round-robin on the streams. Returns each file's digest.
-fn push_data(
-    cfg: &SendConfig,
+/// round-robin on the streams. Returns each entry's digest.
+pub(crate) fn push_data(
+    params: &PushParams,
     tree: &Tree,
+    open: &Opener<'_>,
     streams: &[TcpStream],
     counters: &WorkerCounters,
     stop: &AtomicBool,
 ) -> Result<(Vec<u64>, SendStats), SessionError> {
+    let cfg = params;
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
     let bufs = (streams.len() * 4).clamp(8, 256);
     let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
@@ -545,7 +596,7 @@ fn push_data(
         if e.kind != EntryKind::File || e.size == 0 {
             continue;
         }
-        let (file, direct) = open_source(&tree.sources[i], cfg.direct)?;
+        let (file, direct) = open(i)?;
         // Fewer allocated bytes than the size: look for holes to skip.
         let sparse = file.metadata().is_ok_and(|m| {
             use std::os::unix::fs::MetadataExt;

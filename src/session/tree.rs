@@ -122,3 +122,78 @@ pub fn scan(sources: &[PathBuf]) -> Result<Tree, SessionError> {
     }
     Ok(tree)
 }
+
+/// The daemon's side of a pull: the manifest of `paths` under `root`, each
+/// copied as itself (its last component names it), walked and stat'ed
+/// beneath the root only. `sources` hold root-relative paths.
+pub fn scan_beneath(
+    root: &crate::datapath::beneath::Root,
+    paths: &[&str],
+) -> Result<Tree, SessionError> {
+    use crate::protocol::control::ErrorCode;
+    let mut tree = Tree::default();
+    for p in paths {
+        check_path(p)
+            .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
+        let name = p.rsplit('/').next().unwrap_or(p);
+        if tree.entries.iter().any(|e| e.path == name) {
+            return Err(SessionError::local(
+                ErrorCode::BadRequest,
+                format!("two paths are named {name}: they would land on the same path"),
+            ));
+        }
+        walk_beneath(root, &mut tree, name, p)?;
+    }
+    Ok(tree)
+}
+
+fn walk_beneath(
+    root: &crate::datapath::beneath::Root,
+    tree: &mut Tree,
+    rel: &str,
+    source: &str,
+) -> Result<(), SessionError> {
+    let m = root
+        .symlink_metadata(source)
+        .map_err(|e| SessionError::io(source.to_string(), e))?;
+    let ft = m.file_type();
+    let (kind, link) = if ft.is_symlink() {
+        let t = root
+            .read_link(source)
+            .map_err(|e| SessionError::io(source.to_string(), e))?;
+        (EntryKind::Symlink, Some(t))
+    } else if ft.is_dir() {
+        (EntryKind::Dir, None)
+    } else if ft.is_file() {
+        (EntryKind::File, None)
+    } else {
+        return Err(SessionError::local(
+            crate::protocol::control::ErrorCode::BadRequest,
+            format!("{source}: not a file, directory or symlink"),
+        ));
+    };
+    tree.entries.push(Entry {
+        path: rel.to_string(),
+        kind,
+        size: if kind == EntryKind::File { m.len() } else { 0 },
+        mode: m.permissions().mode() & 0o7777,
+        mtime_s: m.mtime(),
+        mtime_ns: m.mtime_nsec() as u32,
+        link,
+    });
+    tree.sources.push(PathBuf::from(source));
+    if kind == EntryKind::Dir {
+        for name in root
+            .read_dir(source)
+            .map_err(|e| SessionError::io(source.to_string(), e))?
+        {
+            walk_beneath(
+                root,
+                tree,
+                &format!("{rel}/{name}"),
+                &format!("{source}/{name}"),
+            )?;
+        }
+    }
+    Ok(())
+}

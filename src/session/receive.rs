@@ -1,0 +1,410 @@
+//! The receiving side of a transfer, shared by the daemon (push) and the
+//! client (pull): prepare every entry of a manifest beneath a root, take
+//! frames off the data streams into registered buffers, check each against
+//! its file's block layout and checksum, write it, and finalize each file
+//! (sync, mode, mtime, rename from `.urmove.part`) once complete.
+
+use std::fs::File;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, SystemTime};
+
+use crate::coord::WorkerCounters;
+use crate::datapath::beneath::Root;
+use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
+use crate::datapath::DirectMode;
+use crate::protocol::control::{ErrorCode, Message};
+use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader};
+use crate::protocol::manifest::{check_entry, Entry, EntryKind, ENTRIES_MAX};
+
+use super::conn::recv_msg;
+use super::{SessionError, PART_SUFFIX};
+
+/// Read manifest parts until its end, bounded in entries.
+pub(crate) fn recv_manifest(s: &mut TcpStream) -> Result<Vec<Entry>, SessionError> {
+    let mut entries: Vec<Entry> = Vec::new();
+    loop {
+        match recv_msg(s)? {
+            Message::Manifest(part) => {
+                if entries.len() as u64 + part.len() as u64 > u64::from(ENTRIES_MAX) {
+                    return Err(SessionError::local(
+                        ErrorCode::TooLarge,
+                        "manifest has too many entries",
+                    ));
+                }
+                entries.extend(part);
+            }
+            Message::ManifestEnd => return Ok(entries),
+            _ => {
+                return Err(SessionError::local(
+                    ErrorCode::Malformed,
+                    "expected the manifest",
+                ))
+            }
+        }
+    }
+}
+
+/// One file being received.
+struct RecvFile {
+    /// Open while blocks arrive (opened on the first, closed when done), so
+    /// a tree of 100,000 files does not hold 100,000 descriptors.
+    part: Option<File>,
+    part_rel: String,
+    final_rel: String,
+    size: u64,
+    mode: u32,
+    mtime: SystemTime,
+    direct: bool,
+    /// One bit per block: which blocks arrived.
+    seen: Vec<u64>,
+    received: u64,
+    digest: u64,
+    done: bool,
+}
+
+pub(crate) fn join(dest: &str, path: &str) -> String {
+    if dest.is_empty() {
+        path.to_string()
+    } else {
+        format!("{dest}/{path}")
+    }
+}
+
+fn mtime_of(e: &Entry) -> SystemTime {
+    let d = Duration::new(e.mtime_s.unsigned_abs(), e.mtime_ns);
+    if e.mtime_s >= 0 {
+        SystemTime::UNIX_EPOCH + d
+    } else {
+        SystemTime::UNIX_EPOCH - d
+    }
+}
+
+/// A manifest being received beneath a root.
+pub(crate) struct Incoming {
+    root: Root,
+    dest: String,
+    entries: Vec<Entry>,
+    files: Vec<Option<RecvFile>>,
+    block: u64,
+    direct: DirectMode,
+    empty_done: Vec<u32>,
+    done_files: usize,
+    bytes: u64,
+}
+
+impl Incoming {
+    /// Check every entry, then create directories, symlinks and `.part`
+    /// files (empty files are finished at once) before any byte arrives.
+    pub(crate) fn prepare(
+        root: Root,
+        dest: String,
+        entries: Vec<Entry>,
+        block: u64,
+        direct: DirectMode,
+    ) -> Result<Self, SessionError> {
+        for e in &entries {
+            check_entry(e).map_err(|err| {
+                SessionError::local(ErrorCode::PathRefused, format!("{}: {err}", e.path))
+            })?;
+        }
+        if !dest.is_empty() {
+            root.mkdir_all(&dest, 0o755)
+                .map_err(|e| SessionError::io(dest.clone(), e))?;
+        }
+        let mut files: Vec<Option<RecvFile>> = Vec::with_capacity(entries.len());
+        let mut empty_done = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            let rel = join(&dest, &e.path);
+            match e.kind {
+                EntryKind::Dir => {
+                    root.mkdir_all(&rel, 0o755)
+                        .map_err(|err| SessionError::io(rel.clone(), err))?;
+                    files.push(None);
+                }
+                EntryKind::Symlink => {
+                    let _ = root.unlink(&rel);
+                    let target = e.link.as_deref().unwrap_or_default();
+                    root.symlink(target, &rel)
+                        .map_err(|err| SessionError::io(rel.clone(), err))?;
+                    files.push(None);
+                }
+                EntryKind::File => {
+                    let part_rel = format!("{rel}{PART_SUFFIX}");
+                    // Create (or empty) the .part now: a bad path fails before any data.
+                    let (part, direct) = open_part(&root, &part_rel, direct, true)?;
+                    let mut f = RecvFile {
+                        part: (e.size == 0).then_some(part),
+                        part_rel,
+                        final_rel: rel,
+                        size: e.size,
+                        mode: e.mode,
+                        mtime: mtime_of(e),
+                        direct,
+                        seen: vec![0; e.size.div_ceil(block).div_ceil(64) as usize],
+                        received: 0,
+                        digest: 0,
+                        done: false,
+                    };
+                    if e.size == 0 {
+                        finalize(&root, &mut f)?;
+                        empty_done.push(i as u32);
+                    }
+                    files.push(Some(f));
+                }
+            }
+        }
+        let done_files = empty_done.len();
+        Ok(Incoming {
+            root,
+            dest,
+            entries,
+            files,
+            block,
+            direct,
+            empty_done,
+            done_files,
+            bytes: 0,
+        })
+    }
+
+    /// Indexes of empty files, finished while preparing.
+    pub(crate) fn take_empty_done(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.empty_done)
+    }
+
+    /// Take frames from `streams` until every stream ended, calling
+    /// `on_done(file_index, digest)` for each file finished; `counters` (if
+    /// any) count payload bytes for progress.
+    pub(crate) fn receive(
+        &mut self,
+        streams: &[TcpStream],
+        payload_max: usize,
+        counters: Option<&WorkerCounters>,
+        on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
+    ) -> Result<(), SessionError> {
+        let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
+        let buf_count = (streams.len() * 2 + 2).min(256);
+        let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
+        while rx.open() {
+            let mut frames = Vec::new();
+            rx.poll(true, &mut |ev| {
+                if let RecvEvent::Frame { header, lease, .. } = ev {
+                    frames.push((header, lease));
+                }
+            })?;
+            let mut failure = None;
+            let mut batch_bytes = 0;
+            for (header, lease) in frames {
+                if failure.is_none() {
+                    match take_frame(
+                        &self.root,
+                        self.direct,
+                        &mut self.files,
+                        self.block,
+                        &header,
+                        &lease,
+                    ) {
+                        Ok(Some(digest)) => {
+                            self.done_files += 1;
+                            if let Err(e) = on_done(header.file_index, digest) {
+                                failure = Some(e);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => failure = Some(e),
+                    }
+                    batch_bytes += u64::from(header.length);
+                }
+                rx.give_back(lease);
+            }
+            self.bytes += batch_bytes;
+            if let Some(c) = counters {
+                c.add(batch_bytes, 0);
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Check that every file is complete, then give directories their mode
+    /// and mtime (adding files changed them). Returns (files, bytes).
+    pub(crate) fn finish(&self) -> Result<(u64, u64), SessionError> {
+        let file_count = self.files.iter().flatten().count();
+        if self.done_files < file_count {
+            return Err(SessionError::local(
+                ErrorCode::Io,
+                format!(
+                    "the data streams ended with {} of {file_count} files incomplete",
+                    file_count - self.done_files
+                ),
+            ));
+        }
+        for e in self
+            .entries
+            .iter()
+            .rev()
+            .filter(|e| e.kind == EntryKind::Dir)
+        {
+            let rel = join(&self.dest, &e.path);
+            if let Ok(d) = self
+                .root
+                .open_file(&rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = d.set_permissions(std::fs::Permissions::from_mode(e.mode));
+                let _ = d.set_times(std::fs::FileTimes::new().set_modified(mtime_of(e)));
+            }
+        }
+        Ok((file_count as u64, self.bytes))
+    }
+
+    /// Number of regular files in the manifest.
+    pub(crate) fn file_count(&self) -> usize {
+        self.files.iter().flatten().count()
+    }
+
+    /// Bytes the files hold in total.
+    pub(crate) fn file_bytes(&self) -> u64 {
+        self.files.iter().flatten().map(|f| f.size).sum()
+    }
+}
+
+fn open_part(
+    root: &Root,
+    rel: &str,
+    direct: DirectMode,
+    truncate: bool,
+) -> Result<(File, bool), SessionError> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | if truncate { libc::O_TRUNC } else { 0 };
+    if direct != DirectMode::Off {
+        match root.open_file(rel, flags | libc::O_DIRECT, 0o600) {
+            Ok(f) => return Ok((f, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
+            Err(e) => return Err(SessionError::io(rel.to_string(), e)),
+        }
+    }
+    let f = root
+        .open_file(rel, flags, 0o600)
+        .map_err(|e| SessionError::io(rel.to_string(), e))?;
+    Ok((f, false))
+}
+
+/// Check a frame against the file it names and write it. Returns the
+/// file's digest when this frame completed it (and it was renamed).
+fn take_frame(
+    root: &Root,
+    direct: DirectMode,
+    files: &mut [Option<RecvFile>],
+    block: u64,
+    header: &FrameHeader,
+    lease: &crate::datapath::Lease,
+) -> Result<Option<u64>, SessionError> {
+    let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
+    let Some(Some(f)) = files.get_mut(header.file_index as usize) else {
+        return Err(malformed(format!(
+            "frame for entry {}, which is not a file being received",
+            header.file_index
+        )));
+    };
+    let sizes = [f.size];
+    FrameHeader {
+        file_index: 0,
+        ..*header
+    }
+    .check_against(&sizes)
+    .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
+    let expected = (f.size - header.offset.min(f.size)).min(block);
+    let hole = header.is_hole();
+    let covered = if hole && header.length == 0 {
+        expected
+    } else {
+        u64::from(header.length)
+    };
+    if !header.offset.is_multiple_of(block)
+        || covered != expected
+        || (hole && header.length != 0)
+        || f.done
+    {
+        return Err(malformed(format!(
+            "frame at offset {} of file {} does not fit its block layout",
+            header.offset, header.file_index
+        )));
+    }
+    let block_no = (header.offset / block) as usize;
+    let (word, bit) = (block_no / 64, 1u64 << (block_no % 64));
+    if f.seen[word] & bit != 0 {
+        return Err(malformed(format!(
+            "block at offset {} of file {} arrived twice",
+            header.offset, header.file_index
+        )));
+    }
+    if hole {
+        // Nothing to write: the hole stays a hole (the size is set at the end).
+        f.seen[word] |= bit;
+        f.received += expected;
+        f.digest = digest_add(
+            f.digest,
+            hole_checksum(header.file_index, header.offset, expected),
+        );
+        if f.received == f.size {
+            if f.part.is_none() {
+                f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
+            }
+            finalize(root, f)?;
+            return Ok(Some(f.digest));
+        }
+        return Ok(None);
+    }
+    let data = payload(lease, header);
+    header
+        .check_payload(data)
+        .map_err(|e| malformed(e.to_string()))?;
+    // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
+    // back to the true size before the rename.
+    if f.part.is_none() {
+        let (part, d) = open_part(root, &f.part_rel, direct, false)?;
+        f.part = Some(part);
+        f.direct = d;
+    }
+    let part = f.part.as_ref().expect("opened above");
+    let len = header.length as usize;
+    let write_len = if f.direct {
+        len.div_ceil(4096) * 4096
+    } else {
+        len
+    };
+    let bytes = &lease.as_slice()[HEADROOM..HEADROOM + write_len];
+    part.write_all_at(bytes, header.offset)
+        .map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
+    f.seen[word] |= bit;
+    f.received += u64::from(header.length);
+    f.digest = digest_add(f.digest, header.checksum);
+    if f.received == f.size {
+        finalize(root, f)?;
+        return Ok(Some(f.digest));
+    }
+    Ok(None)
+}
+
+/// Cut to size, set mode and mtime, sync, and rename to the final name.
+fn finalize(root: &Root, f: &mut RecvFile) -> Result<(), SessionError> {
+    use std::os::unix::fs::PermissionsExt;
+    let ctx = |what: &str| format!("{what} {}", f.final_rel);
+    let part = f.part.take().expect("a file being finalized is open");
+    part.set_len(f.size)
+        .map_err(|e| SessionError::io(ctx("truncating"), e))?;
+    part.set_permissions(std::fs::Permissions::from_mode(f.mode))
+        .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
+    part.set_times(std::fs::FileTimes::new().set_modified(f.mtime))
+        .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
+    part.sync_all()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
+    root.rename(&f.part_rel, &f.final_rel)
+        .map_err(|e| SessionError::io(ctx("renaming"), e))?;
+    f.done = true;
+    Ok(())
+}
