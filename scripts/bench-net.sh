@@ -136,11 +136,11 @@ DST_FIO=$WORKDIR/dst-fio
 
 STARTED_PIDS=()
 CREATED_NS=()
-FAILURES=()
 
 cleanup() {
     local p
     for p in "${STARTED_PIDS[@]}"; do
+        pkill -TERM -P "$p" 2>/dev/null || true    # a daemon run under /usr/bin/time
         kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
     done
     for p in "${CREATED_NS[@]}"; do ip netns del "$p" 2>/dev/null || true; done   # takes the veth pair along
@@ -180,11 +180,15 @@ run() {
     grep -v "$ZC_WARN" "$out.err" | sed 's/^/    | /' >&2 || true
     if [ "$rc" -ne 0 ]; then
         [ "$rc" -eq 124 ] && log "TIMEOUT after ${TIMEOUT}s"
-        FAILURES+=("exit $rc: $*")
+        fail "exit $rc: $*"
         log "FAILED (exit $rc): $*"
         return 1
     fi
 }
+
+FAILS=$WORK/failures.txt
+: >"$FAILS"
+fail() { echo "$*" >>"$FAILS"; }   # works from inside $(...) too
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
@@ -219,10 +223,11 @@ stop_pid() { # stop one of our own background processes (SIGTERM, then wait)
 start_recv() {
     local var=$1 err=$2 dir=$3 listen=$4 pid i port=""; shift 4
     mkdir -p "$dir"
+    : >"$err"   # exists before the background job opens it
     "$@" "$URMOVE" recv --listen "$listen" --root "$dir" --key-file "$KEY" 2>"$err" &
     pid=$!; STARTED_PIDS+=("$pid")
     for (( i = 0; i < 100; i++ )); do
-        port=$(sed -n 's/^urmove recv: listening on .*:\([0-9][0-9]*\), root .*/\1/p' "$err" | head -1)
+        port=$(sed -n 's/^urmove recv: listening on .*:\([0-9][0-9]*\), root .*/\1/p' "$err" | head -1 || true)
         [ -n "$port" ] && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
@@ -338,7 +343,7 @@ net_measure() {
         urmove)
             run "$out" "${pre[@]}" "$URMOVE" bench --net "$host" -p "$port" -P "$STREAMS" \
                 --time "${DUR}s" --key-file "$KEY" --json || return 1
-            [ "$(jget "$out" status)" = ok ] || { FAILURES+=("bench --net status != ok"); return 1; }
+            [ "$(jget "$out" status)" = ok ] || { fail "bench --net status != ok"; return 1; }
             jget "$out" rate_bits_per_s ;;
         iperf3)
             run "$out" "${pre[@]}" iperf3 -c "$host" -p "$port" -P "$STREAMS" -t "$DUR" -J || return 1
@@ -380,7 +385,7 @@ section_veth() {
     log "section veth: $NS_A ($ADDR_A) -> $NS_B ($ADDR_B), $STREAMS streams, ${DUR}s"
     if ip netns list | grep -qwE "^($NS_A|$NS_B)"; then
         log "skip veth: netns $NS_A or $NS_B already exists (delete it or set NS_A/NS_B)"
-        FAILURES+=("veth skipped: namespace exists"); return
+        fail "veth skipped: namespace exists"; return
     fi
     ip netns add "$NS_A" && CREATED_NS+=("$NS_A")
     ip netns add "$NS_B" && CREATED_NS+=("$NS_B")
@@ -435,19 +440,19 @@ xfer() {
         local st f fv
         st=$(jget "$out" status); f=$(jget "$out" files); fv=$(jget "$out" files_verified)
         if [ "$st" != ok ] || [ "$f" != "$expect" ] || [ "$fv" != "$expect" ]; then
-            FAILURES+=("urmove send $src: status=$st files=$f files_verified=$fv, expected $expect")
+            fail "urmove send $src: status=$st files=$f files_verified=$fv, expected $expect"
             log "urmove send: status=$st files=$f files_verified=$fv, expected $expect"
             return 1
         fi
     fi
     got=$(count_files "$dst")
     if [ "$got" != "$expect" ]; then
-        FAILURES+=("$tool $src: $got files at the destination, expected $expect")
+        fail "$tool $src: $got files at the destination, expected $expect"
         log "$tool: $got files at the destination, expected $expect"
         return 1
     fi
     if [ ! -d "$src" ] && [ "$(stat -c %s "$dst/$(basename "$src")")" != "$(stat -c %s "$src")" ]; then
-        FAILURES+=("$tool $src: size differs at the destination")
+        fail "$tool $src: size differs at the destination"
         return 1
     fi
     elapsed "$t0" "$t1"
@@ -484,7 +489,7 @@ section_file() {
     [ -f "$BIG" ] && need=$(( need - BIG_MB ))
     if [ "$(space_mb)" -lt "$need" ]; then
         log "skip file: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
-        FAILURES+=("file skipped: not enough space"); return
+        fail "file skipped: not enough space"; return
     fi
     make_file "$BIG" "$BIG_MB"
     start_loopback_recv; start_rsyncd; start_sshd
@@ -519,7 +524,7 @@ section_tree() {
     local need=$(( TREE_FILES * (TREE_KB + 4) * 2 / 1024 + 1024 ))
     if [ "$(space_mb)" -lt "$need" ]; then
         log "skip tree: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
-        FAILURES+=("tree skipped: not enough space"); return
+        fail "tree skipped: not enough space"; return
     fi
     make_tree "$TREE" "$TREE_FILES" "$TREE_KB"
     start_loopback_recv; start_rsyncd; start_sshd
@@ -547,7 +552,7 @@ section_scale() {
     local total=0
     for c in "${counts[@]}"; do total=$(( total + c )); done
     if [ "$(space_mb)" -lt $(( total * 8 * 2 / 1024 + 1024 )) ]; then
-        log "skip scale: not enough space"; FAILURES+=("scale skipped: not enough space"); return
+        log "skip scale: not enough space"; fail "scale skipped: not enough space"; return
     fi
     for c in "${counts[@]}"; do make_tree "$WORKDIR/scale-$c" "$c" 4; done
     start_loopback_recv
@@ -591,7 +596,7 @@ mem_one() { # mem_one LABEL FILE
     local i
     for (( i = 0; i < 300; i++ )); do kill -0 "$M_PID" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$M_PID" 2>/dev/null; then
-        FAILURES+=("urmove recv did not exit within 30 s of SIGTERM")
+        fail "urmove recv did not exit within 30 s of SIGTERM"
         log "urmove recv did not exit within 30 s of SIGTERM"
     fi
     stop_pid "$M_PID"
@@ -607,7 +612,7 @@ section_mem() {
     local need=$(( MEM_SMALL_MB * 2 + MEM_BIG_MB * 2 + 1024 ))
     if [ "$(space_mb)" -lt "$need" ]; then
         log "skip mem: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
-        FAILURES+=("mem skipped: not enough space"); return
+        fail "mem skipped: not enough space"; return
     fi
     make_file "$WORKDIR/mem-small.bin" "$MEM_SMALL_MB"
     mem_one small "$WORKDIR/mem-small.bin"
@@ -728,7 +733,13 @@ print("\n".join(out))
 print("Round values (medians above):")
 names = {"net": "loopback Gbit/s", "veth": "veth Gbit/s", "file": "file MB/s",
          "tree": "tree seconds", "scale": "scale seconds", "mem": "max RSS kB"}
-for (sec, tool), vs in vals.items():
+order = ["net", "veth", "file", "tree", "scale", "mem"]
+tools = ["urmove", "iperf3", "rsync", "scp", "disk"]
+def key(k):
+    sec, tool = k
+    t = tools.index(tool) if tool in tools else (int(tool) if tool.isdigit() else 0)
+    return (order.index(sec), t, tool)
+for (sec, tool), vs in sorted(vals.items(), key=lambda kv: key(kv[0])):
     if sec in ("net", "veth"):
         shown = ", ".join(f"{v / 1e9:.2f}" for v in vs)
     elif sec == "file":
@@ -744,30 +755,48 @@ for (sec, tool), vs in vals.items():
     print(f"  {names[sec]:16} {label:14} {shown}")
 EOF
 
-if [ ${#FAILURES[@]} -gt 0 ]; then
+if [ -s "$FAILS" ]; then
     echo
     echo "Failures and skips:"
-    printf '  %s\n' "${FAILURES[@]}"
+    sed 's/^/  /' "$FAILS"
 fi
 
-cat <<EOF
+echo
+echo "Notes: MB/s are decimal (1e6 bytes/s), Gbit/s are 1e9 bit/s; ratios are of medians;"
+echo "tool order rotated each round; source and destinations on the same disk ($FS)."
+if want net || want veth; then cat <<EOF
+- Network: urmove bench --net (4 MiB frames, no checksums) vs iperf3 -c -P $STREAMS
+  -t $DUR (default 128 KiB writes), iperf3's receiver-side rate; veth: client in
+  $NS_A ($ADDR_A), servers in $NS_B ($ADDR_B).
+EOF
+fi
+if want file || want tree || want scale; then cat <<EOF
+- Transfers: page cache dropped and destination emptied before every run; times
+  are wall clock from start to end of the client process. urmove send ends after
+  the receiver fsynced every file; rsync (plain rsync -a to an rsync daemon on
+  127.0.0.1) and scp (sshd on 127.0.0.1:$SSH_PORT, default cipher) are followed by
+  a system-wide sync that is included in their time.
+EOF
+fi
+if want file; then cat <<EOF
+- Disk limit: one fio run, two concurrent jobs (io_uring, O_DIRECT, 4 MiB, iodepth
+  8): one reads the source file, one writes ${BIG_MB} MiB into the destination
+  directory (end_fsync=1); limit = ${BIG_MB} MiB / runtime of the slower job.
+EOF
+fi
+if want tree || want scale; then cat <<EOF
+- Trees: 1000 files per directory plus one empty marker file (.complete), which
+  every tool copies. Scaling counts whose first run took over ${SCALE_SLOW_S}s ran once.
+EOF
+fi
+if want mem; then cat <<EOF
+- Memory: max RSS from /usr/bin/time -v; urmove recv started under it and
+  stopped with SIGTERM after the send; one run per size.
+EOF
+fi
+if [ -n "$RECV_HWM" ]; then echo "- The long-lived loopback urmove recv daemon's peak RSS (VmHWM) after all sections: $RECV_HWM kB."; fi
 
-Notes: MB/s are decimal (1e6 bytes/s), Gbit/s are 1e9 bit/s; ratios are of
-medians; tool order rotated each round. Network: urmove bench --net (4 MiB
-frames, no checksums) vs iperf3 -c -P $STREAMS -t $DUR (128 KiB writes),
-receiver-side rate. Transfers: page cache dropped and destination emptied
-before every run; times are wall clock from start to end of the client
-process. urmove send ends after the receiver fsynced every file; rsync
-(plain rsync -a to an rsync daemon on 127.0.0.1) and scp (sshd on
-127.0.0.1:$SSH_PORT, default cipher) are followed by a system-wide sync that
-is included in their time. Source and destinations are on the same disk.
-Disk limit: one fio run with two concurrent jobs (io_uring, O_DIRECT, 4 MiB,
-iodepth 8), one reading the source file, one writing ${BIG_MB} MiB into the
-destination directory (end_fsync=1); limit = ${BIG_MB} MiB / runtime of
-the slower job. Trees have 1000 files per directory plus one empty marker
-file. Scaling counts whose first run took over ${SCALE_SLOW_S}s ran once.
-Memory: urmove recv started under /usr/bin/time -v and stopped with SIGTERM
-after the send.${RECV_HWM:+ Long-lived loopback recv daemon peak RSS (VmHWM) after all sections: $RECV_HWM kB.}
+cat <<EOF
 
 Command: $CMDLINE
 Date:    $(date -Is)

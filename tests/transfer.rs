@@ -651,12 +651,25 @@ fn bench_net_moves_memory_to_memory_and_the_receiver_counts_it() {
             .output()
             .unwrap()
     };
-    for extra in [&["--json"][..], &["--json", "--verify"][..]] {
+    for extra in [
+        &["--json"][..],
+        &["--json", "--verify"][..],
+        &["--json", "--reverse"][..],
+        &["--json", "--reverse", "--verify"][..],
+    ] {
         let o = bench(extra);
         assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
         let v = json(&o);
         assert_eq!(v["status"], "ok");
-        assert_eq!(v["command"], "bench --net");
+        let reverse = extra.contains(&"--reverse");
+        assert_eq!(
+            v["command"],
+            if reverse {
+                "bench --net --reverse"
+            } else {
+                "bench --net"
+            }
+        );
         assert_eq!(v["streams"], 2);
         assert!(v["bytes"].as_u64().unwrap() > 0);
         assert!(v["rate_bits_per_s"].as_f64().unwrap() > 0.0);

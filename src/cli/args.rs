@@ -102,6 +102,10 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE", requires = "net")]
     pub key_file: Option<PathBuf>,
 
+    /// bench --net: the daemon sends and this side receives.
+    #[arg(long, requires = "net")]
+    pub reverse: bool,
+
     /// bench --net: zero-copy sends (auto drops them where the kernel copies).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto, requires = "net")]
     pub zerocopy: ZeroCopyArg,

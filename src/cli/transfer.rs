@@ -255,7 +255,7 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             v["type"] = "summary".into();
             p.out.line(&v.to_string());
         }
-        Format::Human if r.command == "bench --net" => {
+        Format::Human if r.command.starts_with("bench --net") => {
             p.out.line(&format!(
                 "bench --net: {} ({}) in {}: {}, min interval {}, {} streams, {} frames; the receiver counted every byte",
                 units::bytes_decimal(r.bytes),
@@ -346,6 +346,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         &cfg,
         time,
         a.verify,
+        a.reverse,
         &interrupt,
         &mut printer,
     ) {

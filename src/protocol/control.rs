@@ -28,6 +28,8 @@ pub enum Direction {
     Pull = 1,
     /// `bench --net`: memory to memory, nothing written.
     Bench = 2,
+    /// `bench --net --reverse`: the daemon sends.
+    BenchReverse = 3,
 }
 
 /// What a client asks for once authenticated.
@@ -264,6 +266,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 0 => Direction::Push,
                 1 => Direction::Pull,
                 2 => Direction::Bench,
+                3 => Direction::BenchReverse,
                 d => {
                     return Err(DecodeError::Invalid {
                         what: "direction",

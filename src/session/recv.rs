@@ -6,14 +6,12 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
-use crate::datapath::net::{payload, NetReceiver, RecvEvent};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{Direction, ErrorCode, Message, STREAMS_MAX};
 use crate::protocol::handshake::{
@@ -187,7 +185,7 @@ fn control_session(
             "expected a session request",
         ));
     };
-    if req.direction == Direction::Bench {
+    if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
         return bench_session(s, &req, &keys, cfg, registry);
     }
     if req.direction == Direction::Pull {
@@ -341,8 +339,9 @@ fn pull_session(
     Ok((files, bytes))
 }
 
-/// `bench --net` on the receiving side: take frames on every stream, check
-/// each checksum, count and discard them; no disk is touched.
+/// `bench --net` on the daemon's side: take frames on every stream, check
+/// each checksum (unless unchecked), count and discard them; or, reversed,
+/// send for the requested time. No disk is touched.
 fn bench_session(
     s: &mut TcpStream,
     req: &crate::protocol::control::SessionRequest,
@@ -350,33 +349,47 @@ fn bench_session(
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
-    let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-    let buf_count = (streams.len() * 2 + 2).min(256);
-    let mut rx = NetReceiver::new(&fds, buf_count, req.block_size as usize)?;
-    let mut bytes = 0u64;
-    while rx.open() {
-        let mut frames = Vec::new();
-        rx.poll(true, &mut |ev| {
-            if let RecvEvent::Frame { header, lease, .. } = ev {
-                frames.push((header, lease));
-            }
+    use super::send::{bench_data, discard_frames, PushParams};
+    let reverse = req.direction == Direction::BenchReverse;
+    // Reversed, the path carries the test length in ms (and `v` for checksums).
+    let (time, verify) = if reverse {
+        let verify = req.path.ends_with('v');
+        let ms: u64 = req.path.trim_end_matches('v').parse().map_err(|_| {
+            SessionError::local(ErrorCode::BadRequest, "bench --reverse: bad test length")
         })?;
-        let mut failure = None;
-        for (header, lease) in frames {
-            let unchecked = header.flags & crate::protocol::frame::FLAG_UNCHECKED != 0;
-            if !unchecked {
-                if let Err(e) = header.check_payload(payload(&lease, &header)) {
-                    failure.get_or_insert(SessionError::local(ErrorCode::Malformed, e.to_string()));
-                }
-            }
-            bytes += u64::from(header.length);
-            rx.give_back(lease);
+        if ms > 24 * 3600 * 1000 {
+            return Err(SessionError::local(
+                ErrorCode::TooLarge,
+                "bench --reverse: test longer than a day",
+            ));
         }
-        if let Some(e) = failure {
-            return Err(e);
+        (Duration::from_millis(ms), verify)
+    } else {
+        (Duration::ZERO, false)
+    };
+    let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
+    let bytes = if reverse {
+        let params = PushParams {
+            block_size: req.block_size,
+            zerocopy: crate::datapath::net::ZeroCopy::Auto,
+            rate_limit_bytes_per_s: None,
+        };
+        let counters = crate::coord::WorkerCounters::default();
+        bench_data(
+            &params,
+            time,
+            verify,
+            &streams,
+            &counters,
+            &AtomicBool::new(false),
+        )?;
+        for st in &streams {
+            let _ = st.shutdown(std::net::Shutdown::Write);
         }
-    }
+        counters.snapshot().0
+    } else {
+        discard_frames(&streams, req.block_size as usize, None)?
+    };
     send_msg(
         s,
         &Message::Summary {

@@ -360,9 +360,13 @@ pub fn run_bench_net(
     cfg: &SendConfig,
     time: Duration,
     verify: bool,
+    reverse: bool,
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
+    if reverse {
+        return run_bench_net_reverse(cfg, time, verify, interrupt, obs);
+    }
     let req = SessionRequest {
         direction: Direction::Bench,
         streams: cfg.streams,
@@ -371,7 +375,7 @@ pub fn run_bench_net(
     };
     let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
-        bench_data(cfg, time, verify, &streams, counters, stop)
+        bench_data(&push_params(cfg), time, verify, &streams, counters, stop)
     });
     report.command = "bench --net";
     match data {
@@ -405,9 +409,99 @@ pub fn run_bench_net(
     Ok(report)
 }
 
-/// Send frames of incompressible data round-robin until `time` is up.
-fn bench_data(
+/// `bench --net --reverse`: the daemon sends for `time` (carried in the
+/// request's path as milliseconds, with `v` appended to ask for checksums)
+/// and this side receives, counts and discards.
+fn run_bench_net_reverse(
     cfg: &SendConfig,
+    time: Duration,
+    verify: bool,
+    interrupt: &AtomicBool,
+    obs: &mut dyn SendObserver,
+) -> Result<SendReport, SessionError> {
+    let req = SessionRequest {
+        direction: Direction::BenchReverse,
+        streams: cfg.streams,
+        block_size: cfg.block_size,
+        path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
+    };
+    let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
+        discard_frames(&streams, cfg.block_size as usize, Some(counters))
+    });
+    report.command = "bench --net --reverse";
+    if let Err(e) = data {
+        report.status = e.code().name();
+        report.error = Some(e.to_string());
+        return Ok(report);
+    }
+    match recv_msg(&mut ctl) {
+        Ok(Message::Summary {
+            bytes, ok: true, ..
+        }) if bytes == report.bytes => {}
+        Ok(Message::Summary { bytes, .. }) => {
+            report.status = ErrorCode::Io.name();
+            report.error = Some(format!(
+                "the daemon sent {bytes} bytes, {} arrived",
+                report.bytes
+            ));
+        }
+        Ok(_) => {
+            report.status = ErrorCode::Malformed.name();
+            report.error = Some("unexpected message after the data".into());
+        }
+        Err(e) => {
+            report.status = e.code().name();
+            report.error = Some(e.to_string());
+        }
+    }
+    Ok(report)
+}
+
+/// Receive bench frames on every stream until all end: check each
+/// checksum (unless the frame says it carries none), count and discard.
+pub(crate) fn discard_frames(
+    streams: &[TcpStream],
+    payload_max: usize,
+    counters: Option<&WorkerCounters>,
+) -> Result<u64, SessionError> {
+    use crate::datapath::net::{payload, NetReceiver, RecvEvent};
+    let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
+    let buf_count = (streams.len() * 2 + 2).min(256);
+    let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
+    let mut bytes = 0u64;
+    while rx.open() {
+        let mut frames = Vec::new();
+        rx.poll(true, &mut |ev| {
+            if let RecvEvent::Frame { header, lease, .. } = ev {
+                frames.push((header, lease));
+            }
+        })?;
+        let mut failure = None;
+        let mut batch = 0u64;
+        for (header, lease) in frames {
+            if header.flags & FLAG_UNCHECKED == 0 {
+                if let Err(e) = header.check_payload(payload(&lease, &header)) {
+                    failure.get_or_insert(SessionError::local(ErrorCode::Malformed, e.to_string()));
+                }
+            }
+            batch += u64::from(header.length);
+            rx.give_back(lease);
+        }
+        bytes += batch;
+        if let Some(c) = counters {
+            c.add(batch, 0);
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+    }
+    Ok(bytes)
+}
+
+/// Send frames of incompressible data round-robin until `time` is up.
+pub(crate) fn bench_data(
+    cfg: &PushParams,
     time: Duration,
     verify: bool,
     streams: &[TcpStream],
@@ -562,6 +656,14 @@ pub(crate) fn open_source(
     }
     let f = File::open(path).map_err(|e| SessionError::io(ctx(), e))?;
     Ok((f, false))
+}
+
+fn push_params(cfg: &SendConfig) -> PushParams {
+    PushParams {
+        block_size: cfg.block_size,
+        zerocopy: cfg.zerocopy,
+        rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
+    }
 }
 
 /// How the sending side reads and paces.
