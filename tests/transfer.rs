@@ -51,6 +51,8 @@ impl Daemon {
                 &format!("{ip}:0"),
                 "--handshake-timeout",
                 "2s",
+                "--interval",
+                "100ms",
                 "--root",
             ])
             .arg(root.path())
@@ -257,6 +259,13 @@ fn one_large_file_uses_every_stream_and_human_output_has_interval_lines() {
         "{out}"
     );
     assert!(out.contains("1 of 1 files verified"), "{out}");
+    std::thread::sleep(Duration::from_millis(100));
+    let log = d.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("Net In:") && l.contains("Avg:") && l.contains('%')),
+        "{log}"
+    );
     assert_eq!(
         std::fs::read(d.root.path().join("big.dat")).unwrap(),
         std::fs::read(&f).unwrap()

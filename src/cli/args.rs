@@ -239,6 +239,10 @@ pub struct RecvArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
     pub direct: DirectArg,
 
+    /// Log a `Net In` line per session every DURATION (0 turns them off).
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "5s")]
+    pub interval: Duration,
+
     /// Drop a client that completes no handshake within this long.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "10s")]
     pub handshake_timeout: Duration,

@@ -137,6 +137,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         direct: DirectMode::Auto,
         handshake_timeout: Duration::from_secs(10),
         stream_wait: Duration::from_secs(30),
+        interval: None,
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {

@@ -54,6 +54,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         direct: direct(a.direct),
         handshake_timeout: a.handshake_timeout,
         stream_wait: Duration::from_secs(30),
+        interval: (!a.interval.is_zero()).then_some(a.interval),
     };
     let log: crate::session::recv::Log = Arc::new(|m: &str| {
         use std::io::Write;

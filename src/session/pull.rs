@@ -65,7 +65,7 @@ pub fn run_pull(
         incoming.receive(
             &streams,
             cfg.block_size as usize,
-            Some(counters),
+            &mut |b| counters.add(b, 0),
             &mut |i, d| {
                 got.push((i, d));
                 Ok(())

@@ -10,7 +10,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, SystemTime};
 
-use crate::coord::WorkerCounters;
 use crate::datapath::beneath::Root;
 use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
 use crate::datapath::DirectMode;
@@ -175,13 +174,13 @@ impl Incoming {
     }
 
     /// Take frames from `streams` until every stream ended, calling
-    /// `on_done(file_index, digest)` for each file finished; `counters` (if
-    /// any) count payload bytes for progress.
+    /// `on_done(file_index, digest)` for each file finished and `progress`
+    /// with the payload bytes of each batch.
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
         payload_max: usize,
-        counters: Option<&WorkerCounters>,
+        progress: &mut dyn FnMut(u64),
         on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
@@ -220,9 +219,7 @@ impl Incoming {
                 rx.give_back(lease);
             }
             self.bytes += batch_bytes;
-            if let Some(c) = counters {
-                c.add(batch_bytes, 0);
-            }
+            progress(batch_bytes);
             if let Some(e) = failure {
                 return Err(e);
             }

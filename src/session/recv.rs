@@ -34,6 +34,68 @@ pub struct RecvConfig {
     pub handshake_timeout: Duration,
     /// How long a session waits for its data streams.
     pub stream_wait: Duration,
+    /// Log an FDT-style `Net In` line per session this often (None: off).
+    pub interval: Option<Duration>,
+}
+
+/// Interval lines of one receiving session, for the daemon's log.
+struct RecvProgress<'a> {
+    log: &'a Log,
+    peer: SocketAddr,
+    start: Instant,
+    tracker: Option<crate::coord::IntervalTracker>,
+    total: u64,
+    expected: Option<u64>,
+}
+
+impl<'a> RecvProgress<'a> {
+    fn new(
+        log: &'a Log,
+        peer: SocketAddr,
+        interval: Option<Duration>,
+        expected: Option<u64>,
+    ) -> Self {
+        RecvProgress {
+            log,
+            peer,
+            start: Instant::now(),
+            tracker: interval.map(|i| crate::coord::IntervalTracker::new(i.as_nanos() as u64)),
+            total: 0,
+            expected,
+        }
+    }
+
+    fn add(&mut self, bytes: u64) {
+        use crate::coord::units::{rate, RateUnit};
+        self.total += bytes;
+        let Some(t) = self.tracker.as_mut() else {
+            return;
+        };
+        let Some(iv) = t.observe(self.start.elapsed().as_nanos() as u64, self.total) else {
+            return;
+        };
+        let (h, m, s) = sys::local_hms();
+        let mut line = format!(
+            "{}: {h:02}:{m:02}:{s:02}  Net In: {}  Avg: {}",
+            self.peer,
+            rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+            rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit)
+        );
+        if let Some(total) = self.expected.filter(|&t| t > 0) {
+            let left = total.saturating_sub(self.total) as f64;
+            let eta = if iv.avg_rate_bytes_per_s > 0.0 {
+                left / iv.avg_rate_bytes_per_s
+            } else {
+                0.0
+            };
+            line += &format!(
+                "  {:.1}%  ETA {}s",
+                100.0 * self.total as f64 / total as f64,
+                eta.ceil() as u64
+            );
+        }
+        (self.log)(&line);
+    }
 }
 
 /// Where the daemon's log lines go (stderr, under systemd the journal).
@@ -107,7 +169,7 @@ fn connection(
     match first {
         Message::Hello(hello) => {
             let started = Instant::now();
-            match control_session(&mut s, hello, cfg, registry) {
+            match control_session(&mut s, hello, cfg, registry, peer, log) {
                 Ok((files, bytes)) => {
                     let secs = started.elapsed().as_secs_f64();
                     log(&format!(
@@ -166,6 +228,8 @@ fn control_session(
     hello: crate::protocol::handshake::Hello,
     cfg: &RecvConfig,
     registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
 ) -> Result<(u64, u64), SessionError> {
     let mut hs = ServerHandshake::new(cfg.key, random()?);
     let challenge = hs.on_hello(&hello).map_err(SessionError::Auth)?;
@@ -186,7 +250,14 @@ fn control_session(
         ));
     };
     if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
-        return bench_session(s, &req, &keys, cfg, registry);
+        return bench_session(
+            s,
+            &req,
+            &keys,
+            cfg,
+            registry,
+            &mut RecvProgress::new(log, peer, cfg.interval, None),
+        );
     }
     if req.direction == Direction::Pull {
         return pull_session(s, &req, &keys, cfg, registry);
@@ -222,10 +293,11 @@ fn control_session(
         )?;
     }
     // Receive: frames into registered buffers, checked, written, acked.
+    let mut progress = RecvProgress::new(log, peer, cfg.interval, Some(incoming.file_bytes()));
     incoming.receive(
         &streams,
         req.block_size as usize,
-        None,
+        &mut |b| progress.add(b),
         &mut |file_index, digest| send_msg(s, &Message::FileAck { file_index, digest }),
     )?;
     let (file_count, bytes) = incoming.finish()?;
@@ -348,6 +420,7 @@ fn bench_session(
     keys: &SessionKeys,
     cfg: &RecvConfig,
     registry: &Registry,
+    progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
     use super::send::{bench_data, discard_frames, PushParams};
     let reverse = req.direction == Direction::BenchReverse;
@@ -388,7 +461,7 @@ fn bench_session(
         }
         counters.snapshot().0
     } else {
-        discard_frames(&streams, req.block_size as usize, None)?
+        discard_frames(&streams, req.block_size as usize, &mut |b| progress.add(b))?
     };
     send_msg(
         s,

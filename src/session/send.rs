@@ -427,7 +427,9 @@ fn run_bench_net_reverse(
     };
     let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
-        discard_frames(&streams, cfg.block_size as usize, Some(counters))
+        discard_frames(&streams, cfg.block_size as usize, &mut |b| {
+            counters.add(b, 0)
+        })
     });
     report.command = "bench --net --reverse";
     if let Err(e) = data {
@@ -463,7 +465,7 @@ fn run_bench_net_reverse(
 pub(crate) fn discard_frames(
     streams: &[TcpStream],
     payload_max: usize,
-    counters: Option<&WorkerCounters>,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, NetReceiver, RecvEvent};
     let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
@@ -489,9 +491,7 @@ pub(crate) fn discard_frames(
             rx.give_back(lease);
         }
         bytes += batch;
-        if let Some(c) = counters {
-            c.add(batch, 0);
-        }
+        progress(batch);
         if let Some(e) = failure {
             return Err(e);
         }
