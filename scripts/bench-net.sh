@@ -144,7 +144,7 @@ cleanup() {
         kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
     done
     for p in "${CREATED_NS[@]}"; do ip netns del "$p" 2>/dev/null || true; done   # takes the veth pair along
-    rm -rf "$DST_UR" "$DST_RS" "$DST_SCP" "$DST_FIO" "$WORKDIR"/mem-*.bin
+    rm -rf "$DST_UR" "$DST_RS" "$DST_SCP" "$DST_FIO" "$WORKDIR/dst-mem" "$WORKDIR"/mem-*.bin
     if [ "$KEEP" = 1 ]; then
         log "keeping the sources in $WORKDIR (KEEP=1)"
     else

@@ -247,8 +247,9 @@ fn one_large_file_uses_every_stream_and_human_output_has_interval_lines() {
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let f = src.path().join("big.dat");
     std::fs::write(&f, crate::util::noise(24 << 20, 7)).unwrap();
+    // Paced so the transfer spans several intervals on both sides.
     let o = d.send(
-        &["-P", "4", "--block", "1M", "--interval", "100ms"],
+        &["-P", "4", "--block", "1M", "--interval", "100ms", "--rate-limit", "400Mbit"],
         &[f.to_str().unwrap(), "127.0.0.1:"],
     );
     assert!(o.status.success(), "{}", stderr(&o));
