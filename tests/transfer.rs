@@ -249,7 +249,16 @@ fn one_large_file_uses_every_stream_and_human_output_has_interval_lines() {
     std::fs::write(&f, crate::util::noise(24 << 20, 7)).unwrap();
     // Paced so the transfer spans several intervals on both sides.
     let o = d.send(
-        &["-P", "4", "--block", "1M", "--interval", "100ms", "--rate-limit", "400Mbit"],
+        &[
+            "-P",
+            "4",
+            "--block",
+            "1M",
+            "--interval",
+            "100ms",
+            "--rate-limit",
+            "400Mbit",
+        ],
         &[f.to_str().unwrap(), "127.0.0.1:"],
     );
     assert!(o.status.success(), "{}", stderr(&o));

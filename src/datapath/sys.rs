@@ -315,3 +315,16 @@ pub fn raise_nofile_limit() {
         }
     }
 }
+
+/// Wait up to `timeout_ms` for `fd` to become readable (a listener: a
+/// connection to accept). Interruptions count as "not yet".
+pub fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes the one pollfd we own for the call.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    n > 0 && p.revents & libc::POLLIN != 0
+}

@@ -113,6 +113,7 @@ pub fn run_pull(
         }
     })()
     .and_then(|()| incoming.finish().map(|_| ()));
+    report.close();
     if let Err(e) = outcome {
         report.status = e.code().name();
         report.error = Some(e.to_string());

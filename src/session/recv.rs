@@ -132,6 +132,10 @@ pub fn serve(
     let cfg = Arc::new(cfg);
     let registry: Registry = Arc::default();
     while !stop.load(Ordering::Relaxed) {
+        // Wake at once for a connection, and every 200 ms to see `stop`.
+        if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
+            continue;
+        }
         match listener.accept() {
             Ok((s, peer)) => {
                 let (cfg, registry, log) =
@@ -142,9 +146,7 @@ pub fn serve(
                     }
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => log(&format!("accept: {e}")),
         }
     }

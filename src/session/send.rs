@@ -108,6 +108,22 @@ pub struct SendReport {
     pub zero_copy_sends: u64,
     pub zero_copy_copied: u64,
     pub zero_copy_fell_back: bool,
+    /// When the data started, to close the run when the peer confirmed it.
+    #[serde(skip)]
+    pub started: Option<Instant>,
+}
+
+impl SendReport {
+    /// End the run now: the time (and so the rate) covers the data and the
+    /// peer's confirmation of it (digests, fsyncs, renames), not only the
+    /// bytes leaving this host.
+    pub fn close(&mut self) {
+        if let Some(t) = self.started {
+            let secs = t.elapsed().as_secs_f64().max(1e-9);
+            self.elapsed_s = secs;
+            self.rate_bits_per_s = self.bytes as f64 * 8.0 / secs;
+        }
+    }
 }
 
 fn random<const N: usize>() -> Result<[u8; N], SessionError> {
@@ -229,7 +245,7 @@ pub(crate) fn drive<T: Send>(
         });
         let mut tracker = IntervalTracker::new(cfg.interval.as_nanos() as u64);
         while !counters.is_done() {
-            std::thread::sleep(Duration::from_millis(50).min(cfg.interval));
+            std::thread::sleep(Duration::from_millis(10).min(cfg.interval));
             if interrupt.load(Ordering::Relaxed) {
                 stop.store(true, Ordering::Relaxed);
             }
@@ -272,6 +288,7 @@ pub(crate) fn drive<T: Send>(
         zero_copy_sends: 0,
         zero_copy_copied: 0,
         zero_copy_fell_back: false,
+        started: Some(start),
     };
     (result, report)
 }
@@ -346,6 +363,7 @@ pub fn run_send(
     };
     // Every file is acknowledged with a digest that must match ours.
     let outcome = collect_acks(&mut ctl, &tree, &digests, &mut report);
+    report.close();
     if let Err(e) = outcome {
         report.status = e.code().name();
         report.error = Some(e.to_string());
@@ -386,7 +404,9 @@ pub fn run_bench_net(
             return Ok(report);
         }
     }
-    match recv_msg(&mut ctl) {
+    let confirmed = recv_msg(&mut ctl);
+    report.close();
+    match confirmed {
         Ok(Message::Summary {
             bytes, ok: true, ..
         }) if bytes == report.bytes => {}
@@ -437,7 +457,9 @@ fn run_bench_net_reverse(
         report.error = Some(e.to_string());
         return Ok(report);
     }
-    match recv_msg(&mut ctl) {
+    let confirmed = recv_msg(&mut ctl);
+    report.close();
+    match confirmed {
         Ok(Message::Summary {
             bytes, ok: true, ..
         }) if bytes == report.bytes => {}
