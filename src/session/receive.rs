@@ -20,6 +20,9 @@ use crate::protocol::manifest::{check_entry, Entry, EntryKind, ENTRIES_MAX};
 use super::conn::recv_msg;
 use super::{SessionError, PART_SUFFIX};
 
+/// Threads that sync and rename complete files.
+const FINALIZERS: usize = 4;
+
 /// Read manifest parts until its end, bounded in entries.
 pub(crate) fn recv_manifest(s: &mut TcpStream) -> Result<Vec<Entry>, SessionError> {
     let mut entries: Vec<Entry> = Vec::new();
@@ -147,7 +150,7 @@ impl Incoming {
                         done: false,
                     };
                     if e.size == 0 {
-                        finalize(&root, &mut f)?;
+                        finish_file(&root, f.complete(i as u32))?;
                         empty_done.push(i as u32);
                     }
                     files.push(Some(f));
@@ -186,45 +189,91 @@ impl Incoming {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         let buf_count = (streams.len() * 2 + 2).min(256);
         let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
-        while rx.open() {
-            let mut frames = Vec::new();
-            rx.poll(true, &mut |ev| {
-                if let RecvEvent::Frame { header, lease, .. } = ev {
-                    frames.push((header, lease));
-                }
-            })?;
-            let mut failure = None;
-            let mut batch_bytes = 0;
-            for (header, lease) in frames {
-                if failure.is_none() {
-                    match take_frame(
-                        &self.root,
-                        self.direct,
-                        &mut self.files,
-                        self.block,
-                        &header,
-                        &lease,
-                    ) {
-                        Ok(Some(digest)) => {
-                            self.done_files += 1;
-                            if let Err(e) = on_done(header.file_index, digest) {
-                                failure = Some(e);
-                            }
+        let Incoming {
+            root,
+            files,
+            block,
+            direct,
+            done_files,
+            bytes,
+            ..
+        } = self;
+        let root: &Root = root;
+        // Complete files are synced and renamed by a few threads at once, so
+        // many small files share journal commits instead of waiting in line.
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<FinalJob>();
+        let job_rx = std::sync::Mutex::new(job_rx);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            for _ in 0..FINALIZERS {
+                let (job_rx, done_tx) = (&job_rx, done_tx.clone());
+                scope.spawn(move || loop {
+                    let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    match job {
+                        Ok(job) => {
+                            let _ = done_tx.send(finish_file(root, job));
                         }
-                        Ok(None) => {}
-                        Err(e) => failure = Some(e),
+                        Err(_) => return,
                     }
-                    batch_bytes += u64::from(header.length);
+                });
+            }
+            drop(done_tx);
+            let mut pending = 0usize;
+            let mut report = |r: Result<(u32, u64), SessionError>, done_files: &mut usize| {
+                let (i, digest) = r?;
+                *done_files += 1;
+                on_done(i, digest)
+            };
+            let result = (|| {
+                while rx.open() {
+                    let mut frames = Vec::new();
+                    rx.poll(true, &mut |ev| {
+                        if let RecvEvent::Frame { header, lease, .. } = ev {
+                            frames.push((header, lease));
+                        }
+                    })?;
+                    let mut failure = None;
+                    let mut batch_bytes = 0;
+                    for (header, lease) in frames {
+                        if failure.is_none() {
+                            match take_frame(root, *direct, files, *block, &header, &lease) {
+                                Ok(Some(job)) => {
+                                    pending += 1;
+                                    let _ = job_tx.send(job);
+                                }
+                                Ok(None) => {}
+                                Err(e) => failure = Some(e),
+                            }
+                            batch_bytes += u64::from(header.length);
+                        }
+                        rx.give_back(lease);
+                    }
+                    *bytes += batch_bytes;
+                    progress(batch_bytes);
+                    if let Some(e) = failure {
+                        return Err(e);
+                    }
+                    for r in done_rx.try_iter() {
+                        pending -= 1;
+                        report(r, done_files)?;
+                    }
                 }
-                rx.give_back(lease);
+                Ok(())
+            })();
+            // Finish what is in hand (even after a failure: complete files
+            // are complete), then stop the finalizers.
+            drop(job_tx);
+            let mut first = result.err();
+            for r in done_rx.iter().take(pending) {
+                if let Err(e) = report(r, done_files) {
+                    first.get_or_insert(e);
+                }
             }
-            self.bytes += batch_bytes;
-            progress(batch_bytes);
-            if let Some(e) = failure {
-                return Err(e);
+            match first {
+                Some(e) => Err(e),
+                None => Ok(()),
             }
-        }
-        Ok(())
+        })
     }
 
     /// Check that every file is complete, then give directories their mode
@@ -299,7 +348,7 @@ fn take_frame(
     block: u64,
     header: &FrameHeader,
     lease: &crate::datapath::Lease,
-) -> Result<Option<u64>, SessionError> {
+) -> Result<Option<FinalJob>, SessionError> {
     let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
     let Some(Some(f)) = files.get_mut(header.file_index as usize) else {
         return Err(malformed(format!(
@@ -351,8 +400,7 @@ fn take_frame(
             if f.part.is_none() {
                 f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
             }
-            finalize(root, f)?;
-            return Ok(Some(f.digest));
+            return Ok(Some(f.complete(header.file_index)));
         }
         return Ok(None);
     }
@@ -381,27 +429,56 @@ fn take_frame(
     f.received += u64::from(header.length);
     f.digest = digest_add(f.digest, header.checksum);
     if f.received == f.size {
-        finalize(root, f)?;
-        return Ok(Some(f.digest));
+        return Ok(Some(f.complete(header.file_index)));
     }
     Ok(None)
 }
 
+/// A file whose every block arrived and verified: what it takes to make
+/// it durable and visible.
+pub(crate) struct FinalJob {
+    index: u32,
+    digest: u64,
+    part: File,
+    size: u64,
+    mode: u32,
+    mtime: SystemTime,
+    part_rel: String,
+    final_rel: String,
+}
+
+impl RecvFile {
+    /// Hand over a complete file for finishing (its descriptor goes along).
+    fn complete(&mut self, index: u32) -> FinalJob {
+        self.done = true;
+        FinalJob {
+            index,
+            digest: self.digest,
+            part: self.part.take().expect("a complete file is open"),
+            size: self.size,
+            mode: self.mode,
+            mtime: self.mtime,
+            part_rel: self.part_rel.clone(),
+            final_rel: self.final_rel.clone(),
+        }
+    }
+}
+
 /// Cut to size, set mode and mtime, sync, and rename to the final name.
-fn finalize(root: &Root, f: &mut RecvFile) -> Result<(), SessionError> {
+/// Returns the file's index and digest.
+fn finish_file(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionError> {
     use std::os::unix::fs::PermissionsExt;
-    let ctx = |what: &str| format!("{what} {}", f.final_rel);
-    let part = f.part.take().expect("a file being finalized is open");
-    part.set_len(f.size)
+    let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let part = &job.part;
+    part.set_len(job.size)
         .map_err(|e| SessionError::io(ctx("truncating"), e))?;
-    part.set_permissions(std::fs::Permissions::from_mode(f.mode))
+    part.set_permissions(std::fs::Permissions::from_mode(job.mode))
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
-    part.set_times(std::fs::FileTimes::new().set_modified(f.mtime))
+    part.set_times(std::fs::FileTimes::new().set_modified(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
     part.sync_all()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    root.rename(&f.part_rel, &f.final_rel)
+    root.rename(&job.part_rel, &job.final_rel)
         .map_err(|e| SessionError::io(ctx("renaming"), e))?;
-    f.done = true;
-    Ok(())
+    Ok((job.index, job.digest))
 }
