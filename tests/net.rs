@@ -71,6 +71,7 @@ fn receive_all(socks: Vec<TcpStream>) -> Vec<(u32, u32, Vec<u8>)> {
                 lease,
             } => frames.push((stream, header, lease)),
             RecvEvent::Closed { .. } => closed += 1,
+            RecvEvent::Written { .. } => unreachable!("nothing was written"),
         })
         .unwrap();
         for (stream, header, lease) in frames {

@@ -295,8 +295,11 @@ fn probe_send_zc() -> bool {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct RecvTag {
-    stream: u32,
+enum RecvTag {
+    /// A receive on stream `stream`.
+    Recv { stream: u32 },
+    /// An O_DIRECT write of a frame's payload, with the caller's token.
+    Write { token: u64, len: u32 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -326,28 +329,54 @@ pub enum RecvEvent {
     },
     /// The stream ended cleanly at a frame boundary.
     Closed { stream: u32 },
+    /// A payload write from [`NetReceiver::write`] finished: `result` is
+    /// the bytes written or a negative errno; the buffer comes back.
+    Written {
+        token: u64,
+        len: u32,
+        result: i32,
+        lease: Lease,
+    },
 }
 
-/// Receives frames from a set of connected TCP streams into registered buffers.
+/// Receives frames from a set of connected TCP streams into registered
+/// buffers, and writes their payloads from those buffers to files
+/// registered in the same ring (O_DIRECT `WRITE_FIXED`).
 pub struct NetReceiver {
     ring: Ring<RecvTag>,
     streams: Vec<RecvStream>,
     batch: Vec<Completion<RecvTag>>,
     payload_max: usize,
+    /// Free registered-file slots for target files.
+    free_file_slots: Vec<u32>,
 }
 
 impl NetReceiver {
     pub fn new(sockets: &[RawFd], buf_count: usize, payload_max: usize) -> Result<Self, Error> {
+        Self::with_file_slots(sockets, buf_count, payload_max, 0)
+    }
+
+    /// A receiver that can also write payloads to up to `file_slots` files
+    /// at once ([`attach_file`](Self::attach_file), [`write`](Self::write)).
+    pub fn with_file_slots(
+        sockets: &[RawFd],
+        buf_count: usize,
+        payload_max: usize,
+        file_slots: u32,
+    ) -> Result<Self, Error> {
         assert!(buf_count >= sockets.len(), "one buffer per stream at least");
         let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
-        let ring = Ring::new(
+        let ring = Ring::with_spare_files(
             buf_count as u32,
             arena,
             sockets,
-            &[Needed::RECV, Needed::ASYNC_CANCEL],
+            file_slots,
+            &[Needed::RECV, Needed::WRITE_FIXED, Needed::ASYNC_CANCEL],
         )?;
         let capacity = ring.capacity();
+        let first = sockets.len() as u32;
         Ok(NetReceiver {
+            free_file_slots: (first..first + file_slots).rev().collect(),
             ring,
             streams: sockets
                 .iter()
@@ -373,6 +402,48 @@ impl NetReceiver {
         self.ring.arena().give_back(lease);
     }
 
+    /// Ops in flight (receives and writes).
+    pub fn in_flight(&self) -> u32 {
+        self.ring.in_flight()
+    }
+
+    /// Register `fd` (an O_DIRECT target) in a free file slot; `None` when
+    /// every slot is taken.
+    pub fn attach_file(&mut self, fd: RawFd) -> Result<Option<u32>, Error> {
+        let Some(slot) = self.free_file_slots.pop() else {
+            return Ok(None);
+        };
+        if let Err(e) = self.ring.set_file(slot, fd) {
+            self.free_file_slots.push(slot);
+            return Err(stream_err("registering a file", slot, e));
+        }
+        Ok(Some(slot))
+    }
+
+    /// Empty a file slot; no write to it may be in flight.
+    pub fn detach_file(&mut self, slot: u32) {
+        let _ = self.ring.set_file(slot, -1);
+        self.free_file_slots.push(slot);
+    }
+
+    /// Write `len` bytes of a received frame's payload (its buffer from
+    /// [`HEADROOM`]) at `offset` of the file in `slot`, straight from the
+    /// registered buffer. The buffer comes back with [`RecvEvent::Written`].
+    pub fn write(&mut self, slot: u32, offset: u64, lease: Lease, len: u32, token: u64) {
+        assert!(
+            !self.free_file_slots.contains(&slot),
+            "write to an empty file slot"
+        );
+        self.ring.write_fixed(
+            slot,
+            offset,
+            lease,
+            HEADROOM,
+            len,
+            RecvTag::Write { token, len },
+        );
+    }
+
     fn arm(&mut self) {
         for i in 0..self.streams.len() {
             let s = &mut self.streams[i];
@@ -393,7 +464,7 @@ impl NetReceiver {
             };
             s.busy = true;
             self.ring
-                .recv_all(i as u32, lease, at, len, RecvTag { stream: i as u32 });
+                .recv_all(i as u32, lease, at, len, RecvTag::Recv { stream: i as u32 });
         }
     }
 
@@ -423,8 +494,19 @@ impl NetReceiver {
         c: Completion<RecvTag>,
         on_event: &mut dyn FnMut(RecvEvent),
     ) -> Result<(), Error> {
-        let stream = c.tag.stream;
-        let lease = c.lease.expect("reads carry a buffer");
+        let lease = c.lease.expect("receives and writes carry a buffer");
+        let stream = match c.tag {
+            RecvTag::Recv { stream } => stream,
+            RecvTag::Write { token, len } => {
+                on_event(RecvEvent::Written {
+                    token,
+                    len,
+                    result: c.result,
+                    lease,
+                });
+                return Ok(());
+            }
+        };
         let s = &mut self.streams[stream as usize];
         s.busy = false;
         if c.result < 0 {

@@ -115,6 +115,21 @@ impl<T> Ring<T> {
         files: &[RawFd],
         needed: &[Needed],
     ) -> Result<Self, Error> {
+        Self::with_spare_files(entries, arena, files, 0, needed)
+    }
+
+    /// Like [`new`](Self::new), with `spare` empty registered-file slots
+    /// after `files`, to fill later with [`set_file`](Self::set_file).
+    pub fn with_spare_files(
+        entries: u32,
+        arena: Arena,
+        files: &[RawFd],
+        spare: u32,
+        needed: &[Needed],
+    ) -> Result<Self, Error> {
+        let mut all: Vec<RawFd> = files.to_vec();
+        all.resize(files.len() + spare as usize, -1);
+        let files = &all[..];
         let entries = entries.clamp(1, RING_ENTRIES_MAX).next_power_of_two();
         let mut features = Vec::new();
         let ring = match IoUring::builder()
@@ -208,6 +223,15 @@ impl<T> Ring<T> {
     /// Ops this ring can hold in flight.
     pub fn capacity(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Put `fd` in registered-file slot `slot` (or empty it with -1). The
+    /// caller makes sure no op of this ring uses the slot meanwhile.
+    pub fn set_file(&mut self, slot: u32, fd: RawFd) -> io::Result<()> {
+        self.ring
+            .submitter()
+            .register_files_update(slot, &[fd])
+            .map(|_| ())
     }
 
     /// Read `len` bytes at `offset` of registered file `file` into the

@@ -22,6 +22,8 @@ use super::{SessionError, PART_SUFFIX};
 
 /// Threads that sync and rename complete files.
 const FINALIZERS: usize = 4;
+/// Files written through the receiving ring at once (registered slots).
+const FILE_SLOTS: u32 = 64;
 
 /// Read manifest parts until its end, bounded in entries.
 pub(crate) fn recv_manifest(s: &mut TcpStream) -> Result<Vec<Entry>, SessionError> {
@@ -64,6 +66,9 @@ struct RecvFile {
     received: u64,
     digest: u64,
     done: bool,
+    /// Registered-file slot in the receiving ring while blocks are written.
+    slot: Option<u32>,
+    writes_in_flight: u32,
 }
 
 pub(crate) fn join(dest: &str, path: &str) -> String {
@@ -148,6 +153,8 @@ impl Incoming {
                         received: 0,
                         digest: 0,
                         done: false,
+                        slot: None,
+                        writes_in_flight: 0,
                     };
                     if e.size == 0 {
                         finish_file(&root, f.complete(i as u32))?;
@@ -187,8 +194,9 @@ impl Incoming {
         on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-        let buf_count = (streams.len() * 2 + 2).min(256);
-        let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
+        // Buffers wait in the socket, then in the write: twice as many.
+        let buf_count = (streams.len() * 4 + 4).min(256);
+        let mut rx = NetReceiver::with_file_slots(&fds, buf_count, payload_max, FILE_SLOTS)?;
         let Incoming {
             root,
             files,
@@ -225,28 +233,122 @@ impl Incoming {
                 on_done(i, digest)
             };
             let result = (|| {
-                while rx.open() {
-                    let mut frames = Vec::new();
-                    rx.poll(true, &mut |ev| {
-                        if let RecvEvent::Frame { header, lease, .. } = ev {
-                            frames.push((header, lease));
-                        }
-                    })?;
+                while rx.open() || rx.in_flight() > 0 {
+                    let mut events = Vec::new();
+                    rx.poll(true, &mut |ev| events.push(ev))?;
                     let mut failure = None;
                     let mut batch_bytes = 0;
-                    for (header, lease) in frames {
-                        if failure.is_none() {
-                            match take_frame(root, *direct, files, *block, &header, &lease) {
-                                Ok(Some(job)) => {
-                                    pending += 1;
-                                    let _ = job_tx.send(job);
+                    let mut completed = Vec::new();
+                    for ev in events {
+                        match ev {
+                            RecvEvent::Frame { header, lease, .. } => {
+                                if failure.is_some() {
+                                    rx.give_back(lease);
+                                    continue;
                                 }
-                                Ok(None) => {}
-                                Err(e) => failure = Some(e),
+                                batch_bytes += u64::from(header.length);
+                                let index = header.file_index as usize;
+                                match accept_frame(root, *direct, files, *block, &header, &lease) {
+                                    Err(e) => {
+                                        failure = Some(e);
+                                        rx.give_back(lease);
+                                    }
+                                    Ok(Accepted::Hole) => {
+                                        rx.give_back(lease);
+                                        completed.push(index);
+                                    }
+                                    Ok(Accepted::Data { write_len }) => {
+                                        let f = files[index]
+                                            .as_mut()
+                                            .expect("accepted frames name files");
+                                        if f.slot.is_none() {
+                                            let fd = f
+                                                .part
+                                                .as_ref()
+                                                .expect("opened when accepted")
+                                                .as_raw_fd();
+                                            f.slot = rx.attach_file(fd)?;
+                                        }
+                                        match f.slot {
+                                            Some(slot) => {
+                                                // O_DIRECT WRITE_FIXED straight from the receive buffer.
+                                                f.writes_in_flight += 1;
+                                                let token =
+                                                    (index as u64) << 32 | u64::from(header.length);
+                                                rx.write(
+                                                    slot,
+                                                    header.offset,
+                                                    lease,
+                                                    write_len,
+                                                    token,
+                                                );
+                                            }
+                                            None => {
+                                                // Every slot busy (many files interleaved): write here.
+                                                let part =
+                                                    f.part.as_ref().expect("opened when accepted");
+                                                let bytes = &lease.as_slice()
+                                                    [HEADROOM..HEADROOM + write_len as usize];
+                                                let written =
+                                                    part.write_all_at(bytes, header.offset);
+                                                rx.give_back(lease);
+                                                match written {
+                                                    Ok(()) => {
+                                                        f.received += u64::from(header.length);
+                                                        completed.push(index);
+                                                    }
+                                                    Err(e) => {
+                                                        failure = Some(SessionError::io(
+                                                            format!("writing {}", f.final_rel),
+                                                            e,
+                                                        ))
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
-                            batch_bytes += u64::from(header.length);
+                            RecvEvent::Written {
+                                token,
+                                len,
+                                result,
+                                lease,
+                            } => {
+                                rx.give_back(lease);
+                                let index = (token >> 32) as usize;
+                                let f = files[index].as_mut().expect("writes name files");
+                                f.writes_in_flight -= 1;
+                                if result < 0 || (result as u32) < len {
+                                    let e = if result < 0 {
+                                        std::io::Error::from_raw_os_error(-result)
+                                    } else {
+                                        std::io::Error::new(
+                                            std::io::ErrorKind::WriteZero,
+                                            "short write (no space left?)",
+                                        )
+                                    };
+                                    failure.get_or_insert(SessionError::io(
+                                        format!("writing {}", f.final_rel),
+                                        e,
+                                    ));
+                                    continue;
+                                }
+                                f.received += token & 0xFFFF_FFFF;
+                                completed.push(index);
+                            }
+                            RecvEvent::Closed { .. } => {}
                         }
-                        rx.give_back(lease);
+                    }
+                    for index in completed {
+                        let f = files[index].as_mut().expect("completed entries are files");
+                        if f.received == f.size && f.writes_in_flight == 0 && !f.done {
+                            if let Some(slot) = f.slot.take() {
+                                rx.detach_file(slot);
+                            }
+                            pending += 1;
+                            let _ = job_tx.send(f.complete(index as u32));
+                        }
                     }
                     *bytes += batch_bytes;
                     progress(batch_bytes);
@@ -339,16 +441,25 @@ fn open_part(
     Ok((f, false))
 }
 
-/// Check a frame against the file it names and write it. Returns the
-/// file's digest when this frame completed it (and it was renamed).
-fn take_frame(
+/// What to do with a frame that fits its file.
+enum Accepted {
+    /// A hole: nothing to write (already counted).
+    Hole,
+    /// Write `write_len` bytes (the payload, padded to the O_DIRECT
+    /// alignment at the tail) at the frame's offset.
+    Data { write_len: u32 },
+}
+
+/// Check a frame against the file it names (block layout, duplicates,
+/// checksum) and account it; the write itself is the caller's.
+fn accept_frame(
     root: &Root,
     direct: DirectMode,
     files: &mut [Option<RecvFile>],
     block: u64,
     header: &FrameHeader,
     lease: &crate::datapath::Lease,
-) -> Result<Option<FinalJob>, SessionError> {
+) -> Result<Accepted, SessionError> {
     let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
     let Some(Some(f)) = files.get_mut(header.file_index as usize) else {
         return Err(malformed(format!(
@@ -356,12 +467,11 @@ fn take_frame(
             header.file_index
         )));
     };
-    let sizes = [f.size];
     FrameHeader {
         file_index: 0,
         ..*header
     }
-    .check_against(&sizes)
+    .check_against(&[f.size])
     .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
     let expected = (f.size - header.offset.min(f.size)).min(block);
     let hole = header.is_hole();
@@ -396,42 +506,30 @@ fn take_frame(
             f.digest,
             hole_checksum(header.file_index, header.offset, expected),
         );
-        if f.received == f.size {
-            if f.part.is_none() {
-                f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
-            }
-            return Ok(Some(f.complete(header.file_index)));
+        if f.part.is_none() {
+            f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
         }
-        return Ok(None);
+        return Ok(Accepted::Hole);
     }
-    let data = payload(lease, header);
     header
-        .check_payload(data)
+        .check_payload(payload(lease, header))
         .map_err(|e| malformed(e.to_string()))?;
-    // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
-    // back to the true size before the rename.
     if f.part.is_none() {
         let (part, d) = open_part(root, &f.part_rel, direct, false)?;
         f.part = Some(part);
         f.direct = d;
     }
-    let part = f.part.as_ref().expect("opened above");
-    let len = header.length as usize;
+    f.seen[word] |= bit;
+    f.digest = digest_add(f.digest, header.checksum);
+    let len = header.length;
+    // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
+    // back to the true size before the rename.
     let write_len = if f.direct {
         len.div_ceil(4096) * 4096
     } else {
         len
     };
-    let bytes = &lease.as_slice()[HEADROOM..HEADROOM + write_len];
-    part.write_all_at(bytes, header.offset)
-        .map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
-    f.seen[word] |= bit;
-    f.received += u64::from(header.length);
-    f.digest = digest_add(f.digest, header.checksum);
-    if f.received == f.size {
-        return Ok(Some(f.complete(header.file_index)));
-    }
-    Ok(None)
+    Ok(Accepted::Data { write_len })
 }
 
 /// A file whose every block arrived and verified: what it takes to make
