@@ -75,6 +75,8 @@ struct SendTag {
     /// Bytes of this frame (header and payload) and how many are sent.
     len: u32,
     done: u32,
+    /// Set for a disk read into a frame buffer: the caller's token.
+    read: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -90,6 +92,9 @@ struct SendQueue {
 /// Sends frames on a set of connected TCP streams.
 pub struct NetSender {
     ring: Ring<SendTag>,
+    /// Finished disk reads: (token, result, buffer), for the caller.
+    reads_done: VecDeque<(u32, i32, Lease)>,
+    free_file_slots: Vec<u32>,
     queues: Vec<SendQueue>,
     batch: Vec<Completion<SendTag>>,
     mode: ZeroCopy,
@@ -106,16 +111,31 @@ impl NetSender {
         payload_max: usize,
         mode: ZeroCopy,
     ) -> Result<Self, Error> {
+        Self::with_file_slots(sockets, buf_count, payload_max, mode, 0)
+    }
+
+    /// A sender that also reads sources into its frame buffers from up to
+    /// `file_slots` registered files at once ([`read`](Self::read)).
+    pub fn with_file_slots(
+        sockets: &[RawFd],
+        buf_count: usize,
+        payload_max: usize,
+        mode: ZeroCopy,
+        file_slots: u32,
+    ) -> Result<Self, Error> {
         let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
-        let mut needed = vec![Needed::SEND, Needed::ASYNC_CANCEL];
+        let mut needed = vec![Needed::SEND, Needed::READ_FIXED, Needed::ASYNC_CANCEL];
         if mode == ZeroCopy::On {
             needed.push(Needed::SEND_ZC);
         }
-        let ring = Ring::new(buf_count as u32, arena, sockets, &needed)?;
+        let ring = Ring::with_spare_files(buf_count as u32, arena, sockets, file_slots, &needed)?;
+        let first = sockets.len() as u32;
         let zc_supported = mode == ZeroCopy::On || probe_send_zc();
         let capacity = ring.capacity();
         Ok(NetSender {
             ring,
+            reads_done: VecDeque::with_capacity(buf_count),
+            free_file_slots: (first..first + file_slots).rev().collect(),
             queues: sockets
                 .iter()
                 .map(|_| SendQueue {
@@ -146,6 +166,47 @@ impl NetSender {
         self.ring.arena().give_back(lease);
     }
 
+    /// Register a source `fd` in a free file slot; `None` when all are taken.
+    pub fn attach_file(&mut self, fd: RawFd) -> Result<Option<u32>, Error> {
+        let Some(slot) = self.free_file_slots.pop() else {
+            return Ok(None);
+        };
+        if let Err(e) = self.ring.set_file(slot, fd) {
+            self.free_file_slots.push(slot);
+            return Err(stream_err("registering a file", slot, e));
+        }
+        Ok(Some(slot))
+    }
+
+    /// Empty a file slot; no read from it may be in flight.
+    pub fn detach_file(&mut self, slot: u32) {
+        let _ = self.ring.set_file(slot, -1);
+        self.free_file_slots.push(slot);
+    }
+
+    /// Read `len` bytes at `offset` of the file in `slot` into the buffer's
+    /// payload area ([`HEADROOM`]) with O_DIRECT `READ_FIXED`; the buffer
+    /// comes back from [`take_read`](Self::take_read) with the result.
+    pub fn read(&mut self, slot: u32, offset: u64, lease: Lease, len: u32, token: u32) {
+        assert!(
+            !self.free_file_slots.contains(&slot),
+            "read from an empty file slot"
+        );
+        let tag = SendTag {
+            stream: 0,
+            len,
+            done: 0,
+            read: Some(token),
+        };
+        self.ring
+            .read_fixed(slot, offset, lease, HEADROOM, len, tag);
+    }
+
+    /// A finished read: (token, bytes read or a negative errno, buffer).
+    pub fn take_read(&mut self) -> Option<(u32, i32, Lease)> {
+        self.reads_done.pop_front()
+    }
+
     /// Queue the frame in `lease` (payload already at [`HEADROOM`]) on
     /// `stream`. Frames of one stream go out in the order queued.
     pub fn queue(&mut self, stream: u32, mut lease: Lease, header: &FrameHeader) {
@@ -174,7 +235,12 @@ impl NetSender {
     }
 
     fn push_send(&mut self, stream: u32, lease: Lease, len: u32, done: u32) {
-        let tag = SendTag { stream, len, done };
+        let tag = SendTag {
+            stream,
+            len,
+            done,
+            read: None,
+        };
         let at = HEADER_AT + done as usize;
         if self.zc_now {
             self.stats.zc_sends += 1;
@@ -184,7 +250,7 @@ impl NetSender {
         }
     }
 
-    /// Whether frames are queued or in flight.
+    /// Whether frames (or reads) are queued or in flight.
     pub fn busy(&self) -> bool {
         self.ring.in_flight() > 0 || self.queues.iter().any(|q| q.busy || !q.pending.is_empty())
     }
@@ -215,6 +281,11 @@ impl NetSender {
             more,
             notif,
         } = c;
+        if let Some(token) = tag.read {
+            let lease = lease.expect("reads carry a buffer");
+            self.reads_done.push_back((token, result, lease));
+            return Ok(());
+        }
         let stream = tag.stream;
         if notif {
             // The kernel is done with the buffer.

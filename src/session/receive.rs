@@ -22,6 +22,8 @@ use super::{SessionError, PART_SUFFIX};
 
 /// Threads that sync and rename complete files.
 const FINALIZERS: usize = 4;
+/// Complete files waiting for a finalizer, at most.
+const FINALIZE_BACKLOG_MAX: usize = 64;
 /// Files written through the receiving ring at once (registered slots).
 const FILE_SLOTS: u32 = 64;
 
@@ -348,6 +350,17 @@ impl Incoming {
                             }
                             pending += 1;
                             let _ = job_tx.send(f.complete(index as u32));
+                        }
+                    }
+                    // Bound the files waiting for their fsync (each holds a
+                    // descriptor): wait for the finalizers when too many do.
+                    while pending >= FINALIZE_BACKLOG_MAX {
+                        match done_rx.recv() {
+                            Ok(r) => {
+                                pending -= 1;
+                                report(r, done_files)?;
+                            }
+                            Err(_) => break,
                         }
                     }
                     *bytes += batch_bytes;

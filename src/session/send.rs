@@ -710,72 +710,223 @@ pub(crate) fn push_data(
 ) -> Result<(Vec<u64>, SendStats), SessionError> {
     let cfg = params;
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    let bufs = (streams.len() * 4).clamp(8, 256);
-    let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
+    // Buffers wait in the disk read, then in the socket: room for both.
+    let bufs = (streams.len() * 4 + 4).clamp(8, 256);
+    let mut tx = NetSender::with_file_slots(
+        &fds,
+        bufs,
+        cfg.block_size as usize,
+        cfg.zerocopy,
+        READ_FILE_SLOTS,
+    )?;
     let mut digests = vec![0u64; tree.entries.len()];
     let block = u64::from(cfg.block_size);
     let mut next_stream = 0u32;
     let mut pacer = Pacer::new(cfg.rate_limit_bytes_per_s);
-    for (i, e) in tree.entries.iter().enumerate() {
-        if e.kind != EntryKind::File || e.size == 0 {
-            continue;
+    // Reads in flight, by token: (entry, offset, payload bytes, open-file index).
+    let reads_max = (bufs / 2).max(1);
+    let mut reads: Vec<Option<(usize, u64, usize, usize)>> = vec![None; reads_max];
+    let mut free_tokens: Vec<u32> = (0..reads_max as u32).rev().collect();
+    let mut open_files: Vec<Source> = Vec::new();
+    let mut files = tree
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == EntryKind::File && e.size > 0)
+        .map(|(i, _)| i);
+    let mut current: Option<usize> = None; // index into open_files
+    let name = |i: usize| tree.sources[i].display().to_string();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(SessionError::local(ErrorCode::Io, "interrupted"));
         }
-        let (file, direct) = open(i)?;
-        // Fewer allocated bytes than the size: look for holes to skip.
-        let sparse = file.metadata().is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.blocks() * 512 < m.len()
-        });
-        let mut offset = 0u64;
-        while offset < e.size {
-            if stop.load(Ordering::Relaxed) {
-                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
-            }
-            let mut lease = loop {
-                match tx.take_buffer() {
-                    Some(l) => break l,
-                    None => tx.poll(true)?,
+        // Issue reads while buffers and tokens last.
+        while !free_tokens.is_empty() {
+            let cur = match current {
+                Some(c) if open_files[c].next < open_files[c].size => c,
+                _ => {
+                    let Some(i) = files.next() else { break };
+                    let (file, direct) = open(i)?;
+                    let sparse = file.metadata().is_ok_and(|m| {
+                        use std::os::unix::fs::MetadataExt;
+                        m.blocks() * 512 < m.len()
+                    });
+                    let slot = tx.attach_file(file.as_raw_fd())?;
+                    open_files.push(Source {
+                        entry: i,
+                        file,
+                        direct,
+                        sparse,
+                        slot,
+                        size: tree.entries[i].size,
+                        next: 0,
+                        reads: 0,
+                    });
+                    current = Some(open_files.len() - 1);
+                    open_files.len() - 1
                 }
             };
-            let n = (e.size - offset).min(block) as usize;
-            if sparse && is_hole(&file, offset, n as u64) {
+            let Some(mut lease) = tx.take_buffer() else {
+                break;
+            };
+            let src = &mut open_files[cur];
+            let (i, offset) = (src.entry, src.next);
+            let n = (src.size - offset).min(block) as usize;
+            src.next += n as u64;
+            if src.sparse && is_hole(&src.file, offset, n as u64) {
                 let h = FrameHeader::hole(i as u32, offset);
                 digests[i] = digest_add(digests[i], hole_checksum(i as u32, offset, n as u64));
                 tx.queue(next_stream, lease, &h);
                 next_stream = (next_stream + 1) % fds.len() as u32;
-                tx.poll(false)?;
-                offset += n as u64;
                 continue;
             }
             pacer.admit(n as u64);
-            let want = if direct { n.div_ceil(4096) * 4096 } else { n };
-            let buf = &mut payload_mut(&mut lease)[..want];
-            let mut got = 0;
-            while got < n {
-                let r = file
-                    .read_at(&mut buf[got..], offset + got as u64)
-                    .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
-                if r == 0 {
-                    tx.give_back(lease);
-                    return Err(SessionError::local(
-                        ErrorCode::Io,
-                        format!(
-                            "{}: changed size during the send",
-                            tree.sources[i].display()
-                        ),
-                    ));
+            let want = if src.direct {
+                n.div_ceil(4096) * 4096
+            } else {
+                n
+            };
+            match src.slot {
+                Some(slot) => {
+                    // O_DIRECT READ_FIXED into the frame buffer itself.
+                    let token = free_tokens.pop().expect("checked above");
+                    reads[token as usize] = Some((i, offset, n, cur));
+                    src.reads += 1;
+                    tx.read(slot, offset, lease, want as u32, token);
                 }
-                got += r;
+                None => {
+                    // Every slot busy: read here, into the same buffer.
+                    let got = read_full(&src.file, &mut payload_mut(&mut lease)[..want], offset, n)
+                        .map_err(|e| SessionError::io(name(i), e))?;
+                    if got < n {
+                        tx.give_back(lease);
+                        return Err(SessionError::local(
+                            ErrorCode::Io,
+                            format!("{}: changed size during the send", name(i)),
+                        ));
+                    }
+                    let h = FrameHeader::for_payload(
+                        i as u32,
+                        offset,
+                        &payload_mut(&mut lease)[..n],
+                        0,
+                    );
+                    digests[i] = digest_add(digests[i], h.checksum);
+                    tx.queue(next_stream, lease, &h);
+                    next_stream = (next_stream + 1) % fds.len() as u32;
+                    counters.add(n as u64, 1);
+                }
             }
-            let h = FrameHeader::for_payload(i as u32, offset, &buf[..n], 0);
+        }
+        let reads_in_flight = reads_max - free_tokens.len();
+        if reads_in_flight == 0 && current.is_none_or(|c| open_files[c].next >= open_files[c].size)
+        {
+            // Look ahead: no file left to open either?
+            if let Some(i) = files.next() {
+                let (file, direct) = open(i)?;
+                let sparse = file.metadata().is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.blocks() * 512 < m.len()
+                });
+                let slot = tx.attach_file(file.as_raw_fd())?;
+                open_files.push(Source {
+                    entry: i,
+                    file,
+                    direct,
+                    sparse,
+                    slot,
+                    size: tree.entries[i].size,
+                    next: 0,
+                    reads: 0,
+                });
+                current = Some(open_files.len() - 1);
+                continue;
+            }
+            break;
+        }
+        tx.poll(true)?;
+        while let Some((token, result, mut lease)) = tx.take_read() {
+            let (i, offset, n, of) = reads[token as usize].take().expect("a read in flight");
+            free_tokens.push(token);
+            open_files[of].reads -= 1;
+            if result < 0 || (result as usize) < n {
+                tx.give_back(lease);
+                let e = if result < 0 {
+                    std::io::Error::from_raw_os_error(-result)
+                } else {
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "changed size during the send",
+                    )
+                };
+                return Err(SessionError::io(name(i), e));
+            }
+            let h = FrameHeader::for_payload(i as u32, offset, &payload_mut(&mut lease)[..n], 0);
             digests[i] = digest_add(digests[i], h.checksum);
             tx.queue(next_stream, lease, &h);
             next_stream = (next_stream + 1) % fds.len() as u32;
             counters.add(n as u64, 1);
-            tx.poll(false)?;
-            offset += n as u64;
+        }
+        // Close sources that are read through (keeping `current` in place).
+        let mut k = 0;
+        while k < open_files.len() {
+            let f = &open_files[k];
+            if f.reads == 0 && f.next >= f.size && Some(k) != current {
+                if let Some(slot) = f.slot {
+                    tx.detach_file(slot);
+                }
+                open_files.swap_remove(k);
+                // Keep indexes stable for reads in flight and `current`.
+                let moved = open_files.len();
+                if current == Some(moved) {
+                    current = Some(k);
+                }
+                for r in reads.iter_mut().flatten() {
+                    if r.3 == moved {
+                        r.3 = k;
+                    }
+                }
+            } else {
+                k += 1;
+            }
+        }
+    }
+    for f in &open_files {
+        if let Some(slot) = f.slot {
+            tx.detach_file(slot);
         }
     }
     tx.flush()?;
     Ok((digests, tx.stats()))
+}
+
+/// Source files read through the sending ring at once (registered slots).
+const READ_FILE_SLOTS: u32 = 8;
+
+/// A source file being read.
+struct Source {
+    entry: usize,
+    file: File,
+    direct: bool,
+    sparse: bool,
+    slot: Option<u32>,
+    size: u64,
+    /// Next offset to read.
+    next: u64,
+    /// Reads in flight.
+    reads: u32,
+}
+
+/// Read at least `n` bytes at `offset` into `buf` (up to its length);
+/// returns how many arrived (fewer than `n` only at end of file).
+fn read_full(file: &File, buf: &mut [u8], offset: u64, n: usize) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < n {
+        let r = file.read_at(&mut buf[got..], offset + got as u64)?;
+        if r == 0 {
+            break;
+        }
+        got += r;
+    }
+    Ok(got)
 }
