@@ -189,13 +189,7 @@ fn bench(a: BenchArgs) -> Result<u8, Failure> {
     if a.net.is_some() {
         return transfer::bench_net(a);
     }
-    let format = if a.json {
-        Format::Json
-    } else if a.json_stream {
-        Format::JsonStream
-    } else {
-        Format::Human
-    };
+    let format = Format::pick(a.json, a.json_stream);
     let result = bench_run(&a, format);
     if let Err(Failure::Usage(e) | Failure::Run(e)) = &result {
         // Machines get a document even when the run never started.

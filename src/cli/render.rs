@@ -14,6 +14,19 @@ pub enum Format {
     JsonStream,
 }
 
+impl Format {
+    /// The format `--json` / `--json-stream` ask for.
+    pub fn pick(json: bool, json_stream: bool) -> Self {
+        if json {
+            Format::Json
+        } else if json_stream {
+            Format::JsonStream
+        } else {
+            Format::Human
+        }
+    }
+}
+
 /// Writes to stdout, treating a closed pipe as "stop printing", not an error.
 #[derive(Debug, Default)]
 pub struct Out {

@@ -18,6 +18,43 @@ use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
 use super::render::{self, Format, Out};
 use super::{interrupt_flag, keys, Failure, EXIT_FAILED};
 
+/// Print the outcome of a transfer (or why it never started) and turn it
+/// into an exit code: machines get a JSON document either way.
+fn conclude(
+    printer: &mut SendPrinter,
+    command: &str,
+    result: Result<SendReport, crate::session::SessionError>,
+) -> Result<u8, Failure> {
+    match result {
+        Ok(report) => {
+            finish_send(printer, &report);
+            Ok(if report.status == "ok" {
+                0
+            } else {
+                EXIT_FAILED
+            })
+        }
+        Err(e) => {
+            if printer.format != Format::Human {
+                let mut doc = serde_json::json!({
+                    "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string()
+                });
+                if printer.format == Format::JsonStream {
+                    doc["type"] = "summary".into();
+                }
+                printer.out.line(&doc.to_string());
+            }
+            let usage = e.is_usage();
+            let e = anyhow::anyhow!("{e}");
+            Err(if usage {
+                Failure::Usage(e)
+            } else {
+                Failure::Run(e)
+            })
+        }
+    }
+}
+
 fn direct(d: DirectArg) -> DirectMode {
     match d {
         DirectArg::Auto => DirectMode::Auto,
@@ -188,13 +225,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         )));
     }
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = if a.json {
-        Format::Json
-    } else if a.json_stream {
-        Format::JsonStream
-    } else {
-        Format::Human
-    };
+    let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
         host,
         port: a.port,
@@ -219,31 +250,8 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         format,
         out: Out::default(),
     };
-    let report = match run_send(&cfg, &interrupt, &mut printer) {
-        Ok(r) => r,
-        Err(e) => {
-            if format != Format::Human {
-                let mut doc = serde_json::json!({"schema": 1, "command": "send", "status": e.code().name(), "error": e.to_string()});
-                if format == Format::JsonStream {
-                    doc["type"] = "summary".into();
-                }
-                printer.out.line(&doc.to_string());
-            }
-            let usage = e.is_usage();
-            let e = anyhow::anyhow!("{e}");
-            return Err(if usage {
-                Failure::Usage(e)
-            } else {
-                Failure::Run(e)
-            });
-        }
-    };
-    finish_send(&mut printer, &report);
-    Ok(if report.status == "ok" {
-        0
-    } else {
-        EXIT_FAILED
-    })
+    let result = run_send(&cfg, &interrupt, &mut printer);
+    conclude(&mut printer, "send", result)
 }
 
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
@@ -314,13 +322,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     if block == 0 || block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX) {
         return Err(usage(format!("--bs {block} is out of range for a frame")));
     }
-    let format = if a.json {
-        Format::Json
-    } else if a.json_stream {
-        Format::JsonStream
-    } else {
-        Format::Human
-    };
+    let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
         host,
         port: a.port,
@@ -343,38 +345,15 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format);
-    let report = match crate::session::send::run_bench_net(
+    let result = crate::session::send::run_bench_net(
         &cfg,
         time,
         a.verify,
         a.reverse,
         &interrupt,
         &mut printer,
-    ) {
-        Ok(r) => r,
-        Err(e) => {
-            if format != Format::Human {
-                let mut doc = serde_json::json!({"schema": 1, "command": "bench --net", "status": e.code().name(), "error": e.to_string()});
-                if format == Format::JsonStream {
-                    doc["type"] = "summary".into();
-                }
-                printer.out.line(&doc.to_string());
-            }
-            let usage = e.is_usage();
-            let e = anyhow::anyhow!("{e}");
-            return Err(if usage {
-                Failure::Usage(e)
-            } else {
-                Failure::Run(e)
-            });
-        }
-    };
-    finish_send(&mut printer, &report);
-    Ok(if report.status == "ok" {
-        0
-    } else {
-        EXIT_FAILED
-    })
+    );
+    conclude(&mut printer, "bench --net", result)
 }
 
 pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
@@ -403,13 +382,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         )));
     }
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = if a.json {
-        Format::Json
-    } else if a.json_stream {
-        Format::JsonStream
-    } else {
-        Format::Human
-    };
+    let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
         host: host.expect("at least one HOST:PATH"),
         port: a.port,
@@ -428,35 +401,6 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format);
     let local = PathBuf::from(local);
-    let report = match crate::session::pull::run_pull(
-        &cfg,
-        &paths,
-        &local,
-        &interrupt,
-        &mut printer,
-    ) {
-        Ok(r) => r,
-        Err(e) => {
-            if format != Format::Human {
-                let mut doc = serde_json::json!({"schema": 1, "command": "pull", "status": e.code().name(), "error": e.to_string()});
-                if format == Format::JsonStream {
-                    doc["type"] = "summary".into();
-                }
-                printer.out.line(&doc.to_string());
-            }
-            let usage = e.is_usage();
-            let e = anyhow::anyhow!("{e}");
-            return Err(if usage {
-                Failure::Usage(e)
-            } else {
-                Failure::Run(e)
-            });
-        }
-    };
-    finish_send(&mut printer, &report);
-    Ok(if report.status == "ok" {
-        0
-    } else {
-        EXIT_FAILED
-    })
+    let result = crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, &mut printer);
+    conclude(&mut printer, "pull", result)
 }

@@ -94,7 +94,6 @@ pub struct NetSender {
     ring: Ring<SendTag>,
     /// Finished disk reads: (token, result, buffer), for the caller.
     reads_done: VecDeque<(u32, i32, Lease)>,
-    free_file_slots: Vec<u32>,
     queues: Vec<SendQueue>,
     batch: Vec<Completion<SendTag>>,
     mode: ZeroCopy,
@@ -129,13 +128,11 @@ impl NetSender {
             needed.push(Needed::SEND_ZC);
         }
         let ring = Ring::with_spare_files(buf_count as u32, arena, sockets, file_slots, &needed)?;
-        let first = sockets.len() as u32;
         let zc_supported = mode == ZeroCopy::On || probe_send_zc();
         let capacity = ring.capacity();
         Ok(NetSender {
             ring,
             reads_done: VecDeque::with_capacity(buf_count),
-            free_file_slots: (first..first + file_slots).rev().collect(),
             queues: sockets
                 .iter()
                 .map(|_| SendQueue {
@@ -168,30 +165,20 @@ impl NetSender {
 
     /// Register a source `fd` in a free file slot; `None` when all are taken.
     pub fn attach_file(&mut self, fd: RawFd) -> Result<Option<u32>, Error> {
-        let Some(slot) = self.free_file_slots.pop() else {
-            return Ok(None);
-        };
-        if let Err(e) = self.ring.set_file(slot, fd) {
-            self.free_file_slots.push(slot);
-            return Err(stream_err("registering a file", slot, e));
-        }
-        Ok(Some(slot))
+        self.ring
+            .attach_file(fd)
+            .map_err(|e| stream_err("registering a file", 0, e))
     }
 
     /// Empty a file slot; no read from it may be in flight.
     pub fn detach_file(&mut self, slot: u32) {
-        let _ = self.ring.set_file(slot, -1);
-        self.free_file_slots.push(slot);
+        self.ring.detach_file(slot);
     }
 
     /// Read `len` bytes at `offset` of the file in `slot` into the buffer's
     /// payload area ([`HEADROOM`]) with O_DIRECT `READ_FIXED`; the buffer
     /// comes back from [`take_read`](Self::take_read) with the result.
     pub fn read(&mut self, slot: u32, offset: u64, lease: Lease, len: u32, token: u32) {
-        assert!(
-            !self.free_file_slots.contains(&slot),
-            "read from an empty file slot"
-        );
         let tag = SendTag {
             stream: 0,
             len,
@@ -418,8 +405,6 @@ pub struct NetReceiver {
     streams: Vec<RecvStream>,
     batch: Vec<Completion<RecvTag>>,
     payload_max: usize,
-    /// Free registered-file slots for target files.
-    free_file_slots: Vec<u32>,
 }
 
 impl NetReceiver {
@@ -445,9 +430,7 @@ impl NetReceiver {
             &[Needed::RECV, Needed::WRITE_FIXED, Needed::ASYNC_CANCEL],
         )?;
         let capacity = ring.capacity();
-        let first = sockets.len() as u32;
         Ok(NetReceiver {
-            free_file_slots: (first..first + file_slots).rev().collect(),
             ring,
             streams: sockets
                 .iter()
@@ -481,30 +464,20 @@ impl NetReceiver {
     /// Register `fd` (an O_DIRECT target) in a free file slot; `None` when
     /// every slot is taken.
     pub fn attach_file(&mut self, fd: RawFd) -> Result<Option<u32>, Error> {
-        let Some(slot) = self.free_file_slots.pop() else {
-            return Ok(None);
-        };
-        if let Err(e) = self.ring.set_file(slot, fd) {
-            self.free_file_slots.push(slot);
-            return Err(stream_err("registering a file", slot, e));
-        }
-        Ok(Some(slot))
+        self.ring
+            .attach_file(fd)
+            .map_err(|e| stream_err("registering a file", 0, e))
     }
 
     /// Empty a file slot; no write to it may be in flight.
     pub fn detach_file(&mut self, slot: u32) {
-        let _ = self.ring.set_file(slot, -1);
-        self.free_file_slots.push(slot);
+        self.ring.detach_file(slot);
     }
 
     /// Write `len` bytes of a received frame's payload (its buffer from
     /// [`HEADROOM`]) at `offset` of the file in `slot`, straight from the
     /// registered buffer. The buffer comes back with [`RecvEvent::Written`].
     pub fn write(&mut self, slot: u32, offset: u64, lease: Lease, len: u32, token: u64) {
-        assert!(
-            !self.free_file_slots.contains(&slot),
-            "write to an empty file slot"
-        );
         self.ring.write_fixed(
             slot,
             offset,

@@ -103,6 +103,8 @@ pub struct Ring<T> {
     in_flight: u32,
     sq_full_flushes: u64,
     features: Vec<&'static str>,
+    /// Registered-file slots free for `attach_file`.
+    free_file_slots: Vec<u32>,
     arena: Arena,
 }
 
@@ -127,6 +129,7 @@ impl<T> Ring<T> {
         spare: u32,
         needed: &[Needed],
     ) -> Result<Self, Error> {
+        let first_spare = files.len() as u32;
         let mut all: Vec<RawFd> = files.to_vec();
         all.resize(files.len() + spare as usize, -1);
         let files = &all[..];
@@ -198,6 +201,7 @@ impl<T> Ring<T> {
             in_flight: 0,
             sq_full_flushes: 0,
             features,
+            free_file_slots: (first_spare..first_spare + spare).rev().collect(),
             arena,
         })
     }
@@ -225,13 +229,23 @@ impl<T> Ring<T> {
         self.slots.len()
     }
 
-    /// Put `fd` in registered-file slot `slot` (or empty it with -1). The
-    /// caller makes sure no op of this ring uses the slot meanwhile.
-    pub fn set_file(&mut self, slot: u32, fd: RawFd) -> io::Result<()> {
-        self.ring
-            .submitter()
-            .register_files_update(slot, &[fd])
-            .map(|_| ())
+    /// Register `fd` in a free spare file slot; `None` when all are taken.
+    pub fn attach_file(&mut self, fd: RawFd) -> io::Result<Option<u32>> {
+        let Some(slot) = self.free_file_slots.pop() else {
+            return Ok(None);
+        };
+        if let Err(e) = self.ring.submitter().register_files_update(slot, &[fd]) {
+            self.free_file_slots.push(slot);
+            return Err(e);
+        }
+        Ok(Some(slot))
+    }
+
+    /// Empty a slot from `attach_file`; no op of this ring may still use it.
+    pub fn detach_file(&mut self, slot: u32) {
+        debug_assert!(!self.free_file_slots.contains(&slot), "slot detached twice");
+        let _ = self.ring.submitter().register_files_update(slot, &[-1]);
+        self.free_file_slots.push(slot);
     }
 
     /// Read `len` bytes at `offset` of registered file `file` into the

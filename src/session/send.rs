@@ -404,28 +404,7 @@ pub fn run_bench_net(
             return Ok(report);
         }
     }
-    let confirmed = recv_msg(&mut ctl);
-    report.close();
-    match confirmed {
-        Ok(Message::Summary {
-            bytes, ok: true, ..
-        }) if bytes == report.bytes => {}
-        Ok(Message::Summary { bytes, .. }) => {
-            report.status = ErrorCode::Io.name();
-            report.error = Some(format!(
-                "the receiver counted {bytes} bytes, {} were sent",
-                report.bytes
-            ));
-        }
-        Ok(_) => {
-            report.status = ErrorCode::Malformed.name();
-            report.error = Some("unexpected message after the data".into());
-        }
-        Err(e) => {
-            report.status = e.code().name();
-            report.error = Some(e.to_string());
-        }
-    }
+    confirm_bench(&mut ctl, &mut report);
     Ok(report)
 }
 
@@ -457,28 +436,7 @@ fn run_bench_net_reverse(
         report.error = Some(e.to_string());
         return Ok(report);
     }
-    let confirmed = recv_msg(&mut ctl);
-    report.close();
-    match confirmed {
-        Ok(Message::Summary {
-            bytes, ok: true, ..
-        }) if bytes == report.bytes => {}
-        Ok(Message::Summary { bytes, .. }) => {
-            report.status = ErrorCode::Io.name();
-            report.error = Some(format!(
-                "the daemon sent {bytes} bytes, {} arrived",
-                report.bytes
-            ));
-        }
-        Ok(_) => {
-            report.status = ErrorCode::Malformed.name();
-            report.error = Some("unexpected message after the data".into());
-        }
-        Err(e) => {
-            report.status = e.code().name();
-            report.error = Some(e.to_string());
-        }
-    }
+    confirm_bench(&mut ctl, &mut report);
     Ok(report)
 }
 
@@ -519,6 +477,33 @@ pub(crate) fn discard_frames(
         }
     }
     Ok(bytes)
+}
+
+/// End a benchmark: the peer's summary must count the bytes this side
+/// counted (sent or received); the run's time ends with it.
+fn confirm_bench(ctl: &mut TcpStream, report: &mut SendReport) {
+    let confirmed = recv_msg(ctl);
+    report.close();
+    match confirmed {
+        Ok(Message::Summary {
+            bytes, ok: true, ..
+        }) if bytes == report.bytes => {}
+        Ok(Message::Summary { bytes, .. }) => {
+            report.status = ErrorCode::Io.name();
+            report.error = Some(format!(
+                "the peer counted {bytes} bytes, this side {}",
+                report.bytes
+            ));
+        }
+        Ok(_) => {
+            report.status = ErrorCode::Malformed.name();
+            report.error = Some("unexpected message after the data".into());
+        }
+        Err(e) => {
+            report.status = e.code().name();
+            report.error = Some(e.to_string());
+        }
+    }
 }
 
 /// Send frames of incompressible data round-robin until `time` is up.
