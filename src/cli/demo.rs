@@ -13,7 +13,6 @@ use anyhow::Context;
 
 use crate::coord::units;
 use crate::datapath::disk::fill_random;
-use crate::datapath::net::ZeroCopy;
 use crate::datapath::{sys, DirectMode};
 use crate::session::recv::{serve, RecvConfig};
 use crate::session::send::{run_send, SendConfig};
@@ -157,20 +156,12 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         a.streams
     ));
     let cfg = SendConfig {
-        host: addr.ip().to_string(),
-        port: addr.port(),
         dest: "demo".into(),
         sources: vec![src.clone()],
         streams: a.streams,
-        block_size: 4 << 20,
-        key,
-        zerocopy: ZeroCopy::Auto,
-        direct: DirectMode::Auto,
-        interval: Duration::from_secs(1),
-        sock_buf: None,
-        connect_timeout: Duration::from_secs(10),
-        rate_limit_bytes_per_s: None,
+        ..SendConfig::to(addr.ip().to_string(), addr.port(), key)
     };
+
     let interrupt = interrupt_flag().map_err(run)?;
     let mut printer = super::transfer::SendPrinter::new(Format::Human);
     let report = run_send(&cfg, &interrupt, &mut printer);

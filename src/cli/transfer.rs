@@ -55,6 +55,14 @@ fn conclude(
     }
 }
 
+fn zerocopy(z: ZeroCopyArg) -> ZeroCopy {
+    match z {
+        ZeroCopyArg::Auto => ZeroCopy::Auto,
+        ZeroCopyArg::On => ZeroCopy::On,
+        ZeroCopyArg::Off => ZeroCopy::Off,
+    }
+}
+
 fn direct(d: DirectArg) -> DirectMode {
     match d {
         DirectArg::Auto => DirectMode::Auto,
@@ -227,23 +235,16 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
-        host,
-        port: a.port,
         dest: dest.trim_end_matches('/').to_string(),
         sources,
         streams: a.streams,
         block_size: a.block as u32,
-        key,
-        zerocopy: match a.zerocopy {
-            ZeroCopyArg::Auto => ZeroCopy::Auto,
-            ZeroCopyArg::On => ZeroCopy::On,
-            ZeroCopyArg::Off => ZeroCopy::Off,
-        },
+        zerocopy: zerocopy(a.zerocopy),
         direct: direct(a.direct),
         interval: a.interval,
         sock_buf: a.sock_buf.map(|b| b as usize),
-        connect_timeout: Duration::from_secs(10),
         rate_limit_bytes_per_s: a.rate_limit,
+        ..SendConfig::to(host, a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter {
@@ -324,23 +325,12 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     }
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
-        host,
-        port: a.port,
-        dest: String::new(),
-        sources: Vec::new(),
         streams: a.streams,
         block_size: block as u32,
-        key,
-        zerocopy: match a.zerocopy {
-            ZeroCopyArg::Auto => ZeroCopy::Auto,
-            ZeroCopyArg::On => ZeroCopy::On,
-            ZeroCopyArg::Off => ZeroCopy::Off,
-        },
+        zerocopy: zerocopy(a.zerocopy),
         direct: DirectMode::Off,
         interval: a.interval,
-        sock_buf: None,
-        connect_timeout: Duration::from_secs(10),
-        rate_limit_bytes_per_s: None,
+        ..SendConfig::to(host, a.port, key)
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
@@ -384,19 +374,11 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
-        host: host.expect("at least one HOST:PATH"),
-        port: a.port,
-        dest: String::new(),
-        sources: Vec::new(),
         streams: a.streams,
         block_size: a.block as u32,
-        key,
-        zerocopy: ZeroCopy::Auto,
         direct: direct(a.direct),
         interval: a.interval,
-        sock_buf: None,
-        connect_timeout: Duration::from_secs(10),
-        rate_limit_bytes_per_s: None,
+        ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format);

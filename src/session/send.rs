@@ -44,6 +44,29 @@ pub struct SendConfig {
     pub rate_limit_bytes_per_s: Option<f64>,
 }
 
+impl SendConfig {
+    /// A configuration for `host:port` with `key` and the defaults: 4
+    /// streams, 4 MiB blocks, zero-copy and O_DIRECT where they pay,
+    /// 1 s intervals, no rate limit.
+    pub fn to(host: String, port: u16, key: Key) -> Self {
+        SendConfig {
+            host,
+            port,
+            dest: String::new(),
+            sources: Vec::new(),
+            streams: 4,
+            block_size: 4 << 20,
+            key,
+            zerocopy: ZeroCopy::Auto,
+            direct: DirectMode::Auto,
+            interval: Duration::from_secs(1),
+            sock_buf: None,
+            connect_timeout: Duration::from_secs(10),
+            rate_limit_bytes_per_s: None,
+        }
+    }
+}
+
 /// Keeps the bytes sent under `rate * elapsed`.
 struct Pacer {
     rate: Option<f64>,
@@ -806,27 +829,8 @@ pub(crate) fn push_data(
         let reads_in_flight = reads_max - free_tokens.len();
         if reads_in_flight == 0 && current.is_none_or(|c| open_files[c].next >= open_files[c].size)
         {
-            // Look ahead: no file left to open either?
-            if let Some(i) = files.next() {
-                let (file, direct) = open(i)?;
-                let sparse = file.metadata().is_ok_and(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    m.blocks() * 512 < m.len()
-                });
-                let slot = tx.attach_file(file.as_raw_fd())?;
-                open_files.push(Source {
-                    entry: i,
-                    file,
-                    direct,
-                    sparse,
-                    slot,
-                    size: tree.entries[i].size,
-                    next: 0,
-                    reads: 0,
-                });
-                current = Some(open_files.len() - 1);
-                continue;
-            }
+            // The issue loop above opens the next file before it asks for a
+            // buffer, so an exhausted current file here means none is left.
             break;
         }
         tx.poll(true)?;
