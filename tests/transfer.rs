@@ -712,6 +712,17 @@ fn hand_session(
     d: &Daemon,
     entries: Vec<urmove::protocol::manifest::Entry>,
 ) -> (TcpStream, TcpStream) {
+    hand_session_with(d, entries, 1, 65536).expect("the daemon is ready")
+}
+
+/// Like `hand_session` with a chosen stream count and block size; `Err`
+/// carries the daemon's reply when it is not `Ready`.
+fn hand_session_with(
+    d: &Daemon,
+    entries: Vec<urmove::protocol::manifest::Entry>,
+    streams: u16,
+    block_size: u32,
+) -> Result<(TcpStream, TcpStream), urmove::protocol::control::Message> {
     use urmove::protocol::control::{decode, encode, Direction, Message, SessionRequest};
     use urmove::protocol::handshake::{parse_key, stream_proof, ClientHandshake};
     let key = parse_key(&std::fs::read_to_string(&d.key).unwrap()).unwrap();
@@ -742,14 +753,17 @@ fn hand_session(
     let keys = hs.on_welcome(&w).unwrap();
     let req = SessionRequest {
         direction: Direction::Push,
-        streams: 1,
-        block_size: 65536,
+        streams,
+        block_size,
         path: "hand".into(),
     };
     ctl.write_all(&encode(&Message::Request(req))).unwrap();
-    ctl.write_all(&encode(&Message::Manifest(entries))).unwrap();
-    ctl.write_all(&encode(&Message::ManifestEnd)).unwrap();
-    assert_eq!(read_msg(&mut ctl), Message::Ready);
+    let _ = ctl.write_all(&encode(&Message::Manifest(entries)));
+    let _ = ctl.write_all(&encode(&Message::ManifestEnd));
+    let reply = read_msg(&mut ctl);
+    if reply != Message::Ready {
+        return Err(reply);
+    }
     let mut data = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     data.write_all(&encode(&Message::StreamHello {
         session_id: keys.session_id,
@@ -757,7 +771,7 @@ fn hand_session(
         proof: stream_proof(&keys, 0),
     }))
     .unwrap();
-    (ctl, data)
+    Ok((ctl, data))
 }
 
 #[test]
@@ -955,4 +969,41 @@ fn pull_fetches_a_tree_identical_and_never_reads_outside_the_root() {
         let e = stderr(&o);
         assert!(e.contains("refused") || e.contains("path"), "{path}: {e}");
     }
+}
+
+#[test]
+fn requests_past_the_limits_are_refused_before_any_allocation() {
+    use urmove::protocol::control::{ErrorCode, Message};
+    use urmove::protocol::manifest::{Entry, EntryKind};
+    let mut d = Daemon::start();
+    let file = |size: u64| Entry {
+        path: "f".into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+        link: None,
+    };
+    let code = |r: Result<(TcpStream, TcpStream), Message>| match r {
+        Err(Message::Error { code, .. }) => code,
+        other => panic!("expected a refusal, got {:?}", other.map(|_| "ready")),
+    };
+    // A block size the O_DIRECT path cannot use.
+    assert_eq!(
+        code(hand_session_with(&d, vec![file(10)], 1, 1000)),
+        ErrorCode::BadRequest
+    );
+    // An exabyte file in 4 KiB blocks: the block map alone would not fit.
+    assert_eq!(
+        code(hand_session_with(&d, vec![file(1 << 60)], 1, 4096)),
+        ErrorCode::TooLarge
+    );
+    // 256 streams of 64 MiB frames: 16 GiB of buffers.
+    assert_eq!(
+        code(hand_session_with(&d, vec![file(10)], 256, 64 << 20)),
+        ErrorCode::TooLarge
+    );
+    assert!(d.alive());
+    assert!(!d.root.path().join("hand/f").exists());
 }

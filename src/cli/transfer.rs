@@ -320,8 +320,13 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let block = a.bs.unwrap_or(4 << 20);
-    if block == 0 || block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX) {
-        return Err(usage(format!("--bs {block} is out of range for a frame")));
+    if block == 0
+        || block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
+        || !block.is_multiple_of(4096)
+    {
+        return Err(usage(format!(
+            "--bs {block} must be a multiple of 4096 up to 64 MiB for a frame"
+        )));
     }
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {

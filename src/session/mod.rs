@@ -20,6 +20,36 @@ pub const PART_SUFFIX: &str = ".urmove.part";
 /// Default TCP port of `urmove recv`.
 pub const DEFAULT_PORT: u16 = 7878;
 
+/// Registered buffer memory one side of a session may pin, at most.
+pub const SESSION_BUFFER_BYTES_MAX: u64 = 1 << 30;
+/// Blocks one manifest may hold in total (the receiver keeps a bit per block).
+pub const SESSION_BLOCKS_MAX: u64 = 1 << 30;
+
+/// How many frame buffers of `block` bytes a side with `streams` streams
+/// gets: `per_stream` each plus `extra`, within 8..256 and within
+/// [`SESSION_BUFFER_BYTES_MAX`]; refused when not even one per stream fits.
+pub(crate) fn buffer_count(
+    streams: usize,
+    block: u32,
+    per_stream: usize,
+    extra: usize,
+) -> Result<usize, SessionError> {
+    let want = (streams * per_stream + extra).clamp(8, 256);
+    let each = crate::datapath::net::frame_buf_size(block as usize) as u64;
+    let fit = (SESSION_BUFFER_BYTES_MAX / each) as usize;
+    let n = want.min(fit);
+    if n < streams + 1 {
+        return Err(SessionError::local(
+            crate::protocol::control::ErrorCode::TooLarge,
+            format!(
+                "{streams} streams of {block}-byte blocks need more than {} MiB of buffers; use fewer streams or smaller blocks",
+                SESSION_BUFFER_BYTES_MAX >> 20
+            ),
+        ));
+    }
+    Ok(n)
+}
+
 /// Why a session failed, with the protocol code the peer is told.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {

@@ -113,6 +113,17 @@ impl Incoming {
         block: u64,
         direct: DirectMode,
     ) -> Result<Self, SessionError> {
+        let blocks: u64 = entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| e.size.div_ceil(block))
+            .fold(0u64, u64::saturating_add);
+        if blocks > super::SESSION_BLOCKS_MAX {
+            return Err(SessionError::local(
+                ErrorCode::TooLarge,
+                format!("the manifest holds {blocks} blocks, more than one session takes; use larger blocks or split it"),
+            ));
+        }
         for e in &entries {
             check_entry(e).map_err(|err| {
                 SessionError::local(ErrorCode::PathRefused, format!("{}: {err}", e.path))
@@ -197,7 +208,7 @@ impl Incoming {
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         // Buffers wait in the socket, then in the write: twice as many.
-        let buf_count = (streams.len() * 4 + 4).min(256);
+        let buf_count = super::buffer_count(streams.len(), payload_max as u32, 4, 4)?;
         let mut rx = NetReceiver::with_file_slots(&fds, buf_count, payload_max, FILE_SLOTS)?;
         let Incoming {
             root,

@@ -251,6 +251,20 @@ fn control_session(
             "expected a session request",
         ));
     };
+    if req.streams == 0 || req.streams > STREAMS_MAX {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            "bad stream count",
+        ));
+    }
+    if req.block_size < 4096 || !req.block_size.is_multiple_of(4096) {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!("block size {} is not a multiple of 4096", req.block_size),
+        ));
+    }
+    // Refuse now what the buffers could not hold.
+    super::buffer_count(req.streams as usize, req.block_size, 1, 0)?;
     if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
         return bench_session(
             s,
@@ -263,12 +277,6 @@ fn control_session(
     }
     if req.direction == Direction::Pull {
         return pull_session(s, &req, &keys, cfg, registry);
-    }
-    if req.streams == 0 || req.streams > STREAMS_MAX {
-        return Err(SessionError::local(
-            ErrorCode::BadRequest,
-            "bad stream count",
-        ));
     }
     let dest = match req.path.as_str() {
         "" | "." => String::new(),

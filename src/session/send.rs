@@ -472,7 +472,7 @@ pub(crate) fn discard_frames(
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, NetReceiver, RecvEvent};
     let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-    let buf_count = (streams.len() * 2 + 2).min(256);
+    let buf_count = super::buffer_count(streams.len(), payload_max as u32, 2, 2)?;
     let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
     let mut bytes = 0u64;
     while rx.open() {
@@ -539,7 +539,7 @@ pub(crate) fn bench_data(
     stop: &AtomicBool,
 ) -> Result<SendStats, SessionError> {
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    let bufs = (streams.len() * 4).clamp(8, 256);
+    let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 0)?;
     let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
     // Random bytes in every buffer once; each frame then scrambles a word per
     // 512 bytes so no two frames are alike.
@@ -719,7 +719,7 @@ pub(crate) fn push_data(
     let cfg = params;
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
     // Buffers wait in the disk read, then in the socket: room for both.
-    let bufs = (streams.len() * 4 + 4).clamp(8, 256);
+    let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 4)?;
     let mut tx = NetSender::with_file_slots(
         &fds,
         bufs,
