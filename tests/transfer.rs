@@ -1007,3 +1007,32 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
     assert!(d.alive());
     assert!(!d.root.path().join("hand/f").exists());
 }
+
+#[test]
+fn a_symlink_cannot_climb_out_through_a_linked_parent() {
+    use urmove::protocol::control::Message;
+    use urmove::protocol::manifest::{Entry, EntryKind};
+    let mut d = Daemon::start();
+    let link = |path: &str, target: &str| Entry {
+        path: path.into(),
+        kind: EntryKind::Symlink,
+        size: 0,
+        mode: 0o777,
+        mtime_s: 0,
+        mtime_ns: 0,
+        link: Some(target.into()),
+    };
+    // x -> . makes x/ the root itself; x/l -> .. would then name the
+    // root's parent although it looks one level deep.
+    let r = hand_session_with(&d, vec![link("x", "."), link("x/l", "..")], 1, 65536);
+    assert!(
+        matches!(r, Err(Message::Error { .. })),
+        "accepted a climbing link"
+    );
+    assert!(std::fs::symlink_metadata(d.root.path().join("hand/x/l")).is_err());
+    assert!(std::fs::symlink_metadata(d.root.path().join("hand/l")).is_err());
+    // And `..` after a name is refused outright.
+    let r = hand_session_with(&d, vec![link("s", "."), link("d", "../s/..")], 1, 65536);
+    assert!(matches!(r, Err(Message::Error { .. })), "accepted ../s/..");
+    assert!(d.alive());
+}

@@ -65,6 +65,17 @@ impl Root {
 
     /// `openat2(root, rel, flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`.
     pub fn openat(&self, rel: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+        self.openat_resolve(rel, flags, mode, 0)
+    }
+
+    /// `openat` with extra `RESOLVE_*` flags.
+    fn openat_resolve(
+        &self,
+        rel: &str,
+        flags: i32,
+        mode: u32,
+        resolve: u64,
+    ) -> io::Result<OwnedFd> {
         if rel.starts_with('/') {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
@@ -79,7 +90,7 @@ impl Root {
             } else {
                 0
             },
-            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | resolve,
         };
         loop {
             // SAFETY: `c` is NUL-terminated and `how` is a valid open_how that
@@ -173,7 +184,21 @@ impl Root {
     /// Create a symlink `rel` (beneath the root) pointing at `target`.
     /// The target text is the caller's to check (see `protocol::manifest`).
     pub fn symlink(&self, target: &str, rel: &str) -> io::Result<()> {
-        let (parent, name) = self.parent(rel)?;
+        // The link's directory is reached through no symlink, so a target
+        // that is safe on paper cannot climb out through a linked parent.
+        let (dir, name) = match rel.rsplit_once('/') {
+            Some((d, n)) => (d, n),
+            None => (".", rel),
+        };
+        let parent = self
+            .openat_resolve(
+                dir,
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+                libc::RESOLVE_NO_SYMLINKS,
+            )
+            .map_err(|e| name_escape(rel, e))?;
+        let name = cstr(name)?;
         let t = cstr(target)?;
         // SAFETY: both strings are NUL-terminated; symlinkat reads them only.
         let rc = unsafe { libc::symlinkat(t.as_ptr(), parent.as_raw_fd(), name.as_ptr()) };

@@ -77,6 +77,8 @@ struct SendTag {
     done: u32,
     /// Set for a disk read into a frame buffer: the caller's token.
     read: Option<u32>,
+    /// The buffer's index, to match a zero-copy notification to its send.
+    buf: u16,
 }
 
 #[derive(Debug)]
@@ -86,7 +88,7 @@ struct SendQueue {
     busy: bool,
     /// A zero-copy send came back short: the rest goes out when its
     /// notification returns the buffer.
-    rest_from: Option<u32>,
+    rest_from: Option<(u16, u32)>,
 }
 
 /// Sends frames on a set of connected TCP streams.
@@ -184,6 +186,7 @@ impl NetSender {
             len,
             done: 0,
             read: Some(token),
+            buf: lease.index(),
         };
         self.ring
             .read_fixed(slot, offset, lease, HEADROOM, len, tag);
@@ -227,6 +230,7 @@ impl NetSender {
             len,
             done,
             read: None,
+            buf: lease.index(),
         };
         let at = HEADER_AT + done as usize;
         if self.zc_now {
@@ -289,9 +293,15 @@ impl NetSender {
                 self.zc_now = false;
                 self.stats.zc_fell_back = true;
             }
-            match self.queues[stream as usize].rest_from.take() {
-                Some(done) => self.push_send(stream, lease, tag.len, done),
-                None => self.ring.arena().give_back(lease),
+            // Resume a short send only with its own buffer: another frame
+            // of this stream may have been sent since.
+            let q = &mut self.queues[stream as usize];
+            match q.rest_from {
+                Some((index, done)) if index == lease.index() => {
+                    q.rest_from = None;
+                    self.push_send(stream, lease, tag.len, done)
+                }
+                _ => self.ring.arena().give_back(lease),
             }
             return Ok(());
         }
@@ -299,7 +309,7 @@ impl NetSender {
             if super::error::is_retry(-result) {
                 match lease {
                     Some(lease) => self.push_send(stream, lease, tag.len, tag.done),
-                    None => self.queues[stream as usize].rest_from = Some(tag.done),
+                    None => self.queues[stream as usize].rest_from = Some((tag.buf, tag.done)),
                 }
                 return Ok(());
             }
@@ -319,7 +329,7 @@ impl NetSender {
             // Short send: the rest goes out before anything else on this stream.
             match lease {
                 Some(lease) => self.push_send(stream, lease, tag.len, done),
-                None => self.queues[stream as usize].rest_from = Some(done),
+                None => self.queues[stream as usize].rest_from = Some((tag.buf, done)),
             }
             return Ok(());
         }
@@ -341,6 +351,22 @@ impl NetSender {
             self.poll(true)?;
         }
         Ok(())
+    }
+}
+
+impl Drop for NetSender {
+    fn drop(&mut self) {
+        // Buffers waiting in queues or finished reads go back before the
+        // ring (and its arena) go, so the arena can unmap its memory.
+        for q in &mut self.queues {
+            while let Some((lease, _)) = q.pending.pop_front() {
+                self.ring.arena().give_back(lease);
+            }
+        }
+        while let Some((_, _, lease)) = self.reads_done.pop_front() {
+            self.ring.arena().give_back(lease);
+        }
+        self.ring.cancel_all_and_drain();
     }
 }
 
@@ -372,6 +398,19 @@ struct RecvStream {
     phase: Phase,
     busy: bool,
     open: bool,
+}
+
+impl Drop for NetReceiver {
+    fn drop(&mut self) {
+        // Half-received frames' buffers go back before the ring (and its
+        // arena) go, so the arena can unmap its memory.
+        for s in &mut self.streams {
+            if let Some(lease) = s.lease.take() {
+                self.ring.arena().give_back(lease);
+            }
+        }
+        self.ring.cancel_all_and_drain();
+    }
 }
 
 /// What a receiver hands its caller.

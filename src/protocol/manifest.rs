@@ -115,17 +115,25 @@ pub fn link_stays_beneath(link_path: &str, target: &str) -> bool {
         return false;
     }
     // Depth of the link's directory below the root.
+    // `..` may only lead the target: after a name it would climb through
+    // that name, which may itself be a link (`s -> .`, then `l -> ../s/..`
+    // climbs out of the root).
     let mut depth = link_path.split('/').count() as i64 - 1;
+    let mut named = false;
     for c in target.split('/') {
         match c {
             "" | "." => {}
+            ".." if named => return false,
             ".." => {
                 depth -= 1;
                 if depth < 0 {
                     return false;
                 }
             }
-            _ => depth += 1,
+            _ => {
+                named = true;
+                depth += 1;
+            }
         }
     }
     true
@@ -232,7 +240,14 @@ mod tests {
         assert!(!link_stays_beneath("link", "../c"));
         assert!(!link_stays_beneath("a/link", "../../etc/passwd"));
         assert!(!link_stays_beneath("a/link", "/etc/passwd"));
-        assert!(link_stays_beneath("a/link", "x/../y"));
+        assert!(
+            !link_stays_beneath("a/link", "x/../y"),
+            "no .. after a name"
+        );
+        assert!(
+            !link_stays_beneath("d/l", "../s/.."),
+            "climbing through a linked name"
+        );
         assert!(!link_stays_beneath("a/link", "x/../../../y"));
         assert!(!link_stays_beneath("a/link", ""));
     }

@@ -89,10 +89,14 @@ pub fn run_pull(
     };
     // The daemon's digest of every file must equal ours.
     let ours: std::collections::HashMap<u32, u64> = got.into_iter().collect();
+    let mut acked = std::collections::HashSet::new();
     let outcome = (|| -> Result<(), SessionError> {
         loop {
             match recv_msg(&mut ctl)? {
                 Message::FileAck { file_index, digest } => {
+                    if !acked.insert(file_index) {
+                        return Err(SessionError::Protocol(format!("file {file_index} acknowledged twice")));
+                    }
                     if ours.get(&file_index) != Some(&digest) {
                         return Err(SessionError::local(
                             ErrorCode::Io,

@@ -20,6 +20,8 @@ use crate::protocol::manifest::{check_entry, Entry, EntryKind, ENTRIES_MAX};
 use super::conn::recv_msg;
 use super::{SessionError, PART_SUFFIX};
 
+/// Bytes of paths and link targets one manifest may carry.
+const MANIFEST_TEXT_BYTES_MAX: u64 = 256 << 20;
 /// Threads that sync and rename complete files.
 const FINALIZERS: usize = 4;
 /// Complete files waiting for a finalizer, at most.
@@ -30,9 +32,20 @@ const FILE_SLOTS: u32 = 64;
 /// Read manifest parts until its end, bounded in entries.
 pub(crate) fn recv_manifest(s: &mut TcpStream) -> Result<Vec<Entry>, SessionError> {
     let mut entries: Vec<Entry> = Vec::new();
+    let mut text_bytes = 0u64;
     loop {
         match recv_msg(s)? {
             Message::Manifest(part) => {
+                text_bytes += part
+                    .iter()
+                    .map(|e| (e.path.len() + e.link.as_ref().map_or(0, String::len)) as u64)
+                    .sum::<u64>();
+                if text_bytes > MANIFEST_TEXT_BYTES_MAX {
+                    return Err(SessionError::local(
+                        ErrorCode::TooLarge,
+                        "manifest paths exceed 256 MiB",
+                    ));
+                }
                 if entries.len() as u64 + part.len() as u64 > u64::from(ENTRIES_MAX) {
                     return Err(SessionError::local(
                         ErrorCode::TooLarge,
@@ -123,6 +136,15 @@ impl Incoming {
                 ErrorCode::TooLarge,
                 format!("the manifest holds {blocks} blocks, more than one session takes; use larger blocks or split it"),
             ));
+        }
+        let mut paths = std::collections::HashSet::with_capacity(entries.len());
+        for e in &entries {
+            if !paths.insert(e.path.as_str()) {
+                return Err(SessionError::local(
+                    ErrorCode::BadRequest,
+                    format!("{}: named twice in the manifest", e.path),
+                ));
+            }
         }
         for e in &entries {
             check_entry(e).map_err(|err| {
@@ -248,7 +270,9 @@ impl Incoming {
             let result = (|| {
                 while rx.open() || rx.in_flight() > 0 {
                     let mut events = Vec::new();
-                    rx.poll(true, &mut |ev| events.push(ev))?;
+                    // Handle what arrived even when the poll failed: every
+                    // event carries a buffer that must go back to the pool.
+                    let polled = rx.poll(true, &mut |ev| events.push(ev));
                     let mut failure = None;
                     let mut batch_bytes = 0;
                     let mut completed = Vec::new();
@@ -280,7 +304,8 @@ impl Incoming {
                                                 .as_ref()
                                                 .expect("opened when accepted")
                                                 .as_raw_fd();
-                                            f.slot = rx.attach_file(fd)?;
+                                            // Without a slot the write falls back to pwrite.
+                                            f.slot = rx.attach_file(fd).unwrap_or(None);
                                         }
                                         match f.slot {
                                             Some(slot) => {
@@ -376,6 +401,7 @@ impl Incoming {
                     }
                     *bytes += batch_bytes;
                     progress(batch_bytes);
+                    polled?;
                     if let Some(e) = failure {
                         return Err(e);
                     }
@@ -414,6 +440,25 @@ impl Incoming {
                     file_count - self.done_files
                 ),
             ));
+        }
+        // Make the renames durable: sync every directory that gained an
+        // entry (once each) before the summary says the session is done.
+        let mut dirs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        for e in &self.entries {
+            let rel = join(&self.dest, &e.path);
+            dirs.insert(
+                rel.rsplit_once('/')
+                    .map_or(".".to_string(), |(d, _)| d.to_string()),
+            );
+        }
+        for d in &dirs {
+            if let Ok(dir) = self
+                .root
+                .open_file(d, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            {
+                dir.sync_all()
+                    .map_err(|e| SessionError::io(format!("syncing directory {d}"), e))?;
+            }
         }
         for e in self
             .entries
@@ -497,7 +542,13 @@ fn accept_frame(
     }
     .check_against(&[f.size])
     .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
-    let expected = (f.size - header.offset.min(f.size)).min(block);
+    if header.offset >= f.size {
+        return Err(malformed(format!(
+            "frame at offset {} is past the end of file {}",
+            header.offset, header.file_index
+        )));
+    }
+    let expected = (f.size - header.offset).min(block);
     let hole = header.is_hole();
     let covered = if hole && header.length == 0 {
         expected

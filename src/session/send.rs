@@ -352,22 +352,27 @@ pub fn run_send(
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
     };
     let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
-    let (data, mut report) = drive(
-        cfg,
-        tree.file_bytes(),
-        &streams,
-        interrupt,
-        obs,
-        |counters, stop| push_data(&params, &tree, &open, &streams, counters, stop),
-    );
-    report.files = tree.file_count() as u64;
-    let digests = match data {
-        Ok((digests, stats)) => {
-            note_zero_copy(&mut report, &stats, obs);
-            digests
-        }
-        Err(e) => {
-            // Tell the receiver, which keeps only .part files.
+    // Acknowledgements are read while the data flows: a receiver that
+    // finishes many files must never block on a full control socket.
+    let mut reader = ctl
+        .try_clone()
+        .map_err(|e| SessionError::io("control connection", e))?;
+    reader
+        .set_read_timeout(None)
+        .map_err(|e| SessionError::io("control connection", e))?;
+    let (data, mut report, acks) = std::thread::scope(|scope| {
+        let acks = scope.spawn(move || read_acks(&mut reader));
+        let (data, report) = drive(
+            cfg,
+            tree.file_bytes(),
+            &streams,
+            interrupt,
+            obs,
+            |counters, stop| push_data(&params, &tree, &open, &streams, counters, stop),
+        );
+        if let Err(e) = &data {
+            // Tell the receiver, which keeps only .part files (and ends the
+            // session, so the reader returns).
             let _ = send_msg(
                 &mut ctl,
                 &Message::Error {
@@ -375,6 +380,21 @@ pub fn run_send(
                     message: e.to_string(),
                 },
             );
+        }
+        let acks = acks.join().unwrap_or_else(|_| {
+            Err(SessionError::Protocol(
+                "the acknowledgement reader panicked".into(),
+            ))
+        });
+        (data, report, acks)
+    });
+    report.files = tree.file_count() as u64;
+    let digests = match data {
+        Ok((digests, stats)) => {
+            note_zero_copy(&mut report, &stats, obs);
+            digests
+        }
+        Err(e) => {
             report.status = if interrupt.load(Ordering::Relaxed) {
                 "interrupted"
             } else {
@@ -385,9 +405,8 @@ pub fn run_send(
         }
     };
     // Every file is acknowledged with a digest that must match ours.
-    let outcome = collect_acks(&mut ctl, &tree, &digests, &mut report);
     report.close();
-    if let Err(e) = outcome {
+    if let Err(e) = acks.and_then(|acks| check_acks(&tree, &digests, &acks, &mut report)) {
         report.status = e.code().name();
         report.error = Some(e.to_string());
     }
@@ -586,44 +605,17 @@ pub(crate) fn bench_data(
     Ok(tx.stats())
 }
 
-fn collect_acks(
-    ctl: &mut TcpStream,
-    tree: &Tree,
-    digests: &[u64],
-    report: &mut SendReport,
-) -> Result<(), SessionError> {
-    let mut acked = vec![false; tree.entries.len()];
+/// Read acknowledgements until the receiver's summary: (entry, digest).
+fn read_acks(ctl: &mut TcpStream) -> Result<Vec<(u32, u64)>, SessionError> {
+    let mut acks = Vec::new();
     loop {
         match recv_msg(ctl)? {
-            Message::FileAck { file_index, digest } => {
-                let i = file_index as usize;
-                if i >= tree.entries.len() || tree.entries[i].kind != EntryKind::File || acked[i] {
-                    return Err(SessionError::Protocol(format!(
-                        "unexpected acknowledgement for entry {i}"
-                    )));
-                }
-                if digest != digests[i] {
-                    return Err(SessionError::local(
-                        ErrorCode::Io,
-                        format!(
-                            "{}: the receiver's digest does not match",
-                            tree.entries[i].path
-                        ),
-                    ));
-                }
-                acked[i] = true;
-                report.files_verified += 1;
-            }
-            Message::Summary { ok: true, .. } if report.files_verified == report.files => {
-                return Ok(())
-            }
+            Message::FileAck { file_index, digest } => acks.push((file_index, digest)),
+            Message::Summary { ok: true, .. } => return Ok(acks),
             Message::Summary { .. } => {
                 return Err(SessionError::local(
                     ErrorCode::Io,
-                    format!(
-                        "only {} of {} files verified",
-                        report.files_verified, report.files
-                    ),
+                    "the receiver reports a failed session",
                 ))
             }
             _ => {
@@ -633,6 +625,45 @@ fn collect_acks(
             }
         }
     }
+}
+
+/// Every file acknowledged once, each with the digest we computed.
+fn check_acks(
+    tree: &Tree,
+    digests: &[u64],
+    acks: &[(u32, u64)],
+    report: &mut SendReport,
+) -> Result<(), SessionError> {
+    let mut acked = vec![false; tree.entries.len()];
+    for &(file_index, digest) in acks {
+        let i = file_index as usize;
+        if i >= tree.entries.len() || tree.entries[i].kind != EntryKind::File || acked[i] {
+            return Err(SessionError::Protocol(format!(
+                "unexpected acknowledgement for entry {i}"
+            )));
+        }
+        if digest != digests[i] {
+            return Err(SessionError::local(
+                ErrorCode::Io,
+                format!(
+                    "{}: the receiver's digest does not match",
+                    tree.entries[i].path
+                ),
+            ));
+        }
+        acked[i] = true;
+        report.files_verified += 1;
+    }
+    if report.files_verified != report.files {
+        return Err(SessionError::local(
+            ErrorCode::Io,
+            format!(
+                "only {} of {} files verified",
+                report.files_verified, report.files
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn set_sock_buf(s: &TcpStream, bytes: usize) {
