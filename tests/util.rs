@@ -137,7 +137,30 @@ impl LoopDev {
 
 impl Drop for LoopDev {
     fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+        // Right after an umount the device can still be busy for a moment:
+        // retry, so no loop device outlives its test.
+        for _ in 0..20 {
+            let ok = Command::new("losetup")
+                .arg("-d")
+                .arg(&self.dev)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok || !self.attached() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl LoopDev {
+    /// Whether the device still has a backing file.
+    fn attached(&self) -> bool {
+        Path::new("/sys/block")
+            .join(self.name())
+            .join("loop/backing_file")
+            .exists()
     }
 }
 
@@ -173,7 +196,17 @@ impl LoopFs {
 
 impl Drop for LoopFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.mnt.path()).status();
+        for _ in 0..20 {
+            let ok = Command::new("umount")
+                .arg(self.mnt.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
 

@@ -485,6 +485,10 @@ impl<T> Drop for Ring<T> {
         // charge is gone before the next ring registers (the kernel would
         // otherwise release it later, from a worker, after the fd closes).
         let _ = self.ring.submitter().unregister_buffers();
+        // And drop the ring's references to registered files now, not in the
+        // kernel's asynchronous teardown after the fd closes: a script that
+        // unmounts right after urmove exits must not find the fs busy.
+        let _ = self.ring.submitter().unregister_files();
     }
 }
 
