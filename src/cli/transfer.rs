@@ -55,6 +55,17 @@ fn conclude(
     }
 }
 
+/// A frame size the receiver accepts: a multiple of 4096 up to the limit.
+fn check_block(flag: &str, block: u64) -> Result<(), Failure> {
+    let max = u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX);
+    if block == 0 || block > max || !block.is_multiple_of(4096) {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{flag} {block} must be a multiple of 4096 up to {max}"
+        )));
+    }
+    Ok(())
+}
+
 fn zerocopy(z: ZeroCopyArg) -> ZeroCopy {
     match z {
         ZeroCopyArg::Auto => ZeroCopy::Auto,
@@ -222,16 +233,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     if a.rate_limit.is_some_and(|r| r <= 0.0) {
         return Err(usage("--rate-limit must be above zero".into()));
     }
-    if a.block == 0
-        || a.block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
-        || !a.block.is_multiple_of(4096)
-    {
-        return Err(usage(format!(
-            "--block {} must be a multiple of 4096 up to {}",
-            a.block,
-            crate::protocol::frame::FRAME_PAYLOAD_MAX
-        )));
-    }
+    check_block("--block", a.block)?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
@@ -320,14 +322,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let block = a.bs.unwrap_or(4 << 20);
-    if block == 0
-        || block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
-        || !block.is_multiple_of(4096)
-    {
-        return Err(usage(format!(
-            "--bs {block} must be a multiple of 4096 up to 64 MiB for a frame"
-        )));
-    }
+    check_block("--bs", block)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
         streams: a.streams,
@@ -366,16 +361,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         host = Some(h);
         paths.push(p.trim_end_matches('/').to_string());
     }
-    if a.block == 0
-        || a.block > u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX)
-        || !a.block.is_multiple_of(4096)
-    {
-        return Err(usage(format!(
-            "--block {} must be a multiple of 4096 up to {}",
-            a.block,
-            crate::protocol::frame::FRAME_PAYLOAD_MAX
-        )));
-    }
+    check_block("--block", a.block)?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {

@@ -34,14 +34,18 @@ impl Tree {
     }
 }
 
-fn entry(path: &str, source: &Path) -> Result<Entry, SessionError> {
-    let m = std::fs::symlink_metadata(source)
-        .map_err(|e| SessionError::io(source.display().to_string(), e))?;
+/// The manifest entry for `path`, from its (not followed) metadata; a
+/// symlink's target comes from `read_link`. `source` names it in errors.
+fn entry_from(
+    path: &str,
+    source: &str,
+    m: &std::fs::Metadata,
+    read_link: impl FnOnce() -> std::io::Result<String>,
+) -> Result<Entry, SessionError> {
     let ft = m.file_type();
     let (kind, link) = if ft.is_symlink() {
-        let t = std::fs::read_link(source)
-            .map_err(|e| SessionError::io(source.display().to_string(), e))?;
-        (EntryKind::Symlink, Some(t.to_string_lossy().into_owned()))
+        let t = read_link().map_err(|e| SessionError::io(source.to_string(), e))?;
+        (EntryKind::Symlink, Some(t))
     } else if ft.is_dir() {
         (EntryKind::Dir, None)
     } else if ft.is_file() {
@@ -49,7 +53,7 @@ fn entry(path: &str, source: &Path) -> Result<Entry, SessionError> {
     } else {
         return Err(SessionError::local(
             crate::protocol::control::ErrorCode::BadRequest,
-            format!("{}: not a file, directory or symlink", source.display()),
+            format!("{source}: not a file, directory or symlink"),
         ));
     };
     check_path(path).map_err(|e| {
@@ -66,6 +70,14 @@ fn entry(path: &str, source: &Path) -> Result<Entry, SessionError> {
         mtime_s: m.mtime(),
         mtime_ns: m.mtime_nsec() as u32,
         link,
+    })
+}
+
+fn entry(path: &str, source: &Path) -> Result<Entry, SessionError> {
+    let name = source.display().to_string();
+    let m = std::fs::symlink_metadata(source).map_err(|e| SessionError::io(name.clone(), e))?;
+    entry_from(path, &name, &m, || {
+        std::fs::read_link(source).map(|t| t.to_string_lossy().into_owned())
     })
 }
 
@@ -156,31 +168,9 @@ fn walk_beneath(
     let m = root
         .symlink_metadata(source)
         .map_err(|e| SessionError::io(source.to_string(), e))?;
-    let ft = m.file_type();
-    let (kind, link) = if ft.is_symlink() {
-        let t = root
-            .read_link(source)
-            .map_err(|e| SessionError::io(source.to_string(), e))?;
-        (EntryKind::Symlink, Some(t))
-    } else if ft.is_dir() {
-        (EntryKind::Dir, None)
-    } else if ft.is_file() {
-        (EntryKind::File, None)
-    } else {
-        return Err(SessionError::local(
-            crate::protocol::control::ErrorCode::BadRequest,
-            format!("{source}: not a file, directory or symlink"),
-        ));
-    };
-    tree.entries.push(Entry {
-        path: rel.to_string(),
-        kind,
-        size: if kind == EntryKind::File { m.len() } else { 0 },
-        mode: m.permissions().mode() & 0o7777,
-        mtime_s: m.mtime(),
-        mtime_ns: m.mtime_nsec() as u32,
-        link,
-    });
+    let e = entry_from(rel, source, &m, || root.read_link(source))?;
+    let kind = e.kind;
+    tree.entries.push(e);
     tree.sources.push(PathBuf::from(source));
     if kind == EntryKind::Dir {
         for name in root
