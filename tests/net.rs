@@ -72,6 +72,7 @@ fn receive_all(socks: Vec<TcpStream>) -> Vec<(u32, u32, Vec<u8>)> {
             } => frames.push((stream, header, lease)),
             RecvEvent::Closed { .. } => closed += 1,
             RecvEvent::Written { .. } => unreachable!("nothing was written"),
+            RecvEvent::Lost { stream, why } => panic!("stream {stream} lost: {why}"),
         })
         .unwrap();
         for (stream, header, lease) in frames {
@@ -146,7 +147,9 @@ fn zero_copy_falls_back_when_loopback_copies() {
     );
 }
 
-fn receive_error(bytes: &[u8]) -> Error {
+/// What a receiver reports for a stream carrying `bytes`: a malformed
+/// frame is an error of the poll, a stream cut short is a lost stream.
+fn receive_outcome(bytes: &[u8]) -> Result<std::io::Error, Error> {
     let (mut a, b) = pair(1);
     a[0].write_all(bytes).unwrap();
     drop(a);
@@ -154,24 +157,33 @@ fn receive_error(bytes: &[u8]) -> Error {
     let mut rx = NetReceiver::new(&fds, 2, 64 << 10).unwrap();
     loop {
         let mut frames = Vec::new();
-        match rx.poll(true, &mut |ev| {
-            if let RecvEvent::Frame { lease, .. } = ev {
-                frames.push(lease)
-            }
-        }) {
-            Err(e) => return e,
-            Ok(()) => {
-                for l in frames {
-                    rx.give_back(l);
-                }
-                assert!(rx.open(), "stream closed without an error");
-            }
+        let mut lost = None;
+        rx.poll(true, &mut |ev| match ev {
+            RecvEvent::Frame { lease, .. } => frames.push(lease),
+            RecvEvent::Lost { why, .. } => lost = Some(why),
+            _ => {}
+        })?;
+        for l in frames {
+            rx.give_back(l);
         }
+        if let Some(why) = lost {
+            assert!(!rx.open(), "a lost stream is closed");
+            return Ok(why);
+        }
+        assert!(rx.open(), "stream closed without an error");
     }
 }
 
+fn receive_error(bytes: &[u8]) -> Error {
+    receive_outcome(bytes).expect_err("a malformed frame is an error")
+}
+
+fn receive_lost(bytes: &[u8]) -> std::io::Error {
+    receive_outcome(bytes).expect("a cut stream is reported lost")
+}
+
 #[test]
-fn malformed_and_cut_streams_are_errors() {
+fn malformed_streams_are_errors_and_cut_ones_are_lost() {
     let good = FrameHeader::for_payload(0, 0, b"hello", 0);
     // Not a frame at all.
     let e = receive_error(b"GET / HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\n\r\n");
@@ -202,10 +214,10 @@ fn malformed_and_cut_streams_are_errors() {
     // Cut in the middle of the payload.
     let mut bytes = good.encode().to_vec();
     bytes.extend_from_slice(b"he");
-    let e = receive_error(&bytes);
+    let e = receive_lost(&bytes);
     assert!(e.to_string().contains("middle of a frame"), "{e}");
     // Cut in the middle of a header.
-    let e = receive_error(&good.encode()[..10]);
+    let e = receive_lost(&good.encode()[..10]);
     assert!(e.to_string().contains("middle of a frame"), "{e}");
     // A whole frame arrives intact before the clean end.
     assert_eq!(payload_checksum(0, 0, b"hello"), good.checksum);

@@ -755,6 +755,7 @@ fn hand_session_with(
         direction: Direction::Push,
         streams,
         block_size,
+        flags: 0,
         path: "hand".into(),
     };
     ctl.write_all(&encode(&Message::Request(req))).unwrap();

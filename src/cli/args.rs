@@ -246,6 +246,50 @@ pub struct RecvArgs {
     /// Drop a client that completes no handshake within this long.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "10s")]
     pub handshake_timeout: Duration,
+
+    /// End a session whose peer sends (or takes) nothing for this long.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "60s")]
+    pub timeout: Duration,
+
+    /// Sessions served at once; more are refused as busy.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_sessions: usize,
+
+    /// Connections open at once (sessions, their streams, handshakes).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Data streams one session may open.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub max_streams: u16,
+
+    /// Entries (files, directories, links) one session may send.
+    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
+    pub max_files: u32,
+
+    /// Registered buffer memory of all sessions together.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4G")]
+    pub max_buffer_memory: u64,
+}
+
+/// How a transfer survives faults and picks up where it stopped.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// Continue an interrupted transfer: files already complete at the
+    /// destination (size, mtime and stored digest match) are skipped, and
+    /// partial files continue from the blocks the receiver's journal holds.
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Compare finished files by content (both sides read them) instead of
+    /// size and mtime; implies --resume.
+    #[arg(long)]
+    pub checksum: bool,
+
+    /// End the transfer when the peer takes or sends nothing for this long
+    /// (a stream stalled for half of it is given up and its data re-sent).
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "60s")]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -306,6 +350,9 @@ pub struct SendArgs {
     /// Print one JSON object per interval, then the summary.
     #[arg(long)]
     pub json_stream: bool,
+
+    #[command(flatten)]
+    pub resume: ResumeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -362,4 +409,7 @@ pub struct PullArgs {
     /// Print one JSON object per interval, then the summary.
     #[arg(long)]
     pub json_stream: bool,
+
+    #[command(flatten)]
+    pub resume: ResumeArgs,
 }

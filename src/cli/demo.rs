@@ -137,6 +137,9 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         handshake_timeout: Duration::from_secs(10),
         stream_wait: Duration::from_secs(30),
         interval: None,
+        timeout: Duration::from_secs(60),
+        limits: Default::default(),
+        require_encryption: false,
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {

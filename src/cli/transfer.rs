@@ -111,6 +111,15 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         handshake_timeout: a.handshake_timeout,
         stream_wait: Duration::from_secs(30),
         interval: (!a.interval.is_zero()).then_some(a.interval),
+        timeout: a.timeout,
+        limits: crate::session::recv::Limits {
+            sessions: a.max_sessions,
+            connections: a.max_connections,
+            streams: a.max_streams,
+            files: a.max_files,
+            buffer_bytes: a.max_buffer_memory,
+        },
+        require_encryption: false,
     };
     let log: crate::session::recv::Log = Arc::new(|m: &str| {
         use std::io::Write;
@@ -246,6 +255,9 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         interval: a.interval,
         sock_buf: a.sock_buf.map(|b| b as usize),
         rate_limit_bytes_per_s: a.rate_limit,
+        resume: a.resume.resume,
+        checksum: a.resume.checksum,
+        timeout: a.resume.timeout,
         ..SendConfig::to(host, a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
@@ -369,6 +381,9 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         block_size: a.block as u32,
         direct: direct(a.direct),
         interval: a.interval,
+        resume: a.resume.resume,
+        checksum: a.resume.checksum,
+        timeout: a.resume.timeout,
         ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;

@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
 
 use crate::protocol::frame::{FrameError, FrameHeader, FRAME_HEADER_LEN};
 
@@ -89,6 +90,10 @@ struct SendQueue {
     /// A zero-copy send came back short: the rest goes out when its
     /// notification returns the buffer.
     rest_from: Option<(u16, u32)>,
+    /// False once the stream failed or stalled: nothing more goes on it.
+    live: bool,
+    /// When this stream last moved bytes (or last became busy).
+    last_progress: Instant,
 }
 
 /// Sends frames on a set of connected TCP streams.
@@ -101,6 +106,17 @@ pub struct NetSender {
     mode: ZeroCopy,
     zc_now: bool,
     stats: SendStats,
+    fds: Vec<RawFd>,
+    /// Streams lost since the caller last asked, with why.
+    lost: Vec<(u32, io::Error)>,
+    /// Stall limit: see [`set_stall_limit`](Self::set_stall_limit).
+    stall: Option<Duration>,
+    last_any_progress: Instant,
+}
+
+/// How long a wait inside `poll` lasts at most when stalls are watched.
+fn wait_slice(limit: Duration) -> Duration {
+    (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
 impl NetSender {
@@ -141,13 +157,98 @@ impl NetSender {
                     pending: VecDeque::with_capacity(buf_count),
                     busy: false,
                     rest_from: None,
+                    live: true,
+                    last_progress: Instant::now(),
                 })
                 .collect(),
             batch: Vec::with_capacity(capacity),
             mode,
             zc_now: mode != ZeroCopy::Off && zc_supported,
             stats: SendStats::default(),
+            fds: sockets.to_vec(),
+            lost: Vec::new(),
+            stall: None,
+            last_any_progress: Instant::now(),
         })
+    }
+
+    /// Watch for stalls: a stream that has had data waiting for half of
+    /// `limit` without moving a byte, while others move, is shut down and
+    /// reported lost ([`take_lost`](Self::take_lost)); when no stream has
+    /// moved a byte for `limit`, [`poll`](Self::poll) fails: the peer stopped
+    /// reading or is gone. Waits inside `poll` become bounded.
+    pub fn set_stall_limit(&mut self, limit: Duration) {
+        self.stall = Some(limit);
+        self.last_any_progress = Instant::now();
+    }
+
+    /// Streams that failed or stalled since the last call, with why. Their
+    /// queued frames were dropped; what they carried must go again.
+    pub fn take_lost(&mut self) -> Vec<(u32, io::Error)> {
+        std::mem::take(&mut self.lost)
+    }
+
+    /// Whether `stream` still takes frames.
+    pub fn is_live(&self, stream: u32) -> bool {
+        self.queues[stream as usize].live
+    }
+
+    /// Streams still taking frames.
+    pub fn live_count(&self) -> usize {
+        self.queues.iter().filter(|q| q.live).count()
+    }
+
+    /// Give up on `stream`: shut it down (so its send in flight ends), drop
+    /// its queued frames and report it lost.
+    pub fn lose(&mut self, stream: u32, why: io::Error) {
+        let q = &mut self.queues[stream as usize];
+        if !q.live {
+            return;
+        }
+        q.live = false;
+        q.busy = false;
+        q.rest_from = None;
+        let dropped: Vec<Lease> = q.pending.drain(..).map(|(l, _)| l).collect();
+        for l in dropped {
+            self.ring.arena().give_back(l);
+        }
+        super::sys::shutdown_both(self.fds[stream as usize]);
+        self.lost.push((stream, why));
+    }
+
+    fn check_stalls(&mut self) -> Result<(), Error> {
+        let Some(limit) = self.stall else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let waiting = self.queues.iter().any(|q| q.live && q.busy);
+        if waiting && now.duration_since(self.last_any_progress) > limit {
+            return Err(stream_err(
+                "send",
+                0,
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the receiver has taken no data for {} s (stopped, overloaded or gone)",
+                        limit.as_secs()
+                    ),
+                ),
+            ));
+        }
+        for s in 0..self.queues.len() {
+            let q = &self.queues[s];
+            if q.live && q.busy && now.duration_since(q.last_progress) > limit / 2 {
+                let secs = now.duration_since(q.last_progress).as_secs();
+                self.lose(
+                    s as u32,
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("stalled: no progress for {secs} s"),
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     pub fn stats(&self) -> SendStats {
@@ -200,6 +301,11 @@ impl NetSender {
     /// Queue the frame in `lease` (payload already at [`HEADROOM`]) on
     /// `stream`. Frames of one stream go out in the order queued.
     pub fn queue(&mut self, stream: u32, mut lease: Lease, header: &FrameHeader) {
+        if !self.queues[stream as usize].live {
+            // A lost stream takes nothing; the caller re-sends what it carried.
+            self.ring.arena().give_back(lease);
+            return;
+        }
         let len = FRAME_HEADER_LEN + header.length as usize;
         assert!(
             HEADER_AT + len <= lease.capacity(),
@@ -214,13 +320,14 @@ impl NetSender {
 
     fn issue(&mut self, stream: u32) {
         let q = &mut self.queues[stream as usize];
-        if q.busy {
+        if q.busy || !q.live {
             return;
         }
         let Some((lease, len)) = q.pending.pop_front() else {
             return;
         };
         q.busy = true;
+        q.last_progress = Instant::now();
         self.push_send(stream, lease, len, 0);
     }
 
@@ -247,11 +354,15 @@ impl NetSender {
     }
 
     /// Submit, optionally wait for a completion, and handle what completed.
+    /// A stream that fails is reported by [`take_lost`](Self::take_lost),
+    /// not here; this fails when the ring does, or when no stream moves.
     pub fn poll(&mut self, wait: bool) -> Result<(), Error> {
         let want = usize::from(wait && self.ring.in_flight() > 0);
-        self.ring
-            .submit_and_wait(want)
-            .map_err(|e| stream_err("io_uring_enter", 0, e))?;
+        match self.stall {
+            Some(limit) => self.ring.submit_and_wait_for(want, wait_slice(limit)),
+            None => self.ring.submit_and_wait(want),
+        }
+        .map_err(|e| stream_err("io_uring_enter", 0, e))?;
         self.ring.reap(&mut self.batch);
         let mut batch = std::mem::take(&mut self.batch);
         let mut result = Ok(());
@@ -261,7 +372,8 @@ impl NetSender {
             }
         }
         self.batch = batch;
-        result
+        result?;
+        self.check_stalls()
     }
 
     fn complete(&mut self, c: Completion<SendTag>) -> Result<(), Error> {
@@ -305,6 +417,13 @@ impl NetSender {
             }
             return Ok(());
         }
+        if !self.queues[stream as usize].live {
+            // The stream was given up while this send was in flight.
+            if let Some(lease) = lease {
+                self.ring.arena().give_back(lease);
+            }
+            return Ok(());
+        }
         if result < 0 {
             if super::error::is_retry(-result) {
                 match lease {
@@ -316,12 +435,13 @@ impl NetSender {
             if let Some(lease) = lease {
                 self.ring.arena().give_back(lease);
             }
-            self.queues[stream as usize].busy = false;
-            return Err(stream_err(
-                "send",
-                stream,
-                io::Error::from_raw_os_error(-result),
-            ));
+            self.lose(stream, io::Error::from_raw_os_error(-result));
+            return Ok(());
+        }
+        if result > 0 {
+            let now = Instant::now();
+            self.queues[stream as usize].last_progress = now;
+            self.last_any_progress = now;
         }
         let done = tag.done + result as u32;
         assert!(done <= tag.len, "the kernel sent more than asked");
@@ -426,6 +546,9 @@ pub enum RecvEvent {
     },
     /// The stream ended cleanly at a frame boundary.
     Closed { stream: u32 },
+    /// The stream broke (reset, or cut in the middle of a frame): what it
+    /// was carrying is lost, the other streams go on.
+    Lost { stream: u32, why: io::Error },
     /// A payload write from [`NetReceiver::write`] finished: `result` is
     /// the bytes written or a negative errno; the buffer comes back.
     Written {
@@ -444,6 +567,9 @@ pub struct NetReceiver {
     streams: Vec<RecvStream>,
     batch: Vec<Completion<RecvTag>>,
     payload_max: usize,
+    /// Bound on each wait inside `poll` (None: wait for a completion).
+    wait_limit: Option<Duration>,
+    last_progress: Instant,
 }
 
 impl NetReceiver {
@@ -482,7 +608,21 @@ impl NetReceiver {
                 .collect(),
             batch: Vec::with_capacity(capacity),
             payload_max,
+            wait_limit: None,
+            last_progress: Instant::now(),
         })
+    }
+
+    /// Make every wait inside [`poll`](Self::poll) return after at most
+    /// `limit`, so the caller can watch [`idle_for`](Self::idle_for).
+    pub fn set_wait_limit(&mut self, limit: Duration) {
+        self.wait_limit = Some(limit);
+        self.last_progress = Instant::now();
+    }
+
+    /// How long since any stream delivered a byte.
+    pub fn idle_for(&self) -> Duration {
+        self.last_progress.elapsed()
     }
 
     /// Whether any stream is still open.
@@ -557,9 +697,11 @@ impl NetReceiver {
     pub fn poll(&mut self, wait: bool, on_event: &mut dyn FnMut(RecvEvent)) -> Result<(), Error> {
         self.arm();
         let want = usize::from(wait && self.ring.in_flight() > 0);
-        self.ring
-            .submit_and_wait(want)
-            .map_err(|e| stream_err("io_uring_enter", 0, e))?;
+        match self.wait_limit {
+            Some(limit) => self.ring.submit_and_wait_for(want, limit),
+            None => self.ring.submit_and_wait(want),
+        }
+        .map_err(|e| stream_err("io_uring_enter", 0, e))?;
         self.ring.reap(&mut self.batch);
         let mut batch = std::mem::take(&mut self.batch);
         let mut result = Ok(());
@@ -599,31 +741,29 @@ impl NetReceiver {
             }
             s.open = false;
             self.ring.arena().give_back(lease);
-            return Err(stream_err(
-                "receive",
+            on_event(RecvEvent::Lost {
                 stream,
-                io::Error::from_raw_os_error(-c.result),
-            ));
+                why: io::Error::from_raw_os_error(-c.result),
+            });
+            return Ok(());
         }
         let n = c.result as u32;
         if n == 0 {
             s.open = false;
             self.ring.arena().give_back(lease);
-            return match s.phase {
-                Phase::Header { got: 0 } => {
-                    on_event(RecvEvent::Closed { stream });
-                    Ok(())
-                }
-                _ => Err(stream_err(
-                    "receive",
+            on_event(match s.phase {
+                Phase::Header { got: 0 } => RecvEvent::Closed { stream },
+                _ => RecvEvent::Lost {
                     stream,
-                    io::Error::new(
+                    why: io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the stream ended in the middle of a frame",
                     ),
-                )),
-            };
+                },
+            });
+            return Ok(());
         }
+        self.last_progress = Instant::now();
         match s.phase {
             Phase::Header { got } if got + n < FRAME_HEADER_LEN as u32 => {
                 s.phase = Phase::Header { got: got + n };

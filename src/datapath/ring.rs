@@ -13,6 +13,7 @@
 //! startup; pushing, submitting and reaping allocate nothing.
 
 use std::io;
+use std::time::Duration;
 use std::os::fd::RawFd;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
@@ -391,6 +392,24 @@ impl<T> Ring<T> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// As [`submit_and_wait`](Self::submit_and_wait), but wait at most
+    /// `timeout` (then return with whatever completed, perhaps nothing).
+    pub fn submit_and_wait_for(&mut self, want: usize, timeout: Duration) -> io::Result<usize> {
+        if want == 0 {
+            return self.submit_and_wait(0);
+        }
+        let ts = types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(want, &args) {
+            Ok(n) => Ok(n),
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(0),
+            Err(e) if e.raw_os_error().is_some_and(super::error::is_retry) => Ok(0),
+            Err(e) => Err(e),
         }
     }
 

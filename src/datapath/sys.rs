@@ -328,3 +328,73 @@ pub fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {
     let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
     n > 0 && p.revents & libc::POLLIN != 0
 }
+
+fn set_int_opt(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) {
+    // SAFETY: setsockopt reads one int from `v`, which outlives the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Make a dead peer visible within about `timeout`: TCP keepalive probes
+/// after a quarter of it, and `TCP_USER_TIMEOUT` so data the peer never
+/// acknowledges fails the connection instead of being retried for minutes.
+pub fn set_dead_peer_timeout(fd: std::os::fd::RawFd, timeout: std::time::Duration) {
+    let secs = timeout.as_secs().clamp(4, 3600) as libc::c_int;
+    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 4).max(1));
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 8).max(1));
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 4);
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms);
+}
+
+/// Shut a socket down both ways: operations in flight on it end with an
+/// error at once, and the peer sees the connection end.
+pub fn shutdown_both(fd: std::os::fd::RawFd) {
+    // SAFETY: shutdown takes no memory; a stale fd only yields EBADF.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+/// Set extended attribute `name` (NUL-terminated) on an open file.
+pub fn set_xattr(file: &File, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: the kernel reads `value.len()` bytes from `value` and the
+    // NUL-terminated `name`, both borrowed for the call.
+    let r = unsafe {
+        libc::fsetxattr(
+            file.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Extended attribute `name` of an open file, if it has one (up to 256 bytes).
+pub fn get_xattr(file: &File, name: &std::ffi::CStr) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which
+    // lives on this stack frame for the call.
+    let r = unsafe {
+        libc::fgetxattr(
+            file.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    (r >= 0).then(|| buf[..r as usize].to_vec())
+}

@@ -20,6 +20,18 @@ pub const MANIFEST_PART_ENTRIES_MAX: u32 = 4096;
 pub const ERROR_TEXT_MAX: usize = 4096;
 /// Most data streams in one session.
 pub const STREAMS_MAX: u16 = 256;
+/// Most items in one `Have` or `Digests` message.
+pub const LIST_PART_ITEMS_MAX: u32 = 65_536;
+/// Most block ranges in one `Have` message, over all its items.
+pub const HAVE_PART_RANGES_MAX: u32 = 65_536;
+
+/// Request flag: continue from what the receiver already holds.
+pub const REQ_RESUME: u32 = 1;
+/// Request flag: compare finished files by content, not size and mtime.
+pub const REQ_CHECKSUM: u32 = 2;
+/// Request flag: seal every data frame with AES-256-GCM.
+pub const REQ_ENCRYPT: u32 = 4;
+const REQ_KNOWN: u32 = REQ_RESUME | REQ_CHECKSUM | REQ_ENCRYPT;
 
 /// Push (send to the daemon), pull (fetch from it), or a network benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +50,42 @@ pub struct SessionRequest {
     pub direction: Direction,
     pub streams: u16,
     pub block_size: u32,
+    /// `REQ_*` bits.
+    pub flags: u32,
     /// Destination directory (push) or source path (pull), under the root.
     pub path: String,
+}
+
+impl SessionRequest {
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+/// What the receiving side already holds of one file, told to the sender
+/// when a session resumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HaveItem {
+    /// The file is complete under its final name (size, mtime and stored
+    /// digest match, or the content matched with `--checksum`).
+    Complete { file_index: u32, digest: u64 },
+    /// These blocks (first block, count) are written and verified; their
+    /// digest is `digest`. A file's ranges may span several items.
+    Partial {
+        file_index: u32,
+        digest: u64,
+        ranges: Vec<(u64, u64)>,
+    },
+}
+
+impl HaveItem {
+    pub fn file_index(&self) -> u32 {
+        match self {
+            HaveItem::Complete { file_index, .. } | HaveItem::Partial { file_index, .. } => {
+                *file_index
+            }
+        }
+    }
 }
 
 /// Error codes carried by [`Message::Error`].
@@ -121,6 +167,14 @@ pub enum Message {
         bytes: u64,
         ok: bool,
     },
+    /// Part of what the receiver holds already (resume), then `HaveEnd`.
+    Have(Vec<HaveItem>),
+    HaveEnd,
+    /// Part of the sender's content digests (`--checksum`): (entry, digest).
+    Digests(Vec<(u32, u64)>),
+    DigestsEnd,
+    /// A heartbeat: the peer is alive and working (finalizing, syncing).
+    Alive,
 }
 
 mod kind {
@@ -136,6 +190,11 @@ mod kind {
     pub const ERROR: u8 = 10;
     pub const SUMMARY: u8 = 11;
     pub const READY: u8 = 12;
+    pub const HAVE: u8 = 13;
+    pub const HAVE_END: u8 = 14;
+    pub const DIGESTS: u8 = 15;
+    pub const DIGESTS_END: u8 = 16;
+    pub const ALIVE: u8 = 17;
 }
 
 /// Encode `m` with its length prefix.
@@ -165,6 +224,7 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u8(r.direction as u8)
                 .u16(r.streams)
                 .u32(r.block_size)
+                .u32(r.flags)
                 .str16(&r.path);
         }
         Message::Manifest(entries) => {
@@ -203,6 +263,46 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u64(*files)
                 .u64(*bytes)
                 .u8(u8::from(*ok));
+        }
+        Message::Have(items) => {
+            assert!(items.len() as u32 <= LIST_PART_ITEMS_MAX);
+            w.u8(kind::HAVE).u32(items.len() as u32);
+            for it in items {
+                match it {
+                    HaveItem::Complete { file_index, digest } => {
+                        w.u8(0).u32(*file_index).u64(*digest);
+                    }
+                    HaveItem::Partial {
+                        file_index,
+                        digest,
+                        ranges,
+                    } => {
+                        w.u8(1)
+                            .u32(*file_index)
+                            .u64(*digest)
+                            .u32(ranges.len() as u32);
+                        for (first, count) in ranges {
+                            w.u64(*first).u64(*count);
+                        }
+                    }
+                }
+            }
+        }
+        Message::HaveEnd => {
+            w.u8(kind::HAVE_END);
+        }
+        Message::Digests(items) => {
+            assert!(items.len() as u32 <= LIST_PART_ITEMS_MAX);
+            w.u8(kind::DIGESTS).u32(items.len() as u32);
+            for (i, d) in items {
+                w.u32(*i).u64(*d);
+            }
+        }
+        Message::DigestsEnd => {
+            w.u8(kind::DIGESTS_END);
+        }
+        Message::Alive => {
+            w.u8(kind::ALIVE);
         }
     }
     let len = (w.buf.len() - 4) as u32;
@@ -290,11 +390,19 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     max: u64::from(super::frame::FRAME_PAYLOAD_MAX),
                 });
             }
+            let flags = r.u32()?;
+            if flags & !REQ_KNOWN != 0 {
+                return Err(DecodeError::Invalid {
+                    what: "request flags",
+                    value: u64::from(flags),
+                });
+            }
             let path = r.str16("path", super::manifest::PATH_LEN_MAX)?.to_string();
             Message::Request(SessionRequest {
                 direction,
                 streams,
                 block_size,
+                flags,
                 path,
             })
         }
@@ -343,6 +451,64 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             bytes: r.u64()?,
             ok: r.u8()? != 0,
         },
+        kind::HAVE => {
+            let count = list_len(&mut r, "have items")?;
+            let mut ranges_left = HAVE_PART_RANGES_MAX;
+            let mut items = Vec::with_capacity(count);
+            for _ in 0..count {
+                let tag = r.u8()?;
+                let file_index = r.u32()?;
+                let digest = r.u64()?;
+                items.push(match tag {
+                    0 => HaveItem::Complete { file_index, digest },
+                    1 => {
+                        let n = r.u32()?;
+                        if n > ranges_left {
+                            return Err(DecodeError::TooLarge {
+                                what: "have ranges",
+                                value: u64::from(n),
+                                max: u64::from(HAVE_PART_RANGES_MAX),
+                            });
+                        }
+                        ranges_left -= n;
+                        let mut ranges = Vec::with_capacity(n as usize);
+                        for _ in 0..n {
+                            let (first, count) = (r.u64()?, r.u64()?);
+                            if count == 0 || first.checked_add(count).is_none() {
+                                return Err(DecodeError::Invalid {
+                                    what: "block range",
+                                    value: count,
+                                });
+                            }
+                            ranges.push((first, count));
+                        }
+                        HaveItem::Partial {
+                            file_index,
+                            digest,
+                            ranges,
+                        }
+                    }
+                    t => {
+                        return Err(DecodeError::Invalid {
+                            what: "have item",
+                            value: u64::from(t),
+                        })
+                    }
+                });
+            }
+            Message::Have(items)
+        }
+        kind::HAVE_END => Message::HaveEnd,
+        kind::DIGESTS => {
+            let count = list_len(&mut r, "digests")?;
+            let mut items = Vec::with_capacity(count);
+            for _ in 0..count {
+                items.push((r.u32()?, r.u64()?));
+            }
+            Message::Digests(items)
+        }
+        kind::DIGESTS_END => Message::DigestsEnd,
+        kind::ALIVE => Message::Alive,
         k => {
             return Err(DecodeError::Invalid {
                 what: "message kind",
@@ -352,6 +518,20 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
     };
     r.finish()?;
     Ok(m)
+}
+
+/// A list's item count, within [`LIST_PART_ITEMS_MAX`] and within what
+/// the rest of the message can hold (so nothing is allocated for a lie).
+fn list_len(r: &mut Reader<'_>, what: &'static str) -> Result<usize, DecodeError> {
+    let count = r.u32()?;
+    if count > LIST_PART_ITEMS_MAX || count as usize > r.remaining() {
+        return Err(DecodeError::TooLarge {
+            what,
+            value: u64::from(count),
+            max: u64::from(LIST_PART_ITEMS_MAX),
+        });
+    }
+    Ok(count as usize)
 }
 
 /// Decode one whole message (prefix and body) from the start of `buf`.
@@ -392,6 +572,7 @@ mod tests {
                 direction: Direction::Push,
                 streams: 4,
                 block_size: 4 << 20,
+                flags: REQ_RESUME | REQ_CHECKSUM,
                 path: "ingest".into(),
             }),
             Message::Manifest(vec![Entry {
@@ -423,6 +604,21 @@ mod tests {
                 bytes: 1 << 30,
                 ok: true,
             },
+            Message::Have(vec![
+                HaveItem::Complete {
+                    file_index: 1,
+                    digest: 7,
+                },
+                HaveItem::Partial {
+                    file_index: 2,
+                    digest: 8,
+                    ranges: vec![(0, 3), (9, 1)],
+                },
+            ]),
+            Message::HaveEnd,
+            Message::Digests(vec![(1, 2), (3, 4)]),
+            Message::DigestsEnd,
+            Message::Alive,
         ]
     }
 
@@ -471,6 +667,7 @@ mod tests {
                 direction: Direction::Pull,
                 streams,
                 block_size: bs,
+                flags: 0,
                 path: "x".into(),
             }));
             assert!(decode(&b).is_err());

@@ -8,6 +8,7 @@
 
 pub mod conn;
 pub mod pull;
+mod journal;
 mod receive;
 pub mod recv;
 pub mod send;

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest};
+use crate::protocol::manifest::ENTRIES_MAX;
 use crate::protocol::manifest::check_path;
 
 use super::conn::recv_msg;
-use super::receive::{recv_manifest, Incoming};
-use super::send::{drive, open_session, SendConfig, SendObserver, SendReport};
+use super::receive::{recv_manifest, Incoming, Resume};
+use super::send::{drive, open_session, recv_digests, Held, SendConfig, SendObserver, SendReport};
 use super::SessionError;
 
 /// Fetch `paths` (under the daemon's root) into `local`.
@@ -40,41 +41,66 @@ pub fn run_pull(
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
+        flags: cfg.flags(),
         path: joined,
     };
     let mut incoming = None;
     let mut root = Some(root);
     let (mut ctl, streams) = open_session(cfg, req, &mut |ctl| {
-        let entries = recv_manifest(ctl)?;
+        let entries = recv_manifest(ctl, ENTRIES_MAX)?;
+        let resume = (cfg.resume || cfg.checksum).then(Resume::default);
+        let resume = match resume {
+            Some(mut r) if cfg.checksum => {
+                r.digests = Some(recv_digests(ctl, entries.len())?);
+                Some(r)
+            }
+            r => r,
+        };
         let root = root.take().expect("the manifest arrives once");
-        incoming = Some(Incoming::prepare(
+        let mut prepared = Incoming::prepare(
             root,
             String::new(),
             entries,
             u64::from(cfg.block_size),
             cfg.direct,
-        )?);
+            resume.as_ref(),
+        )?;
+        if resume.is_some() {
+            Held::send(ctl, prepared.take_have())?;
+        }
+        incoming = Some(prepared);
         Ok(())
     })?;
     let mut incoming = incoming.expect("prepared before the streams opened");
-    let total = incoming.file_bytes();
+    let total = incoming.bytes_missing();
+    let skipped = incoming.file_bytes() - total;
     let files = incoming.file_count() as u64;
-    let empties = incoming.take_empty_done();
+    let complete_before = incoming.complete_before().len() as u64;
+    if cfg.resume || cfg.checksum {
+        obs.notice(&format!(
+            "resuming: {complete_before} files complete here already; {total} bytes to fetch"
+        ));
+    }
+    let at_start = incoming.take_done_at_start();
     let (data, mut report) = drive(cfg, total, &streams, interrupt, obs, |counters, _stop| {
-        let mut got: Vec<(u32, u64)> = empties.iter().map(|&i| (i, 0)).collect();
+        let mut got: Vec<(u32, u64)> = at_start.clone();
         incoming.receive(
             &streams,
             cfg.block_size as usize,
+            cfg.timeout,
             &mut |b| counters.add(b, 0),
             &mut |i, d| {
                 got.push((i, d));
                 Ok(())
             },
+            &mut || Ok(()),
         )?;
         Ok(got)
     });
     report.command = "pull";
     report.files = files;
+    report.bytes_skipped = skipped;
+    report.files_verified = complete_before;
     let got = match data {
         Ok(got) => got,
         Err(e) => {
@@ -105,6 +131,7 @@ pub fn run_pull(
                     }
                     report.files_verified += 1;
                 }
+                Message::Alive => {}
                 Message::Summary { ok: true, .. } if report.files_verified == files => return Ok(()),
                 Message::Summary { .. } => {
                     return Err(SessionError::local(

@@ -4,20 +4,22 @@
 //! its file's block layout and checksum, write it, and finalize each file
 //! (sync, mode, mtime, rename from `.urmove.part`) once complete.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::datapath::beneath::Root;
 use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
 use crate::datapath::DirectMode;
-use crate::protocol::control::{ErrorCode, Message};
+use crate::protocol::control::{ErrorCode, HaveItem, Message};
 use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader};
 use crate::protocol::manifest::{check_entry, Entry, EntryKind, ENTRIES_MAX};
 
 use super::conn::recv_msg;
+use super::journal::{self, Identity, Journal};
 use super::{SessionError, PART_SUFFIX};
 
 /// Bytes of paths and link targets one manifest may carry.
@@ -28,9 +30,21 @@ const FINALIZERS: usize = 4;
 const FINALIZE_BACKLOG_MAX: usize = 64;
 /// Files written through the receiving ring at once (registered slots).
 const FILE_SLOTS: u32 = 64;
+/// A file with new blocks gets its journal rewritten this often, at most.
+const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Read manifest parts until its end, bounded in entries.
-pub(crate) fn recv_manifest(s: &mut TcpStream) -> Result<Vec<Entry>, SessionError> {
+/// How a session continues from what the receiver holds (`--resume`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Resume {
+    /// With `--checksum`: the sender's content digest of each file; a
+    /// finished file counts as complete only when its content matches.
+    pub(crate) digests: Option<HashMap<u32, u64>>,
+}
+
+/// Read manifest parts until its end, bounded in entries (by `max` and
+/// the protocol's own bound).
+pub(crate) fn recv_manifest(s: &mut TcpStream, max: u32) -> Result<Vec<Entry>, SessionError> {
+    let max = max.min(ENTRIES_MAX);
     let mut entries: Vec<Entry> = Vec::new();
     let mut text_bytes = 0u64;
     loop {
@@ -46,10 +60,10 @@ pub(crate) fn recv_manifest(s: &mut TcpStream) -> Result<Vec<Entry>, SessionErro
                         "manifest paths exceed 256 MiB",
                     ));
                 }
-                if entries.len() as u64 + part.len() as u64 > u64::from(ENTRIES_MAX) {
+                if entries.len() as u64 + part.len() as u64 > u64::from(max) {
                     return Err(SessionError::local(
                         ErrorCode::TooLarge,
-                        "manifest has too many entries",
+                        format!("the manifest has more than {max} entries, the limit here"),
                     ));
                 }
                 entries.extend(part);
@@ -76,14 +90,83 @@ struct RecvFile {
     mode: u32,
     mtime: SystemTime,
     direct: bool,
-    /// One bit per block: which blocks arrived.
+    id: Identity,
+    /// One bit per block: which blocks arrived (a second copy is dropped).
     seen: Vec<u64>,
+    /// One bit per block: which blocks are written (what a journal names).
+    written: Vec<u64>,
+    /// Bytes written (or holes).
     received: u64,
+    /// Digest over the written blocks.
     digest: u64,
     done: bool,
     /// Registered-file slot in the receiving ring while blocks are written.
     slot: Option<u32>,
-    writes_in_flight: u32,
+    /// Writes in flight: (block, checksum), added to the digest when done.
+    writing: Vec<(u64, u64)>,
+    /// Blocks written since the last journal.
+    dirty: bool,
+    last_journal: Instant,
+    /// A journal write is in flight: the file is finished after it.
+    journaling: bool,
+    finish_after_journal: bool,
+}
+
+impl RecvFile {
+    fn mark_written(&mut self, block_no: u64, len: u64, checksum: u64) {
+        let (w, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
+        self.written[w] |= bit;
+        self.received += len;
+        self.digest = digest_add(self.digest, checksum);
+        self.dirty = true;
+    }
+
+    fn journal(&self) -> Journal {
+        Journal {
+            id: self.id,
+            digest: self.digest,
+            blocks: self.written.clone(),
+        }
+    }
+}
+
+/// Bytes covered by the set bits of `blocks` in a file of `size`.
+fn covered(blocks: &[u64], size: u64, block: u64) -> u64 {
+    let n = size.div_ceil(block);
+    (0..n)
+        .filter(|b| blocks[(b / 64) as usize] & (1 << (b % 64)) != 0)
+        .map(|b| (size - b * block).min(block))
+        .sum()
+}
+
+/// The digest of `rel` when it is already complete for entry `e`: its size,
+/// mtime and stamped digest match, or with `--checksum` its content matches
+/// the sender's (its mode and mtime are then brought in line).
+fn already_complete(
+    root: &Root,
+    rel: &str,
+    e: &Entry,
+    id: &Identity,
+    sender_digest: Option<Option<u64>>,
+) -> Option<u64> {
+    let meta = root.symlink_metadata(rel).ok()?;
+    if !meta.is_file() || meta.len() != e.size {
+        return None;
+    }
+    let f = root.open_file(rel, libc::O_RDONLY, 0).ok()?;
+    match sender_digest {
+        None => journal::stamped_digest(&f, id),
+        Some(want) => {
+            let got = journal::content_digest(&f, e.size, id.block).ok()?;
+            if Some(got) != want {
+                return None;
+            }
+            use std::os::unix::fs::PermissionsExt;
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(e.mode));
+            let _ = f.set_times(std::fs::FileTimes::new().set_modified(mtime_of(e)));
+            Some(got)
+        }
+    }
 }
 
 pub(crate) fn join(dest: &str, path: &str) -> String {
@@ -111,9 +194,16 @@ pub(crate) struct Incoming {
     files: Vec<Option<RecvFile>>,
     block: u64,
     direct: DirectMode,
-    empty_done: Vec<u32>,
+    /// Files finished while preparing (empty, or every block journaled):
+    /// (entry, digest), to acknowledge.
+    done_at_start: Vec<(u32, u64)>,
+    /// What the receiver holds already, for the sender (resume).
+    have: Vec<HaveItem>,
+    /// Files already complete under their final names (resume).
+    complete_before: Vec<u32>,
     done_files: usize,
     bytes: u64,
+    lost_streams: Vec<String>,
 }
 
 impl Incoming {
@@ -125,6 +215,7 @@ impl Incoming {
         entries: Vec<Entry>,
         block: u64,
         direct: DirectMode,
+        resume: Option<&Resume>,
     ) -> Result<Self, SessionError> {
         let blocks: u64 = entries
             .iter()
@@ -156,7 +247,9 @@ impl Incoming {
                 .map_err(|e| SessionError::io(dest.clone(), e))?;
         }
         let mut files: Vec<Option<RecvFile>> = Vec::with_capacity(entries.len());
-        let mut empty_done = Vec::new();
+        let mut done_at_start = Vec::new();
+        let mut have = Vec::new();
+        let mut complete_before = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             let rel = join(&dest, &e.path);
             match e.kind {
@@ -174,32 +267,90 @@ impl Incoming {
                 }
                 EntryKind::File => {
                     let part_rel = format!("{rel}{PART_SUFFIX}");
-                    // Create (or empty) the .part now: a bad path fails before any data.
-                    let (part, direct) = open_part(&root, &part_rel, direct, true)?;
+                    let id = Identity::of(e, block);
+                    let words = e.size.div_ceil(block).div_ceil(64) as usize;
                     let mut f = RecvFile {
-                        part: (e.size == 0).then_some(part),
+                        part: None,
                         part_rel,
                         final_rel: rel,
                         size: e.size,
                         mode: e.mode,
                         mtime: mtime_of(e),
-                        direct,
-                        seen: vec![0; e.size.div_ceil(block).div_ceil(64) as usize],
+                        direct: false,
+                        id,
+                        seen: vec![0; words],
+                        written: vec![0; words],
                         received: 0,
                         digest: 0,
                         done: false,
                         slot: None,
-                        writes_in_flight: 0,
+                        writing: Vec::new(),
+                        dirty: false,
+                        last_journal: Instant::now(),
+                        journaling: false,
+                        finish_after_journal: false,
                     };
-                    if e.size == 0 {
-                        finish_file(&root, f.complete(i as u32))?;
-                        empty_done.push(i as u32);
+                    if let Some(r) = resume {
+                        let sender = r.digests.as_ref().map(|d| d.get(&(i as u32)).copied());
+                        if let Some(digest) = already_complete(&root, &f.final_rel, e, &id, sender)
+                        {
+                            f.done = true;
+                            f.digest = digest;
+                            f.received = e.size;
+                            have.push(HaveItem::Complete {
+                                file_index: i as u32,
+                                digest,
+                            });
+                            complete_before.push(i as u32);
+                            files.push(Some(f));
+                            continue;
+                        }
+                    }
+                    let journaled = match resume {
+                        Some(_) if e.size > 0 => journal::load(&root, &f.final_rel, &id),
+                        _ => None,
+                    };
+                    // Continue the .part from its journal, or create (or
+                    // empty) it now: a bad path fails before any data.
+                    let opened = match journaled {
+                        Some(j) => open_part(&root, &f.part_rel, direct, false)
+                            .ok()
+                            .map(|p| (p, j)),
+                        None => None,
+                    };
+                    match opened {
+                        Some(((part, d), j)) => {
+                            f.received = covered(&j.blocks, e.size, block);
+                            f.seen = j.blocks.clone();
+                            f.written = j.blocks.clone();
+                            f.digest = j.digest;
+                            f.part = Some(part);
+                            f.direct = d;
+                            have.push(HaveItem::Partial {
+                                file_index: i as u32,
+                                digest: j.digest,
+                                ranges: j.ranges(),
+                            });
+                        }
+                        None => {
+                            journal::remove(&root, &f.final_rel);
+                            let (part, d) = open_part(&root, &f.part_rel, direct, true)?;
+                            f.direct = d;
+                            f.part = (e.size == 0).then_some(part);
+                        }
+                    }
+                    if f.received == e.size {
+                        if f.part.is_none() {
+                            f.part = Some(open_part(&root, &f.part_rel, direct, false)?.0);
+                        }
+                        let (idx, digest) = finish_file(&root, f.complete(i as u32))?;
+                        done_at_start.push((idx, digest));
                     }
                     files.push(Some(f));
                 }
             }
         }
-        let done_files = empty_done.len();
+        let done_files = done_at_start.len() + complete_before.len();
         Ok(Incoming {
             root,
             dest,
@@ -207,31 +358,60 @@ impl Incoming {
             files,
             block,
             direct,
-            empty_done,
+            done_at_start,
+            have,
+            complete_before,
             done_files,
             bytes: 0,
+            lost_streams: Vec::new(),
         })
     }
 
-    /// Indexes of empty files, finished while preparing.
-    pub(crate) fn take_empty_done(&mut self) -> Vec<u32> {
-        std::mem::take(&mut self.empty_done)
+    /// Files finished while preparing (empty ones, fully journaled ones):
+    /// (entry, digest), to acknowledge.
+    pub(crate) fn take_done_at_start(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.done_at_start)
+    }
+
+    /// What this side holds already, for the sender.
+    pub(crate) fn take_have(&mut self) -> Vec<HaveItem> {
+        std::mem::take(&mut self.have)
+    }
+
+    /// Files complete under their final names before any data came.
+    pub(crate) fn complete_before(&self) -> &[u32] {
+        &self.complete_before
+    }
+
+    /// Bytes still to come (not complete, not journaled).
+    pub(crate) fn bytes_missing(&self) -> u64 {
+        self.files
+            .iter()
+            .flatten()
+            .map(|f| f.size - f.received)
+            .sum()
     }
 
     /// Take frames from `streams` until every stream ended, calling
-    /// `on_done(file_index, digest)` for each file finished and `progress`
-    /// with the payload bytes of each batch.
+    /// `on_done(file_index, digest)` for each file finished, `progress`
+    /// with the payload bytes of each batch, and `tick` at least every
+    /// second (for heartbeats). A stream that breaks is noted and the others
+    /// go on (the sender re-sends what it carried); no data on any stream
+    /// for `timeout` ends the session.
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
         payload_max: usize,
+        timeout: Duration,
         progress: &mut dyn FnMut(u64),
         on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
+        tick: &mut dyn FnMut() -> Result<(), SessionError>,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         // Buffers wait in the socket, then in the write: twice as many.
         let buf_count = super::buffer_count(streams.len(), payload_max as u32, 4, 4)?;
         let mut rx = NetReceiver::with_file_slots(&fds, buf_count, payload_max, FILE_SLOTS)?;
+        rx.set_wait_limit((timeout / 4).min(Duration::from_secs(1)));
         let Incoming {
             root,
             files,
@@ -239,22 +419,28 @@ impl Incoming {
             direct,
             done_files,
             bytes,
+            lost_streams,
             ..
         } = self;
         let root: &Root = root;
         // Complete files are synced and renamed by a few threads at once, so
-        // many small files share journal commits instead of waiting in line.
-        let (job_tx, job_rx) = std::sync::mpsc::channel::<FinalJob>();
+        // many small files share journal commits instead of waiting in line;
+        // the same threads write the journals of files still arriving.
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<Job>();
         let job_rx = std::sync::Mutex::new(job_rx);
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<JobDone>();
         std::thread::scope(|scope| {
             for _ in 0..FINALIZERS {
                 let (job_rx, done_tx) = (&job_rx, done_tx.clone());
                 scope.spawn(move || loop {
                     let job = job_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                     match job {
-                        Ok(job) => {
-                            let _ = done_tx.send(finish_file(root, job));
+                        Ok(Job::Finish(job)) => {
+                            let _ = done_tx.send(JobDone::Finished(finish_file(root, job)));
+                        }
+                        Ok(Job::Journal(j)) => {
+                            let index = j.index;
+                            let _ = done_tx.send(JobDone::Journaled(index, write_journal(root, j)));
                         }
                         Err(_) => return,
                     }
@@ -262,10 +448,34 @@ impl Incoming {
             }
             drop(done_tx);
             let mut pending = 0usize;
-            let mut report = |r: Result<(u32, u64), SessionError>, done_files: &mut usize| {
-                let (i, digest) = r?;
-                *done_files += 1;
-                on_done(i, digest)
+            let mut dirty: Vec<usize> = Vec::new();
+            let mut last_sweep = Instant::now();
+            let sender = &job_tx;
+            // Handle a finished job; a file whose journal was being written
+            // when it completed is finished now.
+            let mut settle = |r: JobDone,
+                              files: &mut [Option<RecvFile>],
+                              done_files: &mut usize,
+                              pending: &mut usize|
+             -> Result<(), SessionError> {
+                match r {
+                    JobDone::Finished(r) => {
+                        let (i, digest) = r?;
+                        *done_files += 1;
+                        on_done(i, digest)
+                    }
+                    JobDone::Journaled(i, r) => {
+                        r?;
+                        let f = files[i as usize].as_mut().expect("journals name files");
+                        f.journaling = false;
+                        if f.finish_after_journal {
+                            f.finish_after_journal = false;
+                            *pending += 1;
+                            let _ = sender.send(Job::Finish(f.complete(i)));
+                        }
+                        Ok(())
+                    }
+                }
             };
             let result = (|| {
                 while rx.open() || rx.in_flight() > 0 {
@@ -283,18 +493,20 @@ impl Incoming {
                                     rx.give_back(lease);
                                     continue;
                                 }
-                                batch_bytes += u64::from(header.length);
                                 let index = header.file_index as usize;
                                 match accept_frame(root, *direct, files, *block, &header, &lease) {
                                     Err(e) => {
                                         failure = Some(e);
                                         rx.give_back(lease);
                                     }
+                                    Ok(Accepted::Duplicate) => rx.give_back(lease),
                                     Ok(Accepted::Hole) => {
                                         rx.give_back(lease);
+                                        batch_bytes += u64::from(header.length);
                                         completed.push(index);
                                     }
                                     Ok(Accepted::Data { write_len }) => {
+                                        batch_bytes += u64::from(header.length);
                                         let f = files[index]
                                             .as_mut()
                                             .expect("accepted frames name files");
@@ -307,12 +519,12 @@ impl Incoming {
                                             // Without a slot the write falls back to pwrite.
                                             f.slot = rx.attach_file(fd).unwrap_or(None);
                                         }
+                                        let block_no = header.offset / *block;
                                         match f.slot {
                                             Some(slot) => {
                                                 // O_DIRECT WRITE_FIXED straight from the receive buffer.
-                                                f.writes_in_flight += 1;
-                                                let token =
-                                                    (index as u64) << 32 | u64::from(header.length);
+                                                f.writing.push((block_no, header.checksum));
+                                                let token = (index as u64) << 32 | block_no;
                                                 rx.write(
                                                     slot,
                                                     header.offset,
@@ -332,7 +544,11 @@ impl Incoming {
                                                 rx.give_back(lease);
                                                 match written {
                                                     Ok(()) => {
-                                                        f.received += u64::from(header.length);
+                                                        f.mark_written(
+                                                            block_no,
+                                                            u64::from(header.length),
+                                                            header.checksum,
+                                                        );
                                                         completed.push(index);
                                                     }
                                                     Err(e) => {
@@ -355,8 +571,14 @@ impl Incoming {
                             } => {
                                 rx.give_back(lease);
                                 let index = (token >> 32) as usize;
+                                let block_no = token & 0xFFFF_FFFF;
                                 let f = files[index].as_mut().expect("writes name files");
-                                f.writes_in_flight -= 1;
+                                let at = f
+                                    .writing
+                                    .iter()
+                                    .position(|w| w.0 == block_no)
+                                    .expect("a write in flight");
+                                let (_, checksum) = f.writing.swap_remove(at);
                                 if result < 0 || (result as u32) < len {
                                     let e = if result < 0 {
                                         std::io::Error::from_raw_os_error(-result)
@@ -372,30 +594,75 @@ impl Incoming {
                                     ));
                                     continue;
                                 }
-                                f.received += token & 0xFFFF_FFFF;
+                                let len = (f.size - block_no * *block).min(*block);
+                                f.mark_written(block_no, len, checksum);
                                 completed.push(index);
                             }
                             RecvEvent::Closed { .. } => {}
+                            RecvEvent::Lost { stream, why } => {
+                                lost_streams.push(format!("stream {stream}: {why}"));
+                            }
                         }
                     }
+                    let now = Instant::now();
                     for index in completed {
                         let f = files[index].as_mut().expect("completed entries are files");
-                        if f.received == f.size && f.writes_in_flight == 0 && !f.done {
+                        if f.received == f.size && f.writing.is_empty() && !f.done {
                             if let Some(slot) = f.slot.take() {
                                 rx.detach_file(slot);
                             }
-                            pending += 1;
-                            let _ = job_tx.send(f.complete(index as u32));
+                            if f.journaling {
+                                // Finished once its journal write is done.
+                                f.done = true;
+                                f.finish_after_journal = true;
+                            } else {
+                                pending += 1;
+                                let _ = sender.send(Job::Finish(f.complete(index as u32)));
+                            }
+                        } else if f.dirty && !f.done && !dirty.contains(&index) {
+                            dirty.push(index);
                         }
+                    }
+                    // Journal what is written of files still arriving, each
+                    // at most every JOURNAL_INTERVAL.
+                    if now.duration_since(last_sweep) >= JOURNAL_INTERVAL / 4 {
+                        last_sweep = now;
+                        dirty.retain(|&index| {
+                            let f = files[index].as_mut().expect("dirty entries are files");
+                            if f.done || !f.dirty {
+                                return false;
+                            }
+                            if f.journaling
+                                || now.duration_since(f.last_journal) < JOURNAL_INTERVAL
+                            {
+                                return true;
+                            }
+                            let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok())
+                            else {
+                                return true;
+                            };
+                            f.dirty = false;
+                            f.journaling = true;
+                            f.last_journal = now;
+                            pending += 1;
+                            let _ = sender.send(Job::Journal(JournalJob {
+                                index: index as u32,
+                                part,
+                                final_rel: f.final_rel.clone(),
+                                journal: f.journal(),
+                            }));
+                            false
+                        });
                     }
                     // Bound the files waiting for their fsync (each holds a
                     // descriptor): wait for the finalizers when too many do.
                     while pending >= FINALIZE_BACKLOG_MAX {
-                        match done_rx.recv() {
+                        match done_rx.recv_timeout(Duration::from_secs(1)) {
                             Ok(r) => {
                                 pending -= 1;
-                                report(r, done_files)?;
+                                settle(r, files, done_files, &mut pending)?;
                             }
+                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tick()?,
                             Err(_) => break,
                         }
                     }
@@ -407,20 +674,35 @@ impl Incoming {
                     }
                     for r in done_rx.try_iter() {
                         pending -= 1;
-                        report(r, done_files)?;
+                        settle(r, files, done_files, &mut pending)?;
+                    }
+                    tick()?;
+                    if rx.open() && rx.idle_for() > timeout {
+                        return Err(SessionError::io(
+                            "receiving",
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!(
+                                    "no data from the sender for {} s (stopped, overloaded or gone)",
+                                    timeout.as_secs()
+                                ),
+                            ),
+                        ));
                     }
                 }
                 Ok(())
             })();
             // Finish what is in hand (even after a failure: complete files
             // are complete), then stop the finalizers.
-            drop(job_tx);
             let mut first = result.err();
-            for r in done_rx.iter().take(pending) {
-                if let Err(e) = report(r, done_files) {
+            while pending > 0 {
+                let Ok(r) = done_rx.recv() else { break };
+                pending -= 1;
+                if let Err(e) = settle(r, files, done_files, &mut pending) {
                     first.get_or_insert(e);
                 }
             }
+            drop(job_tx);
             match first {
                 Some(e) => Err(e),
                 None => Ok(()),
@@ -433,10 +715,15 @@ impl Incoming {
     pub(crate) fn finish(&self) -> Result<(u64, u64), SessionError> {
         let file_count = self.files.iter().flatten().count();
         if self.done_files < file_count {
+            let lost = if self.lost_streams.is_empty() {
+                String::new()
+            } else {
+                format!(" (lost: {})", self.lost_streams.join("; "))
+            };
             return Err(SessionError::local(
                 ErrorCode::Io,
                 format!(
-                    "the data streams ended with {} of {file_count} files incomplete",
+                    "the data streams ended with {} of {file_count} files incomplete{lost}",
                     file_count - self.done_files
                 ),
             ));
@@ -514,6 +801,9 @@ fn open_part(
 enum Accepted {
     /// A hole: nothing to write (already counted).
     Hole,
+    /// A block that arrived before (a stream was lost and the sender sent
+    /// its frames again): checked and dropped.
+    Duplicate,
     /// Write `write_len` bytes (the payload, padded to the O_DIRECT
     /// alignment at the tail) at the frame's offset.
     Data { write_len: u32 },
@@ -555,47 +845,35 @@ fn accept_frame(
     } else {
         u64::from(header.length)
     };
-    if !header.offset.is_multiple_of(block)
-        || covered != expected
-        || (hole && header.length != 0)
-        || f.done
+    if !header.offset.is_multiple_of(block) || covered != expected || (hole && header.length != 0)
     {
         return Err(malformed(format!(
             "frame at offset {} of file {} does not fit its block layout",
             header.offset, header.file_index
         )));
     }
-    let block_no = (header.offset / block) as usize;
-    let (word, bit) = (block_no / 64, 1u64 << (block_no % 64));
-    if f.seen[word] & bit != 0 {
-        return Err(malformed(format!(
-            "block at offset {} of file {} arrived twice",
-            header.offset, header.file_index
-        )));
+    let block_no = header.offset / block;
+    let (word, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
+    if !hole {
+        header
+            .check_payload(payload(lease, header))
+            .map_err(|e| malformed(e.to_string()))?;
     }
-    if hole {
-        // Nothing to write: the hole stays a hole (the size is set at the end).
-        f.seen[word] |= bit;
-        f.received += expected;
-        f.digest = digest_add(
-            f.digest,
-            hole_checksum(header.file_index, header.offset, expected),
-        );
-        if f.part.is_none() {
-            f.part = Some(open_part(root, &f.part_rel, direct, false)?.0);
-        }
-        return Ok(Accepted::Hole);
+    if f.seen[word] & bit != 0 || f.done {
+        return Ok(Accepted::Duplicate);
     }
-    header
-        .check_payload(payload(lease, header))
-        .map_err(|e| malformed(e.to_string()))?;
     if f.part.is_none() {
         let (part, d) = open_part(root, &f.part_rel, direct, false)?;
         f.part = Some(part);
         f.direct = d;
     }
     f.seen[word] |= bit;
-    f.digest = digest_add(f.digest, header.checksum);
+    if hole {
+        // Nothing to write: the hole stays a hole (the size is set at the end).
+        let sum = hole_checksum(header.file_index, header.offset, expected);
+        f.mark_written(block_no, expected, sum);
+        return Ok(Accepted::Hole);
+    }
     let len = header.length;
     // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
     // back to the true size before the rename.
@@ -612,6 +890,7 @@ fn accept_frame(
 pub(crate) struct FinalJob {
     index: u32,
     digest: u64,
+    id: Identity,
     part: File,
     size: u64,
     mode: u32,
@@ -627,6 +906,7 @@ impl RecvFile {
         FinalJob {
             index,
             digest: self.digest,
+            id: self.id,
             part: self.part.take().expect("a complete file is open"),
             size: self.size,
             mode: self.mode,
@@ -649,9 +929,40 @@ fn finish_file(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionError> {
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
     part.set_times(std::fs::FileTimes::new().set_modified(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
+    journal::stamp(part, &job.id, job.digest);
     part.sync_all()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
     root.rename(&job.part_rel, &job.final_rel)
         .map_err(|e| SessionError::io(ctx("renaming"), e))?;
+    journal::remove(root, &job.final_rel);
     Ok((job.index, job.digest))
+}
+
+/// Work for the finalizer threads.
+enum Job {
+    Finish(FinalJob),
+    Journal(JournalJob),
+}
+
+enum JobDone {
+    Finished(Result<(u32, u64), SessionError>),
+    Journaled(u32, Result<(), SessionError>),
+}
+
+/// Make the written blocks of a file still arriving durable, then name
+/// them in its journal.
+struct JournalJob {
+    index: u32,
+    part: File,
+    final_rel: String,
+    journal: Journal,
+}
+
+fn write_journal(root: &Root, j: JournalJob) -> Result<(), SessionError> {
+    let ctx = |what: &str| format!("{what} {}", j.final_rel);
+    j.part
+        .sync_data()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
+    journal::store(root, &j.final_rel, &j.journal)
+        .map_err(|e| SessionError::io(ctx("writing the journal of"), e))
 }

@@ -4,23 +4,26 @@
 //! belong to it; files arrive as `.urmove.part` and are renamed only when
 //! every block arrived exactly once with a good checksum and was synced.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
 use crate::datapath::{sys, DirectMode};
-use crate::protocol::control::{Direction, ErrorCode, Message, STREAMS_MAX};
+use crate::protocol::control::{
+    Direction, ErrorCode, Message, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME, STREAMS_MAX,
+};
 use crate::protocol::handshake::{
     check_stream_proof, Key, ServerHandshake, SessionId, SessionKeys,
 };
 use crate::protocol::manifest::check_path;
 
 use super::conn::{fail, recv_any, recv_msg, send_msg};
-use super::receive::{recv_manifest, Incoming};
+use super::receive::{join, recv_manifest, Incoming, Resume};
+use super::send::{recv_digests, Held};
 use super::SessionError;
 
 /// How the daemon runs.
@@ -36,6 +39,97 @@ pub struct RecvConfig {
     pub stream_wait: Duration,
     /// Log an FDT-style `Net In` line per session this often (None: off).
     pub interval: Option<Duration>,
+    /// A session whose peer sends nothing (or takes nothing) this long ends.
+    pub timeout: Duration,
+    pub limits: Limits,
+    /// Refuse sessions that do not seal their frames.
+    pub require_encryption: bool,
+}
+
+/// What the daemon takes on at most; past each, it refuses with a reason.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Sessions at once.
+    pub sessions: usize,
+    /// Connections at once (sessions, their streams, handshakes).
+    pub connections: usize,
+    /// Data streams per session.
+    pub streams: u16,
+    /// Entries per manifest.
+    pub files: u32,
+    /// Registered buffer memory of all sessions together.
+    pub buffer_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            sessions: 64,
+            connections: 1024,
+            streams: 64,
+            files: crate::protocol::manifest::ENTRIES_MAX,
+            buffer_bytes: 4 << 30,
+        }
+    }
+}
+
+/// What every session of the daemon shares.
+#[derive(Default)]
+struct Shared {
+    registry: Mutex<HashMap<SessionId, Pending>>,
+    connections: AtomicUsize,
+    sessions: AtomicUsize,
+    buffer_bytes: AtomicU64,
+    /// Files being received now (root-relative final names): a second
+    /// session for the same file is refused, not interleaved.
+    claimed: Mutex<HashSet<String>>,
+}
+
+/// Takes one unit of a shared count for as long as it lives.
+struct Hold<'a> {
+    count: &'a AtomicUsize,
+}
+
+impl<'a> Hold<'a> {
+    fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Hold { count })
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Buffer memory reserved for a session.
+struct Reserved<'a> {
+    total: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Files a session receives, claimed against other sessions.
+struct Claims<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    names: Vec<String>,
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
+        for n in &self.names {
+            set.remove(n);
+        }
+    }
 }
 
 /// Interval lines of one receiving session, for the daemon's log.
@@ -107,7 +201,7 @@ struct Pending {
     tx: mpsc::Sender<(u16, TcpStream)>,
 }
 
-type Registry = Arc<Mutex<HashMap<SessionId, Pending>>>;
+type Registry = Arc<Shared>;
 
 /// Bind, then serve until `stop` is raised. `on_listening` gets the bound
 /// address (useful with port 0).
@@ -137,10 +231,30 @@ pub fn serve(
             continue;
         }
         match listener.accept() {
-            Ok((s, peer)) => {
+            Ok((mut s, peer)) => {
                 let (cfg, registry, log) =
                     (Arc::clone(&cfg), Arc::clone(&registry), Arc::clone(&log));
+                if registry.connections.load(Ordering::Acquire) >= cfg.limits.connections {
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                    let _ = send_msg(
+                        &mut s,
+                        &Message::Error {
+                            code: ErrorCode::Busy,
+                            message: format!(
+                                "the daemon has {} connections open, its limit; try again later",
+                                cfg.limits.connections
+                            ),
+                        },
+                    );
+                    log(&format!("{peer}: refused: connection limit reached"));
+                    continue;
+                }
+                registry.connections.fetch_add(1, Ordering::AcqRel);
                 std::thread::spawn(move || {
+                    let _conn = Hold {
+                        count: &registry.connections,
+                    };
                     if let Err(e) = connection(s, peer, &cfg, &registry, &log) {
                         log(&format!("{peer}: {e}"));
                     }
@@ -188,7 +302,7 @@ fn connection(
             stream_index,
             proof,
         } => {
-            let reg = registry.lock().unwrap_or_else(|p| p.into_inner());
+            let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
             match reg.get(&session_id) {
                 Some(p)
                     if stream_index < p.streams
@@ -251,20 +365,63 @@ fn control_session(
             "expected a session request",
         ));
     };
-    if req.streams == 0 || req.streams > STREAMS_MAX {
+    if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::local(
-            ErrorCode::BadRequest,
-            "bad stream count",
+            ErrorCode::TooLarge,
+            format!(
+                "{} data streams asked, this daemon takes 1 to {} per session",
+                req.streams,
+                cfg.limits.streams.min(STREAMS_MAX)
+            ),
         ));
     }
+    if cfg.require_encryption && !req.has(REQ_ENCRYPT) {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            "this daemon requires encrypted sessions: send with --encrypt",
+        ));
+    }
+    let _session = Hold::take(&registry.sessions, cfg.limits.sessions).ok_or_else(|| {
+        SessionError::local(
+            ErrorCode::Busy,
+            format!(
+                "the daemon serves {} sessions at once, its limit; try again later",
+                cfg.limits.sessions
+            ),
+        )
+    })?;
     if req.block_size < 4096 || !req.block_size.is_multiple_of(4096) {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
             format!("block size {} is not a multiple of 4096", req.block_size),
         ));
     }
-    // Refuse now what the buffers could not hold.
+    // Refuse now what the buffers could not hold, and reserve them within
+    // the daemon's budget.
     super::buffer_count(req.streams as usize, req.block_size, 1, 0)?;
+    let want = super::buffer_count(req.streams as usize, req.block_size, 4, 4)? as u64
+        * crate::datapath::net::frame_buf_size(req.block_size as usize) as u64;
+    let budget = cfg.limits.buffer_bytes;
+    registry
+        .buffer_bytes
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n + want <= budget).then_some(n + want)
+        })
+        .map_err(|in_use| {
+            SessionError::local(
+                ErrorCode::Busy,
+                format!(
+                    "the session needs {} MiB of buffers and {} of the daemon's {} MiB are in use; try later or use fewer streams or smaller blocks",
+                    want >> 20,
+                    in_use >> 20,
+                    budget >> 20
+                ),
+            )
+        })?;
+    let _reserved = Reserved {
+        total: &registry.buffer_bytes,
+        bytes: want,
+    };
     if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
         return bench_session(
             s,
@@ -286,29 +443,76 @@ fn control_session(
             p.to_string()
         }
     };
-    let entries = recv_manifest(s)?;
+    let entries = recv_manifest(s, cfg.limits.files)?;
+    let resume = req.has(REQ_RESUME).then(Resume::default);
+    let resume = match resume {
+        Some(mut r) if req.has(REQ_CHECKSUM) => {
+            r.digests = Some(recv_digests(s, entries.len())?);
+            Some(r)
+        }
+        r => r,
+    };
+    // One session per file at a time: claim every file of the manifest.
+    let names: Vec<String> = entries
+        .iter()
+        .filter(|e| e.kind == crate::protocol::manifest::EntryKind::File)
+        .map(|e| join(&dest, &e.path))
+        .collect();
+    let _claims = {
+        let mut set = registry.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(busy) = names.iter().find(|n| set.contains(*n)) {
+            return Err(SessionError::local(
+                ErrorCode::Busy,
+                format!("{busy}: another session is receiving it now"),
+            ));
+        }
+        set.extend(names.iter().cloned());
+        Claims {
+            set: &registry.claimed,
+            names,
+        }
+    };
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
-    let mut incoming =
-        Incoming::prepare(root, dest, entries, u64::from(req.block_size), cfg.direct)?;
+    let mut incoming = Incoming::prepare(
+        root,
+        dest,
+        entries,
+        u64::from(req.block_size),
+        cfg.direct,
+        resume.as_ref(),
+    )?;
+    if resume.is_some() {
+        Held::send(s, incoming.take_have())?;
+    }
 
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, &keys, req.streams, cfg.stream_wait)?;
-    for i in incoming.take_empty_done() {
-        send_msg(
-            s,
-            &Message::FileAck {
-                file_index: i,
-                digest: 0,
-            },
-        )?;
+    for st in &streams {
+        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
     }
-    // Receive: frames into registered buffers, checked, written, acked.
-    let mut progress = RecvProgress::new(log, peer, cfg.interval, Some(incoming.file_bytes()));
+    for (file_index, digest) in incoming.take_done_at_start() {
+        send_msg(s, &Message::FileAck { file_index, digest })?;
+    }
+    // Receive: frames into registered buffers, checked, written, acked;
+    // a heartbeat on the control connection while nothing else goes out.
+    let mut progress = RecvProgress::new(log, peer, cfg.interval, Some(incoming.bytes_missing()));
+    let mut beat = s
+        .try_clone()
+        .map_err(|e| SessionError::io("control connection", e))?;
+    let mut last_beat = Instant::now();
     incoming.receive(
         &streams,
         req.block_size as usize,
+        cfg.timeout,
         &mut |b| progress.add(b),
         &mut |file_index, digest| send_msg(s, &Message::FileAck { file_index, digest }),
+        &mut || {
+            if last_beat.elapsed() >= Duration::from_secs(1) {
+                last_beat = Instant::now();
+                send_msg(&mut beat, &Message::Alive)?;
+            }
+            Ok(())
+        },
     )?;
     let (file_count, bytes) = incoming.finish()?;
     send_msg(
@@ -332,7 +536,7 @@ fn collect_streams(
     wait: Duration,
 ) -> Result<Vec<TcpStream>, SessionError> {
     let (tx, rx) = mpsc::channel();
-    registry.lock().unwrap_or_else(|p| p.into_inner()).insert(
+    registry.registry.lock().unwrap_or_else(|p| p.into_inner()).insert(
         keys.session_id,
         Pending {
             keys: keys.clone(),
@@ -356,6 +560,7 @@ fn collect_streams(
         }
     }
     registry
+        .registry
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&keys.session_id);
@@ -379,26 +584,51 @@ fn pull_session(
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{open_source_beneath, push_data, send_manifest, PushParams};
+    use super::send::{open_source_beneath, push_data, send_digests, send_manifest, PushParams};
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let tree = super::tree::scan_beneath(&root, &paths)?;
     send_manifest(s, &tree.entries)?;
+    let block = u64::from(req.block_size);
+    if req.has(REQ_CHECKSUM) {
+        let mut digests = Vec::new();
+        for (i, e) in tree.entries.iter().enumerate() {
+            if e.kind == crate::protocol::manifest::EntryKind::File {
+                let (f, _) = open_source_beneath(&root, &tree.sources[i], crate::datapath::DirectMode::Off)?;
+                let d = super::journal::content_digest(&f, e.size, block)
+                    .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
+                digests.push((i as u32, d));
+            }
+        }
+        send_digests(s, &digests)?;
+    }
+    let held = if req.has(REQ_RESUME) {
+        Held::receive(s, &tree.entries, block)?
+    } else {
+        Held::default()
+    };
     let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
+    for st in &streams {
+        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
+    }
     let params = PushParams {
         block_size: req.block_size,
         zerocopy: crate::datapath::net::ZeroCopy::Auto,
         rate_limit_bytes_per_s: None,
+        timeout: cfg.timeout,
     };
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
-    let (digests, _) = push_data(&params, &tree, &open, &streams, &counters, &stop)?;
+    let pushed = push_data(&params, &tree, &held, None, &open, &streams, &counters, &stop)?;
+    let digests = pushed.digests;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
     }
     for (i, e) in tree.entries.iter().enumerate() {
-        if e.kind == crate::protocol::manifest::EntryKind::File {
+        if e.kind == crate::protocol::manifest::EntryKind::File
+            && !held.complete.contains_key(&(i as u32))
+        {
             send_msg(
                 s,
                 &Message::FileAck {
@@ -456,6 +686,7 @@ fn bench_session(
             block_size: req.block_size,
             zerocopy: crate::datapath::net::ZeroCopy::Auto,
             rate_limit_bytes_per_s: None,
+            timeout: cfg.timeout,
         };
         let counters = crate::coord::WorkerCounters::default();
         bench_data(

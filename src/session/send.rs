@@ -1,6 +1,7 @@
 //! `urmove send`: push files and trees to a `urmove recv` daemon over one
 //! control connection and N parallel data streams.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -14,7 +15,8 @@ use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
+    Direction, ErrorCode, HaveItem, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
+    REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
 };
 use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader, FLAG_UNCHECKED};
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key};
@@ -42,6 +44,14 @@ pub struct SendConfig {
     pub connect_timeout: Duration,
     /// Pace the data to at most this many bytes per second in total.
     pub rate_limit_bytes_per_s: Option<f64>,
+    /// Continue from what the receiver holds; skip finished files.
+    pub resume: bool,
+    /// With `resume`: compare finished files by content.
+    pub checksum: bool,
+    /// Seal every data frame (AES-256-GCM).
+    pub encrypt: bool,
+    /// A peer silent (or a stream stalled) this long ends the session.
+    pub timeout: Duration,
 }
 
 impl SendConfig {
@@ -63,7 +73,26 @@ impl SendConfig {
             sock_buf: None,
             connect_timeout: Duration::from_secs(10),
             rate_limit_bytes_per_s: None,
+            resume: false,
+            checksum: false,
+            encrypt: false,
+            timeout: Duration::from_secs(60),
         }
+    }
+
+    /// The request flags this configuration asks for.
+    pub fn flags(&self) -> u32 {
+        let mut f = 0;
+        if self.resume || self.checksum {
+            f |= REQ_RESUME;
+        }
+        if self.checksum {
+            f |= REQ_CHECKSUM;
+        }
+        if self.encrypt {
+            f |= REQ_ENCRYPT;
+        }
+        f
     }
 }
 
@@ -131,6 +160,8 @@ pub struct SendReport {
     pub zero_copy_sends: u64,
     pub zero_copy_copied: u64,
     pub zero_copy_fell_back: bool,
+    /// Frames sent again because their stream was lost.
+    pub frames_resent: u64,
     /// When the data started, to close the run when the peer confirmed it.
     #[serde(skip)]
     pub started: Option<Instant>,
@@ -166,6 +197,7 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
             Ok(s) => {
                 s.set_nodelay(true)
                     .map_err(|e| SessionError::io(what.clone(), e))?;
+                sys::set_dead_peer_timeout(s.as_raw_fd(), cfg.timeout);
                 return Ok(s);
             }
             Err(e) => last = Some(e),
@@ -197,7 +229,7 @@ pub(crate) fn open_session(
     between: &mut dyn FnMut(&mut TcpStream) -> Result<(), SessionError>,
 ) -> Result<(TcpStream, Vec<TcpStream>), SessionError> {
     let mut ctl = connect(cfg)?;
-    ctl.set_read_timeout(Some(Duration::from_secs(60)))
+    ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
         .map_err(|e| SessionError::io("socket", e))?;
     let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
     send_msg(&mut ctl, &Message::Hello(hello))?;
@@ -311,6 +343,7 @@ pub(crate) fn drive<T: Send>(
         zero_copy_sends: 0,
         zero_copy_copied: 0,
         zero_copy_fell_back: false,
+        frames_resent: 0,
         started: Some(start),
     };
     (result, report)
@@ -343,32 +376,53 @@ pub fn run_send(
         direction: Direction::Push,
         streams: cfg.streams,
         block_size: cfg.block_size,
+        flags: cfg.flags(),
         path: cfg.dest.clone(),
     };
-    let (mut ctl, streams) = open_session(cfg, req, &mut |ctl| send_manifest(ctl, &tree.entries))?;
-    let params = PushParams {
-        block_size: cfg.block_size,
-        zerocopy: cfg.zerocopy,
-        rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
-    };
+    let block = u64::from(cfg.block_size);
+    let mut held = Held::default();
+    let (mut ctl, streams) = open_session(cfg, req, &mut |ctl| {
+        send_manifest(ctl, &tree.entries)?;
+        if cfg.checksum {
+            send_digests(ctl, &content_digests(&tree, block)?)?;
+        }
+        if cfg.resume || cfg.checksum {
+            held = Held::receive(ctl, &tree.entries, block)?;
+        }
+        Ok(())
+    })?;
+    let params = push_params(cfg);
     let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
+    let skipped = held.bytes(&tree, block);
+    if cfg.resume || cfg.checksum {
+        obs.notice(&format!(
+            "resuming: {} files complete, {} partly there; {} bytes to send",
+            held.complete.len(),
+            held.partial.len(),
+            tree.file_bytes() - skipped
+        ));
+    }
+    let acked: Vec<AtomicBool> = (0..tree.entries.len()).map(|_| AtomicBool::new(false)).collect();
     // Acknowledgements are read while the data flows: a receiver that
     // finishes many files must never block on a full control socket.
     let mut reader = ctl
         .try_clone()
         .map_err(|e| SessionError::io("control connection", e))?;
     reader
-        .set_read_timeout(None)
+        .set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
         .map_err(|e| SessionError::io("control connection", e))?;
     let (data, mut report, acks) = std::thread::scope(|scope| {
-        let acks = scope.spawn(move || read_acks(&mut reader));
+        let acked = &acked;
+        let acks = scope.spawn(move || read_acks(&mut reader, acked));
         let (data, report) = drive(
             cfg,
-            tree.file_bytes(),
+            tree.file_bytes() - skipped,
             &streams,
             interrupt,
             obs,
-            |counters, stop| push_data(&params, &tree, &open, &streams, counters, stop),
+            |counters, stop| {
+                push_data(&params, &tree, &held, Some(acked), &open, &streams, counters, stop)
+            },
         );
         if let Err(e) = &data {
             // Tell the receiver, which keeps only .part files (and ends the
@@ -389,12 +443,23 @@ pub fn run_send(
         (data, report, acks)
     });
     report.files = tree.file_count() as u64;
+    report.bytes_skipped = skipped;
     let digests = match data {
-        Ok((digests, stats)) => {
-            note_zero_copy(&mut report, &stats, obs);
-            digests
+        Ok(pushed) => {
+            note_zero_copy(&mut report, &pushed.stats, obs);
+            for l in &pushed.lost {
+                obs.notice(&format!("data {l}; its frames went again on the other streams"));
+            }
+            report.frames_resent = pushed.resent;
+            pushed.digests
         }
         Err(e) => {
+            // The receiver's reason (no space, a failed write) is the one
+            // to report: the lost streams only follow from it.
+            let e = match acks {
+                Err(refused @ SessionError::Refused { .. }) => refused,
+                _ => e,
+            };
             report.status = if interrupt.load(Ordering::Relaxed) {
                 "interrupted"
             } else {
@@ -406,7 +471,7 @@ pub fn run_send(
     };
     // Every file is acknowledged with a digest that must match ours.
     report.close();
-    if let Err(e) = acks.and_then(|acks| check_acks(&tree, &digests, &acks, &mut report)) {
+    if let Err(e) = acks.and_then(|acks| check_acks(&tree, &digests, &held, &acks, &mut report)) {
         report.status = e.code().name();
         report.error = Some(e.to_string());
     }
@@ -431,6 +496,7 @@ pub fn run_bench_net(
         direction: Direction::Bench,
         streams: cfg.streams,
         block_size: cfg.block_size,
+        flags: cfg.flags() & REQ_ENCRYPT,
         path: String::new(),
     };
     let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
@@ -464,6 +530,7 @@ fn run_bench_net_reverse(
         direction: Direction::BenchReverse,
         streams: cfg.streams,
         block_size: cfg.block_size,
+        flags: cfg.flags() & REQ_ENCRYPT,
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
     let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
@@ -496,12 +563,14 @@ pub(crate) fn discard_frames(
     let mut bytes = 0u64;
     while rx.open() {
         let mut frames = Vec::new();
-        rx.poll(true, &mut |ev| {
-            if let RecvEvent::Frame { header, lease, .. } = ev {
-                frames.push((header, lease));
-            }
-        })?;
         let mut failure = None;
+        rx.poll(true, &mut |ev| match ev {
+            RecvEvent::Frame { header, lease, .. } => frames.push((header, lease)),
+            RecvEvent::Lost { stream, why } => {
+                failure = Some(SessionError::io(format!("data stream {stream}"), why));
+            }
+            _ => {}
+        })?;
         let mut batch = 0u64;
         for (header, lease) in frames {
             if header.flags & FLAG_UNCHECKED == 0 {
@@ -599,6 +668,9 @@ pub(crate) fn bench_data(
         next_stream = (next_stream + 1) % fds.len() as u32;
         counters.add(n as u64, 1);
         tx.poll(false)?;
+        if let Some((stream, why)) = tx.take_lost().pop() {
+            return Err(SessionError::io(format!("data stream {stream}"), why));
+        }
         offset += n as u64;
     }
     tx.flush()?;
@@ -606,11 +678,19 @@ pub(crate) fn bench_data(
 }
 
 /// Read acknowledgements until the receiver's summary: (entry, digest).
-fn read_acks(ctl: &mut TcpStream) -> Result<Vec<(u32, u64)>, SessionError> {
+/// Each acknowledged entry is marked in `acked` (its frames need not be
+/// kept for re-sending); heartbeats only show the receiver is alive.
+fn read_acks(ctl: &mut TcpStream, acked: &[AtomicBool]) -> Result<Vec<(u32, u64)>, SessionError> {
     let mut acks = Vec::new();
     loop {
         match recv_msg(ctl)? {
-            Message::FileAck { file_index, digest } => acks.push((file_index, digest)),
+            Message::FileAck { file_index, digest } => {
+                if let Some(a) = acked.get(file_index as usize) {
+                    a.store(true, Ordering::Relaxed);
+                }
+                acks.push((file_index, digest))
+            }
+            Message::Alive => {}
             Message::Summary { ok: true, .. } => return Ok(acks),
             Message::Summary { .. } => {
                 return Err(SessionError::local(
@@ -631,10 +711,17 @@ fn read_acks(ctl: &mut TcpStream) -> Result<Vec<(u32, u64)>, SessionError> {
 fn check_acks(
     tree: &Tree,
     digests: &[u64],
+    held: &Held,
     acks: &[(u32, u64)],
     report: &mut SendReport,
 ) -> Result<(), SessionError> {
     let mut acked = vec![false; tree.entries.len()];
+    // Files complete before the session count as verified (size, mtime and
+    // stored digest, or content with --checksum, matched on the receiver).
+    for &i in held.complete.keys() {
+        acked[i as usize] = true;
+        report.files_verified += 1;
+    }
     for &(file_index, digest) in acks {
         let i = file_index as usize;
         if i >= tree.entries.len() || tree.entries[i].kind != EntryKind::File || acked[i] {
@@ -724,6 +811,60 @@ fn push_params(cfg: &SendConfig) -> PushParams {
         block_size: cfg.block_size,
         zerocopy: cfg.zerocopy,
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
+        timeout: cfg.timeout,
+    }
+}
+
+/// Each file's content digest (`--checksum`), read from the sources.
+fn content_digests(tree: &Tree, block: u64) -> Result<Vec<(u32, u64)>, SessionError> {
+    let mut out = Vec::new();
+    for (i, e) in tree.entries.iter().enumerate() {
+        if e.kind == EntryKind::File {
+            let path = &tree.sources[i];
+            let f = File::open(path).map_err(|err| SessionError::io(path.display().to_string(), err))?;
+            let d = super::journal::content_digest(&f, e.size, block)
+                .map_err(|err| SessionError::io(path.display().to_string(), err))?;
+            out.push((i as u32, d));
+        }
+    }
+    Ok(out)
+}
+
+/// Send content digests in parts, then their end.
+pub(crate) fn send_digests(ctl: &mut TcpStream, digests: &[(u32, u64)]) -> Result<(), SessionError> {
+    use crate::protocol::control::LIST_PART_ITEMS_MAX;
+    for part in digests.chunks(LIST_PART_ITEMS_MAX as usize) {
+        send_msg(ctl, &Message::Digests(part.to_vec()))?;
+    }
+    send_msg(ctl, &Message::DigestsEnd)
+}
+
+/// Take content digests until their end, at most one per manifest entry.
+pub(crate) fn recv_digests(
+    ctl: &mut TcpStream,
+    entries: usize,
+) -> Result<HashMap<u32, u64>, SessionError> {
+    let mut out = HashMap::new();
+    loop {
+        match recv_msg(ctl)? {
+            Message::Digests(part) => {
+                for (i, d) in part {
+                    if i as usize >= entries || out.insert(i, d).is_some() {
+                        return Err(SessionError::local(
+                            ErrorCode::Malformed,
+                            format!("a content digest for entry {i}, unknown or twice"),
+                        ));
+                    }
+                }
+            }
+            Message::DigestsEnd => return Ok(out),
+            _ => {
+                return Err(SessionError::local(
+                    ErrorCode::Malformed,
+                    "expected content digests",
+                ))
+            }
+        }
     }
 }
 
@@ -732,23 +873,220 @@ pub(crate) struct PushParams {
     pub(crate) block_size: u32,
     pub(crate) zerocopy: ZeroCopy,
     pub(crate) rate_limit_bytes_per_s: Option<f64>,
+    /// A stream stalled for half of this is given up; no stream moving for
+    /// all of it ends the session.
+    pub(crate) timeout: Duration,
+}
+
+/// What the receiver holds already (it said so when the session resumed).
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    /// Files complete under their final names: entry -> digest.
+    pub(crate) complete: HashMap<u32, u64>,
+    /// Files partly there: entry -> (digest of the blocks held, block ranges).
+    pub(crate) partial: HashMap<u32, (u64, Vec<(u64, u64)>)>,
+}
+
+impl Held {
+    /// Payload bytes the receiver needs no more.
+    pub(crate) fn bytes(&self, tree: &Tree, block: u64) -> u64 {
+        let complete: u64 = self
+            .complete
+            .keys()
+            .map(|&i| tree.entries[i as usize].size)
+            .sum();
+        let partial: u64 = self
+            .partial
+            .iter()
+            .map(|(&i, (_, ranges))| {
+                let size = tree.entries[i as usize].size;
+                ranges
+                    .iter()
+                    .flat_map(|&(first, count)| first..first + count)
+                    .map(|b| (size - b * block).min(block))
+                    .sum::<u64>()
+            })
+            .sum();
+        complete + partial
+    }
+
+    /// Take `Have` parts until their end, each checked against the manifest.
+    pub(crate) fn receive(
+        ctl: &mut TcpStream,
+        tree_entries: &[crate::protocol::manifest::Entry],
+        block: u64,
+    ) -> Result<Held, SessionError> {
+        let mut held = Held::default();
+        loop {
+            let items = match recv_msg(ctl)? {
+                Message::Have(items) => items,
+                Message::HaveEnd => return Ok(held),
+                _ => {
+                    return Err(SessionError::Protocol(
+                        "expected what the receiver holds".into(),
+                    ))
+                }
+            };
+            for it in items {
+                let i = it.file_index();
+                let e = tree_entries
+                    .get(i as usize)
+                    .filter(|e| e.kind == EntryKind::File)
+                    .ok_or_else(|| {
+                        SessionError::Protocol(format!("the receiver holds unknown entry {i}"))
+                    })?;
+                match it {
+                    HaveItem::Complete { digest, .. } => {
+                        held.complete.insert(i, digest);
+                    }
+                    HaveItem::Partial { digest, ranges, .. } => {
+                        let blocks = e.size.div_ceil(block);
+                        if ranges.iter().any(|&(f, c)| f + c > blocks) {
+                            return Err(SessionError::Protocol(format!(
+                                "the receiver holds blocks past the end of entry {i}"
+                            )));
+                        }
+                        let slot = held.partial.entry(i).or_insert((digest, Vec::new()));
+                        slot.1.extend(ranges);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tell the sender what is held, in parts within the message limits.
+    pub(crate) fn send(ctl: &mut TcpStream, items: Vec<HaveItem>) -> Result<(), SessionError> {
+        use crate::protocol::control::{HAVE_PART_RANGES_MAX, LIST_PART_ITEMS_MAX};
+        let mut part: Vec<HaveItem> = Vec::new();
+        let mut ranges_in_part = 0u32;
+        let mut flush = |part: &mut Vec<HaveItem>, n: &mut u32| -> Result<(), SessionError> {
+            if !part.is_empty() {
+                send_msg(ctl, &Message::Have(std::mem::take(part)))?;
+            }
+            *n = 0;
+            Ok(())
+        };
+        for it in items {
+            let pieces = match it {
+                HaveItem::Partial {
+                    file_index,
+                    digest,
+                    ranges,
+                } => ranges
+                    .chunks(HAVE_PART_RANGES_MAX as usize / 2)
+                    .map(|c| HaveItem::Partial {
+                        file_index,
+                        digest,
+                        ranges: c.to_vec(),
+                    })
+                    .collect(),
+                c => vec![c],
+            };
+            for piece in pieces {
+                let n = match &piece {
+                    HaveItem::Partial { ranges, .. } => ranges.len() as u32,
+                    HaveItem::Complete { .. } => 0,
+                };
+                if part.len() as u32 >= LIST_PART_ITEMS_MAX
+                    || ranges_in_part + n > HAVE_PART_RANGES_MAX
+                {
+                    flush(&mut part, &mut ranges_in_part)?;
+                }
+                ranges_in_part += n;
+                part.push(piece);
+            }
+        }
+        flush(&mut part, &mut ranges_in_part)?;
+        send_msg(ctl, &Message::HaveEnd)
+    }
 }
 
 /// Opens entry `i`'s source: (file, whether O_DIRECT is in force).
 pub(crate) type Opener<'a> = dyn Fn(usize) -> Result<(File, bool), SessionError> + Sync + 'a;
 
+/// What a push did.
+pub(crate) struct Pushed {
+    /// Each entry's digest (blocks held by the receiver included).
+    pub(crate) digests: Vec<u64>,
+    pub(crate) stats: SendStats,
+    /// Streams given up, with why.
+    pub(crate) lost: Vec<String>,
+    /// Frames sent again after their stream was lost.
+    pub(crate) resent: u64,
+}
+
+/// A frame sent on a stream, remembered until its file is acknowledged so
+/// it can go again if the stream is lost.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    entry: u32,
+    offset: u64,
+    len: u32,
+    checksum: u64,
+    hole: bool,
+}
+
+/// Frames remembered per stream, at most (beyond, a lost stream cannot be
+/// made good and ends the session).
+const SENT_RECORDS_MAX: usize = 1 << 22;
+
+/// Frames each stream carried, for re-sending when a stream is lost.
+struct Ledger<'a> {
+    sent: Vec<Vec<Sent>>,
+    prune_at: Vec<usize>,
+    /// Records were dropped past the bound: this stream cannot be re-sent.
+    overflowed: Vec<bool>,
+    acked: Option<&'a [AtomicBool]>,
+}
+
+impl Ledger<'_> {
+    fn record(&mut self, stream: u32, s: Sent) {
+        let st = stream as usize;
+        if self.sent[st].len() >= self.prune_at[st] {
+            if let Some(acked) = self.acked {
+                self.sent[st].retain(|r| !acked[r.entry as usize].load(Ordering::Relaxed));
+            }
+            self.prune_at[st] = (self.sent[st].len() * 2).max(4096);
+        }
+        if self.sent[st].len() >= SENT_RECORDS_MAX {
+            self.overflowed[st] = true;
+            return;
+        }
+        self.sent[st].push(s);
+    }
+}
+
+/// The next stream still taking frames, round-robin from `*next`.
+fn pick(tx: &NetSender, next: &mut u32, n: u32) -> u32 {
+    for _ in 0..n {
+        let s = *next;
+        *next = (*next + 1) % n;
+        if tx.is_live(s) {
+            return s;
+        }
+    }
+    // None live: the caller sees that from the lost streams.
+    *next
+}
+
 /// Read every file block by block into frame buffers and queue the frames
-/// round-robin on the streams. Returns each entry's digest.
+/// round-robin on the streams, skipping what the receiver `held` already.
+/// A stream that fails or stalls is given up and what it carried (of files
+/// not yet `acked`) goes again on the others.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn push_data(
     params: &PushParams,
     tree: &Tree,
+    held: &Held,
+    acked: Option<&[AtomicBool]>,
     open: &Opener<'_>,
     streams: &[TcpStream],
     counters: &WorkerCounters,
     stop: &AtomicBool,
-) -> Result<(Vec<u64>, SendStats), SessionError> {
+) -> Result<Pushed, SessionError> {
     let cfg = params;
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
+    let n_streams = fds.len() as u32;
     // Buffers wait in the disk read, then in the socket: room for both.
     let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 4)?;
     let mut tx = NetSender::with_file_slots(
@@ -758,10 +1096,22 @@ pub(crate) fn push_data(
         cfg.zerocopy,
         READ_FILE_SLOTS,
     )?;
+    tx.set_stall_limit(cfg.timeout);
     let mut digests = vec![0u64; tree.entries.len()];
+    for (&i, (digest, _)) in &held.partial {
+        digests[i as usize] = *digest;
+    }
     let block = u64::from(cfg.block_size);
     let mut next_stream = 0u32;
     let mut pacer = Pacer::new(cfg.rate_limit_bytes_per_s);
+    let mut ledger = Ledger {
+        sent: vec![Vec::new(); fds.len()],
+        prune_at: vec![4096; fds.len()],
+        overflowed: vec![false; fds.len()],
+        acked,
+    };
+    let mut lost_log = Vec::new();
+    let mut resent = 0u64;
     // Reads in flight, by token: (entry, offset, payload bytes, open-file index).
     let reads_max = (bufs / 2).max(1);
     let mut reads: Vec<Option<(usize, u64, usize, usize)>> = vec![None; reads_max];
@@ -771,7 +1121,9 @@ pub(crate) fn push_data(
         .entries
         .iter()
         .enumerate()
-        .filter(|(_, e)| e.kind == EntryKind::File && e.size > 0)
+        .filter(|(i, e)| {
+            e.kind == EntryKind::File && e.size > 0 && !held.complete.contains_key(&(*i as u32))
+        })
         .map(|(i, _)| i);
     let mut current: Option<usize> = None; // index into open_files
     let name = |i: usize| tree.sources[i].display().to_string();
@@ -791,6 +1143,12 @@ pub(crate) fn push_data(
                         m.blocks() * 512 < m.len()
                     });
                     let slot = tx.attach_file(file.as_raw_fd())?;
+                    let mut skip = held
+                        .partial
+                        .get(&(i as u32))
+                        .map(|(_, r)| r.clone())
+                        .unwrap_or_default();
+                    skip.sort_unstable();
                     open_files.push(Source {
                         entry: i,
                         file,
@@ -800,23 +1158,30 @@ pub(crate) fn push_data(
                         size: tree.entries[i].size,
                         next: 0,
                         reads: 0,
+                        skip,
                     });
                     current = Some(open_files.len() - 1);
                     open_files.len() - 1
                 }
             };
+            let src = &mut open_files[cur];
+            src.skip_held(block);
+            if src.next >= src.size {
+                continue;
+            }
             let Some(mut lease) = tx.take_buffer() else {
                 break;
             };
-            let src = &mut open_files[cur];
             let (i, offset) = (src.entry, src.next);
             let n = (src.size - offset).min(block) as usize;
             src.next += n as u64;
             if src.sparse && is_hole(&src.file, offset, n as u64) {
                 let h = FrameHeader::hole(i as u32, offset);
-                digests[i] = digest_add(digests[i], hole_checksum(i as u32, offset, n as u64));
-                tx.queue(next_stream, lease, &h);
-                next_stream = (next_stream + 1) % fds.len() as u32;
+                let sum = hole_checksum(i as u32, offset, n as u64);
+                digests[i] = digest_add(digests[i], sum);
+                let st = pick(&tx, &mut next_stream, n_streams);
+                ledger.record(st, Sent { entry: i as u32, offset, len: n as u32, checksum: sum, hole: true });
+                tx.queue(st, lease, &h);
                 continue;
             }
             pacer.admit(n as u64);
@@ -839,10 +1204,7 @@ pub(crate) fn push_data(
                         .map_err(|e| SessionError::io(name(i), e))?;
                     if got < n {
                         tx.give_back(lease);
-                        return Err(SessionError::local(
-                            ErrorCode::Io,
-                            format!("{}: changed size during the send", name(i)),
-                        ));
+                        return Err(changed(&name(i), "it is shorter than when the send began"));
                     }
                     let h = FrameHeader::for_payload(
                         i as u32,
@@ -851,8 +1213,9 @@ pub(crate) fn push_data(
                         0,
                     );
                     digests[i] = digest_add(digests[i], h.checksum);
-                    tx.queue(next_stream, lease, &h);
-                    next_stream = (next_stream + 1) % fds.len() as u32;
+                    let st = pick(&tx, &mut next_stream, n_streams);
+                    ledger.record(st, Sent { entry: i as u32, offset, len: n as u32, checksum: h.checksum, hole: false });
+                    tx.queue(st, lease, &h);
                     counters.add(n as u64, 1);
                 }
             }
@@ -871,27 +1234,29 @@ pub(crate) fn push_data(
             open_files[of].reads -= 1;
             if result < 0 || (result as usize) < n {
                 tx.give_back(lease);
-                let e = if result < 0 {
-                    std::io::Error::from_raw_os_error(-result)
-                } else {
-                    std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "changed size during the send",
-                    )
-                };
-                return Err(SessionError::io(name(i), e));
+                if result < 0 {
+                    return Err(SessionError::io(
+                        name(i),
+                        std::io::Error::from_raw_os_error(-result),
+                    ));
+                }
+                return Err(changed(&name(i), "it is shorter than when the send began"));
             }
             let h = FrameHeader::for_payload(i as u32, offset, &payload_mut(&mut lease)[..n], 0);
             digests[i] = digest_add(digests[i], h.checksum);
-            tx.queue(next_stream, lease, &h);
-            next_stream = (next_stream + 1) % fds.len() as u32;
+            let st = pick(&tx, &mut next_stream, n_streams);
+            ledger.record(st, Sent { entry: i as u32, offset, len: n as u32, checksum: h.checksum, hole: false });
+            tx.queue(st, lease, &h);
             counters.add(n as u64, 1);
         }
-        // Close sources that are read through (keeping `current` in place).
+        resend_lost(&mut tx, &mut ledger, open, tree, block, &mut next_stream, counters, &mut lost_log, &mut resent)?;
+        // Close sources that are read through (keeping `current` in place),
+        // and check each is still what the manifest said.
         let mut k = 0;
         while k < open_files.len() {
             let f = &open_files[k];
             if f.reads == 0 && f.next >= f.size && Some(k) != current {
+                check_unchanged(&f.file, &tree.entries[f.entry], &name(f.entry))?;
                 if let Some(slot) = f.slot {
                     tx.detach_file(slot);
                 }
@@ -912,12 +1277,138 @@ pub(crate) fn push_data(
         }
     }
     for f in &open_files {
+        check_unchanged(&f.file, &tree.entries[f.entry], &name(f.entry))?;
         if let Some(slot) = f.slot {
             tx.detach_file(slot);
         }
     }
-    tx.flush()?;
-    Ok((digests, tx.stats()))
+    while tx.busy() {
+        tx.poll(true)?;
+        resend_lost(&mut tx, &mut ledger, open, tree, block, &mut next_stream, counters, &mut lost_log, &mut resent)?;
+    }
+    Ok(Pushed {
+        digests,
+        stats: tx.stats(),
+        lost: lost_log,
+        resent,
+    })
+}
+
+fn changed(name: &str, how: &str) -> SessionError {
+    SessionError::local(
+        ErrorCode::Io,
+        format!("{name}: changed during the send ({how}); send it again when it is complete"),
+    )
+}
+
+/// A source read through must still have the size and mtime the manifest
+/// announced: a file still being written is reported, not sent half-old.
+fn check_unchanged(
+    file: &File,
+    e: &crate::protocol::manifest::Entry,
+    name: &str,
+) -> Result<(), SessionError> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().map_err(|err| SessionError::io(name.to_string(), err))?;
+    if m.len() != e.size {
+        return Err(changed(name, &format!("size {} -> {}", e.size, m.len())));
+    }
+    if m.mtime() != e.mtime_s || m.mtime_nsec() as u32 != e.mtime_ns {
+        return Err(changed(name, "modified"));
+    }
+    Ok(())
+}
+
+/// Send again, on the streams left, every frame a lost stream carried of
+/// files not yet acknowledged. The data is read again and must still have
+/// the checksum it had (the receiver drops blocks it already holds).
+#[allow(clippy::too_many_arguments)]
+fn resend_lost(
+    tx: &mut NetSender,
+    ledger: &mut Ledger<'_>,
+    open: &Opener<'_>,
+    tree: &Tree,
+    block: u64,
+    next_stream: &mut u32,
+    counters: &WorkerCounters,
+    lost_log: &mut Vec<String>,
+    resent: &mut u64,
+) -> Result<(), SessionError> {
+    let n_streams = ledger.sent.len() as u32;
+    loop {
+        let lost = tx.take_lost();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        for (s, why) in lost {
+            lost_log.push(format!("stream {s}: {why}"));
+            if tx.live_count() == 0 {
+                return Err(SessionError::io(
+                    format!("every data stream was lost (last, stream {s})"),
+                    why,
+                ));
+            }
+            if ledger.overflowed[s as usize] {
+                return Err(SessionError::io(
+                    format!("stream {s} was lost with more frames than can be sent again"),
+                    why,
+                ));
+            }
+            let records = std::mem::take(&mut ledger.sent[s as usize]);
+            let mut sources: HashMap<u32, (File, bool)> = HashMap::new();
+            for r in records {
+                if ledger
+                    .acked
+                    .is_some_and(|a| a[r.entry as usize].load(Ordering::Relaxed))
+                {
+                    continue;
+                }
+                let mut lease = loop {
+                    match tx.take_buffer() {
+                        Some(l) => break l,
+                        None => tx.poll(true)?,
+                    }
+                };
+                let h = if r.hole {
+                    FrameHeader::hole(r.entry, r.offset)
+                } else {
+                    let (file, direct) = match sources.entry(r.entry) {
+                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(open(r.entry as usize)?)
+                        }
+                    };
+                    let n = r.len as usize;
+                    let want = if *direct { n.div_ceil(4096) * 4096 } else { n };
+                    let name = tree.sources[r.entry as usize].display().to_string();
+                    let got = read_full(file, &mut payload_mut(&mut lease)[..want], r.offset, n);
+                    let h = FrameHeader::for_payload(
+                        r.entry,
+                        r.offset,
+                        &payload_mut(&mut lease)[..n],
+                        0,
+                    );
+                    match got {
+                        Ok(got) if got >= n && h.checksum == r.checksum => h,
+                        Ok(_) => {
+                            tx.give_back(lease);
+                            return Err(changed(&name, "a block read again differs"));
+                        }
+                        Err(e) => {
+                            tx.give_back(lease);
+                            return Err(SessionError::io(name, e));
+                        }
+                    }
+                };
+                let st = pick(tx, next_stream, n_streams);
+                ledger.record(st, r);
+                tx.queue(st, lease, &h);
+                counters.add(u64::from(r.len) * u64::from(!r.hole), 1);
+                *resent += 1;
+                let _ = block;
+            }
+        }
+    }
 }
 
 /// Source files read through the sending ring at once (registered slots).
@@ -935,6 +1426,24 @@ struct Source {
     next: u64,
     /// Reads in flight.
     reads: u32,
+    /// Block ranges (first, count) the receiver holds, sorted.
+    skip: Vec<(u64, u64)>,
+}
+
+impl Source {
+    /// Move `next` past blocks the receiver holds already.
+    fn skip_held(&mut self, block: u64) {
+        while let Some(&(first, count)) = self.skip.first() {
+            let b = self.next / block;
+            if b >= first + count {
+                self.skip.remove(0);
+            } else if b >= first {
+                self.next = ((first + count) * block).min(self.size);
+            } else {
+                break;
+            }
+        }
+    }
 }
 
 /// Read at least `n` bytes at `offset` into `buf` (up to its length);
