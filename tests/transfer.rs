@@ -18,6 +18,63 @@ pub struct Daemon {
     pub key: PathBuf,
     _keydir: tempfile::TempDir,
     log: std::sync::mpsc::Receiver<String>,
+    extra: Vec<String>,
+}
+
+/// Start `urmove recv` (under `wrapper`, if any) on `ip`, port 0, and read
+/// the port it bound from its first log line.
+fn spawn_recv(
+    wrapper: &[&str],
+    ip: &str,
+    root: &Path,
+    key: &Path,
+    extra: &[String],
+) -> (Child, u16, std::sync::mpsc::Receiver<String>) {
+    let mut cmd = match wrapper.split_first() {
+        Some((w, rest)) => {
+            let mut c = std::process::Command::new(w);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_urmove"));
+            c
+        }
+        None => urmove(),
+    };
+    let mut child = cmd
+        .args([
+            "recv",
+            "--listen",
+            &format!("{ip}:0"),
+            "--handshake-timeout",
+            "2s",
+            "--interval",
+            "100ms",
+            "--root",
+        ])
+        .arg(root)
+        .arg("--key-file")
+        .arg(key)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, log) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = log
+        .recv_timeout(Duration::from_secs(10))
+        .expect("daemon started");
+    let port = first
+        .split(&format!("listening on {ip}:"))
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {first:?}"));
+    (child, port, log)
 }
 
 impl Daemon {
@@ -32,53 +89,18 @@ impl Daemon {
 
     /// Start the daemon listening on `ip` (port chosen by the kernel).
     pub fn start_on(wrapper: &[&str], ip: &str) -> Daemon {
+        Self::start_full(wrapper, ip, Path::new("/var/tmp"), &[])
+    }
+
+    /// Start the daemon with its root a new directory in `parent` and
+    /// `extra` options.
+    pub fn start_full(wrapper: &[&str], ip: &str, parent: &Path, extra: &[&str]) -> Daemon {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
         assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
-        let root = tempfile::tempdir_in("/var/tmp").unwrap();
-        let mut cmd = match wrapper.split_first() {
-            Some((w, rest)) => {
-                let mut c = std::process::Command::new(w);
-                c.args(rest).arg(env!("CARGO_BIN_EXE_urmove"));
-                c
-            }
-            None => urmove(),
-        };
-        let mut child = cmd
-            .args([
-                "recv",
-                "--listen",
-                &format!("{ip}:0"),
-                "--handshake-timeout",
-                "2s",
-                "--interval",
-                "100ms",
-                "--root",
-            ])
-            .arg(root.path())
-            .arg("--key-file")
-            .arg(&key)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, log) = std::sync::mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let first = log
-            .recv_timeout(Duration::from_secs(10))
-            .expect("daemon started");
-        let port = first
-            .split(&format!("listening on {ip}:"))
-            .nth(1)
-            .and_then(|r| r.split(',').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {first:?}"));
+        let root = tempfile::tempdir_in(parent).unwrap();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, port, log) = spawn_recv(wrapper, ip, root.path(), &key, &extra);
         Daemon {
             child,
             port,
@@ -86,7 +108,24 @@ impl Daemon {
             key,
             _keydir: keydir,
             log,
+            extra,
         }
+    }
+
+    /// `kill -9` the daemon, then start it again on the same root and key
+    /// (on a new port).
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, port, log) =
+            spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &self.extra);
+        self.child = child;
+        self.port = port;
+        self.log = log;
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn send(&self, extra: &[&str], args: &[&str]) -> std::process::Output {
@@ -156,7 +195,7 @@ fn make_tree(dir: &Path) -> PathBuf {
 }
 
 /// Compare two trees: kinds, bytes, modes, mtimes, link targets.
-fn assert_same_tree(a: &Path, b: &Path) {
+pub(crate) fn assert_same_tree(a: &Path, b: &Path) {
     let ma = std::fs::symlink_metadata(a).unwrap();
     let mb = std::fs::symlink_metadata(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()));
     assert_eq!(ma.file_type(), mb.file_type(), "{}", b.display());
@@ -199,7 +238,7 @@ fn assert_same_tree(a: &Path, b: &Path) {
     }
 }
 
-fn no_part_files(dir: &Path) -> bool {
+pub(crate) fn no_part_files(dir: &Path) -> bool {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(d).unwrap().flatten() {

@@ -107,6 +107,8 @@ pub struct NetSender {
     zc_now: bool,
     stats: SendStats,
     fds: Vec<RawFd>,
+    /// Bytes each stream handed to its socket.
+    sent: Vec<u64>,
     /// Streams lost since the caller last asked, with why.
     lost: Vec<(u32, io::Error)>,
     /// Stall limit: see [`set_stall_limit`](Self::set_stall_limit).
@@ -166,6 +168,7 @@ impl NetSender {
             zc_now: mode != ZeroCopy::Off && zc_supported,
             stats: SendStats::default(),
             fds: sockets.to_vec(),
+            sent: vec![0; sockets.len()],
             lost: Vec::new(),
             stall: None,
             last_any_progress: Instant::now(),
@@ -191,6 +194,22 @@ impl NetSender {
     /// Whether `stream` still takes frames.
     pub fn is_live(&self, stream: u32) -> bool {
         self.queues[stream as usize].live
+    }
+
+    /// Bytes stream `stream` holds in its socket that the peer has not
+    /// acknowledged.
+    pub fn unacknowledged(&self, stream: u32) -> usize {
+        super::sys::socket_outq(self.fds[stream as usize]).unwrap_or(0)
+    }
+
+    /// Bytes stream `stream` handed to its socket so far.
+    pub fn stream_bytes(&self, stream: u32) -> u64 {
+        self.sent[stream as usize]
+    }
+
+    /// The stall limit set, if any.
+    pub fn stall_limit(&self) -> Option<Duration> {
+        self.stall
     }
 
     /// Streams still taking frames.
@@ -234,6 +253,12 @@ impl NetSender {
                     ),
                 ),
             ));
+        }
+        // One stream stalled while others move is given up; when none has
+        // moved lately the peer as a whole is stuck, which the check above
+        // reports once the whole limit has passed.
+        if now.duration_since(self.last_any_progress) > limit / 2 {
+            return Ok(());
         }
         for s in 0..self.queues.len() {
             let q = &self.queues[s];
@@ -440,6 +465,7 @@ impl NetSender {
         }
         if result > 0 {
             let now = Instant::now();
+            self.sent[stream as usize] += result as u64;
             self.queues[stream as usize].last_progress = now;
             self.last_any_progress = now;
         }
@@ -570,6 +596,8 @@ pub struct NetReceiver {
     /// Bound on each wait inside `poll` (None: wait for a completion).
     wait_limit: Option<Duration>,
     last_progress: Instant,
+    /// Bytes each stream delivered.
+    received: Vec<u64>,
 }
 
 impl NetReceiver {
@@ -610,6 +638,7 @@ impl NetReceiver {
             payload_max,
             wait_limit: None,
             last_progress: Instant::now(),
+            received: vec![0; sockets.len()],
         })
     }
 
@@ -618,6 +647,11 @@ impl NetReceiver {
     pub fn set_wait_limit(&mut self, limit: Duration) {
         self.wait_limit = Some(limit);
         self.last_progress = Instant::now();
+    }
+
+    /// Bytes each stream has delivered so far.
+    pub fn stream_bytes(&self) -> &[u64] {
+        &self.received
     }
 
     /// How long since any stream delivered a byte.
@@ -764,6 +798,7 @@ impl NetReceiver {
             return Ok(());
         }
         self.last_progress = Instant::now();
+        self.received[stream as usize] += u64::from(n);
         match s.phase {
             Phase::Header { got } if got + n < FRAME_HEADER_LEN as u32 => {
                 s.phase = Phase::Header { got: got + n };

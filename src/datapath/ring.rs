@@ -13,8 +13,8 @@
 //! startup; pushing, submitting and reaping allocate nothing.
 
 use std::io;
-use std::time::Duration;
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 

@@ -349,7 +349,12 @@ pub fn set_dead_peer_timeout(fd: std::os::fd::RawFd, timeout: std::time::Duratio
     let secs = timeout.as_secs().clamp(4, 3600) as libc::c_int;
     set_int_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 4).max(1));
-    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 8).max(1));
+    set_int_opt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        (secs / 8).max(1),
+    );
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 4);
     let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms);
@@ -397,4 +402,13 @@ pub fn get_xattr(file: &File, name: &std::ffi::CStr) -> Option<Vec<u8>> {
         )
     };
     (r >= 0).then(|| buf[..r as usize].to_vec())
+}
+
+/// Bytes a TCP socket holds that the peer has not acknowledged (sent or
+/// not yet sent): `SIOCOUTQ`.
+pub fn socket_outq(fd: std::os::fd::RawFd) -> Option<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int into `n`, which outlives the call.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    (r == 0).then_some(n.max(0) as usize)
 }

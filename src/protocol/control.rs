@@ -173,8 +173,12 @@ pub enum Message {
     /// Part of the sender's content digests (`--checksum`): (entry, digest).
     Digests(Vec<(u32, u64)>),
     DigestsEnd,
-    /// A heartbeat: the peer is alive and working (finalizing, syncing).
-    Alive,
+    /// A heartbeat from the receiver: alive, and the bytes each data
+    /// stream has delivered so far (so the sender can see a stream whose
+    /// bytes left its socket but never arrived).
+    Alive {
+        stream_bytes: Vec<u64>,
+    },
 }
 
 mod kind {
@@ -301,8 +305,12 @@ pub fn encode(m: &Message) -> Vec<u8> {
         Message::DigestsEnd => {
             w.u8(kind::DIGESTS_END);
         }
-        Message::Alive => {
-            w.u8(kind::ALIVE);
+        Message::Alive { stream_bytes } => {
+            assert!(stream_bytes.len() <= usize::from(STREAMS_MAX));
+            w.u8(kind::ALIVE).u16(stream_bytes.len() as u16);
+            for b in stream_bytes {
+                w.u64(*b);
+            }
         }
     }
     let len = (w.buf.len() - 4) as u32;
@@ -508,7 +516,18 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::Digests(items)
         }
         kind::DIGESTS_END => Message::DigestsEnd,
-        kind::ALIVE => Message::Alive,
+        kind::ALIVE => {
+            let n = r.u16()?;
+            if n > STREAMS_MAX {
+                return Err(DecodeError::TooLarge {
+                    what: "stream count",
+                    value: u64::from(n),
+                    max: u64::from(STREAMS_MAX),
+                });
+            }
+            let stream_bytes = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+            Message::Alive { stream_bytes }
+        }
         k => {
             return Err(DecodeError::Invalid {
                 what: "message kind",
@@ -618,7 +637,9 @@ mod tests {
             Message::HaveEnd,
             Message::Digests(vec![(1, 2), (3, 4)]),
             Message::DigestsEnd,
-            Message::Alive,
+            Message::Alive {
+                stream_bytes: vec![1, 2, 3],
+            },
         ]
     }
 

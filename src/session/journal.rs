@@ -110,7 +110,11 @@ impl Journal {
             return None;
         }
         let blocks = (0..words).map(|_| r.u64()).collect::<Result<_, _>>().ok()?;
-        Some(Journal { id: *id, digest, blocks })
+        Some(Journal {
+            id: *id,
+            digest,
+            blocks,
+        })
     }
 
     /// Runs of set bits: (first block, count).
@@ -151,11 +155,7 @@ pub fn load(root: &Root, final_rel: &str, id: &Identity) -> Option<Journal> {
 pub fn store(root: &Root, final_rel: &str, j: &Journal) -> std::io::Result<()> {
     let rel = journal_rel(final_rel);
     let tmp = format!("{rel}.tmp");
-    let mut f = root.open_file(
-        &tmp,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-        0o600,
-    )?;
+    let mut f = root.open_file(&tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o600)?;
     f.write_all(&j.encode())?;
     f.sync_data()?;
     root.rename(&tmp, &rel)
@@ -246,9 +246,15 @@ mod tests {
         assert_eq!(Journal::decode(&b, &id()), Some(j.clone()));
         assert_eq!(j.ranges(), vec![(0, 3), (8, 2)]);
         // Another identity (the source changed, other blocks): ignored.
-        let other = Identity { mtime_ns: 8, ..id() };
+        let other = Identity {
+            mtime_ns: 8,
+            ..id()
+        };
         assert_eq!(Journal::decode(&b, &other), None);
-        let other = Identity { block: 8192, ..id() };
+        let other = Identity {
+            block: 8192,
+            ..id()
+        };
         assert_eq!(Journal::decode(&b, &other), None);
         // Torn at any length, or any byte flipped: ignored.
         for cut in 0..b.len() {

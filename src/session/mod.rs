@@ -7,8 +7,8 @@
 //! arrived, verified, and was synced.
 
 pub mod conn;
-pub mod pull;
 mod journal;
+pub mod pull;
 mod receive;
 pub mod recv;
 pub mod send;
@@ -99,6 +99,20 @@ impl SessionError {
             SessionError::Refused { code, .. } | SessionError::Local { code, .. } => *code,
             SessionError::Data(crate::datapath::Error::Frame { .. }) => ErrorCode::Malformed,
             SessionError::Data(_) => ErrorCode::Io,
+        }
+    }
+
+    /// Whether this is a connection breaking (reset, closed, lost streams),
+    /// which is usually the consequence of a fault the peer can name.
+    pub fn is_connection_loss(&self) -> bool {
+        use std::io::ErrorKind::*;
+        match self {
+            SessionError::Io { source, .. } => matches!(
+                source.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | NotConnected
+            ),
+            SessionError::Data(crate::datapath::Error::Stream { .. }) => true,
+            _ => false,
         }
     }
 

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest};
-use crate::protocol::manifest::ENTRIES_MAX;
 use crate::protocol::manifest::check_path;
+use crate::protocol::manifest::ENTRIES_MAX;
 
 use super::conn::recv_msg;
 use super::receive::{recv_manifest, Incoming, Resume};
@@ -93,7 +93,7 @@ pub fn run_pull(
                 got.push((i, d));
                 Ok(())
             },
-            &mut || Ok(()),
+            &mut |_| Ok(()),
         )?;
         Ok(got)
     });
@@ -131,7 +131,7 @@ pub fn run_pull(
                     }
                     report.files_verified += 1;
                 }
-                Message::Alive => {}
+                Message::Alive { .. } => {}
                 Message::Summary { ok: true, .. } if report.files_verified == files => return Ok(()),
                 Message::Summary { .. } => {
                     return Err(SessionError::local(

@@ -394,8 +394,8 @@ impl Incoming {
 
     /// Take frames from `streams` until every stream ended, calling
     /// `on_done(file_index, digest)` for each file finished, `progress`
-    /// with the payload bytes of each batch, and `tick` at least every
-    /// second (for heartbeats). A stream that breaks is noted and the others
+    /// with the payload bytes of each batch, and `tick` with the bytes each
+    /// stream delivered at least every second (for heartbeats). A stream that breaks is noted and the others
     /// go on (the sender re-sends what it carried); no data on any stream
     /// for `timeout` ends the session.
     pub(crate) fn receive(
@@ -405,7 +405,7 @@ impl Incoming {
         timeout: Duration,
         progress: &mut dyn FnMut(u64),
         on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
-        tick: &mut dyn FnMut() -> Result<(), SessionError>,
+        tick: &mut dyn FnMut(&[u64]) -> Result<(), SessionError>,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         // Buffers wait in the socket, then in the write: twice as many.
@@ -477,8 +477,11 @@ impl Incoming {
                     }
                 }
             };
+            // Files not yet complete: once none is left, streams still open
+            // (a stalled one the sender gave up on) need not be waited for.
+            let mut remaining = files.iter().flatten().filter(|f| !f.done).count();
             let result = (|| {
-                while rx.open() || rx.in_flight() > 0 {
+                while remaining > 0 && (rx.open() || rx.in_flight() > 0) {
                     let mut events = Vec::new();
                     // Handle what arrived even when the poll failed: every
                     // event carries a buffer that must go back to the pool.
@@ -608,6 +611,7 @@ impl Incoming {
                     for index in completed {
                         let f = files[index].as_mut().expect("completed entries are files");
                         if f.received == f.size && f.writing.is_empty() && !f.done {
+                            remaining -= 1;
                             if let Some(slot) = f.slot.take() {
                                 rx.detach_file(slot);
                             }
@@ -632,8 +636,7 @@ impl Incoming {
                             if f.done || !f.dirty {
                                 return false;
                             }
-                            if f.journaling
-                                || now.duration_since(f.last_journal) < JOURNAL_INTERVAL
+                            if f.journaling || now.duration_since(f.last_journal) < JOURNAL_INTERVAL
                             {
                                 return true;
                             }
@@ -662,7 +665,9 @@ impl Incoming {
                                 pending -= 1;
                                 settle(r, files, done_files, &mut pending)?;
                             }
-                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tick()?,
+                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                                tick(rx.stream_bytes())?
+                            }
                             Err(_) => break,
                         }
                     }
@@ -676,7 +681,7 @@ impl Incoming {
                         pending -= 1;
                         settle(r, files, done_files, &mut pending)?;
                     }
-                    tick()?;
+                    tick(rx.stream_bytes())?;
                     if rx.open() && rx.idle_for() > timeout {
                         return Err(SessionError::io(
                             "receiving",
@@ -845,8 +850,7 @@ fn accept_frame(
     } else {
         u64::from(header.length)
     };
-    if !header.offset.is_multiple_of(block) || covered != expected || (hole && header.length != 0)
-    {
+    if !header.offset.is_multiple_of(block) || covered != expected || (hole && header.length != 0) {
         return Err(malformed(format!(
             "frame at offset {} of file {} does not fit its block layout",
             header.offset, header.file_index

@@ -73,6 +73,9 @@ impl Default for Limits {
     }
 }
 
+/// How long a session waits for another to release a file it also names.
+const CLAIM_WAIT: Duration = Duration::from_secs(3);
+
 /// What every session of the daemon shares.
 #[derive(Default)]
 struct Shared {
@@ -93,7 +96,9 @@ struct Hold<'a> {
 impl<'a> Hold<'a> {
     fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
         count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .ok()
             .map(|_| Hold { count })
     }
@@ -458,18 +463,29 @@ fn control_session(
         .filter(|e| e.kind == crate::protocol::manifest::EntryKind::File)
         .map(|e| join(&dest, &e.path))
         .collect();
-    let _claims = {
+    // A session that just lost its sender may still be winding down: give
+    // it a few seconds before refusing.
+    let claim_until = Instant::now() + CLAIM_WAIT;
+    let _claims = loop {
         let mut set = registry.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(busy) = names.iter().find(|n| set.contains(*n)) {
-            return Err(SessionError::local(
-                ErrorCode::Busy,
-                format!("{busy}: another session is receiving it now"),
-            ));
-        }
-        set.extend(names.iter().cloned());
-        Claims {
-            set: &registry.claimed,
-            names,
+        match names.iter().find(|n| set.contains(*n)) {
+            None => {
+                set.extend(names.iter().cloned());
+                break Claims {
+                    set: &registry.claimed,
+                    names,
+                };
+            }
+            Some(busy) if Instant::now() >= claim_until => {
+                return Err(SessionError::local(
+                    ErrorCode::Busy,
+                    format!("{busy}: another session is receiving it now"),
+                ));
+            }
+            Some(_) => {
+                drop(set);
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     };
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
@@ -506,10 +522,11 @@ fn control_session(
         cfg.timeout,
         &mut |b| progress.add(b),
         &mut |file_index, digest| send_msg(s, &Message::FileAck { file_index, digest }),
-        &mut || {
-            if last_beat.elapsed() >= Duration::from_secs(1) {
+        &mut |stream_bytes: &[u64]| {
+            if last_beat.elapsed() >= Duration::from_millis(500) {
                 last_beat = Instant::now();
-                send_msg(&mut beat, &Message::Alive)?;
+                let stream_bytes = stream_bytes.to_vec();
+                send_msg(&mut beat, &Message::Alive { stream_bytes })?;
             }
             Ok(())
         },
@@ -536,14 +553,18 @@ fn collect_streams(
     wait: Duration,
 ) -> Result<Vec<TcpStream>, SessionError> {
     let (tx, rx) = mpsc::channel();
-    registry.registry.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        keys.session_id,
-        Pending {
-            keys: keys.clone(),
-            streams: count,
-            tx,
-        },
-    );
+    registry
+        .registry
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            keys.session_id,
+            Pending {
+                keys: keys.clone(),
+                streams: count,
+                tx,
+            },
+        );
     let ready = send_msg(s, &Message::Ready);
     let mut streams: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
     let deadline = Instant::now() + wait;
@@ -594,7 +615,8 @@ fn pull_session(
         let mut digests = Vec::new();
         for (i, e) in tree.entries.iter().enumerate() {
             if e.kind == crate::protocol::manifest::EntryKind::File {
-                let (f, _) = open_source_beneath(&root, &tree.sources[i], crate::datapath::DirectMode::Off)?;
+                let (f, _) =
+                    open_source_beneath(&root, &tree.sources[i], crate::datapath::DirectMode::Off)?;
                 let d = super::journal::content_digest(&f, e.size, block)
                     .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
                 digests.push((i as u32, d));
@@ -620,7 +642,9 @@ fn pull_session(
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
-    let pushed = push_data(&params, &tree, &held, None, &open, &streams, &counters, &stop)?;
+    let pushed = push_data(
+        &params, &tree, &held, None, &open, &streams, &counters, &stop,
+    )?;
     let digests = pushed.digests;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);

@@ -7,7 +7,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::coord::{Interval, IntervalTracker, WorkerCounters};
@@ -112,16 +112,23 @@ impl Pacer {
         }
     }
 
-    /// Wait until `bytes` more may go out.
-    fn admit(&mut self, bytes: u64) {
-        if let Some(rate) = self.rate {
-            let due = (self.sent + bytes) as f64 / rate;
-            let now = self.start.elapsed().as_secs_f64();
-            if due > now {
-                std::thread::sleep(Duration::from_secs_f64(due - now));
-            }
+    /// How long until `bytes` more may go out (None: now).
+    fn delay(&self, bytes: u64) -> Option<Duration> {
+        let rate = self.rate?;
+        let due = (self.sent + bytes) as f64 / rate;
+        let now = self.start.elapsed().as_secs_f64();
+        (due > now).then(|| Duration::from_secs_f64(due - now))
+    }
+
+    /// Wait until `bytes` more may go out, keeping `tx` moving meanwhile
+    /// (frames already admitted go out while this waits).
+    fn admit(&mut self, bytes: u64, tx: &mut NetSender) -> Result<(), SessionError> {
+        while let Some(d) = self.delay(bytes) {
+            tx.poll(false)?;
+            std::thread::sleep(d.min(Duration::from_millis(5)));
         }
         self.sent += bytes;
+        Ok(())
     }
 }
 
@@ -402,7 +409,21 @@ pub fn run_send(
             tree.file_bytes() - skipped
         ));
     }
-    let acked: Vec<AtomicBool> = (0..tree.entries.len()).map(|_| AtomicBool::new(false)).collect();
+    // Entries needing no acknowledgement (not files, or complete) start set.
+    let acks_state = Acks {
+        acked: tree
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                AtomicBool::new(
+                    e.kind != EntryKind::File || held.complete.contains_key(&(i as u32)),
+                )
+            })
+            .collect(),
+        ended: AtomicBool::new(false),
+        received: (0..cfg.streams).map(|_| AtomicU64::new(0)).collect(),
+    };
     // Acknowledgements are read while the data flows: a receiver that
     // finishes many files must never block on a full control socket.
     let mut reader = ctl
@@ -412,8 +433,12 @@ pub fn run_send(
         .set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
         .map_err(|e| SessionError::io("control connection", e))?;
     let (data, mut report, acks) = std::thread::scope(|scope| {
-        let acked = &acked;
-        let acks = scope.spawn(move || read_acks(&mut reader, acked));
+        let acked = &acks_state;
+        let acks = scope.spawn(move || {
+            let r = read_acks(&mut reader, acked);
+            acked.ended.store(true, Ordering::Release);
+            r
+        });
         let (data, report) = drive(
             cfg,
             tree.file_bytes() - skipped,
@@ -421,7 +446,16 @@ pub fn run_send(
             interrupt,
             obs,
             |counters, stop| {
-                push_data(&params, &tree, &held, Some(acked), &open, &streams, counters, stop)
+                push_data(
+                    &params,
+                    &tree,
+                    &held,
+                    Some(acked),
+                    &open,
+                    &streams,
+                    counters,
+                    stop,
+                )
             },
         );
         if let Err(e) = &data {
@@ -448,7 +482,9 @@ pub fn run_send(
         Ok(pushed) => {
             note_zero_copy(&mut report, &pushed.stats, obs);
             for l in &pushed.lost {
-                obs.notice(&format!("data {l}; its frames went again on the other streams"));
+                obs.notice(&format!(
+                    "data {l}; its frames went again on the other streams"
+                ));
             }
             report.frames_resent = pushed.resent;
             pushed.digests
@@ -457,7 +493,7 @@ pub fn run_send(
             // The receiver's reason (no space, a failed write) is the one
             // to report: the lost streams only follow from it.
             let e = match acks {
-                Err(refused @ SessionError::Refused { .. }) => refused,
+                Err(refused @ SessionError::Refused { .. }) if e.is_connection_loss() => refused,
                 _ => e,
             };
             report.status = if interrupt.load(Ordering::Relaxed) {
@@ -680,17 +716,21 @@ pub(crate) fn bench_data(
 /// Read acknowledgements until the receiver's summary: (entry, digest).
 /// Each acknowledged entry is marked in `acked` (its frames need not be
 /// kept for re-sending); heartbeats only show the receiver is alive.
-fn read_acks(ctl: &mut TcpStream, acked: &[AtomicBool]) -> Result<Vec<(u32, u64)>, SessionError> {
+fn read_acks(ctl: &mut TcpStream, state: &Acks) -> Result<Vec<(u32, u64)>, SessionError> {
     let mut acks = Vec::new();
     loop {
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
-                if let Some(a) = acked.get(file_index as usize) {
+                if let Some(a) = state.acked.get(file_index as usize) {
                     a.store(true, Ordering::Relaxed);
                 }
                 acks.push((file_index, digest))
             }
-            Message::Alive => {}
+            Message::Alive { stream_bytes } => {
+                for (at, b) in state.received.iter().zip(stream_bytes) {
+                    at.fetch_max(b, Ordering::Relaxed);
+                }
+            }
             Message::Summary { ok: true, .. } => return Ok(acks),
             Message::Summary { .. } => {
                 return Err(SessionError::local(
@@ -821,7 +861,8 @@ fn content_digests(tree: &Tree, block: u64) -> Result<Vec<(u32, u64)>, SessionEr
     for (i, e) in tree.entries.iter().enumerate() {
         if e.kind == EntryKind::File {
             let path = &tree.sources[i];
-            let f = File::open(path).map_err(|err| SessionError::io(path.display().to_string(), err))?;
+            let f = File::open(path)
+                .map_err(|err| SessionError::io(path.display().to_string(), err))?;
             let d = super::journal::content_digest(&f, e.size, block)
                 .map_err(|err| SessionError::io(path.display().to_string(), err))?;
             out.push((i as u32, d));
@@ -831,7 +872,10 @@ fn content_digests(tree: &Tree, block: u64) -> Result<Vec<(u32, u64)>, SessionEr
 }
 
 /// Send content digests in parts, then their end.
-pub(crate) fn send_digests(ctl: &mut TcpStream, digests: &[(u32, u64)]) -> Result<(), SessionError> {
+pub(crate) fn send_digests(
+    ctl: &mut TcpStream,
+    digests: &[(u32, u64)],
+) -> Result<(), SessionError> {
     use crate::protocol::control::LIST_PART_ITEMS_MAX;
     for part in digests.chunks(LIST_PART_ITEMS_MAX as usize) {
         send_msg(ctl, &Message::Digests(part.to_vec()))?;
@@ -1036,15 +1080,35 @@ struct Ledger<'a> {
     prune_at: Vec<usize>,
     /// Records were dropped past the bound: this stream cannot be re-sent.
     overflowed: Vec<bool>,
-    acked: Option<&'a [AtomicBool]>,
+    acked: Option<&'a Acks>,
+}
+
+/// Which files the receiver acknowledged, shared with the reader of its
+/// acknowledgements.
+pub(crate) struct Acks {
+    pub(crate) acked: Vec<AtomicBool>,
+    /// The reader stopped (summary, error or silence): wait no more.
+    pub(crate) ended: AtomicBool,
+    /// Bytes each data stream delivered, as the receiver last said.
+    pub(crate) received: Vec<AtomicU64>,
+}
+
+impl Acks {
+    fn has(&self, entry: u32) -> bool {
+        self.acked[entry as usize].load(Ordering::Relaxed)
+    }
+
+    fn all(&self) -> bool {
+        self.acked.iter().all(|a| a.load(Ordering::Relaxed))
+    }
 }
 
 impl Ledger<'_> {
     fn record(&mut self, stream: u32, s: Sent) {
         let st = stream as usize;
         if self.sent[st].len() >= self.prune_at[st] {
-            if let Some(acked) = self.acked {
-                self.sent[st].retain(|r| !acked[r.entry as usize].load(Ordering::Relaxed));
+            if let Some(acks) = self.acked {
+                self.sent[st].retain(|r| !acks.has(r.entry));
             }
             self.prune_at[st] = (self.sent[st].len() * 2).max(4096);
         }
@@ -1078,7 +1142,7 @@ pub(crate) fn push_data(
     params: &PushParams,
     tree: &Tree,
     held: &Held,
-    acked: Option<&[AtomicBool]>,
+    acked: Option<&Acks>,
     open: &Opener<'_>,
     streams: &[TcpStream],
     counters: &WorkerCounters,
@@ -1169,6 +1233,11 @@ pub(crate) fn push_data(
             if src.next >= src.size {
                 continue;
             }
+            // Paced: reads already issued go out before waiting for more.
+            let next_len = (src.size - src.next).min(block);
+            if free_tokens.len() < reads_max && pacer.delay(next_len).is_some() {
+                break;
+            }
             let Some(mut lease) = tx.take_buffer() else {
                 break;
             };
@@ -1180,11 +1249,20 @@ pub(crate) fn push_data(
                 let sum = hole_checksum(i as u32, offset, n as u64);
                 digests[i] = digest_add(digests[i], sum);
                 let st = pick(&tx, &mut next_stream, n_streams);
-                ledger.record(st, Sent { entry: i as u32, offset, len: n as u32, checksum: sum, hole: true });
+                ledger.record(
+                    st,
+                    Sent {
+                        entry: i as u32,
+                        offset,
+                        len: n as u32,
+                        checksum: sum,
+                        hole: true,
+                    },
+                );
                 tx.queue(st, lease, &h);
                 continue;
             }
-            pacer.admit(n as u64);
+            pacer.admit(n as u64, &mut tx)?;
             let want = if src.direct {
                 n.div_ceil(4096) * 4096
             } else {
@@ -1214,7 +1292,16 @@ pub(crate) fn push_data(
                     );
                     digests[i] = digest_add(digests[i], h.checksum);
                     let st = pick(&tx, &mut next_stream, n_streams);
-                    ledger.record(st, Sent { entry: i as u32, offset, len: n as u32, checksum: h.checksum, hole: false });
+                    ledger.record(
+                        st,
+                        Sent {
+                            entry: i as u32,
+                            offset,
+                            len: n as u32,
+                            checksum: h.checksum,
+                            hole: false,
+                        },
+                    );
                     tx.queue(st, lease, &h);
                     counters.add(n as u64, 1);
                 }
@@ -1245,11 +1332,30 @@ pub(crate) fn push_data(
             let h = FrameHeader::for_payload(i as u32, offset, &payload_mut(&mut lease)[..n], 0);
             digests[i] = digest_add(digests[i], h.checksum);
             let st = pick(&tx, &mut next_stream, n_streams);
-            ledger.record(st, Sent { entry: i as u32, offset, len: n as u32, checksum: h.checksum, hole: false });
+            ledger.record(
+                st,
+                Sent {
+                    entry: i as u32,
+                    offset,
+                    len: n as u32,
+                    checksum: h.checksum,
+                    hole: false,
+                },
+            );
             tx.queue(st, lease, &h);
             counters.add(n as u64, 1);
         }
-        resend_lost(&mut tx, &mut ledger, open, tree, block, &mut next_stream, counters, &mut lost_log, &mut resent)?;
+        resend_lost(
+            &mut tx,
+            &mut ledger,
+            open,
+            tree,
+            block,
+            &mut next_stream,
+            counters,
+            &mut lost_log,
+            &mut resent,
+        )?;
         // Close sources that are read through (keeping `current` in place),
         // and check each is still what the manifest said.
         let mut k = 0;
@@ -1284,7 +1390,87 @@ pub(crate) fn push_data(
     }
     while tx.busy() {
         tx.poll(true)?;
-        resend_lost(&mut tx, &mut ledger, open, tree, block, &mut next_stream, counters, &mut lost_log, &mut resent)?;
+        resend_lost(
+            &mut tx,
+            &mut ledger,
+            open,
+            tree,
+            block,
+            &mut next_stream,
+            counters,
+            &mut lost_log,
+            &mut resent,
+        )?;
+    }
+    // Everything is in the sockets. Keep the streams until every file is
+    // acknowledged: a stream whose bytes stop leaving its socket, or stop
+    // arriving at the receiver (a stalled path or middlebox), is given up
+    // and its frames go again.
+    if let Some(acks) = acked {
+        let half = cfg.timeout / 2;
+        let mut seen: Vec<(usize, Instant)> = vec![(0, Instant::now()); fds.len()];
+        let mut arrived: Vec<(u64, Instant)> = vec![(0, Instant::now()); fds.len()];
+        while !acks.all() && !acks.ended.load(Ordering::Acquire) {
+            if stop.load(Ordering::Relaxed) {
+                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+            }
+            if tx.busy() {
+                tx.poll(true)?;
+            } else {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let now = Instant::now();
+            for st in 0..fds.len() as u32 {
+                if !tx.is_live(st) {
+                    continue;
+                }
+                let q = tx.unacknowledged(st);
+                let (last, since) = &mut seen[st as usize];
+                if q == 0 || q != *last {
+                    (*last, *since) = (q, now);
+                } else if now.duration_since(*since) > half {
+                    tx.lose(
+                        st,
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("stalled: {q} bytes unacknowledged for {} s", half.as_secs()),
+                        ),
+                    );
+                    continue;
+                }
+                let got = acks
+                    .received
+                    .get(st as usize)
+                    .map_or(0, |a| a.load(Ordering::Relaxed));
+                let (last, since) = &mut arrived[st as usize];
+                if got >= tx.stream_bytes(st) || got != *last {
+                    (*last, *since) = (got, now);
+                } else if now.duration_since(*since) > half {
+                    let behind = tx.stream_bytes(st) - got;
+                    tx.lose(
+                        st,
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "stalled: {behind} bytes sent never arrived in {} s",
+                                half.as_secs()
+                            ),
+                        ),
+                    );
+                }
+            }
+            resend_lost(
+                &mut tx,
+                &mut ledger,
+                open,
+                tree,
+                block,
+                &mut next_stream,
+                counters,
+                &mut lost_log,
+                &mut resent,
+            )?;
+        }
     }
     Ok(Pushed {
         digests,
@@ -1309,7 +1495,9 @@ fn check_unchanged(
     name: &str,
 ) -> Result<(), SessionError> {
     use std::os::unix::fs::MetadataExt;
-    let m = file.metadata().map_err(|err| SessionError::io(name.to_string(), err))?;
+    let m = file
+        .metadata()
+        .map_err(|err| SessionError::io(name.to_string(), err))?;
     if m.len() != e.size {
         return Err(changed(name, &format!("size {} -> {}", e.size, m.len())));
     }
@@ -1342,6 +1530,11 @@ fn resend_lost(
         }
         for (s, why) in lost {
             lost_log.push(format!("stream {s}: {why}"));
+            let all_acked = ledger.acked.is_some_and(Acks::all);
+            if all_acked {
+                // The receiver has every file: it may close streams early.
+                continue;
+            }
             if tx.live_count() == 0 {
                 return Err(SessionError::io(
                     format!("every data stream was lost (last, stream {s})"),
@@ -1357,10 +1550,7 @@ fn resend_lost(
             let records = std::mem::take(&mut ledger.sent[s as usize]);
             let mut sources: HashMap<u32, (File, bool)> = HashMap::new();
             for r in records {
-                if ledger
-                    .acked
-                    .is_some_and(|a| a[r.entry as usize].load(Ordering::Relaxed))
-                {
+                if ledger.acked.is_some_and(|a| a.has(r.entry)) {
                     continue;
                 }
                 let mut lease = loop {

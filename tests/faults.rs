@@ -1,0 +1,454 @@
+//! Faults injected into real transfers (issue 4): processes killed half
+//! way and resumed, data streams cut or stalled through a proxy the test
+//! controls, peers paused with SIGSTOP, a full and a read-only filesystem,
+//! a source that grows while it is sent. Each ends by comparing bytes.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::transfer::{assert_same_tree, no_part_files, Daemon};
+use crate::util::{json, noise, stderr, stdout, urmove};
+
+const MIB: usize = 1 << 20;
+
+/// A tree with one large file and ten small ones; returns its top.
+fn make_run(dir: &Path, big_mib: usize) -> PathBuf {
+    let top = dir.join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("big.dat"), noise(big_mib * MIB + 777, 11)).unwrap();
+    for i in 0..10 {
+        std::fs::write(top.join(format!("s{i}")), noise(100_000 + i, i as u64)).unwrap();
+    }
+    top
+}
+
+fn tree_bytes(top: &Path) -> u64 {
+    std::fs::read_dir(top)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+fn send_child(d: &Daemon, port: u16, extra: &[&str], args: &[&str]) -> Child {
+    urmove()
+        .args(["send", "-p", &port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args(extra)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until the daemon logs a `Net In` line at `pct` percent or more.
+fn wait_for_percent(d: &Daemon, pct: f64) {
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut seen = String::new();
+    while Instant::now() < until {
+        for line in d.log().lines() {
+            seen += line;
+            seen += "\n";
+            let at = line
+                .split_whitespace()
+                .find_map(|w| w.strip_suffix('%').and_then(|p| p.parse::<f64>().ok()));
+            if at.is_some_and(|p| p >= pct) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the transfer never reached {pct}%:\n{seen}");
+}
+
+fn finish(child: Child) -> std::process::Output {
+    child.wait_with_output().unwrap()
+}
+
+/// `send --resume` of `top` after an interruption: it completes, the tree
+/// is identical, and only what the receiver lacked crossed the wire.
+fn resume_and_check(d: &Daemon, top: &Path) -> serde_json::Value {
+    let o = d.send(
+        &["--resume", "-P", "2", "--block", "1M", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["files_verified"], 11);
+    let total = tree_bytes(top);
+    let (sent, skipped) = (
+        v["bytes"].as_u64().unwrap(),
+        v["bytes_skipped"].as_u64().unwrap(),
+    );
+    assert_eq!(sent + skipped, total, "{v}");
+    assert!(skipped >= total / 5, "resume skipped too little: {v}");
+    assert_same_tree(top, &d.root.path().join("in/run"));
+    assert!(no_part_files(d.root.path()));
+    v
+}
+
+#[test]
+fn a_receiver_killed_half_way_resumes_and_sends_less_the_second_time() {
+    let mut d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 80);
+    let first = send_child(
+        &d,
+        d.port,
+        &[
+            "--rate-limit",
+            "20MB",
+            "-P",
+            "2",
+            "--block",
+            "1M",
+            "--timeout",
+            "5s",
+        ],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 55.0);
+    d.kill_and_restart();
+    let o = finish(first);
+    assert!(!o.status.success(), "the first send survived its receiver");
+    let part = d.root.path().join("in/run/big.dat.urmove.part");
+    assert!(part.exists(), "the part file is kept for resuming");
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+    resume_and_check(&d, &top);
+}
+
+#[test]
+fn a_sender_killed_half_way_resumes_and_sends_less_the_second_time() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 80);
+    let mut first = send_child(
+        &d,
+        d.port,
+        &["--rate-limit", "20MB", "-P", "2", "--block", "1M"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 55.0);
+    first.kill().unwrap();
+    let _ = first.wait();
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+    resume_and_check(&d, &top);
+}
+
+#[test]
+fn a_finished_transfer_run_again_is_a_no_op_and_checksum_compares_content() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 3);
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let o = d.send(&["--block", "1M"], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Again with --resume: nothing crosses, every file counts as verified.
+    let o = d.send(&["--resume", "--block", "1M"], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o) + &stderr(&o);
+    assert!(text.contains("11 files complete"), "{text}");
+    let o = d.send(&["--resume", "--json"], &args);
+    let v = json(&o);
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["bytes"], 0, "{v}");
+    assert_eq!(v["bytes_skipped"], tree_bytes(&top), "{v}");
+    assert_eq!(v["files_verified"], 11);
+    // A file changed on the receiver behind urmove's back, same size and
+    // mtime: size and mtime cannot see it; --checksum can, and mends it.
+    let theirs = d.root.path().join("in/run/s3");
+    let mtime = std::fs::metadata(&theirs).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&theirs).unwrap();
+    bytes[500] ^= 0xFF;
+    std::fs::write(&theirs, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&theirs)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let o = d.send(&["--checksum", "--json"], &args);
+    let v = json(&o);
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["bytes"], 100_003, "only the changed file went again: {v}");
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+}
+
+/// What the proxy does to one of the connections it relays.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Close connection `conn` (0 is the control connection) both ways
+    /// once `after` bytes went from the client through it.
+    Cut { conn: usize, after: u64 },
+    /// Stop reading from the client on connection `conn` after `after`
+    /// bytes, keeping both ends open.
+    Stall { conn: usize, after: u64 },
+}
+
+/// A TCP relay on 127.0.0.1 to `target`, doing `fault` to one connection.
+struct Proxy {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    /// Whether the fault happened.
+    struck: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(target: u16, fault: Fault) -> Proxy {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let struck = Arc::new(AtomicBool::new(false));
+        let (stop2, struck2) = (Arc::clone(&stop), Arc::clone(&struck));
+        std::thread::spawn(move || {
+            for (k, c) in l.incoming().enumerate() {
+                let Ok(client) = c else { return };
+                if stop2.load(Ordering::Relaxed) {
+                    return;
+                }
+                let up = TcpStream::connect(("127.0.0.1", target)).unwrap();
+                let (c2, u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+                // Replies flow back untouched.
+                std::thread::spawn(move || pump(u2, c2, None, &AtomicBool::new(false)));
+                let fault = match fault {
+                    Fault::Cut { conn, after } if conn == k => Some((after, true)),
+                    Fault::Stall { conn, after } if conn == k => Some((after, false)),
+                    _ => None,
+                };
+                let (stop3, struck3) = (Arc::clone(&stop2), Arc::clone(&struck2));
+                std::thread::spawn(move || {
+                    pump(client, up, fault, &struck3);
+                    // A stalled relay holds its sockets until the test ends.
+                    while !stop3.load(Ordering::Relaxed) && fault.is_some_and(|f| !f.1) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                });
+            }
+        });
+        Proxy { port, stop, struck }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// Copy `from` to `to`; with a fault, after `after` bytes either cut both
+/// (true) or stop reading (false).
+fn pump(mut from: TcpStream, mut to: TcpStream, fault: Option<(u64, bool)>, struck: &AtomicBool) {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut moved = 0u64;
+    loop {
+        let limit = match fault {
+            Some((after, _)) => ((after - moved) as usize).min(buf.len()),
+            None => buf.len(),
+        };
+        if limit == 0 {
+            let (_, cut) = fault.unwrap();
+            struck.store(true, Ordering::Relaxed);
+            if cut {
+                let _ = from.shutdown(Shutdown::Both);
+                let _ = to.shutdown(Shutdown::Both);
+            }
+            return;
+        }
+        match from.read(&mut buf[..limit]) {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown(Shutdown::Write);
+                return;
+            }
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    let _ = from.shutdown(Shutdown::Both);
+                    return;
+                }
+                moved += n as u64;
+            }
+        }
+    }
+}
+
+fn through_proxy(fault: Fault, extra: &[&str]) {
+    let d = Daemon::start();
+    let proxy = Proxy::start(d.port, fault);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 48);
+    let mut args = vec!["-P", "3", "--block", "1M", "--json"];
+    args.extend_from_slice(extra);
+    let o = finish(send_child(
+        &d,
+        proxy.port,
+        &args,
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    ));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert!(
+        proxy.struck.load(Ordering::Relaxed),
+        "the fault never happened"
+    );
+    let v = json(&o);
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["files_verified"], 11);
+    assert!(v["frames_resent"].as_u64().unwrap() > 0, "{v}");
+    assert!(stderr(&o).contains("data stream"), "{}", stderr(&o));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+    assert!(no_part_files(d.root.path()));
+}
+
+#[test]
+fn a_data_stream_cut_mid_transfer_is_made_good_on_the_others() {
+    // Connection 2 is the second data stream; cut it after 5 MiB.
+    through_proxy(
+        Fault::Cut {
+            conn: 2,
+            after: 5 << 20,
+        },
+        &[],
+    );
+}
+
+#[test]
+fn a_stalled_data_stream_is_given_up_and_its_frames_sent_again() {
+    through_proxy(
+        Fault::Stall {
+            conn: 2,
+            after: 5 << 20,
+        },
+        &["--timeout", "4s"],
+    );
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn a_paused_receiver_fails_the_sender_within_its_timeout() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 80);
+    let child = send_child(
+        &d,
+        d.port,
+        &["--rate-limit", "40MB", "--timeout", "3s", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 10.0);
+    signal(d.pid(), "-STOP");
+    let paused = Instant::now();
+    let o = finish(child);
+    let waited = paused.elapsed();
+    signal(d.pid(), "-CONT");
+    assert!(!o.status.success());
+    let v = json(&o);
+    assert_ne!(v["status"], "ok");
+    let err = v["error"].as_str().unwrap();
+    assert!(
+        err.contains("taken no data") || err.contains("went silent"),
+        "{err}"
+    );
+    // Bounded: the timeout and a little, never a hang.
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+}
+
+#[test]
+fn a_paused_sender_ends_the_daemon_session_within_its_timeout() {
+    let mut d = Daemon::start_full(
+        &[],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &["--timeout", "3s"],
+    );
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 80);
+    let mut child = send_child(
+        &d,
+        d.port,
+        &["--rate-limit", "40MB"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 10.0);
+    signal(child.id(), "-STOP");
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut log = String::new();
+    while Instant::now() < until && !log.contains("no data from the sender") {
+        log += &d.log();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(log.contains("no data from the sender"), "{log}");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(d.alive());
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+    // The daemon serves the next session.
+    let o = d.send(&["--resume"], &[top.to_str().unwrap(), "127.0.0.1:in"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+}
+
+#[test]
+fn two_sessions_for_the_same_file_are_not_interleaved() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 12);
+    // Slow enough to outlast the daemon's wait for a busy file (3 s).
+    let first = send_child(
+        &d,
+        d.port,
+        &["--rate-limit", "2MB", "--block", "1M"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 5.0);
+    let o = d.send(&["--json"], &[top.to_str().unwrap(), "127.0.0.1:in"]);
+    assert!(!o.status.success(), "{}\n{}", stdout(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["status"], "busy", "{v}");
+    let err = v["error"].as_str().unwrap_or_default().to_string();
+    assert!(err.contains("another session is receiving it"), "{err}");
+    let o = finish(first);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+}
+
+#[test]
+fn a_source_that_grows_during_the_send_is_reported() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 40);
+    let child = send_child(
+        &d,
+        d.port,
+        &["--rate-limit", "20MB", "-P", "1", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 5.0);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(top.join("big.dat"))
+        .unwrap();
+    f.write_all(b"still being written").unwrap();
+    drop(f);
+    let o = finish(child);
+    assert!(!o.status.success());
+    let v = json(&o);
+    let err = v["error"].as_str().unwrap();
+    assert!(
+        err.contains("big.dat") && err.contains("changed during the send"),
+        "{err}"
+    );
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+}
