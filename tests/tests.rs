@@ -7,6 +7,7 @@ mod cli_errors;
 mod datapath;
 mod disk;
 mod disk_devices;
+mod hostile;
 mod linters;
 mod net;
 mod protocol_io;
