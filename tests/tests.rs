@@ -8,6 +8,7 @@ mod datapath;
 mod disk;
 mod disk_devices;
 mod faults;
+mod hostile;
 mod linters;
 mod net;
 mod protocol_io;

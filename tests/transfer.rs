@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, SystemTime};
 
-use crate::util::{json, stderr, urmove};
+use crate::util::{json, raw, stderr, urmove};
 
 /// A receiver daemon on 127.0.0.1 and a free port, killed on drop.
 pub struct Daemon {
@@ -39,16 +39,14 @@ fn spawn_recv(
         None => urmove(),
     };
     let mut child = cmd
-        .args([
-            "recv",
-            "--listen",
-            &format!("{ip}:0"),
-            "--handshake-timeout",
-            "2s",
-            "--interval",
-            "100ms",
-            "--root",
-        ])
+        .args(["recv", "--listen", &format!("{ip}:0"), "--interval", "100ms"])
+        .args(
+            (!extra.iter().any(|a| a == "--handshake-timeout"))
+                .then_some(["--handshake-timeout", "2s"])
+                .into_iter()
+                .flatten(),
+        )
+        .arg("--root")
         .arg(root)
         .arg("--key-file")
         .arg(key)
@@ -90,6 +88,16 @@ impl Daemon {
     /// Start the daemon listening on `ip` (port chosen by the kernel).
     pub fn start_on(wrapper: &[&str], ip: &str) -> Daemon {
         Self::start_full(wrapper, ip, Path::new("/var/tmp"), &[])
+    }
+
+    /// Start the daemon on 127.0.0.1 with another `--handshake-timeout`.
+    pub fn start_with_timeout(handshake_timeout: &str) -> Daemon {
+        Self::start_full(
+            &[],
+            "127.0.0.1",
+            Path::new("/var/tmp"),
+            &["--handshake-timeout", handshake_timeout],
+        )
     }
 
     /// Start the daemon with its root a new directory in `parent` and
@@ -398,15 +406,6 @@ fn escaping_destinations_and_symlinks_are_refused_without_writing_outside() {
         stderr(&o)
     );
     assert!(!d.root.path().join("in/t/evil").exists());
-}
-
-fn raw(port: u16, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
 }
 
 #[test]
@@ -762,56 +761,8 @@ fn hand_session_with(
     streams: u16,
     block_size: u32,
 ) -> Result<(TcpStream, TcpStream), urmove::protocol::control::Message> {
-    use urmove::protocol::control::{decode, encode, Direction, Message, SessionRequest};
-    use urmove::protocol::handshake::{parse_key, stream_proof, ClientHandshake};
-    let key = parse_key(&std::fs::read_to_string(&d.key).unwrap()).unwrap();
-    let mut ctl = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
-    ctl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let read_msg = |s: &mut TcpStream| -> Message {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some((m, _)) = decode(&buf).unwrap() {
-                return m;
-            }
-            let n = s.read(&mut chunk).unwrap();
-            assert!(n > 0, "connection closed");
-            buf.extend_from_slice(&chunk[..n]);
-        }
-    };
-    let (mut hs, hello) = ClientHandshake::new(key, [5; 32]);
-    ctl.write_all(&encode(&Message::Hello(hello))).unwrap();
-    let Message::Challenge(ch) = read_msg(&mut ctl) else {
-        panic!("no challenge")
-    };
-    ctl.write_all(&encode(&Message::Auth(hs.on_challenge(&ch).unwrap())))
-        .unwrap();
-    let Message::Welcome(w) = read_msg(&mut ctl) else {
-        panic!("no welcome")
-    };
-    let keys = hs.on_welcome(&w).unwrap();
-    let req = SessionRequest {
-        direction: Direction::Push,
-        streams,
-        block_size,
-        flags: 0,
-        path: "hand".into(),
-    };
-    ctl.write_all(&encode(&Message::Request(req))).unwrap();
-    let _ = ctl.write_all(&encode(&Message::Manifest(entries)));
-    let _ = ctl.write_all(&encode(&Message::ManifestEnd));
-    let reply = read_msg(&mut ctl);
-    if reply != Message::Ready {
-        return Err(reply);
-    }
-    let mut data = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
-    data.write_all(&encode(&Message::StreamHello {
-        session_id: keys.session_id,
-        stream_index: 0,
-        proof: stream_proof(&keys, 0),
-    }))
-    .unwrap();
-    Ok((ctl, data))
+    let (ctl, keys) = crate::util::hand_push(d.port, &d.key, entries, streams, block_size)?;
+    Ok((ctl, crate::util::data_stream(d.port, &keys, 0)))
 }
 
 #[test]

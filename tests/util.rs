@@ -1,9 +1,20 @@
 //! Helpers shared by the integration tests: the binary, temporary
-//! directories, loop-mounted filesystems and kernel I/O counters.
+//! directories, loop-mounted filesystems, kernel I/O counters, and the
+//! daemon's protocol spoken by hand.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use urmove::protocol::control::{
+    body_len, decode, decode_body, encode, Direction, ErrorCode, Message, SessionRequest,
+};
+use urmove::protocol::handshake::{parse_key, stream_proof, ClientHandshake, Key, SessionKeys};
+use urmove::protocol::manifest::Entry;
+use urmove::protocol::wire::DecodeError;
 
 /// Skip a test with a printed reason when the machine cannot run it.
 #[macro_export]
@@ -213,4 +224,169 @@ impl Drop for LoopFs {
 /// Whether loop devices can be made here (root, losetup, mkfs).
 pub fn can_loop(fs: &str) -> bool {
     is_root() && have("losetup") && have(if fs == "xfs" { "mkfs.xfs" } else { "mkfs.ext4" })
+}
+
+/// Run `cmd` with its output captured; kill it and panic when it is still
+/// running after `limit` (a bound against hangs, not a speed check).
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{cmd:?} still running after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&err.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+// Speaking the daemon's protocol by hand, with the library's own encoder,
+// to send what a well-behaved client never would.
+
+/// A connection to a daemon on loopback; no read waits longer than 30 s.
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connecting to the daemon");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// Send `bytes` on a new connection and return everything the daemon
+/// answers until it closes.
+pub fn raw(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let mut s = connect(port);
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// Read exactly one control message (nothing past it).
+pub fn try_read_msg(s: &mut TcpStream) -> std::io::Result<Message> {
+    let mut prefix = [0u8; 4];
+    s.read_exact(&mut prefix)?;
+    let bad = |e: DecodeError| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
+    let mut body = vec![0u8; body_len(prefix).map_err(bad)?];
+    s.read_exact(&mut body)?;
+    decode_body(&body).map_err(bad)
+}
+
+pub fn read_msg(s: &mut TcpStream) -> Message {
+    try_read_msg(s).expect("a control message from the daemon")
+}
+
+/// The messages in `bytes`, in order; trailing bytes that are not a whole
+/// message are left out.
+pub fn messages(bytes: &[u8]) -> Vec<Message> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    while let Ok(Some((m, used))) = decode(&bytes[at..]) {
+        at += used;
+        out.push(m);
+    }
+    out
+}
+
+/// The daemon's reason for refusing, from the `Error` message among the
+/// bytes it sent before closing.
+pub fn refusal(reply: &[u8]) -> (ErrorCode, String) {
+    messages(reply)
+        .into_iter()
+        .find_map(|m| match m {
+            Message::Error { code, message } => Some((code, message)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no error message from the daemon in {reply:?}"))
+}
+
+pub fn key_of(key_file: &Path) -> Key {
+    parse_key(&std::fs::read_to_string(key_file).unwrap()).unwrap()
+}
+
+/// A completed handshake: the authenticated control connection and the
+/// session's keys.
+pub fn handshake(port: u16, key_file: &Path) -> (TcpStream, SessionKeys) {
+    let mut ctl = connect(port);
+    let (mut hs, hello) = ClientHandshake::new(key_of(key_file), [5; 32]);
+    ctl.write_all(&encode(&Message::Hello(hello))).unwrap();
+    let Message::Challenge(ch) = read_msg(&mut ctl) else {
+        panic!("no challenge")
+    };
+    ctl.write_all(&encode(&Message::Auth(hs.on_challenge(&ch).unwrap())))
+        .unwrap();
+    let Message::Welcome(w) = read_msg(&mut ctl) else {
+        panic!("no welcome")
+    };
+    let keys = hs.on_welcome(&w).unwrap();
+    (ctl, keys)
+}
+
+/// A push request into `hand/` under the root (the one place tests build
+/// one, so a protocol change touches one line).
+pub fn push_request(streams: u16, block_size: u32) -> Message {
+    Message::Request(SessionRequest {
+        direction: Direction::Push,
+        streams,
+        block_size,
+        flags: 0,
+        path: "hand".into(),
+    })
+}
+
+/// An authenticated push session up to `Ready`: handshake, request and
+/// manifest; `Err` carries the daemon's reply when it is not `Ready`.
+pub fn hand_push(
+    port: u16,
+    key_file: &Path,
+    entries: Vec<Entry>,
+    streams: u16,
+    block_size: u32,
+) -> Result<(TcpStream, SessionKeys), Message> {
+    let (mut ctl, keys) = handshake(port, key_file);
+    ctl.write_all(&encode(&push_request(streams, block_size)))
+        .unwrap();
+    // The daemon may refuse the request before it reads the manifest.
+    let _ = ctl.write_all(&encode(&Message::Manifest(entries)));
+    let _ = ctl.write_all(&encode(&Message::ManifestEnd));
+    match read_msg(&mut ctl) {
+        Message::Ready => Ok((ctl, keys)),
+        reply => Err(reply),
+    }
+}
+
+/// Open data stream `index` of a session, with its proof.
+pub fn data_stream(port: u16, keys: &SessionKeys, index: u16) -> TcpStream {
+    let mut s = connect(port);
+    s.write_all(&encode(&Message::StreamHello {
+        session_id: keys.session_id,
+        stream_index: index,
+        proof: stream_proof(keys, index),
+    }))
+    .unwrap();
+    s
 }
