@@ -532,8 +532,7 @@ enum Attack {
 }
 
 /// The mix against one daemon. `LargeBodyThenClose` is left out: what it
-/// costs is `strangers_length_prefixes_pin_no_memory`'s subject (ignored
-/// until the daemon bounds a stranger's first message).
+/// costs is `strangers_length_prefixes_pin_no_memory`'s subject.
 const ATTACKS: [Attack; 9] = [
     Attack::Silent,
     Attack::Garbage,
@@ -731,7 +730,6 @@ fn silent_clients_are_dropped_after_the_handshake_timeout() {
 }
 
 #[test]
-#[ignore = "daemon bug: --handshake-timeout is a per-read socket timeout, so a client sending a byte a second is never dropped"]
 fn a_trickling_client_is_dropped_after_the_handshake_timeout() {
     let mut d = Daemon::start_with_timeout("1s");
     // A Hello announced at the largest length, then a byte every 300 ms:
@@ -769,7 +767,6 @@ fn a_trickling_client_is_dropped_after_the_handshake_timeout() {
 }
 
 #[test]
-#[ignore = "daemon bug: recv allocates a stranger's announced first-message length (up to 4 MiB) before any handshake"]
 fn strangers_length_prefixes_pin_no_memory() {
     let mut d = Daemon::start_with_timeout("1s");
     let pid = d.pid();

@@ -39,7 +39,13 @@ fn spawn_recv(
         None => urmove(),
     };
     let mut child = cmd
-        .args(["recv", "--listen", &format!("{ip}:0"), "--interval", "100ms"])
+        .args([
+            "recv",
+            "--listen",
+            &format!("{ip}:0"),
+            "--interval",
+            "100ms",
+        ])
         .args(
             (!extra.iter().any(|a| a == "--handshake-timeout"))
                 .then_some(["--handshake-timeout", "2s"])
@@ -729,8 +735,12 @@ fn bench_net_moves_memory_to_memory_and_the_receiver_counts_it() {
         );
         assert_eq!(v["streams"], 2);
         assert!(v["bytes"].as_u64().unwrap() > 0);
-        assert!(v["rate_bits_per_s"].as_f64().unwrap() > 0.0);
-        assert!(v["interval_rate_min_bits_per_s"].as_f64().unwrap() > 0.0);
+        let rate = v["rate_bits_per_s"].as_f64().unwrap();
+        assert!(rate > 0.0);
+        // The slowest interval may be empty on a loaded 2-core machine,
+        // never faster than the average by more than rounding.
+        let min = v["interval_rate_min_bits_per_s"].as_f64().unwrap();
+        assert!((0.0..=rate * 1.5).contains(&min), "{v}");
     }
     // Human output: interval lines without a percent (no total), then the summary.
     let o = bench(&["--interval", "250ms"]);

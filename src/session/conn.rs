@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Instant;
 
 use crate::protocol::control::{body_len, decode_body, encode, Message};
 
@@ -31,6 +32,44 @@ pub fn recv_any(s: &mut TcpStream) -> Result<Message, SessionError> {
     s.read_exact(&mut body)
         .map_err(|e| read_err(e, "reading a control message"))?;
     decode_body(&body).map_err(|e| SessionError::Protocol(e.to_string()))
+}
+
+/// Largest message a peer may send before it has authenticated (a Hello,
+/// an Auth or a data stream's hello are a few dozen bytes).
+pub const UNAUTHENTICATED_LEN_MAX: usize = 256;
+
+/// Read one message of at most [`UNAUTHENTICATED_LEN_MAX`] bytes, all of it
+/// by `deadline` (however slowly the bytes trickle in), `Error` included.
+pub fn recv_small_by(s: &mut TcpStream, deadline: Instant) -> Result<Message, SessionError> {
+    let what = "reading a handshake message";
+    let mut prefix = [0u8; 4];
+    read_exact_by(s, &mut prefix, deadline).map_err(|e| read_err(e, what))?;
+    let len = body_len(prefix).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    if len > UNAUTHENTICATED_LEN_MAX {
+        return Err(SessionError::Protocol(format!(
+            "a {len}-byte message before authentication (at most {UNAUTHENTICATED_LEN_MAX})"
+        )));
+    }
+    let mut body = [0u8; UNAUTHENTICATED_LEN_MAX];
+    read_exact_by(s, &mut body[..len], deadline).map_err(|e| read_err(e, what))?;
+    decode_body(&body[..len]).map_err(|e| SessionError::Protocol(e.to_string()))
+}
+
+fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn read_err(e: std::io::Error, what: &str) -> SessionError {

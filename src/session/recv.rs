@@ -21,7 +21,7 @@ use crate::protocol::handshake::{
 };
 use crate::protocol::manifest::check_path;
 
-use super::conn::{fail, recv_any, recv_msg, send_msg};
+use super::conn::{fail, recv_msg, recv_small_by, send_msg};
 use super::receive::{join, recv_manifest, Incoming, Resume};
 use super::send::{recv_digests, Held};
 use super::SessionError;
@@ -284,13 +284,14 @@ fn connection(
         .map_err(|e| SessionError::io("socket", e))?;
     s.set_nodelay(true)
         .map_err(|e| SessionError::io("socket", e))?;
-    s.set_read_timeout(Some(cfg.handshake_timeout))
-        .map_err(|e| SessionError::io("socket", e))?;
-    let first = recv_any(&mut s).map_err(|e| fail(&mut s, e))?;
+    // Until it has authenticated, a peer gets small messages and one
+    // deadline for all of them, however slowly its bytes trickle in.
+    let deadline = Instant::now() + cfg.handshake_timeout;
+    let first = recv_small_by(&mut s, deadline).map_err(|e| fail(&mut s, e))?;
     match first {
         Message::Hello(hello) => {
             let started = Instant::now();
-            match control_session(&mut s, hello, cfg, registry, peer, log) {
+            match control_session(&mut s, hello, deadline, cfg, registry, peer, log) {
                 Ok((files, bytes)) => {
                     let secs = started.elapsed().as_secs_f64();
                     log(&format!(
@@ -347,6 +348,7 @@ fn random<const N: usize>() -> Result<[u8; N], SessionError> {
 fn control_session(
     s: &mut TcpStream,
     hello: crate::protocol::handshake::Hello,
+    deadline: Instant,
     cfg: &RecvConfig,
     registry: &Registry,
     peer: SocketAddr,
@@ -355,7 +357,11 @@ fn control_session(
     let mut hs = ServerHandshake::new(cfg.key, random()?);
     let challenge = hs.on_hello(&hello).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Challenge(challenge))?;
-    let Message::Auth(auth) = recv_msg(s)? else {
+    let auth = match recv_small_by(s, deadline)? {
+        Message::Error { code, message } => return Err(SessionError::Refused { code, message }),
+        m => m,
+    };
+    let Message::Auth(auth) = auth else {
         return Err(SessionError::local(
             ErrorCode::Malformed,
             "expected the handshake's proof",
@@ -363,13 +369,19 @@ fn control_session(
     };
     let (welcome, keys) = hs.on_auth(&auth, random()?).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Welcome(welcome))?;
-
+    // The request is part of the handshake's time; after it, the session's
+    // own timeout applies.
+    let left = deadline.saturating_duration_since(Instant::now());
+    s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .map_err(|e| SessionError::io("socket", e))?;
     let Message::Request(req) = recv_msg(s)? else {
         return Err(SessionError::local(
             ErrorCode::Malformed,
             "expected a session request",
         ));
     };
+    s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
+        .map_err(|e| SessionError::io("socket", e))?;
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::local(
             ErrorCode::TooLarge,
