@@ -1,5 +1,6 @@
 //! L1 leaf: pure formats: block stamps on disk, and the versioned wire
-//! protocol (handshake, control messages, manifest, data frames).
+//! protocol (handshake, control messages, manifest, data frames and their
+//! encryption).
 //!
 //! No I/O, no `unsafe`: everything here is a function of bytes, so it can be
 //! unit-tested and fuzzed.
@@ -10,4 +11,5 @@ pub mod control;
 pub mod frame;
 pub mod handshake;
 pub mod manifest;
+pub mod seal;
 pub mod wire;
