@@ -12,4 +12,5 @@ mod hostile;
 mod linters;
 mod net;
 mod protocol_io;
+mod sealed;
 mod transfer;

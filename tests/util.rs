@@ -349,11 +349,16 @@ pub fn handshake(port: u16, key_file: &Path) -> (TcpStream, SessionKeys) {
 /// A push request into `hand/` under the root (the one place tests build
 /// one, so a protocol change touches one line).
 pub fn push_request(streams: u16, block_size: u32) -> Message {
+    push_request_with(streams, block_size, 0)
+}
+
+/// A push request with request flags (`REQ_*`).
+pub fn push_request_with(streams: u16, block_size: u32, flags: u32) -> Message {
     Message::Request(SessionRequest {
         direction: Direction::Push,
         streams,
         block_size,
-        flags: 0,
+        flags,
         path: "hand".into(),
     })
 }
@@ -367,8 +372,20 @@ pub fn hand_push(
     streams: u16,
     block_size: u32,
 ) -> Result<(TcpStream, SessionKeys), Message> {
+    hand_push_with(port, key_file, entries, streams, block_size, 0)
+}
+
+/// [`hand_push`] with request flags.
+pub fn hand_push_with(
+    port: u16,
+    key_file: &Path,
+    entries: Vec<Entry>,
+    streams: u16,
+    block_size: u32,
+    flags: u32,
+) -> Result<(TcpStream, SessionKeys), Message> {
     let (mut ctl, keys) = handshake(port, key_file);
-    ctl.write_all(&encode(&push_request(streams, block_size)))
+    ctl.write_all(&encode(&push_request_with(streams, block_size, flags)))
         .unwrap();
     // The daemon may refuse the request before it reads the manifest.
     let _ = ctl.write_all(&encode(&Message::Manifest(entries)));

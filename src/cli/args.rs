@@ -106,6 +106,10 @@ pub struct BenchArgs {
     #[arg(long, requires = "net")]
     pub reverse: bool,
 
+    /// bench --net: seal every frame with AES-256-GCM (to measure its cost).
+    #[arg(long, requires = "net")]
+    pub encrypt: bool,
+
     /// bench --net: zero-copy sends (auto drops them where the kernel copies).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto, requires = "net")]
     pub zerocopy: ZeroCopyArg,
@@ -270,9 +274,14 @@ pub struct RecvArgs {
     /// Registered buffer memory of all sessions together.
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4G")]
     pub max_buffer_memory: u64,
+
+    /// Refuse sessions whose frames are not sealed (clients must --encrypt).
+    #[arg(long)]
+    pub require_encryption: bool,
 }
 
-/// How a transfer survives faults and picks up where it stopped.
+/// How a transfer is protected, survives faults and picks up where it
+/// stopped.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// Continue an interrupted transfer: files already complete at the
@@ -290,6 +299,11 @@ pub struct ResumeArgs {
     /// (a stream stalled for half of it is given up and its data re-sent).
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "60s")]
     pub timeout: Duration,
+
+    /// Seal every data frame with AES-256-GCM (keys from the handshake;
+    /// file names and sizes on the control connection stay in clear).
+    #[arg(long)]
+    pub encrypt: bool,
 }
 
 #[derive(Debug, Args)]

@@ -119,7 +119,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             files: a.max_files,
             buffer_bytes: a.max_buffer_memory,
         },
-        require_encryption: false,
+        require_encryption: a.require_encryption,
     };
     let log: crate::session::recv::Log = Arc::new(|m: &str| {
         use std::io::Write;
@@ -258,6 +258,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         resume: a.resume.resume,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,
+        encrypt: a.resume.encrypt,
         ..SendConfig::to(host, a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
@@ -342,6 +343,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         zerocopy: zerocopy(a.zerocopy),
         direct: DirectMode::Off,
         interval: a.interval,
+        encrypt: a.encrypt,
         ..SendConfig::to(host, a.port, key)
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));
@@ -384,6 +386,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         resume: a.resume.resume,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,
+        encrypt: a.resume.encrypt,
         ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;

@@ -18,7 +18,12 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-use crate::protocol::frame::{FrameError, FrameHeader, FRAME_HEADER_LEN};
+use crate::protocol::frame::{
+    payload_checksum, FrameError, FrameHeader, FLAG_HOLE, FLAG_SEALED, FLAG_UNCHECKED,
+    FRAME_HEADER_LEN,
+};
+use crate::protocol::handshake::SessionKeys;
+use crate::protocol::seal::{self, FrameOpener, FrameSealer, TAG_LEN};
 
 use super::arena::BUF_ALIGN;
 use super::ring::{Needed, ZC_COPIED};
@@ -51,9 +56,19 @@ pub struct SendStats {
     pub zc_fell_back: bool,
 }
 
-/// Bytes of buffer a frame with `payload_max` bytes of payload needs.
+/// Bytes of buffer a frame with `payload_max` bytes of payload needs
+/// (a sealed frame's tag included).
 pub fn frame_buf_size(payload_max: usize) -> usize {
-    (HEADROOM + payload_max).div_ceil(BUF_ALIGN) * BUF_ALIGN
+    (HEADROOM + payload_max + TAG_LEN).div_ceil(BUF_ALIGN) * BUF_ALIGN
+}
+
+/// Bytes after a frame's payload on the wire: the tag of a sealed frame.
+fn trailer(h: &FrameHeader) -> u32 {
+    if h.flags & FLAG_SEALED != 0 {
+        TAG_LEN as u32
+    } else {
+        0
+    }
 }
 
 /// The payload area of a frame buffer.
@@ -109,6 +124,8 @@ pub struct NetSender {
     fds: Vec<RawFd>,
     /// Bytes each stream handed to its socket.
     sent: Vec<u64>,
+    /// Per stream, when the session seals its frames.
+    sealers: Option<Vec<FrameSealer>>,
     /// Streams lost since the caller last asked, with why.
     lost: Vec<(u32, io::Error)>,
     /// Stall limit: see [`set_stall_limit`](Self::set_stall_limit).
@@ -169,10 +186,21 @@ impl NetSender {
             stats: SendStats::default(),
             fds: sockets.to_vec(),
             sent: vec![0; sockets.len()],
+            sealers: None,
             lost: Vec::new(),
             stall: None,
             last_any_progress: Instant::now(),
         })
+    }
+
+    /// Seal every frame from now on (AES-256-GCM), each stream with its
+    /// own key and frame counter, derived from the session's keys.
+    pub fn seal_with(&mut self, keys: &SessionKeys, direction: seal::Direction) {
+        self.sealers = Some(
+            (0..self.fds.len())
+                .map(|i| FrameSealer::new(keys, direction, i as u16))
+                .collect(),
+        );
     }
 
     /// Watch for stalls: a stream that has had data waiting for half of
@@ -331,7 +359,26 @@ impl NetSender {
             self.ring.arena().give_back(lease);
             return;
         }
-        let len = FRAME_HEADER_LEN + header.length as usize;
+        let mut header = *header;
+        let mut len = FRAME_HEADER_LEN + header.length as usize;
+        if let Some(sealers) = &mut self.sealers {
+            // The checksum would tell an observer about the plaintext: it
+            // stays home; the receiver computes it from the opened payload.
+            header.flags |= FLAG_SEALED;
+            header.checksum = 0;
+            len += TAG_LEN;
+            assert!(
+                HEADER_AT + len <= lease.capacity(),
+                "frame larger than its buffer"
+            );
+            let wire = header.encode();
+            let plen = header.length as usize;
+            let buf = lease.as_mut_slice();
+            let tag = sealers[stream as usize]
+                .seal(&wire, &mut buf[HEADROOM..HEADROOM + plen])
+                .expect("a stream cannot send 2^64 frames");
+            buf[HEADROOM + plen..HEADROOM + plen + TAG_LEN].copy_from_slice(&tag);
+        }
         assert!(
             HEADER_AT + len <= lease.capacity(),
             "frame larger than its buffer"
@@ -598,6 +645,8 @@ pub struct NetReceiver {
     last_progress: Instant,
     /// Bytes each stream delivered.
     received: Vec<u64>,
+    /// Per stream, when the session seals its frames.
+    openers: Option<Vec<FrameOpener>>,
 }
 
 impl NetReceiver {
@@ -639,6 +688,7 @@ impl NetReceiver {
             wait_limit: None,
             last_progress: Instant::now(),
             received: vec![0; sockets.len()],
+            openers: None,
         })
     }
 
@@ -647,6 +697,17 @@ impl NetReceiver {
     pub fn set_wait_limit(&mut self, limit: Duration) {
         self.wait_limit = Some(limit);
         self.last_progress = Instant::now();
+    }
+
+    /// Expect every frame sealed (AES-256-GCM) with the session's keys;
+    /// frames are opened (and their checksums computed) before the caller
+    /// sees them.
+    pub fn open_with(&mut self, keys: &SessionKeys, direction: seal::Direction) {
+        self.openers = Some(
+            (0..self.streams.len())
+                .map(|i| FrameOpener::new(keys, direction, i as u16))
+                .collect(),
+        );
     }
 
     /// Bytes each stream has delivered so far.
@@ -717,7 +778,10 @@ impl NetReceiver {
             let s = &mut self.streams[i];
             let (at, len) = match s.phase {
                 Phase::Header { got } => (HEADER_AT + got as usize, FRAME_HEADER_LEN as u32 - got),
-                Phase::Payload { header, got } => (HEADROOM + got as usize, header.length - got),
+                Phase::Payload { header, got } => (
+                    HEADROOM + got as usize,
+                    header.length + trailer(&header) - got,
+                ),
             };
             s.busy = true;
             self.ring
@@ -746,6 +810,40 @@ impl NetReceiver {
         }
         self.batch = batch;
         result
+    }
+
+    /// Open a sealed frame in place (a frame of an unsealed session is
+    /// returned as it is) and give it the checksum of its plaintext.
+    fn unseal(
+        &mut self,
+        stream: u32,
+        mut header: FrameHeader,
+        lease: &mut Lease,
+    ) -> Result<FrameHeader, FrameError> {
+        let Some(openers) = &mut self.openers else {
+            return Ok(header);
+        };
+        let plen = header.length as usize;
+        let buf = lease.as_mut_slice();
+        let wire: [u8; FRAME_HEADER_LEN] = buf[HEADER_AT..HEADROOM]
+            .try_into()
+            .expect("a header's bytes");
+        let tag: [u8; TAG_LEN] = buf[HEADROOM + plen..HEADROOM + plen + TAG_LEN]
+            .try_into()
+            .expect("a tag's bytes");
+        openers[stream as usize]
+            .open(&wire, &mut buf[HEADROOM..HEADROOM + plen], &tag)
+            .map_err(|_| FrameError::Sealing {
+                why: "authentication failed (tampered, replayed, reordered or another key)",
+            })?;
+        if header.flags & (FLAG_HOLE | FLAG_UNCHECKED) == 0 {
+            header.checksum = payload_checksum(
+                header.file_index,
+                header.offset,
+                &buf[HEADROOM..HEADROOM + plen],
+            );
+        }
+        Ok(header)
     }
 
     fn complete(
@@ -806,10 +904,22 @@ impl NetReceiver {
             }
             Phase::Header { .. } => {
                 let header = FrameHeader::decode(&lease.as_slice()[HEADER_AT..HEADROOM]);
+                let sealed_session = self.openers.is_some();
                 let header = match header {
-                    Ok(h) if h.length as usize <= self.payload_max => Ok(h),
-                    Ok(h) => Err(FrameError::Oversized { length: h.length }),
-                    Err(e) => Err(e),
+                    Ok(h) if h.length as usize > self.payload_max => Err(FrameError::Oversized {
+                        length: h.length,
+                        limit: self.payload_max as u32,
+                    }),
+                    Ok(h) if (h.flags & FLAG_SEALED != 0) != sealed_session => {
+                        Err(FrameError::Sealing {
+                            why: if sealed_session {
+                                "an unsealed frame in an encrypted session"
+                            } else {
+                                "a sealed frame in a session without encryption"
+                            },
+                        })
+                    }
+                    other => other,
                 };
                 let header = match header {
                     Ok(h) => h,
@@ -821,7 +931,7 @@ impl NetReceiver {
                     }
                 };
                 let s = &mut self.streams[stream as usize];
-                if header.length == 0 {
+                if header.length + trailer(&header) == 0 {
                     s.phase = Phase::Header { got: 0 };
                     on_event(RecvEvent::Frame {
                         stream,
@@ -835,11 +945,20 @@ impl NetReceiver {
             }
             Phase::Payload { header, got } => {
                 let got = got + n;
-                if got < header.length {
+                if got < header.length + trailer(&header) {
                     s.phase = Phase::Payload { header, got };
                     s.lease = Some(lease);
                 } else {
                     s.phase = Phase::Header { got: 0 };
+                    let mut lease = lease;
+                    let header = match self.unseal(stream, header, &mut lease) {
+                        Ok(h) => h,
+                        Err(reason) => {
+                            self.streams[stream as usize].open = false;
+                            self.ring.arena().give_back(lease);
+                            return Err(Error::Frame { stream, reason });
+                        }
+                    };
                     on_event(RecvEvent::Frame {
                         stream,
                         header,

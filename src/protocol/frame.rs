@@ -24,7 +24,12 @@ pub const FLAG_HOLE: u16 = 2;
 /// `bench --net` without `--verify`: the payload carries no checksum
 /// (measuring the network, as iperf3 does). Accepted only in bench sessions.
 pub const FLAG_UNCHECKED: u16 = 4;
-const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED;
+/// The payload is sealed (AES-256-GCM, `protocol::seal`) and followed by
+/// its tag; the header, sent in clear, is authenticated with it and
+/// carries no checksum (the receiver computes it from the opened payload,
+/// so nothing about the plaintext shows on the wire).
+pub const FLAG_SEALED: u16 = 8;
+const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED | FLAG_SEALED;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -47,6 +52,12 @@ pub enum FrameError {
     },
     Oversized {
         length: u32,
+        limit: u32,
+    },
+    /// Sealed in a session without encryption, unsealed in one with it, or
+    /// failing its authentication.
+    Sealing {
+        why: &'static str,
     },
     UnknownFile {
         file_index: u32,
@@ -71,9 +82,10 @@ impl std::fmt::Display for FrameError {
             }
             FrameError::BadMagic => write!(f, "not a frame (bad magic)"),
             FrameError::UnknownFlags { flags } => write!(f, "frame with unknown flags {flags:#x}"),
-            FrameError::Oversized { length } => {
-                write!(f, "frame of {length} bytes (limit {FRAME_PAYLOAD_MAX})")
+            FrameError::Oversized { length, limit } => {
+                write!(f, "frame of {length} bytes (limit {limit})")
             }
+            FrameError::Sealing { why } => write!(f, "sealed frame: {why}"),
             FrameError::UnknownFile { file_index, files } => {
                 write!(
                     f,
@@ -199,7 +211,10 @@ impl FrameHeader {
             return Err(FrameError::UnknownFlags { flags: h.flags });
         }
         if h.length > FRAME_PAYLOAD_MAX {
-            return Err(FrameError::Oversized { length: h.length });
+            return Err(FrameError::Oversized {
+                length: h.length,
+                limit: FRAME_PAYLOAD_MAX,
+            });
         }
         Ok(h)
     }

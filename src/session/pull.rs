@@ -46,7 +46,7 @@ pub fn run_pull(
     };
     let mut incoming = None;
     let mut root = Some(root);
-    let (mut ctl, streams) = open_session(cfg, req, &mut |ctl| {
+    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |ctl| {
         let entries = recv_manifest(ctl, ENTRIES_MAX)?;
         let resume = (cfg.resume || cfg.checksum).then(Resume::default);
         let resume = match resume {
@@ -82,12 +82,16 @@ pub fn run_pull(
         ));
     }
     let at_start = incoming.take_done_at_start();
+    let open = cfg
+        .encrypt
+        .then(|| (keys, crate::protocol::seal::Direction::ServerToClient));
     let (data, mut report) = drive(cfg, total, &streams, interrupt, obs, |counters, _stop| {
         let mut got: Vec<(u32, u64)> = at_start.clone();
         incoming.receive(
             &streams,
             cfg.block_size as usize,
             cfg.timeout,
+            &open,
             &mut |b| counters.add(b, 0),
             &mut |i, d| {
                 got.push((i, d));

@@ -398,11 +398,13 @@ impl Incoming {
     /// stream delivered at least every second (for heartbeats). A stream that breaks is noted and the others
     /// go on (the sender re-sends what it carried); no data on any stream
     /// for `timeout` ends the session.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
         payload_max: usize,
         timeout: Duration,
+        open: &super::send::Sealing,
         progress: &mut dyn FnMut(u64),
         on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
         tick: &mut dyn FnMut(&[u64]) -> Result<(), SessionError>,
@@ -412,6 +414,9 @@ impl Incoming {
         let buf_count = super::buffer_count(streams.len(), payload_max as u32, 4, 4)?;
         let mut rx = NetReceiver::with_file_slots(&fds, buf_count, payload_max, FILE_SLOTS)?;
         rx.set_wait_limit((timeout / 4).min(Duration::from_secs(1)));
+        if let Some((keys, dir)) = open {
+            rx.open_with(keys, *dir);
+        }
         let Incoming {
             root,
             files,

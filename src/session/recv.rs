@@ -25,6 +25,7 @@ use super::conn::{fail, recv_msg, recv_small_by, send_msg};
 use super::receive::{join, recv_manifest, Incoming, Resume};
 use super::send::{recv_digests, Held};
 use super::SessionError;
+use crate::protocol::seal::Direction as SealDirection;
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -528,10 +529,14 @@ fn control_session(
         .try_clone()
         .map_err(|e| SessionError::io("control connection", e))?;
     let mut last_beat = Instant::now();
+    let open = req
+        .has(REQ_ENCRYPT)
+        .then(|| (keys.clone(), SealDirection::ClientToServer));
     incoming.receive(
         &streams,
         req.block_size as usize,
         cfg.timeout,
+        &open,
         &mut |b| progress.add(b),
         &mut |file_index, digest| send_msg(s, &Message::FileAck { file_index, digest }),
         &mut |stream_bytes: &[u64]| {
@@ -650,6 +655,9 @@ fn pull_session(
         zerocopy: crate::datapath::net::ZeroCopy::Auto,
         rate_limit_bytes_per_s: None,
         timeout: cfg.timeout,
+        seal: req
+            .has(REQ_ENCRYPT)
+            .then(|| (keys.clone(), SealDirection::ServerToClient)),
     };
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
@@ -723,6 +731,9 @@ fn bench_session(
             zerocopy: crate::datapath::net::ZeroCopy::Auto,
             rate_limit_bytes_per_s: None,
             timeout: cfg.timeout,
+            seal: req
+                .has(REQ_ENCRYPT)
+                .then(|| (keys.clone(), SealDirection::ServerToClient)),
         };
         let counters = crate::coord::WorkerCounters::default();
         bench_data(
@@ -738,7 +749,12 @@ fn bench_session(
         }
         counters.snapshot().0
     } else {
-        discard_frames(&streams, req.block_size as usize, &mut |b| progress.add(b))?
+        let open = req
+            .has(REQ_ENCRYPT)
+            .then(|| (keys.clone(), SealDirection::ClientToServer));
+        discard_frames(&streams, req.block_size as usize, &open, &mut |b| {
+            progress.add(b)
+        })?
     };
     send_msg(
         s,

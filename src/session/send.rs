@@ -19,7 +19,12 @@ use crate::protocol::control::{
     REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
 };
 use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader, FLAG_UNCHECKED};
-use crate::protocol::handshake::{stream_proof, ClientHandshake, Key};
+use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
+use crate::protocol::seal::Direction as SealDirection;
+
+/// The keys and direction a session's frames are sealed with, if it is
+/// encrypted.
+pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg};
@@ -234,7 +239,7 @@ pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
     between: &mut dyn FnMut(&mut TcpStream) -> Result<(), SessionError>,
-) -> Result<(TcpStream, Vec<TcpStream>), SessionError> {
+) -> Result<(TcpStream, Vec<TcpStream>, SessionKeys), SessionError> {
     let mut ctl = connect(cfg)?;
     ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
         .map_err(|e| SessionError::io("socket", e))?;
@@ -283,7 +288,7 @@ pub(crate) fn open_session(
         )?;
         streams.push(st);
     }
-    Ok((ctl, streams))
+    Ok((ctl, streams, keys))
 }
 
 /// Run `data` on its own thread while this one samples its counters and
@@ -388,7 +393,7 @@ pub fn run_send(
     };
     let block = u64::from(cfg.block_size);
     let mut held = Held::default();
-    let (mut ctl, streams) = open_session(cfg, req, &mut |ctl| {
+    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |ctl| {
         send_manifest(ctl, &tree.entries)?;
         if cfg.checksum {
             send_digests(ctl, &content_digests(&tree, block)?)?;
@@ -398,7 +403,10 @@ pub fn run_send(
         }
         Ok(())
     })?;
-    let params = push_params(cfg);
+    let params = PushParams {
+        seal: cfg.encrypt.then(|| (keys, SealDirection::ClientToServer)),
+        ..push_params(cfg)
+    };
     let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
     if cfg.resume || cfg.checksum {
@@ -535,9 +543,13 @@ pub fn run_bench_net(
         flags: cfg.flags() & REQ_ENCRYPT,
         path: String::new(),
     };
-    let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let params = PushParams {
+        seal: cfg.encrypt.then(|| (keys, SealDirection::ClientToServer)),
+        ..push_params(cfg)
+    };
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
-        bench_data(&push_params(cfg), time, verify, &streams, counters, stop)
+        bench_data(&params, time, verify, &streams, counters, stop)
     });
     report.command = "bench --net";
     match data {
@@ -569,9 +581,10 @@ fn run_bench_net_reverse(
         flags: cfg.flags() & REQ_ENCRYPT,
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
-    let (mut ctl, streams) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let open = cfg.encrypt.then(|| (keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
-        discard_frames(&streams, cfg.block_size as usize, &mut |b| {
+        discard_frames(&streams, cfg.block_size as usize, &open, &mut |b| {
             counters.add(b, 0)
         })
     });
@@ -590,12 +603,16 @@ fn run_bench_net_reverse(
 pub(crate) fn discard_frames(
     streams: &[TcpStream],
     payload_max: usize,
+    open: &Sealing,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, NetReceiver, RecvEvent};
     let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
     let buf_count = super::buffer_count(streams.len(), payload_max as u32, 2, 2)?;
     let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
+    if let Some((keys, dir)) = open {
+        rx.open_with(keys, *dir);
+    }
     let mut bytes = 0u64;
     while rx.open() {
         let mut frames = Vec::new();
@@ -665,6 +682,9 @@ pub(crate) fn bench_data(
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
     let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 0)?;
     let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
+    if let Some((keys, dir)) = &cfg.seal {
+        tx.seal_with(keys, *dir);
+    }
     // Random bytes in every buffer once; each frame then scrambles a word per
     // 512 bytes so no two frames are alike.
     let mut all = Vec::with_capacity(bufs);
@@ -852,6 +872,7 @@ fn push_params(cfg: &SendConfig) -> PushParams {
         zerocopy: cfg.zerocopy,
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
         timeout: cfg.timeout,
+        seal: None,
     }
 }
 
@@ -920,6 +941,8 @@ pub(crate) struct PushParams {
     /// A stream stalled for half of this is given up; no stream moving for
     /// all of it ends the session.
     pub(crate) timeout: Duration,
+    /// Seal every frame with these keys.
+    pub(crate) seal: Sealing,
 }
 
 /// What the receiver holds already (it said so when the session resumed).
@@ -1161,6 +1184,9 @@ pub(crate) fn push_data(
         READ_FILE_SLOTS,
     )?;
     tx.set_stall_limit(cfg.timeout);
+    if let Some((keys, dir)) = &cfg.seal {
+        tx.seal_with(keys, *dir);
+    }
     let mut digests = vec![0u64; tree.entries.len()];
     for (&i, (digest, _)) in &held.partial {
         digests[i as usize] = *digest;
