@@ -84,7 +84,7 @@ pub fn run_pull(
     let at_start = incoming.take_done_at_start();
     let open = cfg
         .encrypt
-        .then(|| (keys, crate::protocol::seal::Direction::ServerToClient));
+        .then_some((keys, crate::protocol::seal::Direction::ServerToClient));
     let (data, mut report) = drive(cfg, total, &streams, interrupt, obs, |counters, _stop| {
         let mut got: Vec<(u32, u64)> = at_start.clone();
         incoming.receive(

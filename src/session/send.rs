@@ -404,7 +404,7 @@ pub fn run_send(
         Ok(())
     })?;
     let params = PushParams {
-        seal: cfg.encrypt.then(|| (keys, SealDirection::ClientToServer)),
+        seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
         ..push_params(cfg)
     };
     let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
@@ -545,7 +545,7 @@ pub fn run_bench_net(
     };
     let (mut ctl, streams, keys) = open_session(cfg, req, &mut |_| Ok(()))?;
     let params = PushParams {
-        seal: cfg.encrypt.then(|| (keys, SealDirection::ClientToServer)),
+        seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
         ..push_params(cfg)
     };
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
@@ -582,7 +582,7 @@ fn run_bench_net_reverse(
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
     let (mut ctl, streams, keys) = open_session(cfg, req, &mut |_| Ok(()))?;
-    let open = cfg.encrypt.then(|| (keys, SealDirection::ServerToClient));
+    let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
         discard_frames(&streams, cfg.block_size as usize, &open, &mut |b| {
             counters.add(b, 0)
