@@ -452,3 +452,112 @@ fn a_source_that_grows_during_the_send_is_reported() {
     );
     assert!(!d.root.path().join("in/run/big.dat").exists());
 }
+
+/// Bytes free on the filesystem holding `p`.
+fn free_bytes(p: &Path) -> u64 {
+    let o = std::process::Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(p)
+        .output()
+        .unwrap();
+    stdout(&o).lines().nth(1).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn a_full_filesystem_names_the_file_finalizes_nothing_and_resume_finishes_later() {
+    crate::require!(crate::util::can_loop("ext4"), "needs root and loop devices");
+    let fs = crate::util::LoopFs::new("ext4", 96, 4096, false).unwrap();
+    let mut d = Daemon::start_full(&[], "127.0.0.1", fs.path(), &[]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 24);
+    // Leave 12 MiB free: the 24 MiB file cannot fit.
+    let filler = fs.path().join("filler");
+    let fill = free_bytes(fs.path()) - (12 << 20);
+    std::fs::write(&filler, vec![7u8; fill as usize]).unwrap();
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let o = d.send(&["--block", "1M", "--json"], &args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["status"], "no_space", "{v}");
+    let err = v["error"].as_str().unwrap();
+    assert!(
+        err.contains("in/run/") && err.contains("No space left"),
+        "names the file and the cause: {err}"
+    );
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+    assert!(d.alive());
+    // Space freed, the same command with --resume finishes the job.
+    std::fs::remove_file(&filler).unwrap();
+    let o = d.send(&["--block", "1M", "--resume", "--json"], &args);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+    assert!(no_part_files(d.root.path()));
+    drop(d);
+}
+
+#[test]
+fn a_read_only_filesystem_is_named_and_the_daemon_serves_on() {
+    crate::require!(crate::util::can_loop("ext4"), "needs root and loop devices");
+    let fs = crate::util::LoopFs::new("ext4", 64, 4096, false).unwrap();
+    let mut d = Daemon::start_full(&[], "127.0.0.1", fs.path(), &[]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 2);
+    let remount = |how: &str| {
+        assert!(std::process::Command::new("mount")
+            .args(["-o", &format!("remount,{how}")])
+            .arg(fs.path())
+            .status()
+            .unwrap()
+            .success());
+    };
+    remount("ro");
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let o = d.send(&["--json"], &args);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = json(&o)["error"].as_str().unwrap().to_string();
+    assert!(
+        err.contains("in") && err.contains("Read-only file system"),
+        "{err}"
+    );
+    assert!(d.alive());
+    remount("rw");
+    let o = d.send(&[], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+    drop(d);
+}
+
+#[test]
+fn an_io_error_under_the_receiver_names_the_file_and_the_cause() {
+    crate::require!(
+        crate::util::can_loop("xfs") && crate::util::have("xfs_io"),
+        "needs root, loop devices and xfsprogs"
+    );
+    let fs = crate::util::LoopFs::new("xfs", 300, 4096, false).unwrap();
+    let mut d = Daemon::start_full(&[], "127.0.0.1", fs.path(), &[]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 40);
+    let child = send_child(
+        &d,
+        d.port,
+        &["--rate-limit", "20MB", "--block", "1M", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    wait_for_percent(&d, 20.0);
+    // Shut the filesystem down under the daemon: from now on every write
+    // to it fails with EIO, as on a dying disk.
+    assert!(std::process::Command::new("xfs_io")
+        .args(["-x", "-c", "shutdown"])
+        .arg(fs.path())
+        .status()
+        .unwrap()
+        .success());
+    let o = finish(child);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    let err = v["error"].as_str().unwrap();
+    assert!(err.contains("Input/output error"), "{err}");
+    assert!(err.contains("in/run/"), "names the file: {err}");
+    assert!(d.alive(), "the daemon outlives a failed disk");
+    drop(d);
+}
