@@ -561,3 +561,65 @@ fn an_io_error_under_the_receiver_names_the_file_and_the_cause() {
     assert!(d.alive(), "the daemon outlives a failed disk");
     drop(d);
 }
+
+#[test]
+fn the_daemon_limits_refuse_with_a_reason_and_serve_within_them() {
+    let d = Daemon::start_full(
+        &[],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &[
+            "--max-sessions",
+            "1",
+            "--max-streams",
+            "2",
+            "--max-files",
+            "12",
+            "--max-buffer-memory",
+            "64M",
+        ],
+    );
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 8);
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let refused = |extra: &[&str], args: &[&str], status: &str, text: &str| {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(extra);
+        let o = d.send(&all, args);
+        assert!(!o.status.success());
+        let v = json(&o);
+        assert_eq!(v["status"], status, "{v}");
+        let err = v["error"].as_str().unwrap_or_default();
+        assert!(err.contains(text), "{err}");
+    };
+    refused(&["-P", "3"], &args, "too_large", "this daemon takes 1 to 2");
+    refused(
+        &["-P", "2", "--block", "16M"],
+        &args,
+        "busy",
+        "of the daemon's 64 MiB",
+    );
+    // 11 files and their directory fit; one more file does not.
+    std::fs::write(top.join("extra"), b"x").unwrap();
+    refused(&["-P", "2"], &args, "too_large", "more than 12 entries");
+    std::fs::remove_file(top.join("extra")).unwrap();
+    // One session at a time: a second, while the first runs, is refused.
+    let first = send_child(
+        &d,
+        d.port,
+        &["-P", "1", "--block", "1M", "--rate-limit", "4MB"],
+        &args,
+    );
+    wait_for_percent(&d, 5.0);
+    let other = src.path().join("other");
+    std::fs::write(&other, b"o").unwrap();
+    refused(
+        &["-P", "1"],
+        &[other.to_str().unwrap(), "127.0.0.1:elsewhere"],
+        "busy",
+        "sessions at once",
+    );
+    let o = finish(first);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+}
