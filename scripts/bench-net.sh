@@ -12,6 +12,8 @@
 #   scale  urmove send of trees of SCALE_COUNTS files of 4 KiB: files/s per count
 #   mem    peak RSS (/usr/bin/time -v) of urmove send and recv for a 1 GiB and
 #          an 8 GiB file
+#   crypt  the cost of --encrypt (AES-256-GCM): bench --net on loopback and
+#          send of the BIG_MB file, each with and without it, alternating
 # Each comparison runs ROUNDS times, tool order rotated per round; the script
 # prints Markdown tables of medians and urmove/peer ratios, then every round value.
 #
@@ -73,7 +75,7 @@ die() { echo "bench-net: $*" >&2; exit 1; }
 log() { echo "bench-net: $(date +%H:%M:%S) $*" >&2; }
 
 # --- sections -----------------------------------------------------------------
-ALL_SECTIONS=(net veth file tree scale mem)
+ALL_SECTIONS=(net veth file tree scale mem crypt)
 declare -A RUN_SECTION=()
 only=() skip=()
 for a in "$@"; do
@@ -575,6 +577,58 @@ section_scale() {
     find "$DST_UR" -mindepth 1 -delete 2>/dev/null || true
 }
 
+# --- encryption cost --------------------------------------------------------------
+# crypt_measure KIND MODE: KIND net (bits/s of bench --net) or send (bytes/s
+# of a cold-cache send of $BIG); MODE plain or sealed (--encrypt).
+crypt_measure() {
+    local kind=$1 mode=$2 out=$WORK/crypt.json
+    local -a enc=()
+    [ "$mode" = sealed ] && enc=(--encrypt)
+    case $kind in
+        net)
+            run "$out" "$URMOVE" bench --net 127.0.0.1 -p "$RECV_PORT" -P "$STREAMS" \
+                --time "${DUR}s" --key-file "$KEY" --json "${enc[@]}" || return 1
+            [ "$(jget "$out" status)" = ok ] || { fail "bench --net $mode status != ok"; return 1; }
+            jget "$out" rate_bits_per_s ;;
+        send)
+            find "$DST_UR" -mindepth 1 -delete 2>/dev/null || true
+            drop_caches
+            run "$out" "$URMOVE" send -p "$RECV_PORT" -P "$STREAMS" --key-file "$KEY" --json \
+                "${enc[@]}" "$BIG" 127.0.0.1: || return 1
+            [ "$(jget "$out" status)" = ok ] && [ "$(jget "$out" files_verified)" = 1 ] \
+                || { fail "send $mode: status=$(jget "$out" status)"; return 1; }
+            awk -v b="$(jget "$out" rate_bits_per_s)" 'BEGIN { printf "%.1f", b / 8 }' ;;
+    esac
+}
+
+section_crypt() {
+    log "section crypt: --encrypt vs plain, bench --net ${DUR}s and send of ${BIG_MB} MiB"
+    local need=$(( BIG_MB * 2 + 1024 ))
+    [ -f "$BIG" ] && need=$(( need - BIG_MB ))
+    if [ "$(space_mb)" -lt "$need" ]; then
+        log "skip crypt: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
+        fail "crypt skipped: not enough space"; return
+    fi
+    make_file "$BIG" "$BIG_MB"
+    start_loopback_recv
+    local -a modes=(plain sealed) order
+    local r kind mode val
+    for kind in net send; do
+        for (( r = 0; r < ROUNDS; r++ )); do
+            order=("${modes[@]:r % 2}" "${modes[@]:0:r % 2}")
+            for mode in "${order[@]}"; do
+                if val=$(crypt_measure "$kind" "$mode"); then
+                    record "crypt-$kind" "$mode" $(( r + 1 )) "$val"
+                    log "crypt $kind round $((r + 1))/$ROUNDS $mode: $(awk -v k="$kind" -v v="$val" 'BEGIN { if (k == "net") printf "%.2f Gbit/s", v / 1e9; else printf "%.0f MB/s", v / 1e6 }')"
+                else
+                    log "crypt $kind round $((r + 1))/$ROUNDS $mode: failed"
+                fi
+            done
+        done
+    done
+    find "$DST_UR" -mindepth 1 -delete 2>/dev/null || true
+}
+
 # --- memory ---------------------------------------------------------------------
 maxrss() { awk -F': ' '/Maximum resident set size/ { print $2 }' "$1"; }
 
@@ -678,6 +732,17 @@ if any(s in ("net", "veth") for s, _ in vals):
             out.append(f"| {label} | {f(u and u / 1e9, '.2f')} | {f(i and i / 1e9, '.2f')} | {ratio(u, i)} |")
     out.append("")
 
+if any(s.startswith("crypt-") for s, _ in vals):
+    out.append(f"### Cost of --encrypt (AES-256-GCM per frame), {streams} streams, loopback\n")
+    out.append("| test | plain | --encrypt | encrypted/plain |")
+    out.append("|---|---|---|---|")
+    for sec, label, scale, unit in (("crypt-net", f"bench --net, {dur} s", 1e9, "Gbit/s"),
+                                    ("crypt-send", f"send of one {big_mb} MiB file, cold cache", 1e6, "MB/s")):
+        if (sec, "plain") in vals or (sec, "sealed") in vals:
+            p, e = med(sec, "plain"), med(sec, "sealed")
+            out.append(f"| {label} ({unit}) | {f(p and p / scale, '.2f')} | {f(e and e / scale, '.2f')} | {ratio(e, p)} |")
+    out.append("")
+
 if any(s == "file" for s, _ in vals):
     u, r, s, d = (med("file", t) for t in ("urmove", "rsync", "scp", "disk"))
     out.append(f"### One {big_mb} MiB file, cold cache, data on disk at the end (MB/s)\n")
@@ -732,16 +797,19 @@ print("\n".join(out))
 
 print("Round values (medians above):")
 names = {"net": "loopback Gbit/s", "veth": "veth Gbit/s", "file": "file MB/s",
-         "tree": "tree seconds", "scale": "scale seconds", "mem": "max RSS kB"}
-order = ["net", "veth", "file", "tree", "scale", "mem"]
+         "tree": "tree seconds", "scale": "scale seconds", "mem": "max RSS kB",
+         "crypt-net": "crypt Gbit/s", "crypt-send": "crypt MB/s"}
+order = ["net", "veth", "file", "tree", "scale", "mem", "crypt-net", "crypt-send"]
 tools = ["urmove", "iperf3", "rsync", "scp", "disk"]
 def key(k):
     sec, tool = k
     t = tools.index(tool) if tool in tools else (int(tool) if tool.isdigit() else 0)
     return (order.index(sec), t, tool)
 for (sec, tool), vs in sorted(vals.items(), key=lambda kv: key(kv[0])):
-    if sec in ("net", "veth"):
+    if sec in ("net", "veth", "crypt-net"):
         shown = ", ".join(f"{v / 1e9:.2f}" for v in vs)
+    elif sec == "crypt-send":
+        shown = ", ".join(f"{v / 1e6:.0f}" for v in vs)
     elif sec == "file":
         shown = ", ".join(f"{v / 1e6:.0f}" for v in vs)
         if tool == "disk":
