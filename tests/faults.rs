@@ -623,3 +623,69 @@ fn the_daemon_limits_refuse_with_a_reason_and_serve_within_them() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_same_tree(&top, &d.root.path().join("in/run"));
 }
+
+#[test]
+fn a_pull_killed_half_way_resumes_and_fetches_less_the_second_time() {
+    let d = Daemon::start();
+    // 300 files of 1 MiB under the daemon's root: each is synced and
+    // renamed as it completes, so a kill leaves some finished, some not.
+    let top = d.root.path().join("out/run");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..300 {
+        std::fs::write(top.join(format!("f{i:03}")), noise(MIB, i)).unwrap();
+    }
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let pull = |extra: &[&str]| {
+        let mut c = urmove();
+        c.args([
+            "pull",
+            "-p",
+            &d.port.to_string(),
+            "-P",
+            "1",
+            "--block",
+            "256k",
+        ])
+        .args(extra)
+        .arg("--key-file")
+        .arg(&d.key)
+        .arg("127.0.0.1:out/run")
+        .arg(local.path());
+        c
+    };
+    let mut first = pull(&[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let done = || {
+        std::fs::read_dir(local.path().join("run")).map_or(0, |r| {
+            r.flatten()
+                .filter(|e| !e.file_name().to_string_lossy().contains(".urmove."))
+                .count()
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(60);
+    while done() < 100 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    first.kill().unwrap();
+    let status = first.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the first pull finished before it was killed"
+    );
+    let o = pull(&["--resume", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let total = 300 * MIB as u64;
+    let (got, skipped) = (
+        v["bytes"].as_u64().unwrap(),
+        v["bytes_skipped"].as_u64().unwrap(),
+    );
+    assert_eq!(got + skipped, total, "{v}");
+    assert!(skipped >= 100 * MIB as u64, "{v}");
+    assert_eq!(v["files_verified"], 300, "{v}");
+    assert_same_tree(&top, &local.path().join("run"));
+    assert!(no_part_files(local.path()));
+}

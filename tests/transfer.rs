@@ -258,7 +258,10 @@ pub(crate) fn no_part_files(dir: &Path) -> bool {
         for e in std::fs::read_dir(d).unwrap().flatten() {
             if e.file_type().unwrap().is_dir() {
                 stack.push(e.path());
-            } else if e.file_name().to_string_lossy().ends_with(".urmove.part") {
+            } else if [".urmove.part", ".urmove.journal", ".urmove.journal.tmp"]
+                .iter()
+                .any(|x| e.file_name().to_string_lossy().ends_with(x))
+            {
                 return false;
             }
         }

@@ -24,7 +24,11 @@
 //! transform bytes in place. The cryptography is `ring`'s.
 
 use super::frame::{FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX};
-use super::handshake::{SessionKeys, VERSION};
+use super::handshake::SessionKeys;
+
+/// Version of this key schedule, named in every derivation (its own
+/// number: the protocol's version may move without changing the keys).
+const KDF_VERSION: u16 = 1;
 use ring::aead::{self, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::hkdf;
 
@@ -110,7 +114,7 @@ impl std::error::Error for SealError {}
 /// The AES-256-GCM key of one stream in one direction of one session.
 fn stream_key(keys: &SessionKeys, direction: Direction, stream: u16) -> LessSafeKey {
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &keys.session_id).extract(&keys.session_key);
-    let version = VERSION.to_be_bytes();
+    let version = KDF_VERSION.to_be_bytes();
     let direction = [direction.code()];
     let stream = stream.to_be_bytes();
     // Fixed-length fields after a fixed label: the encoding is unambiguous.
