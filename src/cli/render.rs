@@ -46,6 +46,11 @@ impl Out {
 }
 
 /// A warning on stderr (a closed stderr is ignored, never a panic).
+/// A note on stderr, one line.
+pub fn info(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "urmove: {msg}");
+}
+
 pub fn warn(msg: &str) {
     let _ = writeln!(std::io::stderr(), "urmove: warning: {msg}");
 }

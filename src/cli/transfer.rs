@@ -212,6 +212,10 @@ impl SendObserver for SendPrinter {
     fn notice(&mut self, message: &str) {
         render::warn(message);
     }
+
+    fn info(&mut self, message: &str) {
+        render::info(message);
+    }
 }
 
 pub fn send(a: SendArgs) -> Result<u8, Failure> {
@@ -320,6 +324,18 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 r.files
             ));
         }
+    }
+    if p.format == Format::Human && r.bytes_skipped > 0 {
+        let what = if r.bytes == 0 && r.status == "ok" {
+            "nothing to send: every file was complete already"
+        } else {
+            "already there"
+        };
+        p.out.line(&format!(
+            "resumed: {} ({}) skipped, {what}",
+            units::bytes_decimal(r.bytes_skipped),
+            units::bytes_binary(r.bytes_skipped)
+        ));
     }
     if let Some(e) = &r.error {
         render::error(e);

@@ -77,7 +77,7 @@ pub fn run_pull(
     let files = incoming.file_count() as u64;
     let complete_before = incoming.complete_before().len() as u64;
     if cfg.resume || cfg.checksum {
-        obs.notice(&format!(
+        obs.info(&format!(
             "resuming: {complete_before} files complete here already; {total} bytes to fetch"
         ));
     }

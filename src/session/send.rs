@@ -147,7 +147,12 @@ pub struct NetInterval {
 /// Receives progress while a transfer runs.
 pub trait SendObserver {
     fn interval(&mut self, line: &NetInterval);
+    /// Something went wrong but the run goes on.
     fn notice(&mut self, message: &str);
+    /// Something worth knowing (what a resume found).
+    fn info(&mut self, message: &str) {
+        self.notice(message)
+    }
 }
 
 /// The outcome of a transfer.
@@ -410,7 +415,7 @@ pub fn run_send(
     let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
     if cfg.resume || cfg.checksum {
-        obs.notice(&format!(
+        obs.info(&format!(
             "resuming: {} files complete, {} partly there; {} bytes to send",
             held.complete.len(),
             held.partial.len(),
