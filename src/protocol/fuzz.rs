@@ -8,6 +8,9 @@
 
 use std::path::{Component, Path};
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
 use super::control::{self, Message};
 use super::frame::{
     digest_add, payload_checksum, FrameError, FrameHeader, FLAG_END, FLAG_HOLE, FLAG_UNCHECKED,
@@ -15,8 +18,8 @@ use super::frame::{
 };
 use super::handshake::{
     check_stream_proof, format_key, parse_key, stream_proof, Auth, AuthError, Challenge,
-    ClientHandshake, Hello, Key, Nonce, ServerHandshake, SessionId, SessionKeys, Welcome, KEY_LEN,
-    VERSION,
+    ClientHandshake, Hello, Key, Nonce, Proof, ServerHandshake, SessionId, SessionKeys, Welcome,
+    KEY_LEN, VERSION,
 };
 use super::manifest::{
     check_entry, check_path, decode_entry, encode_entry, link_stays_beneath, Entry, EntryKind,
@@ -184,13 +187,20 @@ mod op {
 /// `data` scripts: it forwards, drops, repeats, reorders, tampers with and
 /// forges messages (see [`op`]). Every message crosses the wire encoding.
 ///
-/// Each answer of either side is exactly what the protocol allows: the
-/// client accepts only the challenge the server made for the client's
-/// nonce, the server only the proof the client made from that challenge,
-/// neither side when the keys differ, each at most once, and the honest
-/// order always succeeds. Both sides then hold the same session keys and
-/// only the client's stream proofs are accepted. Also: the data as a key
-/// file's text parses exactly when it is 64 hex digits, and round-trips.
+/// Each answer of either side is exactly what the protocol allows, checked
+/// against the proofs recomputed from the module's definition: each side
+/// takes the right proof for the nonces in play and nothing else, each
+/// message once and only in order; honest forwarding succeeds with the same
+/// key and fails with another; whenever both sides finish on the same key,
+/// nonces and session id, the server takes the client's stream proofs.
+/// Also: the data as a key file's text parses exactly when it is 64 hex
+/// digits, and round-trips.
+///
+/// The nonces are fixed (to stay deterministic), so every run is the same
+/// session: a proof seen in one run is a valid replay in the next, and
+/// libFuzzer's comparison tracing does see them. So "right proof" means
+/// right for these nonces; fresh nonces per connection are what stop
+/// replays (`handshake::tests::a_replayed_auth_fails_against_a_fresh_challenge`).
 pub fn handshake(data: &[u8]) {
     key_text(data);
     run_handshake(data);
@@ -257,22 +267,35 @@ fn run_handshake(data: &[u8]) -> Option<Handshake> {
 
 /// Both sides, what they said, and the model of what each may accept.
 struct Handshake {
-    same_key: bool,
+    server_key: Key,
     client: ClientHandshake,
     server: ServerHandshake,
     hello: Hello,
     /// The server's answers (it gives each at most once).
     challenge: Option<Challenge>,
-    auth: Option<Auth>,
     welcome: Option<Welcome>,
+    /// The client's proof (it gives it at most once).
+    auth: Option<Auth>,
     /// The client nonce of the hello the server took.
     server_took: Option<Nonce>,
     /// The server checked a proof (right or wrong): it takes no other.
     server_checked: bool,
+    /// The server nonce of the challenge the client took.
+    client_took: Option<Nonce>,
     /// The client checked a challenge (right or wrong): it takes no other.
     client_checked: bool,
     client_keys: Option<SessionKeys>,
     server_keys: Option<SessionKeys>,
+}
+
+/// `HMAC-SHA256(key, label | a | b)`, the proofs as the handshake module
+/// defines them, computed here independently of it.
+fn proof(key: &Key, label: &[u8], a: &Nonce, b: &Nonce) -> Proof {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("any key length");
+    mac.update(label);
+    mac.update(a);
+    mac.update(b);
+    mac.finalize().into_bytes().into()
 }
 
 impl Handshake {
@@ -280,15 +303,16 @@ impl Handshake {
         let (client, hello) = ClientHandshake::new(KEY, CLIENT_NONCE);
         let server_key = if same_key { KEY } else { OTHER_KEY };
         Handshake {
-            same_key,
+            server_key,
             client,
             server: ServerHandshake::new(server_key, SERVER_NONCE),
             hello,
             challenge: None,
-            auth: None,
             welcome: None,
+            auth: None,
             server_took: None,
             server_checked: false,
+            client_took: None,
             client_checked: false,
             client_keys: None,
             server_keys: None,
@@ -325,6 +349,15 @@ impl Handshake {
                 } else {
                     let c = got.expect("a fresh server takes a hello");
                     assert_eq!(c.server_nonce, SERVER_NONCE);
+                    assert_eq!(
+                        c.server_proof,
+                        proof(
+                            &self.server_key,
+                            b"urmove-server",
+                            &h.client_nonce,
+                            &SERVER_NONCE
+                        )
+                    );
                     self.server_took = Some(h.client_nonce);
                     self.challenge = Some(c);
                 }
@@ -336,48 +369,66 @@ impl Handshake {
                     return;
                 }
                 self.client_checked = true;
-                let genuine = self.same_key
-                    && self.server_took == Some(CLIENT_NONCE)
-                    && self.challenge.as_ref() == Some(&c);
-                if genuine {
-                    self.auth = Some(got.expect("the client takes its server's challenge"));
+                let right =
+                    c.server_proof == proof(&KEY, b"urmove-server", &CLIENT_NONCE, &c.server_nonce);
+                if self.challenge.as_ref() == Some(&c) {
+                    // The server's own answer: right only from a server
+                    // with the client's key that answered the client's hello.
+                    assert_eq!(
+                        right,
+                        self.server_key == KEY && self.server_took == Some(CLIENT_NONCE)
+                    );
+                }
+                if right {
+                    let a = got.expect("the client takes the right challenge");
+                    assert_eq!(
+                        a.client_proof,
+                        proof(&KEY, b"urmove-client", &c.server_nonce, &CLIENT_NONCE)
+                    );
+                    self.client_took = Some(c.server_nonce);
+                    self.auth = Some(a);
                 } else {
-                    assert_eq!(got, Err(AuthError::BadProof), "forged challenge {c:?}");
+                    assert_eq!(got, Err(AuthError::BadProof), "wrong challenge {c:?}");
                 }
             }
             Message::Auth(a) => {
                 let got = self.server.on_auth(&a, SESSION_ID);
-                if self.server_took.is_none() || self.server_checked {
+                let Some(cn) = self.server_took.filter(|_| !self.server_checked) else {
                     assert_eq!(got.map(|_| ()), Err(AuthError::OutOfOrder));
                     return;
-                }
+                };
                 self.server_checked = true;
-                let genuine = self.same_key
-                    && self.server_took == Some(CLIENT_NONCE)
-                    && self.auth.as_ref() == Some(&a);
-                if genuine {
-                    let (w, keys) = got.expect("the server takes its client's proof");
+                let right =
+                    a.client_proof == proof(&self.server_key, b"urmove-client", &SERVER_NONCE, &cn);
+                if self.auth.as_ref() == Some(&a) {
+                    // The client's own proof: right only with the same key
+                    // and both nonces agreed.
+                    assert_eq!(
+                        right,
+                        self.server_key == KEY
+                            && cn == CLIENT_NONCE
+                            && self.client_took == Some(SERVER_NONCE)
+                    );
+                }
+                if right {
+                    let (w, keys) = got.expect("the server takes the right proof");
                     assert_eq!((w.session_id, keys.session_id), (SESSION_ID, SESSION_ID));
                     self.welcome = Some(w);
                     self.server_keys = Some(keys);
                 } else {
-                    assert_eq!(got.map(|_| ()), Err(AuthError::BadProof), "forged {a:?}");
+                    assert_eq!(got.map(|_| ()), Err(AuthError::BadProof), "wrong {a:?}");
                 }
             }
             Message::Welcome(w) => {
                 let got = self.client.on_welcome(&w);
-                if self.auth.is_none() || self.client_keys.is_some() {
+                if self.client_took.is_none() || self.client_keys.is_some() {
                     assert_eq!(got, Err(AuthError::OutOfOrder));
                     return;
                 }
-                let keys = got.expect("a client that proved itself takes a welcome");
+                let keys = got.expect("a client that took a challenge takes a welcome");
                 assert_eq!(keys.session_id, w.session_id);
-                if let Some(server) = &self.server_keys {
-                    if w.session_id == server.session_id {
-                        assert_eq!(&keys, server, "both sides derive the same keys");
-                    }
-                }
                 self.client_keys = Some(keys);
+                self.open_stream(0);
             }
             Message::StreamHello {
                 stream_index,
@@ -385,11 +436,9 @@ impl Handshake {
                 ..
             } => {
                 if let Some(server) = &self.server_keys {
-                    let accepted = check_stream_proof(server, stream_index, &proof);
-                    assert_eq!(accepted, proof == stream_proof(server, stream_index));
-                    assert!(
-                        !accepted || self.client_keys.as_ref() == Some(server),
-                        "stream proof accepted that the client never made"
+                    assert_eq!(
+                        check_stream_proof(server, stream_index, &proof),
+                        proof == stream_proof(server, stream_index)
                     );
                 }
             }
@@ -397,8 +446,20 @@ impl Handshake {
         }
     }
 
+    /// Whether both sides derived their session keys from the same key,
+    /// nonces and session id.
+    fn agreed(&self) -> bool {
+        self.server_key == KEY
+            && self.server_took == Some(CLIENT_NONCE)
+            && self.client_took == Some(SERVER_NONCE)
+            && self
+                .client_keys
+                .as_ref()
+                .is_some_and(|k| k.session_id == SESSION_ID)
+    }
+
     /// The client opens data stream `index` with its proof; the server
-    /// takes it exactly when both derived the same keys.
+    /// takes it exactly when both sides agreed on their keys.
     fn open_stream(&mut self, index: u16) {
         let Some(keys) = &self.client_keys else {
             return;
@@ -414,7 +475,8 @@ impl Handshake {
             };
             assert_eq!(
                 check_stream_proof(server, index, &proof),
-                Some(server) == self.client_keys.as_ref()
+                self.agreed(),
+                "stream {index}"
             );
         }
     }
