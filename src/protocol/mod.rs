@@ -9,6 +9,7 @@
 pub mod block;
 pub mod control;
 pub mod frame;
+pub mod fuzz;
 pub mod handshake;
 pub mod manifest;
 pub mod seal;
