@@ -194,8 +194,20 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         });
     }
     let size = r.u64()?;
+    if kind != EntryKind::File && size != 0 {
+        return Err(DecodeError::Invalid {
+            what: "size of a directory or symlink",
+            value: size,
+        });
+    }
     let path = r.str16("path", PATH_LEN_MAX)?.to_string();
     let link = r.str16("symlink target", PATH_LEN_MAX)?;
+    if kind != EntryKind::Symlink && !link.is_empty() {
+        return Err(DecodeError::Invalid {
+            what: "symlink target of an entry that is no symlink",
+            value: link.len() as u64,
+        });
+    }
     let link = (kind == EntryKind::Symlink).then(|| link.to_string());
     Ok(Entry {
         path,
@@ -211,6 +223,27 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_and_targets_only_where_they_belong() {
+        let enc = |kind: EntryKind, size: u64, link: Option<&str>| {
+            let mut w = Writer::default();
+            w.u8(kind as u8)
+                .u32(0o755)
+                .i64(0)
+                .u32(0)
+                .u64(size)
+                .str16("d")
+                .str16(link.unwrap_or(""));
+            w.buf
+        };
+        let dec = |b: Vec<u8>| decode_entry(&mut Reader::new(&b));
+        assert!(dec(enc(EntryKind::Dir, 0, None)).is_ok());
+        assert!(dec(enc(EntryKind::Dir, 5, None)).is_err());
+        assert!(dec(enc(EntryKind::Symlink, 5, Some("x"))).is_err());
+        assert!(dec(enc(EntryKind::File, 0, Some("x"))).is_err());
+        assert!(dec(enc(EntryKind::Symlink, 0, Some("x"))).is_ok());
+    }
 
     #[test]
     fn path_rules() {
