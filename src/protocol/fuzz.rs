@@ -652,6 +652,19 @@ fn entry_bytes(e: &Entry) -> Vec<u8> {
     w.buf
 }
 
+/// Any control message body (the manifest's neighbours on the wire: what
+/// the receiver holds, content digests, heartbeats, requests): whatever
+/// decodes re-encodes to a message that decodes equal. Error texts are cut
+/// on encoding, so they are left out.
+fn any_control_message(data: &[u8]) {
+    if let Ok(m) = control::decode_body(data) {
+        if !matches!(m, Message::Error { .. }) {
+            let b = control::encode(&m);
+            assert_eq!(control::decode(&b), Ok(Some((m, b.len()))));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -877,19 +890,6 @@ mod tests {
             let dir = fuzz_dir().join("corpus").join(target);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    }
-}
-
-/// Any control message body (the manifest's neighbours on the wire: what
-/// the receiver holds, content digests, heartbeats, requests): whatever
-/// decodes re-encodes to a message that decodes equal. Error texts are cut
-/// on encoding, so they are left out.
-fn any_control_message(data: &[u8]) {
-    if let Ok(m) = control::decode_body(data) {
-        if !matches!(m, Message::Error { .. }) {
-            let b = control::encode(&m);
-            assert_eq!(control::decode(&b), Ok(Some((m, b.len()))));
         }
     }
 }
