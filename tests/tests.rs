@@ -13,4 +13,5 @@ mod linters;
 mod net;
 mod protocol_io;
 mod sealed;
+mod service;
 mod transfer;

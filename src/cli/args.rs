@@ -63,7 +63,8 @@ pub enum UnitsArg {
     Gbit,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DirectArg {
     Auto,
     Required,
@@ -226,58 +227,92 @@ pub enum ZeroCopyArg {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Every option may also be set in the --config file, under the option's name \
+with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
+max_sessions, max_connections, max_streams, max_files, max_buffer_memory, \
+require_encryption, metrics, log_format); options on the command line win."
+)]
 pub struct RecvArgs {
-    /// Address to listen on: ADDR or ADDR:PORT [default port: 7878].
-    #[arg(long, value_name = "ADDR[:PORT]", default_value = "0.0.0.0:7878")]
-    pub listen: String,
-
-    /// Directory every received path is confined to.
-    #[arg(long, value_name = "DIR")]
-    pub root: PathBuf,
-
-    /// Pre-shared key (written by `urmove keygen FILE`, mode 0600).
+    /// Read settings from this TOML file (see below); options given on the
+    /// command line override it.
     #[arg(long, value_name = "FILE")]
-    pub key_file: PathBuf,
+    pub config: Option<PathBuf>,
 
-    /// O_DIRECT for received files: auto, required, or off.
-    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
-    pub direct: DirectArg,
+    /// Address to listen on: ADDR or ADDR:PORT [default: 0.0.0.0:7878].
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub listen: Option<String>,
 
-    /// Log a `Net In` line per session every DURATION (0 turns them off).
-    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "5s")]
-    pub interval: Duration,
+    /// Directory every received path is confined to (required here or in
+    /// the config file).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
 
-    /// Drop a client that completes no handshake within this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "10s")]
-    pub handshake_timeout: Duration,
+    /// Pre-shared key (written by `urmove keygen FILE`, mode 0600; required
+    /// here or in the config file).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
 
-    /// End a session whose peer sends (or takes) nothing for this long.
-    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "60s")]
-    pub timeout: Duration,
+    /// O_DIRECT for received files: auto, required, or off [default: auto].
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub direct: Option<DirectArg>,
 
-    /// Sessions served at once; more are refused as busy.
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub max_sessions: usize,
+    /// Log a `Net In` line per session every DURATION (0 turns them off)
+    /// [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
+    pub interval: Option<Duration>,
 
-    /// Connections open at once (sessions, their streams, handshakes).
-    #[arg(long, value_name = "N", default_value_t = 1024)]
-    pub max_connections: usize,
+    /// Drop a client that completes no handshake within this long
+    /// [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
+    pub handshake_timeout: Option<Duration>,
 
-    /// Data streams one session may open.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub max_streams: u16,
+    /// End a session whose peer sends (or takes) nothing for this long
+    /// [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
+    pub timeout: Option<Duration>,
 
-    /// Entries (files, directories, links) one session may send.
-    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
-    pub max_files: u32,
+    /// Sessions served at once; more are refused as busy [default: 64].
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
 
-    /// Registered buffer memory of all sessions together.
-    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4G")]
-    pub max_buffer_memory: u64,
+    /// Connections open at once (sessions, their streams, handshakes)
+    /// [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// Data streams one session may open, 1 to 256 [default: 64].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub max_streams: Option<u16>,
+
+    /// Entries (files, directories, links) one session may send
+    /// [default: 10000000].
+    #[arg(long, value_name = "N")]
+    pub max_files: Option<u32>,
+
+    /// Registered buffer memory of all sessions together [default: 4G].
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub max_buffer_memory: Option<u64>,
 
     /// Refuse sessions whose frames are not sealed (clients must --encrypt).
     #[arg(long)]
     pub require_encryption: bool,
+
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
+
+    /// Log lines on stderr as text (journald-friendly) or json
+    /// [default: text].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<LogFormatArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormatArg {
+    Text,
+    Json,
 }
 
 /// How a transfer is protected, survives faults and picks up where it

@@ -143,10 +143,11 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {
-        let log: crate::session::recv::Log = Arc::new(|m: &str| {
+        let log: crate::session::recv::Log = Arc::new(|_, m: &str| {
             let _ = writeln!(std::io::stderr(), "urmove recv: {m}");
         });
-        serve(recv_cfg, &daemon_stop, log, &mut |addr| {
+        let stats = Arc::default();
+        serve(recv_cfg, &daemon_stop, log, stats, &mut |addr| {
             let _ = addr_tx.send(addr);
         })
     });

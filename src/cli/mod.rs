@@ -2,10 +2,12 @@
 //! render, and turn the outcome into an exit code. `anyhow` lives here only.
 
 pub mod args;
+pub mod config;
 mod demo;
 pub mod keys;
 pub mod parse;
 pub mod render;
+pub mod service;
 mod transfer;
 
 use std::path::PathBuf;

@@ -100,32 +100,46 @@ fn listen_addr(s: &str) -> anyhow::Result<SocketAddr> {
 
 pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
     let usage = |e: anyhow::Error| Failure::Usage(e);
-    let key = keys::load(&a.key_file).map_err(usage)?;
-    let listen = listen_addr(&a.listen).map_err(usage)?;
+    let set = super::config::resolve(&a).map_err(|e| usage(anyhow::anyhow!(e)))?;
+    let key = keys::load(&set.key_file).map_err(usage)?;
+    let listen = listen_addr(&set.listen).map_err(usage)?;
     let stop = interrupt_flag().map_err(Failure::Run)?;
     let cfg = RecvConfig {
         listen,
-        root: a.root.clone(),
+        root: set.root.clone(),
         key,
-        direct: direct(a.direct),
-        handshake_timeout: a.handshake_timeout,
+        direct: direct(set.direct),
+        handshake_timeout: set.handshake_timeout,
         stream_wait: Duration::from_secs(30),
-        interval: (!a.interval.is_zero()).then_some(a.interval),
-        timeout: a.timeout,
+        interval: (!set.interval.is_zero()).then_some(set.interval),
+        timeout: set.timeout,
         limits: crate::session::recv::Limits {
-            sessions: a.max_sessions,
-            connections: a.max_connections,
-            streams: a.max_streams,
-            files: a.max_files,
-            buffer_bytes: a.max_buffer_memory,
+            sessions: set.max_sessions,
+            connections: set.max_connections,
+            streams: set.max_streams,
+            files: set.max_files,
+            buffer_bytes: set.max_buffer_memory,
         },
-        require_encryption: a.require_encryption,
+        require_encryption: set.require_encryption,
     };
-    let log: crate::session::recv::Log = Arc::new(|m: &str| {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "urmove recv: {m}");
+    let log = super::service::logger(set.log_format);
+    let stats = Arc::new(crate::session::recv::DaemonStats::default());
+    let metrics_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(addr) = &set.metrics {
+        let bound =
+            super::service::serve_metrics(addr, Arc::clone(&stats), Arc::clone(&metrics_stop))
+                .map_err(|e| usage(anyhow::anyhow!(e)))?;
+        log(
+            crate::session::recv::Level::Info,
+            &format!("metrics at http://{bound}/metrics"),
+        );
+    }
+    let served = serve(cfg, &stop, Arc::clone(&log), stats, &mut |addr| {
+        super::service::sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
     });
-    serve(cfg, &stop, log, &mut |_| {}).map_err(|e| {
+    super::service::sd_notify("STOPPING=1");
+    metrics_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    served.map_err(|e| {
         let e = anyhow::anyhow!("{e}");
         Failure::Usage(e)
     })?;

@@ -74,16 +74,16 @@ impl Default for Limits {
     }
 }
 
+/// How long a stopping daemon waits for running sessions to finish.
+const STOP_DRAIN: Duration = Duration::from_secs(10);
+
 /// How long a session waits for another to release a file it also names.
 const CLAIM_WAIT: Duration = Duration::from_secs(3);
 
 /// What every session of the daemon shares.
-#[derive(Default)]
 struct Shared {
     registry: Mutex<HashMap<SessionId, Pending>>,
-    connections: AtomicUsize,
-    sessions: AtomicUsize,
-    buffer_bytes: AtomicU64,
+    stats: Arc<DaemonStats>,
     /// Files being received now (root-relative final names): a second
     /// session for the same file is refused, not interleaved.
     claimed: Mutex<HashSet<String>>,
@@ -138,12 +138,18 @@ impl Drop for Claims<'_> {
     }
 }
 
-/// Interval lines of one receiving session, for the daemon's log.
+/// Interval lines of one receiving session, for the daemon's log, and its
+/// figures for the metrics.
 struct RecvProgress<'a> {
     log: &'a Log,
+    stats: &'a DaemonStats,
+    id: u64,
     peer: SocketAddr,
     start: Instant,
     tracker: Option<crate::coord::IntervalTracker>,
+    /// Rate intervals for the metrics when no log lines are asked for.
+    metric_tracker: crate::coord::IntervalTracker,
+    last_rate: Option<f64>,
     total: u64,
     expected: Option<u64>,
 }
@@ -151,15 +157,27 @@ struct RecvProgress<'a> {
 impl<'a> RecvProgress<'a> {
     fn new(
         log: &'a Log,
+        stats: &'a DaemonStats,
         peer: SocketAddr,
         interval: Option<Duration>,
         expected: Option<u64>,
     ) -> Self {
         RecvProgress {
             log,
+            stats,
+            id: stats.begin(
+                peer,
+                if expected.is_some() {
+                    "receive"
+                } else {
+                    "bench"
+                },
+            ),
             peer,
             start: Instant::now(),
             tracker: interval.map(|i| crate::coord::IntervalTracker::new(i.as_nanos() as u64)),
+            metric_tracker: crate::coord::IntervalTracker::new(1_000_000_000),
+            last_rate: None,
             total: 0,
             expected,
         }
@@ -168,10 +186,18 @@ impl<'a> RecvProgress<'a> {
     fn add(&mut self, bytes: u64) {
         use crate::coord::units::{rate, RateUnit};
         self.total += bytes;
+        self.stats
+            .bytes_received
+            .fetch_add(bytes, Ordering::Relaxed);
+        let now = self.start.elapsed().as_nanos() as u64;
+        if let Some(iv) = self.metric_tracker.observe(now, self.total) {
+            self.last_rate = Some(iv.rate_bytes_per_s);
+        }
+        self.stats.update(self.id, self.total, self.last_rate);
         let Some(t) = self.tracker.as_mut() else {
             return;
         };
-        let Some(iv) = t.observe(self.start.elapsed().as_nanos() as u64, self.total) else {
+        let Some(iv) = t.observe(now, self.total) else {
             return;
         };
         let (h, m, s) = sys::local_hms();
@@ -194,12 +220,131 @@ impl<'a> RecvProgress<'a> {
                 eta.ceil() as u64
             );
         }
-        (self.log)(&line);
+        (self.log)(Level::Info, &line);
     }
 }
 
+impl Drop for RecvProgress<'_> {
+    fn drop(&mut self) {
+        self.stats.end(self.id);
+    }
+}
+
+/// How much a log line matters (journald's priorities, in short).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
 /// Where the daemon's log lines go (stderr, under systemd the journal).
-pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+pub type Log = Arc<dyn Fn(Level, &str) + Send + Sync>;
+
+/// What the daemon has done and is doing, for its metrics: plain atomics
+/// the sessions bump and a scrape reads.
+#[derive(Debug, Default)]
+pub struct DaemonStats {
+    pub bytes_received: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub files_received: AtomicU64,
+    pub files_sent: AtomicU64,
+    pub sessions_total: AtomicU64,
+    pub sessions_active: AtomicUsize,
+    pub connections_open: AtomicUsize,
+    /// Registered buffer memory reserved by the sessions now.
+    pub buffer_bytes: AtomicU64,
+    pub buffer_bytes_limit: AtomicU64,
+    /// Failed sessions and refused connections, by error code.
+    errors: Mutex<HashMap<&'static str, u64>>,
+    /// Sessions running now: id -> what they moved so far.
+    sessions: Mutex<HashMap<u64, SessionStat>>,
+    next_id: AtomicU64,
+}
+
+/// One running session, as the metrics show it.
+#[derive(Debug, Clone)]
+pub struct SessionStat {
+    pub peer: SocketAddr,
+    pub direction: &'static str,
+    pub bytes: u64,
+    /// Rate of the last full interval (bytes/s), or the average so far.
+    pub rate_bytes_per_s: f64,
+    pub started: Instant,
+}
+
+impl DaemonStats {
+    fn error(&self, code: ErrorCode) {
+        *self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(code.name())
+            .or_default() += 1;
+    }
+
+    /// Failed sessions and refused connections, by error code name.
+    pub fn errors(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<_> = self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The sessions running now.
+    pub fn sessions(&self) -> Vec<SessionStat> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn begin(&self, peer: SocketAddr, direction: &'static str) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.sessions_total.fetch_add(1, Ordering::Relaxed);
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                id,
+                SessionStat {
+                    peer,
+                    direction,
+                    bytes: 0,
+                    rate_bytes_per_s: 0.0,
+                    started: Instant::now(),
+                },
+            );
+        id
+    }
+
+    fn update(&self, id: u64, bytes: u64, rate: Option<f64>) {
+        if let Some(s) = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&id)
+        {
+            s.bytes = bytes;
+            s.rate_bytes_per_s =
+                rate.unwrap_or_else(|| bytes as f64 / s.started.elapsed().as_secs_f64().max(1e-3));
+        }
+    }
+
+    fn end(&self, id: u64) {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+}
 
 struct Pending {
     keys: SessionKeys,
@@ -215,6 +360,7 @@ pub fn serve(
     cfg: RecvConfig,
     stop: &AtomicBool,
     log: Log,
+    stats: Arc<DaemonStats>,
     on_listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), SessionError> {
     Root::open(&cfg.root).map_err(|e| SessionError::io("--root", e))?;
@@ -227,10 +373,20 @@ pub fn serve(
     listener
         .set_nonblocking(true)
         .map_err(|e| SessionError::io("listening", e))?;
-    log(&format!("listening on {addr}, root {}", cfg.root.display()));
+    log(
+        Level::Info,
+        &format!("listening on {addr}, root {}", cfg.root.display()),
+    );
     on_listening(addr);
     let cfg = Arc::new(cfg);
-    let registry: Registry = Arc::default();
+    stats
+        .buffer_bytes_limit
+        .store(cfg.limits.buffer_bytes, Ordering::Relaxed);
+    let registry: Registry = Arc::new(Shared {
+        registry: Mutex::default(),
+        stats,
+        claimed: Mutex::default(),
+    });
     while !stop.load(Ordering::Relaxed) {
         // Wake at once for a connection, and every 200 ms to see `stop`.
         if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
@@ -240,7 +396,8 @@ pub fn serve(
             Ok((mut s, peer)) => {
                 let (cfg, registry, log) =
                     (Arc::clone(&cfg), Arc::clone(&registry), Arc::clone(&log));
-                if registry.connections.load(Ordering::Acquire) >= cfg.limits.connections {
+                if registry.stats.connections_open.load(Ordering::Acquire) >= cfg.limits.connections
+                {
                     let _ = s.set_nonblocking(false);
                     let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
                     let _ = send_msg(
@@ -253,24 +410,47 @@ pub fn serve(
                             ),
                         },
                     );
-                    log(&format!("{peer}: refused: connection limit reached"));
+                    registry.stats.error(ErrorCode::Busy);
+                    log(
+                        Level::Warn,
+                        &format!("{peer}: refused: connection limit reached"),
+                    );
                     continue;
                 }
-                registry.connections.fetch_add(1, Ordering::AcqRel);
+                registry
+                    .stats
+                    .connections_open
+                    .fetch_add(1, Ordering::AcqRel);
                 std::thread::spawn(move || {
                     let _conn = Hold {
-                        count: &registry.connections,
+                        count: &registry.stats.connections_open,
                     };
                     if let Err(e) = connection(s, peer, &cfg, &registry, &log) {
-                        log(&format!("{peer}: {e}"));
+                        registry.stats.error(e.code());
+                        log(Level::Warn, &format!("{peer}: {e}"));
                     }
                 });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => log(&format!("accept: {e}")),
+            Err(e) => log(Level::Error, &format!("accept: {e}")),
         }
     }
-    log("stopping: no new sessions; sessions in flight keep their .urmove.part files");
+    // Let running sessions finish for a while; what is cut off keeps its
+    // .urmove.part files and journals for --resume.
+    log(Level::Info, "stopping: no new sessions");
+    let until = Instant::now() + STOP_DRAIN;
+    while registry.stats.sessions_active.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = registry.stats.sessions_active.load(Ordering::Acquire);
+    if left > 0 {
+        log(
+            Level::Warn,
+            &format!(
+                "stopping with {left} sessions unfinished: their .urmove.part files and journals stay for --resume"
+            ),
+        );
+    }
     Ok(())
 }
 
@@ -295,7 +475,7 @@ fn connection(
             match control_session(&mut s, hello, deadline, cfg, registry, peer, log) {
                 Ok((files, bytes)) => {
                     let secs = started.elapsed().as_secs_f64();
-                    log(&format!(
+                    log(Level::Info, &format!(
                         "{peer}: session done: {files} files, {bytes} bytes in {secs:.2} s ({:.3} Gb/s)",
                         bytes as f64 * 8.0 / secs.max(1e-9) / 1e9
                     ));
@@ -399,15 +579,16 @@ fn control_session(
             "this daemon requires encrypted sessions: send with --encrypt",
         ));
     }
-    let _session = Hold::take(&registry.sessions, cfg.limits.sessions).ok_or_else(|| {
-        SessionError::local(
-            ErrorCode::Busy,
-            format!(
-                "the daemon serves {} sessions at once, its limit; try again later",
-                cfg.limits.sessions
-            ),
-        )
-    })?;
+    let _session =
+        Hold::take(&registry.stats.sessions_active, cfg.limits.sessions).ok_or_else(|| {
+            SessionError::local(
+                ErrorCode::Busy,
+                format!(
+                    "the daemon serves {} sessions at once, its limit; try again later",
+                    cfg.limits.sessions
+                ),
+            )
+        })?;
     if req.block_size < 4096 || !req.block_size.is_multiple_of(4096) {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
@@ -421,6 +602,7 @@ fn control_session(
         * crate::datapath::net::frame_buf_size(req.block_size as usize) as u64;
     let budget = cfg.limits.buffer_bytes;
     registry
+        .stats
         .buffer_bytes
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             (n + want <= budget).then_some(n + want)
@@ -437,7 +619,7 @@ fn control_session(
             )
         })?;
     let _reserved = Reserved {
-        total: &registry.buffer_bytes,
+        total: &registry.stats.buffer_bytes,
         bytes: want,
     };
     if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
@@ -447,11 +629,14 @@ fn control_session(
             &keys,
             cfg,
             registry,
-            &mut RecvProgress::new(log, peer, cfg.interval, None),
+            &mut RecvProgress::new(log, &registry.stats, peer, cfg.interval, None),
         );
     }
     if req.direction == Direction::Pull {
-        return pull_session(s, &req, &keys, cfg, registry);
+        let id = registry.stats.begin(peer, "send");
+        let r = pull_session(s, &req, &keys, cfg, registry);
+        registry.stats.end(id);
+        return r;
     }
     let dest = match req.path.as_str() {
         "" | "." => String::new(),
@@ -524,7 +709,13 @@ fn control_session(
     }
     // Receive: frames into registered buffers, checked, written, acked;
     // a heartbeat on the control connection while nothing else goes out.
-    let mut progress = RecvProgress::new(log, peer, cfg.interval, Some(incoming.bytes_missing()));
+    let mut progress = RecvProgress::new(
+        log,
+        &registry.stats,
+        peer,
+        cfg.interval,
+        Some(incoming.bytes_missing()),
+    );
     let mut beat = s
         .try_clone()
         .map_err(|e| SessionError::io("control connection", e))?;
@@ -538,7 +729,13 @@ fn control_session(
         cfg.timeout,
         &open,
         &mut |b| progress.add(b),
-        &mut |file_index, digest| send_msg(s, &Message::FileAck { file_index, digest }),
+        &mut |file_index, digest| {
+            registry
+                .stats
+                .files_received
+                .fetch_add(1, Ordering::Relaxed);
+            send_msg(s, &Message::FileAck { file_index, digest })
+        },
         &mut |stream_bytes: &[u64]| {
             if last_beat.elapsed() >= Duration::from_millis(500) {
                 last_beat = Instant::now();
@@ -684,6 +881,14 @@ fn pull_session(
     }
     let bytes = counters.snapshot().0;
     let files = tree.file_count() as u64;
+    registry
+        .stats
+        .bytes_sent
+        .fetch_add(bytes, Ordering::Relaxed);
+    registry
+        .stats
+        .files_sent
+        .fetch_add(files, Ordering::Relaxed);
     send_msg(
         s,
         &Message::Summary {

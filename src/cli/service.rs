@@ -1,0 +1,342 @@
+//! Running `urmove recv` as a service: log lines for journald or a
+//! collector, readiness for systemd (`Type=notify`), and Prometheus metrics.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::session::recv::{DaemonStats, Level, Log};
+
+use super::args::LogFormatArg;
+
+/// `2026-11-30T12:34:56.789Z` for `t` (UTC).
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// The daemon's log: one line per message on stderr. As text under
+/// journald (`JOURNAL_STREAM` set) each line starts with its syslog
+/// priority (`<6>`, `<4>`, `<3>`) and leaves the time to the journal;
+/// elsewhere `urmove recv: ` leads. As JSON: `{"time","level","msg"}`.
+pub fn logger(format: LogFormatArg) -> Log {
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    Arc::new(move |level: Level, msg: &str| {
+        let name = match level {
+            Level::Info => "info",
+            Level::Warn => "warning",
+            Level::Error => "error",
+        };
+        let line = match format {
+            LogFormatArg::Json => serde_json::json!({
+                "time": rfc3339(SystemTime::now()),
+                "level": name,
+                "msg": msg,
+            })
+            .to_string(),
+            LogFormatArg::Text if journald => {
+                let prio = match level {
+                    Level::Info => 6,
+                    Level::Warn => 4,
+                    Level::Error => 3,
+                };
+                format!("<{prio}>{msg}")
+            }
+            LogFormatArg::Text => match level {
+                Level::Info => format!("urmove recv: {msg}"),
+                _ => format!("urmove recv: {name}: {msg}"),
+            },
+        };
+        let _ = writeln!(std::io::stderr(), "{line}");
+    })
+}
+
+/// Tell systemd about our state (`READY=1`, `STOPPING=1`, `STATUS=...`)
+/// when it asked (`NOTIFY_SOCKET`); otherwise do nothing. The protocol is
+/// one datagram on a unix socket, abstract when the path starts with `@`.
+pub fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+    let sent = match bytes.strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name)
+                .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+        }
+        None => sock.send_to(state.as_bytes(), &path),
+    };
+    let _ = sent;
+}
+
+/// The aggregate receive rate between scrapes.
+struct RateState {
+    at: Instant,
+    bytes: u64,
+    rate: f64,
+}
+
+/// Serve `stats` as Prometheus text on `addr` (`GET /metrics`) from a
+/// thread of its own, until `stop`. Returns the bound address.
+pub fn serve_metrics(
+    addr: &str,
+    stats: Arc<DaemonStats>,
+    stop: Arc<AtomicBool>,
+) -> Result<SocketAddr, String> {
+    let listener = TcpListener::bind(addr).map_err(|e| format!("--metrics {addr}: {e}"))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("--metrics {addr}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("--metrics {addr}: {e}"))?;
+    let state = Mutex::new(RateState {
+        at: Instant::now(),
+        bytes: 0,
+        rate: 0.0,
+    });
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((s, _)) => answer(s, &stats, &state),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    });
+    Ok(bound)
+}
+
+/// Answer one HTTP request: `/metrics` gets the text format, `/` a pointer
+/// to it, anything else 404.
+fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut req = [0u8; 2048];
+    let mut got = 0;
+    while got < req.len() {
+        match s.read(&mut req[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                got += n;
+                if req[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+        }
+    }
+    let head = String::from_utf8_lossy(&req[..got]);
+    let path = head.split_whitespace().nth(1).unwrap_or("");
+    let (status, kind, body) = match path {
+        "/metrics" => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            exposition(stats, state),
+        ),
+        "/" => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "urmove recv: metrics at /metrics\n".to_string(),
+        ),
+        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+    };
+    let _ = write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(v);
+    reg.register(name, help, c);
+}
+
+fn gauge(reg: &mut Registry, name: &str, help: &str, v: i64) {
+    let g = Gauge::<i64>::default();
+    g.set(v);
+    reg.register(name, help, g);
+}
+
+/// The metrics now, in the Prometheus text format.
+fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
+    let mut reg = Registry::with_prefix("urmove");
+    let received = stats.bytes_received.load(Ordering::Relaxed);
+    counter(
+        &mut reg,
+        "received_bytes",
+        "Payload bytes received by push sessions and benchmarks",
+        received,
+    );
+    counter(
+        &mut reg,
+        "sent_bytes",
+        "Payload bytes sent by pull sessions",
+        stats.bytes_sent.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut reg,
+        "received_files",
+        "Files received, verified, synced and renamed",
+        stats.files_received.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut reg,
+        "sent_files",
+        "Files sent by pull sessions",
+        stats.files_sent.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut reg,
+        "sessions",
+        "Sessions started",
+        stats.sessions_total.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut reg,
+        "sessions_active",
+        "Sessions running now",
+        stats.sessions_active.load(Ordering::Relaxed) as i64,
+    );
+    gauge(
+        &mut reg,
+        "connections_open",
+        "Connections open now (sessions, data streams, handshakes)",
+        stats.connections_open.load(Ordering::Relaxed) as i64,
+    );
+    gauge(
+        &mut reg,
+        "buffer_bytes_in_use",
+        "Registered buffer memory reserved by running sessions",
+        stats.buffer_bytes.load(Ordering::Relaxed) as i64,
+    );
+    gauge(
+        &mut reg,
+        "buffer_bytes_limit",
+        "Registered buffer memory all sessions may reserve (--max-buffer-memory)",
+        stats.buffer_bytes_limit.load(Ordering::Relaxed) as i64,
+    );
+    // The aggregate rate since the previous scrape (at least a second apart).
+    let rate = {
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let dt = st.at.elapsed().as_secs_f64();
+        if dt >= 1.0 {
+            st.rate = received.saturating_sub(st.bytes) as f64 * 8.0 / dt;
+            st.at = Instant::now();
+            st.bytes = received;
+        }
+        st.rate
+    };
+    gauge(
+        &mut reg,
+        "receive_rate_bits_per_second",
+        "Aggregate receive rate between the last two scrapes (1 s apart at least)",
+        rate as i64,
+    );
+    let errors = Family::<Vec<(String, String)>, Counter<u64>>::default();
+    for (kind, n) in stats.errors() {
+        errors
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc_by(n);
+    }
+    reg.register(
+        "session_errors",
+        "Failed sessions and refused connections, by error kind",
+        errors,
+    );
+    let bytes = Family::<Vec<(String, String)>, Gauge<i64>>::default();
+    let rates = Family::<Vec<(String, String)>, Gauge<i64>>::default();
+    for s in stats.sessions() {
+        let labels = vec![
+            ("peer".to_string(), s.peer.to_string()),
+            ("direction".to_string(), s.direction.to_string()),
+        ];
+        bytes.get_or_create(&labels).set(s.bytes as i64);
+        rates
+            .get_or_create(&labels)
+            .set((s.rate_bytes_per_s * 8.0) as i64);
+    }
+    reg.register(
+        "session_bytes",
+        "Payload bytes each running session moved so far",
+        bytes,
+    );
+    reg.register(
+        "session_rate_bits_per_second",
+        "Rate of each running session over its last full second",
+        rates,
+    );
+    let mut out = String::new();
+    if encode(&mut out, &reg).is_err() {
+        let _ = writeln!(out, "# encoding failed");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates_are_civil_dates() {
+        let at = |s: u64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(1_796_040_000), "2026-11-30T12:00:00.000Z");
+    }
+
+    #[test]
+    fn the_exposition_names_every_metric() {
+        let stats = DaemonStats::default();
+        stats.bytes_received.store(123, Ordering::Relaxed);
+        let state = Mutex::new(RateState {
+            at: Instant::now(),
+            bytes: 0,
+            rate: 0.0,
+        });
+        let text = exposition(&stats, &state);
+        for name in [
+            "urmove_received_bytes_total 123",
+            "urmove_sessions_active 0",
+            "urmove_buffer_bytes_limit",
+            "# TYPE urmove_session_errors counter",
+            "# EOF",
+        ] {
+            assert!(text.contains(name), "{name} missing in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! `urmove recv` as a service: the systemd unit, the config file, readiness
+//! for systemd, JSON logs, Prometheus metrics during a transfer, running
+//! unprivileged under the unit's memlock limit, and the install script.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use crate::transfer::assert_same_tree;
+use crate::util::{have, is_root, json, noise, stderr, urmove};
+
+const UNIT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tuning/systemd/urmove-recv.service"
+);
+
+#[test]
+fn the_unit_passes_systemd_analyze_verify() {
+    crate::require!(have("systemd-analyze"), "needs systemd-analyze");
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    for needed in [
+        "Type=notify",
+        "User=urmove",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/srv/urmove",
+        "NoNewPrivileges=yes",
+        "LimitMEMLOCK=",
+    ] {
+        assert!(unit.contains(needed), "the unit lacks {needed}");
+    }
+    // Verify against this build's binary (the unit names the installed one).
+    let here = unit.replace("/usr/local/bin/urmove", env!("CARGO_BIN_EXE_urmove"));
+    let path = dir.path().join("urmove-recv.service");
+    std::fs::write(&path, here).unwrap();
+    let o = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("urmove-recv.service"),
+        "warnings: {}",
+        stderr(&o)
+    );
+}
+
+/// A daemon started from a config file, its stderr lines on a channel.
+struct Service {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Service {
+    fn start(cmd: &mut Command) -> Service {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Service {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait for a log line containing `what`; returns it.
+    fn wait_for(&mut self, what: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push(l.clone());
+                if l.contains(what) {
+                    return l;
+                }
+            }
+        }
+        panic!("no log line with {what:?}; saw {:?}", self.seen);
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `ADDR:PORT` after `marker` in `line`, up to whitespace, `,` or `/`.
+fn addr_after(line: &str, marker: &str) -> String {
+    let rest = line
+        .split(marker)
+        .nth(1)
+        .unwrap_or_else(|| panic!("{line}"));
+    rest.split(|c: char| c.is_whitespace() || c == ',' || c == '/' || c == '"')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+fn scrape(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let (head, body) = r.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    body.to_string()
+}
+
+/// Check `text` is OpenMetrics text as Prometheus reads it: `# HELP` /
+/// `# TYPE` lines, samples `name{labels} value` of declared families, a
+/// final `# EOF`. Returns (sample name with labels, value) pairs.
+fn parse_metrics(text: &str) -> Vec<(String, f64)> {
+    let mut families = std::collections::HashSet::new();
+    let mut samples = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "{text}");
+    for l in &lines[..lines.len() - 1] {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let mut w = rest.split(' ');
+            let name = w.next().unwrap();
+            let kind = w.next().unwrap();
+            assert!(["counter", "gauge"].contains(&kind), "{l}");
+            families.insert(name.to_string());
+            continue;
+        }
+        if l.starts_with("# HELP ") || l.starts_with("# UNIT ") {
+            continue;
+        }
+        let (series, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {l}"));
+        let name = series.split('{').next().unwrap();
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "bad metric name in {l}"
+        );
+        if let Some(labels) = series.strip_prefix(name) {
+            if !labels.is_empty() {
+                assert!(labels.starts_with('{') && labels.ends_with('}'), "{l}");
+            }
+        }
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        assert!(
+            families.contains(family),
+            "sample of an undeclared family: {l}"
+        );
+        let v: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {l}"));
+        samples.push((series.to_string(), v));
+    }
+    samples
+}
+
+fn value(samples: &[(String, f64)], series: &str) -> f64 {
+    samples
+        .iter()
+        .find(|(s, _)| s == series)
+        .unwrap_or_else(|| panic!("{series} missing"))
+        .1
+}
+
+fn keygen(dir: &Path) -> PathBuf {
+    let key = dir.join("key");
+    assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+    key
+}
+
+#[test]
+fn a_daemon_from_its_config_file_serves_a_transfer_and_its_metrics_rise() {
+    let etc = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(etc.path());
+    let conf = etc.path().join("urmove.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "listen = \"127.0.0.1:0\"\nroot = \"{}\"\nkey_file = \"{}\"\n\
+             metrics = \"127.0.0.1:0\"\nlog_format = \"json\"\ninterval = \"200ms\"\n",
+            root.path().display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let mut d = Service::start(urmove().arg("recv").arg("--config").arg(&conf));
+    let metrics = addr_after(&d.wait_for("metrics at"), "http://");
+    let port = addr_after(&d.wait_for("listening on"), "127.0.0.1:");
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("big"), noise(24 << 20, 1)).unwrap();
+    std::fs::write(top.join("small"), noise(1000, 2)).unwrap();
+    let before = parse_metrics(&scrape(&metrics));
+    assert_eq!(value(&before, "urmove_received_bytes_total"), 0.0);
+    let send = urmove()
+        .args([
+            "send",
+            "-p",
+            &port,
+            "--rate-limit",
+            "12MB",
+            "--json",
+            "--key-file",
+        ])
+        .arg(&key)
+        .arg(&top)
+        .arg("127.0.0.1:in")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Scrape while it runs: the byte counter rises, the session shows.
+    let mut seen = Vec::new();
+    let mut saw_session = false;
+    let until = Instant::now() + Duration::from_secs(30);
+    while seen.len() < 4 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(400));
+        let m = parse_metrics(&scrape(&metrics));
+        let bytes = value(&m, "urmove_received_bytes_total");
+        if value(&m, "urmove_sessions_active") == 1.0 {
+            saw_session |= m
+                .iter()
+                .any(|(s, _)| s.starts_with("urmove_session_bytes{") && s.contains("receive"));
+        }
+        if bytes > 0.0 && bytes < (24 << 20) as f64 {
+            seen.push(bytes);
+        }
+    }
+    let o = send.wait_with_output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(json(&o)["files_verified"], 2);
+    assert!(seen.len() >= 2, "too few scrapes mid-transfer: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[1] >= w[0]), "{seen:?}");
+    assert!(
+        seen.last() > seen.first(),
+        "the bytes did not rise: {seen:?}"
+    );
+    assert!(saw_session, "no per-session series while it ran");
+    let after = parse_metrics(&scrape(&metrics));
+    assert_eq!(value(&after, "urmove_received_files_total"), 2.0);
+    assert_eq!(
+        value(&after, "urmove_received_bytes_total"),
+        ((24 << 20) + 1000) as f64
+    );
+    assert_eq!(value(&after, "urmove_sessions_total"), 1.0);
+    assert_same_tree(&top, &root.path().join("in/run"));
+    // Every log line is one JSON object with time, level and msg.
+    d.wait_for("session done");
+    for l in &d.seen {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["time"].as_str().unwrap().ends_with('Z'), "{l}");
+        assert!(["info", "warning", "error"].contains(&v["level"].as_str().unwrap()));
+        assert!(v["msg"].is_string());
+    }
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_line_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    let base = format!(
+        "root = \"{}\"\nkey_file = \"{}\"\n",
+        dir.path().display(),
+        key.display()
+    );
+    for (extra, line, reason) in [
+        (
+            "listen = \"127.0.0.1:0\"\nmax_sesions = 4\n",
+            4,
+            "unknown field `max_sesions`",
+        ),
+        ("timeout = \"a while\"\n", 3, "timeout"),
+        ("max_streams = 0\n", 3, "must be 1 to 256"),
+        ("log_format = \"xml\"\n", 3, "unknown variant `xml`"),
+        ("listen = [1, 2\n", 4, "invalid array"),
+    ] {
+        let conf = dir.path().join("urmove.toml");
+        std::fs::write(&conf, format!("{base}{extra}")).unwrap();
+        let o = urmove()
+            .arg("recv")
+            .arg("--config")
+            .arg(&conf)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(&format!("urmove.toml, line {line}:")), "{e}");
+        assert!(e.contains(reason), "{e}");
+    }
+    // A missing file is named too.
+    let o = urmove()
+        .args(["recv", "--config", "/nonexistent/urmove.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("/nonexistent/urmove.toml"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn readiness_and_stopping_are_reported_to_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    let sock_path = dir.path().join("notify");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut d = Service::start(
+        urmove()
+            .args(["recv", "--listen", "127.0.0.1:0", "--root"])
+            .arg(dir.path())
+            .arg("--key-file")
+            .arg(&key)
+            .env("NOTIFY_SOCKET", &sock_path),
+    );
+    let mut buf = [0u8; 512];
+    let n = sock.recv(&mut buf).unwrap();
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+    assert!(ready.contains("STATUS=listening on 127.0.0.1:"), "{ready}");
+    d.wait_for("listening on");
+    assert!(Command::new("kill")
+        .args(["-TERM", &d.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    let status = d.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn the_daemon_runs_unprivileged_under_the_units_memlock_limit() {
+    crate::require!(
+        is_root() && have("setpriv") && have("prlimit"),
+        "needs root, setpriv and prlimit"
+    );
+    // As `nobody`, no capabilities, with the unit's LimitMEMLOCK.
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    let limit = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("LimitMEMLOCK="))
+        .unwrap()
+        .trim()
+        .to_string();
+    let bytes: u64 = limit.trim_end_matches('M').parse::<u64>().unwrap() << 20;
+    // Raising the limit needs CAP_SYS_RESOURCE or a hard limit above it;
+    // without, the daemon must say what to raise instead of failing bare.
+    let hard: u64 = std::fs::read_to_string("/proc/self/limits")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .and_then(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .map_or(0, |v| v.parse().unwrap_or(u64::MAX));
+    let can_raise = hard >= bytes
+        || std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|c| u64::from_str_radix(c.trim(), 16).ok())
+            .is_some_and(|c| c & (1 << 24) != 0);
+    let memlock = if can_raise { bytes } else { hard };
+    let etc = tempfile::tempdir_in("/var/tmp").unwrap();
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(etc.path());
+    let nobody = |p: &Path| {
+        assert!(Command::new("chown")
+            .arg("65534:65534")
+            .arg(p)
+            .status()
+            .unwrap()
+            .success())
+    };
+    nobody(root.path());
+    nobody(&key);
+    std::fs::set_permissions(
+        etc.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut d = Service::start(
+        Command::new("prlimit")
+            .arg(format!("--memlock={memlock}:{memlock}"))
+            .args([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+            ])
+            .arg(env!("CARGO_BIN_EXE_urmove"))
+            .args(["recv", "--listen", "127.0.0.1:0", "--root"])
+            .arg(root.path())
+            .arg("--key-file")
+            .arg(&key),
+    );
+    let port = addr_after(&d.wait_for("listening on"), "127.0.0.1:");
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("a"), noise(9 << 20, 3)).unwrap();
+    let o = urmove()
+        .args(["send", "-p", &port, "--key-file"])
+        .arg(&key)
+        .arg(&top)
+        .arg("127.0.0.1:")
+        .output()
+        .unwrap();
+    if can_raise {
+        assert!(o.status.success(), "{}\n{:?}", stderr(&o), d.seen);
+        assert_same_tree(&top, &root.path().join("run"));
+    } else {
+        eprintln!("memlock hard limit {hard} < {bytes}: checking the refusal instead");
+        assert_eq!(o.status.code(), Some(1));
+        let e = stderr(&o);
+        assert!(
+            e.contains("RLIMIT_MEMLOCK") && e.contains("LimitMEMLOCK="),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn the_install_script_stages_binary_unit_config_and_docs() {
+    let stage = tempfile::tempdir().unwrap();
+    let o = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install.sh"))
+        .args(["--bin", env!("CARGO_BIN_EXE_urmove"), "--root", "/data/in"])
+        .env("DESTDIR", stage.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stage.path();
+    for f in [
+        "usr/local/bin/urmove",
+        "etc/systemd/system/urmove-recv.service",
+        "etc/urmove/urmove.toml",
+        "usr/local/share/doc/urmove/README.md",
+    ] {
+        assert!(s.join(f).exists(), "{f} not staged");
+    }
+    let unit = std::fs::read_to_string(s.join("etc/systemd/system/urmove-recv.service")).unwrap();
+    assert!(unit.contains("ReadWritePaths=/data/in"), "{unit}");
+    let conf = std::fs::read_to_string(s.join("etc/urmove/urmove.toml")).unwrap();
+    assert!(conf.contains("root = \"/data/in\""), "{conf}");
+    // The staged config is one the daemon accepts (up to its paths).
+    let o = urmove()
+        .args(["recv", "--config"])
+        .arg(s.join("etc/urmove/urmove.toml"))
+        .args(["--root", "/nonexistent-root"])
+        .output()
+        .unwrap();
+    assert!(!stderr(&o).contains("line "), "{}", stderr(&o));
+}
