@@ -212,10 +212,10 @@ mod tests {
 
     fn args(extra: &[&str]) -> RecvArgs {
         let cli =
-            super::super::args::Cli::try_parse_from(["urmove", "recv"].iter().chain(extra.iter()))
+            crate::cli::args::Cli::try_parse_from(["urmove", "recv"].iter().chain(extra.iter()))
                 .unwrap();
         match cli.command {
-            super::super::args::Command::Recv(a) => a,
+            crate::cli::args::Command::Recv(a) => a,
             _ => unreachable!(),
         }
     }

@@ -109,6 +109,8 @@ struct SendQueue {
     live: bool,
     /// When this stream last moved bytes (or last became busy).
     last_progress: Instant,
+    /// The peer's TCP acknowledgements last seen (progress within a send).
+    last_acked: u64,
 }
 
 /// Sends frames on a set of connected TCP streams.
@@ -178,6 +180,7 @@ impl NetSender {
                     rest_from: None,
                     live: true,
                     last_progress: Instant::now(),
+                    last_acked: 0,
                 })
                 .collect(),
             batch: Vec::with_capacity(capacity),
@@ -268,6 +271,19 @@ impl NetSender {
             return Ok(());
         };
         let now = Instant::now();
+        // A send in flight may move bytes long before it completes (a large
+        // frame on a slow path): the peer's TCP acknowledgements count too.
+        for (s, q) in self.queues.iter_mut().enumerate() {
+            if q.live && q.busy && now.duration_since(q.last_progress) > limit / 8 {
+                if let Some(t) = super::sys::tcp_progress(self.fds[s]) {
+                    if t.bytes_acked != q.last_acked {
+                        q.last_acked = t.bytes_acked;
+                        q.last_progress = now;
+                        self.last_any_progress = now;
+                    }
+                }
+            }
+        }
         let waiting = self.queues.iter().any(|q| q.live && q.busy);
         if waiting && now.duration_since(self.last_any_progress) > limit {
             return Err(stream_err(
@@ -391,6 +407,7 @@ impl NetSender {
     }
 
     fn issue(&mut self, stream: u32) {
+        let none_busy = !self.queues.iter().any(|q| q.live && q.busy);
         let q = &mut self.queues[stream as usize];
         if q.busy || !q.live {
             return;
@@ -399,7 +416,12 @@ impl NetSender {
             return;
         };
         q.busy = true;
-        q.last_progress = Instant::now();
+        let now = Instant::now();
+        q.last_progress = now;
+        if none_busy {
+            // The stall clock runs while data waits, not while none does.
+            self.last_any_progress = now;
+        }
         self.push_send(stream, lease, len, 0);
     }
 
@@ -647,6 +669,9 @@ pub struct NetReceiver {
     received: Vec<u64>,
     /// Per stream, when the session seals its frames.
     openers: Option<Vec<FrameOpener>>,
+    fds: Vec<RawFd>,
+    /// TCP bytes received per stream at the last `refresh_idle`.
+    tcp_seen: Vec<u64>,
 }
 
 impl NetReceiver {
@@ -689,6 +714,8 @@ impl NetReceiver {
             last_progress: Instant::now(),
             received: vec![0; sockets.len()],
             openers: None,
+            fds: sockets.to_vec(),
+            tcp_seen: vec![0; sockets.len()],
         })
     }
 
@@ -713,6 +740,36 @@ impl NetReceiver {
     /// Bytes each stream has delivered so far.
     pub fn stream_bytes(&self) -> &[u64] {
         &self.received
+    }
+
+    /// Per stream: bytes delivered, and whether a receive waits on it for
+    /// data (false while the caller holds every buffer: backpressure).
+    pub fn stream_states(&self) -> Vec<(u64, bool)> {
+        self.received
+            .iter()
+            .zip(&self.streams)
+            .map(|(b, s)| (*b, s.open && s.busy))
+            .collect()
+    }
+
+    /// Count bytes the kernel took in on any stream as progress, even while
+    /// no whole frame completed (a large frame on a slow path).
+    pub fn refresh_idle(&mut self) {
+        let mut moved = false;
+        for (i, s) in self.streams.iter().enumerate() {
+            if !s.open {
+                continue;
+            }
+            if let Some(t) = super::sys::tcp_progress(self.fds[i]) {
+                if t.bytes_received != self.tcp_seen[i] {
+                    self.tcp_seen[i] = t.bytes_received;
+                    moved = true;
+                }
+            }
+        }
+        if moved {
+            self.last_progress = Instant::now();
+        }
     }
 
     /// How long since any stream delivered a byte.

@@ -412,3 +412,45 @@ pub fn socket_outq(fd: std::os::fd::RawFd) -> Option<usize> {
     let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
     (r == 0).then_some(n.max(0) as usize)
 }
+
+/// What the kernel's TCP knows of a connection (`TCP_INFO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpProgress {
+    /// Still connected (ESTABLISHED, or CLOSE_WAIT: the peer only stopped
+    /// sending).
+    pub connected: bool,
+    /// Bytes the peer's TCP acknowledged.
+    pub bytes_acked: u64,
+    /// Bytes this side's TCP received.
+    pub bytes_received: u64,
+}
+
+/// `TCP_INFO` of a TCP socket, `None` when it is not one.
+pub fn tcp_progress(fd: std::os::fd::RawFd) -> Option<TcpProgress> {
+    let mut info = MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info`, which lives
+    // on this stack frame for the call, and reports how many in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: zero-initialised above, and the kernel filled what it knows;
+    // every field of tcp_info is a plain integer, valid for any bytes.
+    let info = unsafe { info.assume_init() };
+    const ESTABLISHED: u8 = 1;
+    const CLOSE_WAIT: u8 = 8;
+    Some(TcpProgress {
+        connected: info.tcpi_state == ESTABLISHED || info.tcpi_state == CLOSE_WAIT,
+        bytes_acked: info.tcpi_bytes_acked,
+        bytes_received: info.tcpi_bytes_received,
+    })
+}

@@ -173,11 +173,12 @@ pub enum Message {
     /// Part of the sender's content digests (`--checksum`): (entry, digest).
     Digests(Vec<(u32, u64)>),
     DigestsEnd,
-    /// A heartbeat from the receiver: alive, and the bytes each data
-    /// stream has delivered so far (so the sender can see a stream whose
-    /// bytes left its socket but never arrived).
+    /// A heartbeat from the receiver: alive, and per data stream the bytes
+    /// it delivered so far and whether a receive waits on it (so the sender
+    /// can tell a stream whose bytes left its socket but never arrived from
+    /// a receiver that is busy writing).
     Alive {
-        stream_bytes: Vec<u64>,
+        streams: Vec<(u64, bool)>,
     },
 }
 
@@ -305,11 +306,11 @@ pub fn encode(m: &Message) -> Vec<u8> {
         Message::DigestsEnd => {
             w.u8(kind::DIGESTS_END);
         }
-        Message::Alive { stream_bytes } => {
-            assert!(stream_bytes.len() <= usize::from(STREAMS_MAX));
-            w.u8(kind::ALIVE).u16(stream_bytes.len() as u16);
-            for b in stream_bytes {
-                w.u64(*b);
+        Message::Alive { streams } => {
+            assert!(streams.len() <= usize::from(STREAMS_MAX));
+            w.u8(kind::ALIVE).u16(streams.len() as u16);
+            for (bytes, waiting) in streams {
+                w.u64(*bytes).u8(u8::from(*waiting));
             }
         }
     }
@@ -525,8 +526,10 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     max: u64::from(STREAMS_MAX),
                 });
             }
-            let stream_bytes = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
-            Message::Alive { stream_bytes }
+            let streams = (0..n)
+                .map(|_| Ok((r.u64()?, r.u8()? != 0)))
+                .collect::<Result<_, DecodeError>>()?;
+            Message::Alive { streams }
         }
         k => {
             return Err(DecodeError::Invalid {
@@ -638,7 +641,7 @@ mod tests {
             Message::Digests(vec![(1, 2), (3, 4)]),
             Message::DigestsEnd,
             Message::Alive {
-                stream_bytes: vec![1, 2, 3],
+                streams: vec![(1, true), (2, false)],
             },
         ]
     }

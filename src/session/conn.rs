@@ -34,6 +34,38 @@ pub fn recv_any(s: &mut TcpStream) -> Result<Message, SessionError> {
     decode_body(&body).map_err(|e| SessionError::Protocol(e.to_string()))
 }
 
+/// Heartbeats on a control connection while this side works without
+/// anything else to say (reading files for digests, checking what it holds),
+/// so the peer's read timeout measures silence, not work.
+pub struct Beat {
+    s: TcpStream,
+    last: Instant,
+}
+
+impl Beat {
+    pub fn new(s: &TcpStream) -> Result<Beat, SessionError> {
+        Ok(Beat {
+            s: s.try_clone()
+                .map_err(|e| SessionError::io("control connection", e))?,
+            last: Instant::now(),
+        })
+    }
+
+    /// Send a heartbeat if a second passed since the last (best effort:
+    /// a broken connection shows on the next real message).
+    pub fn tick(&mut self) {
+        if self.last.elapsed() >= std::time::Duration::from_secs(1) {
+            self.last = Instant::now();
+            let _ = send_msg(
+                &mut self.s,
+                &Message::Alive {
+                    streams: Vec::new(),
+                },
+            );
+        }
+    }
+}
+
 /// Largest message a peer may send before it has authenticated (a Hello,
 /// an Auth or a data stream's hello are a few dozen bytes).
 pub const UNAUTHENTICATED_LEN_MAX: usize = 256;

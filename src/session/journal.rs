@@ -21,7 +21,7 @@ use crate::protocol::wire::{Reader, Writer};
 /// Suffix of a journal beside its part file.
 pub const JOURNAL_SUFFIX: &str = ".urmove.journal";
 const MAGIC: [u8; 4] = *b"URMJ";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const XATTR: &CStr = c"user.urmove";
 
 /// The identity a journal or stored digest is valid for: the source's
@@ -65,6 +65,9 @@ impl Identity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Journal {
     pub id: Identity,
+    /// The inode of the part file the blocks were written to: a part that
+    /// was deleted and made again is not the one the journal speaks of.
+    pub part_ino: u64,
     /// Digest over the blocks marked in `blocks`.
     pub digest: u64,
     /// One bit per block.
@@ -80,7 +83,9 @@ impl Journal {
         let mut w = Writer::default();
         w.bytes(&MAGIC).u16(VERSION);
         self.id.write(&mut w);
-        w.u64(self.digest).u64(self.blocks.len() as u64);
+        w.u64(self.part_ino)
+            .u64(self.digest)
+            .u64(self.blocks.len() as u64);
         for b in &self.blocks {
             w.u64(*b);
         }
@@ -103,6 +108,7 @@ impl Journal {
         if Identity::read(&mut r)? != *id {
             return None;
         }
+        let part_ino = r.u64().ok()?;
         let digest = r.u64().ok()?;
         let words = r.u64().ok()?;
         let want = id.size.div_ceil(id.block).div_ceil(64);
@@ -112,9 +118,26 @@ impl Journal {
         let blocks = (0..words).map(|_| r.u64()).collect::<Result<_, _>>().ok()?;
         Some(Journal {
             id: *id,
+            part_ino,
             digest,
             blocks,
         })
+    }
+
+    /// Whether `part` is the file this journal speaks of: the same inode,
+    /// and long enough to hold the last block named (a data block extends
+    /// the file; only a trailing hole would not, and is then written again).
+    pub fn matches(&self, part: &File) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = part.metadata() else {
+            return false;
+        };
+        let n = self.id.size.div_ceil(self.id.block);
+        let last = (0..n)
+            .rev()
+            .find(|b| self.blocks[(b / 64) as usize] & (1 << (b % 64)) != 0);
+        let needed = last.map_or(0, |b| (b * self.id.block + 1).min(self.id.size));
+        m.ino() == self.part_ino && m.len() >= needed
     }
 
     /// Runs of set bits: (first block, count).
@@ -207,7 +230,12 @@ pub fn stamped_digest(file: &File, id: &Identity) -> Option<u64> {
 
 /// A digest of `file`'s content in `block`-sized pieces, independent of
 /// holes and of the transfer (what `--checksum` compares on both sides).
-pub fn content_digest(file: &File, size: u64, block: u64) -> std::io::Result<u64> {
+pub fn content_digest(
+    file: &File,
+    size: u64,
+    block: u64,
+    tick: &mut dyn FnMut(),
+) -> std::io::Result<u64> {
     use crate::protocol::frame::{digest_add, payload_checksum};
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; block.min(size.max(1)) as usize];
@@ -218,6 +246,7 @@ pub fn content_digest(file: &File, size: u64, block: u64) -> std::io::Result<u64
         file.read_exact_at(&mut buf[..n], offset)?;
         digest = digest_add(digest, payload_checksum(0, offset, &buf[..n]));
         offset += n as u64;
+        tick();
     }
     Ok(digest)
 }
@@ -239,6 +268,7 @@ mod tests {
     fn a_journal_round_trips_and_anything_else_is_ignored() {
         let j = Journal {
             id: id(),
+            part_ino: 77,
             digest: 42,
             blocks: vec![0b1011_0000_0111],
         };

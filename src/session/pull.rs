@@ -57,6 +57,7 @@ pub fn run_pull(
             r => r,
         };
         let root = root.take().expect("the manifest arrives once");
+        let mut beat = super::conn::Beat::new(ctl)?;
         let mut prepared = Incoming::prepare(
             root,
             String::new(),
@@ -64,6 +65,13 @@ pub fn run_pull(
             u64::from(cfg.block_size),
             cfg.direct,
             resume.as_ref(),
+            // Heartbeats only when the daemon reads them (it waits for
+            // what this side holds).
+            &mut || {
+                if cfg.resume || cfg.checksum {
+                    beat.tick()
+                }
+            },
         )?;
         if resume.is_some() {
             Held::send(ctl, prepared.take_have())?;
@@ -73,7 +81,7 @@ pub fn run_pull(
     })?;
     let mut incoming = incoming.expect("prepared before the streams opened");
     let total = incoming.bytes_missing();
-    let skipped = incoming.file_bytes() - total;
+    let skipped = incoming.file_bytes().saturating_sub(total);
     let files = incoming.file_count() as u64;
     let complete_before = incoming.complete_before().len() as u64;
     if cfg.resume || cfg.checksum {

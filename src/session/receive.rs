@@ -114,6 +114,11 @@ struct RecvFile {
 
 impl RecvFile {
     fn mark_written(&mut self, block_no: u64, len: u64, checksum: u64) {
+        if self.received == 0 {
+            // The journal clock starts with the first block: a file that
+            // arrives within a second never gets a journal.
+            self.last_journal = Instant::now();
+        }
         let (w, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
         self.written[w] |= bit;
         self.received += len;
@@ -121,9 +126,10 @@ impl RecvFile {
         self.dirty = true;
     }
 
-    fn journal(&self) -> Journal {
+    fn journal(&self, part_ino: u64) -> Journal {
         Journal {
             id: self.id,
+            part_ino,
             digest: self.digest,
             blocks: self.written.clone(),
         }
@@ -148,6 +154,7 @@ fn already_complete(
     e: &Entry,
     id: &Identity,
     sender_digest: Option<Option<u64>>,
+    tick: &mut dyn FnMut(),
 ) -> Option<u64> {
     let meta = root.symlink_metadata(rel).ok()?;
     if !meta.is_file() || meta.len() != e.size {
@@ -157,7 +164,7 @@ fn already_complete(
     match sender_digest {
         None => journal::stamped_digest(&f, id),
         Some(want) => {
-            let got = journal::content_digest(&f, e.size, id.block).ok()?;
+            let got = journal::content_digest(&f, e.size, id.block, tick).ok()?;
             if Some(got) != want {
                 return None;
             }
@@ -185,6 +192,10 @@ fn mtime_of(e: &Entry) -> SystemTime {
         SystemTime::UNIX_EPOCH - d
     }
 }
+
+/// Called at least every second while data arrives, with each stream's
+/// delivered bytes and whether a receive waits on it (for heartbeats).
+pub(crate) type Tick<'a> = dyn FnMut(&[(u64, bool)]) -> Result<(), SessionError> + 'a;
 
 /// A manifest being received beneath a root.
 pub(crate) struct Incoming {
@@ -216,6 +227,7 @@ impl Incoming {
         block: u64,
         direct: DirectMode,
         resume: Option<&Resume>,
+        tick: &mut dyn FnMut(),
     ) -> Result<Self, SessionError> {
         let blocks: u64 = entries
             .iter()
@@ -251,6 +263,7 @@ impl Incoming {
         let mut have = Vec::new();
         let mut complete_before = Vec::new();
         for (i, e) in entries.iter().enumerate() {
+            tick();
             let rel = join(&dest, &e.path);
             match e.kind {
                 EntryKind::Dir => {
@@ -292,7 +305,8 @@ impl Incoming {
                     };
                     if let Some(r) = resume {
                         let sender = r.digests.as_ref().map(|d| d.get(&(i as u32)).copied());
-                        if let Some(digest) = already_complete(&root, &f.final_rel, e, &id, sender)
+                        if let Some(digest) =
+                            already_complete(&root, &f.final_rel, e, &id, sender, tick)
                         {
                             f.done = true;
                             f.digest = digest;
@@ -313,8 +327,8 @@ impl Incoming {
                     // Continue the .part from its journal, or create (or
                     // empty) it now: a bad path fails before any data.
                     let opened = match journaled {
-                        Some(j) => open_part(&root, &f.part_rel, direct, false)
-                            .ok()
+                        Some(j) => open_existing_part(&root, &f.part_rel, direct)
+                            .filter(|(p, _)| j.matches(p))
                             .map(|p| (p, j)),
                         None => None,
                     };
@@ -407,7 +421,7 @@ impl Incoming {
         open: &super::send::Sealing,
         progress: &mut dyn FnMut(u64),
         on_done: &mut dyn FnMut(u32, u64) -> Result<(), SessionError>,
-        tick: &mut dyn FnMut(&[u64]) -> Result<(), SessionError>,
+        tick: &mut Tick<'_>,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         // Buffers wait in the socket, then in the write: twice as many.
@@ -653,11 +667,15 @@ impl Incoming {
                             f.journaling = true;
                             f.last_journal = now;
                             pending += 1;
+                            let ino = {
+                                use std::os::unix::fs::MetadataExt;
+                                part.metadata().map_or(0, |m| m.ino())
+                            };
                             let _ = sender.send(Job::Journal(JournalJob {
                                 index: index as u32,
                                 part,
                                 final_rel: f.final_rel.clone(),
-                                journal: f.journal(),
+                                journal: f.journal(ino),
                             }));
                             false
                         });
@@ -671,7 +689,7 @@ impl Incoming {
                                 settle(r, files, done_files, &mut pending)?;
                             }
                             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                                tick(rx.stream_bytes())?
+                                tick(&rx.stream_states())?
                             }
                             Err(_) => break,
                         }
@@ -686,7 +704,10 @@ impl Incoming {
                         pending -= 1;
                         settle(r, files, done_files, &mut pending)?;
                     }
-                    tick(rx.stream_bytes())?;
+                    tick(&rx.stream_states())?;
+                    if rx.open() && rx.idle_for() > timeout / 2 {
+                        rx.refresh_idle();
+                    }
                     if rx.open() && rx.idle_for() > timeout {
                         return Err(SessionError::io(
                             "receiving",
@@ -785,6 +806,21 @@ impl Incoming {
     pub(crate) fn file_bytes(&self) -> u64 {
         self.files.iter().flatten().map(|f| f.size).sum()
     }
+}
+
+/// The part file `rel` as it is, when it exists.
+fn open_existing_part(root: &Root, rel: &str, direct: DirectMode) -> Option<(File, bool)> {
+    if direct != DirectMode::Off {
+        if let Ok(f) = root.open_file(rel, libc::O_WRONLY | libc::O_DIRECT, 0) {
+            return Some((f, true));
+        }
+        if direct == DirectMode::Required {
+            return None;
+        }
+    }
+    root.open_file(rel, libc::O_WRONLY, 0)
+        .ok()
+        .map(|f| (f, false))
 }
 
 fn open_part(
@@ -941,9 +977,11 @@ fn finish_file(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionError> {
     journal::stamp(part, &job.id, job.digest);
     part.sync_all()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
+    // The journal goes first: a crash between the two leaves a part with
+    // no journal (sent again), never a journal beside a finished file.
+    journal::remove(root, &job.final_rel);
     root.rename(&job.part_rel, &job.final_rel)
         .map_err(|e| SessionError::io(ctx("renaming"), e))?;
-    journal::remove(root, &job.final_rel);
     Ok((job.index, job.digest))
 }
 

@@ -687,6 +687,7 @@ fn control_session(
         }
     };
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let mut beat = super::conn::Beat::new(s)?;
     let mut incoming = Incoming::prepare(
         root,
         dest,
@@ -694,6 +695,7 @@ fn control_session(
         u64::from(req.block_size),
         cfg.direct,
         resume.as_ref(),
+        &mut || beat.tick(),
     )?;
     if resume.is_some() {
         Held::send(s, incoming.take_have())?;
@@ -736,11 +738,11 @@ fn control_session(
                 .fetch_add(1, Ordering::Relaxed);
             send_msg(s, &Message::FileAck { file_index, digest })
         },
-        &mut |stream_bytes: &[u64]| {
+        &mut |streams: &[(u64, bool)]| {
             if last_beat.elapsed() >= Duration::from_millis(500) {
                 last_beat = Instant::now();
-                let stream_bytes = stream_bytes.to_vec();
-                send_msg(&mut beat, &Message::Alive { stream_bytes })?;
+                let streams = streams.to_vec();
+                send_msg(&mut beat, &Message::Alive { streams })?;
             }
             Ok(())
         },
@@ -819,24 +821,20 @@ fn pull_session(
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{open_source_beneath, push_data, send_digests, send_manifest, PushParams};
+    use super::send::{
+        open_source_beneath, push_data, send_content_digests, send_manifest, PushParams,
+    };
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let tree = super::tree::scan_beneath(&root, &paths)?;
     send_manifest(s, &tree.entries)?;
     let block = u64::from(req.block_size);
     if req.has(REQ_CHECKSUM) {
-        let mut digests = Vec::new();
-        for (i, e) in tree.entries.iter().enumerate() {
-            if e.kind == crate::protocol::manifest::EntryKind::File {
-                let (f, _) =
-                    open_source_beneath(&root, &tree.sources[i], crate::datapath::DirectMode::Off)?;
-                let d = super::journal::content_digest(&f, e.size, block)
-                    .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
-                digests.push((i as u32, d));
-            }
-        }
-        send_digests(s, &digests)?;
+        let open = |i: usize| {
+            open_source_beneath(&root, &tree.sources[i], crate::datapath::DirectMode::Off)
+                .map(|(f, _)| f)
+        };
+        send_content_digests(s, &tree, block, &open)?;
     }
     let held = if req.has(REQ_RESUME) {
         Held::receive(s, &tree.entries, block)?

@@ -18,7 +18,9 @@ use crate::protocol::control::{
     Direction, ErrorCode, HaveItem, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
     REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
 };
-use crate::protocol::frame::{digest_add, hole_checksum, FrameHeader, FLAG_UNCHECKED};
+use crate::protocol::frame::{
+    digest_add, hole_checksum, FrameHeader, FLAG_UNCHECKED, FRAME_HEADER_LEN,
+};
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
 use crate::protocol::seal::Direction as SealDirection;
 
@@ -269,12 +271,16 @@ pub(crate) fn open_session(
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
     between(&mut ctl)?;
-    match recv_msg(&mut ctl)? {
-        Message::Ready => {}
-        _ => {
-            return Err(SessionError::Protocol(
-                "expected the receiver to be ready".into(),
-            ))
+    loop {
+        match recv_msg(&mut ctl)? {
+            Message::Ready => break,
+            // The receiver is still preparing (a large manifest).
+            Message::Alive { .. } => {}
+            _ => {
+                return Err(SessionError::Protocol(
+                    "expected the receiver to be ready".into(),
+                ))
+            }
         }
     }
     let mut streams = Vec::with_capacity(streams_n as usize);
@@ -401,7 +407,11 @@ pub fn run_send(
     let (mut ctl, streams, keys) = open_session(cfg, req, &mut |ctl| {
         send_manifest(ctl, &tree.entries)?;
         if cfg.checksum {
-            send_digests(ctl, &content_digests(&tree, block)?)?;
+            let open = |i: usize| {
+                File::open(&tree.sources[i])
+                    .map_err(|e| SessionError::io(tree.sources[i].display().to_string(), e))
+            };
+            send_content_digests(ctl, &tree, block, &open)?;
         }
         if cfg.resume || cfg.checksum {
             held = Held::receive(ctl, &tree.entries, block)?;
@@ -419,7 +429,7 @@ pub fn run_send(
             "resuming: {} files complete, {} partly there; {} bytes to send",
             held.complete.len(),
             held.partial.len(),
-            tree.file_bytes() - skipped
+            tree.file_bytes().saturating_sub(skipped)
         ));
     }
     // Entries needing no acknowledgement (not files, or complete) start set.
@@ -436,6 +446,7 @@ pub fn run_send(
             .collect(),
         ended: AtomicBool::new(false),
         received: (0..cfg.streams).map(|_| AtomicU64::new(0)).collect(),
+        waiting: (0..cfg.streams).map(|_| AtomicBool::new(false)).collect(),
     };
     // Acknowledgements are read while the data flows: a receiver that
     // finishes many files must never block on a full control socket.
@@ -454,7 +465,7 @@ pub fn run_send(
         });
         let (data, report) = drive(
             cfg,
-            tree.file_bytes() - skipped,
+            tree.file_bytes().saturating_sub(skipped),
             &streams,
             interrupt,
             obs,
@@ -751,9 +762,12 @@ fn read_acks(ctl: &mut TcpStream, state: &Acks) -> Result<Vec<(u32, u64)>, Sessi
                 }
                 acks.push((file_index, digest))
             }
-            Message::Alive { stream_bytes } => {
-                for (at, b) in state.received.iter().zip(stream_bytes) {
-                    at.fetch_max(b, Ordering::Relaxed);
+            Message::Alive { streams } => {
+                for ((at, w), (bytes, waiting)) in
+                    state.received.iter().zip(&state.waiting).zip(streams)
+                {
+                    at.fetch_max(bytes, Ordering::Relaxed);
+                    w.store(waiting, Ordering::Relaxed);
                 }
             }
             Message::Summary { ok: true, .. } => return Ok(acks),
@@ -881,30 +895,34 @@ fn push_params(cfg: &SendConfig) -> PushParams {
     }
 }
 
-/// Each file's content digest (`--checksum`), read from the sources.
-fn content_digests(tree: &Tree, block: u64) -> Result<Vec<(u32, u64)>, SessionError> {
-    let mut out = Vec::new();
-    for (i, e) in tree.entries.iter().enumerate() {
-        if e.kind == EntryKind::File {
-            let path = &tree.sources[i];
-            let f = File::open(path)
-                .map_err(|err| SessionError::io(path.display().to_string(), err))?;
-            let d = super::journal::content_digest(&f, e.size, block)
-                .map_err(|err| SessionError::io(path.display().to_string(), err))?;
-            out.push((i as u32, d));
-        }
-    }
-    Ok(out)
-}
-
-/// Send content digests in parts, then their end.
-pub(crate) fn send_digests(
+/// Each file's content digest (`--checksum`), read from the sources and
+/// sent as they come (a part at least every second, heartbeats while one
+/// large file is read), then their end.
+pub(crate) fn send_content_digests(
     ctl: &mut TcpStream,
-    digests: &[(u32, u64)],
+    tree: &Tree,
+    block: u64,
+    open: &dyn Fn(usize) -> Result<File, SessionError>,
 ) -> Result<(), SessionError> {
     use crate::protocol::control::LIST_PART_ITEMS_MAX;
-    for part in digests.chunks(LIST_PART_ITEMS_MAX as usize) {
-        send_msg(ctl, &Message::Digests(part.to_vec()))?;
+    let mut beat = super::conn::Beat::new(ctl)?;
+    let mut part = Vec::new();
+    let mut last = Instant::now();
+    for (i, e) in tree.entries.iter().enumerate() {
+        if e.kind != EntryKind::File {
+            continue;
+        }
+        let f = open(i)?;
+        let d = super::journal::content_digest(&f, e.size, block, &mut || beat.tick())
+            .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
+        part.push((i as u32, d));
+        if part.len() >= LIST_PART_ITEMS_MAX as usize || last.elapsed() >= Duration::from_secs(1) {
+            send_msg(ctl, &Message::Digests(std::mem::take(&mut part)))?;
+            last = Instant::now();
+        }
+    }
+    if !part.is_empty() {
+        send_msg(ctl, &Message::Digests(part))?;
     }
     send_msg(ctl, &Message::DigestsEnd)
 }
@@ -928,6 +946,7 @@ pub(crate) fn recv_digests(
                 }
             }
             Message::DigestsEnd => return Ok(out),
+            Message::Alive { .. } => {}
             _ => {
                 return Err(SessionError::local(
                     ErrorCode::Malformed,
@@ -993,6 +1012,7 @@ impl Held {
             let items = match recv_msg(ctl)? {
                 Message::Have(items) => items,
                 Message::HaveEnd => return Ok(held),
+                Message::Alive { .. } => continue,
                 _ => {
                     return Err(SessionError::Protocol(
                         "expected what the receiver holds".into(),
@@ -1009,6 +1029,11 @@ impl Held {
                     })?;
                 match it {
                     HaveItem::Complete { digest, .. } => {
+                        if held.partial.contains_key(&i) {
+                            return Err(SessionError::Protocol(format!(
+                                "the receiver holds entry {i} both complete and in part"
+                            )));
+                        }
                         held.complete.insert(i, digest);
                     }
                     HaveItem::Partial { digest, ranges, .. } => {
@@ -1020,6 +1045,16 @@ impl Held {
                         }
                         let slot = held.partial.entry(i).or_insert((digest, Vec::new()));
                         slot.1.extend(ranges);
+                        // Sorted, not overlapping, within the file: what a
+                        // file holds is never more than its blocks.
+                        slot.1.sort_unstable();
+                        if slot.1.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
+                            || held.complete.contains_key(&i)
+                        {
+                            return Err(SessionError::Protocol(format!(
+                                "the receiver holds overlapping blocks of entry {i}"
+                            )));
+                        }
                     }
                 }
             }
@@ -1096,10 +1131,13 @@ struct Sent {
     len: u32,
     checksum: u64,
     hole: bool,
+    /// Where the frame ends in its stream's bytes: once the receiver says
+    /// it took this many, the frame arrived.
+    end: u64,
 }
 
-/// Frames remembered per stream, at most (beyond, a lost stream cannot be
-/// made good and ends the session).
+/// Frames remembered over all streams, at most (beyond, a lost stream
+/// cannot be made good and ends the session): about 200 MiB.
 const SENT_RECORDS_MAX: usize = 1 << 22;
 
 /// Frames each stream carried, for re-sending when a stream is lost.
@@ -1109,6 +1147,11 @@ struct Ledger<'a> {
     /// Records were dropped past the bound: this stream cannot be re-sent.
     overflowed: Vec<bool>,
     acked: Option<&'a Acks>,
+    /// Bytes queued on each stream so far (headers, payloads, tags).
+    queued: Vec<u64>,
+    /// Frames carry a tag.
+    sealed: bool,
+    total: usize,
 }
 
 /// Which files the receiver acknowledged, shared with the reader of its
@@ -1119,6 +1162,8 @@ pub(crate) struct Acks {
     pub(crate) ended: AtomicBool,
     /// Bytes each data stream delivered, as the receiver last said.
     pub(crate) received: Vec<AtomicU64>,
+    /// Whether the receiver last said a receive waits on each stream.
+    pub(crate) waiting: Vec<AtomicBool>,
 }
 
 impl Acks {
@@ -1129,22 +1174,54 @@ impl Acks {
     fn all(&self) -> bool {
         self.acked.iter().all(|a| a.load(Ordering::Relaxed))
     }
+
+    fn received_by(&self, stream: u32) -> u64 {
+        self.received
+            .get(stream as usize)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    fn waiting_on(&self, stream: u32) -> bool {
+        self.waiting
+            .get(stream as usize)
+            .is_some_and(|a| a.load(Ordering::Relaxed))
+    }
 }
 
 impl Ledger<'_> {
-    fn record(&mut self, stream: u32, s: Sent) {
+    fn record(&mut self, stream: u32, mut s: Sent) {
         let st = stream as usize;
+        let payload = if s.hole { 0 } else { u64::from(s.len) };
+        let tag = if self.sealed {
+            crate::protocol::seal::TAG_LEN as u64
+        } else {
+            0
+        };
+        self.queued[st] += FRAME_HEADER_LEN as u64 + payload + tag;
+        s.end = self.queued[st];
         if self.sent[st].len() >= self.prune_at[st] {
+            // Forget what arrived (the receiver said so) or whose file is
+            // acknowledged.
             if let Some(acks) = self.acked {
-                self.sent[st].retain(|r| !acks.has(r.entry));
+                let arrived = acks.received_by(stream);
+                let before = self.sent[st].len();
+                self.sent[st].retain(|r| r.end > arrived && !acks.has(r.entry));
+                self.total -= before - self.sent[st].len();
             }
             self.prune_at[st] = (self.sent[st].len() * 2).max(4096);
         }
-        if self.sent[st].len() >= SENT_RECORDS_MAX {
+        if self.total >= SENT_RECORDS_MAX {
             self.overflowed[st] = true;
             return;
         }
+        self.total += 1;
         self.sent[st].push(s);
+    }
+
+    /// Whether record `r` of `stream` still has to go again.
+    fn undelivered(&self, stream: u32, r: &Sent) -> bool {
+        self.acked
+            .is_none_or(|a| !a.has(r.entry) && r.end > a.received_by(stream))
     }
 }
 
@@ -1204,6 +1281,9 @@ pub(crate) fn push_data(
         prune_at: vec![4096; fds.len()],
         overflowed: vec![false; fds.len()],
         acked,
+        queued: vec![0; fds.len()],
+        sealed: cfg.seal.is_some(),
+        total: 0,
     };
     let mut lost_log = Vec::new();
     let mut resent = 0u64;
@@ -1276,6 +1356,12 @@ pub(crate) fn push_data(
             let n = (src.size - offset).min(block) as usize;
             src.next += n as u64;
             if src.sparse && is_hole(&src.file, offset, n as u64) {
+                if offset + n as u64 == src.size {
+                    if let Err(e) = check_unchanged(&src.file, &tree.entries[i], &name(i)) {
+                        tx.give_back(lease);
+                        return Err(e);
+                    }
+                }
                 let h = FrameHeader::hole(i as u32, offset);
                 let sum = hole_checksum(i as u32, offset, n as u64);
                 digests[i] = digest_add(digests[i], sum);
@@ -1288,6 +1374,7 @@ pub(crate) fn push_data(
                         len: n as u32,
                         checksum: sum,
                         hole: true,
+                        end: 0,
                     },
                 );
                 tx.queue(st, lease, &h);
@@ -1315,6 +1402,12 @@ pub(crate) fn push_data(
                         tx.give_back(lease);
                         return Err(changed(&name(i), "it is shorter than when the send began"));
                     }
+                    if offset + n as u64 == src.size {
+                        if let Err(e) = check_unchanged(&src.file, &tree.entries[i], &name(i)) {
+                            tx.give_back(lease);
+                            return Err(e);
+                        }
+                    }
                     let h = FrameHeader::for_payload(
                         i as u32,
                         offset,
@@ -1331,6 +1424,7 @@ pub(crate) fn push_data(
                             len: n as u32,
                             checksum: h.checksum,
                             hole: false,
+                            end: 0,
                         },
                     );
                     tx.queue(st, lease, &h);
@@ -1360,6 +1454,14 @@ pub(crate) fn push_data(
                 }
                 return Err(changed(&name(i), "it is shorter than when the send began"));
             }
+            // Before a file's last block goes, the file must still be what
+            // the manifest said: the receiver finishes it on that block.
+            if offset + n as u64 == tree.entries[i].size {
+                if let Err(e) = check_unchanged(&open_files[of].file, &tree.entries[i], &name(i)) {
+                    tx.give_back(lease);
+                    return Err(e);
+                }
+            }
             let h = FrameHeader::for_payload(i as u32, offset, &payload_mut(&mut lease)[..n], 0);
             digests[i] = digest_add(digests[i], h.checksum);
             let st = pick(&tx, &mut next_stream, n_streams);
@@ -1371,6 +1473,7 @@ pub(crate) fn push_data(
                     len: n as u32,
                     checksum: h.checksum,
                     hole: false,
+                    end: 0,
                 },
             );
             tx.queue(st, lease, &h);
@@ -1434,13 +1537,18 @@ pub(crate) fn push_data(
         )?;
     }
     // Everything is in the sockets. Keep the streams until every file is
-    // acknowledged: a stream whose bytes stop leaving its socket, or stop
-    // arriving at the receiver (a stalled path or middlebox), is given up
-    // and its frames go again.
+    // acknowledged, and give up a stream that (a) its kernel says is no
+    // longer connected, (b) holds bytes that stopped leaving its socket
+    // while other streams' bytes still leave theirs, or (c) had every byte
+    // acknowledged by the peer's TCP yet delivered to a receiver waiting
+    // for it never arrived (a middlebox or path holding them). A receiver
+    // that is only slow (its disk pauses) trips none of these.
     if let Some(acks) = acked {
         let half = cfg.timeout / 2;
-        let mut seen: Vec<(usize, Instant)> = vec![(0, Instant::now()); fds.len()];
-        let mut arrived: Vec<(u64, Instant)> = vec![(0, Instant::now()); fds.len()];
+        let start = Instant::now();
+        let mut outq: Vec<(usize, Instant)> = vec![(0, start); fds.len()];
+        let mut arrived: Vec<(u64, Instant)> = vec![(0, start); fds.len()];
+        let mut outq_moved = start;
         while !acks.all() && !acks.ended.load(Ordering::Acquire) {
             if stop.load(Ordering::Relaxed) {
                 return Err(SessionError::local(ErrorCode::Io, "interrupted"));
@@ -1451,30 +1559,34 @@ pub(crate) fn push_data(
                 std::thread::sleep(Duration::from_millis(20));
             }
             let now = Instant::now();
+            let mut stuck = Vec::new();
             for st in 0..fds.len() as u32 {
                 if !tx.is_live(st) {
                     continue;
                 }
-                let q = tx.unacknowledged(st);
-                let (last, since) = &mut seen[st as usize];
-                if q == 0 || q != *last {
-                    (*last, *since) = (q, now);
-                } else if now.duration_since(*since) > half {
+                if sys::tcp_progress(fds[st as usize]).is_some_and(|t| !t.connected) {
                     tx.lose(
                         st,
                         std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("stalled: {q} bytes unacknowledged for {} s", half.as_secs()),
+                            std::io::ErrorKind::ConnectionReset,
+                            "the connection closed",
                         ),
                     );
                     continue;
                 }
-                let got = acks
-                    .received
-                    .get(st as usize)
-                    .map_or(0, |a| a.load(Ordering::Relaxed));
+                let q = tx.unacknowledged(st);
+                let (last, since) = &mut outq[st as usize];
+                if q < *last {
+                    outq_moved = now;
+                }
+                if q == 0 || q != *last {
+                    (*last, *since) = (q, now);
+                } else if now.duration_since(*since) > half {
+                    stuck.push((st, q));
+                }
+                let got = acks.received_by(st);
                 let (last, since) = &mut arrived[st as usize];
-                if got >= tx.stream_bytes(st) || got != *last {
+                if got >= tx.stream_bytes(st) || got != *last || q != 0 || !acks.waiting_on(st) {
                     (*last, *since) = (got, now);
                 } else if now.duration_since(*since) > half {
                     let behind = tx.stream_bytes(st) - got;
@@ -1483,7 +1595,21 @@ pub(crate) fn push_data(
                         std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             format!(
-                                "stalled: {behind} bytes sent never arrived in {} s",
+                                "stalled: {behind} bytes the peer's TCP took never reached the receiver in {} s",
+                                half.as_secs()
+                            ),
+                        ),
+                    );
+                }
+            }
+            if now.duration_since(outq_moved) < half {
+                for (st, q) in stuck {
+                    tx.lose(
+                        st,
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "stalled: {q} bytes unacknowledged for {} s while other streams moved",
                                 half.as_secs()
                             ),
                         ),
@@ -1568,7 +1694,9 @@ fn resend_lost(
             }
             if tx.live_count() == 0 {
                 return Err(SessionError::io(
-                    format!("every data stream was lost (last, stream {s})"),
+                    format!(
+                        "every data stream was lost: the receiver stopped taking data or closed them (last, stream {s})"
+                    ),
                     why,
                 ));
             }
@@ -1579,9 +1707,10 @@ fn resend_lost(
                 ));
             }
             let records = std::mem::take(&mut ledger.sent[s as usize]);
+            ledger.total -= records.len();
             let mut sources: HashMap<u32, (File, bool)> = HashMap::new();
             for r in records {
-                if ledger.acked.is_some_and(|a| a.has(r.entry)) {
+                if !ledger.undelivered(s, &r) {
                     continue;
                 }
                 let mut lease = loop {
