@@ -7,6 +7,7 @@ pub mod keys;
 pub mod parse;
 pub mod render;
 mod transfer;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,7 @@ pub fn main() -> ExitCode {
         Command::Send(a) => transfer::send(a),
         Command::Demo(a) => demo::demo(a),
         Command::Pull(a) => transfer::pull(a),
+        Command::Tune(a) => tune::tune(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
     };
     match result {
