@@ -34,6 +34,10 @@ pub fn sysctl_triple(key: &str) -> Result<[u64; 3], String> {
         .map_err(|_| format!("{key} is {v:?}, not three numbers"))
 }
 
+pub fn write_sysctl(key: &str, value: &str) -> std::io::Result<()> {
+    std::fs::write(sysctl_path(key), format!("{value}\n"))
+}
+
 /// A sysfs attribute, trimmed.
 pub fn attr(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)

@@ -1,5 +1,7 @@
 //! `urmove tune`: read the host, compare each setting with what the stated
-//! link speed and RTT need, and say why and where the rule comes from.
+//! link speed and RTT need, say why and where the rule comes from, and on
+//! request (`--apply`, root) write and load the sysctl profile and set the
+//! target disk's scheduler and read-ahead.
 
 mod host;
 pub mod profile;
@@ -9,11 +11,14 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::args::{LinkArg, TuneArgs};
-use super::render::Out;
-use super::Failure;
+use super::render::{self, Out};
+use super::{Failure, EXIT_FAILED};
 use crate::datapath::{arena, net, ring, sys, Arena, Ring};
 use host::{Disk, Route};
 use profile::{size, Link, Plan, CONGESTION_GOOD, SRC_ESNET_100G, SRC_ESNET_LINUX};
+
+/// Where `--apply` writes the profile unless `--sysctl-file` says otherwise.
+pub const SYSCTL_FILE: &str = "/etc/sysctl.d/90-urmove.conf";
 
 /// Longest `--rtt` accepted: past a second a path is a satellite hop or a
 /// typo, and socket buffers hit the kernel's 2 GiB cap well before it.
@@ -93,6 +98,7 @@ struct Report<'a> {
     target: Option<&'a Path>,
     checks: &'a [Check],
     summary: Summary,
+    applied: Option<&'a Applied>,
 }
 
 #[derive(Serialize)]
@@ -141,6 +147,15 @@ fn run(a: TuneArgs) -> Result<u8, Failure> {
             return Err(usage(format!("--target {}: {e}", t.display())));
         }
     }
+    if a.apply && !host::is_root() {
+        return Err(usage(format!(
+            "--apply needs root: it writes {}, /proc/sys and the disk's queue settings",
+            a.sysctl_file
+                .as_deref()
+                .unwrap_or(Path::new(SYSCTL_FILE))
+                .display()
+        )));
+    }
     let scene = Scene {
         plan,
         route: match &a.peer {
@@ -152,11 +167,19 @@ fn run(a: TuneArgs) -> Result<u8, Failure> {
         cpus: host::online_cpus(),
     };
     let checks = checks(&scene);
+    let applied = a.apply.then(|| {
+        let file = a
+            .sysctl_file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(SYSCTL_FILE));
+        apply(&scene, &file, !a.no_load)
+    });
+    let failed = applied.as_ref().is_some_and(|ap| ap.failed());
     if a.json {
         let count = |want: Option<bool>| checks.iter().filter(|c| c.ok == want).count();
         let doc = Report {
             schema: 1,
-            status: "ok",
+            status: if failed { "error" } else { "ok" },
             link: plan.link.name,
             link_bits_per_s: plan.link.gbps * 1_000_000_000,
             rtt_ms: plan.rtt.as_secs_f64() * 1e3,
@@ -170,10 +193,18 @@ fn run(a: TuneArgs) -> Result<u8, Failure> {
                 not_ok: count(Some(false)),
                 unknown: count(None),
             },
+            applied: applied.as_ref(),
         };
         out.line(&serde_json::to_string_pretty(&doc).expect("the report serializes"));
     } else {
-        human(&mut out, &scene, &checks);
+        human(&mut out, &scene, &checks, a.apply);
+        if let Some(ap) = &applied {
+            human_applied(&mut out, ap);
+        }
+    }
+    if failed {
+        render::error("--apply could not make every change (see above)");
+        return Ok(EXIT_FAILED);
     }
     Ok(0)
 }
@@ -804,7 +835,7 @@ fn ring_probe() -> Check {
     }
 }
 
-fn human(out: &mut Out, s: &Scene, checks: &[Check]) {
+fn human(out: &mut Out, s: &Scene, checks: &[Check], applying: bool) {
     let p = &s.plan;
     out.line(&format!(
         "urmove tune: {} link, paths up to {} RTT: bandwidth-delay product {:.1} MB ({})",
@@ -856,12 +887,265 @@ fn human(out: &mut Out, s: &Scene, checks: &[Check]) {
     }
     let count = |want: Option<bool>| checks.iter().filter(|c| c.ok == want).count();
     out.line("");
-    out.line(&format!(
+    let mut end = format!(
         "{} ok, {} to change, {} not visible or not applicable.",
         count(Some(true)),
         count(Some(false)),
         count(None)
-    ));
+    );
+    if !applying && count(Some(false)) > 0 {
+        end += &format!(
+            " `urmove tune --apply{}` (root) writes {SYSCTL_FILE} and loads it{}.",
+            if p.link.name == "10G" {
+                String::new()
+            } else {
+                format!(" --link {}", p.link.name)
+            },
+            if s.disk.is_some() {
+                ", and sets the disk's scheduler and read-ahead"
+            } else {
+                ""
+            }
+        );
+    }
+    out.line(&end);
+}
+
+/// One change `--apply` made (or would make with `--no-load`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    pub name: String,
+    pub old: Option<String>,
+    pub new: String,
+    /// Whether the host now holds `new` because of this run.
+    pub changed: bool,
+    pub error: Option<String>,
+}
+
+/// What `--apply` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Applied {
+    pub sysctl_file: PathBuf,
+    pub file_written: bool,
+    pub loaded: bool,
+    pub changes: Vec<Change>,
+    pub unchanged: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl Applied {
+    fn failed(&self) -> bool {
+        !self.file_written || self.changes.iter().any(|c| c.error.is_some())
+    }
+}
+
+/// The profile for this host: the plan's values, but never below what the
+/// host already has, the host's autotuning min and default kept, and a
+/// congestion control the kernel offers.
+fn host_settings(p: &Plan) -> Vec<profile::Setting> {
+    let low = |key: &str, dflt: [u64; 2]| {
+        host::sysctl_triple(key)
+            .map(|t| [t[0], t[1]])
+            .unwrap_or(dflt)
+    };
+    let current_cc = host::sysctl("net.ipv4.tcp_congestion_control").unwrap_or_default();
+    let available = host::sysctl("net.ipv4.tcp_available_congestion_control").unwrap_or_default();
+    let cc = if CONGESTION_GOOD.contains(&current_cc.as_str()) {
+        current_cc
+    } else {
+        CONGESTION_GOOD
+            .iter()
+            .find(|c| available.split(' ').any(|a| a == **c))
+            // Setting it loads tcp_bbr when the module is installed.
+            .unwrap_or(&CONGESTION_GOOD[0])
+            .to_string()
+    };
+    let mut set = profile::settings(
+        p,
+        low("net.ipv4.tcp_rmem", profile::TCP_RMEM_LOW),
+        low("net.ipv4.tcp_wmem", profile::TCP_WMEM_LOW),
+        &cc,
+    );
+    for s in &mut set {
+        match s.key {
+            "net.core.rmem_max"
+            | "net.core.wmem_max"
+            | "net.core.netdev_max_backlog"
+            | "net.ipv4.tcp_mtu_probing" => {
+                if let (Ok(cur), Ok(rec)) = (host::sysctl_u64(s.key), s.value.parse::<u64>()) {
+                    s.value = cur.max(rec).to_string();
+                }
+            }
+            "net.ipv4.tcp_rmem" | "net.ipv4.tcp_wmem" => {
+                if let Ok(cur) = host::sysctl_triple(s.key) {
+                    let mut v: Vec<String> = s.value.split(' ').map(String::from).collect();
+                    if let Some(max) = v.get_mut(2) {
+                        *max = cur[2].max(p.tcp_buf_max).to_string();
+                    }
+                    s.value = v.join(" ");
+                }
+            }
+            _ => {}
+        }
+    }
+    set
+}
+
+fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("urmove-tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn apply(s: &Scene, file: &Path, load: bool) -> Applied {
+    let p = &s.plan;
+    let settings = host_settings(p);
+    let hostname = host::sysctl("kernel.hostname").unwrap_or_else(|_| "this host".into());
+    let text = profile::render(
+        p,
+        &settings,
+        &format!(
+            "Written by `urmove tune --apply --link {} --rtt {}` on {hostname}.\n\
+             Values the host already had higher were kept; load with `sysctl -p {}`.",
+            p.link.name,
+            profile::ms(p.rtt).replace(' ', ""),
+            file.display()
+        ),
+    );
+    let mut ap = Applied {
+        sysctl_file: file.to_path_buf(),
+        file_written: false,
+        loaded: load,
+        changes: Vec::new(),
+        unchanged: Vec::new(),
+        notes: Vec::new(),
+    };
+    match write_file(file, &text) {
+        Ok(()) => ap.file_written = true,
+        Err(e) => ap.changes.push(Change {
+            name: file.display().to_string(),
+            old: None,
+            new: format!("{} settings", settings.len()),
+            changed: false,
+            error: Some(format!("writing {}: {e}", file.display())),
+        }),
+    }
+    for set in &settings {
+        let old = host::sysctl(set.key).ok();
+        if old.as_deref() == Some(set.value.as_str()) {
+            ap.unchanged.push(format!("{} = {}", set.key, set.value));
+            continue;
+        }
+        let mut ch = Change {
+            name: set.key.into(),
+            old,
+            new: set.value.clone(),
+            changed: false,
+            error: None,
+        };
+        if load {
+            match host::write_sysctl(set.key, &set.value) {
+                Ok(()) => ch.changed = true,
+                Err(e) => ch.error = Some(format!("{}: {e}", host::sysctl_path(set.key).display())),
+            }
+            if set.key == "net.core.default_qdisc" && ch.changed {
+                let dev = s.route.as_ref().map_or("DEV", |r| r.dev.as_str());
+                ap.notes.push(format!(
+                    "default_qdisc applies to qdiscs created from now on; switch a running NIC with `tc qdisc replace dev {dev} root fq`"
+                ));
+            }
+        }
+        ap.changes.push(ch);
+    }
+    if let Some(Ok(disk)) = &s.disk {
+        apply_disk(disk, &mut ap);
+    }
+    ap
+}
+
+fn apply_disk(disk: &Disk, ap: &mut Applied) {
+    let mut rule = Vec::new();
+    let mut set = |ap: &mut Applied, attr: &str, old: String, new: String| {
+        let path = disk.queue(attr);
+        let mut ch = Change {
+            name: format!("disk.{attr} ({})", disk.name),
+            old: Some(old),
+            new: new.clone(),
+            changed: false,
+            error: None,
+        };
+        match std::fs::write(&path, &new) {
+            Ok(()) => {
+                ch.changed = true;
+                rule.push(format!("ATTR{{queue/{attr}}}=\"{new}\""));
+            }
+            Err(e) => ch.error = Some(format!("{}: {e}", path.display())),
+        }
+        ap.changes.push(ch);
+    };
+    if let Some(line) = host::attr(&disk.queue("scheduler")) {
+        let (active, available) = host::parse_scheduler(&line);
+        let want = scheduler_for(disk, &available);
+        match active {
+            Some(a) if a != want && available.contains(&want) => set(ap, "scheduler", a, want),
+            Some(a) => ap
+                .unchanged
+                .push(format!("disk.scheduler ({}) = {a}", disk.name)),
+            None => {}
+        }
+    }
+    if let Some(ra) = host::attr(&disk.queue("read_ahead_kb")).and_then(|v| v.parse::<u64>().ok()) {
+        if ra < profile::READ_AHEAD_KB {
+            set(
+                ap,
+                "read_ahead_kb",
+                ra.to_string(),
+                profile::READ_AHEAD_KB.to_string(),
+            );
+        } else {
+            ap.unchanged
+                .push(format!("disk.read_ahead_kb ({}) = {ra}", disk.name));
+        }
+    }
+    if !rule.is_empty() {
+        ap.notes.push(format!(
+            "disk settings last until reboot; to keep them, a udev rule such as /etc/udev/rules.d/90-urmove.rules: \
+             ACTION==\"add|change\", KERNEL==\"{}\", {}",
+            disk.name,
+            rule.join(", ")
+        ));
+    }
+}
+
+fn human_applied(out: &mut Out, ap: &Applied) {
+    out.line("");
+    let file = ap.sysctl_file.display();
+    out.line(&if !ap.file_written {
+        format!("urmove tune --apply: could not write {file}")
+    } else if ap.loaded {
+        format!("urmove tune --apply: wrote {file} and loaded it")
+    } else {
+        format!("urmove tune --apply: wrote {file}; not loaded (--no-load)")
+    });
+    let w = ap.changes.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in &ap.changes {
+        let old = c.old.as_deref().unwrap_or("?");
+        let tail = match (&c.error, c.changed) {
+            (Some(e), _) => format!("  FAILED: {e}"),
+            (None, true) => String::new(),
+            (None, false) => "  (not loaded)".into(),
+        };
+        out.line(&format!("  {:w$}  {old} -> {}{tail}", c.name, c.new));
+    }
+    if !ap.unchanged.is_empty() {
+        out.line(&format!("  unchanged: {}", ap.unchanged.join("; ")));
+    }
+    for n in &ap.notes {
+        out.line(&format!("note: {n}"));
+    }
 }
 
 #[cfg(test)]

@@ -277,7 +277,8 @@ pub fn default_profile(plan: &Plan) -> String {
         &settings(plan, TCP_RMEM_LOW, TCP_WMEM_LOW, CONGESTION_GOOD[0]),
         &format!(
             "Written by `urmove tune --link {} --rtt {} --print-sysctl`.\n\
-             Install as /etc/sysctl.d/90-urmove.conf and load with `sysctl -p /etc/sysctl.d/90-urmove.conf`.",
+             Install as /etc/sysctl.d/90-urmove.conf and load with `sysctl -p /etc/sysctl.d/90-urmove.conf`\n\
+             (or let `urmove tune --apply` do both, never lowering a value the host already has higher).",
             plan.link.name,
             ms(plan.rtt).replace(' ', "")
         ),
