@@ -15,3 +15,4 @@ mod protocol_io;
 mod sealed;
 mod service;
 mod transfer;
+mod tune;

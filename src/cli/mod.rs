@@ -9,6 +9,7 @@ pub mod parse;
 pub mod render;
 pub mod service;
 mod transfer;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +56,7 @@ pub fn main() -> ExitCode {
         Command::Send(a) => transfer::send(a),
         Command::Demo(a) => demo::demo(a),
         Command::Pull(a) => transfer::pull(a),
+        Command::Tune(a) => tune::tune(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
     };
     match result {
