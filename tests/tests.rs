@@ -11,6 +11,7 @@ mod faults;
 mod hostile;
 mod linters;
 mod net;
+mod plot;
 mod protocol_io;
 mod sealed;
 mod service;

@@ -80,7 +80,8 @@ pub enum DirectArg {
       urmove bench --disk /mnt/d1 /mnt/d2 --time 30s     two disks in parallel, per target and aggregate\n  \
       urmove bench --disk /raid --mode randread --bs 4k  4k random read IOPS at QD 32\n  \
       urmove bench --disk /raid --mode write --time 60s --min-rate 4Gbit --window 2s\n  \
-      urmove bench --disk /raid --sweep --csv sweep.csv  iozone -a style matrix")]
+      urmove bench --disk /raid --sweep --csv sweep.csv  iozone -a style matrix\n  \
+      urmove bench --disk /raid --time 60s --plot raid.svg   the rates over time, as a picture")]
 pub struct BenchArgs {
     /// Benchmark disks. Each TARGET is a file, a directory (a test file is
     /// created in it and removed after) or a block device. Without TARGET, a
@@ -212,6 +213,13 @@ pub struct BenchArgs {
     /// Write the sweep table as CSV.
     #[arg(long, value_name = "FILE", requires = "sweep")]
     pub csv: Option<PathBuf>,
+
+    /// Draw the run as an SVG picture: throughput per interval over time,
+    /// per target (--disk) or stream (--net) and in aggregate, with the
+    /// --min-rate line; with --sweep, the matrix of rates by record and
+    /// file size.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 
     /// Print one JSON document at the end, nothing else on stdout.
     #[arg(long, conflicts_with = "json_stream")]
@@ -394,6 +402,11 @@ pub struct SendArgs {
     /// Print a line every DURATION.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
     pub interval: Duration,
+
+    /// Draw the transfer as an SVG picture: throughput per interval over
+    /// time, per stream and in aggregate.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 
     /// Print one JSON document at the end, nothing else on stdout.
     #[arg(long, conflicts_with = "json_stream")]

@@ -6,6 +6,7 @@ pub mod config;
 mod demo;
 pub mod keys;
 pub mod parse;
+pub mod plot;
 pub mod render;
 pub mod service;
 mod transfer;
@@ -211,6 +212,7 @@ fn bench(a: BenchArgs) -> Result<u8, Failure> {
 
 fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     let (cfg, sweep) = disk_config(a)?;
+    let plot_file = a.plot.as_deref().map(plot::PlotFile::check).transpose()?;
     let units = match a.units {
         UnitsArg::Mb => RateUnit::Mb,
         UnitsArg::Mib => RateUnit::Mib,
@@ -222,6 +224,28 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         out: Out::default(),
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let targets_shown = cfg
+        .targets
+        .iter()
+        .map(|t| t.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut rates = plot_file.as_ref().map(|_| plot::RatePlot {
+        title: format!(
+            "urmove bench --disk {targets_shown}: {} blocks, QD {}{} ({})",
+            crate::coord::units::bytes_binary(u64::from(cfg.bs)),
+            cfg.qd,
+            cfg.min_rate.map_or(String::new(), |m| format!(
+                ", --min-rate over {} windows",
+                crate::coord::units::duration_s(m.window.as_secs_f64())
+            )),
+            plot::host_and_date()
+        ),
+        unit: units,
+        time_axis: "time since the phase started (s)",
+        panels: Vec::new(),
+        min_rate_bytes_per_s: cfg.min_rate.map(|m| m.bytes_per_s),
+    });
     if format == Format::Human {
         let what = if sweep.is_some() { "sweep" } else { "disk" };
         printer.out.line(&format!(
@@ -244,7 +268,14 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
             }
             r
         }
-        None => run_disk_bench(&cfg, &interrupt, &mut printer),
+        None => {
+            let mut recorder = plot::DiskRecorder {
+                inner: &mut printer,
+                plot: rates.as_mut(),
+                single: (cfg.targets.len() == 1).then(|| cfg.targets[0].display().to_string()),
+            };
+            run_disk_bench(&cfg, &interrupt, &mut recorder)
+        }
     };
     let report = match result {
         Ok(r) => r,
@@ -262,8 +293,33 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     if let (Some(path), Some(table)) = (&a.csv, &report.sweep) {
         write_csv(path, table, units).map_err(Failure::Run)?;
     }
+    let mut plotted = Ok(());
+    if let Some(file) = &plot_file {
+        let svg = match (&report.sweep, &rates) {
+            (Some(table), _) => plot::sweep_svg(
+                &format!(
+                    "urmove bench --disk --sweep {targets_shown}: rate by record and file size, QD {} ({})",
+                    table.queue_depth,
+                    plot::host_and_date()
+                ),
+                table,
+                units,
+            ),
+            (None, Some(r)) => r.to_svg(),
+            (None, None) => unreachable!("a rate plot is recorded whenever --plot is given"),
+        };
+        plotted = svg.and_then(|svg| file.write(&svg));
+        if plotted.is_ok() && format == Format::Human {
+            printer
+                .out
+                .line(&format!("plot written to {}", file.path().display()));
+        }
+    }
     finish(&mut printer, &report);
-    Ok(if report.status == "ok" {
+    if let Err(e) = &plotted {
+        render::error(&format!("{e:#}"));
+    }
+    Ok(if report.status == "ok" && plotted.is_ok() {
         0
     } else {
         EXIT_FAILED

@@ -15,6 +15,7 @@ use crate::session::send::{run_send, NetInterval, SendConfig, SendObserver, Send
 use crate::session::DEFAULT_PORT;
 
 use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
+use super::plot::{self, PlotFile, RatePlot};
 use super::render::{self, Format, Out};
 use super::{interrupt_flag, keys, Failure, EXIT_FAILED};
 
@@ -51,6 +52,57 @@ fn conclude(
             } else {
                 Failure::Run(e)
             })
+        }
+    }
+}
+
+/// The plot `--plot` asks for: a transfer's rates, per stream and in
+/// aggregate, titled `urmove {what} HOST:PORT`.
+fn net_plot(file: Option<PlotFile>, what: &str, cfg: &SendConfig) -> Option<(PlotFile, RatePlot)> {
+    let rates = RatePlot {
+        title: format!(
+            "urmove {what} {}:{}, {} streams ({})",
+            cfg.host,
+            cfg.port,
+            cfg.streams,
+            plot::host_and_date()
+        ),
+        unit: RateUnit::Gbit,
+        time_axis: "time since the data started (s)",
+        panels: Vec::new(),
+        min_rate_bytes_per_s: None,
+    };
+    file.map(|f| (f, rates))
+}
+
+/// Run a transfer with `printer` watching it, recording its intervals
+/// into a plot when `--plot` asked for one; write the plot (also after a
+/// failed run: it shows how far it got) and conclude.
+fn run_plotted(
+    printer: &mut SendPrinter,
+    command: &str,
+    plotting: Option<(PlotFile, RatePlot)>,
+    run: impl FnOnce(&mut dyn SendObserver) -> Result<SendReport, crate::session::SessionError>,
+) -> Result<u8, Failure> {
+    let (file, mut rates) = plotting.unzip();
+    let mut recorder = plot::NetRecorder::new(printer, rates.as_mut());
+    let result = run(&mut recorder);
+    recorder.finish();
+    let (Some(file), Some(rates), Ok(_)) = (file, rates, &result) else {
+        return conclude(printer, command, result);
+    };
+    let plotted = rates.to_svg().and_then(|svg| file.write(&svg));
+    if plotted.is_ok() && printer.format == Format::Human {
+        printer
+            .out
+            .line(&format!("plot written to {}", file.path().display()));
+    }
+    let code = conclude(printer, command, result)?;
+    match plotted {
+        Ok(()) => Ok(code),
+        Err(e) => {
+            render::error(&format!("{e:#}"));
+            Ok(EXIT_FAILED)
         }
     }
 }
@@ -261,6 +313,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         return Err(usage("--rate-limit must be above zero".into()));
     }
     check_block("--block", a.block)?;
+    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
@@ -284,8 +337,10 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         format,
         out: Out::default(),
     };
-    let result = run_send(&cfg, &interrupt, &mut printer);
-    conclude(&mut printer, "send", result)
+    let plot = net_plot(plot_file, "send to", &cfg);
+    run_plotted(&mut printer, "send", plot, |obs| {
+        run_send(&cfg, &interrupt, obs)
+    })
 }
 
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
@@ -363,9 +418,10 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         .key_file
         .clone()
         .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
-    let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let block = a.bs.unwrap_or(4 << 20);
     check_block("--bs", block)?;
+    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
+    let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
         streams: a.streams,
@@ -379,15 +435,15 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format);
-    let result = crate::session::send::run_bench_net(
-        &cfg,
-        time,
-        a.verify,
-        a.reverse,
-        &interrupt,
-        &mut printer,
-    );
-    conclude(&mut printer, "bench --net", result)
+    let what = if a.reverse {
+        "bench --net --reverse"
+    } else {
+        "bench --net"
+    };
+    let plot = net_plot(plot_file, what, &cfg);
+    run_plotted(&mut printer, "bench --net", plot, |obs| {
+        crate::session::send::run_bench_net(&cfg, time, a.verify, a.reverse, &interrupt, obs)
+    })
 }
 
 pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {

@@ -1,6 +1,7 @@
 //! Counters a worker bumps once per reap batch and the coordinator samples.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// One worker's progress. Padded to its own cache lines so two workers never
 /// share one.
@@ -10,9 +11,24 @@ pub struct WorkerCounters {
     bytes: AtomicU64,
     ops: AtomicU64,
     done: AtomicBool,
+    streams: StreamBytes,
 }
 
 impl WorkerCounters {
+    /// Counters that also carry the bytes of each of `stream_count` data
+    /// streams (see [`StreamBytes`]).
+    pub fn with_streams(stream_count: usize) -> Self {
+        WorkerCounters {
+            streams: StreamBytes::new(stream_count),
+            ..Self::default()
+        }
+    }
+
+    /// The per-stream byte counts (none unless made `with_streams`).
+    pub fn streams(&self) -> &StreamBytes {
+        &self.streams
+    }
+
     /// Add a reap batch's bytes and ops (called by the single owning worker).
     pub fn add(&self, bytes: u64, ops: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -37,6 +53,51 @@ impl WorkerCounters {
     }
 }
 
+/// Cumulative bytes per data stream: the one thread that owns the streams
+/// stores each stream's total as it grows (a plain store, no allocation),
+/// and the coordinator samples them. Cloning shares the counts, so a data
+/// path object can hold its own handle.
+#[derive(Debug, Clone, Default)]
+pub struct StreamBytes(Arc<StreamBytesInner>);
+
+#[derive(Debug, Default)]
+struct StreamBytesInner {
+    /// Whether a publisher attached: unpublished counts are not data.
+    published: AtomicBool,
+    bytes: Box<[AtomicU64]>,
+}
+
+impl StreamBytes {
+    pub fn new(stream_count: usize) -> Self {
+        StreamBytes(Arc::new(StreamBytesInner {
+            published: AtomicBool::new(false),
+            bytes: (0..stream_count).map(|_| AtomicU64::new(0)).collect(),
+        }))
+    }
+
+    pub fn stream_count(&self) -> usize {
+        self.0.bytes.len()
+    }
+
+    /// The publisher says it will keep the counts current.
+    pub fn attach(&self) {
+        self.0.published.store(true, Ordering::Release);
+    }
+
+    pub fn is_published(&self) -> bool {
+        self.0.published.load(Ordering::Acquire)
+    }
+
+    /// Set stream `stream`'s total (called by the single owning thread).
+    pub fn store(&self, stream: usize, total_bytes: u64) {
+        self.0.bytes[stream].store(total_bytes, Ordering::Relaxed);
+    }
+
+    pub fn load(&self, stream: usize) -> u64 {
+        self.0.bytes[stream].load(Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +112,20 @@ mod tests {
         assert!(!c.is_done());
         c.finish();
         assert!(c.is_done());
+        assert_eq!(c.streams().stream_count(), 0);
+    }
+
+    #[test]
+    fn stream_bytes_are_shared_by_clones_and_marked_published() {
+        let c = WorkerCounters::with_streams(3);
+        let publisher = c.streams().clone();
+        assert!(!c.streams().is_published());
+        publisher.attach();
+        publisher.store(2, 4096);
+        assert!(c.streams().is_published());
+        assert_eq!(
+            (0..3).map(|i| c.streams().load(i)).collect::<Vec<_>>(),
+            [0, 0, 4096]
+        );
     }
 }

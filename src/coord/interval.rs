@@ -2,6 +2,8 @@
 
 use hdrhistogram::Histogram;
 
+use super::counters::StreamBytes;
+
 /// One finished interval of one series (a target or the aggregate).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Interval {
@@ -106,6 +108,70 @@ impl IntervalTracker {
     }
 }
 
+/// Per-stream intervals, closed whenever the aggregate's tracker closes one:
+/// the same boundaries, each stream's bytes over that time. Lighter than an
+/// [`IntervalTracker`] per stream (no histogram), so hundreds of streams
+/// cost little; every buffer is sized once, at the start.
+#[derive(Debug)]
+pub struct StreamRates {
+    last_ns: u64,
+    last_bytes: Vec<u64>,
+    min_full: Vec<Option<f64>>,
+    out: Vec<Interval>,
+}
+
+impl StreamRates {
+    pub fn new(stream_count: usize) -> Self {
+        StreamRates {
+            last_ns: 0,
+            last_bytes: vec![0; stream_count],
+            min_full: vec![None; stream_count],
+            out: Vec::with_capacity(stream_count),
+        }
+    }
+
+    /// Close an interval at `t_ns` (`full` as the aggregate's was) from the
+    /// streams' totals. Empty when no publisher keeps `totals` current.
+    pub fn close(&mut self, t_ns: u64, full: bool, totals: &StreamBytes) -> &[Interval] {
+        self.out.clear();
+        if t_ns <= self.last_ns {
+            return &self.out;
+        }
+        if !totals.is_published() {
+            // Nothing counted yet: the first published interval starts here.
+            self.last_ns = t_ns;
+            return &self.out;
+        }
+        let len_ns = t_ns - self.last_ns;
+        for (i, last) in self.last_bytes.iter_mut().enumerate() {
+            let total = if i < totals.stream_count() {
+                totals.load(i)
+            } else {
+                *last
+            };
+            let bytes = total.saturating_sub(*last);
+            let rate = bytes as f64 * 1e9 / len_ns as f64;
+            let min = &mut self.min_full[i];
+            if full {
+                *min = Some(min.map_or(rate, |m| m.min(rate)));
+            }
+            *last = total;
+            self.out.push(Interval {
+                end_s: t_ns as f64 / 1e9,
+                len_s: len_ns as f64 / 1e9,
+                bytes,
+                rate_bytes_per_s: rate,
+                avg_rate_bytes_per_s: total as f64 * 1e9 / t_ns as f64,
+                min_rate_bytes_per_s: min.unwrap_or(rate),
+                total_bytes: total,
+                full,
+            });
+        }
+        self.last_ns = t_ns;
+        &self.out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +220,31 @@ mod tests {
         let mut t = IntervalTracker::new(S);
         assert!(t.finish(S / 2, 10).is_some());
         assert_eq!(t.min_full_rate(), Some(20.0));
+    }
+
+    #[test]
+    fn stream_rates_follow_the_aggregate_boundaries() {
+        let totals = StreamBytes::new(2);
+        let mut r = StreamRates::new(2);
+        assert!(
+            r.close(S, true, &totals).is_empty(),
+            "nothing published, no series"
+        );
+        totals.attach();
+        totals.store(0, 300);
+        totals.store(1, 100);
+        let a = r.close(2 * S, true, &totals).to_vec();
+        assert_eq!(a.len(), 2);
+        // Over the second alone: the first closed before anything counted.
+        assert!((a[0].rate_bytes_per_s - 300.0).abs() < 1e-9);
+        assert!((a[0].avg_rate_bytes_per_s - 150.0).abs() < 1e-9);
+        assert!((a[1].rate_bytes_per_s - 100.0).abs() < 1e-9);
+        totals.store(0, 310);
+        let b = r.close(3 * S, false, &totals).to_vec();
+        assert_eq!(b[0].bytes, 10);
+        assert_eq!(b[1].bytes, 0);
+        assert!(!b[0].full);
+        // A partial interval does not lower the minimum.
+        assert!((b[0].min_rate_bytes_per_s - 300.0).abs() < 1e-9);
     }
 }

@@ -8,7 +8,7 @@ pub mod hist;
 pub mod interval;
 pub mod units;
 
-pub use counters::WorkerCounters;
+pub use counters::{StreamBytes, WorkerCounters};
 pub use gate::{evaluate_gate, GateResult};
 pub use hist::LatencyHist;
-pub use interval::{Interval, IntervalTracker};
+pub use interval::{Interval, IntervalTracker, StreamRates};

@@ -18,6 +18,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
+use crate::coord::StreamBytes;
 use crate::protocol::frame::{
     payload_checksum, FrameError, FrameHeader, FLAG_HOLE, FLAG_SEALED, FLAG_UNCHECKED,
     FRAME_HEADER_LEN,
@@ -126,6 +127,8 @@ pub struct NetSender {
     fds: Vec<RawFd>,
     /// Bytes each stream handed to its socket.
     sent: Vec<u64>,
+    /// Where `sent` is published for the coordinator, if anywhere.
+    published: Option<StreamBytes>,
     /// Per stream, when the session seals its frames.
     sealers: Option<Vec<FrameSealer>>,
     /// Streams lost since the caller last asked, with why.
@@ -189,6 +192,7 @@ impl NetSender {
             stats: SendStats::default(),
             fds: sockets.to_vec(),
             sent: vec![0; sockets.len()],
+            published: None,
             sealers: None,
             lost: Vec::new(),
             stall: None,
@@ -236,6 +240,22 @@ impl NetSender {
     /// Bytes stream `stream` handed to its socket so far.
     pub fn stream_bytes(&self, stream: u32) -> u64 {
         self.sent[stream as usize]
+    }
+
+    /// Keep `to` current with [`stream_bytes`](Self::stream_bytes) of
+    /// every stream (a store per completed send), for the coordinator's
+    /// per-stream rates. Counts made without per-stream slots are left
+    /// alone (the caller counts only the total).
+    pub fn publish_stream_bytes(&mut self, to: &StreamBytes) {
+        if to.stream_count() == 0 {
+            return;
+        }
+        assert_eq!(to.stream_count(), self.sent.len(), "one count per stream");
+        for (i, &b) in self.sent.iter().enumerate() {
+            to.store(i, b);
+        }
+        to.attach();
+        self.published = Some(to.clone());
     }
 
     /// The stall limit set, if any.
@@ -535,6 +555,9 @@ impl NetSender {
         if result > 0 {
             let now = Instant::now();
             self.sent[stream as usize] += result as u64;
+            if let Some(p) = &self.published {
+                p.store(stream as usize, self.sent[stream as usize]);
+            }
             self.queues[stream as usize].last_progress = now;
             self.last_any_progress = now;
         }

@@ -246,6 +246,33 @@ pub fn ignore_sigxfsz() {
 
 /// The local wall-clock time as (hours, minutes, seconds), for interval lines.
 pub fn local_hms() -> (u32, u32, u32) {
+    match local_tm() {
+        Ok(tm) => (tm.tm_hour as u32, tm.tm_min as u32, tm.tm_sec as u32),
+        Err(now) => {
+            let s = (now.max(0) as u64 % 86_400) as u32;
+            (s / 3600, (s / 60) % 60, s % 60)
+        }
+    }
+}
+
+/// The local date and time as `YYYY-MM-DD HH:MM` (seconds since 1970
+/// when the local time is unknown), for titles.
+pub fn local_date_time() -> String {
+    match local_tm() {
+        Ok(tm) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min
+        ),
+        Err(now) => format!("{} s since 1970 UTC", now.max(0)),
+    }
+}
+
+/// The broken-down local time now, or the bare clock if that fails.
+fn local_tm() -> Result<libc::tm, libc::time_t> {
     // SAFETY: time(NULL) reads the clock and writes nothing of ours.
     let now = unsafe { libc::time(std::ptr::null_mut()) };
     let mut tm = MaybeUninit::<libc::tm>::zeroed();
@@ -253,12 +280,10 @@ pub fn local_hms() -> (u32, u32, u32) {
     // the call; `now` is a valid time_t.
     let ok = unsafe { !libc::localtime_r(&now, tm.as_mut_ptr()).is_null() };
     if !ok {
-        let s = (now.max(0) as u64 % 86_400) as u32;
-        return (s / 3600, (s / 60) % 60, s % 60);
+        return Err(now);
     }
     // SAFETY: localtime_r succeeded, so `tm` is initialised (it was zeroed too).
-    let tm = unsafe { tm.assume_init() };
-    (tm.tm_hour as u32, tm.tm_min as u32, tm.tm_sec as u32)
+    Ok(unsafe { tm.assume_init() })
 }
 
 /// Fill `buf` with random bytes from the kernel (getrandom(2)), for nonces,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::coord::{Interval, IntervalTracker, WorkerCounters};
+use crate::coord::{Interval, IntervalTracker, StreamRates, WorkerCounters};
 use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
 use crate::datapath::{sys, DirectMode};
@@ -149,6 +149,10 @@ pub struct NetInterval {
 /// Receives progress while a transfer runs.
 pub trait SendObserver {
     fn interval(&mut self, line: &NetInterval);
+    /// The interval just passed to `interval`, per data stream (bytes each
+    /// stream handed to its socket, frame headers included); empty when
+    /// the data path does not count per stream (the receiving side).
+    fn stream_intervals(&mut self, _streams: &[Interval]) {}
     /// Something went wrong but the run goes on.
     fn notice(&mut self, message: &str);
     /// Something worth knowing (what a resume found).
@@ -312,7 +316,8 @@ pub(crate) fn drive<T: Send>(
     obs: &mut dyn SendObserver,
     data: impl FnOnce(&WorkerCounters, &AtomicBool) -> Result<T, SessionError> + Send,
 ) -> (Result<T, SessionError>, SendReport) {
-    let counters = WorkerCounters::default();
+    let counters = WorkerCounters::with_streams(streams.len());
+    let mut per_stream = StreamRates::new(streams.len());
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let (result, mut tracker) = std::thread::scope(|scope| {
@@ -333,6 +338,7 @@ pub(crate) fn drive<T: Send>(
                     interval: iv,
                     total_bytes: total,
                 });
+                obs.stream_intervals(per_stream.close(t, iv.full, counters.streams()));
             }
         }
         (worker.join().expect("the data thread panicked"), tracker)
@@ -347,6 +353,8 @@ pub(crate) fn drive<T: Send>(
             interval: iv,
             total_bytes: total,
         });
+        let t = elapsed.as_nanos() as u64;
+        obs.stream_intervals(per_stream.close(t, iv.full, counters.streams()));
     }
     let secs = elapsed.as_secs_f64().max(1e-9);
     let report = SendReport {
@@ -698,6 +706,7 @@ pub(crate) fn bench_data(
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
     let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 0)?;
     let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
+    tx.publish_stream_bytes(counters.streams());
     if let Some((keys, dir)) = &cfg.seal {
         tx.seal_with(keys, *dir);
     }
@@ -1266,6 +1275,7 @@ pub(crate) fn push_data(
         READ_FILE_SLOTS,
     )?;
     tx.set_stall_limit(cfg.timeout);
+    tx.publish_stream_bytes(counters.streams());
     if let Some((keys, dir)) = &cfg.seal {
         tx.seal_with(keys, *dir);
     }
