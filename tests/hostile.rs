@@ -24,7 +24,7 @@ use urmove::protocol::manifest::{Entry, EntryKind};
 use crate::transfer::{assert_same_tree, no_part_files, Daemon};
 use crate::util::{
     connect, data_stream, hand_push, handshake, json, messages, noise, output_within, push_request,
-    raw, read_msg, refusal, stderr, urmove,
+    raw, read_msg, refusal, sealed_refusal, sealed_replies, stderr, urmove, write_sealed, Control,
 };
 
 /// Upper bound for one `urmove send` here: against hangs, not a speed check.
@@ -58,6 +58,23 @@ fn a_good_transfer_still_arrives(d: &mut Daemon, name: &str) {
         std::fs::read(d.root.path().join("good").join(name)).unwrap() == bytes,
         "{name} arrived different"
     );
+}
+
+/// A connection a test holds: plain bytes before authentication, sealed
+/// messages after it.
+enum Conn {
+    Plain(TcpStream),
+    Sealed(Control),
+}
+
+impl Conn {
+    /// The daemon's reason for closing the connection.
+    fn refusal(&mut self) -> (ErrorCode, String) {
+        match self {
+            Conn::Plain(s) => refusal(&until_closed(s)),
+            Conn::Sealed(c) => sealed_refusal(c),
+        }
+    }
 }
 
 /// Everything the daemon sends until it closes the connection (a reset
@@ -328,7 +345,8 @@ fn a_recorded_handshake_replayed_on_a_new_connection_fails_auth() {
         std::fs::read(d.root.path().join("in/x")).unwrap(),
         std::fs::read(&f).unwrap()
     );
-    // The client's bytes: Hello, Auth, then its request and manifest.
+    // The client's bytes: Hello, Auth, then its request and manifest,
+    // sealed: nothing after the handshake reads as a message.
     let mut sent: Vec<(Message, &[u8])> = Vec::new();
     let mut at = 0;
     while let Ok(Some((m, used))) = decode(&recorded[at..]) {
@@ -336,9 +354,10 @@ fn a_recorded_handshake_replayed_on_a_new_connection_fails_auth() {
         at += used;
     }
     assert!(
-        sent.len() > 2
+        sent.len() == 2
             && matches!(sent[0].0, Message::Hello(_))
-            && matches!(sent[1].0, Message::Auth(_)),
+            && matches!(sent[1].0, Message::Auth(_))
+            && recorded.len() > at,
         "recorded {:?}",
         sent.iter().map(|(m, _)| m).collect::<Vec<_>>()
     );
@@ -375,25 +394,24 @@ fn a_recorded_handshake_replayed_on_a_new_connection_fails_auth() {
 fn oversized_lengths_after_authentication_are_refused() {
     let mut d = Daemon::start();
     // A control message of 0xFFFFFFFF bytes where the request belongs.
+    // (After the handshake every message is sealed: a bare length is
+    // refused as a sealed message of that size.)
     let (mut ctl, _) = handshake(d.port, &d.key);
-    ctl.write_all(&u32::MAX.to_le_bytes()).unwrap();
-    let (code, message) = refusal(&until_closed(&mut ctl));
+    ctl.tcp().write_all(&u32::MAX.to_le_bytes()).unwrap();
+    let (code, message) = sealed_refusal(&mut ctl);
     assert_eq!(code, ErrorCode::Malformed, "{message}");
-    let want = format!(
-        "message length {} is above the limit {CONTROL_LEN_MAX}",
-        u32::MAX
-    );
+    let want = format!("a sealed control message of {} bytes", u32::MAX);
     assert!(message.contains(&want), "{message}");
 
     // Manifest parts claiming more entries than a part may hold.
     for count in [MANIFEST_PART_ENTRIES_MAX + 1, u32::MAX] {
         let (mut ctl, _) = handshake(d.port, &d.key);
-        ctl.write_all(&encode(&push_request(1, 65536))).unwrap();
+        write_sealed(&mut ctl, encode(&push_request(1, 65536)));
         let mut part = encode(&Message::Manifest(Vec::new()));
         // `u32 length | u8 kind | u32 entry count | entries`.
         part[5..9].copy_from_slice(&count.to_le_bytes());
-        ctl.write_all(&part).unwrap();
-        let (code, message) = refusal(&until_closed(&mut ctl));
+        write_sealed(&mut ctl, part);
+        let (code, message) = sealed_refusal(&mut ctl);
         assert_eq!(code, ErrorCode::Malformed, "{count}: {message}");
         let want =
             format!("manifest part entries {count} is above the limit {MANIFEST_PART_ENTRIES_MAX}");
@@ -410,7 +428,7 @@ fn oversized_lengths_after_authentication_are_refused() {
         let mut header = FrameHeader::for_payload(0, 0, &block, 0);
         header.length = length;
         data.write_all(&header.encode()).unwrap();
-        let (code, message) = refusal(&until_closed(&mut ctl));
+        let (code, message) = sealed_refusal(&mut ctl);
         assert_eq!(code, ErrorCode::Malformed, "{length}: {message}");
         assert!(
             message.contains(&format!("frame of {length} bytes")),
@@ -483,7 +501,7 @@ fn a_data_stream_cannot_join_another_session_and_the_session_completes() {
     second.write_all(&[&h1.encode()[..], b].concat()).unwrap();
     first.shutdown(Shutdown::Write).unwrap();
     second.shutdown(Shutdown::Write).unwrap();
-    let reply = messages(&until_closed(&mut ctl));
+    let reply = sealed_replies(&mut ctl);
     assert_eq!(
         reply,
         vec![
@@ -547,43 +565,50 @@ const ATTACKS: [Attack; 9] = [
 
 /// Open one hostile connection and leave it open; returns it with the code
 /// and text the daemon must refuse it with (on that connection).
-fn open_attack(
-    kind: Attack,
-    port: u16,
-    key: &Path,
-    n: u64,
-) -> (TcpStream, ErrorCode, &'static str) {
+fn open_attack(kind: Attack, port: u16, key: &Path, n: u64) -> (Conn, ErrorCode, &'static str) {
     let hello = hello_bytes();
     let half = &hello[..hello.len() / 2];
     match kind {
-        Attack::Silent => (connect(port), ErrorCode::Io, "the peer went silent"),
+        Attack::Silent => (
+            Conn::Plain(connect(port)),
+            ErrorCode::Io,
+            "the peer went silent",
+        ),
         Attack::Garbage => {
             let mut s = connect(port);
             s.write_all(&noise(4096, 11)).unwrap();
-            (s, ErrorCode::Malformed, "is above the limit")
+            (Conn::Plain(s), ErrorCode::Malformed, "is above the limit")
         }
         Attack::HalfHelloThenClose => {
             let mut s = connect(port);
             s.write_all(half).unwrap();
             s.shutdown(Shutdown::Write).unwrap();
-            (s, ErrorCode::Io, "the peer closed the connection")
+            (
+                Conn::Plain(s),
+                ErrorCode::Io,
+                "the peer closed the connection",
+            )
         }
         Attack::HalfHelloThenSilence => {
             let mut s = connect(port);
             s.write_all(half).unwrap();
-            (s, ErrorCode::Io, "the peer went silent")
+            (Conn::Plain(s), ErrorCode::Io, "the peer went silent")
         }
         Attack::LengthMax => {
             let mut s = connect(port);
             s.write_all(&u32::MAX.to_le_bytes()).unwrap();
-            (s, ErrorCode::Malformed, "is above the limit")
+            (Conn::Plain(s), ErrorCode::Malformed, "is above the limit")
         }
         Attack::LargeBodyThenClose => {
             let mut s = connect(port);
             s.write_all(&CONTROL_LEN_MAX.to_le_bytes()).unwrap();
             s.write_all(&noise(1 << 20, n)).unwrap();
             s.shutdown(Shutdown::Write).unwrap();
-            (s, ErrorCode::Io, "the peer closed the connection")
+            (
+                Conn::Plain(s),
+                ErrorCode::Io,
+                "the peer closed the connection",
+            )
         }
         Attack::WrongKey => {
             let mut s = connect(port);
@@ -593,7 +618,11 @@ fn open_attack(
                 client_proof: noise(32, n).try_into().unwrap(),
             };
             s.write_all(&encode(&Message::Auth(auth))).unwrap();
-            (s, ErrorCode::AuthFailed, "authentication failed")
+            (
+                Conn::Plain(s),
+                ErrorCode::AuthFailed,
+                "authentication failed",
+            )
         }
         Attack::StrangersStream => {
             let mut s = connect(port);
@@ -603,15 +632,23 @@ fn open_attack(
                 proof: noise(32, n + 1).try_into().unwrap(),
             }))
             .unwrap();
-            (s, ErrorCode::AuthFailed, "does not belong to a session")
+            (
+                Conn::Plain(s),
+                ErrorCode::AuthFailed,
+                "does not belong to a session",
+            )
         }
         Attack::ManifestPartPastMax => {
             let (mut s, _) = handshake(port, key);
-            s.write_all(&encode(&push_request(1, 65536))).unwrap();
+            write_sealed(&mut s, encode(&push_request(1, 65536)));
             let mut part = encode(&Message::Manifest(Vec::new()));
             part[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
-            s.write_all(&part).unwrap();
-            (s, ErrorCode::Malformed, "manifest part entries")
+            write_sealed(&mut s, part);
+            (
+                Conn::Sealed(s),
+                ErrorCode::Malformed,
+                "manifest part entries",
+            )
         }
         Attack::FramePastMax => {
             let entry = file_entry("f", 1 << 20);
@@ -620,7 +657,11 @@ fn open_attack(
             let mut header = FrameHeader::for_payload(0, 0, &[7; 4096], 0);
             header.length = u32::MAX;
             data.write_all(&header.encode()).unwrap();
-            (ctl, ErrorCode::Malformed, "frame of 4294967295 bytes")
+            (
+                Conn::Sealed(ctl),
+                ErrorCode::Malformed,
+                "frame of 4294967295 bytes",
+            )
         }
     }
 }
@@ -661,7 +702,7 @@ fn hundreds_of_hostile_connections_leave_memory_and_threads_bounded() {
                     .map(|n| open_attack(kind, port, &key, n))
                     .collect();
                 for (mut s, code, text) in open {
-                    let (got, message) = refusal(&until_closed(&mut s));
+                    let (got, message) = s.refusal();
                     assert_eq!(got, code, "{kind:?}: {message}");
                     assert!(message.contains(text), "{kind:?}: {message}");
                 }
@@ -713,11 +754,11 @@ fn silent_clients_are_dropped_after_the_handshake_timeout() {
     let mut d = Daemon::start_with_timeout("1s");
     let started = Instant::now();
     // Twenty that say nothing, and one that authenticates and then says nothing.
-    let mut silent: Vec<TcpStream> = (0..20).map(|_| connect(d.port)).collect();
-    silent.push(handshake(d.port, &d.key).0);
+    let mut silent: Vec<Conn> = (0..20).map(|_| Conn::Plain(connect(d.port))).collect();
+    silent.push(Conn::Sealed(handshake(d.port, &d.key).0));
     for s in &mut silent {
-        // `until_closed` fails the test if a connection outlives its 30 s read timeout.
-        let (code, message) = refusal(&until_closed(s));
+        // Reading fails the test if a connection outlives its 30 s read timeout.
+        let (code, message) = s.refusal();
         assert_eq!(code, ErrorCode::Io, "{message}");
         assert!(message.contains("the peer went silent"), "{message}");
     }
@@ -778,7 +819,9 @@ fn strangers_length_prefixes_pin_no_memory() {
             .map(|n| open_attack(Attack::LargeBodyThenClose, d.port, &d.key, n))
             .collect();
         for (mut s, _, _) in open {
-            let _ = until_closed(&mut s);
+            if let Conn::Plain(s) = &mut s {
+                let _ = until_closed(s);
+            }
         }
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -809,4 +852,30 @@ fn strangers_length_prefixes_pin_no_memory() {
          to {rss_peak} kB"
     );
     a_good_transfer_still_arrives(&mut d, "after-the-strangers");
+}
+
+#[test]
+fn control_messages_after_the_handshake_must_be_sealed_with_the_sessions_keys() {
+    let mut d = Daemon::start();
+    // A plain request where a sealed one belongs (what an attacker on the
+    // path, who holds no key, could inject).
+    let (mut ctl, _) = handshake(d.port, &d.key);
+    ctl.tcp()
+        .write_all(&encode(&push_request(1, 65536)))
+        .unwrap();
+    let (code, message) = sealed_refusal(&mut ctl);
+    assert_eq!(code, ErrorCode::Malformed, "{message}");
+    assert!(message.contains("failed authentication"), "{message}");
+    // A request sealed under another session's keys.
+    let (mut ctl, _) = handshake(d.port, &d.key);
+    let (_other_ctl, other) = handshake(d.port, &d.key);
+    let forger = Control::new(ctl.tcp().try_clone().unwrap());
+    forger.secure(&other, true);
+    let mut forger = forger;
+    write_sealed(&mut forger, encode(&push_request(1, 65536)));
+    let (code, message) = sealed_refusal(&mut ctl);
+    assert_eq!(code, ErrorCode::Malformed, "{message}");
+    assert!(message.contains("failed authentication"), "{message}");
+    assert!(!d.root.path().join("hand").exists());
+    a_good_transfer_still_arrives(&mut d, "after-forgery");
 }

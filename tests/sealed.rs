@@ -2,7 +2,7 @@
 //! the handshake. Real transfers in both directions and a benchmark, a
 //! daemon that requires encryption, and frames forged or altered by hand.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 
 use urmove::protocol::control::{ErrorCode, Message, REQ_ENCRYPT};
@@ -11,7 +11,7 @@ use urmove::protocol::manifest::{Entry, EntryKind};
 use urmove::protocol::seal::{Direction, FrameSealer};
 
 use crate::transfer::{assert_same_tree, Daemon};
-use crate::util::{data_stream, hand_push_with, json, noise, refusal, stderr, urmove};
+use crate::util::{data_stream, hand_push_with, json, noise, sealed_refusal, stderr, urmove};
 
 #[test]
 fn encrypted_transfers_arrive_identical_and_a_daemon_can_require_them() {
@@ -103,10 +103,9 @@ fn refused(
     let (mut ctl, keys) = hand_push_with(d.port, &d.key, one_file(8192), 1, 8192, flags).unwrap();
     let mut data = data_stream(d.port, &keys, 0);
     let _ = data.write_all(&make(&keys));
-    let mut reply = Vec::new();
-    let _ = ctl.read_to_end(&mut reply);
+    let refused = sealed_refusal(&mut ctl);
     drop(data);
-    refusal(&reply)
+    refused
 }
 
 /// A frame of `payload` sealed as stream 0's first, with `flip` bits
@@ -169,12 +168,11 @@ fn forged_altered_and_unsealed_frames_are_refused() {
     let mut data = data_stream(d.port, &keys, 0);
     data.write_all(&sealed_frame(&keys, &payload, 0)).unwrap();
     drop(data);
-    let mut reply = Vec::new();
-    let _ = ctl.read_to_end(&mut reply);
-    let acked = crate::util::messages(&reply)
-        .into_iter()
+    let reply = crate::util::sealed_replies(&mut ctl);
+    let acked = reply
+        .iter()
         .any(|m| matches!(m, Message::Summary { ok: true, .. }));
-    assert!(acked, "{:?}", crate::util::messages(&reply));
+    assert!(acked, "{reply:?}");
     assert_eq!(
         std::fs::read(d.root.path().join("hand/f")).unwrap(),
         payload

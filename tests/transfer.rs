@@ -762,7 +762,7 @@ fn bench_net_moves_memory_to_memory_and_the_receiver_counts_it() {
 fn hand_session(
     d: &Daemon,
     entries: Vec<urmove::protocol::manifest::Entry>,
-) -> (TcpStream, TcpStream) {
+) -> (crate::util::Control, TcpStream) {
     hand_session_with(d, entries, 1, 65536).expect("the daemon is ready")
 }
 
@@ -773,14 +773,14 @@ fn hand_session_with(
     entries: Vec<urmove::protocol::manifest::Entry>,
     streams: u16,
     block_size: u32,
-) -> Result<(TcpStream, TcpStream), urmove::protocol::control::Message> {
+) -> Result<(crate::util::Control, TcpStream), urmove::protocol::control::Message> {
     let (ctl, keys) = crate::util::hand_push(d.port, &d.key, entries, streams, block_size)?;
     Ok((ctl, crate::util::data_stream(d.port, &keys, 0)))
 }
 
 #[test]
 fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
-    use urmove::protocol::control::{decode, ErrorCode, Message};
+    use urmove::protocol::control::{ErrorCode, Message};
     use urmove::protocol::frame::FrameHeader;
     use urmove::protocol::manifest::{Entry, EntryKind};
     let mut d = Daemon::start();
@@ -829,14 +829,11 @@ fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
         let (mut ctl, mut data) = hand_session(&d, vec![entry.clone()]);
         data.write_all(&bytes).unwrap();
         drop(data);
-        let mut reply = Vec::new();
-        let _ = ctl.read_to_end(&mut reply);
-        let mut at = 0;
+        let reply = crate::util::sealed_replies(&mut ctl);
         let mut got = None;
-        while let Ok(Some((m, used))) = decode(&reply[at..]) {
-            at += used;
+        for m in &reply {
             if let Message::Error { code, message } = m {
-                got = Some((code, message));
+                got = Some((*code, message.clone()));
             }
         }
         let (code, message) =
@@ -989,7 +986,7 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
         mtime_ns: 0,
         link: None,
     };
-    let code = |r: Result<(TcpStream, TcpStream), Message>| match r {
+    let code = |r: Result<(crate::util::Control, TcpStream), Message>| match r {
         Err(Message::Error { code, .. }) => code,
         other => panic!("expected a refusal, got {:?}", other.map(|_| "ready")),
     };

@@ -15,6 +15,7 @@ use urmove::protocol::control::{
 use urmove::protocol::handshake::{parse_key, stream_proof, ClientHandshake, Key, SessionKeys};
 use urmove::protocol::manifest::Entry;
 use urmove::protocol::wire::DecodeError;
+pub use urmove::session::conn::Control;
 
 /// Skip a test with a printed reason when the machine cannot run it.
 #[macro_export]
@@ -330,7 +331,7 @@ pub fn key_of(key_file: &Path) -> Key {
 
 /// A completed handshake: the authenticated control connection and the
 /// session's keys.
-pub fn handshake(port: u16, key_file: &Path) -> (TcpStream, SessionKeys) {
+pub fn handshake(port: u16, key_file: &Path) -> (Control, SessionKeys) {
     let mut ctl = connect(port);
     let (mut hs, hello) = ClientHandshake::new(key_of(key_file), [5; 32]);
     ctl.write_all(&encode(&Message::Hello(hello))).unwrap();
@@ -343,7 +344,50 @@ pub fn handshake(port: u16, key_file: &Path) -> (TcpStream, SessionKeys) {
         panic!("no welcome")
     };
     let keys = hs.on_welcome(&w).unwrap();
+    // From here on every control message is sealed, as urmove's are.
+    let ctl = Control::new(ctl);
+    ctl.secure(&keys, true);
     (ctl, keys)
+}
+
+/// Send `m` on a sealed control connection.
+pub fn send_sealed(c: &mut Control, m: &Message) {
+    urmove::session::conn::send_msg(c, m).unwrap();
+}
+
+/// Send bytes that are one encoded message (prefix and body, perhaps
+/// malformed on purpose), sealed as a message is.
+pub fn write_sealed(c: &mut Control, bytes: Vec<u8>) {
+    urmove::session::conn::send_encoded(c, bytes).unwrap();
+}
+
+/// Every sealed message the daemon sends until it closes the connection;
+/// panics if it stays open past the read timeout.
+pub fn sealed_replies(c: &mut Control) -> Vec<Message> {
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match urmove::session::conn::recv_any(c) {
+            Ok(m) => out.push(m),
+            Err(urmove::session::SessionError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                panic!("the daemon kept the connection open; got {out:?}")
+            }
+            Err(_) => return out,
+        }
+    }
+}
+
+/// The daemon's reason for refusing, on a sealed control connection.
+pub fn sealed_refusal(c: &mut Control) -> (ErrorCode, String) {
+    let got = sealed_replies(c);
+    got.iter()
+        .find_map(|m| match m {
+            Message::Error { code, message } => Some((*code, message.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no error message from the daemon in {got:?}"))
 }
 
 /// A push request into `hand/` under the root (the one place tests build
@@ -371,7 +415,7 @@ pub fn hand_push(
     entries: Vec<Entry>,
     streams: u16,
     block_size: u32,
-) -> Result<(TcpStream, SessionKeys), Message> {
+) -> Result<(Control, SessionKeys), Message> {
     hand_push_with(port, key_file, entries, streams, block_size, 0)
 }
 
@@ -383,16 +427,16 @@ pub fn hand_push_with(
     streams: u16,
     block_size: u32,
     flags: u32,
-) -> Result<(TcpStream, SessionKeys), Message> {
+) -> Result<(Control, SessionKeys), Message> {
     let (mut ctl, keys) = handshake(port, key_file);
-    ctl.write_all(&encode(&push_request_with(streams, block_size, flags)))
-        .unwrap();
+    send_sealed(&mut ctl, &push_request_with(streams, block_size, flags));
     // The daemon may refuse the request before it reads the manifest.
-    let _ = ctl.write_all(&encode(&Message::Manifest(entries)));
-    let _ = ctl.write_all(&encode(&Message::ManifestEnd));
-    match read_msg(&mut ctl) {
-        Message::Ready => Ok((ctl, keys)),
-        reply => Err(reply),
+    let _ = urmove::session::conn::send_msg(&mut ctl, &Message::Manifest(entries));
+    let _ = urmove::session::conn::send_msg(&mut ctl, &Message::ManifestEnd);
+    match urmove::session::conn::recv_any(&mut ctl) {
+        Ok(Message::Ready) => Ok((ctl, keys)),
+        Ok(reply) => Err(reply),
+        Err(e) => panic!("no reply from the daemon: {e}"),
     }
 }
 

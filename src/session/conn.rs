@@ -3,50 +3,173 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use crate::protocol::control::{body_len, decode_body, encode, Message};
+use crate::protocol::control::{body_len, decode_body, encode, Message, CONTROL_LEN_MAX};
+use crate::protocol::handshake::SessionKeys;
+use crate::protocol::seal::{Direction, FrameOpener, FrameSealer, TAG_LEN};
 
 use super::SessionError;
 
-pub fn send_msg(s: &mut TcpStream, m: &Message) -> Result<(), SessionError> {
-    s.write_all(&encode(m))
+/// The "stream" whose keys seal control messages (data streams are 0..256).
+const CONTROL_STREAM: u16 = u16::MAX;
+
+/// Sealing state of a control connection, shared by its clones (a reader
+/// thread, a heartbeat) so the frame counters stay in step.
+#[derive(Default)]
+struct Sealing {
+    sealer: Mutex<Option<FrameSealer>>,
+    opener: Mutex<Option<FrameOpener>>,
+}
+
+/// A control connection. After the handshake both sides [`secure`] it:
+/// every message is then sealed with AES-256-GCM under keys derived from
+/// the session key (its own key per direction, a counter as the nonce, the
+/// length authenticated), so nobody on the path can read, inject, drop,
+/// replay or reorder a message: not an acknowledgement, not what a resume
+/// says the receiver holds.
+///
+/// [`secure`]: Control::secure
+pub struct Control {
+    s: TcpStream,
+    sealing: Arc<Sealing>,
+}
+
+impl Control {
+    pub fn new(s: TcpStream) -> Control {
+        Control {
+            s,
+            sealing: Arc::default(),
+        }
+    }
+
+    /// Another handle on the same connection and the same sealing state.
+    pub fn try_clone(&self) -> Result<Control, SessionError> {
+        Ok(Control {
+            s: self
+                .s
+                .try_clone()
+                .map_err(|e| SessionError::io("control connection", e))?,
+            sealing: Arc::clone(&self.sealing),
+        })
+    }
+
+    /// Seal every message from now on (`client`: which side this is).
+    pub fn secure(&self, keys: &SessionKeys, client: bool) {
+        let (out, inn) = if client {
+            (Direction::ClientToServer, Direction::ServerToClient)
+        } else {
+            (Direction::ServerToClient, Direction::ClientToServer)
+        };
+        *lock(&self.sealing.sealer) = Some(FrameSealer::new(keys, out, CONTROL_STREAM));
+        *lock(&self.sealing.opener) = Some(FrameOpener::new(keys, inn, CONTROL_STREAM));
+    }
+
+    pub fn tcp(&self) -> &TcpStream {
+        &self.s
+    }
+
+    pub fn into_tcp(self) -> TcpStream {
+        self.s
+    }
+
+    pub fn set_read_timeout(&self, d: Option<Duration>) -> Result<(), SessionError> {
+        self.s
+            .set_read_timeout(d)
+            .map_err(|e| SessionError::io("control connection", e))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The 32 bytes a sealed message authenticates besides its body: its
+/// length prefix.
+fn aad(prefix: [u8; 4]) -> [u8; 32] {
+    let mut a = [0u8; 32];
+    a[..4].copy_from_slice(&prefix);
+    a
+}
+
+pub fn send_msg(c: &mut Control, m: &Message) -> Result<(), SessionError> {
+    send_encoded(c, encode(m))
+}
+
+/// Send one message already encoded (length prefix and body), sealed when
+/// the connection is secured.
+pub fn send_encoded(c: &mut Control, mut bytes: Vec<u8>) -> Result<(), SessionError> {
+    let mut sealer = lock(&c.sealing.sealer);
+    if let Some(sealer) = sealer.as_mut() {
+        let len = (bytes.len() - 4 + TAG_LEN) as u32;
+        bytes[..4].copy_from_slice(&len.to_le_bytes());
+        let prefix: [u8; 4] = bytes[..4].try_into().expect("4 bytes");
+        let tag = sealer
+            .seal(&aad(prefix), &mut bytes[4..])
+            .map_err(|e| SessionError::Protocol(e.to_string()))?;
+        bytes.extend_from_slice(&tag);
+    }
+    // Written under the sealer's lock: messages leave in counter order.
+    c.s.write_all(&bytes)
         .map_err(|e| SessionError::io("sending a control message", e))
 }
 
 /// Read one message. A peer's `Error` message is returned as an error.
-pub fn recv_msg(s: &mut TcpStream) -> Result<Message, SessionError> {
-    match recv_any(s)? {
+pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
+    match recv_any(c)? {
         Message::Error { code, message } => Err(SessionError::Refused { code, message }),
         m => Ok(m),
     }
 }
 
 /// Read one message, `Error` included.
-pub fn recv_any(s: &mut TcpStream) -> Result<Message, SessionError> {
+pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
+    let what = "reading a control message";
     let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix)
-        .map_err(|e| read_err(e, "reading a control message"))?;
-    let len = body_len(prefix).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    c.s.read_exact(&mut prefix).map_err(|e| read_err(e, what))?;
+    let sealed = lock(&c.sealing.opener).is_some();
+    if !sealed {
+        let len = body_len(prefix).map_err(|e| SessionError::Protocol(e.to_string()))?;
+        let mut body = vec![0u8; len];
+        c.s.read_exact(&mut body).map_err(|e| read_err(e, what))?;
+        return decode_body(&body).map_err(|e| SessionError::Protocol(e.to_string()));
+    }
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len <= TAG_LEN || len > CONTROL_LEN_MAX as usize + TAG_LEN {
+        return Err(SessionError::Protocol(format!(
+            "a sealed control message of {len} bytes"
+        )));
+    }
     let mut body = vec![0u8; len];
-    s.read_exact(&mut body)
-        .map_err(|e| read_err(e, "reading a control message"))?;
-    decode_body(&body).map_err(|e| SessionError::Protocol(e.to_string()))
+    c.s.read_exact(&mut body).map_err(|e| read_err(e, what))?;
+    let (msg, tag) = body.split_at_mut(len - TAG_LEN);
+    let tag: [u8; TAG_LEN] = (&*tag).try_into().expect("a tag's bytes");
+    lock(&c.sealing.opener)
+        .as_mut()
+        .expect("checked above")
+        .open(&aad(prefix), msg, &tag)
+        .map_err(|_| {
+            SessionError::Protocol(
+                "a control message failed authentication (injected, altered, replayed or reordered)"
+                    .into(),
+            )
+        })?;
+    decode_body(msg).map_err(|e| SessionError::Protocol(e.to_string()))
 }
 
 /// Heartbeats on a control connection while this side works without
 /// anything else to say (reading files for digests, checking what it holds),
 /// so the peer's read timeout measures silence, not work.
 pub struct Beat {
-    s: TcpStream,
+    s: Control,
     last: Instant,
 }
 
 impl Beat {
-    pub fn new(s: &TcpStream) -> Result<Beat, SessionError> {
+    pub fn new(s: &Control) -> Result<Beat, SessionError> {
         Ok(Beat {
-            s: s.try_clone()
-                .map_err(|e| SessionError::io("control connection", e))?,
+            s: s.try_clone()?,
             last: Instant::now(),
         })
     }
@@ -72,7 +195,8 @@ pub const UNAUTHENTICATED_LEN_MAX: usize = 256;
 
 /// Read one message of at most [`UNAUTHENTICATED_LEN_MAX`] bytes, all of it
 /// by `deadline` (however slowly the bytes trickle in), `Error` included.
-pub fn recv_small_by(s: &mut TcpStream, deadline: Instant) -> Result<Message, SessionError> {
+pub fn recv_small_by(c: &mut Control, deadline: Instant) -> Result<Message, SessionError> {
+    let s = &mut c.s;
     let what = "reading a handshake message";
     let mut prefix = [0u8; 4];
     read_exact_by(s, &mut prefix, deadline).map_err(|e| read_err(e, what))?;
@@ -124,12 +248,13 @@ fn read_err(e: std::io::Error, what: &str) -> SessionError {
 /// Tell the peer why we stop (best effort) and return the error. What the
 /// peer still sends is drained briefly, so closing does not reset the
 /// connection before the peer has read why.
-pub fn fail(s: &mut TcpStream, e: SessionError) -> SessionError {
+pub fn fail(c: &mut Control, e: SessionError) -> SessionError {
     let msg = Message::Error {
         code: e.code(),
         message: e.to_string(),
     };
-    if s.write_all(&encode(&msg)).is_ok() {
+    if send_msg(c, &msg).is_ok() {
+        let s = &mut c.s;
         let _ = s.shutdown(std::net::Shutdown::Write);
         let _ = s.set_read_timeout(Some(std::time::Duration::from_millis(500)));
         let mut sink = [0u8; 64 << 10];

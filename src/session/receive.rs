@@ -43,7 +43,10 @@ pub(crate) struct Resume {
 
 /// Read manifest parts until its end, bounded in entries (by `max` and
 /// the protocol's own bound).
-pub(crate) fn recv_manifest(s: &mut TcpStream, max: u32) -> Result<Vec<Entry>, SessionError> {
+pub(crate) fn recv_manifest(
+    s: &mut super::conn::Control,
+    max: u32,
+) -> Result<Vec<Entry>, SessionError> {
     let max = max.min(ENTRIES_MAX);
     let mut entries: Vec<Entry> = Vec::new();
     let mut text_bytes = 0u64;

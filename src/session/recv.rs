@@ -21,7 +21,7 @@ use crate::protocol::handshake::{
 };
 use crate::protocol::manifest::check_path;
 
-use super::conn::{fail, recv_msg, recv_small_by, send_msg};
+use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
 use super::receive::{join, recv_manifest, Incoming, Resume};
 use super::send::{recv_digests, Held};
 use super::SessionError;
@@ -393,7 +393,7 @@ pub fn serve(
             continue;
         }
         match listener.accept() {
-            Ok((mut s, peer)) => {
+            Ok((s, peer)) => {
                 let (cfg, registry, log) =
                     (Arc::clone(&cfg), Arc::clone(&registry), Arc::clone(&log));
                 if registry.stats.connections_open.load(Ordering::Acquire) >= cfg.limits.connections
@@ -401,7 +401,7 @@ pub fn serve(
                     let _ = s.set_nonblocking(false);
                     let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
                     let _ = send_msg(
-                        &mut s,
+                        &mut Control::new(s),
                         &Message::Error {
                             code: ErrorCode::Busy,
                             message: format!(
@@ -455,7 +455,7 @@ pub fn serve(
 }
 
 fn connection(
-    mut s: TcpStream,
+    s: TcpStream,
     peer: SocketAddr,
     cfg: &RecvConfig,
     registry: &Registry,
@@ -465,6 +465,7 @@ fn connection(
         .map_err(|e| SessionError::io("socket", e))?;
     s.set_nodelay(true)
         .map_err(|e| SessionError::io("socket", e))?;
+    let mut s = Control::new(s);
     // Until it has authenticated, a peer gets small messages and one
     // deadline for all of them, however slowly its bytes trickle in.
     let deadline = Instant::now() + cfg.handshake_timeout;
@@ -495,7 +496,7 @@ fn connection(
                     if stream_index < p.streams
                         && check_stream_proof(&p.keys, stream_index, &proof) =>
                 {
-                    let _ = p.tx.send((stream_index, s));
+                    let _ = p.tx.send((stream_index, s.into_tcp()));
                     Ok(())
                 }
                 _ => {
@@ -527,7 +528,7 @@ fn random<const N: usize>() -> Result<[u8; N], SessionError> {
 }
 
 fn control_session(
-    s: &mut TcpStream,
+    s: &mut Control,
     hello: crate::protocol::handshake::Hello,
     deadline: Instant,
     cfg: &RecvConfig,
@@ -550,19 +551,19 @@ fn control_session(
     };
     let (welcome, keys) = hs.on_auth(&auth, random()?).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Welcome(welcome))?;
+    // Everything after the welcome is sealed with the session's keys.
+    s.secure(&keys, false);
     // The request is part of the handshake's time; after it, the session's
     // own timeout applies.
     let left = deadline.saturating_duration_since(Instant::now());
-    s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-        .map_err(|e| SessionError::io("socket", e))?;
+    s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
     let Message::Request(req) = recv_msg(s)? else {
         return Err(SessionError::local(
             ErrorCode::Malformed,
             "expected a session request",
         ));
     };
-    s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
-        .map_err(|e| SessionError::io("socket", e))?;
+    s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::local(
             ErrorCode::TooLarge,
@@ -718,9 +719,7 @@ fn control_session(
         cfg.interval,
         Some(incoming.bytes_missing()),
     );
-    let mut beat = s
-        .try_clone()
-        .map_err(|e| SessionError::io("control connection", e))?;
+    let mut beat = s.try_clone()?;
     let mut last_beat = Instant::now();
     let open = req
         .has(REQ_ENCRYPT)
@@ -762,7 +761,7 @@ fn control_session(
 /// Register the session, say Ready, and wait for its data streams, each of
 /// which proved it belongs here when it connected.
 fn collect_streams(
-    s: &mut TcpStream,
+    s: &mut Control,
     registry: &Registry,
     keys: &SessionKeys,
     count: u16,
@@ -815,7 +814,7 @@ fn collect_streams(
 /// root, send their manifest, then their data on the client's streams, then
 /// each file's digest and a summary.
 fn pull_session(
-    s: &mut TcpStream,
+    s: &mut Control,
     req: &crate::protocol::control::SessionRequest,
     keys: &SessionKeys,
     cfg: &RecvConfig,
@@ -902,7 +901,7 @@ fn pull_session(
 /// each checksum (unless unchecked), count and discard them; or, reversed,
 /// send for the requested time. No disk is touched.
 fn bench_session(
-    s: &mut TcpStream,
+    s: &mut Control,
     req: &crate::protocol::control::SessionRequest,
     keys: &SessionKeys,
     cfg: &RecvConfig,

@@ -29,7 +29,7 @@ use crate::protocol::seal::Direction as SealDirection;
 pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
-use super::conn::{recv_msg, send_msg};
+use super::conn::{recv_msg, send_msg, Control};
 use super::tree::{scan, Tree};
 use super::SessionError;
 
@@ -237,7 +237,7 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
 /// data streams, each proving it belongs to the session.
 /// Send a manifest in parts, then its end.
 pub(crate) fn send_manifest(
-    ctl: &mut TcpStream,
+    ctl: &mut Control,
     entries: &[crate::protocol::manifest::Entry],
 ) -> Result<(), SessionError> {
     for part in entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
@@ -249,11 +249,10 @@ pub(crate) fn send_manifest(
 pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
-    between: &mut dyn FnMut(&mut TcpStream) -> Result<(), SessionError>,
-) -> Result<(TcpStream, Vec<TcpStream>, SessionKeys), SessionError> {
-    let mut ctl = connect(cfg)?;
-    ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
-        .map_err(|e| SessionError::io("socket", e))?;
+    between: &mut dyn FnMut(&mut Control) -> Result<(), SessionError>,
+) -> Result<(Control, Vec<TcpStream>, SessionKeys), SessionError> {
+    let mut ctl = Control::new(connect(cfg)?);
+    ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
     send_msg(&mut ctl, &Message::Hello(hello))?;
     let Message::Challenge(ch) = recv_msg(&mut ctl)? else {
@@ -272,6 +271,8 @@ pub(crate) fn open_session(
         ));
     };
     let keys = hs.on_welcome(&welcome).map_err(SessionError::Auth)?;
+    // Everything after the welcome is sealed with the session's keys.
+    ctl.secure(&keys, true);
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
     between(&mut ctl)?;
@@ -289,19 +290,20 @@ pub(crate) fn open_session(
     }
     let mut streams = Vec::with_capacity(streams_n as usize);
     for i in 0..streams_n {
-        let mut st = connect(cfg)?;
+        let st = connect(cfg)?;
         if let Some(b) = cfg.sock_buf {
             set_sock_buf(&st, b);
         }
+        let mut hello = Control::new(st);
         send_msg(
-            &mut st,
+            &mut hello,
             &Message::StreamHello {
                 session_id: keys.session_id,
                 stream_index: i,
                 proof: stream_proof(&keys, i),
             },
         )?;
-        streams.push(st);
+        streams.push(hello.into_tcp());
     }
     Ok((ctl, streams, keys))
 }
@@ -458,12 +460,8 @@ pub fn run_send(
     };
     // Acknowledgements are read while the data flows: a receiver that
     // finishes many files must never block on a full control socket.
-    let mut reader = ctl
-        .try_clone()
-        .map_err(|e| SessionError::io("control connection", e))?;
-    reader
-        .set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))
-        .map_err(|e| SessionError::io("control connection", e))?;
+    let mut reader = ctl.try_clone()?;
+    reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     let (data, mut report, acks) = std::thread::scope(|scope| {
         let acked = &acks_state;
         let acks = scope.spawn(move || {
@@ -669,7 +667,7 @@ pub(crate) fn discard_frames(
 
 /// End a benchmark: the peer's summary must count the bytes this side
 /// counted (sent or received); the run's time ends with it.
-fn confirm_bench(ctl: &mut TcpStream, report: &mut SendReport) {
+fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
     let confirmed = recv_msg(ctl);
     report.close();
     match confirmed {
@@ -761,7 +759,7 @@ pub(crate) fn bench_data(
 /// Read acknowledgements until the receiver's summary: (entry, digest).
 /// Each acknowledged entry is marked in `acked` (its frames need not be
 /// kept for re-sending); heartbeats only show the receiver is alive.
-fn read_acks(ctl: &mut TcpStream, state: &Acks) -> Result<Vec<(u32, u64)>, SessionError> {
+fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Vec<(u32, u64)>, SessionError> {
     let mut acks = Vec::new();
     loop {
         match recv_msg(ctl)? {
@@ -908,7 +906,7 @@ fn push_params(cfg: &SendConfig) -> PushParams {
 /// sent as they come (a part at least every second, heartbeats while one
 /// large file is read), then their end.
 pub(crate) fn send_content_digests(
-    ctl: &mut TcpStream,
+    ctl: &mut Control,
     tree: &Tree,
     block: u64,
     open: &dyn Fn(usize) -> Result<File, SessionError>,
@@ -938,7 +936,7 @@ pub(crate) fn send_content_digests(
 
 /// Take content digests until their end, at most one per manifest entry.
 pub(crate) fn recv_digests(
-    ctl: &mut TcpStream,
+    ctl: &mut Control,
     entries: usize,
 ) -> Result<HashMap<u32, u64>, SessionError> {
     let mut out = HashMap::new();
@@ -1012,7 +1010,7 @@ impl Held {
 
     /// Take `Have` parts until their end, each checked against the manifest.
     pub(crate) fn receive(
-        ctl: &mut TcpStream,
+        ctl: &mut Control,
         tree_entries: &[crate::protocol::manifest::Entry],
         block: u64,
     ) -> Result<Held, SessionError> {
@@ -1071,7 +1069,7 @@ impl Held {
     }
 
     /// Tell the sender what is held, in parts within the message limits.
-    pub(crate) fn send(ctl: &mut TcpStream, items: Vec<HaveItem>) -> Result<(), SessionError> {
+    pub(crate) fn send(ctl: &mut Control, items: Vec<HaveItem>) -> Result<(), SessionError> {
         use crate::protocol::control::{HAVE_PART_RANGES_MAX, LIST_PART_ITEMS_MAX};
         let mut part: Vec<HaveItem> = Vec::new();
         let mut ranges_in_part = 0u32;
