@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coord::{Interval, IntervalTracker, WorkerCounters};
@@ -153,6 +154,10 @@ pub trait SendObserver {
     fn info(&mut self, message: &str) {
         self.notice(message)
     }
+    /// Before the data flows: the count of files done so far (acknowledged,
+    /// or complete before the run), kept current while the run goes, and
+    /// how many the run has in all.
+    fn files(&mut self, _done: Arc<AtomicU64>, _total: u64) {}
 }
 
 /// The outcome of a transfer.
@@ -422,6 +427,8 @@ pub fn run_send(
             tree.file_bytes() - skipped
         ));
     }
+    let files_done = Arc::new(AtomicU64::new(held.complete.len() as u64));
+    obs.files(Arc::clone(&files_done), tree.file_count() as u64);
     // Entries needing no acknowledgement (not files, or complete) start set.
     let acks_state = Acks {
         acked: tree
@@ -434,6 +441,7 @@ pub fn run_send(
                 )
             })
             .collect(),
+        files_done,
         ended: AtomicBool::new(false),
         received: (0..cfg.streams).map(|_| AtomicU64::new(0)).collect(),
     };
@@ -747,7 +755,9 @@ fn read_acks(ctl: &mut TcpStream, state: &Acks) -> Result<Vec<(u32, u64)>, Sessi
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
                 if let Some(a) = state.acked.get(file_index as usize) {
-                    a.store(true, Ordering::Relaxed);
+                    if !a.swap(true, Ordering::Relaxed) {
+                        state.files_done.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 acks.push((file_index, digest))
             }
@@ -1115,6 +1125,8 @@ struct Ledger<'a> {
 /// acknowledgements.
 pub(crate) struct Acks {
     pub(crate) acked: Vec<AtomicBool>,
+    /// Files acknowledged or complete before the run, for progress.
+    pub(crate) files_done: Arc<AtomicU64>,
     /// The reader stopped (summary, error or silence): wait no more.
     pub(crate) ended: AtomicBool,
     /// Bytes each data stream delivered, as the receiver last said.
