@@ -5,6 +5,7 @@ pub mod args;
 mod demo;
 pub mod keys;
 pub mod parse;
+mod progress;
 pub mod render;
 mod transfer;
 
@@ -23,6 +24,7 @@ use crate::coord::units::RateUnit;
 use crate::datapath::{sys, DirectMode};
 
 use args::{BenchArgs, Cli, Command, DirectArg, ModeArg, UnitsArg};
+use progress::Show;
 use render::{Format, Out, Printer};
 
 /// Exit code of a run that failed (I/O error, verify failure, gate not met).
@@ -212,13 +214,9 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         UnitsArg::Mib => RateUnit::Mib,
         UnitsArg::Gbit => RateUnit::Gbit,
     };
-    let mut printer = Printer {
-        format,
-        units,
-        out: Out::default(),
-    };
+    let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    if format == Format::Human {
+    if format == Format::Human && !printer.show.quiet {
         let what = if sweep.is_some() { "sweep" } else { "disk" };
         printer.out.line(&format!(
             "urmove bench --{what}: {} target(s), {} blocks, QD {}, io_uring with registered buffers",
@@ -242,6 +240,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         }
         None => run_disk_bench(&cfg, &interrupt, &mut printer),
     };
+    printer.end_bar();
     let report = match result {
         Ok(r) => r,
         Err(e) => {
