@@ -50,6 +50,21 @@ pub enum Command {
         /// Where to write the key.
         file: PathBuf,
     },
+    /// Print a shell completion script (as `urmove completions bash >
+    /// /etc/bash_completion.d/urmove`)
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page urmove.1, or with --dir write it and one page per
+    /// subcommand (urmove-send.1, ...)
+    Man {
+        /// Write urmove.1 and urmove-SUBCOMMAND.1 pages into DIR (created
+        /// when missing) and print their paths.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// How progress shows while a run goes (`--progress`).

@@ -7,6 +7,7 @@ pub mod keys;
 pub mod parse;
 mod progress;
 pub mod render;
+mod shell;
 mod transfer;
 
 use std::path::PathBuf;
@@ -56,6 +57,8 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::demo(a),
         Command::Pull(a) => transfer::pull(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
+        Command::Completions { shell } => shell::completions(shell),
+        Command::Man { dir } => shell::man(dir.as_deref()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
