@@ -14,3 +14,4 @@ mod net;
 mod protocol_io;
 mod sealed;
 mod transfer;
+mod ux;
