@@ -1668,7 +1668,9 @@ impl Source {
     fn skip_held(&mut self, block: u64) {
         while let Some(&(first, count)) = self.skip.first() {
             let b = self.next / block;
-            if b >= first + count {
+            // At the end of the file nothing is left to skip (a held range
+            // ending with a short last block would otherwise loop forever).
+            if b >= first + count || self.next >= self.size {
                 self.skip.remove(0);
             } else if b >= first {
                 self.next = ((first + count) * block).min(self.size);
