@@ -156,9 +156,10 @@ impl Bar {
         self.bar.suspend(f)
     }
 
-    /// Leave the last frame on the screen; what follows starts below it.
+    /// Leave the last frame on the screen as it is (an interrupted run's
+    /// bar stays part full); what follows starts below it.
     pub fn finish(&self) {
-        self.bar.finish()
+        self.bar.abandon()
     }
 }
 
