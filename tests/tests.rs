@@ -17,3 +17,4 @@ mod sealed;
 mod service;
 mod transfer;
 mod tune;
+mod ux;

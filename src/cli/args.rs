@@ -12,10 +12,17 @@ use super::parse;
 #[command(
     name = "urmove",
     version,
-    about = "io_uring data mover for storage servers: disk benchmark (replaces dd and iozone)",
+    about = "io_uring data mover for storage servers: parallel-stream transfers, network and disk benchmarks",
     long_about = "urmove moves data disk-to-disk with io_uring, O_DIRECT and registered buffers.\n\n\
-                  `urmove bench --disk [TARGET...]` measures sustained disk throughput, IOPS and \
-                  latency with per-interval rates, a sustained-rate gate and an iozone-style sweep.\n\n\
+                  `urmove recv` is the receiver daemon; `urmove send` pushes files and trees to it \
+                  over parallel TCP streams and `urmove pull` fetches them, every block checksummed \
+                  and every file acknowledged with a digest. `urmove bench --net HOST` measures the \
+                  network memory to memory against a daemon (iperf3's role); `urmove bench --disk \
+                  [TARGET...]` measures sustained disk throughput, IOPS and latency with \
+                  per-interval rates, a sustained-rate gate and an iozone-style sweep.\n\n\
+                  While they run, send, pull and bench show a progress bar on a terminal and \
+                  interval lines otherwise (--progress, --quiet), then a summary; --json prints \
+                  one document instead.\n\n\
                   Exit codes: 0 success, 1 the run failed (I/O error, verify failure, rate gate \
                   not met, interrupted), 2 usage or configuration error."
 )]
@@ -26,7 +33,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Benchmark disks: sustained, honest throughput, IOPS and latency
+    /// Benchmark disks (--disk: sustained, honest throughput, IOPS and
+    /// latency) or the network (--net HOST: memory to memory, against recv)
     Bench(BenchArgs),
     /// Run the receiver daemon: files pushed by `urmove send` land under --root
     Recv(RecvArgs),
@@ -45,6 +53,52 @@ pub enum Command {
         /// Where to write the key.
         file: PathBuf,
     },
+    /// Print a shell completion script (as `urmove completions bash >
+    /// /etc/bash_completion.d/urmove`)
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page urmove.1, or with --dir write it and one page per
+    /// subcommand (urmove-send.1, ...)
+    Man {
+        /// Write urmove.1 and urmove-SUBCOMMAND.1 pages into DIR (created
+        /// when missing) and print their paths.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// How progress shows while a run goes (`--progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressArg {
+    /// A bar when stdout and stderr are terminals, interval lines otherwise.
+    Auto,
+    /// A live bar on stderr, even when it is not a terminal.
+    Bar,
+    /// One line per interval on stdout.
+    Lines,
+    /// Nothing until the summary.
+    #[value(name = "none")]
+    Off,
+}
+
+/// Progress and chattiness of human output.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ProgressArgs {
+    /// Live progress in human output: a bar (drawn on stderr), interval
+    /// lines (on stdout) or none; auto draws a bar when stdout and stderr are
+    /// terminals and prints lines otherwise. --json and --json-stream ignore
+    /// it.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = ProgressArg::Auto)]
+    pub progress: ProgressArg,
+
+    /// Print only the final summary: no progress (whatever --progress says)
+    /// and no notes; warnings and errors still go to stderr. No effect with
+    /// --json or --json-stream.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -157,7 +211,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "0s")]
     pub ramp: Duration,
 
-    /// Print a line every DURATION.
+    /// Print a progress line (or update the bar) every DURATION.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
     pub interval: Duration,
 
@@ -228,6 +282,9 @@ pub struct BenchArgs {
     /// Print one JSON object per interval, then the summary.
     #[arg(long)]
     pub json_stream: bool,
+
+    #[command(flatten)]
+    pub show: ProgressArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -399,7 +456,7 @@ pub struct SendArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto)]
     pub zerocopy: ZeroCopyArg,
 
-    /// Print a line every DURATION.
+    /// Print a progress line (or update the bar) every DURATION.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
     pub interval: Duration,
 
@@ -415,6 +472,9 @@ pub struct SendArgs {
     /// Print one JSON object per interval, then the summary.
     #[arg(long)]
     pub json_stream: bool,
+
+    #[command(flatten)]
+    pub show: ProgressArgs,
 
     #[command(flatten)]
     pub resume: ResumeArgs,
@@ -463,7 +523,7 @@ pub struct PullArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
     pub direct: DirectArg,
 
-    /// Print a line every DURATION.
+    /// Print a progress line (or update the bar) every DURATION.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
     pub interval: Duration,
 
@@ -474,6 +534,9 @@ pub struct PullArgs {
     /// Print one JSON object per interval, then the summary.
     #[arg(long)]
     pub json_stream: bool,
+
+    #[command(flatten)]
+    pub show: ProgressArgs,
 
     #[command(flatten)]
     pub resume: ResumeArgs,

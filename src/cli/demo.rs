@@ -167,7 +167,8 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
     };
 
     let interrupt = interrupt_flag().map_err(run)?;
-    let mut printer = super::transfer::SendPrinter::new(Format::Human);
+    let mut printer =
+        super::transfer::SendPrinter::new(Format::Human, super::progress::Show::auto());
     let report = run_send(&cfg, &interrupt, &mut printer);
     stop.store(true, Ordering::Relaxed);
     let _ = daemon.join();

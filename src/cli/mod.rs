@@ -7,8 +7,10 @@ mod demo;
 pub mod keys;
 pub mod parse;
 pub mod plot;
+mod progress;
 pub mod render;
 pub mod service;
+mod shell;
 mod transfer;
 mod tune;
 
@@ -27,6 +29,7 @@ use crate::coord::units::RateUnit;
 use crate::datapath::{sys, DirectMode};
 
 use args::{BenchArgs, Cli, Command, DirectArg, ModeArg, UnitsArg};
+use progress::Show;
 use render::{Format, Out, Printer};
 
 /// Exit code of a run that failed (I/O error, verify failure, gate not met).
@@ -59,6 +62,8 @@ pub fn main() -> ExitCode {
         Command::Pull(a) => transfer::pull(a),
         Command::Tune(a) => tune::tune(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
+        Command::Completions { shell } => shell::completions(shell),
+        Command::Man { dir } => shell::man(dir.as_deref()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -218,11 +223,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         UnitsArg::Mib => RateUnit::Mib,
         UnitsArg::Gbit => RateUnit::Gbit,
     };
-    let mut printer = Printer {
-        format,
-        units,
-        out: Out::default(),
-    };
+    let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let targets_shown = cfg
         .targets
@@ -246,7 +247,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         panels: Vec::new(),
         min_rate_bytes_per_s: cfg.min_rate.map(|m| m.bytes_per_s),
     });
-    if format == Format::Human {
+    if format == Format::Human && !printer.show.quiet {
         let what = if sweep.is_some() { "sweep" } else { "disk" };
         printer.out.line(&format!(
             "urmove bench --{what}: {} target(s), {} blocks, QD {}, io_uring with registered buffers",
@@ -277,6 +278,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
             run_disk_bench(&cfg, &interrupt, &mut recorder)
         }
     };
+    printer.end_bar();
     let report = match result {
         Ok(r) => r,
         Err(e) => {

@@ -6,6 +6,8 @@ use crate::bench::sweep::SweepRow;
 use crate::bench::{IntervalLine, ModeResult, Observer};
 use crate::coord::units::{self, RateUnit};
 
+use super::progress::{Bar, Progress, Show};
+
 /// How the report is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -81,9 +83,57 @@ pub struct Printer {
     pub format: Format,
     pub units: RateUnit,
     pub out: Out,
+    pub show: Show,
+    /// The live bar of the mode running now (`--progress bar`).
+    pub bar: Option<Bar>,
 }
 
 impl Printer {
+    pub fn new(format: Format, units: RateUnit, show: Show) -> Self {
+        Printer {
+            format,
+            units,
+            out: Out::default(),
+            show,
+            bar: None,
+        }
+    }
+
+    /// The aggregate's progress on the bar: percent, ETA, rate, average
+    /// and minimum, bytes done of the total (a narrow terminal cuts the
+    /// end). One bar per mode.
+    fn draw(&mut self, l: &IntervalLine) {
+        let u = self.units;
+        let mut text = format!("{:3.0}%", l.percent.unwrap_or(0.0));
+        if let Some(eta) = l.eta_s {
+            text += "  ";
+            text += &super::progress::eta(eta);
+        }
+        text += &format!(
+            "  {}  avg {}  min {}  {}",
+            units::rate(l.rate_bytes_per_s, u),
+            units::rate(l.avg_rate_bytes_per_s, u),
+            units::rate(l.min_rate_bytes_per_s, u),
+            units::bytes(l.total_bytes, u)
+        );
+        if let Some(total) = l.expected_bytes {
+            text += &format!(" of {}", units::bytes(total, u));
+        }
+        if self.bar.as_ref().is_some_and(|b| b.prefix() != l.mode) {
+            self.end_bar();
+        }
+        self.bar
+            .get_or_insert_with(|| Bar::new(l.mode))
+            .show(l.percent.unwrap_or(0.0) / 100.0, text);
+    }
+
+    /// Leave the finished mode's bar on the screen.
+    pub fn end_bar(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish();
+        }
+    }
+
     fn human_interval(&self, l: &IntervalLine, indent: bool) -> String {
         let u = self.units;
         let mut s = if indent {
@@ -216,11 +266,16 @@ pub fn rate_in(bytes_per_s: f64, u: RateUnit) -> f64 {
 
 impl Observer for Printer {
     fn notice(&mut self, message: &str) {
-        warn(message);
+        match &self.bar {
+            Some(bar) => bar.suspend(|| warn(message)),
+            None => warn(message),
+        }
     }
 
     fn interval(&mut self, aggregate: &IntervalLine, per_target: &[IntervalLine]) {
         match self.format {
+            Format::Human if self.show.progress == Progress::Bar => self.draw(aggregate),
+            Format::Human if self.show.progress == Progress::Off => {}
             Format::Human => {
                 let line = self.human_interval(aggregate, false);
                 self.out.line(&line);
@@ -241,6 +296,7 @@ impl Observer for Printer {
     }
 
     fn phase_done(&mut self, results: &[ModeResult]) {
+        self.end_bar();
         if self.format == Format::Human {
             self.human_results(results);
         }

@@ -2,6 +2,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use crate::session::DEFAULT_PORT;
 
 use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
 use super::plot::{self, PlotFile, RatePlot};
+use super::progress::{self, Bar, Progress, Show};
 use super::render::{self, Format, Out};
 use super::{interrupt_flag, keys, Failure, EXIT_FAILED};
 
@@ -36,6 +38,7 @@ fn conclude(
             })
         }
         Err(e) => {
+            printer.end_bar();
             if printer.format != Format::Human {
                 let mut doc = serde_json::json!({
                     "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string()
@@ -208,16 +211,124 @@ fn split_target(t: &str) -> Option<(String, String)> {
     (!host.is_empty()).then(|| (host.to_string(), dest.to_string()))
 }
 
+/// Progress and summaries of `send`, `pull` and `bench --net`: interval
+/// lines or a bar (human), or JSON.
 pub(crate) struct SendPrinter {
     format: Format,
+    show: Show,
     out: Out,
+    /// The bar's label: `Net Out` or `Net In`.
+    direction: &'static str,
+    /// A run of fixed length (`bench --net`), in seconds: its bar counts time.
+    time_s: Option<f64>,
+    /// Files done (acknowledged) so far, and in all.
+    files: Option<(Arc<AtomicU64>, u64)>,
+    bar: Option<Bar>,
+    last: Option<NetInterval>,
 }
 
 impl SendPrinter {
-    pub(crate) fn new(format: Format) -> Self {
+    pub(crate) fn new(format: Format, show: Show) -> Self {
         SendPrinter {
             format,
+            show,
             out: Out::default(),
+            direction: "Net Out",
+            time_s: None,
+            files: None,
+            bar: None,
+            last: None,
+        }
+    }
+
+    fn human_line(&self, l: &NetInterval) -> String {
+        let iv = &l.interval;
+        if l.total_bytes == 0 {
+            // A memory-to-memory test has no total: no percent, no ETA.
+            return format!(
+                "{}  Net Out: {}  Avg: {}  {}",
+                render::wall_clock(),
+                units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+                units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
+                units::bytes_decimal(iv.total_bytes)
+            );
+        }
+        let pct = 100.0 * iv.total_bytes as f64 / l.total_bytes as f64;
+        let left = l.total_bytes.saturating_sub(iv.total_bytes) as f64;
+        let eta = if iv.avg_rate_bytes_per_s > 0.0 {
+            left / iv.avg_rate_bytes_per_s
+        } else {
+            0.0
+        };
+        format!(
+            "{}  Net Out: {}  Avg: {}  {pct:.1}%  ETA {}s",
+            render::wall_clock(),
+            units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+            units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
+            eta.ceil() as u64
+        )
+    }
+
+    /// The bar's fill and text: percent, ETA, rate, average, files done of
+    /// all, bytes done (of the total); what matters most comes first, as a
+    /// narrow terminal cuts the end.
+    fn bar_text(&self, l: &NetInterval) -> (f64, String) {
+        let iv = &l.interval;
+        let (fraction, eta, of) = match self.time_s {
+            Some(t) => (iv.end_s / t, t - iv.end_s, String::new()),
+            None if l.total_bytes == 0 => (1.0, 0.0, String::new()),
+            None => {
+                let left = l.total_bytes.saturating_sub(iv.total_bytes) as f64;
+                let eta = if iv.avg_rate_bytes_per_s > 0.0 {
+                    left / iv.avg_rate_bytes_per_s
+                } else {
+                    0.0
+                };
+                (
+                    iv.total_bytes as f64 / l.total_bytes as f64,
+                    eta,
+                    format!(" of {}", units::bytes_decimal(l.total_bytes)),
+                )
+            }
+        };
+        let mut text = format!(
+            "{:5.1}%  {}  {}  avg {}",
+            100.0 * fraction.min(1.0),
+            progress::eta(eta),
+            units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+            units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
+        );
+        if let Some((done, total)) = &self.files {
+            text += &format!("  {}/{total} files", done.load(Ordering::Relaxed));
+        }
+        text += &format!("  {}{of}", units::bytes_decimal(iv.total_bytes));
+        (fraction, text)
+    }
+
+    fn draw(&mut self, l: &NetInterval) {
+        let (fraction, text) = self.bar_text(l);
+        let direction = self.direction;
+        self.bar
+            .get_or_insert_with(|| Bar::new(direction))
+            .show(fraction, text);
+    }
+
+    /// Leave the bar with the run's last figures (acknowledgements go on
+    /// arriving after the data), before the summary.
+    fn end_bar(&mut self) {
+        if let (Some(bar), Some(l)) = (&self.bar, &self.last) {
+            let (fraction, text) = self.bar_text(l);
+            bar.show(fraction, text);
+            bar.finish();
+        }
+        self.bar = None;
+    }
+
+    /// A line on stderr that does not tear the bar.
+    fn to_stderr(&self, f: impl FnOnce()) {
+        match &self.bar {
+            Some(bar) => bar.suspend(f),
+            None => f(),
         }
     }
 }
@@ -226,37 +337,16 @@ impl SendObserver for SendPrinter {
     fn interval(&mut self, l: &NetInterval) {
         let iv = &l.interval;
         match self.format {
-            Format::Human if l.total_bytes == 0 => {
-                // A memory-to-memory test has no total: no percent, no ETA.
-                let line = format!(
-                    "{}  Net Out: {}  Avg: {}  {}",
-                    render::wall_clock(),
-                    units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
-                    units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
-                    units::bytes_decimal(iv.total_bytes)
-                );
-                self.out.line(&line);
-            }
             Format::Human => {
-                let pct = if l.total_bytes > 0 {
-                    100.0 * iv.total_bytes as f64 / l.total_bytes as f64
-                } else {
-                    100.0
-                };
-                let left = l.total_bytes.saturating_sub(iv.total_bytes) as f64;
-                let eta = if iv.avg_rate_bytes_per_s > 0.0 {
-                    left / iv.avg_rate_bytes_per_s
-                } else {
-                    0.0
-                };
-                let line = format!(
-                    "{}  Net Out: {}  Avg: {}  {pct:.1}%  ETA {}s",
-                    render::wall_clock(),
-                    units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
-                    units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
-                    eta.ceil() as u64
-                );
-                self.out.line(&line);
+                self.last = Some(*l);
+                match self.show.progress {
+                    Progress::Lines => {
+                        let line = self.human_line(l);
+                        self.out.line(&line);
+                    }
+                    Progress::Bar => self.draw(l),
+                    Progress::Off => {}
+                }
             }
             Format::JsonStream => {
                 let v = serde_json::json!({
@@ -276,11 +366,17 @@ impl SendObserver for SendPrinter {
     }
 
     fn notice(&mut self, message: &str) {
-        render::warn(message);
+        self.to_stderr(|| render::warn(message));
     }
 
     fn info(&mut self, message: &str) {
-        render::info(message);
+        if !self.show.quiet {
+            self.to_stderr(|| render::info(message));
+        }
+    }
+
+    fn files(&mut self, done: Arc<AtomicU64>, total: u64) {
+        self.files = Some((done, total));
     }
 }
 
@@ -333,10 +429,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         ..SendConfig::to(host, a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter {
-        format,
-        out: Out::default(),
-    };
+    let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
         run_send(&cfg, &interrupt, obs)
@@ -344,6 +437,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
 }
 
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
+    p.end_bar();
     match p.format {
         Format::Json => p
             .out
@@ -434,7 +528,11 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter::new(format);
+    let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    printer.time_s = Some(time.as_secs_f64());
+    if a.reverse {
+        printer.direction = "Net In";
+    }
     let what = if a.reverse {
         "bench --net --reverse"
     } else {
@@ -476,7 +574,8 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter::new(format);
+    let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    printer.direction = "Net In";
     let local = PathBuf::from(local);
     let result = crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, &mut printer);
     conclude(&mut printer, "pull", result)

@@ -4,7 +4,8 @@
 //! push (`.urmove.part`, verified blocks, sync, mode, mtime, rename).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest};
@@ -90,6 +91,8 @@ pub fn run_pull(
         ));
     }
     let at_start = incoming.take_done_at_start();
+    let files_done = Arc::new(AtomicU64::new(complete_before + at_start.len() as u64));
+    obs.files(Arc::clone(&files_done), files);
     let open = cfg
         .encrypt
         .then_some((keys, crate::protocol::seal::Direction::ServerToClient));
@@ -102,6 +105,7 @@ pub fn run_pull(
             &open,
             &mut |b| counters.add(b, 0),
             &mut |i, d| {
+                files_done.fetch_add(1, Ordering::Relaxed);
                 got.push((i, d));
                 Ok(())
             },

@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::coord::{Interval, IntervalTracker, StreamRates, WorkerCounters};
@@ -159,6 +160,10 @@ pub trait SendObserver {
     fn info(&mut self, message: &str) {
         self.notice(message)
     }
+    /// Before the data flows: the count of files done so far (acknowledged,
+    /// or complete before the run), kept current while the run goes, and
+    /// how many the run has in all.
+    fn files(&mut self, _done: Arc<AtomicU64>, _total: u64) {}
 }
 
 /// The outcome of a transfer.
@@ -442,6 +447,8 @@ pub fn run_send(
             tree.file_bytes().saturating_sub(skipped)
         ));
     }
+    let files_done = Arc::new(AtomicU64::new(held.complete.len() as u64));
+    obs.files(Arc::clone(&files_done), tree.file_count() as u64);
     // Entries needing no acknowledgement (not files, or complete) start set.
     let acks_state = Acks {
         acked: tree
@@ -454,6 +461,7 @@ pub fn run_send(
                 )
             })
             .collect(),
+        files_done,
         ended: AtomicBool::new(false),
         received: (0..cfg.streams).map(|_| AtomicU64::new(0)).collect(),
         waiting: (0..cfg.streams).map(|_| AtomicBool::new(false)).collect(),
@@ -765,7 +773,9 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Vec<(u32, u64)>, Session
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
                 if let Some(a) = state.acked.get(file_index as usize) {
-                    a.store(true, Ordering::Relaxed);
+                    if !a.swap(true, Ordering::Relaxed) {
+                        state.files_done.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 acks.push((file_index, digest))
             }
@@ -1165,6 +1175,8 @@ struct Ledger<'a> {
 /// acknowledgements.
 pub(crate) struct Acks {
     pub(crate) acked: Vec<AtomicBool>,
+    /// Files acknowledged or complete before the run, for progress.
+    pub(crate) files_done: Arc<AtomicU64>,
     /// The reader stopped (summary, error or silence): wait no more.
     pub(crate) ended: AtomicBool,
     /// Bytes each data stream delivered, as the receiver last said.
@@ -1793,7 +1805,9 @@ impl Source {
     fn skip_held(&mut self, block: u64) {
         while let Some(&(first, count)) = self.skip.first() {
             let b = self.next / block;
-            if b >= first + count {
+            // At the end of the file nothing is left to skip (a held range
+            // ending with a short last block would otherwise loop forever).
+            if b >= first + count || self.next >= self.size {
                 self.skip.remove(0);
             } else if b >= first {
                 self.next = ((first + count) * block).min(self.size);
