@@ -733,6 +733,10 @@ impl SendObserver for NetRecorder<'_> {
     fn info(&mut self, message: &str) {
         self.inner.info(message);
     }
+
+    fn files(&mut self, done: std::sync::Arc<std::sync::atomic::AtomicU64>, total: u64) {
+        self.inner.files(done, total);
+    }
 }
 
 #[cfg(test)]
