@@ -1428,26 +1428,13 @@ pub(crate) fn push_data(
                             return Err(e);
                         }
                     }
-                    let h = FrameHeader::for_payload(
-                        i as u32,
+                    let block = Block {
+                        entry: i,
                         offset,
-                        &payload_mut(&mut lease)[..n],
-                        0,
-                    );
-                    digests[i] = digest_add(digests[i], h.checksum);
+                        len: n,
+                    };
                     let st = pick(&tx, &mut next_stream, n_streams);
-                    ledger.record(
-                        st,
-                        Sent {
-                            entry: i as u32,
-                            offset,
-                            len: n as u32,
-                            checksum: h.checksum,
-                            hole: false,
-                            end: 0,
-                        },
-                    );
-                    tx.queue(st, lease, &h);
+                    queue_block(&mut tx, &mut ledger, st, &mut digests, block, lease);
                     counters.add(n as u64, 1);
                 }
             }
@@ -1460,7 +1447,7 @@ pub(crate) fn push_data(
             break;
         }
         tx.poll(true)?;
-        while let Some((token, result, mut lease)) = tx.take_read() {
+        while let Some((token, result, lease)) = tx.take_read() {
             let (i, offset, n, of) = reads[token as usize].take().expect("a read in flight");
             free_tokens.push(token);
             open_files[of].reads -= 1;
@@ -1482,21 +1469,13 @@ pub(crate) fn push_data(
                     return Err(e);
                 }
             }
-            let h = FrameHeader::for_payload(i as u32, offset, &payload_mut(&mut lease)[..n], 0);
-            digests[i] = digest_add(digests[i], h.checksum);
             let st = pick(&tx, &mut next_stream, n_streams);
-            ledger.record(
-                st,
-                Sent {
-                    entry: i as u32,
-                    offset,
-                    len: n as u32,
-                    checksum: h.checksum,
-                    hole: false,
-                    end: 0,
-                },
-            );
-            tx.queue(st, lease, &h);
+            let block = Block {
+                entry: i,
+                offset,
+                len: n,
+            };
+            queue_block(&mut tx, &mut ledger, st, &mut digests, block, lease);
             counters.add(n as u64, 1);
         }
         resend_lost(
@@ -1655,6 +1634,45 @@ pub(crate) fn push_data(
         lost: lost_log,
         resent,
     })
+}
+
+/// A block of a source file, read into a frame buffer.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    entry: usize,
+    offset: u64,
+    len: usize,
+}
+
+/// Checksum a block read into `lease`, add it to its file's digest, and
+/// queue it on `stream`, remembered for sending again should it be lost.
+fn queue_block(
+    tx: &mut NetSender,
+    ledger: &mut Ledger<'_>,
+    stream: u32,
+    digests: &mut [u64],
+    b: Block,
+    mut lease: crate::datapath::Lease,
+) {
+    let h = FrameHeader::for_payload(
+        b.entry as u32,
+        b.offset,
+        &payload_mut(&mut lease)[..b.len],
+        0,
+    );
+    digests[b.entry] = digest_add(digests[b.entry], h.checksum);
+    ledger.record(
+        stream,
+        Sent {
+            entry: b.entry as u32,
+            offset: b.offset,
+            len: b.len as u32,
+            checksum: h.checksum,
+            hole: false,
+            end: 0,
+        },
+    );
+    tx.queue(stream, lease, &h);
 }
 
 fn changed(name: &str, how: &str) -> SessionError {
