@@ -1849,3 +1849,45 @@ fn read_full(file: &File, buf: &mut [u8], offset: u64, n: usize) -> std::io::Res
     }
     Ok(got)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(size: u64, skip: Vec<(u64, u64)>) -> Source {
+        Source {
+            entry: 0,
+            file: tempfile::tempfile().unwrap(),
+            direct: false,
+            sparse: false,
+            slot: None,
+            size,
+            next: 0,
+            reads: 0,
+            skip,
+        }
+    }
+
+    #[test]
+    fn held_blocks_are_skipped_up_to_a_short_last_block() {
+        let block = 4096;
+        let mut s = source(10 * block + 5, vec![(0, 2), (4, 1), (9, 2)]);
+        s.skip_held(block);
+        assert_eq!(s.next, 2 * block, "the first two blocks are held");
+        s.next = 4 * block;
+        s.skip_held(block);
+        assert_eq!(s.next, 5 * block);
+        // The last range ends with the short last block: the file is done
+        // (this once looped forever), on a thread so a regression fails.
+        s.next = 9 * block;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            s.skip_held(block);
+            let _ = tx.send((s.next, s.size, s.skip.len()));
+        });
+        let (next, size, left) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("skip_held returns");
+        assert_eq!((next, left), (size, 0));
+    }
+}
