@@ -1139,6 +1139,15 @@ pub(crate) struct Pushed {
     pub(crate) resent: u64,
 }
 
+/// What was done about lost streams.
+#[derive(Debug, Default)]
+struct Repair {
+    /// Streams given up, with why.
+    lost: Vec<String>,
+    /// Frames sent again.
+    resent: u64,
+}
+
 /// A frame sent on a stream, remembered until its file is acknowledged so
 /// it can go again if the stream is lost.
 #[derive(Debug, Clone, Copy)]
@@ -1305,8 +1314,7 @@ pub(crate) fn push_data(
         sealed: cfg.seal.is_some(),
         total: 0,
     };
-    let mut lost_log = Vec::new();
-    let mut resent = 0u64;
+    let mut repair = Repair::default();
     // Reads in flight, by token: (entry, offset, payload bytes, open-file index).
     let reads_max = (bufs / 2).max(1);
     let mut reads: Vec<Option<(usize, u64, usize, usize)>> = vec![None; reads_max];
@@ -1483,11 +1491,9 @@ pub(crate) fn push_data(
             &mut ledger,
             open,
             tree,
-            block,
             &mut next_stream,
             counters,
-            &mut lost_log,
-            &mut resent,
+            &mut repair,
         )?;
         // Close sources that are read through (keeping `current` in place),
         // and check each is still what the manifest said.
@@ -1528,11 +1534,9 @@ pub(crate) fn push_data(
             &mut ledger,
             open,
             tree,
-            block,
             &mut next_stream,
             counters,
-            &mut lost_log,
-            &mut resent,
+            &mut repair,
         )?;
     }
     // Everything is in the sockets. Keep the streams until every file is
@@ -1620,19 +1624,17 @@ pub(crate) fn push_data(
                 &mut ledger,
                 open,
                 tree,
-                block,
                 &mut next_stream,
                 counters,
-                &mut lost_log,
-                &mut resent,
+                &mut repair,
             )?;
         }
     }
     Ok(Pushed {
         digests,
         stats: tx.stats(),
-        lost: lost_log,
-        resent,
+        lost: repair.lost,
+        resent: repair.resent,
     })
 }
 
@@ -1705,17 +1707,14 @@ fn check_unchanged(
 /// Send again, on the streams left, every frame a lost stream carried of
 /// files not yet acknowledged. The data is read again and must still have
 /// the checksum it had (the receiver drops blocks it already holds).
-#[allow(clippy::too_many_arguments)]
 fn resend_lost(
     tx: &mut NetSender,
     ledger: &mut Ledger<'_>,
     open: &Opener<'_>,
     tree: &Tree,
-    block: u64,
     next_stream: &mut u32,
     counters: &WorkerCounters,
-    lost_log: &mut Vec<String>,
-    resent: &mut u64,
+    repair: &mut Repair,
 ) -> Result<(), SessionError> {
     let n_streams = ledger.sent.len() as u32;
     loop {
@@ -1724,7 +1723,7 @@ fn resend_lost(
             return Ok(());
         }
         for (s, why) in lost {
-            lost_log.push(format!("stream {s}: {why}"));
+            repair.lost.push(format!("stream {s}: {why}"));
             let all_acked = ledger.acked.is_some_and(Acks::all);
             if all_acked {
                 // The receiver has every file: it may close streams early.
@@ -1792,8 +1791,7 @@ fn resend_lost(
                 ledger.record(st, r);
                 tx.queue(st, lease, &h);
                 counters.add(u64::from(r.len) * u64::from(!r.hole), 1);
-                *resent += 1;
-                let _ = block;
+                repair.resent += 1;
             }
         }
     }
