@@ -485,15 +485,21 @@ print(nbytes / (slow_ms / 1000), r["bw_bytes"], w["bw_bytes"])
 EOF
 }
 
-section_file() {
-    log "section file: one ${BIG_MB} MiB file"
+# big_file_ready SECTION: make $BIG (once) when there is room for it and a
+# copy at the destination; otherwise record the section as skipped.
+big_file_ready() {
     local need=$(( BIG_MB * 2 + 1024 ))
     [ -f "$BIG" ] && need=$(( need - BIG_MB ))
     if [ "$(space_mb)" -lt "$need" ]; then
-        log "skip file: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
-        fail "file skipped: not enough space"; return
+        log "skip $1: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
+        fail "$1 skipped: not enough space"; return 1
     fi
     make_file "$BIG" "$BIG_MB"
+}
+
+section_file() {
+    log "section file: one ${BIG_MB} MiB file"
+    big_file_ready file || return 0
     start_loopback_recv; start_rsyncd; start_sshd
     local -a tools=(urmove rsync scp disk) order
     local r tool val n=${#tools[@]} bytes=$(( BIG_MB * 1048576 ))
@@ -603,13 +609,7 @@ crypt_measure() {
 
 section_crypt() {
     log "section crypt: --encrypt vs plain, bench --net ${DUR}s and send of ${BIG_MB} MiB"
-    local need=$(( BIG_MB * 2 + 1024 ))
-    [ -f "$BIG" ] && need=$(( need - BIG_MB ))
-    if [ "$(space_mb)" -lt "$need" ]; then
-        log "skip crypt: need $need MiB free in $WORKDIR, have $(space_mb) MiB"
-        fail "crypt skipped: not enough space"; return
-    fi
-    make_file "$BIG" "$BIG_MB"
+    big_file_ready crypt || return 0
     start_loopback_recv
     local -a modes=(plain sealed) order
     local r kind mode val

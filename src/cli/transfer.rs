@@ -459,23 +459,14 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 units::bytes_binary(u64::from(r.block_size_bytes))
             ));
         }
-        Format::Human if r.command == "pull" => {
-            p.out.line(&format!(
-                "pulled {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files verified against the sender",
-                r.files,
-                units::bytes_decimal(r.bytes),
-                units::bytes_binary(r.bytes),
-                units::duration_s(r.elapsed_s),
-                units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
-                r.streams,
-                r.files_verified,
-                r.files
-            ));
-        }
         Format::Human => {
+            let (verb, checked) = if r.command == "pull" {
+                ("pulled", "verified against the sender")
+            } else {
+                ("sent", "verified by the receiver")
+            };
             p.out.line(&format!(
-                "sent {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files verified by the receiver",
+                "{verb} {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files {checked}",
                 r.files,
                 units::bytes_decimal(r.bytes),
                 units::bytes_binary(r.bytes),

@@ -120,12 +120,7 @@ pub fn run_pull(
     let got = match data {
         Ok(got) => got,
         Err(e) => {
-            report.status = if interrupt.load(Ordering::Relaxed) {
-                "interrupted"
-            } else {
-                e.code().name()
-            };
-            report.error = Some(e.to_string());
+            report.fail(&e, interrupt.load(Ordering::Relaxed));
             return Ok(report);
         }
     };
@@ -162,8 +157,7 @@ pub fn run_pull(
     .and_then(|()| incoming.finish().map(|_| ()));
     report.close();
     if let Err(e) = outcome {
-        report.status = e.code().name();
-        report.error = Some(e.to_string());
+        report.fail(&e, false);
     }
     Ok(report)
 }

@@ -703,10 +703,7 @@ fn control_session(
     }
 
     // Wait for the data streams, each proving it belongs here.
-    let streams = collect_streams(s, registry, &keys, req.streams, cfg.stream_wait)?;
-    for st in &streams {
-        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
-    }
+    let streams = collect_streams(s, registry, &keys, req.streams, cfg)?;
     for (file_index, digest) in incoming.take_done_at_start() {
         send_msg(s, &Message::FileAck { file_index, digest })?;
     }
@@ -765,8 +762,9 @@ fn collect_streams(
     registry: &Registry,
     keys: &SessionKeys,
     count: u16,
-    wait: Duration,
+    cfg: &RecvConfig,
 ) -> Result<Vec<TcpStream>, SessionError> {
+    let wait = cfg.stream_wait;
     let (tx, rx) = mpsc::channel();
     registry
         .registry
@@ -807,7 +805,29 @@ fn collect_streams(
             format!("only {arrived} of {} data streams arrived", streams.len()),
         ));
     }
-    Ok(streams.into_iter().flatten().collect())
+    let streams: Vec<TcpStream> = streams.into_iter().flatten().collect();
+    for st in &streams {
+        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
+    }
+    Ok(streams)
+}
+
+/// How the daemon sends (pull, reversed bench): the client's block size,
+/// zero-copy where it pays, no pacing, sealed when the client asked.
+fn daemon_push_params(
+    req: &crate::protocol::control::SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+) -> super::send::PushParams {
+    super::send::PushParams {
+        block_size: req.block_size,
+        zerocopy: crate::datapath::net::ZeroCopy::Auto,
+        rate_limit_bytes_per_s: None,
+        timeout: cfg.timeout,
+        seal: req
+            .has(REQ_ENCRYPT)
+            .then(|| (keys.clone(), SealDirection::ServerToClient)),
+    }
 }
 
 /// `urmove pull` on the daemon's side: walk the requested paths beneath the
@@ -820,9 +840,7 @@ fn pull_session(
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{
-        open_source_beneath, push_data, send_content_digests, send_manifest, PushParams,
-    };
+    use super::send::{open_source_beneath, push_data, send_content_digests, send_manifest};
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let tree = super::tree::scan_beneath(&root, &paths)?;
@@ -840,19 +858,8 @@ fn pull_session(
     } else {
         Held::default()
     };
-    let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
-    for st in &streams {
-        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
-    }
-    let params = PushParams {
-        block_size: req.block_size,
-        zerocopy: crate::datapath::net::ZeroCopy::Auto,
-        rate_limit_bytes_per_s: None,
-        timeout: cfg.timeout,
-        seal: req
-            .has(REQ_ENCRYPT)
-            .then(|| (keys.clone(), SealDirection::ServerToClient)),
-    };
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let params = daemon_push_params(req, keys, cfg);
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
@@ -908,7 +915,7 @@ fn bench_session(
     registry: &Registry,
     progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{bench_data, discard_frames, PushParams};
+    use super::send::{bench_data, discard_frames};
     let reverse = req.direction == Direction::BenchReverse;
     // Reversed, the path carries the test length in ms (and `v` for checksums).
     let (time, verify) = if reverse {
@@ -926,17 +933,9 @@ fn bench_session(
     } else {
         (Duration::ZERO, false)
     };
-    let streams = collect_streams(s, registry, keys, req.streams, cfg.stream_wait)?;
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let bytes = if reverse {
-        let params = PushParams {
-            block_size: req.block_size,
-            zerocopy: crate::datapath::net::ZeroCopy::Auto,
-            rate_limit_bytes_per_s: None,
-            timeout: cfg.timeout,
-            seal: req
-                .has(REQ_ENCRYPT)
-                .then(|| (keys.clone(), SealDirection::ServerToClient)),
-        };
+        let params = daemon_push_params(req, keys, cfg);
         let counters = crate::coord::WorkerCounters::default();
         bench_data(
             &params,

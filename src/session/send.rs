@@ -196,6 +196,16 @@ pub struct SendReport {
 }
 
 impl SendReport {
+    /// Record why the run failed (`interrupted` when the user stopped it).
+    pub(crate) fn fail(&mut self, e: &SessionError, interrupted: bool) {
+        self.status = if interrupted {
+            "interrupted"
+        } else {
+            e.code().name()
+        };
+        self.error = Some(e.to_string());
+    }
+
     /// End the run now: the time (and so the rate) covers the data and the
     /// peer's confirmation of it (digests, fsyncs, renames), not only the
     /// bytes leaving this host.
@@ -534,20 +544,14 @@ pub fn run_send(
                 Err(refused @ SessionError::Refused { .. }) if e.is_connection_loss() => refused,
                 _ => e,
             };
-            report.status = if interrupt.load(Ordering::Relaxed) {
-                "interrupted"
-            } else {
-                e.code().name()
-            };
-            report.error = Some(e.to_string());
+            report.fail(&e, interrupt.load(Ordering::Relaxed));
             return Ok(report);
         }
     };
     // Every file is acknowledged with a digest that must match ours.
     report.close();
     if let Err(e) = acks.and_then(|acks| check_acks(&tree, &digests, &held, &acks, &mut report)) {
-        report.status = e.code().name();
-        report.error = Some(e.to_string());
+        report.fail(&e, false);
     }
     Ok(report)
 }
@@ -585,8 +589,7 @@ pub fn run_bench_net(
     match data {
         Ok(stats) => note_zero_copy(&mut report, &stats, obs),
         Err(e) => {
-            report.status = e.code().name();
-            report.error = Some(e.to_string());
+            report.fail(&e, false);
             return Ok(report);
         }
     }
@@ -620,8 +623,7 @@ fn run_bench_net_reverse(
     });
     report.command = "bench --net --reverse";
     if let Err(e) = data {
-        report.status = e.code().name();
-        report.error = Some(e.to_string());
+        report.fail(&e, false);
         return Ok(report);
     }
     confirm_bench(&mut ctl, &mut report);
@@ -694,8 +696,7 @@ fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
             report.error = Some("unexpected message after the data".into());
         }
         Err(e) => {
-            report.status = e.code().name();
-            report.error = Some(e.to_string());
+            report.fail(&e, false);
         }
     }
 }
