@@ -339,26 +339,22 @@ impl RatePlot {
     }
 
     fn add_step(&mut self, caption: &str, name: &str, step: Step) {
-        let panel = match self.panels.iter().position(|p| p.caption == caption) {
-            Some(i) => &mut self.panels[i],
-            None => {
-                self.panels.push(Panel {
-                    caption: caption.to_string(),
-                    series: Vec::new(),
-                });
-                self.panels.last_mut().expect("just pushed")
-            }
-        };
-        let series = match panel.series.iter().position(|s| s.name == name) {
-            Some(i) => &mut panel.series[i],
-            None => {
-                panel.series.push(Series {
-                    name: name.to_string(),
-                    steps: Vec::new(),
-                });
-                panel.series.last_mut().expect("just pushed")
-            }
-        };
+        let panel = find_or_push(
+            &mut self.panels,
+            |p| p.caption == caption,
+            || Panel {
+                caption: caption.to_string(),
+                series: Vec::new(),
+            },
+        );
+        let series = find_or_push(
+            &mut panel.series,
+            |s| s.name == name,
+            || Series {
+                name: name.to_string(),
+                steps: Vec::new(),
+            },
+        );
         // A sliver (the tail of a run, closed when the work ended) says
         // little and its rate is noise: it joins the step before it, bytes
         // kept, as it does not count towards the minimum interval either.
@@ -736,6 +732,17 @@ impl SendObserver for NetRecorder<'_> {
 
     fn files(&mut self, done: std::sync::Arc<std::sync::atomic::AtomicU64>, total: u64) {
         self.inner.files(done, total);
+    }
+}
+
+/// The element of `v` that `is`, or a new one from `make` at its end.
+fn find_or_push<T>(v: &mut Vec<T>, is: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> &mut T {
+    match v.iter().position(is) {
+        Some(i) => &mut v[i],
+        None => {
+            v.push(make());
+            v.last_mut().expect("just pushed")
+        }
     }
 }
 
