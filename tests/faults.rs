@@ -467,14 +467,30 @@ fn a_source_that_grows_during_the_send_is_reported() {
     f.write_all(b"still being written").unwrap();
     drop(f);
     let o = finish(child);
-    assert!(!o.status.success());
+    // One file changed: it is skipped and named, the rest arrives.
+    assert_eq!(o.status.code(), Some(23), "{}", stderr(&o));
     let v = json(&o);
-    let err = v["error"].as_str().unwrap();
-    assert!(
-        err.contains("big.dat") && err.contains("changed during the send"),
-        "{err}"
+    assert_eq!(v["status"], "partial", "{v}");
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{v}");
+    assert_eq!(skipped[0]["path"], "run/big.dat");
+    let why = skipped[0]["reason"].as_str().unwrap();
+    assert!(why.contains("changed during the send"), "{why}");
+    assert_eq!(
+        v["files_verified"].as_u64(),
+        Some(v["files"].as_u64().unwrap() - 1)
     );
     assert!(!d.root.path().join("in/run/big.dat").exists());
+    for e in std::fs::read_dir(&top).unwrap().flatten() {
+        let name = e.file_name();
+        if name != "big.dat" && e.file_type().unwrap().is_file() {
+            let got = d.root.path().join("in/run").join(&name);
+            assert_eq!(
+                std::fs::read(got).unwrap(),
+                std::fs::read(e.path()).unwrap()
+            );
+        }
+    }
 }
 
 /// Bytes free on the filesystem holding `p`.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use urmove::protocol::control::{
     body_len, decode, encode, ErrorCode, Message, CONTROL_LEN_MAX, MANIFEST_PART_ENTRIES_MAX,
 };
-use urmove::protocol::frame::{digest_add, FrameHeader, FRAME_PAYLOAD_MAX};
+use urmove::protocol::frame::{content_terms, digest_add, FrameHeader, FRAME_PAYLOAD_MAX};
 use urmove::protocol::handshake::{
     stream_proof, Auth, ClientHandshake, Hello, SessionKeys, VERSION,
 };
@@ -24,7 +24,8 @@ use urmove::protocol::manifest::{Entry, EntryKind};
 use crate::transfer::{assert_same_tree, no_part_files, Daemon};
 use crate::util::{
     connect, data_stream, hand_push, handshake, json, messages, noise, output_within, push_request,
-    raw, read_msg, refusal, sealed_refusal, sealed_replies, stderr, urmove, write_sealed, Control,
+    raw, read_msg, refusal, sealed_refusal, sealed_replies, send_sealed, stderr, urmove,
+    write_sealed, Control,
 };
 
 /// Upper bound for one `urmove send` here: against hangs, not a speed check.
@@ -501,13 +502,21 @@ fn a_data_stream_cannot_join_another_session_and_the_session_completes() {
     second.write_all(&[&h1.encode()[..], b].concat()).unwrap();
     first.shutdown(Shutdown::Write).unwrap();
     second.shutdown(Shutdown::Write).unwrap();
+    // The file is committed once the sender's digest of its source agrees.
+    let digest = digest_add(content_terms(0, a), content_terms(65536, b));
+    assert_eq!(
+        digest,
+        content_terms(0, &content),
+        "digests are block-size free"
+    );
+    send_sealed(&mut ctl, &Message::SourceDigests(vec![(0, digest)]));
     let reply = sealed_replies(&mut ctl);
     assert_eq!(
         reply,
         vec![
             Message::FileAck {
                 file_index: 0,
-                digest: digest_add(digest_add(0, h0.checksum), h1.checksum),
+                digest,
             },
             Message::Summary {
                 files: 1,
@@ -519,6 +528,56 @@ fn a_data_stream_cannot_join_another_session_and_the_session_completes() {
         d.log()
     );
     assert!(std::fs::read(d.root.path().join("hand/f")).unwrap() == content);
+    assert!(d.alive());
+}
+
+/// A key holder whose digest of the source differs from what its frames
+/// carried (a frame altered on the path and its checksum recomputed looks
+/// the same to the receiver): the file is never committed, its part is
+/// gone, and the session says so.
+#[test]
+fn a_file_whose_source_digest_differs_is_rejected_and_never_committed() {
+    let mut d = Daemon::start();
+    let content = noise(100_000, 32);
+    let (mut ctl, keys) = hand_push(
+        d.port,
+        &d.key,
+        vec![file_entry("f", content.len() as u64)],
+        1,
+        131072,
+    )
+    .expect("the daemon is ready");
+    let mut data = data_stream(d.port, &keys, 0);
+    let h = FrameHeader::for_payload(0, 0, &content, 0);
+    data.write_all(&[&h.encode()[..], &content].concat())
+        .unwrap();
+    data.shutdown(Shutdown::Write).unwrap();
+    let ours = content_terms(0, &content);
+    send_sealed(&mut ctl, &Message::SourceDigests(vec![(0, ours ^ 1)]));
+    let reply = sealed_replies(&mut ctl);
+    assert!(
+        reply.contains(&Message::FileRejected {
+            file_index: 0,
+            digest: ours
+        }),
+        "{reply:?}"
+    );
+    assert!(
+        !reply.iter().any(|m| matches!(m, Message::FileAck { .. })),
+        "{reply:?}"
+    );
+    let refusal = reply.iter().find_map(|m| match m {
+        Message::Error { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    assert!(
+        refusal
+            .as_deref()
+            .is_some_and(|m| m.contains("not committed")),
+        "{reply:?}"
+    );
+    assert!(!d.root.path().join("hand/f").exists());
+    assert!(no_part_files(d.root.path()), "the rejected part is gone");
     assert!(d.alive());
 }
 

@@ -168,6 +168,8 @@ fn forged_altered_and_unsealed_frames_are_refused() {
     let mut data = data_stream(d.port, &keys, 0);
     data.write_all(&sealed_frame(&keys, &payload, 0)).unwrap();
     drop(data);
+    let digest = urmove::protocol::frame::content_terms(0, &payload);
+    crate::util::send_sealed(&mut ctl, &Message::SourceDigests(vec![(0, digest)]));
     let reply = crate::util::sealed_replies(&mut ctl);
     let acked = reply
         .iter()

@@ -386,6 +386,9 @@ fn the_daemon_runs_unprivileged_under_the_units_memlock_limit() {
             .unwrap()
             .success())
     };
+    // The unit's StateDirectory=, made by systemd for the daemon's user.
+    let state = tempfile::tempdir_in("/var/tmp").unwrap();
+    nobody(state.path());
     nobody(root.path());
     nobody(&key);
     std::fs::set_permissions(
@@ -395,6 +398,7 @@ fn the_daemon_runs_unprivileged_under_the_units_memlock_limit() {
     .unwrap();
     let mut d = Service::start(
         Command::new("prlimit")
+            .env("STATE_DIRECTORY", state.path())
             .arg(format!("--memlock={memlock}:{memlock}"))
             .args([
                 "setpriv",

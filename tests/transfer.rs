@@ -403,18 +403,21 @@ fn escaping_destinations_and_symlinks_are_refused_without_writing_outside() {
     }
     assert!(!Path::new("/etc/urmove-test").exists());
     assert!(!d.root.path().parent().unwrap().join("escape").exists());
-    // A tree holding a symlink that climbs out of the root.
+    // A tree holding a symlink that climbs out of the root: links are
+    // data, recreated as they are (the daemon never follows one when it
+    // writes), and nothing outside the root is touched.
     let top = src.path().join("t");
     std::fs::create_dir(&top).unwrap();
     std::os::unix::fs::symlink("../../../etc/passwd", top.join("evil")).unwrap();
     let o = d.send(&[], &[top.to_str().unwrap(), "127.0.0.1:in"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("symlink target outside the root"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!d.root.path().join("in/t/evil").exists());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = std::fs::read_link(d.root.path().join("in/t/evil")).unwrap();
+    assert_eq!(got, Path::new("../../../etc/passwd"));
+    // Writing through it is refused: a push to `in/t/evil` as DEST.
+    let o = d.send(&[], &[x.to_str().unwrap(), "127.0.0.1:in/t/evil"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("symlink"), "{}", stderr(&o));
+    assert!(!Path::new("/etc/x").exists());
 }
 
 #[test]
@@ -496,7 +499,13 @@ fn a_killed_sender_leaves_only_part_files_and_the_daemon_serves_the_next() {
         !d.root.path().join("in/big.dat").exists(),
         "a partial file was presented as complete"
     );
-    assert!(part.exists(), "the partial data stays as .urmove.part");
+    // A part stays only with a journal of what it holds (for --resume); one
+    // whose data was never journaled is removed, never left empty.
+    let journal = d.root.path().join("in/big.dat.urmove.journal");
+    assert!(
+        !part.exists() || journal.exists(),
+        "a part without its journal stayed"
+    );
     assert!(d.alive());
     let o = d.send(&[], &[f.to_str().unwrap(), "127.0.0.1:in"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -1032,8 +1041,23 @@ fn a_symlink_cannot_climb_out_through_a_linked_parent() {
     );
     assert!(std::fs::symlink_metadata(d.root.path().join("hand/x/l")).is_err());
     assert!(std::fs::symlink_metadata(d.root.path().join("hand/l")).is_err());
-    // And `..` after a name is refused outright.
+    // `..` after a name is kept as the text it is, and nothing writes
+    // through it.
     let r = hand_session_with(&d, vec![link("s", "."), link("d", "../s/..")], 1, 65536);
-    assert!(matches!(r, Err(Message::Error { .. })), "accepted ../s/..");
+    assert!(r.is_ok(), "refused ../s/..");
+    let got = std::fs::read_link(d.root.path().join("hand/d")).unwrap();
+    assert_eq!(got, Path::new("../s/.."));
+    let file = |path: &str| Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size: 1,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+        link: None,
+    };
+    let r = hand_session_with(&d, vec![file("d/f")], 1, 65536);
+    assert!(matches!(r, Err(Message::Error { .. })), "wrote through d");
+    assert!(!d.root.path().parent().unwrap().join("f").exists());
     assert!(d.alive());
 }

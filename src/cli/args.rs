@@ -299,7 +299,8 @@ pub enum ZeroCopyArg {
     after_help = "Every option may also be set in the --config file, under the option's name \
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_streams, max_files, max_buffer_memory, \
-require_encryption, metrics, log_format); options on the command line win."
+require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, pull_only, \
+max_manifest_memory, min_rate); options on the command line win."
 )]
 pub struct RecvArgs {
     /// Read settings from this TOML file (see below); options given on the
@@ -374,6 +375,46 @@ pub struct RecvArgs {
     /// [default: text].
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormatArg>,
+
+    /// Keep the daemon's own state here: the secret that authenticates its
+    /// resume journals and stamps (never beneath the root) [default:
+    /// $STATE_DIRECTORY, /var/lib/urmove as root, else
+    /// ~/.local/state/urmove].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Symlinks whose target is absolute or leaves the root: keep them as
+    /// they are (the daemon never follows links when writing), skip them,
+    /// or refuse the session [default: keep].
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub unsafe_links: Option<LinksArg>,
+
+    /// Keep setuid and setgid bits from the wire (dropped otherwise).
+    #[arg(long)]
+    pub keep_setid: bool,
+
+    /// Serve pulls only and refuse pushes (the root may be read-only).
+    #[arg(long)]
+    pub pull_only: bool,
+
+    /// Memory the manifests of all sessions may take together
+    /// [default: 1G].
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub max_manifest_memory: Option<u64>,
+
+    /// A sender slower than this over a whole --timeout (while the daemon
+    /// waits for its data) ends its session [default: 8kbit].
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
+    pub min_rate: Option<f64>,
+}
+
+/// `--unsafe-links`: what the daemon does with symlinks leaving its root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinksArg {
+    Keep,
+    Skip,
+    Refuse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
@@ -522,6 +563,13 @@ pub struct PullArgs {
     /// O_DIRECT for writing received files: auto, required, or off.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
     pub direct: DirectArg,
+
+    /// Keep this side's own state here: the secret that authenticates the
+    /// resume journals and stamps of what it receives [default:
+    /// $XDG_STATE_HOME/urmove or ~/.local/state/urmove; /var/lib/urmove as
+    /// root].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 
     /// Print a progress line (or update the bar) every DURATION.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::args::{DirectArg, LogFormatArg, RecvArgs};
+use super::args::{DirectArg, LinksArg, LogFormatArg, RecvArgs};
 use super::parse;
 
 /// Everything `recv` runs with, once the command line, the file and the
@@ -32,6 +32,12 @@ pub struct RecvSettings {
     pub require_encryption: bool,
     pub metrics: Option<String>,
     pub log_format: LogFormatArg,
+    pub state_dir: PathBuf,
+    pub unsafe_links: LinksArg,
+    pub keep_setid: bool,
+    pub pull_only: bool,
+    pub max_manifest_memory: u64,
+    pub min_rate_bytes_per_s: u64,
 }
 
 /// A number, or a string with a unit ("4G", "30s").
@@ -61,6 +67,12 @@ struct RecvFile {
     require_encryption: Option<Spanned<bool>>,
     metrics: Option<Spanned<String>>,
     log_format: Option<Spanned<LogFormatArg>>,
+    state_dir: Option<Spanned<PathBuf>>,
+    unsafe_links: Option<Spanned<LinksArg>>,
+    keep_setid: Option<Spanned<bool>>,
+    pull_only: Option<Spanned<bool>>,
+    max_manifest_memory: Option<Spanned<Amount>>,
+    min_rate: Option<Spanned<String>>,
 }
 
 /// A refusal naming the file, the line and the reason.
@@ -202,6 +214,31 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             .log_format
             .or(f.log_format.map(Spanned::into_inner))
             .unwrap_or(LogFormatArg::Text),
+        state_dir: a
+            .state_dir
+            .clone()
+            .or(f.state_dir.map(Spanned::into_inner))
+            .unwrap_or_else(crate::session::secret::default_state_dir),
+        unsafe_links: a
+            .unsafe_links
+            .or(f.unsafe_links.map(Spanned::into_inner))
+            .unwrap_or(LinksArg::Keep),
+        keep_setid: a.keep_setid || f.keep_setid.is_some_and(Spanned::into_inner),
+        pull_only: a.pull_only || f.pull_only.is_some_and(Spanned::into_inner),
+        max_manifest_memory: match (a.max_manifest_memory, f.max_manifest_memory) {
+            (Some(n), _) => n,
+            (None, Some(v)) => size(p, t, "max_manifest_memory", v)?,
+            (None, None) => 1 << 30,
+        },
+        min_rate_bytes_per_s: match (a.min_rate, f.min_rate) {
+            (Some(r), _) => r as u64,
+            (None, Some(v)) => {
+                let span = v.span();
+                parse::rate(v.get_ref()).map_err(|e| at(p, t, span, format!("min_rate: {e}")))?
+                    as u64
+            }
+            (None, None) => crate::session::MIN_RATE_BYTES_PER_S,
+        },
     })
 }
 

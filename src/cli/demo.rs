@@ -129,6 +129,8 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
     sys::random_bytes(&mut key).map_err(|e| run(e.into()))?;
     let stop = Arc::new(AtomicBool::new(false));
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    // The receiver's secret lives beside its root, and goes with the demo.
+    let state_dir = work.join("state");
     let recv_cfg = RecvConfig {
         listen: "127.0.0.1:0".parse().expect("a valid address"),
         root: root.clone(),
@@ -140,6 +142,10 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         timeout: Duration::from_secs(60),
         limits: Default::default(),
         require_encryption: false,
+        state_dir: state_dir.clone(),
+        keep_setid: false,
+        unsafe_links: Default::default(),
+        pull_only: false,
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {

@@ -36,6 +36,9 @@ use render::{Format, Out, Printer};
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code of a usage or configuration error.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code of a transfer that moved and verified everything it could but
+/// skipped some entries, each named with its reason (as rsync's 23).
+pub const EXIT_PARTIAL: u8 = 23;
 
 /// What went wrong, and which exit code it earns.
 #[derive(Debug)]

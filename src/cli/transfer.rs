@@ -19,7 +19,7 @@ use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
 use super::plot::{self, PlotFile, RatePlot};
 use super::progress::{self, Bar, Progress, Show};
 use super::render::{self, Format, Out};
-use super::{interrupt_flag, keys, Failure, EXIT_FAILED};
+use super::{interrupt_flag, keys, Failure, EXIT_FAILED, EXIT_PARTIAL};
 
 /// Print the outcome of a transfer (or why it never started) and turn it
 /// into an exit code: machines get a JSON document either way.
@@ -31,17 +31,21 @@ fn conclude(
     match result {
         Ok(report) => {
             finish_send(printer, &report);
-            Ok(if report.status == "ok" {
-                0
-            } else {
-                EXIT_FAILED
+            Ok(match report.status {
+                "ok" => 0,
+                "partial" => EXIT_PARTIAL,
+                _ => EXIT_FAILED,
             })
         }
         Err(e) => {
             printer.end_bar();
             if printer.format != Format::Human {
+                // The core fields scripts rely on, also when nothing moved.
                 let mut doc = serde_json::json!({
-                    "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string()
+                    "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string(),
+                    "bytes": 0, "bytes_skipped": 0, "files": 0, "files_verified": 0,
+                    "files_skipped": 0, "skipped": [], "elapsed_s": 0.0, "rate_bits_per_s": 0.0,
+                    "interval_rate_min_bits_per_s": 0.0, "streams": printer.streams,
                 });
                 if printer.format == Format::JsonStream {
                     doc["type"] = "summary".into();
@@ -174,8 +178,18 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             streams: set.max_streams,
             files: set.max_files,
             buffer_bytes: set.max_buffer_memory,
+            manifest_bytes: set.max_manifest_memory,
+            min_rate_bytes_per_s: set.min_rate_bytes_per_s,
         },
         require_encryption: set.require_encryption,
+        state_dir: set.state_dir.clone(),
+        keep_setid: set.keep_setid,
+        unsafe_links: match set.unsafe_links {
+            super::args::LinksArg::Keep => crate::session::receive::LinkPolicy::Keep,
+            super::args::LinksArg::Skip => crate::session::receive::LinkPolicy::Skip,
+            super::args::LinksArg::Refuse => crate::session::receive::LinkPolicy::Refuse,
+        },
+        pull_only: set.pull_only,
     };
     let log = super::service::logger(set.log_format);
     let stats = Arc::new(crate::session::recv::DaemonStats::default());
@@ -225,6 +239,8 @@ pub(crate) struct SendPrinter {
     files: Option<(Arc<AtomicU64>, u64)>,
     bar: Option<Bar>,
     last: Option<NetInterval>,
+    /// The streams asked for (for the summary of a run that never started).
+    pub(crate) streams: u16,
 }
 
 impl SendPrinter {
@@ -238,6 +254,7 @@ impl SendPrinter {
             files: None,
             bar: None,
             last: None,
+            streams: 0,
         }
     }
 
@@ -430,6 +447,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    printer.streams = cfg.streams;
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
         run_send(&cfg, &interrupt, obs)
@@ -491,6 +509,15 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             units::bytes_binary(r.bytes_skipped)
         ));
     }
+    for s in &r.skipped {
+        render::warn(&format!("skipped {}: {}", s.path, s.reason));
+    }
+    if p.format == Format::Human && !r.skipped.is_empty() {
+        p.out.line(&format!(
+            "{} entries skipped (named above); everything else verified",
+            r.skipped.len()
+        ));
+    }
     if let Some(e) = &r.error {
         render::error(e);
     }
@@ -520,6 +547,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    printer.streams = cfg.streams;
     printer.time_s = Some(time.as_secs_f64());
     if a.reverse {
         printer.direction = "Net In";
@@ -562,10 +590,15 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,
         encrypt: a.resume.encrypt,
+        state_dir: a
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::session::secret::default_state_dir),
         ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    printer.streams = cfg.streams;
     printer.direction = "Net In";
     let local = PathBuf::from(local);
     let result = crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, &mut printer);

@@ -2,6 +2,12 @@
 //! it: every open goes through `openat2(2)` with `RESOLVE_BENEATH` (and no
 //! magic links), so absolute paths, `..` and symlinks that escape the root
 //! fail in the kernel with EXDEV, whatever races the filesystem sees.
+//!
+//! A root opened for writing ([`Root::open_for_writing`]) also resolves
+//! with `RESOLVE_NO_SYMLINKS`: no symlink is followed anywhere in a path it
+//! writes through, so a link planted at a part name, a journal or a
+//! directory (by another key holder or a local user of the root) cannot
+//! redirect a write, even inside the root.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -22,6 +28,27 @@ struct OpenHow {
 pub struct Root {
     dir: OwnedFd,
     path: PathBuf,
+    /// Follow no symlink in any path (the receiving side).
+    no_symlinks: bool,
+}
+
+/// What a file is, whatever it is called: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The identity of an open file.
+    pub fn of(file: &File) -> io::Result<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
 }
 
 fn cstr(s: &str) -> io::Result<CString> {
@@ -29,19 +56,18 @@ fn cstr(s: &str) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-fn escapes(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EXDEV) || e.raw_os_error() == Some(libc::ELOOP)
-}
-
 /// Turn the kernel's EXDEV/ELOOP into an error that says what happened.
-fn name_escape(rel: &str, e: io::Error) -> io::Error {
-    if escapes(&e) {
-        io::Error::new(
+fn name_escape(rel: &str, e: io::Error, no_symlinks: bool) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) if no_symlinks => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{rel}: refused, it goes through a symlink (the receiver never follows links when it writes)"),
+        ),
+        Some(libc::EXDEV | libc::ELOOP) => io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{rel}: refused, it resolves outside the receiver's root"),
-        )
-    } else {
-        e
+        ),
+        _ => e,
     }
 }
 
@@ -56,7 +82,30 @@ impl Root {
         Ok(Root {
             dir: dir.into(),
             path: path.to_path_buf(),
+            no_symlinks: false,
         })
+    }
+
+    /// Open `path` as a root to write beneath: no path resolved in it may
+    /// go through a symlink (a final symlink is still reachable with
+    /// `O_PATH | O_NOFOLLOW`, to look at or remove it).
+    pub fn open_for_writing(path: &Path) -> io::Result<Root> {
+        Ok(Root {
+            no_symlinks: true,
+            ..Root::open(path)?
+        })
+    }
+
+    /// The identity of the root directory itself.
+    pub fn id(&self) -> io::Result<FileId> {
+        // SAFETY: dup of a descriptor we own; the new one is ours alone.
+        let fd = unsafe { libc::fcntl(self.dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor to us.
+        let f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        FileId::of(&f)
     }
 
     pub fn path(&self) -> &Path {
@@ -90,7 +139,14 @@ impl Root {
             } else {
                 0
             },
-            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | resolve,
+            resolve: libc::RESOLVE_BENEATH
+                | libc::RESOLVE_NO_MAGICLINKS
+                | resolve
+                | if self.no_symlinks {
+                    libc::RESOLVE_NO_SYMLINKS
+                } else {
+                    0
+                },
         };
         loop {
             // SAFETY: `c` is NUL-terminated and `how` is a valid open_how that
@@ -113,13 +169,34 @@ impl Root {
             if e.raw_os_error() == Some(libc::EAGAIN) || e.raw_os_error() == Some(libc::EINTR) {
                 continue; // a concurrent rename raced the lookup: retry
             }
-            return Err(name_escape(rel, e));
+            return Err(name_escape(rel, e, self.no_symlinks));
         }
     }
 
     /// Open a file beneath the root.
     pub fn open_file(&self, rel: &str, flags: i32, mode: u32) -> io::Result<File> {
         self.openat(rel, flags, mode).map(File::from)
+    }
+
+    /// Open a file beneath the root with O_DIRECT as `direct` asks: in
+    /// `Auto`, a filesystem that refuses O_DIRECT (EINVAL) gets buffered I/O.
+    /// Returns the file and whether O_DIRECT is in force.
+    pub fn open_direct(
+        &self,
+        rel: &str,
+        flags: i32,
+        mode: u32,
+        direct: super::DirectMode,
+    ) -> io::Result<(File, bool)> {
+        use super::DirectMode;
+        if direct != DirectMode::Off {
+            match self.open_file(rel, flags | libc::O_DIRECT, mode) {
+                Ok(f) => return Ok((f, true)),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((self.open_file(rel, flags, mode)?, false))
     }
 
     /// The directory holding `rel` (opened beneath the root) and the last
@@ -181,6 +258,48 @@ impl Root {
         Ok(())
     }
 
+    /// Rename `from` to `to` only while `from` still names the file `id`,
+    /// and check that `to` names it afterwards: the file a session wrote is
+    /// the one that gets the final name, not whatever was put at its part
+    /// name since. `Err` with `InvalidData` when the names held another.
+    pub fn rename_file(&self, from: &str, to: &str, id: FileId) -> io::Result<()> {
+        let (fd_from, n_from) = self.parent(from)?;
+        let (fd_to, n_to) = self.parent(to)?;
+        if stat_at(&fd_from, &n_from)? != id {
+            return Err(replaced(from));
+        }
+        // SAFETY: both names are NUL-terminated; renameat reads them only.
+        let rc = unsafe {
+            libc::renameat(
+                fd_from.as_raw_fd(),
+                n_from.as_ptr(),
+                fd_to.as_raw_fd(),
+                n_to.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if stat_at(&fd_to, &n_to)? != id {
+            return Err(replaced(to));
+        }
+        Ok(())
+    }
+
+    /// Remove `rel` only while it names the file `id`.
+    pub fn unlink_file(&self, rel: &str, id: FileId) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        if stat_at(&parent, &name)? != id {
+            return Err(replaced(rel));
+        }
+        // SAFETY: `name` is NUL-terminated; unlinkat reads it only.
+        let rc = unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Create a symlink `rel` (beneath the root) pointing at `target`.
     /// The target text is the caller's to check (see `protocol::manifest`).
     pub fn symlink(&self, target: &str, rel: &str) -> io::Result<()> {
@@ -197,7 +316,7 @@ impl Root {
                 0,
                 libc::RESOLVE_NO_SYMLINKS,
             )
-            .map_err(|e| name_escape(rel, e))?;
+            .map_err(|e| name_escape(rel, e, true))?;
         let name = cstr(name)?;
         let t = cstr(target)?;
         // SAFETY: both strings are NUL-terminated; symlinkat reads them only.
@@ -270,6 +389,37 @@ impl Root {
         }
         Ok(())
     }
+}
+
+/// The identity of `name` in `dir`, not following a symlink.
+fn stat_at(dir: &OwnedFd, name: &CString) -> io::Result<FileId> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `name` is NUL-terminated and `st` a writable stat buffer that
+    // outlives the call.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatat returned 0, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    Ok(FileId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+fn replaced(rel: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{rel}: refused, the name now holds another file than the one this session wrote"),
+    )
 }
 
 trait DirFlags {

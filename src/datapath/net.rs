@@ -795,6 +795,26 @@ impl NetReceiver {
         }
     }
 
+    /// Bytes the kernel's TCP took in on all streams so far (what arrived,
+    /// whether or not a whole frame did).
+    pub fn tcp_bytes_received(&mut self) -> u64 {
+        for (i, s) in self.streams.iter().enumerate() {
+            if !s.open {
+                continue;
+            }
+            if let Some(t) = super::sys::tcp_progress(self.fds[i]) {
+                self.tcp_seen[i] = self.tcp_seen[i].max(t.bytes_received);
+            }
+        }
+        self.tcp_seen.iter().sum()
+    }
+
+    /// Whether a receive waits on some open stream (this side waits for the
+    /// sender, rather than the sender for this side's buffers).
+    pub fn waiting(&self) -> bool {
+        self.streams.iter().any(|s| s.open && s.busy)
+    }
+
     /// How long since any stream delivered a byte.
     pub fn idle_for(&self) -> Duration {
         self.last_progress.elapsed()

@@ -190,6 +190,12 @@ pub fn memlock_limit() -> Option<u64> {
     (rl.rlim_cur != libc::RLIM_INFINITY).then_some(rl.rlim_cur)
 }
 
+/// The effective user id of this process.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments and always succeeds.
+    unsafe { libc::geteuid() }
+}
+
 /// Whether this process holds CAP_IPC_LOCK, which exempts registered buffers
 /// from RLIMIT_MEMLOCK.
 pub fn has_cap_ipc_lock() -> bool {

@@ -25,6 +25,9 @@ pub const LIST_PART_ITEMS_MAX: u32 = 65_536;
 /// Most block ranges in one `Have` message, over all its items.
 pub const HAVE_PART_RANGES_MAX: u32 = 65_536;
 
+/// `Skipped::file_index` of an entry that is not in the manifest.
+pub const UNLISTED: u32 = u32::MAX;
+
 /// Request flag: continue from what the receiver already holds.
 pub const REQ_RESUME: u32 = 1;
 /// Request flag: compare finished files by content, not size and mtime.
@@ -170,9 +173,32 @@ pub enum Message {
     /// Part of what the receiver holds already (resume), then `HaveEnd`.
     Have(Vec<HaveItem>),
     HaveEnd,
-    /// Part of the sender's content digests (`--checksum`): (entry, digest).
-    Digests(Vec<(u32, u64)>),
-    DigestsEnd,
+    /// From the sending side while the data flows: the digest of each file
+    /// it has read through, (entry, digest). The receiver commits a file
+    /// (stamp, rename) only when its own digest of what it wrote is equal.
+    SourceDigests(Vec<(u32, u64)>),
+    /// What arrived of a file differs from the sender's digest: it was not
+    /// committed (its part is gone, its final name untouched).
+    FileRejected {
+        file_index: u32,
+        digest: u64,
+    },
+    /// An entry that is not moved, and why. From the sending side: it
+    /// could not be read (vanished, unreadable, replaced, changed while
+    /// sent) and the receiver does not wait for it; `file_index` is
+    /// [`UNLISTED`] for one the scan left out of the manifest (a FIFO, a
+    /// socket, a device), named by `path`. From the receiver: an entry its
+    /// policy will not create (an unsafe symlink).
+    Skipped {
+        file_index: u32,
+        path: String,
+        reason: String,
+    },
+    /// Part of the held files and blocks (from `Have`) whose content the
+    /// sender found different from its sources: the receiver forgets them.
+    HeldWrong(Vec<u32>),
+    /// The sender checked everything `Have` named against its sources.
+    HeldChecked,
     /// A heartbeat from the receiver: alive, and per data stream the bytes
     /// it delivered so far and whether a receive waits on it (so the sender
     /// can tell a stream whose bytes left its socket but never arrived from
@@ -197,9 +223,12 @@ mod kind {
     pub const READY: u8 = 12;
     pub const HAVE: u8 = 13;
     pub const HAVE_END: u8 = 14;
-    pub const DIGESTS: u8 = 15;
-    pub const DIGESTS_END: u8 = 16;
+    pub const SOURCE_DIGESTS: u8 = 15;
+    pub const FILE_REJECTED: u8 = 16;
     pub const ALIVE: u8 = 17;
+    pub const SKIPPED: u8 = 18;
+    pub const HELD_WRONG: u8 = 19;
+    pub const HELD_CHECKED: u8 = 20;
 }
 
 /// Encode `m` with its length prefix.
@@ -296,15 +325,36 @@ pub fn encode(m: &Message) -> Vec<u8> {
         Message::HaveEnd => {
             w.u8(kind::HAVE_END);
         }
-        Message::Digests(items) => {
+        Message::SourceDigests(items) => {
             assert!(items.len() as u32 <= LIST_PART_ITEMS_MAX);
-            w.u8(kind::DIGESTS).u32(items.len() as u32);
+            w.u8(kind::SOURCE_DIGESTS).u32(items.len() as u32);
             for (i, d) in items {
                 w.u32(*i).u64(*d);
             }
         }
-        Message::DigestsEnd => {
-            w.u8(kind::DIGESTS_END);
+        Message::FileRejected { file_index, digest } => {
+            w.u8(kind::FILE_REJECTED).u32(*file_index).u64(*digest);
+        }
+        Message::Skipped {
+            file_index,
+            path,
+            reason,
+        } => {
+            let text: String = reason.chars().take(ERROR_TEXT_MAX / 4).collect();
+            w.u8(kind::SKIPPED)
+                .u32(*file_index)
+                .str16(path)
+                .str16(&text);
+        }
+        Message::HeldWrong(items) => {
+            assert!(items.len() as u32 <= LIST_PART_ITEMS_MAX);
+            w.u8(kind::HELD_WRONG).u32(items.len() as u32);
+            for i in items {
+                w.u32(*i);
+            }
+        }
+        Message::HeldChecked => {
+            w.u8(kind::HELD_CHECKED);
         }
         Message::Alive { streams } => {
             assert!(streams.len() <= usize::from(STREAMS_MAX));
@@ -508,15 +558,29 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::Have(items)
         }
         kind::HAVE_END => Message::HaveEnd,
-        kind::DIGESTS => {
+        kind::SOURCE_DIGESTS => {
             let count = list_len(&mut r, "digests")?;
             let mut items = Vec::with_capacity(count);
             for _ in 0..count {
                 items.push((r.u32()?, r.u64()?));
             }
-            Message::Digests(items)
+            Message::SourceDigests(items)
         }
-        kind::DIGESTS_END => Message::DigestsEnd,
+        kind::FILE_REJECTED => Message::FileRejected {
+            file_index: r.u32()?,
+            digest: r.u64()?,
+        },
+        kind::SKIPPED => Message::Skipped {
+            file_index: r.u32()?,
+            path: r.str16("path", super::manifest::PATH_LEN_MAX)?.to_string(),
+            reason: r.str16("skip reason", ERROR_TEXT_MAX)?.to_string(),
+        },
+        kind::HELD_WRONG => {
+            let count = list_len(&mut r, "held entries")?;
+            let items = (0..count).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            Message::HeldWrong(items)
+        }
+        kind::HELD_CHECKED => Message::HeldChecked,
         kind::ALIVE => {
             let n = r.u16()?;
             if n > STREAMS_MAX {
@@ -638,8 +702,23 @@ mod tests {
                 },
             ]),
             Message::HaveEnd,
-            Message::Digests(vec![(1, 2), (3, 4)]),
-            Message::DigestsEnd,
+            Message::SourceDigests(vec![(1, 2), (3, 4)]),
+            Message::FileRejected {
+                file_index: 4,
+                digest: 5,
+            },
+            Message::Skipped {
+                file_index: 6,
+                path: String::new(),
+                reason: "vanished since the scan".into(),
+            },
+            Message::Skipped {
+                file_index: UNLISTED,
+                path: "run/fifo".into(),
+                reason: "a FIFO".into(),
+            },
+            Message::HeldWrong(vec![1, 7]),
+            Message::HeldChecked,
             Message::Alive {
                 streams: vec![(1, true), (2, false)],
             },

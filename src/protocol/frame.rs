@@ -4,12 +4,16 @@
 //! 0      2      4           8          12         16              24             32
 //! | magic| flags| file_index| length   | reserved | offset        | checksum      |
 //! ```
-//! The checksum (xxh3-64) is seeded with the file index, offset and length,
-//! so a payload delivered to the wrong file or offset fails it like a
-//! corrupted one. Every field is checked against limits and the manifest
-//! before the payload is read or written anywhere.
+//! A file's digest is the sum of one term per 4 KiB piece of its content
+//! (xxh3-64 of the piece, mixed with its offset): the same whatever the
+//! block size, the file's index in a manifest or the frames it travelled
+//! in, and cheap for holes (a zero piece hashes to a constant). A frame
+//! carries the terms of its payload bound to the file index, offset and
+//! length, so a payload delivered to the wrong file or offset fails its
+//! checksum like a corrupted one. Every field is checked against limits and
+//! the manifest before the payload is read or written anywhere.
 
-use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+use xxhash_rust::xxh3::xxh3_64;
 
 pub const FRAME_HEADER_LEN: usize = 32;
 const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"UF");
@@ -114,40 +118,81 @@ impl std::fmt::Display for FrameError {
 
 impl std::error::Error for FrameError {}
 
-fn seed(file_index: u32, offset: u64, length: u32) -> u64 {
-    xxh3_64(
+/// Bytes of one digest piece. Every block size is a multiple of it, so a
+/// file's digest does not depend on the block size.
+pub const PIECE: usize = 4096;
+
+/// MurmurHash3's 64-bit finalizer: every input bit moves every output bit.
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    k ^= k >> 33;
+    k = k.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    k ^ (k >> 33)
+}
+
+/// The digest term of a piece whose xxh3-64 is `hash`, at `offset`.
+fn piece_term(hash: u64, offset: u64) -> u64 {
+    fmix64(hash ^ fmix64(offset.wrapping_add(0x9E37_79B9_7F4A_7C15)))
+}
+
+/// The digest terms of `data` at `offset` of its file (`offset` a multiple
+/// of [`PIECE`]): what these bytes add to the file's digest.
+pub fn content_terms(offset: u64, data: &[u8]) -> u64 {
+    data.chunks(PIECE)
+        .enumerate()
+        .map(|(k, piece)| piece_term(xxh3_64(piece), offset + (k * PIECE) as u64))
+        .fold(0, u64::wrapping_add)
+}
+
+/// The digest terms of `len` zero bytes at `offset` (a hole), without
+/// hashing them: the terms of `content_terms` over zeros.
+pub fn zero_terms(offset: u64, len: u64) -> u64 {
+    static ZERO: [u8; PIECE] = [0; PIECE];
+    let whole = xxh3_64(&ZERO);
+    let pieces = len / PIECE as u64;
+    let mut sum = (0..pieces)
+        .map(|k| piece_term(whole, offset + k * PIECE as u64))
+        .fold(0, u64::wrapping_add);
+    let tail = (len % PIECE as u64) as usize;
+    if tail > 0 {
+        sum = sum.wrapping_add(piece_term(
+            xxh3_64(&ZERO[..tail]),
+            offset + pieces * PIECE as u64,
+        ));
+    }
+    sum
+}
+
+/// The checksum a frame header carries: the content terms of its payload
+/// bound to the file, offset and length it is for.
+pub fn frame_checksum(file_index: u32, offset: u64, length: u32, terms: u64) -> u64 {
+    let at = xxh3_64(
         &[
             file_index.to_le_bytes().as_slice(),
             &offset.to_le_bytes(),
             &length.to_le_bytes(),
         ]
         .concat(),
-    )
+    );
+    fmix64(terms ^ at)
 }
 
 /// The checksum of a payload at `offset` of file `file_index`.
 pub fn payload_checksum(file_index: u32, offset: u64, payload: &[u8]) -> u64 {
-    xxh3_64_with_seed(payload, seed(file_index, offset, payload.len() as u32))
-}
-
-/// The digest term of a hole of `len` bytes at `offset` of file `file_index`.
-pub fn hole_checksum(file_index: u32, offset: u64, len: u64) -> u64 {
-    xxh3_64(
-        &[
-            b"hole".as_slice(),
-            &file_index.to_le_bytes(),
-            &offset.to_le_bytes(),
-            &len.to_le_bytes(),
-        ]
-        .concat(),
+    frame_checksum(
+        file_index,
+        offset,
+        payload.len() as u32,
+        content_terms(offset, payload),
     )
 }
 
-/// Fold one block's checksum into a whole-file digest. The fold is
-/// order-independent, so blocks arriving on several streams in any order
-/// give the same digest on both sides.
-pub fn digest_add(digest: u64, block_checksum: u64) -> u64 {
-    digest.wrapping_add(block_checksum.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+/// Fold the terms of some blocks into a whole-file digest. The fold is a
+/// sum, so blocks arriving on several streams in any order, or read in
+/// pieces of any size, give the same digest on both sides.
+pub fn digest_add(digest: u64, terms: u64) -> u64 {
+    digest.wrapping_add(terms)
 }
 
 impl FrameHeader {
@@ -241,17 +286,19 @@ impl FrameHeader {
         Ok(())
     }
 
-    /// Check the received payload against the header's checksum.
-    pub fn check_payload(&self, payload: &[u8]) -> Result<(), FrameError> {
+    /// Check the received payload against the header's checksum; returns
+    /// the payload's digest terms (what it adds to its file's digest).
+    pub fn check_payload(&self, payload: &[u8]) -> Result<u64, FrameError> {
+        let terms = content_terms(self.offset, payload);
         if payload.len() != self.length as usize
-            || payload_checksum(self.file_index, self.offset, payload) != self.checksum
+            || frame_checksum(self.file_index, self.offset, self.length, terms) != self.checksum
         {
             return Err(FrameError::BadChecksum {
                 file_index: self.file_index,
                 offset: self.offset,
             });
         }
-        Ok(())
+        Ok(terms)
     }
 }
 
@@ -328,6 +375,35 @@ mod tests {
         assert!(moved.check_payload(&payload).is_err());
         let other_file = FrameHeader { file_index: 2, ..h };
         assert!(other_file.check_payload(&payload).is_err());
+    }
+
+    #[test]
+    fn digests_do_not_depend_on_block_size_index_or_holes() {
+        let data: Vec<u8> = (0..5 * PIECE + 123).map(|i| (i * 7 % 251) as u8).collect();
+        let whole = content_terms(0, &data);
+        // Read in blocks of one or three pieces: the same digest.
+        for block in [PIECE, 3 * PIECE] {
+            let d = data.chunks(block).enumerate().fold(0, |d, (k, c)| {
+                digest_add(d, content_terms((k * block) as u64, c))
+            });
+            assert_eq!(d, whole, "block {block}");
+        }
+        // A hole's terms are those of its zeros, for whole and short pieces.
+        for len in [0, 1, PIECE - 1, PIECE, 2 * PIECE + 5] {
+            let zeros = vec![0u8; len];
+            assert_eq!(zero_terms(8192, len as u64), content_terms(8192, &zeros));
+        }
+        // The frame checksum binds the file index; the terms do not.
+        let h1 = FrameHeader::for_payload(1, 0, &data, 0);
+        let h2 = FrameHeader::for_payload(2, 0, &data, 0);
+        assert_ne!(h1.checksum, h2.checksum);
+        assert_eq!(h1.check_payload(&data), Ok(whole));
+        assert_eq!(h2.check_payload(&data), Ok(whole));
+        // Swapping two pieces changes the digest.
+        let mut swapped = data.clone();
+        let (a, b) = swapped.split_at_mut(PIECE);
+        a.swap_with_slice(&mut b[..PIECE]);
+        assert_ne!(content_terms(0, &swapped), whole);
     }
 
     #[test]

@@ -13,8 +13,8 @@ use sha2::Sha256;
 
 use super::control::{self, Message};
 use super::frame::{
-    digest_add, payload_checksum, FrameError, FrameHeader, FLAG_END, FLAG_HOLE, FLAG_SEALED,
-    FLAG_UNCHECKED, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
+    content_terms, digest_add, payload_checksum, FrameError, FrameHeader, FLAG_END, FLAG_HOLE,
+    FLAG_SEALED, FLAG_UNCHECKED, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
 };
 use super::handshake::{
     check_stream_proof, format_key, parse_key, stream_proof, Auth, AuthError, Challenge,
@@ -111,7 +111,10 @@ pub fn frame(data: &[u8]) {
     let intact = payload.len() == h.length as usize
         && payload_checksum(h.file_index, h.offset, payload) == h.checksum;
     match h.check_payload(payload) {
-        Ok(()) => assert!(intact),
+        Ok(terms) => {
+            assert!(intact);
+            assert_eq!(terms, content_terms(h.offset, payload));
+        }
         Err(FrameError::BadChecksum { file_index, offset }) => {
             assert!(!intact);
             assert_eq!((file_index, offset), (h.file_index, h.offset));
@@ -124,7 +127,10 @@ pub fn frame(data: &[u8]) {
         let file_index = h.file_index % FRAME_SIZES_MAX as u32;
         let honest = FrameHeader::for_payload(file_index, h.offset, payload, h.flags);
         assert_eq!(FrameHeader::decode(&honest.encode()), Ok(honest));
-        assert_eq!(honest.check_payload(payload), Ok(()));
+        assert_eq!(
+            honest.check_payload(payload),
+            Ok(content_terms(h.offset, payload))
+        );
         if let Some(end) = h.offset.checked_add(payload.len() as u64) {
             assert_eq!(honest.check_against(&[end; FRAME_SIZES_MAX]), Ok(()));
         }
@@ -592,9 +598,16 @@ fn manifest_entry(e: &Entry) {
             e.path
         );
     }
+    let _ = link_ok;
+    // A receiver takes any link target it can store: whether the target
+    // leaves the root is its policy's call, and it never follows links.
+    let target_ok = e
+        .link
+        .as_deref()
+        .is_some_and(|t| !t.is_empty() && !t.contains('\0'));
     assert_eq!(
         check_entry(e).is_ok(),
-        path_ok && (e.kind != EntryKind::Symlink || link_ok),
+        path_ok && (e.kind != EntryKind::Symlink || target_ok),
         "check_entry({e:?})"
     );
 }
@@ -609,7 +622,13 @@ fn path_is_safe(path: &str) -> bool {
         // every `/`-separated piece as one name.
         && components.len() == path.split('/').count()
         && components.iter().all(|c| match c {
-            Component::Normal(name) => name.len() <= COMPONENT_LEN_MAX,
+            Component::Normal(name) => {
+                let name = name.to_string_lossy();
+                name.len() <= COMPONENT_LEN_MAX
+                    && !crate::protocol::manifest::RESERVED_SUFFIXES
+                        .iter()
+                        .any(|s| name.ends_with(s))
+            }
             _ => false,
         })
 }

@@ -20,7 +20,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// Protocol version spoken here.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const NONCE_LEN: usize = 32;
 pub const PROOF_LEN: usize = 32;
 pub const SESSION_ID_LEN: usize = 16;
@@ -101,7 +101,8 @@ impl std::fmt::Display for AuthError {
 
 impl std::error::Error for AuthError {}
 
-fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+/// HMAC-SHA256 of the concatenation of `parts` under `key`.
+pub fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     let mut mac =
         <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     for p in parts {
@@ -110,7 +111,9 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-fn verify(key: &[u8], parts: &[&[u8]], proof: &Proof) -> bool {
+/// Whether `proof` is the HMAC-SHA256 of `parts` under `key` (compared in
+/// constant time).
+pub fn verify(key: &[u8], parts: &[&[u8]], proof: &Proof) -> bool {
     let mut mac =
         <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     for p in parts {

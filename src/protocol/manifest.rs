@@ -11,6 +11,15 @@ pub const PATH_LEN_MAX: usize = 4096;
 pub const COMPONENT_LEN_MAX: usize = 255;
 /// Most entries in one manifest.
 pub const ENTRIES_MAX: u32 = 10_000_000;
+/// Endings of the names urmove keeps for itself beside files being
+/// received (part files, journals, their temporaries): no path from the
+/// wire may have a component that ends so, for push and for pull.
+pub const RESERVED_SUFFIXES: [&str; 3] = [".urmove.part", ".urmove.journal", ".urmove.journal.tmp"];
+
+/// Whether `name` (one path component) is one of urmove's reserved names.
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED_SUFFIXES.iter().any(|s| name.ends_with(s))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
@@ -52,6 +61,10 @@ pub enum PathError {
     },
     /// A symlink whose target is absolute or climbs out of the root.
     LinkEscapes,
+    /// A symlink with an empty target, or one with a NUL byte or too long.
+    BadLinkTarget,
+    /// A name urmove keeps for itself (`*.urmove.part`, `*.urmove.journal`).
+    Reserved,
 }
 
 impl std::fmt::Display for PathError {
@@ -70,6 +83,11 @@ impl std::fmt::Display for PathError {
                 )
             }
             PathError::LinkEscapes => write!(f, "symlink target outside the root"),
+            PathError::BadLinkTarget => write!(f, "symlink with an empty or invalid target"),
+            PathError::Reserved => write!(
+                f,
+                "a name ending in .urmove.part or .urmove.journal is reserved for urmove's own files"
+            ),
         }
     }
 }
@@ -77,7 +95,7 @@ impl std::fmt::Display for PathError {
 impl std::error::Error for PathError {}
 
 /// Check a relative wire path: no absolute paths, `..`, `.`, empty
-/// components, NUL bytes, or lengths past the limits.
+/// components, NUL bytes, reserved names, or lengths past the limits.
 pub fn check_path(path: &str) -> Result<(), PathError> {
     if path.is_empty() {
         return Err(PathError::Empty);
@@ -98,6 +116,7 @@ pub fn check_path(path: &str) -> Result<(), PathError> {
             c if c.len() > COMPONENT_LEN_MAX => {
                 return Err(PathError::ComponentTooLong { len: c.len() })
             }
+            c if is_reserved(c) => return Err(PathError::Reserved),
             _ => {}
         }
     }
@@ -139,16 +158,20 @@ pub fn link_stays_beneath(link_path: &str, target: &str) -> bool {
     true
 }
 
-/// Validate an entry as a receiver must before acting on it.
+/// Validate an entry as a receiver must before acting on it: its path,
+/// and a symlink's target text. Whether a link's target stays beneath the
+/// root is the receiver's policy ([`link_stays_beneath`] on the link's
+/// root-relative path): links are data, and the receiver never follows one
+/// when it writes.
 pub fn check_entry(e: &Entry) -> Result<(), PathError> {
     check_path(&e.path)?;
     if e.kind == EntryKind::Symlink {
         let ok = e
             .link
             .as_deref()
-            .is_some_and(|t| link_stays_beneath(&e.path, t));
+            .is_some_and(|t| !t.is_empty() && !t.contains('\0') && t.len() <= PATH_LEN_MAX);
         if !ok {
-            return Err(PathError::LinkEscapes);
+            return Err(PathError::BadLinkTarget);
         }
     }
     Ok(())
@@ -264,6 +287,16 @@ mod tests {
             check_path(&"x/".repeat(3000)),
             Err(PathError::TooLong { .. })
         ));
+        for reserved in [
+            "a.urmove.part",
+            "d/a.urmove.journal",
+            "d.urmove.part/x",
+            "a.urmove.journal.tmp",
+        ] {
+            assert_eq!(check_path(reserved), Err(PathError::Reserved), "{reserved}");
+        }
+        assert_eq!(check_path("a.urmove.partial"), Ok(()));
+        assert_eq!(check_path("urmove.part"), Ok(()));
     }
 
     #[test]

@@ -34,6 +34,9 @@ struct Sealing {
 pub struct Control {
     s: TcpStream,
     sealing: Arc<Sealing>,
+    /// Each whole message must arrive within this (however slowly its
+    /// bytes trickle in).
+    timeout: Option<Duration>,
 }
 
 impl Control {
@@ -41,6 +44,7 @@ impl Control {
         Control {
             s,
             sealing: Arc::default(),
+            timeout: None,
         }
     }
 
@@ -52,6 +56,7 @@ impl Control {
                 .try_clone()
                 .map_err(|e| SessionError::io("control connection", e))?,
             sealing: Arc::clone(&self.sealing),
+            timeout: self.timeout,
         })
     }
 
@@ -74,10 +79,25 @@ impl Control {
         self.s
     }
 
-    pub fn set_read_timeout(&self, d: Option<Duration>) -> Result<(), SessionError> {
+    /// Every message read from now on must arrive whole within `d`.
+    pub fn set_read_timeout(&mut self, d: Option<Duration>) -> Result<(), SessionError> {
+        self.timeout = d;
         self.s
             .set_read_timeout(d)
             .map_err(|e| SessionError::io("control connection", e))
+    }
+
+    /// Read exactly `buf`, all of it within the message deadline.
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Option<Instant>) -> std::io::Result<()> {
+        match deadline {
+            Some(d) => {
+                let r = read_exact_by(&mut self.s, buf, d);
+                // The deadline read moved the socket's timeout: put it back.
+                let _ = self.s.set_read_timeout(self.timeout);
+                r
+            }
+            None => self.s.read_exact(buf),
+        }
     }
 }
 
@@ -127,12 +147,19 @@ pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
 pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
     let what = "reading a control message";
     let mut prefix = [0u8; 4];
-    c.s.read_exact(&mut prefix).map_err(|e| read_err(e, what))?;
+    // The clock starts with the message's first byte: silence between
+    // messages is the socket timeout's, a trickle within one is bounded.
+    c.read_exact(&mut prefix[..1], None)
+        .map_err(|e| read_err(e, what))?;
+    let deadline = c.timeout.map(|t| Instant::now() + t);
+    c.read_exact(&mut prefix[1..], deadline)
+        .map_err(|e| read_err(e, what))?;
     let sealed = lock(&c.sealing.opener).is_some();
     if !sealed {
         let len = body_len(prefix).map_err(|e| SessionError::Protocol(e.to_string()))?;
         let mut body = vec![0u8; len];
-        c.s.read_exact(&mut body).map_err(|e| read_err(e, what))?;
+        c.read_exact(&mut body, deadline)
+            .map_err(|e| read_err(e, what))?;
         return decode_body(&body).map_err(|e| SessionError::Protocol(e.to_string()));
     }
     let len = u32::from_le_bytes(prefix) as usize;
@@ -142,7 +169,8 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
         )));
     }
     let mut body = vec![0u8; len];
-    c.s.read_exact(&mut body).map_err(|e| read_err(e, what))?;
+    c.read_exact(&mut body, deadline)
+        .map_err(|e| read_err(e, what))?;
     let (msg, tag) = body.split_at_mut(len - TAG_LEN);
     let tag: [u8; TAG_LEN] = (&*tag).try_into().expect("a tag's bytes");
     lock(&c.sealing.opener)
@@ -156,6 +184,41 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
             )
         })?;
     decode_body(msg).map_err(|e| SessionError::Protocol(e.to_string()))
+}
+
+/// Read what the peer says on `ctl` while data flows, on a thread of its
+/// own, and hand it on as [`PeerEvent`]s until the connection ends (or the
+/// owner shuts its reading side down). No read timeout applies: a long
+/// file is a long silence.
+pub(crate) fn spawn_peer_reader(
+    ctl: &Control,
+    tx: std::sync::mpsc::Sender<super::landing::PeerEvent>,
+) -> Result<std::thread::JoinHandle<()>, SessionError> {
+    use super::landing::PeerEvent;
+    let mut c = ctl.try_clone()?;
+    c.set_read_timeout(None)?;
+    Ok(std::thread::spawn(move || loop {
+        let ev = match recv_any(&mut c) {
+            Ok(Message::SourceDigests(list)) => PeerEvent::Digests(list),
+            Ok(Message::Skipped {
+                file_index, reason, ..
+            }) => PeerEvent::Skipped(file_index, reason),
+            Ok(Message::Summary { files, bytes, ok }) => PeerEvent::Summary { files, bytes, ok },
+            Ok(Message::Alive { .. }) => continue,
+            Ok(Message::Error { code, message }) => {
+                PeerEvent::Closed(Some(SessionError::Refused { code, message }))
+            }
+            Ok(_) => PeerEvent::Closed(Some(SessionError::Protocol(
+                "unexpected message while the data flows".into(),
+            ))),
+            Err(e) if e.is_connection_loss() => PeerEvent::Closed(None),
+            Err(e) => PeerEvent::Closed(Some(e)),
+        };
+        let last = matches!(ev, PeerEvent::Closed(_));
+        if tx.send(ev).is_err() || last {
+            return;
+        }
+    }))
 }
 
 /// Heartbeats on a control connection while this side works without

@@ -5,27 +5,36 @@
 //! and digest in the `user.urmove` extended attribute, so a re-run can see
 //! it is already there.
 //!
-//! A journal is written whole to a temporary name, synced and renamed over
-//! the old one, and ends with a checksum: a torn or foreign journal is
-//! ignored (the file starts over), never trusted.
+//! Both are authenticated with the receiver's own [`Secret`] and bound to
+//! the file they speak of (device and inode): a journal or stamp that was
+//! planted, copied from another file, edited or torn is ignored (the file
+//! starts over), never trusted. A journal is written whole to a temporary
+//! name, synced and renamed over the old one, never through a symlink.
 
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{Read, Write};
 
-use crate::datapath::beneath::Root;
+use crate::datapath::beneath::{FileId, Root};
 use crate::datapath::sys;
+use crate::protocol::frame::{content_terms, digest_add};
 use crate::protocol::manifest::Entry;
 use crate::protocol::wire::{Reader, Writer};
 
+use super::secret::Secret;
+
 /// Suffix of a journal beside its part file.
 pub const JOURNAL_SUFFIX: &str = ".urmove.journal";
-const MAGIC: [u8; 4] = *b"URMJ";
-const VERSION: u16 = 2;
+const JOURNAL_MAGIC: [u8; 4] = *b"URMJ";
+const STAMP_MAGIC: [u8; 4] = *b"URMS";
+const VERSION: u16 = 3;
 const XATTR: &CStr = c"user.urmove";
+const MAC_LEN: usize = 32;
+/// Bytes read at once when hashing a file's content.
+const HASH_CHUNK: usize = 4 << 20;
 
-/// The identity a journal or stored digest is valid for: the source's
-/// size and mtime as the manifest gave them, and the block size.
+/// The identity a journal or stamp is valid for: the source's size and
+/// mtime as the manifest gave them, and (journals) the block size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
     pub size: u64,
@@ -59,93 +68,110 @@ impl Identity {
             block: r.u64().ok()?,
         })
     }
+
+    fn blocks(&self) -> u64 {
+        self.size.div_ceil(self.block.max(1))
+    }
 }
 
 /// Verified blocks of one part file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Journal {
     pub id: Identity,
-    /// The inode of the part file the blocks were written to: a part that
-    /// was deleted and made again is not the one the journal speaks of.
-    pub part_ino: u64,
+    /// The part file the blocks were written to: a part that was deleted
+    /// and made again, or another file, is not the one the journal means.
+    pub part: FileId,
     /// Digest over the blocks marked in `blocks`.
     pub digest: u64,
     /// One bit per block.
     pub blocks: Vec<u64>,
 }
 
-fn checksum(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(bytes, 0x4A52_4E4C)
+/// How a journal lists its blocks: whichever is smaller.
+const AS_BITMAP: u8 = 0;
+const AS_RANGES: u8 = 1;
+
+fn is_set(blocks: &[u64], b: u64) -> bool {
+    blocks[(b / 64) as usize] & (1 << (b % 64)) != 0
 }
 
 impl Journal {
-    pub fn encode(&self) -> Vec<u8> {
+    /// The journal's bytes, authenticated with `secret`.
+    pub fn encode(&self, secret: &Secret) -> Vec<u8> {
         let mut w = Writer::default();
-        w.bytes(&MAGIC).u16(VERSION);
+        w.bytes(&JOURNAL_MAGIC).u16(VERSION);
         self.id.write(&mut w);
-        w.u64(self.part_ino)
-            .u64(self.digest)
-            .u64(self.blocks.len() as u64);
-        for b in &self.blocks {
-            w.u64(*b);
+        w.u64(self.part.dev).u64(self.part.ino).u64(self.digest);
+        let ranges = self.ranges();
+        if ranges.len() * 2 < self.blocks.len() {
+            w.u8(AS_RANGES).u64(ranges.len() as u64);
+            for (first, count) in ranges {
+                w.u64(first).u64(count);
+            }
+        } else {
+            w.u8(AS_BITMAP).u64(self.blocks.len() as u64);
+            for b in &self.blocks {
+                w.u64(*b);
+            }
         }
-        let sum = checksum(&w.buf);
-        w.u64(sum);
+        let mac = secret.mac(&[b"urmove journal", &w.buf]);
+        w.bytes(&mac);
         w.buf
     }
 
-    /// The journal in `bytes`, if whole, ours and for `id`.
-    pub fn decode(bytes: &[u8], id: &Identity) -> Option<Journal> {
-        let body = bytes.len().checked_sub(8)?;
-        let sum = u64::from_le_bytes(bytes[body..].try_into().ok()?);
-        if checksum(&bytes[..body]) != sum {
+    /// The journal in `bytes`, if whole, made with `secret` and for `id`.
+    pub fn decode(bytes: &[u8], id: &Identity, secret: &Secret) -> Option<Journal> {
+        let body = bytes.len().checked_sub(MAC_LEN)?;
+        let mac: [u8; MAC_LEN] = bytes[body..].try_into().ok()?;
+        if !secret.verify(&[b"urmove journal", &bytes[..body]], &mac) {
             return None;
         }
         let mut r = Reader::new(&bytes[..body]);
-        if r.array::<4>().ok()? != MAGIC || r.u16().ok()? != VERSION {
+        if r.array::<4>().ok()? != JOURNAL_MAGIC || r.u16().ok()? != VERSION {
             return None;
         }
         if Identity::read(&mut r)? != *id {
             return None;
         }
-        let part_ino = r.u64().ok()?;
+        let part = FileId {
+            dev: r.u64().ok()?,
+            ino: r.u64().ok()?,
+        };
         let digest = r.u64().ok()?;
-        let words = r.u64().ok()?;
-        let want = id.size.div_ceil(id.block).div_ceil(64);
-        if words != want || words as usize * 8 != r.remaining() {
-            return None;
-        }
-        let blocks = (0..words).map(|_| r.u64()).collect::<Result<_, _>>().ok()?;
-        Some(Journal {
+        let words = id.blocks().div_ceil(64) as usize;
+        let blocks = match r.u8().ok()? {
+            AS_BITMAP => decode_bitmap(&mut r, words)?,
+            AS_RANGES => decode_ranges(&mut r, words, id.blocks())?,
+            _ => return None,
+        };
+        (r.remaining() == 0).then_some(Journal {
             id: *id,
-            part_ino,
+            part,
             digest,
             blocks,
         })
     }
 
-    /// Whether `part` is the file this journal speaks of: the same inode,
-    /// and long enough to hold the last block named (a data block extends
-    /// the file; only a trailing hole would not, and is then written again).
+    /// Whether `part` is the file this journal speaks of: the same device
+    /// and inode, and long enough to hold the last block named (a data
+    /// block extends the file; only a trailing hole would not, and is then
+    /// written again).
     pub fn matches(&self, part: &File) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        let Ok(m) = part.metadata() else {
+        let (Ok(m), Ok(id)) = (part.metadata(), FileId::of(part)) else {
             return false;
         };
-        let n = self.id.size.div_ceil(self.id.block);
-        let last = (0..n)
+        let last = (0..self.id.blocks())
             .rev()
-            .find(|b| self.blocks[(b / 64) as usize] & (1 << (b % 64)) != 0);
+            .find(|&b| is_set(&self.blocks, b));
         let needed = last.map_or(0, |b| (b * self.id.block + 1).min(self.id.size));
-        m.ino() == self.part_ino && m.len() >= needed
+        id == self.part && m.len() >= needed
     }
 
     /// Runs of set bits: (first block, count).
     pub fn ranges(&self) -> Vec<(u64, u64)> {
-        let n = self.id.size.div_ceil(self.id.block);
         let mut out: Vec<(u64, u64)> = Vec::new();
-        for b in 0..n {
-            if self.blocks[(b / 64) as usize] & (1 << (b % 64)) != 0 {
+        for b in 0..self.id.blocks() {
+            if is_set(&self.blocks, b) {
                 match out.last_mut() {
                     Some((first, count)) if *first + *count == b => *count += 1,
                     _ => out.push((b, 1)),
@@ -154,6 +180,40 @@ impl Journal {
         }
         out
     }
+
+    /// Bytes a journal of this file would take at most (its bitmap).
+    pub fn bytes_max(&self) -> u64 {
+        self.blocks.len() as u64 * 8 + 128
+    }
+}
+
+fn decode_bitmap(r: &mut Reader<'_>, words: usize) -> Option<Vec<u64>> {
+    if r.u64().ok()? != words as u64 || r.remaining() != words * 8 {
+        return None;
+    }
+    (0..words).map(|_| r.u64().ok()).collect()
+}
+
+fn decode_ranges(r: &mut Reader<'_>, words: usize, blocks: u64) -> Option<Vec<u64>> {
+    let n = r.u64().ok()?;
+    if n.checked_mul(16)? != r.remaining() as u64 {
+        return None;
+    }
+    let mut bits = vec![0u64; words];
+    let mut end = 0u64;
+    for _ in 0..n {
+        let (first, count) = (r.u64().ok()?, r.u64().ok()?);
+        let last = first.checked_add(count)?;
+        // Sorted, apart, within the file.
+        if count == 0 || first < end || last > blocks {
+            return None;
+        }
+        end = last;
+        for b in first..last {
+            bits[(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+    Some(bits)
 }
 
 pub fn journal_rel(final_rel: &str) -> String {
@@ -161,27 +221,44 @@ pub fn journal_rel(final_rel: &str) -> String {
 }
 
 /// The journal beside `final_rel`, if there is a valid one for `id`.
-pub fn load(root: &Root, final_rel: &str, id: &Identity) -> Option<Journal> {
+pub fn load(root: &Root, final_rel: &str, id: &Identity, secret: &Secret) -> Option<Journal> {
     let mut f = root
-        .open_file(&journal_rel(final_rel), libc::O_RDONLY, 0)
+        .open_file(
+            &journal_rel(final_rel),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        )
         .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
     let mut bytes = Vec::new();
-    // A journal holds a bit per block: 2^30 blocks at most is 128 MiB.
+    // A journal holds at most a bit per block: 2^30 blocks is 128 MiB.
     (&mut f)
         .take((crate::session::SESSION_BLOCKS_MAX / 8) + 4096)
         .read_to_end(&mut bytes)
         .ok()?;
-    Journal::decode(&bytes, id)
+    Journal::decode(&bytes, id, secret)
 }
 
-/// Replace the journal beside `final_rel` with `j`, durably.
-pub fn store(root: &Root, final_rel: &str, j: &Journal) -> std::io::Result<()> {
+/// Replace the journal beside `final_rel` with `j`, durably; returns the
+/// bytes written.
+pub fn store(root: &Root, final_rel: &str, j: &Journal, secret: &Secret) -> std::io::Result<u64> {
     let rel = journal_rel(final_rel);
     let tmp = format!("{rel}.tmp");
-    let mut f = root.open_file(&tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o600)?;
-    f.write_all(&j.encode())?;
+    let bytes = j.encode(secret);
+    let mut f = root.open_file(
+        &tmp,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
+        0o600,
+    )?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!("{tmp}: not a regular file")));
+    }
+    f.write_all(&bytes)?;
     f.sync_data()?;
-    root.rename(&tmp, &rel)
+    root.rename(&tmp, &rel)?;
+    Ok(bytes.len() as u64)
 }
 
 /// Forget the journal beside `final_rel` (the part starts over or is done).
@@ -191,62 +268,93 @@ pub fn remove(root: &Root, final_rel: &str) {
     let _ = root.unlink(&format!("{rel}.tmp"));
 }
 
-fn stamp_bytes(id: &Identity, digest: u64) -> Vec<u8> {
+fn stamp_body(id: FileId, size: u64, mtime_s: i64, mtime_ns: u32, digest: u64) -> Vec<u8> {
     let mut w = Writer::default();
-    w.bytes(&MAGIC).u16(VERSION);
-    id.write(&mut w);
-    w.u64(digest);
+    w.bytes(&STAMP_MAGIC)
+        .u16(VERSION)
+        .u64(id.dev)
+        .u64(id.ino)
+        .u64(size)
+        .i64(mtime_s)
+        .u32(mtime_ns)
+        .u64(digest);
     w.buf
 }
 
-/// Record on a finished file what it was made from and its digest.
+/// Record on a finished file (its size and mtime already final) its
+/// digest, bound to the file itself and authenticated with `secret`.
 /// Filesystems without user xattrs simply get no stamp (a later resume
 /// then sends the file again).
-pub fn stamp(file: &File, id: &Identity, digest: u64) {
-    let _ = sys::set_xattr(file, XATTR, &stamp_bytes(id, digest));
+pub fn stamp(file: &File, digest: u64, secret: &Secret) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    let mut body = stamp_body(
+        FileId::of(file)?,
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec() as u32,
+        digest,
+    );
+    let mac = secret.mac(&[b"urmove stamp", &body]);
+    body.extend_from_slice(&mac);
+    match sys::set_xattr(file, XATTR, &body) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Ok(()),
+        other => other,
+    }
 }
 
-/// The digest stamped on `file`, when the stamp is for `id` (the block size
-/// aside: a re-run with other blocks still finds the file complete) and the
-/// file still has that size and mtime.
-pub fn stamped_digest(file: &File, id: &Identity) -> Option<u64> {
+/// The digest stamped on `file`, when the stamp is ours, is for this very
+/// file (device and inode), and the file still has the size and mtime it
+/// was stamped with, which must be `id`'s.
+pub fn stamped_digest(file: &File, id: &Identity, secret: &Secret) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let bytes = sys::get_xattr(file, XATTR)?;
-    let mut r = Reader::new(&bytes);
-    if r.array::<4>().ok()? != MAGIC || r.u16().ok()? != VERSION {
+    let body = bytes.len().checked_sub(MAC_LEN)?;
+    let mac: [u8; MAC_LEN] = bytes[body..].try_into().ok()?;
+    let digest = Reader::new(&bytes[body.checked_sub(8)?..body]).u64().ok()?;
+    let m = file.metadata().ok()?;
+    if (m.len(), m.mtime(), m.mtime_nsec() as u32) != (id.size, id.mtime_s, id.mtime_ns) {
         return None;
     }
-    let stored = Identity::read(&mut r)?;
-    let digest = r.u64().ok()?;
-    let m = file.metadata().ok()?;
-    let same = stored.size == id.size
-        && stored.mtime_s == id.mtime_s
-        && stored.mtime_ns == id.mtime_ns
-        && m.len() == id.size
-        && m.mtime() == id.mtime_s
-        && m.mtime_nsec() as u32 == id.mtime_ns;
-    same.then_some(digest)
+    let want = stamp_body(
+        FileId::of(file).ok()?,
+        id.size,
+        id.mtime_s,
+        id.mtime_ns,
+        digest,
+    );
+    (want == bytes[..body] && secret.verify(&[b"urmove stamp", &want], &mac)).then_some(digest)
 }
 
-/// A digest of `file`'s content in `block`-sized pieces, independent of
-/// holes and of the transfer (what `--checksum` compares on both sides).
-pub fn content_digest(
+/// The digest of `file`'s content (holes read as zeros), the same as the
+/// digest of the frames it would travel in, whatever their size.
+pub fn content_digest(file: &File, size: u64, tick: &mut dyn FnMut()) -> std::io::Result<u64> {
+    ranges_digest(file, size, size.max(1), &[(0, 1)], tick)
+}
+
+/// The digest of the blocks `ranges` (first block, count) of `file`, in
+/// blocks of `block` bytes.
+pub fn ranges_digest(
     file: &File,
     size: u64,
     block: u64,
+    ranges: &[(u64, u64)],
     tick: &mut dyn FnMut(),
 ) -> std::io::Result<u64> {
-    use crate::protocol::frame::{digest_add, payload_checksum};
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; block.min(size.max(1)) as usize];
+    let mut buf = vec![0u8; HASH_CHUNK.min(size.max(1) as usize)];
     let mut digest = 0u64;
-    let mut offset = 0u64;
-    while offset < size {
-        let n = (size - offset).min(block) as usize;
-        file.read_exact_at(&mut buf[..n], offset)?;
-        digest = digest_add(digest, payload_checksum(0, offset, &buf[..n]));
-        offset += n as u64;
-        tick();
+    for &(first, count) in ranges {
+        let start = first.saturating_mul(block).min(size);
+        let end = first.saturating_add(count).saturating_mul(block).min(size);
+        let mut offset = start;
+        while offset < end {
+            let n = (end - offset).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], offset)?;
+            digest = digest_add(digest, content_terms(offset, &buf[..n]));
+            offset += n as u64;
+            tick();
+        }
     }
     Ok(digest)
 }
@@ -257,43 +365,109 @@ mod tests {
 
     fn id() -> Identity {
         Identity {
-            size: 10 * 4096 + 5,
+            size: 200 * 4096 + 5,
             mtime_s: 1_700_000_000,
             mtime_ns: 7,
             block: 4096,
         }
     }
 
+    fn journal(blocks: Vec<u64>) -> Journal {
+        Journal {
+            id: id(),
+            part: FileId { dev: 3, ino: 77 },
+            digest: 42,
+            blocks,
+        }
+    }
+
     #[test]
     fn a_journal_round_trips_and_anything_else_is_ignored() {
-        let j = Journal {
-            id: id(),
-            part_ino: 77,
-            digest: 42,
-            blocks: vec![0b1011_0000_0111],
+        let secret = Secret::ephemeral().unwrap();
+        let mut bits = vec![0u64; 4];
+        bits[0] = 0b1011_0000_0111;
+        let sparse = journal(bits);
+        let dense = journal(vec![0x5555_5555_5555_5555, 1, 0, 0]);
+        for j in [sparse, dense] {
+            let b = j.encode(&secret);
+            assert_eq!(Journal::decode(&b, &id(), &secret), Some(j.clone()));
+            // Another identity (the source changed, other blocks): ignored.
+            let other = Identity {
+                mtime_ns: 8,
+                ..id()
+            };
+            assert_eq!(Journal::decode(&b, &other, &secret), None);
+            // Another secret (planted, or another daemon's): ignored.
+            let stranger = Secret::ephemeral().unwrap();
+            assert_eq!(Journal::decode(&b, &id(), &stranger), None);
+            // Torn at any length, or any byte flipped: ignored.
+            for cut in 0..b.len() {
+                assert_eq!(Journal::decode(&b[..cut], &id(), &secret), None);
+            }
+            for i in 0..b.len() {
+                let mut x = b.clone();
+                x[i] ^= 0x10;
+                assert_eq!(Journal::decode(&x, &id(), &secret), None, "byte {i}");
+            }
+        }
+        assert_eq!(
+            journal(vec![0b1011_0000_0111, 0, 0, 0]).ranges(),
+            vec![(0, 3), (8, 2), (11, 1)]
+        );
+    }
+
+    #[test]
+    fn a_stamp_holds_only_on_its_own_file_with_its_size_and_mtime() {
+        let secret = Secret::ephemeral().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (pa, pb) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&pa, b"hello").unwrap();
+        std::fs::write(&pb, b"jello").unwrap();
+        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 7);
+        let (a, b) = (File::open(&pa).unwrap(), File::open(&pb).unwrap());
+        for f in [&a, &b] {
+            f.set_times(std::fs::FileTimes::new().set_modified(t))
+                .unwrap();
+        }
+        let want = Identity {
+            size: 5,
+            block: 4096,
+            ..id()
         };
-        let b = j.encode();
-        assert_eq!(Journal::decode(&b, &id()), Some(j.clone()));
-        assert_eq!(j.ranges(), vec![(0, 3), (8, 2)]);
-        // Another identity (the source changed, other blocks): ignored.
+        if stamp(&a, 99, &secret).is_err() || sys::get_xattr(&a, XATTR).is_none() {
+            eprintln!("skipped: no user xattrs here");
+            return;
+        }
+        assert_eq!(stamped_digest(&a, &want, &secret), Some(99));
+        // Copied onto another file of the same size and mtime: not trusted.
+        let copied = sys::get_xattr(&a, XATTR).unwrap();
+        sys::set_xattr(&b, XATTR, &copied).unwrap();
+        assert_eq!(stamped_digest(&b, &want, &secret), None);
+        // Another secret, or another identity: not trusted.
+        assert_eq!(
+            stamped_digest(&a, &want, &Secret::ephemeral().unwrap()),
+            None
+        );
         let other = Identity {
             mtime_ns: 8,
-            ..id()
+            ..want
         };
-        assert_eq!(Journal::decode(&b, &other), None);
-        let other = Identity {
-            block: 8192,
-            ..id()
-        };
-        assert_eq!(Journal::decode(&b, &other), None);
-        // Torn at any length, or any byte flipped: ignored.
-        for cut in 0..b.len() {
-            assert_eq!(Journal::decode(&b[..cut], &id()), None);
-        }
-        for i in 0..b.len() {
-            let mut x = b.clone();
-            x[i] ^= 0x10;
-            assert_eq!(Journal::decode(&x, &id()), None, "byte {i}");
-        }
+        assert_eq!(stamped_digest(&a, &other, &secret), None);
+    }
+
+    #[test]
+    fn content_digests_match_the_frames_digest_in_any_block_size() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..3 * 8192 + 77).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = File::open(&p).unwrap();
+        let size = data.len() as u64;
+        let whole = content_digest(&f, size, &mut || {}).unwrap();
+        assert_eq!(whole, content_terms(0, &data));
+        let parts = ranges_digest(&f, size, 8192, &[(0, 1), (1, 3)], &mut || {}).unwrap();
+        assert_eq!(parts, whole);
+        let first = ranges_digest(&f, size, 8192, &[(0, 1)], &mut || {}).unwrap();
+        assert_eq!(first, content_terms(0, &data[..8192]));
     }
 }

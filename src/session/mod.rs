@@ -6,18 +6,26 @@
 //! are written as `NAME.urmove.part` and renamed only after every block
 //! arrived, verified, and was synced.
 
+mod commit;
 pub mod conn;
 mod journal;
+mod landing;
 pub mod pull;
-mod receive;
+pub mod receive;
 pub mod recv;
+pub mod secret;
 pub mod send;
+mod source;
 pub mod tree;
 
 use crate::protocol::control::ErrorCode;
 
 /// Suffix of a file still being received.
 pub const PART_SUFFIX: &str = ".urmove.part";
+/// A sender below this many bytes per second, while the receiver waits
+/// for it over a whole `--timeout`, ends its session (a trickle is not
+/// progress).
+pub const MIN_RATE_BYTES_PER_S: u64 = 1000;
 /// Default TCP port of `urmove recv`.
 pub const DEFAULT_PORT: u16 = 7878;
 

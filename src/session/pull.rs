@@ -1,21 +1,53 @@
 //! `urmove pull`: the same transfer in the other direction. The daemon
 //! walks the requested paths beneath its root and sends them; this side
 //! receives them into a local directory exactly as the daemon receives a
-//! push (`.urmove.part`, verified blocks, sync, mode, mtime, rename).
+//! push (`.urmove.part`, verified blocks, committed only when the daemon's
+//! digest of the source equals this side's of what it wrote).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 
 use crate::datapath::beneath::Root;
-use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest};
+use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
-use super::conn::recv_msg;
-use super::receive::{recv_manifest, Incoming, Resume};
-use super::send::{drive, open_session, recv_digests, Held, SendConfig, SendObserver, SendReport};
+use super::landing::{Landing, Pace, PeerEvent};
+use super::receive::{recv_manifest, Incoming, Resume, Rules};
+use super::send::{drive, open_session, SendConfig, SendObserver, SendReport};
+use super::source::{recv_verdict, Held};
 use super::SessionError;
+
+/// What the receive loop of a pull reports: progress into the run's
+/// counters, files committed and rejected.
+struct PullLanding<'a> {
+    counters: &'a crate::coord::WorkerCounters,
+    files_done: &'a AtomicU64,
+    committed: u64,
+    rejected: Vec<u32>,
+}
+
+impl Landing for PullLanding<'_> {
+    fn progress(&mut self, bytes: u64) {
+        self.counters.add(bytes, 0);
+    }
+
+    fn committed(&mut self, _file_index: u32, _digest: u64) -> Result<(), SessionError> {
+        self.files_done.fetch_add(1, Ordering::Relaxed);
+        self.committed += 1;
+        Ok(())
+    }
+
+    fn rejected(&mut self, file_index: u32, _digest: u64) -> Result<(), SessionError> {
+        self.rejected.push(file_index);
+        Ok(())
+    }
+
+    fn tick(&mut self, _streams: &[(u64, bool)]) -> Result<(), SessionError> {
+        Ok(())
+    }
+}
 
 /// Fetch `paths` (under the daemon's root) into `local`.
 pub fn run_pull(
@@ -36,8 +68,10 @@ pub fn run_pull(
             "too many paths for one pull",
         ));
     }
+    let rules = client_rules(cfg)?;
     std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let root = Root::open(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
+    let root = Root::open_for_writing(local)
+        .map_err(|e| SessionError::io(local.display().to_string(), e))?;
     let req = SessionRequest {
         direction: Direction::Pull,
         streams: cfg.streams,
@@ -47,117 +81,161 @@ pub fn run_pull(
     };
     let mut incoming = None;
     let mut root = Some(root);
-    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |ctl| {
-        let entries = recv_manifest(ctl, ENTRIES_MAX)?;
-        let resume = (cfg.resume || cfg.checksum).then(Resume::default);
-        let resume = match resume {
-            Some(mut r) if cfg.checksum => {
-                r.digests = Some(recv_digests(ctl, entries.len())?);
-                Some(r)
-            }
-            r => r,
-        };
+    let (ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl| {
+        let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+        let resume = (cfg.resume || cfg.checksum).then_some(Resume {
+            checksum: cfg.checksum,
+        });
         let root = root.take().expect("the manifest arrives once");
-        let mut beat = super::conn::Beat::new(ctl)?;
         let mut prepared = Incoming::prepare(
             root,
             String::new(),
             entries,
             u64::from(cfg.block_size),
             cfg.direct,
-            resume.as_ref(),
-            // Heartbeats only when the daemon reads them (it waits for
-            // what this side holds).
-            &mut || {
-                if cfg.resume || cfg.checksum {
-                    beat.tick()
-                }
-            },
+            rules.clone(),
+            resume,
+            &mut || {},
         )?;
         if resume.is_some() {
             Held::send(ctl, prepared.take_have())?;
+            let wrong = recv_verdict(ctl, prepared.entries.len())?;
+            prepared.apply_verdict(&wrong)?;
         }
         incoming = Some(prepared);
         Ok(())
     })?;
     let mut incoming = incoming.expect("prepared before the streams opened");
     let total = incoming.bytes_missing();
-    let skipped = incoming.file_bytes().saturating_sub(total);
+    let skipped_bytes = incoming.file_bytes().saturating_sub(total);
     let files = incoming.file_count() as u64;
     let complete_before = incoming.complete_before().len() as u64;
     if cfg.resume || cfg.checksum {
         obs.info(&format!(
-            "resuming: {complete_before} files complete here already; {total} bytes to fetch"
+            "resuming: {complete_before} files complete here already (checked against the sources); {total} bytes to fetch"
         ));
     }
-    let at_start = incoming.take_done_at_start();
-    let files_done = Arc::new(AtomicU64::new(complete_before + at_start.len() as u64));
+    let at_start = incoming.take_done_at_start().len() as u64;
+    let files_done = Arc::new(AtomicU64::new(complete_before + at_start));
     obs.files(Arc::clone(&files_done), files);
     let open = cfg
         .encrypt
         .then_some((keys, crate::protocol::seal::Direction::ServerToClient));
+    let pace = Pace {
+        timeout: cfg.timeout,
+        min_rate_bytes_per_s: super::MIN_RATE_BYTES_PER_S,
+    };
+    let (tx, rx) = mpsc::channel();
+    let reader = super::conn::spawn_peer_reader(&ctl, tx)?;
+    // The data thread reads the peer's events; this one its summary after.
+    let rx = std::sync::Mutex::new(rx);
+    let mut landed = (0u64, Vec::new());
     let (data, mut report) = drive(cfg, total, &streams, interrupt, obs, |counters, _stop| {
-        let mut got: Vec<(u32, u64)> = at_start.clone();
-        incoming.receive(
+        let mut out = PullLanding {
+            counters,
+            files_done: &files_done,
+            committed: 0,
+            rejected: Vec::new(),
+        };
+        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+        let r = incoming.receive(
             &streams,
             cfg.block_size as usize,
-            cfg.timeout,
+            pace,
             &open,
-            &mut |b| counters.add(b, 0),
-            &mut |i, d| {
-                files_done.fetch_add(1, Ordering::Relaxed);
-                got.push((i, d));
-                Ok(())
-            },
-            &mut |_| Ok(()),
-        )?;
-        Ok(got)
+            &rx,
+            &mut out,
+        );
+        landed = (out.committed, out.rejected);
+        r
     });
     report.command = "pull";
     report.files = files;
-    report.bytes_skipped = skipped;
-    report.files_verified = complete_before;
-    let got = match data {
-        Ok(got) => got,
-        Err(e) => {
-            report.fail(&e, interrupt.load(Ordering::Relaxed));
-            return Ok(report);
-        }
-    };
-    // The daemon's digest of every file must equal ours.
-    let ours: std::collections::HashMap<u32, u64> = got.into_iter().collect();
-    let mut acked = std::collections::HashSet::new();
-    let outcome = (|| -> Result<(), SessionError> {
-        loop {
-            match recv_msg(&mut ctl)? {
-                Message::FileAck { file_index, digest } => {
-                    if !acked.insert(file_index) {
-                        return Err(SessionError::Protocol(format!("file {file_index} acknowledged twice")));
-                    }
-                    if ours.get(&file_index) != Some(&digest) {
-                        return Err(SessionError::local(
-                            ErrorCode::Io,
-                            format!("file {file_index}: the sender's digest does not match what arrived"),
-                        ));
-                    }
-                    report.files_verified += 1;
-                }
-                Message::Alive { .. } => {}
-                Message::Summary { ok: true, .. } if report.files_verified == files => return Ok(()),
-                Message::Summary { .. } => {
-                    return Err(SessionError::local(
-                        ErrorCode::Io,
-                        format!("only {} of {files} files verified", report.files_verified),
-                    ))
-                }
-                _ => return Err(SessionError::Protocol("unexpected message after the data".into())),
-            }
-        }
-    })()
-    .and_then(|()| incoming.finish().map(|_| ()));
+    report.bytes_skipped = skipped_bytes;
+    report.files_verified = complete_before + at_start + landed.0;
+    report.skip(&incoming.entries, &refused);
+    let skipped: Vec<super::send::Refused> = incoming
+        .skipped
+        .iter()
+        .map(|(i, why)| (*i, String::new(), why.clone()))
+        .collect();
+    report.skip(&incoming.entries, &skipped);
+    if let Err(e) = data {
+        report.fail(&e, interrupt.load(Ordering::Relaxed));
+        return Ok(report);
+    }
+    let rx = rx.into_inner().unwrap_or_else(|p| p.into_inner());
+    let outcome = settle_pull(&rx, &mut incoming, &landed.1);
+    let _ = ctl.tcp().shutdown(std::net::Shutdown::Both);
+    let _ = reader.join();
     report.close();
-    if let Err(e) = outcome {
-        report.fail(&e, false);
+    match outcome {
+        Ok(()) => report.settle_status(),
+        Err(e) => report.fail(&e, false),
     }
     Ok(report)
+}
+
+/// The daemon's summary (it sent every file), no file rejected, and the
+/// directories' modes and times.
+fn settle_pull(
+    rx: &mpsc::Receiver<PeerEvent>,
+    incoming: &mut Incoming,
+    rejected: &[u32],
+) -> Result<(), SessionError> {
+    let summary = match incoming.peer_summary {
+        Some(s) => Some(s),
+        None => wait_summary(rx),
+    };
+    if !rejected.is_empty() {
+        let name = &incoming.entries[rejected[0] as usize].path;
+        return Err(SessionError::local(
+            ErrorCode::Io,
+            format!(
+                "{} files arrived different from their sources and were not committed (first: {name}); altered on the path or at the source: fetch again, with --encrypt on untrusted paths",
+                rejected.len()
+            ),
+        ));
+    }
+    match summary {
+        Some((_, _, true)) => {}
+        Some(_) => {
+            return Err(SessionError::local(
+                ErrorCode::Io,
+                "the sender reports a failed session",
+            ))
+        }
+        None => {
+            return Err(SessionError::local(
+                ErrorCode::Io,
+                "the sender ended without its summary",
+            ))
+        }
+    }
+    incoming.finish().map(|_| ())
+}
+
+/// The daemon's summary, once it comes (or the connection ends).
+fn wait_summary(rx: &mpsc::Receiver<PeerEvent>) -> Option<(u64, u64, bool)> {
+    loop {
+        match rx.recv() {
+            Ok(PeerEvent::Summary { files, bytes, ok }) => return Some((files, bytes, ok)),
+            Ok(PeerEvent::Closed(_)) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// How this side receives a pull: with its user's own secret (made at
+/// first use in the state directory), keeping links as they are and
+/// dropping setuid and setgid bits.
+fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
+    let secret = super::secret::Secret::load_or_create(&cfg.state_dir)
+        .map_err(|e| SessionError::io("the state directory (--state-dir)", e))?;
+    Ok(Rules {
+        secret,
+        keep_setid: false,
+        unsafe_links: super::receive::LinkPolicy::Keep,
+        claims: Arc::default(),
+    })
 }

@@ -22,8 +22,9 @@ use crate::protocol::handshake::{
 use crate::protocol::manifest::check_path;
 
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
-use super::receive::{join, recv_manifest, Incoming, Resume};
-use super::send::{recv_digests, Held};
+use super::landing::Pace;
+use super::receive::{join, recv_manifest, Incoming, LinkPolicy, Resume, Rules};
+use super::source::{recv_verdict, Held};
 use super::SessionError;
 use crate::protocol::seal::Direction as SealDirection;
 
@@ -45,6 +46,14 @@ pub struct RecvConfig {
     pub limits: Limits,
     /// Refuse sessions that do not seal their frames.
     pub require_encryption: bool,
+    /// Where the daemon keeps its secret (`STATE_DIR/secret`).
+    pub state_dir: PathBuf,
+    /// Keep setuid and setgid bits from the wire.
+    pub keep_setid: bool,
+    /// Symlinks whose target leaves the root: keep, skip or refuse.
+    pub unsafe_links: LinkPolicy,
+    /// Serve pulls only (the root may then be read-only).
+    pub pull_only: bool,
 }
 
 /// What the daemon takes on at most; past each, it refuses with a reason.
@@ -60,6 +69,11 @@ pub struct Limits {
     pub files: u32,
     /// Registered buffer memory of all sessions together.
     pub buffer_bytes: u64,
+    /// Memory the manifests of all sessions together may take.
+    pub manifest_bytes: u64,
+    /// A sender below this many bytes per second (over `--timeout`, while
+    /// the daemon waits for it) ends its session.
+    pub min_rate_bytes_per_s: u64,
 }
 
 impl Default for Limits {
@@ -70,6 +84,8 @@ impl Default for Limits {
             streams: 64,
             files: crate::protocol::manifest::ENTRIES_MAX,
             buffer_bytes: 4 << 30,
+            manifest_bytes: 1 << 30,
+            min_rate_bytes_per_s: super::MIN_RATE_BYTES_PER_S,
         }
     }
 }
@@ -87,6 +103,57 @@ struct Shared {
     /// Files being received now (root-relative final names): a second
     /// session for the same file is refused, not interleaved.
     claimed: Mutex<HashSet<String>>,
+    /// The secret, link policy and inode claims every session receives by.
+    rules: Rules,
+    /// Manifest memory reserved by the sessions now.
+    manifest_bytes: AtomicU64,
+}
+
+/// Manifest memory a session holds, given back when it ends.
+struct ManifestMemory<'a> {
+    total: &'a AtomicU64,
+    limit: u64,
+    bytes: u64,
+}
+
+impl ManifestMemory<'_> {
+    /// Take `bytes` more within the daemon's budget, or refuse.
+    fn reserve(&mut self, bytes: u64) -> Result<(), SessionError> {
+        let limit = self.limit;
+        self.total
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n.saturating_add(bytes) <= limit).then_some(n + bytes)
+            })
+            .map_err(|in_use| {
+                SessionError::local(
+                    ErrorCode::TooLarge,
+                    format!(
+                        "the manifests of the sessions now running take {} MiB of the daemon's {} MiB (max_manifest_memory); this one needs {} MiB more: send it in parts or try later",
+                        in_use >> 20,
+                        limit >> 20,
+                        (self.bytes + bytes).div_ceil(1 << 20)
+                    ),
+                )
+            })?;
+        self.bytes += bytes;
+        Ok(())
+    }
+}
+
+impl Drop for ManifestMemory<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+impl Shared {
+    fn manifest_memory(&self, limit: u64) -> ManifestMemory<'_> {
+        ManifestMemory {
+            total: &self.manifest_bytes,
+            limit,
+            bytes: 0,
+        }
+    }
 }
 
 /// Takes one unit of a shared count for as long as it lives.
@@ -363,7 +430,7 @@ pub fn serve(
     stats: Arc<DaemonStats>,
     on_listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), SessionError> {
-    Root::open(&cfg.root).map_err(|e| SessionError::io("--root", e))?;
+    let rules = startup_checks(&cfg)?;
     sys::raise_nofile_limit();
     let listener = TcpListener::bind(cfg.listen)
         .map_err(|e| SessionError::io(format!("listening on {}", cfg.listen), e))?;
@@ -386,6 +453,8 @@ pub fn serve(
         registry: Mutex::default(),
         stats,
         claimed: Mutex::default(),
+        rules,
+        manifest_bytes: AtomicU64::new(0),
     });
     while !stop.load(Ordering::Relaxed) {
         // Wake at once for a connection, and every 200 ms to see `stop`.
@@ -452,6 +521,56 @@ pub fn serve(
         );
     }
     Ok(())
+}
+
+/// Before listening: the root opens (and takes files, unless the daemon
+/// serves pulls only), the secret loads from a state directory outside the
+/// root. Returns the rules every session receives by.
+fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
+    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("--root", e))?;
+    if !cfg.pull_only {
+        check_writable(&root, &cfg.root)?;
+    }
+    let state = std::fs::canonicalize(&cfg.state_dir).unwrap_or(cfg.state_dir.clone());
+    let root_path = std::fs::canonicalize(&cfg.root).unwrap_or(cfg.root.clone());
+    if state.starts_with(&root_path) {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!(
+                "--state-dir {}: is beneath the root {}, where key holders could read the secret; put it elsewhere (default /var/lib/urmove)",
+                cfg.state_dir.display(),
+                cfg.root.display()
+            ),
+        ));
+    }
+    let secret = super::secret::Secret::load_or_create(&cfg.state_dir)
+        .map_err(|e| SessionError::io("--state-dir", e))?;
+    Ok(Rules {
+        secret,
+        keep_setid: cfg.keep_setid,
+        unsafe_links: cfg.unsafe_links,
+        claims: Arc::default(),
+    })
+}
+
+/// Whether the daemon can create files in its root: a probe file (under a
+/// reserved name no key holder can reach) is made and removed.
+fn check_writable(root: &Root, path: &std::path::Path) -> Result<(), SessionError> {
+    let name = format!(".urmove-probe-{}{}", std::process::id(), super::PART_SUFFIX);
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    match root.open_file(&name, flags, 0o600) {
+        Ok(_) => {
+            let _ = root.unlink(&name);
+            Ok(())
+        }
+        Err(e) => Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!(
+                "--root {}: this daemon cannot create files there ({e}); make it writable for the daemon's user, or serve pulls only (--pull-only)",
+                path.display()
+            ),
+        )),
+    }
 }
 
 fn connection(
@@ -639,6 +758,27 @@ fn control_session(
         registry.stats.end(id);
         return r;
     }
+    if cfg.pull_only {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            "this daemon serves pulls only (pull_only): it takes no pushes",
+        ));
+    }
+    push_session(s, &req, &keys, cfg, registry, peer, log)
+}
+
+/// A push: the manifest, the files prepared beneath the root, what a resume
+/// holds (checked by the sender), then the data until every file is
+/// committed (or rejected, or skipped by the sender), then the summary.
+fn push_session(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
+) -> Result<(u64, u64), SessionError> {
     let dest = match req.path.as_str() {
         "" | "." => String::new(),
         p => {
@@ -647,33 +787,156 @@ fn control_session(
             p.to_string()
         }
     };
-    let entries = recv_manifest(s, cfg.limits.files)?;
-    let resume = req.has(REQ_RESUME).then(Resume::default);
-    let resume = match resume {
-        Some(mut r) if req.has(REQ_CHECKSUM) => {
-            r.digests = Some(recv_digests(s, entries.len())?);
-            Some(r)
-        }
-        r => r,
+    let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
+    let entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
+    memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
+    let resume = req.has(REQ_RESUME).then_some(Resume {
+        checksum: req.has(REQ_CHECKSUM),
+    });
+    let _claims = claim_names(registry, &dest, &entries)?;
+    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let mut beat = super::conn::Beat::new(s)?;
+    let mut incoming = Incoming::prepare(
+        root,
+        dest,
+        entries,
+        u64::from(req.block_size),
+        cfg.direct,
+        registry.rules.clone(),
+        resume,
+        &mut || beat.tick(),
+    )?;
+    if resume.is_some() {
+        Held::send(s, incoming.take_have())?;
+        let wrong = recv_verdict(s, incoming.entries.len())?;
+        incoming.apply_verdict(&wrong)?;
+    }
+    for (file_index, reason) in incoming.take_refused() {
+        let path = String::new();
+        let m = Message::Skipped {
+            file_index,
+            path,
+            reason,
+        };
+        send_msg(s, &m)?;
+    }
+    // Wait for the data streams, each proving it belongs here.
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    for (file_index, digest) in incoming.take_done_at_start() {
+        send_msg(s, &Message::FileAck { file_index, digest })?;
+    }
+    // Receive: frames into registered buffers, checked, written, committed
+    // on the sender's digest; a heartbeat while nothing else goes out.
+    let mut out = DaemonLanding {
+        progress: RecvProgress::new(
+            log,
+            &registry.stats,
+            peer,
+            cfg.interval,
+            Some(incoming.bytes_missing()),
+        ),
+        ctl: s.try_clone()?,
+        last_beat: Instant::now(),
+        stats: &registry.stats,
     };
-    // One session per file at a time: claim every file of the manifest.
+    let open = req
+        .has(REQ_ENCRYPT)
+        .then(|| (keys.clone(), SealDirection::ClientToServer));
+    let pace = Pace {
+        timeout: cfg.timeout,
+        min_rate_bytes_per_s: cfg.limits.min_rate_bytes_per_s,
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = super::conn::spawn_peer_reader(s, tx)?;
+    let received = incoming
+        .receive(
+            &streams,
+            req.block_size as usize,
+            pace,
+            &open,
+            &rx,
+            &mut out,
+        )
+        .and_then(|()| incoming.finish());
+    let summary = received.as_ref().map(|(files, bytes)| Message::Summary {
+        files: *files,
+        bytes: *bytes,
+        ok: true,
+    });
+    if let Ok(m) = &summary {
+        send_msg(s, m)?;
+    }
+    // The reader ends when its side of the connection does.
+    let _ = s.tcp().shutdown(std::net::Shutdown::Read);
+    let _ = reader.join();
+    received
+}
+
+/// What the receive loop of a push reports: `Net In` lines and metrics,
+/// an acknowledgement per file committed (or its rejection), heartbeats.
+struct DaemonLanding<'a> {
+    progress: RecvProgress<'a>,
+    ctl: Control,
+    last_beat: Instant,
+    stats: &'a DaemonStats,
+}
+
+impl super::landing::Landing for DaemonLanding<'_> {
+    fn progress(&mut self, bytes: u64) {
+        self.progress.add(bytes);
+    }
+
+    fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {
+        self.stats.files_received.fetch_add(1, Ordering::Relaxed);
+        send_msg(&mut self.ctl, &Message::FileAck { file_index, digest })
+    }
+
+    fn rejected(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {
+        send_msg(&mut self.ctl, &Message::FileRejected { file_index, digest })
+    }
+
+    fn tick(&mut self, streams: &[(u64, bool)]) -> Result<(), SessionError> {
+        if self.last_beat.elapsed() >= Duration::from_millis(500) {
+            self.last_beat = Instant::now();
+            let streams = streams.to_vec();
+            send_msg(&mut self.ctl, &Message::Alive { streams })?;
+        }
+        Ok(())
+    }
+}
+
+/// Registered memory of a manifest's per-block bitmaps (two bits a block).
+fn bitmap_bytes(entries: &[crate::protocol::manifest::Entry], block: u64) -> u64 {
+    entries
+        .iter()
+        .filter(|e| e.kind == crate::protocol::manifest::EntryKind::File)
+        .map(|e| e.size.div_ceil(block).div_ceil(64) * 16)
+        .fold(0, u64::saturating_add)
+}
+
+/// One session per file at a time: claim every file of the manifest by its
+/// final name (a session that just lost its sender may still be winding
+/// down: give it a few seconds before refusing).
+fn claim_names<'r>(
+    registry: &'r Registry,
+    dest: &str,
+    entries: &[crate::protocol::manifest::Entry],
+) -> Result<Claims<'r>, SessionError> {
     let names: Vec<String> = entries
         .iter()
         .filter(|e| e.kind == crate::protocol::manifest::EntryKind::File)
-        .map(|e| join(&dest, &e.path))
+        .map(|e| join(dest, &e.path))
         .collect();
-    // A session that just lost its sender may still be winding down: give
-    // it a few seconds before refusing.
     let claim_until = Instant::now() + CLAIM_WAIT;
-    let _claims = loop {
+    loop {
         let mut set = registry.claimed.lock().unwrap_or_else(|p| p.into_inner());
         match names.iter().find(|n| set.contains(*n)) {
             None => {
                 set.extend(names.iter().cloned());
-                break Claims {
+                return Ok(Claims {
                     set: &registry.claimed,
                     names,
-                };
+                });
             }
             Some(busy) if Instant::now() >= claim_until => {
                 return Err(SessionError::local(
@@ -686,73 +949,7 @@ fn control_session(
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-    };
-    let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
-    let mut beat = super::conn::Beat::new(s)?;
-    let mut incoming = Incoming::prepare(
-        root,
-        dest,
-        entries,
-        u64::from(req.block_size),
-        cfg.direct,
-        resume.as_ref(),
-        &mut || beat.tick(),
-    )?;
-    if resume.is_some() {
-        Held::send(s, incoming.take_have())?;
     }
-
-    // Wait for the data streams, each proving it belongs here.
-    let streams = collect_streams(s, registry, &keys, req.streams, cfg)?;
-    for (file_index, digest) in incoming.take_done_at_start() {
-        send_msg(s, &Message::FileAck { file_index, digest })?;
-    }
-    // Receive: frames into registered buffers, checked, written, acked;
-    // a heartbeat on the control connection while nothing else goes out.
-    let mut progress = RecvProgress::new(
-        log,
-        &registry.stats,
-        peer,
-        cfg.interval,
-        Some(incoming.bytes_missing()),
-    );
-    let mut beat = s.try_clone()?;
-    let mut last_beat = Instant::now();
-    let open = req
-        .has(REQ_ENCRYPT)
-        .then(|| (keys.clone(), SealDirection::ClientToServer));
-    incoming.receive(
-        &streams,
-        req.block_size as usize,
-        cfg.timeout,
-        &open,
-        &mut |b| progress.add(b),
-        &mut |file_index, digest| {
-            registry
-                .stats
-                .files_received
-                .fetch_add(1, Ordering::Relaxed);
-            send_msg(s, &Message::FileAck { file_index, digest })
-        },
-        &mut |streams: &[(u64, bool)]| {
-            if last_beat.elapsed() >= Duration::from_millis(500) {
-                last_beat = Instant::now();
-                let streams = streams.to_vec();
-                send_msg(&mut beat, &Message::Alive { streams })?;
-            }
-            Ok(())
-        },
-    )?;
-    let (file_count, bytes) = incoming.finish()?;
-    send_msg(
-        s,
-        &Message::Summary {
-            files: file_count,
-            bytes,
-            ok: true,
-        },
-    )?;
-    Ok((file_count, bytes))
 }
 
 /// Register the session, say Ready, and wait for its data streams, each of
@@ -818,8 +1015,8 @@ fn daemon_push_params(
     req: &crate::protocol::control::SessionRequest,
     keys: &SessionKeys,
     cfg: &RecvConfig,
-) -> super::send::PushParams {
-    super::send::PushParams {
+) -> super::source::PushParams {
+    super::source::PushParams {
         block_size: req.block_size,
         zerocopy: crate::datapath::net::ZeroCopy::Auto,
         rate_limit_bytes_per_s: None,
@@ -831,8 +1028,9 @@ fn daemon_push_params(
 }
 
 /// `urmove pull` on the daemon's side: walk the requested paths beneath the
-/// root, send their manifest, then their data on the client's streams, then
-/// each file's digest and a summary.
+/// root, send their manifest, check what the client holds (resume), then
+/// send the data on the client's streams, each file's digest as it is read
+/// through, and a summary.
 fn pull_session(
     s: &mut Control,
     req: &crate::protocol::control::SessionRequest,
@@ -840,51 +1038,53 @@ fn pull_session(
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{open_source_beneath, push_data, send_content_digests, send_manifest};
+    use super::source::{open_source_beneath, push_data, ControlAnnounce};
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let tree = super::tree::scan_beneath(&root, &paths)?;
-    send_manifest(s, &tree.entries)?;
+    let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
+    memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
+    super::send::send_manifest(s, &tree.entries)?;
     let block = u64::from(req.block_size);
-    if req.has(REQ_CHECKSUM) {
-        let open = |i: usize| {
-            open_source_beneath(&root, &tree.sources[i], crate::datapath::DirectMode::Off)
+    let mut held = Held::default();
+    if req.has(REQ_RESUME) {
+        held = Held::receive(s, &tree.entries, block)?;
+        let local = |i: usize| {
+            open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off)
                 .map(|(f, _)| f)
         };
-        send_content_digests(s, &tree, block, &open)?;
+        held.verify(s, &tree, block, &local)?;
     }
-    let held = if req.has(REQ_RESUME) {
-        Held::receive(s, &tree.entries, block)?
-    } else {
-        Held::default()
-    };
+    for (file_index, path, reason) in tree.skipped_refs() {
+        let m = Message::Skipped {
+            file_index,
+            path,
+            reason,
+        };
+        send_msg(s, &m)?;
+    }
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let params = daemon_push_params(req, keys, cfg);
-    let open = |i: usize| open_source_beneath(&root, &tree.sources[i], cfg.direct);
+    let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
+    let mut announce = ControlAnnounce::new(s)?;
     let pushed = push_data(
-        &params, &tree, &held, None, &open, &streams, &counters, &stop,
+        &params,
+        &tree,
+        &held,
+        None,
+        &open,
+        &streams,
+        &counters,
+        &stop,
+        &mut announce,
     )?;
-    let digests = pushed.digests;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
     }
-    for (i, e) in tree.entries.iter().enumerate() {
-        if e.kind == crate::protocol::manifest::EntryKind::File
-            && !held.complete.contains_key(&(i as u32))
-        {
-            send_msg(
-                s,
-                &Message::FileAck {
-                    file_index: i as u32,
-                    digest: digests[i],
-                },
-            )?;
-        }
-    }
     let bytes = counters.snapshot().0;
-    let files = tree.file_count() as u64;
+    let files = (tree.file_count() - pushed.skipped.len()) as u64;
     registry
         .stats
         .bytes_sent

@@ -1,11 +1,8 @@
 //! `urmove send`: push files and trees to a `urmove recv` daemon over one
 //! control connection and N parallel data streams.
 
-use std::collections::HashMap;
-use std::fs::File;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,12 +13,10 @@ use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, HaveItem, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX,
-    REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
+    Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX, REQ_CHECKSUM,
+    REQ_ENCRYPT, REQ_RESUME,
 };
-use crate::protocol::frame::{
-    digest_add, hole_checksum, FrameHeader, FLAG_UNCHECKED, FRAME_HEADER_LEN,
-};
+use crate::protocol::frame::{FrameHeader, FLAG_UNCHECKED};
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
 use crate::protocol::seal::Direction as SealDirection;
 
@@ -31,7 +26,8 @@ pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg, Control};
-use super::tree::{scan, Tree};
+use super::source::{open_source, push_data, Acks, ControlAnnounce, Held, PushParams};
+use super::tree::{scan, Skipped, Tree};
 use super::SessionError;
 
 /// Everything `send` needs, resolved from the command line.
@@ -60,6 +56,8 @@ pub struct SendConfig {
     pub encrypt: bool,
     /// A peer silent (or a stream stalled) this long ends the session.
     pub timeout: Duration,
+    /// Where this side keeps its secret for the resume state of pulls.
+    pub state_dir: PathBuf,
 }
 
 impl SendConfig {
@@ -85,6 +83,7 @@ impl SendConfig {
             checksum: false,
             encrypt: false,
             timeout: Duration::from_secs(60),
+            state_dir: super::secret::default_state_dir(),
         }
     }
 
@@ -101,42 +100,6 @@ impl SendConfig {
             f |= REQ_ENCRYPT;
         }
         f
-    }
-}
-
-/// Keeps the bytes sent under `rate * elapsed`.
-struct Pacer {
-    rate: Option<f64>,
-    start: Instant,
-    sent: u64,
-}
-
-impl Pacer {
-    fn new(rate: Option<f64>) -> Self {
-        Pacer {
-            rate,
-            start: Instant::now(),
-            sent: 0,
-        }
-    }
-
-    /// How long until `bytes` more may go out (None: now).
-    fn delay(&self, bytes: u64) -> Option<Duration> {
-        let rate = self.rate?;
-        let due = (self.sent + bytes) as f64 / rate;
-        let now = self.start.elapsed().as_secs_f64();
-        (due > now).then(|| Duration::from_secs_f64(due - now))
-    }
-
-    /// Wait until `bytes` more may go out, keeping `tx` moving meanwhile
-    /// (frames already admitted go out while this waits).
-    fn admit(&mut self, bytes: u64, tx: &mut NetSender) -> Result<(), SessionError> {
-        while let Some(d) = self.delay(bytes) {
-            tx.poll(false)?;
-            std::thread::sleep(d.min(Duration::from_millis(5)));
-        }
-        self.sent += bytes;
-        Ok(())
     }
 }
 
@@ -180,6 +143,9 @@ pub struct SendReport {
     pub bytes_skipped: u64,
     pub files: u64,
     pub files_verified: u64,
+    /// Entries that could not be moved (and why); the rest was verified.
+    pub files_skipped: u64,
+    pub skipped: Vec<Skipped>,
     pub elapsed_s: f64,
     pub rate_bits_per_s: f64,
     pub interval_rate_min_bits_per_s: f64,
@@ -204,6 +170,33 @@ impl SendReport {
             e.code().name()
         };
         self.error = Some(e.to_string());
+    }
+
+    /// Note entries skipped by either side: (entry, path when the entry
+    /// is not in the manifest, why).
+    pub(crate) fn skip(&mut self, entries: &[crate::protocol::manifest::Entry], list: &[Refused]) {
+        for (i, path, why) in list {
+            let path = match entries.get(*i as usize) {
+                Some(e) => e.path.clone(),
+                None => path.clone(),
+            };
+            let is_file = entries
+                .get(*i as usize)
+                .is_some_and(|e| e.kind == EntryKind::File);
+            self.files_skipped += u64::from(is_file);
+            self.skipped.push(Skipped {
+                path,
+                reason: why.clone(),
+            });
+        }
+    }
+
+    /// A run that verified everything it could but skipped some entries
+    /// (files or not) is `partial`.
+    pub(crate) fn settle_status(&mut self) {
+        if self.status == "ok" && !self.skipped.is_empty() {
+            self.status = "partial";
+        }
     }
 
     /// End the run now: the time (and so the rate) covers the data and the
@@ -265,7 +258,7 @@ pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
     between: &mut dyn FnMut(&mut Control) -> Result<(), SessionError>,
-) -> Result<(Control, Vec<TcpStream>, SessionKeys), SessionError> {
+) -> Result<Opened, SessionError> {
     let mut ctl = Control::new(connect(cfg)?);
     ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
@@ -291,11 +284,18 @@ pub(crate) fn open_session(
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
     between(&mut ctl)?;
+    let mut refused = Vec::new();
     loop {
         match recv_msg(&mut ctl)? {
             Message::Ready => break,
             // The receiver is still preparing (a large manifest).
             Message::Alive { .. } => {}
+            // An entry the receiver will not create (its link policy).
+            Message::Skipped {
+                file_index,
+                path,
+                reason,
+            } => refused.push((file_index, path, reason)),
             _ => {
                 return Err(SessionError::Protocol(
                     "expected the receiver to be ready".into(),
@@ -320,8 +320,15 @@ pub(crate) fn open_session(
         )?;
         streams.push(hello.into_tcp());
     }
-    Ok((ctl, streams, keys))
+    Ok((ctl, streams, keys, refused))
 }
+
+/// A session ready for data: the control connection, the data streams,
+/// the keys, and the entries the receiver said it will not create.
+pub(crate) type Opened = (Control, Vec<TcpStream>, SessionKeys, Vec<Refused>);
+
+/// An entry the other side will not move: (entry or `UNLISTED`, path, why).
+pub(crate) type Refused = (u32, String, String);
 
 /// Run `data` on its own thread while this one samples its counters and
 /// prints interval lines; then end the data streams.
@@ -383,6 +390,8 @@ pub(crate) fn drive<T: Send>(
         bytes_skipped: 0,
         files: 0,
         files_verified: 0,
+        files_skipped: 0,
+        skipped: Vec::new(),
         elapsed_s: secs,
         rate_bits_per_s: bytes as f64 * 8.0 / secs,
         interval_rate_min_bits_per_s: tracker.min_full_rate().unwrap_or(bytes as f64 / secs) * 8.0,
@@ -429,17 +438,13 @@ pub fn run_send(
     };
     let block = u64::from(cfg.block_size);
     let mut held = Held::default();
-    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |ctl| {
+    let local =
+        |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
+    let (mut ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl| {
         send_manifest(ctl, &tree.entries)?;
-        if cfg.checksum {
-            let open = |i: usize| {
-                File::open(&tree.sources[i])
-                    .map_err(|e| SessionError::io(tree.sources[i].display().to_string(), e))
-            };
-            send_content_digests(ctl, &tree, block, &open)?;
-        }
         if cfg.resume || cfg.checksum {
             held = Held::receive(ctl, &tree.entries, block)?;
+            held.verify(ctl, &tree, block, &local)?;
         }
         Ok(())
     })?;
@@ -447,39 +452,23 @@ pub fn run_send(
         seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
         ..push_params(cfg)
     };
-    let open = |i: usize| open_source(&tree.sources[i], cfg.direct);
+    let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
     if cfg.resume || cfg.checksum {
         obs.info(&format!(
-            "resuming: {} files complete, {} partly there; {} bytes to send",
+            "resuming: {} files complete (checked against the sources), {} partly there; {} bytes to send",
             held.complete.len(),
             held.partial.len(),
             tree.file_bytes().saturating_sub(skipped)
         ));
     }
-    let files_done = Arc::new(AtomicU64::new(held.complete.len() as u64));
-    obs.files(Arc::clone(&files_done), tree.file_count() as u64);
-    // Entries needing no acknowledgement (not files, or complete) start set.
-    let acks_state = Acks {
-        acked: tree
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                AtomicBool::new(
-                    e.kind != EntryKind::File || held.complete.contains_key(&(i as u32)),
-                )
-            })
-            .collect(),
-        files_done,
-        ended: AtomicBool::new(false),
-        received: (0..cfg.streams).map(|_| AtomicU64::new(0)).collect(),
-        waiting: (0..cfg.streams).map(|_| AtomicBool::new(false)).collect(),
-    };
+    let acks_state = Acks::new(&tree, &held, cfg.streams, &refused);
+    obs.files(Arc::clone(&acks_state.files_done), tree.file_count() as u64);
     // Acknowledgements are read while the data flows: a receiver that
     // finishes many files must never block on a full control socket.
     let mut reader = ctl.try_clone()?;
     reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
+    let mut announce = ControlAnnounce::new(&ctl)?;
     let (data, mut report, acks) = std::thread::scope(|scope| {
         let acked = &acks_state;
         let acks = scope.spawn(move || {
@@ -503,6 +492,7 @@ pub fn run_send(
                     &streams,
                     counters,
                     stop,
+                    &mut announce,
                 )
             },
         );
@@ -526,6 +516,8 @@ pub fn run_send(
     });
     report.files = tree.file_count() as u64;
     report.bytes_skipped = skipped;
+    report.skip(&tree.entries, &tree.skipped_refs());
+    report.skip(&tree.entries, &refused);
     let digests = match data {
         Ok(pushed) => {
             note_zero_copy(&mut report, &pushed.stats, obs);
@@ -535,6 +527,12 @@ pub fn run_send(
                 ));
             }
             report.frames_resent = pushed.resent;
+            let skipped: Vec<Refused> = pushed
+                .skipped
+                .iter()
+                .map(|(i, why)| (*i, String::new(), why.clone()))
+                .collect();
+            report.skip(&tree.entries, &skipped);
             pushed.digests
         }
         Err(e) => {
@@ -577,7 +575,7 @@ pub fn run_bench_net(
         flags: cfg.flags() & REQ_ENCRYPT,
         path: String::new(),
     };
-    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
     let params = PushParams {
         seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
         ..push_params(cfg)
@@ -614,7 +612,7 @@ fn run_bench_net_reverse(
         flags: cfg.flags() & REQ_ENCRYPT,
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
-    let (mut ctl, streams, keys) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
         discard_frames(&streams, cfg.block_size as usize, &open, &mut |b| {
@@ -765,11 +763,19 @@ pub(crate) fn bench_data(
     Ok(tx.stats())
 }
 
-/// Read acknowledgements until the receiver's summary: (entry, digest).
-/// Each acknowledged entry is marked in `acked` (its frames need not be
-/// kept for re-sending); heartbeats only show the receiver is alive.
-fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Vec<(u32, u64)>, SessionError> {
-    let mut acks = Vec::new();
+/// What the receiver said of the files: (entry, its digest) of each it
+/// committed, and of each it rejected.
+#[derive(Debug, Default)]
+struct Receipts {
+    acks: Vec<(u32, u64)>,
+    rejected: Vec<(u32, u64)>,
+}
+
+/// Read acknowledgements until the receiver's summary. Each acknowledged
+/// (or rejected) entry is marked in `state` (its frames need not be kept
+/// for re-sending); heartbeats only show the receiver is alive.
+fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> {
+    let mut got = Receipts::default();
     loop {
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
@@ -778,7 +784,11 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Vec<(u32, u64)>, Session
                         state.files_done.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                acks.push((file_index, digest))
+                got.acks.push((file_index, digest))
+            }
+            Message::FileRejected { file_index, digest } => {
+                state.settle(file_index);
+                got.rejected.push((file_index, digest));
             }
             Message::Alive { streams } => {
                 for ((at, w), (bytes, waiting)) in
@@ -788,7 +798,7 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Vec<(u32, u64)>, Session
                     w.store(waiting, Ordering::Relaxed);
                 }
             }
-            Message::Summary { ok: true, .. } => return Ok(acks),
+            Message::Summary { ok: true, .. } => return Ok(got),
             Message::Summary { .. } => {
                 return Err(SessionError::local(
                     ErrorCode::Io,
@@ -804,22 +814,23 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Vec<(u32, u64)>, Session
     }
 }
 
-/// Every file acknowledged once, each with the digest we computed.
+/// Every file not skipped acknowledged once, each with the digest we
+/// computed of its source: only then is it counted verified.
 fn check_acks(
     tree: &Tree,
     digests: &[u64],
     held: &Held,
-    acks: &[(u32, u64)],
+    got: &Receipts,
     report: &mut SendReport,
 ) -> Result<(), SessionError> {
     let mut acked = vec![false; tree.entries.len()];
-    // Files complete before the session count as verified (size, mtime and
-    // stored digest, or content with --checksum, matched on the receiver).
+    // Files complete before the session count as verified: their digest
+    // on the receiver equalled this side's digest of the source.
     for &i in held.complete.keys() {
         acked[i as usize] = true;
         report.files_verified += 1;
     }
-    for &(file_index, digest) in acks {
+    for &(file_index, digest) in &got.acks {
         let i = file_index as usize;
         if i >= tree.entries.len() || tree.entries[i].kind != EntryKind::File || acked[i] {
             return Err(SessionError::Protocol(format!(
@@ -838,7 +849,20 @@ fn check_acks(
         acked[i] = true;
         report.files_verified += 1;
     }
-    if report.files_verified != report.files {
+    if let Some(&(i, _)) = got.rejected.first() {
+        let name = tree
+            .entries
+            .get(i as usize)
+            .map_or("?", |e| e.path.as_str());
+        return Err(SessionError::local(
+            ErrorCode::Io,
+            format!(
+                "{} files arrived different from their sources and were not committed (first: {name}); altered on the path or on the receiver: send again, with --encrypt on untrusted paths",
+                got.rejected.len()
+            ),
+        ));
+    }
+    if report.files_verified + report.files_skipped != report.files {
         return Err(SessionError::local(
             ErrorCode::Io,
             format!(
@@ -847,60 +871,12 @@ fn check_acks(
             ),
         ));
     }
+    report.settle_status();
     Ok(())
 }
 
 fn set_sock_buf(s: &TcpStream, bytes: usize) {
     sys::set_send_buffer(s.as_raw_fd(), bytes);
-}
-
-/// Whether `[offset, offset + len)` of `file` holds no data at all.
-fn is_hole(file: &File, offset: u64, len: u64) -> bool {
-    match sys::seek_data(file, offset) {
-        Ok(Some(data)) => data >= offset + len,
-        Ok(None) => true,
-        Err(_) => false,
-    }
-}
-
-/// Open a root-relative source beneath `root` (the daemon serving a pull).
-pub(crate) fn open_source_beneath(
-    root: &crate::datapath::beneath::Root,
-    rel: &std::path::Path,
-    direct: DirectMode,
-) -> Result<(File, bool), SessionError> {
-    let rel = rel.to_str().expect("root-relative sources are UTF-8");
-    if direct != DirectMode::Off {
-        match root.open_file(rel, libc::O_RDONLY | libc::O_DIRECT, 0) {
-            Ok(f) => return Ok((f, true)),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
-            Err(e) => return Err(SessionError::io(rel.to_string(), e)),
-        }
-    }
-    let f = root
-        .open_file(rel, libc::O_RDONLY, 0)
-        .map_err(|e| SessionError::io(rel.to_string(), e))?;
-    Ok((f, false))
-}
-
-pub(crate) fn open_source(
-    path: &std::path::Path,
-    direct: DirectMode,
-) -> Result<(File, bool), SessionError> {
-    let ctx = || path.display().to_string();
-    if direct != DirectMode::Off {
-        match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-        {
-            Ok(f) => return Ok((f, true)),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
-            Err(e) => return Err(SessionError::io(ctx(), e)),
-        }
-    }
-    let f = File::open(path).map_err(|e| SessionError::io(ctx(), e))?;
-    Ok((f, false))
 }
 
 fn push_params(cfg: &SendConfig) -> PushParams {
@@ -910,983 +886,5 @@ fn push_params(cfg: &SendConfig) -> PushParams {
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
         timeout: cfg.timeout,
         seal: None,
-    }
-}
-
-/// Each file's content digest (`--checksum`), read from the sources and
-/// sent as they come (a part at least every second, heartbeats while one
-/// large file is read), then their end.
-pub(crate) fn send_content_digests(
-    ctl: &mut Control,
-    tree: &Tree,
-    block: u64,
-    open: &dyn Fn(usize) -> Result<File, SessionError>,
-) -> Result<(), SessionError> {
-    use crate::protocol::control::LIST_PART_ITEMS_MAX;
-    let mut beat = super::conn::Beat::new(ctl)?;
-    let mut part = Vec::new();
-    let mut last = Instant::now();
-    for (i, e) in tree.entries.iter().enumerate() {
-        if e.kind != EntryKind::File {
-            continue;
-        }
-        let f = open(i)?;
-        let d = super::journal::content_digest(&f, e.size, block, &mut || beat.tick())
-            .map_err(|err| SessionError::io(tree.sources[i].display().to_string(), err))?;
-        part.push((i as u32, d));
-        if part.len() >= LIST_PART_ITEMS_MAX as usize || last.elapsed() >= Duration::from_secs(1) {
-            send_msg(ctl, &Message::Digests(std::mem::take(&mut part)))?;
-            last = Instant::now();
-        }
-    }
-    if !part.is_empty() {
-        send_msg(ctl, &Message::Digests(part))?;
-    }
-    send_msg(ctl, &Message::DigestsEnd)
-}
-
-/// Take content digests until their end, at most one per manifest entry.
-pub(crate) fn recv_digests(
-    ctl: &mut Control,
-    entries: usize,
-) -> Result<HashMap<u32, u64>, SessionError> {
-    let mut out = HashMap::new();
-    loop {
-        match recv_msg(ctl)? {
-            Message::Digests(part) => {
-                for (i, d) in part {
-                    if i as usize >= entries || out.insert(i, d).is_some() {
-                        return Err(SessionError::local(
-                            ErrorCode::Malformed,
-                            format!("a content digest for entry {i}, unknown or twice"),
-                        ));
-                    }
-                }
-            }
-            Message::DigestsEnd => return Ok(out),
-            Message::Alive { .. } => {}
-            _ => {
-                return Err(SessionError::local(
-                    ErrorCode::Malformed,
-                    "expected content digests",
-                ))
-            }
-        }
-    }
-}
-
-/// How the sending side reads and paces.
-pub(crate) struct PushParams {
-    pub(crate) block_size: u32,
-    pub(crate) zerocopy: ZeroCopy,
-    pub(crate) rate_limit_bytes_per_s: Option<f64>,
-    /// A stream stalled for half of this is given up; no stream moving for
-    /// all of it ends the session.
-    pub(crate) timeout: Duration,
-    /// Seal every frame with these keys.
-    pub(crate) seal: Sealing,
-}
-
-/// What the receiver holds already (it said so when the session resumed).
-#[derive(Debug, Default)]
-pub(crate) struct Held {
-    /// Files complete under their final names: entry -> digest.
-    pub(crate) complete: HashMap<u32, u64>,
-    /// Files partly there: entry -> (digest of the blocks held, block ranges).
-    pub(crate) partial: HashMap<u32, (u64, Vec<(u64, u64)>)>,
-}
-
-impl Held {
-    /// Payload bytes the receiver needs no more.
-    pub(crate) fn bytes(&self, tree: &Tree, block: u64) -> u64 {
-        let complete: u64 = self
-            .complete
-            .keys()
-            .map(|&i| tree.entries[i as usize].size)
-            .sum();
-        let partial: u64 = self
-            .partial
-            .iter()
-            .map(|(&i, (_, ranges))| {
-                let size = tree.entries[i as usize].size;
-                ranges
-                    .iter()
-                    .flat_map(|&(first, count)| first..first + count)
-                    .map(|b| (size - b * block).min(block))
-                    .sum::<u64>()
-            })
-            .sum();
-        complete + partial
-    }
-
-    /// Take `Have` parts until their end, each checked against the manifest.
-    pub(crate) fn receive(
-        ctl: &mut Control,
-        tree_entries: &[crate::protocol::manifest::Entry],
-        block: u64,
-    ) -> Result<Held, SessionError> {
-        let mut held = Held::default();
-        loop {
-            let items = match recv_msg(ctl)? {
-                Message::Have(items) => items,
-                Message::HaveEnd => return Ok(held),
-                Message::Alive { .. } => continue,
-                _ => {
-                    return Err(SessionError::Protocol(
-                        "expected what the receiver holds".into(),
-                    ))
-                }
-            };
-            for it in items {
-                let i = it.file_index();
-                let e = tree_entries
-                    .get(i as usize)
-                    .filter(|e| e.kind == EntryKind::File)
-                    .ok_or_else(|| {
-                        SessionError::Protocol(format!("the receiver holds unknown entry {i}"))
-                    })?;
-                match it {
-                    HaveItem::Complete { digest, .. } => {
-                        if held.partial.contains_key(&i) {
-                            return Err(SessionError::Protocol(format!(
-                                "the receiver holds entry {i} both complete and in part"
-                            )));
-                        }
-                        held.complete.insert(i, digest);
-                    }
-                    HaveItem::Partial { digest, ranges, .. } => {
-                        let blocks = e.size.div_ceil(block);
-                        if ranges.iter().any(|&(f, c)| f + c > blocks) {
-                            return Err(SessionError::Protocol(format!(
-                                "the receiver holds blocks past the end of entry {i}"
-                            )));
-                        }
-                        let slot = held.partial.entry(i).or_insert((digest, Vec::new()));
-                        slot.1.extend(ranges);
-                        // Sorted, not overlapping, within the file: what a
-                        // file holds is never more than its blocks.
-                        slot.1.sort_unstable();
-                        if slot.1.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
-                            || held.complete.contains_key(&i)
-                        {
-                            return Err(SessionError::Protocol(format!(
-                                "the receiver holds overlapping blocks of entry {i}"
-                            )));
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Tell the sender what is held, in parts within the message limits.
-    pub(crate) fn send(ctl: &mut Control, items: Vec<HaveItem>) -> Result<(), SessionError> {
-        use crate::protocol::control::{HAVE_PART_RANGES_MAX, LIST_PART_ITEMS_MAX};
-        let mut part: Vec<HaveItem> = Vec::new();
-        let mut ranges_in_part = 0u32;
-        let mut flush = |part: &mut Vec<HaveItem>, n: &mut u32| -> Result<(), SessionError> {
-            if !part.is_empty() {
-                send_msg(ctl, &Message::Have(std::mem::take(part)))?;
-            }
-            *n = 0;
-            Ok(())
-        };
-        for it in items {
-            let pieces = match it {
-                HaveItem::Partial {
-                    file_index,
-                    digest,
-                    ranges,
-                } => ranges
-                    .chunks(HAVE_PART_RANGES_MAX as usize / 2)
-                    .map(|c| HaveItem::Partial {
-                        file_index,
-                        digest,
-                        ranges: c.to_vec(),
-                    })
-                    .collect(),
-                c => vec![c],
-            };
-            for piece in pieces {
-                let n = match &piece {
-                    HaveItem::Partial { ranges, .. } => ranges.len() as u32,
-                    HaveItem::Complete { .. } => 0,
-                };
-                if part.len() as u32 >= LIST_PART_ITEMS_MAX
-                    || ranges_in_part + n > HAVE_PART_RANGES_MAX
-                {
-                    flush(&mut part, &mut ranges_in_part)?;
-                }
-                ranges_in_part += n;
-                part.push(piece);
-            }
-        }
-        flush(&mut part, &mut ranges_in_part)?;
-        send_msg(ctl, &Message::HaveEnd)
-    }
-}
-
-/// Opens entry `i`'s source: (file, whether O_DIRECT is in force).
-pub(crate) type Opener<'a> = dyn Fn(usize) -> Result<(File, bool), SessionError> + Sync + 'a;
-
-/// What a push did.
-pub(crate) struct Pushed {
-    /// Each entry's digest (blocks held by the receiver included).
-    pub(crate) digests: Vec<u64>,
-    pub(crate) stats: SendStats,
-    /// Streams given up, with why.
-    pub(crate) lost: Vec<String>,
-    /// Frames sent again after their stream was lost.
-    pub(crate) resent: u64,
-}
-
-/// What was done about lost streams.
-#[derive(Debug, Default)]
-struct Repair {
-    /// Streams given up, with why.
-    lost: Vec<String>,
-    /// Frames sent again.
-    resent: u64,
-}
-
-/// A frame sent on a stream, remembered until its file is acknowledged so
-/// it can go again if the stream is lost.
-#[derive(Debug, Clone, Copy)]
-struct Sent {
-    entry: u32,
-    offset: u64,
-    len: u32,
-    checksum: u64,
-    hole: bool,
-    /// Where the frame ends in its stream's bytes: once the receiver says
-    /// it took this many, the frame arrived.
-    end: u64,
-}
-
-/// Frames remembered over all streams, at most (beyond, a lost stream
-/// cannot be made good and ends the session): about 200 MiB.
-const SENT_RECORDS_MAX: usize = 1 << 22;
-
-/// Frames each stream carried, for re-sending when a stream is lost.
-struct Ledger<'a> {
-    sent: Vec<Vec<Sent>>,
-    prune_at: Vec<usize>,
-    /// Records were dropped past the bound: this stream cannot be re-sent.
-    overflowed: Vec<bool>,
-    acked: Option<&'a Acks>,
-    /// Bytes queued on each stream so far (headers, payloads, tags).
-    queued: Vec<u64>,
-    /// Frames carry a tag.
-    sealed: bool,
-    total: usize,
-}
-
-/// Which files the receiver acknowledged, shared with the reader of its
-/// acknowledgements.
-pub(crate) struct Acks {
-    pub(crate) acked: Vec<AtomicBool>,
-    /// Files acknowledged or complete before the run, for progress.
-    pub(crate) files_done: Arc<AtomicU64>,
-    /// The reader stopped (summary, error or silence): wait no more.
-    pub(crate) ended: AtomicBool,
-    /// Bytes each data stream delivered, as the receiver last said.
-    pub(crate) received: Vec<AtomicU64>,
-    /// Whether the receiver last said a receive waits on each stream.
-    pub(crate) waiting: Vec<AtomicBool>,
-}
-
-impl Acks {
-    fn has(&self, entry: u32) -> bool {
-        self.acked[entry as usize].load(Ordering::Relaxed)
-    }
-
-    fn all(&self) -> bool {
-        self.acked.iter().all(|a| a.load(Ordering::Relaxed))
-    }
-
-    fn received_by(&self, stream: u32) -> u64 {
-        self.received
-            .get(stream as usize)
-            .map_or(0, |a| a.load(Ordering::Relaxed))
-    }
-
-    fn waiting_on(&self, stream: u32) -> bool {
-        self.waiting
-            .get(stream as usize)
-            .is_some_and(|a| a.load(Ordering::Relaxed))
-    }
-}
-
-impl Ledger<'_> {
-    fn record(&mut self, stream: u32, mut s: Sent) {
-        let st = stream as usize;
-        let payload = if s.hole { 0 } else { u64::from(s.len) };
-        let tag = if self.sealed {
-            crate::protocol::seal::TAG_LEN as u64
-        } else {
-            0
-        };
-        self.queued[st] += FRAME_HEADER_LEN as u64 + payload + tag;
-        s.end = self.queued[st];
-        if self.sent[st].len() >= self.prune_at[st] {
-            // Forget what arrived (the receiver said so) or whose file is
-            // acknowledged.
-            if let Some(acks) = self.acked {
-                let arrived = acks.received_by(stream);
-                let before = self.sent[st].len();
-                self.sent[st].retain(|r| r.end > arrived && !acks.has(r.entry));
-                self.total -= before - self.sent[st].len();
-            }
-            self.prune_at[st] = (self.sent[st].len() * 2).max(4096);
-        }
-        if self.total >= SENT_RECORDS_MAX {
-            self.overflowed[st] = true;
-            return;
-        }
-        self.total += 1;
-        self.sent[st].push(s);
-    }
-
-    /// Whether record `r` of `stream` still has to go again.
-    fn undelivered(&self, stream: u32, r: &Sent) -> bool {
-        self.acked
-            .is_none_or(|a| !a.has(r.entry) && r.end > a.received_by(stream))
-    }
-}
-
-/// The next stream still taking frames, round-robin from `*next`.
-fn pick(tx: &NetSender, next: &mut u32, n: u32) -> u32 {
-    for _ in 0..n {
-        let s = *next;
-        *next = (*next + 1) % n;
-        if tx.is_live(s) {
-            return s;
-        }
-    }
-    // None live: the caller sees that from the lost streams.
-    *next
-}
-
-/// Read every file block by block into frame buffers and queue the frames
-/// round-robin on the streams, skipping what the receiver `held` already.
-/// A stream that fails or stalls is given up and what it carried (of files
-/// not yet `acked`) goes again on the others.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn push_data(
-    params: &PushParams,
-    tree: &Tree,
-    held: &Held,
-    acked: Option<&Acks>,
-    open: &Opener<'_>,
-    streams: &[TcpStream],
-    counters: &WorkerCounters,
-    stop: &AtomicBool,
-) -> Result<Pushed, SessionError> {
-    let cfg = params;
-    let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    let n_streams = fds.len() as u32;
-    // Buffers wait in the disk read, then in the socket: room for both.
-    let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 4)?;
-    let mut tx = NetSender::with_file_slots(
-        &fds,
-        bufs,
-        cfg.block_size as usize,
-        cfg.zerocopy,
-        READ_FILE_SLOTS,
-    )?;
-    tx.set_stall_limit(cfg.timeout);
-    tx.publish_stream_bytes(counters.streams());
-    if let Some((keys, dir)) = &cfg.seal {
-        tx.seal_with(keys, *dir);
-    }
-    let mut digests = vec![0u64; tree.entries.len()];
-    for (&i, (digest, _)) in &held.partial {
-        digests[i as usize] = *digest;
-    }
-    let block = u64::from(cfg.block_size);
-    let mut next_stream = 0u32;
-    let mut pacer = Pacer::new(cfg.rate_limit_bytes_per_s);
-    let mut ledger = Ledger {
-        sent: vec![Vec::new(); fds.len()],
-        prune_at: vec![4096; fds.len()],
-        overflowed: vec![false; fds.len()],
-        acked,
-        queued: vec![0; fds.len()],
-        sealed: cfg.seal.is_some(),
-        total: 0,
-    };
-    let mut repair = Repair::default();
-    // Reads in flight, by token: (entry, offset, payload bytes, open-file index).
-    let reads_max = (bufs / 2).max(1);
-    let mut reads: Vec<Option<(usize, u64, usize, usize)>> = vec![None; reads_max];
-    let mut free_tokens: Vec<u32> = (0..reads_max as u32).rev().collect();
-    let mut open_files: Vec<Source> = Vec::new();
-    let mut files = tree
-        .entries
-        .iter()
-        .enumerate()
-        .filter(|(i, e)| {
-            e.kind == EntryKind::File && e.size > 0 && !held.complete.contains_key(&(*i as u32))
-        })
-        .map(|(i, _)| i);
-    let mut current: Option<usize> = None; // index into open_files
-    let name = |i: usize| tree.sources[i].display().to_string();
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return Err(SessionError::local(ErrorCode::Io, "interrupted"));
-        }
-        // Issue reads while buffers and tokens last.
-        while !free_tokens.is_empty() {
-            let cur = match current {
-                Some(c) if open_files[c].next < open_files[c].size => c,
-                _ => {
-                    let Some(i) = files.next() else { break };
-                    let (file, direct) = open(i)?;
-                    let sparse = file.metadata().is_ok_and(|m| {
-                        use std::os::unix::fs::MetadataExt;
-                        m.blocks() * 512 < m.len()
-                    });
-                    let slot = tx.attach_file(file.as_raw_fd())?;
-                    let mut skip = held
-                        .partial
-                        .get(&(i as u32))
-                        .map(|(_, r)| r.clone())
-                        .unwrap_or_default();
-                    skip.sort_unstable();
-                    open_files.push(Source {
-                        entry: i,
-                        file,
-                        direct,
-                        sparse,
-                        slot,
-                        size: tree.entries[i].size,
-                        next: 0,
-                        reads: 0,
-                        skip,
-                    });
-                    current = Some(open_files.len() - 1);
-                    open_files.len() - 1
-                }
-            };
-            let src = &mut open_files[cur];
-            src.skip_held(block);
-            if src.next >= src.size {
-                continue;
-            }
-            // Paced: reads already issued go out before waiting for more.
-            let next_len = (src.size - src.next).min(block);
-            if free_tokens.len() < reads_max && pacer.delay(next_len).is_some() {
-                break;
-            }
-            let Some(mut lease) = tx.take_buffer() else {
-                break;
-            };
-            let (i, offset) = (src.entry, src.next);
-            let n = (src.size - offset).min(block) as usize;
-            src.next += n as u64;
-            if src.sparse && is_hole(&src.file, offset, n as u64) {
-                if offset + n as u64 == src.size {
-                    if let Err(e) = check_unchanged(&src.file, &tree.entries[i], &name(i)) {
-                        tx.give_back(lease);
-                        return Err(e);
-                    }
-                }
-                let h = FrameHeader::hole(i as u32, offset);
-                let sum = hole_checksum(i as u32, offset, n as u64);
-                digests[i] = digest_add(digests[i], sum);
-                let st = pick(&tx, &mut next_stream, n_streams);
-                ledger.record(
-                    st,
-                    Sent {
-                        entry: i as u32,
-                        offset,
-                        len: n as u32,
-                        checksum: sum,
-                        hole: true,
-                        end: 0,
-                    },
-                );
-                tx.queue(st, lease, &h);
-                continue;
-            }
-            pacer.admit(n as u64, &mut tx)?;
-            let want = if src.direct {
-                n.div_ceil(4096) * 4096
-            } else {
-                n
-            };
-            match src.slot {
-                Some(slot) => {
-                    // O_DIRECT READ_FIXED into the frame buffer itself.
-                    let token = free_tokens.pop().expect("checked above");
-                    reads[token as usize] = Some((i, offset, n, cur));
-                    src.reads += 1;
-                    tx.read(slot, offset, lease, want as u32, token);
-                }
-                None => {
-                    // Every slot busy: read here, into the same buffer.
-                    let got = read_full(&src.file, &mut payload_mut(&mut lease)[..want], offset, n)
-                        .map_err(|e| SessionError::io(name(i), e))?;
-                    if got < n {
-                        tx.give_back(lease);
-                        return Err(changed(&name(i), "it is shorter than when the send began"));
-                    }
-                    if offset + n as u64 == src.size {
-                        if let Err(e) = check_unchanged(&src.file, &tree.entries[i], &name(i)) {
-                            tx.give_back(lease);
-                            return Err(e);
-                        }
-                    }
-                    let block = Block {
-                        entry: i,
-                        offset,
-                        len: n,
-                    };
-                    let st = pick(&tx, &mut next_stream, n_streams);
-                    queue_block(&mut tx, &mut ledger, st, &mut digests, block, lease);
-                    counters.add(n as u64, 1);
-                }
-            }
-        }
-        let reads_in_flight = reads_max - free_tokens.len();
-        if reads_in_flight == 0 && current.is_none_or(|c| open_files[c].next >= open_files[c].size)
-        {
-            // The issue loop above opens the next file before it asks for a
-            // buffer, so an exhausted current file here means none is left.
-            break;
-        }
-        tx.poll(true)?;
-        while let Some((token, result, lease)) = tx.take_read() {
-            let (i, offset, n, of) = reads[token as usize].take().expect("a read in flight");
-            free_tokens.push(token);
-            open_files[of].reads -= 1;
-            if result < 0 || (result as usize) < n {
-                tx.give_back(lease);
-                if result < 0 {
-                    return Err(SessionError::io(
-                        name(i),
-                        std::io::Error::from_raw_os_error(-result),
-                    ));
-                }
-                return Err(changed(&name(i), "it is shorter than when the send began"));
-            }
-            // Before a file's last block goes, the file must still be what
-            // the manifest said: the receiver finishes it on that block.
-            if offset + n as u64 == tree.entries[i].size {
-                if let Err(e) = check_unchanged(&open_files[of].file, &tree.entries[i], &name(i)) {
-                    tx.give_back(lease);
-                    return Err(e);
-                }
-            }
-            let st = pick(&tx, &mut next_stream, n_streams);
-            let block = Block {
-                entry: i,
-                offset,
-                len: n,
-            };
-            queue_block(&mut tx, &mut ledger, st, &mut digests, block, lease);
-            counters.add(n as u64, 1);
-        }
-        resend_lost(
-            &mut tx,
-            &mut ledger,
-            open,
-            tree,
-            &mut next_stream,
-            counters,
-            &mut repair,
-        )?;
-        // Close sources that are read through (keeping `current` in place),
-        // and check each is still what the manifest said.
-        let mut k = 0;
-        while k < open_files.len() {
-            let f = &open_files[k];
-            if f.reads == 0 && f.next >= f.size && Some(k) != current {
-                check_unchanged(&f.file, &tree.entries[f.entry], &name(f.entry))?;
-                if let Some(slot) = f.slot {
-                    tx.detach_file(slot);
-                }
-                open_files.swap_remove(k);
-                // Keep indexes stable for reads in flight and `current`.
-                let moved = open_files.len();
-                if current == Some(moved) {
-                    current = Some(k);
-                }
-                for r in reads.iter_mut().flatten() {
-                    if r.3 == moved {
-                        r.3 = k;
-                    }
-                }
-            } else {
-                k += 1;
-            }
-        }
-    }
-    for f in &open_files {
-        check_unchanged(&f.file, &tree.entries[f.entry], &name(f.entry))?;
-        if let Some(slot) = f.slot {
-            tx.detach_file(slot);
-        }
-    }
-    while tx.busy() {
-        tx.poll(true)?;
-        resend_lost(
-            &mut tx,
-            &mut ledger,
-            open,
-            tree,
-            &mut next_stream,
-            counters,
-            &mut repair,
-        )?;
-    }
-    // Everything is in the sockets. Keep the streams until every file is
-    // acknowledged, and give up a stream that (a) its kernel says is no
-    // longer connected, (b) holds bytes that stopped leaving its socket
-    // while other streams' bytes still leave theirs, or (c) had every byte
-    // acknowledged by the peer's TCP yet delivered to a receiver waiting
-    // for it never arrived (a middlebox or path holding them). A receiver
-    // that is only slow (its disk pauses) trips none of these.
-    if let Some(acks) = acked {
-        let half = cfg.timeout / 2;
-        let start = Instant::now();
-        let mut outq: Vec<(usize, Instant)> = vec![(0, start); fds.len()];
-        let mut arrived: Vec<(u64, Instant)> = vec![(0, start); fds.len()];
-        let mut outq_moved = start;
-        while !acks.all() && !acks.ended.load(Ordering::Acquire) {
-            if stop.load(Ordering::Relaxed) {
-                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
-            }
-            if tx.busy() {
-                tx.poll(true)?;
-            } else {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let now = Instant::now();
-            let mut stuck = Vec::new();
-            for st in 0..fds.len() as u32 {
-                if !tx.is_live(st) {
-                    continue;
-                }
-                if sys::tcp_progress(fds[st as usize]).is_some_and(|t| !t.connected) {
-                    tx.lose(
-                        st,
-                        std::io::Error::new(
-                            std::io::ErrorKind::ConnectionReset,
-                            "the connection closed",
-                        ),
-                    );
-                    continue;
-                }
-                let q = tx.unacknowledged(st);
-                let (last, since) = &mut outq[st as usize];
-                if q < *last {
-                    outq_moved = now;
-                }
-                if q == 0 || q != *last {
-                    (*last, *since) = (q, now);
-                } else if now.duration_since(*since) > half {
-                    stuck.push((st, q));
-                }
-                let got = acks.received_by(st);
-                let (last, since) = &mut arrived[st as usize];
-                if got >= tx.stream_bytes(st) || got != *last || q != 0 || !acks.waiting_on(st) {
-                    (*last, *since) = (got, now);
-                } else if now.duration_since(*since) > half {
-                    let behind = tx.stream_bytes(st) - got;
-                    tx.lose(
-                        st,
-                        std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!(
-                                "stalled: {behind} bytes the peer's TCP took never reached the receiver in {} s",
-                                half.as_secs()
-                            ),
-                        ),
-                    );
-                }
-            }
-            if now.duration_since(outq_moved) < half {
-                for (st, q) in stuck {
-                    tx.lose(
-                        st,
-                        std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!(
-                                "stalled: {q} bytes unacknowledged for {} s while other streams moved",
-                                half.as_secs()
-                            ),
-                        ),
-                    );
-                }
-            }
-            resend_lost(
-                &mut tx,
-                &mut ledger,
-                open,
-                tree,
-                &mut next_stream,
-                counters,
-                &mut repair,
-            )?;
-        }
-    }
-    Ok(Pushed {
-        digests,
-        stats: tx.stats(),
-        lost: repair.lost,
-        resent: repair.resent,
-    })
-}
-
-/// A block of a source file, read into a frame buffer.
-#[derive(Debug, Clone, Copy)]
-struct Block {
-    entry: usize,
-    offset: u64,
-    len: usize,
-}
-
-/// Checksum a block read into `lease`, add it to its file's digest, and
-/// queue it on `stream`, remembered for sending again should it be lost.
-fn queue_block(
-    tx: &mut NetSender,
-    ledger: &mut Ledger<'_>,
-    stream: u32,
-    digests: &mut [u64],
-    b: Block,
-    mut lease: crate::datapath::Lease,
-) {
-    let h = FrameHeader::for_payload(
-        b.entry as u32,
-        b.offset,
-        &payload_mut(&mut lease)[..b.len],
-        0,
-    );
-    digests[b.entry] = digest_add(digests[b.entry], h.checksum);
-    ledger.record(
-        stream,
-        Sent {
-            entry: b.entry as u32,
-            offset: b.offset,
-            len: b.len as u32,
-            checksum: h.checksum,
-            hole: false,
-            end: 0,
-        },
-    );
-    tx.queue(stream, lease, &h);
-}
-
-fn changed(name: &str, how: &str) -> SessionError {
-    SessionError::local(
-        ErrorCode::Io,
-        format!("{name}: changed during the send ({how}); send it again when it is complete"),
-    )
-}
-
-/// A source read through must still have the size and mtime the manifest
-/// announced: a file still being written is reported, not sent half-old.
-fn check_unchanged(
-    file: &File,
-    e: &crate::protocol::manifest::Entry,
-    name: &str,
-) -> Result<(), SessionError> {
-    use std::os::unix::fs::MetadataExt;
-    let m = file
-        .metadata()
-        .map_err(|err| SessionError::io(name.to_string(), err))?;
-    if m.len() != e.size {
-        return Err(changed(name, &format!("size {} -> {}", e.size, m.len())));
-    }
-    if m.mtime() != e.mtime_s || m.mtime_nsec() as u32 != e.mtime_ns {
-        return Err(changed(name, "modified"));
-    }
-    Ok(())
-}
-
-/// Send again, on the streams left, every frame a lost stream carried of
-/// files not yet acknowledged. The data is read again and must still have
-/// the checksum it had (the receiver drops blocks it already holds).
-fn resend_lost(
-    tx: &mut NetSender,
-    ledger: &mut Ledger<'_>,
-    open: &Opener<'_>,
-    tree: &Tree,
-    next_stream: &mut u32,
-    counters: &WorkerCounters,
-    repair: &mut Repair,
-) -> Result<(), SessionError> {
-    let n_streams = ledger.sent.len() as u32;
-    loop {
-        let lost = tx.take_lost();
-        if lost.is_empty() {
-            return Ok(());
-        }
-        for (s, why) in lost {
-            repair.lost.push(format!("stream {s}: {why}"));
-            let all_acked = ledger.acked.is_some_and(Acks::all);
-            if all_acked {
-                // The receiver has every file: it may close streams early.
-                continue;
-            }
-            if tx.live_count() == 0 {
-                return Err(SessionError::io(
-                    format!(
-                        "every data stream was lost: the receiver stopped taking data or closed them (last, stream {s})"
-                    ),
-                    why,
-                ));
-            }
-            if ledger.overflowed[s as usize] {
-                return Err(SessionError::io(
-                    format!("stream {s} was lost with more frames than can be sent again"),
-                    why,
-                ));
-            }
-            let records = std::mem::take(&mut ledger.sent[s as usize]);
-            ledger.total -= records.len();
-            let mut sources: HashMap<u32, (File, bool)> = HashMap::new();
-            for r in records {
-                if !ledger.undelivered(s, &r) {
-                    continue;
-                }
-                let mut lease = loop {
-                    match tx.take_buffer() {
-                        Some(l) => break l,
-                        None => tx.poll(true)?,
-                    }
-                };
-                let h = if r.hole {
-                    FrameHeader::hole(r.entry, r.offset)
-                } else {
-                    let (file, direct) = match sources.entry(r.entry) {
-                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(v) => {
-                            v.insert(open(r.entry as usize)?)
-                        }
-                    };
-                    let n = r.len as usize;
-                    let want = if *direct { n.div_ceil(4096) * 4096 } else { n };
-                    let name = tree.sources[r.entry as usize].display().to_string();
-                    let got = read_full(file, &mut payload_mut(&mut lease)[..want], r.offset, n);
-                    let h = FrameHeader::for_payload(
-                        r.entry,
-                        r.offset,
-                        &payload_mut(&mut lease)[..n],
-                        0,
-                    );
-                    match got {
-                        Ok(got) if got >= n && h.checksum == r.checksum => h,
-                        Ok(_) => {
-                            tx.give_back(lease);
-                            return Err(changed(&name, "a block read again differs"));
-                        }
-                        Err(e) => {
-                            tx.give_back(lease);
-                            return Err(SessionError::io(name, e));
-                        }
-                    }
-                };
-                let st = pick(tx, next_stream, n_streams);
-                ledger.record(st, r);
-                tx.queue(st, lease, &h);
-                counters.add(u64::from(r.len) * u64::from(!r.hole), 1);
-                repair.resent += 1;
-            }
-        }
-    }
-}
-
-/// Source files read through the sending ring at once (registered slots).
-const READ_FILE_SLOTS: u32 = 8;
-
-/// A source file being read.
-struct Source {
-    entry: usize,
-    file: File,
-    direct: bool,
-    sparse: bool,
-    slot: Option<u32>,
-    size: u64,
-    /// Next offset to read.
-    next: u64,
-    /// Reads in flight.
-    reads: u32,
-    /// Block ranges (first, count) the receiver holds, sorted.
-    skip: Vec<(u64, u64)>,
-}
-
-impl Source {
-    /// Move `next` past blocks the receiver holds already.
-    fn skip_held(&mut self, block: u64) {
-        while let Some(&(first, count)) = self.skip.first() {
-            let b = self.next / block;
-            // At the end of the file nothing is left to skip (a held range
-            // ending with a short last block would otherwise loop forever).
-            if b >= first + count || self.next >= self.size {
-                self.skip.remove(0);
-            } else if b >= first {
-                self.next = ((first + count) * block).min(self.size);
-            } else {
-                break;
-            }
-        }
-    }
-}
-
-/// Read at least `n` bytes at `offset` into `buf` (up to its length);
-/// returns how many arrived (fewer than `n` only at end of file).
-fn read_full(file: &File, buf: &mut [u8], offset: u64, n: usize) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < n {
-        let r = file.read_at(&mut buf[got..], offset + got as u64)?;
-        if r == 0 {
-            break;
-        }
-        got += r;
-    }
-    Ok(got)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn source(size: u64, skip: Vec<(u64, u64)>) -> Source {
-        Source {
-            entry: 0,
-            file: tempfile::tempfile().unwrap(),
-            direct: false,
-            sparse: false,
-            slot: None,
-            size,
-            next: 0,
-            reads: 0,
-            skip,
-        }
-    }
-
-    #[test]
-    fn held_blocks_are_skipped_up_to_a_short_last_block() {
-        let block = 4096;
-        let mut s = source(10 * block + 5, vec![(0, 2), (4, 1), (9, 2)]);
-        s.skip_held(block);
-        assert_eq!(s.next, 2 * block, "the first two blocks are held");
-        s.next = 4 * block;
-        s.skip_held(block);
-        assert_eq!(s.next, 5 * block);
-        // The last range ends with the short last block: the file is done
-        // (this once looped forever), on a thread so a regression fails.
-        s.next = 9 * block;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            s.skip_held(block);
-            let _ = tx.send((s.next, s.size, s.skip.len()));
-        });
-        let (next, size, left) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("skip_held returns");
-        assert_eq!((next, left), (size, 0));
     }
 }

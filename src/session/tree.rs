@@ -1,13 +1,26 @@
 //! The sender's view of its sources: files, directory trees and symlinks
 //! turned into a manifest, as `cp -r SRC DEST/` would copy them (a
-//! directory is copied as itself, under its own name).
+//! directory is copied as itself, under its own name). One entry that
+//! cannot be moved (a FIFO, a socket, a device node, a name that is not
+//! UTF-8 or is reserved, a directory that cannot be listed, something that
+//! vanished while walked) is left out and named with its reason; the rest
+//! goes on.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::protocol::manifest::{check_path, Entry, EntryKind};
+use crate::datapath::beneath::FileId;
+use crate::protocol::control::UNLISTED;
+use crate::protocol::manifest::{check_path, is_reserved, Entry, EntryKind};
 
 use super::SessionError;
+
+/// An entry that was not moved, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
 
 /// The manifest and, for each regular file, where to read it.
 #[derive(Debug, Default)]
@@ -15,6 +28,11 @@ pub struct Tree {
     pub entries: Vec<Entry>,
     /// Source path of each entry (files are read from here).
     pub sources: Vec<PathBuf>,
+    /// What each regular file was when scanned: opening it later must find
+    /// the same file.
+    pub ids: Vec<Option<FileId>>,
+    /// What the scan left out.
+    pub skipped: Vec<Skipped>,
 }
 
 impl Tree {
@@ -32,36 +50,65 @@ impl Tree {
             .filter(|e| e.kind == EntryKind::File)
             .count()
     }
+
+    /// What the scan left out, as the session reports skipped entries.
+    pub(crate) fn skipped_refs(&self) -> Vec<super::send::Refused> {
+        self.skipped
+            .iter()
+            .map(|s| (UNLISTED, s.path.clone(), s.reason.clone()))
+            .collect()
+    }
+
+    fn push(&mut self, e: Entry, source: PathBuf, m: &std::fs::Metadata) {
+        let id = (e.kind == EntryKind::File).then(|| FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        });
+        self.entries.push(e);
+        self.sources.push(source);
+        self.ids.push(id);
+    }
+
+    fn skip(&mut self, path: &str, reason: impl Into<String>) {
+        self.skipped.push(Skipped {
+            path: path.to_string(),
+            reason: reason.into(),
+        });
+    }
+}
+
+/// The kind of entry `ft` makes, or why it is not moved.
+fn kind_of(ft: &std::fs::FileType) -> Result<EntryKind, &'static str> {
+    if ft.is_symlink() {
+        Ok(EntryKind::Symlink)
+    } else if ft.is_dir() {
+        Ok(EntryKind::Dir)
+    } else if ft.is_file() {
+        Ok(EntryKind::File)
+    } else if ft.is_fifo() {
+        Err("a FIFO (named pipe): not moved")
+    } else if ft.is_socket() {
+        Err("a socket: not moved")
+    } else if ft.is_block_device() || ft.is_char_device() {
+        Err("a device node: not moved")
+    } else {
+        Err("not a file, directory or symlink: not moved")
+    }
 }
 
 /// The manifest entry for `path`, from its (not followed) metadata; a
-/// symlink's target comes from `read_link`. `source` names it in errors.
+/// symlink's target comes from `read_link`. Err: why it is not moved.
 fn entry_from(
     path: &str,
-    source: &str,
     m: &std::fs::Metadata,
     read_link: impl FnOnce() -> std::io::Result<String>,
-) -> Result<Entry, SessionError> {
-    let ft = m.file_type();
-    let (kind, link) = if ft.is_symlink() {
-        let t = read_link().map_err(|e| SessionError::io(source.to_string(), e))?;
-        (EntryKind::Symlink, Some(t))
-    } else if ft.is_dir() {
-        (EntryKind::Dir, None)
-    } else if ft.is_file() {
-        (EntryKind::File, None)
-    } else {
-        return Err(SessionError::local(
-            crate::protocol::control::ErrorCode::BadRequest,
-            format!("{source}: not a file, directory or symlink"),
-        ));
+) -> Result<Entry, String> {
+    let kind = kind_of(&m.file_type())?;
+    let link = match kind {
+        EntryKind::Symlink => Some(read_link().map_err(|e| format!("cannot read the link: {e}"))?),
+        _ => None,
     };
-    check_path(path).map_err(|e| {
-        SessionError::local(
-            crate::protocol::control::ErrorCode::BadRequest,
-            format!("{path}: {e}"),
-        )
-    })?;
+    check_path(path).map_err(|e| e.to_string())?;
     Ok(Entry {
         path: path.to_string(),
         kind,
@@ -73,35 +120,50 @@ fn entry_from(
     })
 }
 
-fn entry(path: &str, source: &Path) -> Result<Entry, SessionError> {
-    let name = source.display().to_string();
-    let m = std::fs::symlink_metadata(source).map_err(|e| SessionError::io(name.clone(), e))?;
-    entry_from(path, &name, &m, || {
+fn walk(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
+    let m = match std::fs::symlink_metadata(source) {
+        Ok(m) => m,
+        Err(e) => {
+            tree.skip(rel, format!("vanished or unreadable while scanned: {e}"));
+            return Ok(());
+        }
+    };
+    let e = entry_from(rel, &m, || {
         std::fs::read_link(source).map(|t| t.to_string_lossy().into_owned())
-    })
+    });
+    let e = match e {
+        Ok(e) => e,
+        Err(why) => {
+            tree.skip(rel, why);
+            return Ok(());
+        }
+    };
+    let is_dir = e.kind == EntryKind::Dir;
+    tree.push(e, source.to_path_buf(), &m);
+    if is_dir {
+        walk_children(tree, rel, source)?;
+    }
+    Ok(())
 }
 
-fn walk(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
-    let e = entry(rel, source)?;
-    let is_dir = e.kind == EntryKind::Dir;
-    tree.entries.push(e);
-    tree.sources.push(source.to_path_buf());
-    if is_dir {
-        let mut children: Vec<_> = std::fs::read_dir(source)
-            .map_err(|e| SessionError::io(source.display().to_string(), e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| SessionError::io(source.display().to_string(), e))?;
-        children.sort_by_key(|c| c.file_name());
-        for c in children {
-            let name = c.file_name();
-            let name = name.to_str().ok_or_else(|| {
-                SessionError::local(
-                    crate::protocol::control::ErrorCode::BadRequest,
-                    format!("{}: file name is not UTF-8", c.path().display()),
-                )
-            })?;
-            walk(tree, &format!("{rel}/{name}"), &c.path())?;
+fn walk_children(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
+    let listed = std::fs::read_dir(source).and_then(|d| d.collect::<Result<Vec<_>, _>>());
+    let mut children = match listed {
+        Ok(c) => c,
+        Err(e) => {
+            tree.skip(rel, format!("its contents cannot be listed: {e}"));
+            return Ok(());
         }
+    };
+    children.sort_by_key(|c| c.file_name());
+    for c in children {
+        let name = c.file_name();
+        let Some(name) = name.to_str() else {
+            let shown = format!("{rel}/{}", name.to_string_lossy());
+            tree.skip(&shown, "its name is not UTF-8: not moved");
+            continue;
+        };
+        walk(tree, &format!("{rel}/{name}"), &c.path())?;
     }
     Ok(())
 }
@@ -130,6 +192,7 @@ pub fn scan(sources: &[PathBuf]) -> Result<Tree, SessionError> {
                 format!("two sources are named {name}: they would land on the same path"),
             ));
         }
+        std::fs::symlink_metadata(s).map_err(|e| SessionError::io(s.display().to_string(), e))?;
         walk(&mut tree, name, s)?;
     }
     Ok(tree)
@@ -137,7 +200,8 @@ pub fn scan(sources: &[PathBuf]) -> Result<Tree, SessionError> {
 
 /// The daemon's side of a pull: the manifest of `paths` under `root`, each
 /// copied as itself (its last component names it), walked and stat'ed
-/// beneath the root only. `sources` hold root-relative paths.
+/// beneath the root only. `sources` hold root-relative paths. urmove's own
+/// files (parts, journals) are never listed.
 pub fn scan_beneath(
     root: &crate::datapath::beneath::Root,
     paths: &[&str],
@@ -154,36 +218,80 @@ pub fn scan_beneath(
                 format!("two paths are named {name}: they would land on the same path"),
             ));
         }
-        walk_beneath(root, &mut tree, name, p)?;
+        root.symlink_metadata(p)
+            .map_err(|e| SessionError::io(p.to_string(), e))?;
+        walk_beneath(root, &mut tree, name, p);
     }
     Ok(tree)
 }
 
-fn walk_beneath(
-    root: &crate::datapath::beneath::Root,
-    tree: &mut Tree,
-    rel: &str,
-    source: &str,
-) -> Result<(), SessionError> {
-    let m = root
-        .symlink_metadata(source)
-        .map_err(|e| SessionError::io(source.to_string(), e))?;
-    let e = entry_from(rel, source, &m, || root.read_link(source))?;
+fn walk_beneath(root: &crate::datapath::beneath::Root, tree: &mut Tree, rel: &str, source: &str) {
+    let m = match root.symlink_metadata(source) {
+        Ok(m) => m,
+        Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
+    };
+    let e = match entry_from(rel, &m, || root.read_link(source)) {
+        Ok(e) => e,
+        Err(why) => return tree.skip(rel, why),
+    };
     let kind = e.kind;
-    tree.entries.push(e);
-    tree.sources.push(PathBuf::from(source));
-    if kind == EntryKind::Dir {
-        for name in root
-            .read_dir(source)
-            .map_err(|e| SessionError::io(source.to_string(), e))?
-        {
-            walk_beneath(
-                root,
-                tree,
-                &format!("{rel}/{name}"),
-                &format!("{source}/{name}"),
-            )?;
+    tree.push(e, PathBuf::from(source), &m);
+    if kind != EntryKind::Dir {
+        return;
+    }
+    let names = match root.read_dir(source) {
+        Ok(n) => n,
+        Err(e) => return tree.skip(rel, format!("its contents cannot be listed: {e}")),
+    };
+    for name in names.iter().filter(|n| !is_reserved(n)) {
+        walk_beneath(
+            root,
+            tree,
+            &format!("{rel}/{name}"),
+            &format!("{source}/{name}"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_files_and_bad_names_are_skipped_with_a_reason_and_the_rest_scanned() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        std::fs::create_dir(&top).unwrap();
+        std::fs::write(top.join("a"), b"a").unwrap();
+        std::fs::write(top.join("x.urmove.part"), b"p").unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(top.join("sock")).unwrap();
+        let bad = std::ffi::OsStr::from_bytes_lossless(b"bad\xff");
+        std::fs::write(top.join(bad), b"b").unwrap();
+        let tree = scan(&[top]).unwrap();
+        let paths: Vec<&str> = tree.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["top", "top/a"]);
+        let why: Vec<(&str, &str)> = tree
+            .skipped
+            .iter()
+            .map(|s| (s.path.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(why.len(), 3, "{why:?}");
+        assert!(why
+            .iter()
+            .any(|(p, r)| *p == "top/sock" && r.contains("socket")));
+        assert!(why
+            .iter()
+            .any(|(p, r)| *p == "top/x.urmove.part" && r.contains("reserved")));
+        assert!(why.iter().any(|(_, r)| r.contains("UTF-8")));
+    }
+
+    trait Lossless {
+        fn from_bytes_lossless(b: &[u8]) -> &std::ffi::OsStr;
+    }
+
+    impl Lossless for std::ffi::OsStr {
+        fn from_bytes_lossless(b: &[u8]) -> &std::ffi::OsStr {
+            std::os::unix::ffi::OsStrExt::from_bytes(b)
         }
     }
-    Ok(())
 }

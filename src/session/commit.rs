@@ -1,0 +1,150 @@
+//! The end of a received file: committed (cut to size, stamped, given its
+//! mode and mtime, synced, renamed from its part name) when the sender's
+//! digest of the source equals this side's digest of what it wrote, or
+//! rejected (its part removed, its final name untouched) when they differ.
+//! The rename moves the file this session wrote and no other: the part
+//! name must still hold its device and inode.
+//!
+//! Also the journals of files still arriving, written by the same threads.
+
+use std::fs::File;
+use std::time::SystemTime;
+
+use crate::datapath::beneath::{FileId, Root};
+
+use super::journal::{self, Journal};
+use super::receive::{FileState, RecvFile, Rules};
+use super::secret::Secret;
+use super::SessionError;
+
+/// A file whose every block is written, with both digests known: what it
+/// takes to commit or reject it.
+pub(crate) struct FinalJob {
+    index: u32,
+    digest: u64,
+    sender_digest: u64,
+    part: File,
+    part_id: FileId,
+    size: u64,
+    mode: u32,
+    mtime: SystemTime,
+    final_rel: String,
+    secret: Secret,
+}
+
+impl FinalJob {
+    /// Hand over `f` (its descriptor goes along); it is finishing from now.
+    pub(crate) fn take(index: u32, f: &mut RecvFile, rules: &Rules) -> FinalJob {
+        f.state = FileState::Finishing;
+        FinalJob {
+            index,
+            digest: f.digest,
+            sender_digest: f.sender_digest.expect("the sender's digest is known"),
+            part: f.part.take().expect("a written file is open"),
+            part_id: f.part_id.expect("a written file is claimed"),
+            size: f.size,
+            mode: f.mode,
+            mtime: f.mtime,
+            final_rel: f.final_rel.clone(),
+            secret: rules.secret.clone(),
+        }
+    }
+
+    fn part_rel(&self) -> String {
+        format!("{}{}", self.final_rel, super::PART_SUFFIX)
+    }
+}
+
+/// How a file ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Under its final name: (entry, digest).
+    Committed(u32, u64),
+    /// Differed from the source: (entry, this side's digest).
+    Rejected(u32, u64),
+}
+
+/// Commit `job` when the digests agree, reject it when they do not.
+pub(crate) fn run(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
+    if job.digest != job.sender_digest {
+        let (index, digest) = (job.index, job.digest);
+        reject(root, job);
+        return Ok(Outcome::Rejected(index, digest));
+    }
+    finish(root, job).map(|(i, d)| Outcome::Committed(i, d))
+}
+
+/// Remove a rejected file's part (only while its name holds the file this
+/// session wrote) and its journal: it never counts as complete later.
+fn reject(root: &Root, job: FinalJob) {
+    let rel = job.part_rel();
+    drop(job.part);
+    let _ = root.unlink_file(&rel, job.part_id);
+    journal::remove(root, &job.final_rel);
+}
+
+/// Cut to size, set mtime, stamp, set mode, sync, and rename to the final
+/// name. Returns the file's index and digest.
+pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionError> {
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(job.digest, job.sender_digest, "only agreed files commit");
+    let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let part = &job.part;
+    part.set_len(job.size)
+        .map_err(|e| SessionError::io(ctx("truncating"), e))?;
+    part.set_times(std::fs::FileTimes::new().set_modified(job.mtime))
+        .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
+    // Before the mode: a read-only mode would forbid setting the stamp.
+    // Without a stamp a later resume sends the file again: not an error.
+    let _ = journal::stamp(part, job.digest, &job.secret);
+    part.set_permissions(std::fs::Permissions::from_mode(job.mode))
+        .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
+    part.sync_all()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
+    // The journal goes first: a crash between the two leaves a part with
+    // no journal (sent again), never a journal beside a finished file.
+    journal::remove(root, &job.final_rel);
+    root.rename_file(&job.part_rel(), &job.final_rel, job.part_id)
+        .map_err(|e| SessionError::io(ctx("renaming"), e))?;
+    Ok((job.index, job.digest))
+}
+
+/// A file the sender found complete here (`--checksum`: by content): give
+/// it the source's mode and mtime and a stamp of its own, through no link.
+pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<(), SessionError> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = root
+        .open_file(
+            &f.final_rel,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        )
+        .map_err(|e| SessionError::io(f.final_rel.clone(), e))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    let _ = file.set_times(std::fs::FileTimes::new().set_modified(f.mtime));
+    let _ = journal::stamp(&file, f.digest, &rules.secret);
+    let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));
+    Ok(())
+}
+
+/// Make the written blocks of a file still arriving durable, then name
+/// them in its journal.
+pub(crate) struct JournalJob {
+    pub(crate) index: u32,
+    pub(crate) part: File,
+    pub(crate) final_rel: String,
+    pub(crate) journal: Journal,
+    pub(crate) secret: Secret,
+}
+
+/// Returns the journal's bytes.
+pub(crate) fn write_journal(root: &Root, j: JournalJob) -> Result<u64, SessionError> {
+    let ctx = |what: &str| format!("{what} {}", j.final_rel);
+    j.part
+        .sync_data()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
+    journal::store(root, &j.final_rel, &j.journal, &j.secret)
+        .map_err(|e| SessionError::io(ctx("writing the journal of"), e))
+}

@@ -1,0 +1,182 @@
+//! The secret a receiver keeps to itself: 32 random bytes in
+//! `STATE_DIR/secret` (mode 0600, created at first start, never sent). It
+//! authenticates what the receiver leaves on disk for later sessions (the
+//! journals of part files and the stamps of finished files), so a journal
+//! or stamp that a key holder or a local user of the root planted, copied
+//! or edited is never trusted.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::protocol::handshake::{hmac, verify};
+
+/// Bytes of the secret.
+const SECRET_LEN: usize = 32;
+
+/// The receiver's own secret.
+#[derive(Clone)]
+pub struct Secret {
+    bytes: [u8; SECRET_LEN],
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Why the secret could not be had, with the path and what to change.
+fn refuse(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("{}: {why}", path.display()))
+}
+
+impl Secret {
+    /// A secret that lives in memory only (tests, and sides that keep no
+    /// resume state across runs).
+    pub fn ephemeral() -> std::io::Result<Secret> {
+        let mut bytes = [0u8; SECRET_LEN];
+        crate::datapath::sys::random_bytes(&mut bytes)?;
+        Ok(Secret { bytes })
+    }
+
+    /// Read `dir/secret`, or create it (and `dir`, mode 0700) with fresh
+    /// random bytes. A secret file that others may read, that is not ours,
+    /// or that is not a regular file of the right size is refused.
+    pub fn load_or_create(dir: &Path) -> std::io::Result<Secret> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| refuse(dir, e))?;
+        let path = dir.join("secret");
+        for _ in 0..3 {
+            match Self::read(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                other => return other,
+            }
+            match Self::create(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                other => return other,
+            }
+        }
+        Err(refuse(&path, "appeared and vanished while being created"))
+    }
+
+    fn read(path: &Path) -> std::io::Result<Secret> {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => e,
+                _ => refuse(path, e),
+            })?;
+        let m = f.metadata().map_err(|e| refuse(path, e))?;
+        let euid = crate::datapath::sys::effective_uid();
+        if !m.is_file() || m.len() != SECRET_LEN as u64 {
+            return Err(refuse(path, "not a urmove secret (a 32-byte regular file)"));
+        }
+        if m.uid() != euid || m.mode() & 0o077 != 0 {
+            return Err(refuse(
+                path,
+                format!(
+                    "must belong to the daemon's user (uid {euid}) with mode 0600 (it has uid {}, mode {:o})",
+                    m.uid(),
+                    m.mode() & 0o7777
+                ),
+            ));
+        }
+        let mut bytes = [0u8; SECRET_LEN];
+        f.read_exact(&mut bytes).map_err(|e| refuse(path, e))?;
+        Ok(Secret { bytes })
+    }
+
+    fn create(path: &Path) -> std::io::Result<Secret> {
+        let s = Self::ephemeral()?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => e,
+                _ => refuse(path, e),
+            })?;
+        f.write_all(&s.bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| refuse(path, e))?;
+        if let Some(dir) = path.parent() {
+            let _ = File::open(dir).and_then(|d| d.sync_all());
+        }
+        Ok(s)
+    }
+
+    /// The MAC of `parts` under this secret.
+    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        hmac(&self.bytes, parts)
+    }
+
+    /// Whether `tag` is the MAC of `parts` (constant time).
+    pub fn verify(&self, parts: &[&[u8]], tag: &[u8; 32]) -> bool {
+        verify(&self.bytes, parts, tag)
+    }
+}
+
+/// Where a process keeps its state when not told: `$STATE_DIRECTORY`
+/// (systemd's `StateDirectory=`), `/var/lib/urmove` for root, else
+/// `$XDG_STATE_HOME/urmove` or `~/.local/state/urmove`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("STATE_DIRECTORY").filter(|d| !d.is_empty()) {
+        // systemd may list several, separated by ':'; the first is ours.
+        let d = d
+            .to_string_lossy()
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .to_string();
+        return PathBuf::from(d);
+    }
+    if crate::datapath::sys::effective_uid() == 0 {
+        return PathBuf::from("/var/lib/urmove");
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("urmove");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(h) => PathBuf::from(h).join(".local/state/urmove"),
+        None => PathBuf::from("/var/lib/urmove"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_made_once_kept_private_and_refused_when_exposed() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let a = Secret::load_or_create(&state).unwrap();
+        let b = Secret::load_or_create(&state).unwrap();
+        assert_eq!(a.mac(&[b"x"]), b.mac(&[b"x"]), "the same secret on restart");
+        let path = state.join("secret");
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o600);
+        assert!(a.verify(&[b"x"], &a.mac(&[b"x"])));
+        assert!(!a.verify(&[b"y"], &a.mac(&[b"x"])));
+        let other = Secret::ephemeral().unwrap();
+        assert!(!other.verify(&[b"x"], &a.mac(&[b"x"])));
+        // Readable by others: refused, with what to change.
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let e = Secret::load_or_create(&state).unwrap_err().to_string();
+        assert!(e.contains("mode 0600"), "{e}");
+        // A symlink in its place: refused, not followed.
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
+        assert!(Secret::load_or_create(&state).is_err());
+    }
+}
