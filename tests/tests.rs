@@ -18,3 +18,4 @@ mod service;
 mod transfer;
 mod tune;
 mod ux;
+mod verified;
