@@ -1009,7 +1009,7 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
         code(hand_session_with(&d, vec![file(1 << 60)], 1, 4096)),
         ErrorCode::TooLarge
     );
-    // 256 streams of 64 MiB frames: 16 GiB of buffers.
+    // 256 streams: more than this daemon's --max-streams (64).
     assert_eq!(
         code(hand_session_with(&d, vec![file(10)], 256, 64 << 20)),
         ErrorCode::TooLarge

@@ -624,9 +624,15 @@ enum RecvTag {
     Write { token: u64, len: u32 },
 }
 
+/// Where a stream's current frame stands. A header is received into the
+/// stream's own header slot; a buffer is taken only for a payload, so a
+/// receiver needs no buffer per stream and any number of streams shares a
+/// small pool.
 #[derive(Debug, Clone, Copy)]
 enum Phase {
     Header { got: u32 },
+    /// The header arrived; its payload waits for a buffer.
+    NeedBuffer { header: FrameHeader },
     Payload { header: FrameHeader, got: u32 },
 }
 
@@ -683,6 +689,10 @@ pub enum RecvEvent {
 pub struct NetReceiver {
     ring: Ring<RecvTag>,
     streams: Vec<RecvStream>,
+    /// Each stream's header slot (stable addresses: receives write here).
+    headers: Box<[[u8; FRAME_HEADER_LEN]]>,
+    /// Where handing out buffers starts next, so no stream starves.
+    grant_from: usize,
     batch: Vec<Completion<RecvTag>>,
     payload_max: usize,
     /// Bound on each wait inside `poll` (None: wait for a completion).
@@ -710,10 +720,12 @@ impl NetReceiver {
         payload_max: usize,
         file_slots: u32,
     ) -> Result<Self, Error> {
-        assert!(buf_count >= sockets.len(), "one buffer per stream at least");
+        assert!(buf_count >= 1, "a buffer at least");
         let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
+        // In flight at most: a header receive per stream, and every buffer
+        // in a payload receive or a write.
         let ring = Ring::with_spare_files(
-            buf_count as u32,
+            (buf_count + sockets.len()) as u32,
             arena,
             sockets,
             file_slots,
@@ -731,6 +743,8 @@ impl NetReceiver {
                     open: true,
                 })
                 .collect(),
+            headers: vec![[0u8; FRAME_HEADER_LEN]; sockets.len()].into_boxed_slice(),
+            grant_from: 0,
             batch: Vec::with_capacity(capacity),
             payload_max,
             wait_limit: None,
@@ -810,9 +824,17 @@ impl NetReceiver {
     }
 
     /// Whether a receive waits on some open stream (this side waits for the
-    /// sender, rather than the sender for this side's buffers).
+    /// sender).
     pub fn waiting(&self) -> bool {
         self.streams.iter().any(|s| s.open && s.busy)
+    }
+
+    /// Whether a stream's payload waits for a buffer (the caller holds them
+    /// all: this side is the slow one).
+    pub fn starved(&self) -> bool {
+        self.streams
+            .iter()
+            .any(|s| s.open && matches!(s.phase, Phase::NeedBuffer { .. }))
     }
 
     /// How long since any stream delivered a byte.
@@ -862,30 +884,68 @@ impl NetReceiver {
         );
     }
 
+    /// Give free buffers to streams whose payload waits for one (starting
+    /// after the last stream served, so none starves); a frame without
+    /// payload (a hole) is handed over at once.
+    fn grant(&mut self, on_event: &mut dyn FnMut(RecvEvent)) {
+        let n = self.streams.len();
+        for k in 0..n {
+            let i = (self.grant_from + k) % n;
+            let Phase::NeedBuffer { header } = self.streams[i].phase else {
+                continue;
+            };
+            let Some(mut lease) = self.ring.arena().take() else {
+                self.grant_from = i;
+                return;
+            };
+            lease.as_mut_slice()[HEADER_AT..HEADROOM].copy_from_slice(&self.headers[i]);
+            let s = &mut self.streams[i];
+            if header.length + trailer(&header) == 0 {
+                s.phase = Phase::Header { got: 0 };
+                on_event(RecvEvent::Frame {
+                    stream: i as u32,
+                    header,
+                    lease,
+                });
+            } else {
+                s.phase = Phase::Payload { header, got: 0 };
+                s.lease = Some(lease);
+            }
+        }
+        self.grant_from = (self.grant_from + 1) % n.max(1);
+    }
+
+    /// Post a receive on every open stream that has none: into its header
+    /// slot, or into its payload buffer.
     fn arm(&mut self) {
         for i in 0..self.streams.len() {
             let s = &mut self.streams[i];
             if s.busy || !s.open {
                 continue;
             }
-            let lease = match s.lease.take() {
-                Some(l) => l,
-                None => match self.ring.arena().take() {
-                    Some(l) => l,
-                    None => return, // all buffers with the caller: backpressure
-                },
-            };
-            let s = &mut self.streams[i];
-            let (at, len) = match s.phase {
-                Phase::Header { got } => (HEADER_AT + got as usize, FRAME_HEADER_LEN as u32 - got),
-                Phase::Payload { header, got } => (
-                    HEADROOM + got as usize,
-                    header.length + trailer(&header) - got,
-                ),
-            };
-            s.busy = true;
-            self.ring
-                .recv_all(i as u32, lease, at, len, RecvTag::Recv { stream: i as u32 });
+            match s.phase {
+                Phase::Header { got } => {
+                    let at = self.headers[i][got as usize..].as_mut_ptr();
+                    s.busy = true;
+                    let tag = RecvTag::Recv { stream: i as u32 };
+                    // SAFETY: the header slot is a boxed array this receiver
+                    // owns and neither moves nor touches while the receive is
+                    // in flight; Drop drains the ring before it is freed.
+                    unsafe {
+                        self.ring
+                            .recv_all_into(i as u32, at, FRAME_HEADER_LEN as u32 - got, tag)
+                    };
+                }
+                Phase::NeedBuffer { .. } => {}
+                Phase::Payload { header, got } => {
+                    let lease = s.lease.take().expect("a payload has its buffer");
+                    let len = header.length + trailer(&header) - got;
+                    s.busy = true;
+                    let tag = RecvTag::Recv { stream: i as u32 };
+                    self.ring
+                        .recv_all(i as u32, lease, HEADROOM + got as usize, len, tag);
+                }
+            }
         }
     }
 
@@ -893,6 +953,7 @@ impl NetReceiver {
     /// clean end of stream) to `on_event`. A malformed frame or a stream
     /// cut mid-frame is an error naming the stream.
     pub fn poll(&mut self, wait: bool, on_event: &mut dyn FnMut(RecvEvent)) -> Result<(), Error> {
+        self.grant(on_event);
         self.arm();
         let want = usize::from(wait && self.ring.in_flight() > 0);
         match self.wait_limit {
@@ -951,7 +1012,6 @@ impl NetReceiver {
         c: Completion<RecvTag>,
         on_event: &mut dyn FnMut(RecvEvent),
     ) -> Result<(), Error> {
-        let lease = c.lease.expect("receives and writes carry a buffer");
         let stream = match c.tag {
             RecvTag::Recv { stream } => stream,
             RecvTag::Write { token, len } => {
@@ -959,114 +1019,109 @@ impl NetReceiver {
                     token,
                     len,
                     result: c.result,
-                    lease,
+                    lease: c.lease.expect("writes carry a buffer"),
                 });
                 return Ok(());
             }
         };
         let s = &mut self.streams[stream as usize];
         s.busy = false;
-        if c.result < 0 {
-            if super::error::is_retry(-c.result) {
-                s.lease = Some(lease);
-                return Ok(());
-            }
-            s.open = false;
-            self.ring.arena().give_back(lease);
-            on_event(RecvEvent::Lost {
-                stream,
-                why: io::Error::from_raw_os_error(-c.result),
-            });
+        // A payload receive brings its buffer back; a header receive none.
+        if let Some(lease) = c.lease {
+            s.lease = Some(lease);
+        }
+        if c.result < 0 && super::error::is_retry(-c.result) {
             return Ok(());
         }
-        let n = c.result as u32;
-        if n == 0 {
-            s.open = false;
-            self.ring.arena().give_back(lease);
-            on_event(match s.phase {
-                Phase::Header { got: 0 } => RecvEvent::Closed { stream },
-                _ => RecvEvent::Lost {
+        if c.result <= 0 {
+            let ended = s.lease.is_none() && matches!(s.phase, Phase::Header { got: 0 });
+            self.close(stream);
+            on_event(match (c.result, ended) {
+                (0, true) => RecvEvent::Closed { stream },
+                (0, false) => RecvEvent::Lost {
                     stream,
                     why: io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the stream ended in the middle of a frame",
                     ),
                 },
+                (r, _) => RecvEvent::Lost {
+                    stream,
+                    why: io::Error::from_raw_os_error(-r),
+                },
             });
             return Ok(());
         }
+        let n = c.result as u32;
         self.last_progress = Instant::now();
         self.received[stream as usize] += u64::from(n);
-        match s.phase {
+        match self.streams[stream as usize].phase {
             Phase::Header { got } if got + n < FRAME_HEADER_LEN as u32 => {
-                s.phase = Phase::Header { got: got + n };
-                s.lease = Some(lease);
+                self.streams[stream as usize].phase = Phase::Header { got: got + n };
             }
             Phase::Header { .. } => {
-                let header = FrameHeader::decode(&lease.as_slice()[HEADER_AT..HEADROOM]);
-                let sealed_session = self.openers.is_some();
-                let header = match header {
-                    Ok(h) if h.length as usize > self.payload_max => Err(FrameError::Oversized {
-                        length: h.length,
-                        limit: self.payload_max as u32,
-                    }),
-                    Ok(h) if (h.flags & FLAG_SEALED != 0) != sealed_session => {
-                        Err(FrameError::Sealing {
-                            why: if sealed_session {
-                                "an unsealed frame in an encrypted session"
-                            } else {
-                                "a sealed frame in a session without encryption"
-                            },
-                        })
-                    }
-                    other => other,
-                };
-                let header = match header {
-                    Ok(h) => h,
-                    Err(reason) => {
-                        // A malformed frame ends this stream; its buffer goes back.
-                        self.streams[stream as usize].open = false;
-                        self.ring.arena().give_back(lease);
-                        return Err(Error::Frame { stream, reason });
-                    }
-                };
-                let s = &mut self.streams[stream as usize];
-                if header.length + trailer(&header) == 0 {
-                    s.phase = Phase::Header { got: 0 };
-                    on_event(RecvEvent::Frame {
-                        stream,
-                        header,
-                        lease,
-                    });
-                } else {
-                    s.phase = Phase::Payload { header, got: 0 };
-                    s.lease = Some(lease);
-                }
+                let header = self.check_header(stream)?;
+                self.streams[stream as usize].phase = Phase::NeedBuffer { header };
+                // A buffer now, if one is free; else when one comes back.
+                self.grant(on_event);
             }
+            Phase::NeedBuffer { .. } => unreachable!("no receive is posted without a buffer"),
             Phase::Payload { header, got } => {
                 let got = got + n;
+                let s = &mut self.streams[stream as usize];
                 if got < header.length + trailer(&header) {
                     s.phase = Phase::Payload { header, got };
-                    s.lease = Some(lease);
-                } else {
-                    s.phase = Phase::Header { got: 0 };
-                    let mut lease = lease;
-                    let header = match self.unseal(stream, header, &mut lease) {
-                        Ok(h) => h,
-                        Err(reason) => {
-                            self.streams[stream as usize].open = false;
-                            self.ring.arena().give_back(lease);
-                            return Err(Error::Frame { stream, reason });
-                        }
-                    };
-                    on_event(RecvEvent::Frame {
+                    return Ok(());
+                }
+                s.phase = Phase::Header { got: 0 };
+                let mut lease = s.lease.take().expect("a payload has its buffer");
+                match self.unseal(stream, header, &mut lease) {
+                    Ok(header) => on_event(RecvEvent::Frame {
                         stream,
                         header,
                         lease,
-                    });
+                    }),
+                    Err(reason) => {
+                        self.ring.arena().give_back(lease);
+                        self.close(stream);
+                        return Err(Error::Frame { stream, reason });
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Decode stream `stream`'s header and check it against the limits and
+    /// the session's sealing; a malformed one ends the stream.
+    fn check_header(&mut self, stream: u32) -> Result<FrameHeader, Error> {
+        let sealed_session = self.openers.is_some();
+        let header = match FrameHeader::decode(&self.headers[stream as usize]) {
+            Ok(h) if h.length as usize > self.payload_max => Err(FrameError::Oversized {
+                length: h.length,
+                limit: self.payload_max as u32,
+            }),
+            Ok(h) if (h.flags & FLAG_SEALED != 0) != sealed_session => Err(FrameError::Sealing {
+                why: if sealed_session {
+                    "an unsealed frame in an encrypted session"
+                } else {
+                    "a sealed frame in a session without encryption"
+                },
+            }),
+            other => other,
+        };
+        header.map_err(|reason| {
+            self.close(stream);
+            Error::Frame { stream, reason }
+        })
+    }
+
+    /// Stream `stream` ends: its buffer (if it holds one) goes back.
+    fn close(&mut self, stream: u32) {
+        let s = &mut self.streams[stream as usize];
+        s.open = false;
+        if let Some(lease) = s.lease.take() {
+            self.ring.arena().give_back(lease);
+        }
     }
 }

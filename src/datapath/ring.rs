@@ -343,6 +343,21 @@ impl<T> Ring<T> {
         self.push(sqe, Some(lease), tag);
     }
 
+    /// Receive exactly `len` bytes (MSG_WAITALL) from registered socket
+    /// `file` into memory the caller owns at `ptr` (a frame header, before
+    /// any buffer is given to its payload).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay valid, and be neither read nor written by
+    /// anyone else, until this op's completion is reaped or the ring is
+    /// drained (its Drop, or [`cancel_all_and_drain`](Self::cancel_all_and_drain)).
+    pub unsafe fn recv_all_into(&mut self, file: u32, ptr: *mut u8, len: u32, tag: T) {
+        let sqe = opcode::Recv::new(types::Fixed(file), ptr, len)
+            .flags(libc::MSG_WAITALL)
+            .build();
+        self.push(sqe, None, tag);
+    }
+
     /// fdatasync registered file `file`.
     pub fn fdatasync(&mut self, file: u32, tag: T) {
         let sqe = opcode::Fsync::new(types::Fixed(file))

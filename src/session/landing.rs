@@ -50,6 +50,13 @@ pub(crate) enum PeerEvent {
     Closed(Option<SessionError>),
 }
 
+/// The frame buffers a receiver registers: `count` of `payload_max` bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pool {
+    pub(crate) payload_max: usize,
+    pub(crate) count: usize,
+}
+
 /// How long the sender may be silent, and how slow it may be.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pace {
@@ -99,16 +106,14 @@ impl Incoming {
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
-        payload_max: usize,
+        pool: Pool,
         pace: Pace,
         open: &super::send::Sealing,
         peer: &mpsc::Receiver<PeerEvent>,
         out: &mut dyn Landing,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-        // Buffers wait in the socket, then in the write: twice as many.
-        let buf_count = super::buffer_count(streams.len(), payload_max as u32, 4, 4)?;
-        let mut rx = NetReceiver::with_file_slots(&fds, buf_count, payload_max, FILE_SLOTS)?;
+        let mut rx = NetReceiver::with_file_slots(&fds, pool.count, pool.payload_max, FILE_SLOTS)?;
         rx.set_wait_limit((pace.timeout / 4).min(Duration::from_secs(1)));
         if let Some((keys, dir)) = open {
             rx.open_with(keys, *dir);
@@ -693,7 +698,9 @@ impl Sink<'_> {
             return self.check_confirmations(now);
         }
         let bytes = self.rx.tcp_bytes_received();
-        if !self.rx.waiting() || self.pending >= FINALIZE_BACKLOG_MAX {
+        // This side is the slow one (its buffers all in writes, its
+        // finalizers behind): the sender is not to blame.
+        if !self.rx.waiting() || self.rx.starved() || self.pending >= FINALIZE_BACKLOG_MAX {
             (self.window.start, self.window.bytes_at_start) = (now, bytes);
             return Ok(());
         }

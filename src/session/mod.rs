@@ -34,29 +34,27 @@ pub const SESSION_BUFFER_BYTES_MAX: u64 = 1 << 30;
 /// Blocks one manifest may hold in total (the receiver keeps a bit per block).
 pub const SESSION_BLOCKS_MAX: u64 = 1 << 30;
 
+/// Fewest frame buffers a side of a session works with (one in the disk
+/// or the socket while the other is filled): any stream count shares them.
+pub const BUFFERS_MIN: usize = 2;
+/// Most frame buffers one side of a session takes.
+pub const BUFFERS_MAX: usize = 256;
+const _: () = assert!(BUFFERS_MIN * (64 << 20) < SESSION_BUFFER_BYTES_MAX as usize);
+
 /// How many frame buffers of `block` bytes a side with `streams` streams
-/// gets: `per_stream` each plus `extra`, within 8..256 and within
-/// [`SESSION_BUFFER_BYTES_MAX`]; refused when not even one per stream fits.
-pub(crate) fn buffer_count(
-    streams: usize,
-    block: u32,
-    per_stream: usize,
-    extra: usize,
-) -> Result<usize, SessionError> {
-    let want = (streams * per_stream + extra).clamp(8, 256);
-    let each = crate::datapath::net::frame_buf_size(block as usize) as u64;
-    let fit = (SESSION_BUFFER_BYTES_MAX / each) as usize;
-    let n = want.min(fit);
-    if n < streams + 1 {
-        return Err(SessionError::local(
-            crate::protocol::control::ErrorCode::TooLarge,
-            format!(
-                "{streams} streams of {block}-byte blocks need more than {} MiB of buffers; use fewer streams or smaller blocks",
-                SESSION_BUFFER_BYTES_MAX >> 20
-            ),
-        ));
-    }
-    Ok(n)
+/// wants: `per_stream` each plus `extra`, within
+/// [`BUFFERS_MIN`]..[`BUFFERS_MAX`] and within [`SESSION_BUFFER_BYTES_MAX`].
+/// Streams do not need a buffer each (a receiver takes one only for a
+/// payload), so every stream count and block size fits.
+pub fn buffer_count(streams: usize, block: u32, per_stream: usize, extra: usize) -> usize {
+    let want = (streams * per_stream + extra).clamp(BUFFERS_MIN, BUFFERS_MAX);
+    let fit = (SESSION_BUFFER_BYTES_MAX / buffer_bytes(block)) as usize;
+    want.min(fit).max(BUFFERS_MIN)
+}
+
+/// Bytes one frame buffer of a `block`-byte frame takes.
+pub fn buffer_bytes(block: u32) -> u64 {
+    crate::datapath::net::frame_buf_size(block as usize) as u64
 }
 
 /// Why a session failed, with the protocol code the peer is told.

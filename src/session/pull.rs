@@ -13,7 +13,7 @@ use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
-use super::landing::{Landing, Pace, PeerEvent};
+use super::landing::{Landing, Pace, PeerEvent, Pool};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
 use super::send::{drive, open_session, SendConfig, SendObserver, SendReport};
 use super::source::{recv_verdict, Held};
@@ -138,9 +138,13 @@ pub fn run_pull(
             rejected: Vec::new(),
         };
         let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = Pool {
+            payload_max: cfg.block_size as usize,
+            count: super::buffer_count(streams.len(), cfg.block_size, 4, 4),
+        };
         let r = incoming.receive(
             &streams,
-            cfg.block_size as usize,
+            pool,
             pace,
             &open,
             &rx,

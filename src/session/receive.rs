@@ -422,7 +422,7 @@ impl Incoming {
                 });
                 return Ok(());
             }
-            if f.size > 0 && self.continue_part(f)? {
+            if f.size > 0 && self.continue_part(f, tick)? {
                 let ranges = Journal {
                     id: f.id,
                     part: f.part_id.expect("claimed"),
@@ -449,9 +449,10 @@ impl Incoming {
         Ok(())
     }
 
-    /// The digest of `f`'s final file when it is complete already: its
-    /// stamp (ours, on this very file, for this size and mtime), or with
-    /// `--checksum` its content read again now.
+    /// The digest of `f`'s final file when it is complete already: the
+    /// digest of the bytes on disk, read again now, for a file whose stamp
+    /// (ours, on this very file, for this size and mtime) says the same, or
+    /// with `--checksum` for any file of the right size.
     fn held_complete(&self, f: &RecvFile, r: Resume, tick: &mut dyn FnMut()) -> Option<u64> {
         let file = self
             .root
@@ -465,16 +466,18 @@ impl Incoming {
         if !m.is_file() || m.len() != f.size {
             return None;
         }
-        if r.checksum {
-            journal::content_digest(&file, f.size, tick).ok()
-        } else {
-            journal::stamped_digest(&file, &f.id, &self.rules.secret)
-        }
+        let stamped = match r.checksum {
+            true => None,
+            false => Some(journal::stamped_digest(&file, &f.id, &self.rules.secret)?),
+        };
+        let on_disk = journal::content_digest(&file, f.size, tick).ok()?;
+        stamped.is_none_or(|d| d == on_disk).then_some(on_disk)
     }
 
     /// Continue `f`'s part file from its journal, when both are ours and
-    /// agree; claims the part. Otherwise the file starts over.
-    fn continue_part(&self, f: &mut RecvFile) -> Result<bool, SessionError> {
+    /// agree, and the blocks the journal names, read again now, have the
+    /// digest it recorded; claims the part. Otherwise the file starts over.
+    fn continue_part(&self, f: &mut RecvFile, tick: &mut dyn FnMut()) -> Result<bool, SessionError> {
         let Some(j) = journal::load(&self.root, &f.final_rel, &f.id, &self.rules.secret) else {
             return Ok(false);
         };
@@ -484,6 +487,15 @@ impl Incoming {
             return Ok(false);
         };
         if !j.matches(&part) || !part.metadata().is_ok_and(|m| m.is_file()) {
+            return Ok(false);
+        }
+        let on_disk = self
+            .root
+            .open_file(&rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
+            .ok()
+            .filter(|r| FileId::of(r).ok() == Some(j.part))
+            .and_then(|r| journal::ranges_digest(&r, f.size, self.block, &j.ranges(), tick).ok());
+        if on_disk != Some(j.digest) {
             return Ok(false);
         }
         claim(&self.rules, &rel, j.part)?;

@@ -182,6 +182,42 @@ impl Drop for Hold<'_> {
 struct Reserved<'a> {
     total: &'a AtomicU64,
     bytes: u64,
+    /// Buffers the bytes hold.
+    count: usize,
+}
+
+/// Reserve a session's frame buffers within the daemon's `budget`: as many
+/// as it wants, or what is left down to the fewest it works with.
+fn reserve_buffers<'r>(
+    registry: &'r Registry,
+    req: &crate::protocol::control::SessionRequest,
+    budget: u64,
+) -> Result<Reserved<'r>, SessionError> {
+    let each = super::buffer_bytes(req.block_size);
+    let want = super::buffer_count(req.streams as usize, req.block_size, 4, 4) as u64;
+    let mut count = 0;
+    let total = &registry.stats.buffer_bytes;
+    total
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            count = (budget.saturating_sub(n) / each).min(want);
+            (count >= super::BUFFERS_MIN as u64).then_some(n + count * each)
+        })
+        .map_err(|in_use| {
+            SessionError::local(
+                ErrorCode::Busy,
+                format!(
+                    "the session needs at least {} MiB of buffers and {} of the daemon's {} MiB (max_buffer_memory) are in use; try later or use smaller blocks",
+                    (super::BUFFERS_MIN as u64 * each) >> 20,
+                    in_use >> 20,
+                    budget >> 20
+                ),
+            )
+        })?;
+    Ok(Reserved {
+        total,
+        bytes: count * each,
+        count: count as usize,
+    })
 }
 
 impl Drop for Reserved<'_> {
@@ -715,37 +751,15 @@ fn control_session(
             format!("block size {} is not a multiple of 4096", req.block_size),
         ));
     }
-    // Refuse now what the buffers could not hold, and reserve them within
-    // the daemon's budget.
-    super::buffer_count(req.streams as usize, req.block_size, 1, 0)?;
-    let want = super::buffer_count(req.streams as usize, req.block_size, 4, 4)? as u64
-        * crate::datapath::net::frame_buf_size(req.block_size as usize) as u64;
-    let budget = cfg.limits.buffer_bytes;
-    registry
-        .stats
-        .buffer_bytes
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n + want <= budget).then_some(n + want)
-        })
-        .map_err(|in_use| {
-            SessionError::local(
-                ErrorCode::Busy,
-                format!(
-                    "the session needs {} MiB of buffers and {} of the daemon's {} MiB are in use; try later or use fewer streams or smaller blocks",
-                    want >> 20,
-                    in_use >> 20,
-                    budget >> 20
-                ),
-            )
-        })?;
-    let _reserved = Reserved {
-        total: &registry.stats.buffer_bytes,
-        bytes: want,
-    };
+    // Reserve the session's buffers within the daemon's budget: as many as
+    // it wants, or as many as are left, down to the fewest it works with.
+    let reserved = reserve_buffers(registry, &req, cfg.limits.buffer_bytes)?;
+    let buffers = reserved.count;
     if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
         return bench_session(
             s,
             &req,
+            buffers,
             &keys,
             cfg,
             registry,
@@ -754,7 +768,7 @@ fn control_session(
     }
     if req.direction == Direction::Pull {
         let id = registry.stats.begin(peer, "send");
-        let r = pull_session(s, &req, &keys, cfg, registry);
+        let r = pull_session(s, &req, buffers, &keys, cfg, registry);
         registry.stats.end(id);
         return r;
     }
@@ -764,15 +778,17 @@ fn control_session(
             "this daemon serves pulls only (pull_only): it takes no pushes",
         ));
     }
-    push_session(s, &req, &keys, cfg, registry, peer, log)
+    push_session(s, &req, buffers, &keys, cfg, registry, peer, log)
 }
 
 /// A push: the manifest, the files prepared beneath the root, what a resume
 /// holds (checked by the sender), then the data until every file is
 /// committed (or rejected, or skipped by the sender), then the summary.
+#[allow(clippy::too_many_arguments)]
 fn push_session(
     s: &mut Control,
     req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
     keys: &SessionKeys,
     cfg: &RecvConfig,
     registry: &Registry,
@@ -851,7 +867,10 @@ fn push_session(
     let received = incoming
         .receive(
             &streams,
-            req.block_size as usize,
+            super::landing::Pool {
+                payload_max: req.block_size as usize,
+                count: buffers,
+            },
             pace,
             &open,
             &rx,
@@ -1013,10 +1032,12 @@ fn collect_streams(
 /// zero-copy where it pays, no pacing, sealed when the client asked.
 fn daemon_push_params(
     req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
     keys: &SessionKeys,
     cfg: &RecvConfig,
 ) -> super::source::PushParams {
     super::source::PushParams {
+        buffers,
         block_size: req.block_size,
         zerocopy: crate::datapath::net::ZeroCopy::Auto,
         rate_limit_bytes_per_s: None,
@@ -1034,6 +1055,7 @@ fn daemon_push_params(
 fn pull_session(
     s: &mut Control,
     req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
     keys: &SessionKeys,
     cfg: &RecvConfig,
     registry: &Registry,
@@ -1064,7 +1086,7 @@ fn pull_session(
         send_msg(s, &m)?;
     }
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-    let params = daemon_push_params(req, keys, cfg);
+    let params = daemon_push_params(req, buffers, keys, cfg);
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
@@ -1110,6 +1132,7 @@ fn pull_session(
 fn bench_session(
     s: &mut Control,
     req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
     keys: &SessionKeys,
     cfg: &RecvConfig,
     registry: &Registry,
@@ -1135,7 +1158,7 @@ fn bench_session(
     };
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let bytes = if reverse {
-        let params = daemon_push_params(req, keys, cfg);
+        let params = daemon_push_params(req, buffers, keys, cfg);
         let counters = crate::coord::WorkerCounters::default();
         bench_data(
             &params,
@@ -1153,7 +1176,8 @@ fn bench_session(
         let open = req
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ClientToServer));
-        discard_frames(&streams, req.block_size as usize, &open, &mut |b| {
+        let payload_max = req.block_size as usize;
+        discard_frames(&streams, payload_max, buffers, &open, &mut |b| {
             progress.add(b)
         })?
     };

@@ -146,6 +146,9 @@ pub struct SendReport {
     /// Entries that could not be moved (and why); the rest was verified.
     pub files_skipped: u64,
     pub skipped: Vec<Skipped>,
+    /// Regular files of the manifest among them (the rest was never listed).
+    #[serde(skip)]
+    pub(crate) listed_files_skipped: u64,
     pub elapsed_s: f64,
     pub rate_bits_per_s: f64,
     pub interval_rate_min_bits_per_s: f64,
@@ -183,7 +186,8 @@ impl SendReport {
             let is_file = entries
                 .get(*i as usize)
                 .is_some_and(|e| e.kind == EntryKind::File);
-            self.files_skipped += u64::from(is_file);
+            self.listed_files_skipped += u64::from(is_file);
+            self.files_skipped += 1;
             self.skipped.push(Skipped {
                 path,
                 reason: why.clone(),
@@ -392,6 +396,7 @@ pub(crate) fn drive<T: Send>(
         files_verified: 0,
         files_skipped: 0,
         skipped: Vec::new(),
+        listed_files_skipped: 0,
         elapsed_s: secs,
         rate_bits_per_s: bytes as f64 * 8.0 / secs,
         interval_rate_min_bits_per_s: tracker.min_full_rate().unwrap_or(bytes as f64 / secs) * 8.0,
@@ -450,7 +455,7 @@ pub fn run_send(
     })?;
     let params = PushParams {
         seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
-        ..push_params(cfg)
+        ..push_params(cfg, 4, 4)
     };
     let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
@@ -578,7 +583,7 @@ pub fn run_bench_net(
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
     let params = PushParams {
         seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
-        ..push_params(cfg)
+        ..push_params(cfg, 4, 0)
     };
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
         bench_data(&params, time, verify, &streams, counters, stop)
@@ -615,7 +620,8 @@ fn run_bench_net_reverse(
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
-        discard_frames(&streams, cfg.block_size as usize, &open, &mut |b| {
+        let bufs = super::buffer_count(streams.len(), cfg.block_size, 2, 2);
+        discard_frames(&streams, cfg.block_size as usize, bufs, &open, &mut |b| {
             counters.add(b, 0)
         })
     });
@@ -633,12 +639,12 @@ fn run_bench_net_reverse(
 pub(crate) fn discard_frames(
     streams: &[TcpStream],
     payload_max: usize,
+    buf_count: usize,
     open: &Sealing,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, NetReceiver, RecvEvent};
     let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-    let buf_count = super::buffer_count(streams.len(), payload_max as u32, 2, 2)?;
     let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
     if let Some((keys, dir)) = open {
         rx.open_with(keys, *dir);
@@ -709,7 +715,7 @@ pub(crate) fn bench_data(
     stop: &AtomicBool,
 ) -> Result<SendStats, SessionError> {
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    let bufs = super::buffer_count(streams.len(), cfg.block_size, 4, 0)?;
+    let bufs = cfg.buffers;
     let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
     tx.publish_stream_bytes(counters.streams());
     if let Some((keys, dir)) = &cfg.seal {
@@ -862,7 +868,7 @@ fn check_acks(
             ),
         ));
     }
-    if report.files_verified + report.files_skipped != report.files {
+    if report.files_verified + report.listed_files_skipped != report.files {
         return Err(SessionError::local(
             ErrorCode::Io,
             format!(
@@ -879,9 +885,12 @@ fn set_sock_buf(s: &TcpStream, bytes: usize) {
     sys::set_send_buffer(s.as_raw_fd(), bytes);
 }
 
-fn push_params(cfg: &SendConfig) -> PushParams {
+/// How this side sends: `buffers` frame buffers (each stream's share of
+/// `per_stream`, plus `extra`), the configured pacing and timeout.
+fn push_params(cfg: &SendConfig, per_stream: usize, extra: usize) -> PushParams {
     PushParams {
         block_size: cfg.block_size,
+        buffers: super::buffer_count(cfg.streams as usize, cfg.block_size, per_stream, extra),
         zerocopy: cfg.zerocopy,
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
         timeout: cfg.timeout,

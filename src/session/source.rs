@@ -42,6 +42,8 @@ const SENT_RECORDS_MAX: usize = 1 << 22;
 /// How the sending side reads and paces.
 pub(crate) struct PushParams {
     pub(crate) block_size: u32,
+    /// Frame buffers to register (see `session::buffer_count`).
+    pub(crate) buffers: usize,
     pub(crate) zerocopy: ZeroCopy,
     pub(crate) rate_limit_bytes_per_s: Option<f64>,
     /// A stream stalled for half of this is given up; no stream moving for
@@ -667,8 +669,7 @@ impl<'a> Pusher<'a> {
         announce: &'a mut dyn Announce,
     ) -> Result<Self, SessionError> {
         let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-        // Buffers wait in the disk read, then in the socket: room for both.
-        let bufs = super::buffer_count(streams.len(), params.block_size, 4, 4)?;
+        let bufs = params.buffers;
         let mut tx = NetSender::with_file_slots(
             &fds,
             bufs,

@@ -736,8 +736,7 @@ fn disk_checks(s: &Scene) -> Vec<Check> {
 /// Locked memory a default session (4 streams x 4 MiB blocks) registers,
 /// plus one ring's own pages: (buffers, bytes).
 fn session_memlock() -> (usize, u64) {
-    let bufs = crate::session::buffer_count(profile::SESSION_STREAMS, profile::SESSION_BLOCK, 4, 4)
-        .expect("the default session fits its own limits");
+    let bufs = crate::session::buffer_count(profile::SESSION_STREAMS, profile::SESSION_BLOCK, 4, 4);
     let bytes = bufs as u64 * net::frame_buf_size(profile::SESSION_BLOCK as usize) as u64;
     (bufs, bytes + (512 << 10))
 }
