@@ -89,25 +89,39 @@ struct Shared {
     claimed: Mutex<HashSet<String>>,
 }
 
-/// Takes one unit of a shared count for as long as it lives.
-struct Hold<'a> {
-    count: &'a AtomicUsize,
+/// The daemon's counts a [`Hold`] takes a unit of.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Sessions,
+    Connections,
 }
 
-impl<'a> Hold<'a> {
-    fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
-        count
+/// Takes one unit of a daemon count for as long as it lives. It owns its
+/// share of the stats, so it travels with what it counts: a data stream's
+/// connection stays counted until its session drops the stream.
+struct Hold {
+    stats: Arc<DaemonStats>,
+    count: Count,
+}
+
+impl Hold {
+    fn take(stats: &Arc<DaemonStats>, count: Count, max: usize) -> Option<Self> {
+        stats
+            .count(count)
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Hold { count })
+            .map(|_| Hold {
+                stats: Arc::clone(stats),
+                count,
+            })
     }
 }
 
-impl Drop for Hold<'_> {
+impl Drop for Hold {
     fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.stats.count(self.count).fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -283,6 +297,13 @@ impl DaemonStats {
             .or_default() += 1;
     }
 
+    fn count(&self, count: Count) -> &AtomicUsize {
+        match count {
+            Count::Sessions => &self.sessions_active,
+            Count::Connections => &self.connections_open,
+        }
+    }
+
     /// Failed sessions and refused connections, by error code name.
     pub fn errors(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<_> = self
@@ -349,7 +370,39 @@ impl DaemonStats {
 struct Pending {
     keys: SessionKeys,
     streams: u16,
-    tx: mpsc::Sender<(u16, TcpStream)>,
+    tx: mpsc::Sender<Arrived>,
+}
+
+/// A data stream that proved it belongs to a session, on its way there
+/// with its place in the connection count.
+struct Arrived {
+    index: u16,
+    stream: TcpStream,
+    conn: Hold,
+}
+
+/// A session's data streams, in index order. Each stays counted against
+/// `--max-connections` until the session drops them.
+struct Streams {
+    streams: Vec<TcpStream>,
+    _conns: Vec<Hold>,
+}
+
+impl std::ops::Deref for Streams {
+    type Target = [TcpStream];
+
+    fn deref(&self) -> &[TcpStream] {
+        &self.streams
+    }
+}
+
+impl<'a> IntoIterator for &'a Streams {
+    type Item = &'a TcpStream;
+    type IntoIter = std::slice::Iter<'a, TcpStream>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.streams.iter()
+    }
 }
 
 type Registry = Arc<Shared>;
@@ -393,44 +446,7 @@ pub fn serve(
             continue;
         }
         match listener.accept() {
-            Ok((s, peer)) => {
-                let (cfg, registry, log) =
-                    (Arc::clone(&cfg), Arc::clone(&registry), Arc::clone(&log));
-                if registry.stats.connections_open.load(Ordering::Acquire) >= cfg.limits.connections
-                {
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
-                    let _ = send_msg(
-                        &mut Control::new(s),
-                        &Message::Error {
-                            code: ErrorCode::Busy,
-                            message: format!(
-                                "the daemon has {} connections open, its limit; try again later",
-                                cfg.limits.connections
-                            ),
-                        },
-                    );
-                    registry.stats.error(ErrorCode::Busy);
-                    log(
-                        Level::Warn,
-                        &format!("{peer}: refused: connection limit reached"),
-                    );
-                    continue;
-                }
-                registry
-                    .stats
-                    .connections_open
-                    .fetch_add(1, Ordering::AcqRel);
-                std::thread::spawn(move || {
-                    let _conn = Hold {
-                        count: &registry.stats.connections_open,
-                    };
-                    if let Err(e) = connection(s, peer, &cfg, &registry, &log) {
-                        registry.stats.error(e.code());
-                        log(Level::Warn, &format!("{peer}: {e}"));
-                    }
-                });
-            }
+            Ok((s, peer)) => admit(s, peer, &cfg, &registry, &log),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => log(Level::Error, &format!("accept: {e}")),
         }
@@ -454,9 +470,51 @@ pub fn serve(
     Ok(())
 }
 
+/// Take a new connection on a thread of its own, holding its place in the
+/// connection count, or refuse it when the daemon is at its limit.
+fn admit(s: TcpStream, peer: SocketAddr, cfg: &Arc<RecvConfig>, registry: &Registry, log: &Log) {
+    let Some(conn) = Hold::take(&registry.stats, Count::Connections, cfg.limits.connections) else {
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+        let _ = send_msg(
+            &mut Control::new(s),
+            &Message::Error {
+                code: ErrorCode::Busy,
+                message: format!(
+                    "the daemon has {} connections open, its limit; try again later",
+                    cfg.limits.connections
+                ),
+            },
+        );
+        registry.stats.error(ErrorCode::Busy);
+        log(
+            Level::Warn,
+            &format!("{peer}: refused: connection limit reached"),
+        );
+        return;
+    };
+    let (cfg, registry, thread_log) = (Arc::clone(cfg), Arc::clone(registry), Arc::clone(log));
+    let spawned = std::thread::Builder::new()
+        .name("urmove-conn".into())
+        .spawn(move || {
+            if let Err(e) = connection(s, peer, conn, &cfg, &registry, &thread_log) {
+                registry.stats.error(e.code());
+                thread_log(Level::Warn, &format!("{peer}: {e}"));
+            }
+        });
+    // Without a thread the connection (and its hold) is dropped.
+    if let Err(e) = spawned {
+        log(
+            Level::Error,
+            &format!("{peer}: dropped: no thread for it: {e}"),
+        );
+    }
+}
+
 fn connection(
     s: TcpStream,
     peer: SocketAddr,
+    conn: Hold,
     cfg: &RecvConfig,
     registry: &Registry,
     log: &Log,
@@ -472,6 +530,7 @@ fn connection(
     let first = recv_small_by(&mut s, deadline).map_err(|e| fail(&mut s, e))?;
     match first {
         Message::Hello(hello) => {
+            let _conn = conn;
             let started = Instant::now();
             match control_session(&mut s, hello, deadline, cfg, registry, peer, log) {
                 Ok((files, bytes)) => {
@@ -496,7 +555,11 @@ fn connection(
                     if stream_index < p.streams
                         && check_stream_proof(&p.keys, stream_index, &proof) =>
                 {
-                    let _ = p.tx.send((stream_index, s.into_tcp()));
+                    let _ = p.tx.send(Arrived {
+                        index: stream_index,
+                        stream: s.into_tcp(),
+                        conn,
+                    });
                     Ok(())
                 }
                 _ => {
@@ -581,7 +644,7 @@ fn control_session(
         ));
     }
     let _session =
-        Hold::take(&registry.stats.sessions_active, cfg.limits.sessions).ok_or_else(|| {
+        Hold::take(&registry.stats, Count::Sessions, cfg.limits.sessions).ok_or_else(|| {
             SessionError::local(
                 ErrorCode::Busy,
                 format!(
@@ -763,7 +826,7 @@ fn collect_streams(
     keys: &SessionKeys,
     count: u16,
     cfg: &RecvConfig,
-) -> Result<Vec<TcpStream>, SessionError> {
+) -> Result<Streams, SessionError> {
     let wait = cfg.stream_wait;
     let (tx, rx) = mpsc::channel();
     registry
@@ -779,14 +842,15 @@ fn collect_streams(
             },
         );
     let ready = send_msg(s, &Message::Ready);
-    let mut streams: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
+    let mut slots: Vec<Option<Arrived>> = (0..count).map(|_| None).collect();
     let deadline = Instant::now() + wait;
     let mut arrived = 0;
-    while ready.is_ok() && arrived < streams.len() {
+    while ready.is_ok() && arrived < slots.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
-            Ok((i, st)) if streams[i as usize].is_none() => {
-                streams[i as usize] = Some(st);
+            Ok(a) if slots[a.index as usize].is_none() => {
+                let i = a.index as usize;
+                slots[i] = Some(a);
                 arrived += 1;
             }
             Ok(_) => {}
@@ -799,13 +863,18 @@ fn collect_streams(
         .unwrap_or_else(|p| p.into_inner())
         .remove(&keys.session_id);
     ready?;
-    if arrived < streams.len() {
+    if arrived < slots.len() {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
-            format!("only {arrived} of {} data streams arrived", streams.len()),
+            format!("only {arrived} of {} data streams arrived", slots.len()),
         ));
     }
-    let streams: Vec<TcpStream> = streams.into_iter().flatten().collect();
+    let (streams, _conns): (Vec<TcpStream>, Vec<Hold>) = slots
+        .into_iter()
+        .flatten()
+        .map(|a| (a.stream, a.conn))
+        .unzip();
+    let streams = Streams { streams, _conns };
     for st in &streams {
         sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
     }
