@@ -2,11 +2,13 @@
 //! sockets on loopback (other 127.0.0.0/8 addresses as other hosts), its
 //! metrics scraped over HTTP and its log read line by line.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use urmove::protocol::control::ErrorCode;
@@ -212,6 +214,144 @@ fn file_entry(path: &str, size: u64) -> Entry {
     }
 }
 
+/// A TCP connection to 127.0.0.1:`port` from `source`, another loopback
+/// address: another host, as the daemon sees it. (std cannot bind a
+/// socket before connecting it, so libc does.)
+fn connect_from(source: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let sin = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: socket() takes no pointers; the descriptor it returns is
+    // owned by the TcpStream below and closed with it.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket nobody else owns.
+    let s = unsafe { TcpStream::from_raw_fd(fd) };
+    let (local, remote) = (sin(source, 0), sin(Ipv4Addr::LOCALHOST, port));
+    // SAFETY: bind reads `len` bytes of `local`, which lives through the call.
+    if unsafe { libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: connect reads `len` bytes of `remote`, which lives through the call.
+    if unsafe { libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(s)
+}
+
+/// Whether the daemon has not closed (or answered on) `s` yet.
+fn still_open(s: &TcpStream) -> bool {
+    let mut buf = [0u8; 512];
+    matches!((&*s).read(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock)
+}
+
+/// Everything the daemon sends on `s` until it closes, within `limit`.
+fn until_closed(s: &mut TcpStream, limit: Duration) -> std::io::Result<Vec<u8>> {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut out = Vec::new();
+    match s.read_to_end(&mut out) {
+        Ok(_) => Ok(out),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(out),
+        Err(e) => Err(e),
+    }
+}
+
+#[test]
+fn an_address_flooding_idle_connections_locks_nobody_else_out() {
+    const CONNECTIONS_MAX: usize = 24;
+    const PER_ADDRESS: usize = 16;
+    // A long handshake timeout: only the short pre-auth window can drop
+    // a silent stranger within the test.
+    let mut d = Recv::start(&["--max-connections", "24", "--handshake-timeout", "30s"]);
+    let flooder: Ipv4Addr = "127.0.0.2".parse().unwrap();
+    let mut probe = connect_from("127.0.0.3".parse().unwrap(), d.port).unwrap();
+    // 127.0.0.2 keeps more idle connections open than the daemon takes in
+    // all, re-opening each one the daemon closes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let (stop, opened, port) = (Arc::clone(&stop), Arc::clone(&opened), d.port);
+        std::thread::spawn(move || {
+            let mut live: Vec<TcpStream> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                live.retain(still_open);
+                while live.len() < CONNECTIONS_MAX + 16 {
+                    let Ok(s) = connect_from(flooder, port) else {
+                        break;
+                    };
+                    s.set_nonblocking(true).unwrap();
+                    live.push(s);
+                    opened.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    while opened.load(Ordering::Relaxed) < 3 * CONNECTIONS_MAX as u64 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // One more from the flooding address is refused at once, with a reason.
+    let mut extra = connect_from(flooder, d.port).unwrap();
+    let (code, message) = refusal(&until_closed(&mut extra, Duration::from_secs(5)).unwrap());
+    assert_eq!(code, ErrorCode::Busy, "{message}");
+    assert!(message.contains("have not authenticated yet"), "{message}");
+    // A legitimate sender from 127.0.0.1 gets through, bytes identical.
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    let files = [("big", noise(4 << 20, 1)), ("small", noise(1000, 2))];
+    for (name, bytes) in &files {
+        std::fs::write(top.join(name), bytes).unwrap();
+    }
+    let o = output_within(d.send_cmd(&["-P", "4"], &top, "in"), SEND_LIMIT);
+    assert!(
+        o.status.success(),
+        "send failed: {}\n{:#?}",
+        stderr(&o),
+        d.log()
+    );
+    for (name, bytes) in &files {
+        let got = std::fs::read(d.root.path().join("in/run").join(name)).unwrap();
+        assert!(&got == bytes, "{name} arrived different");
+    }
+    // While the flood goes on, the address holds no more than its share.
+    let unauthenticated = d.metric("urmove_connections_unauthenticated").unwrap();
+    assert!(
+        unauthenticated <= (PER_ADDRESS + 1) as f64,
+        "{unauthenticated} unauthenticated connections (16 from the flooder, 1 probe at most)"
+    );
+    assert!(d.metric("urmove_unauthenticated_refused_total").unwrap() > 0.0);
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    // The silent probe was dropped by the 5 s pre-auth window, long before
+    // the 30 s handshake timeout.
+    let said = until_closed(&mut probe, Duration::from_secs(20))
+        .expect("the daemon kept a silent stranger past the pre-auth window");
+    let (code, message) = refusal(&said);
+    assert_eq!(code, ErrorCode::Io, "{message}");
+    assert!(message.contains("went silent"), "{message}");
+    // Hundreds of refusals, a few log lines.
+    let refusals = d
+        .log()
+        .iter()
+        .filter(|l| l.contains("are not authenticated yet"))
+        .count();
+    assert!(
+        (1..=3).contains(&refusals),
+        "{refusals} refusal lines for {} connections",
+        opened.load(Ordering::Relaxed)
+    );
+}
+
 #[test]
 fn data_streams_count_against_max_connections_while_their_session_runs() {
     let mut d = Recv::start(&["--max-connections", "4"]);
@@ -255,17 +395,13 @@ fn bad_limits_are_refused_alike_from_the_command_line_and_the_file() {
     );
     let conf = dir.path().join("urmove.toml");
     for (flag, key_name, bad, reason) in [
+        ("--max-sessions", "max_sessions", "0", "max_sessions (--max-sessions) must be 1 to 1048576, not 0"),
+        ("--timeout", "timeout", "0", "timeout (--timeout) must be more than 0 s and at most 24h, not 0 s"),
         (
-            "--max-sessions",
-            "max_sessions",
+            "--max-unauthenticated-per-address",
+            "max_unauthenticated_per_address",
             "0",
-            "max_sessions (--max-sessions) must be 1 to 1048576, not 0",
-        ),
-        (
-            "--timeout",
-            "timeout",
-            "0",
-            "timeout (--timeout) must be more than 0 s and at most 24h, not 0 s",
+            "max_unauthenticated_per_address (--max-unauthenticated-per-address) must be 1 to 1048576, not 0",
         ),
     ] {
         std::fs::write(&conf, &base).unwrap();
@@ -278,11 +414,7 @@ fn bad_limits_are_refused_alike_from_the_command_line_and_the_file() {
             Duration::from_secs(10),
         );
         assert_eq!(cli.status.code(), Some(2), "{flag} {bad}: {}", stderr(&cli));
-        assert!(
-            stderr(&cli).contains(&format!("error: {reason}")),
-            "{}",
-            stderr(&cli)
-        );
+        assert!(stderr(&cli).contains(&format!("error: {reason}")), "{}", stderr(&cli));
         std::fs::write(&conf, format!("{base}{key_name} = {bad}\n")).unwrap();
         let file = output_within(
             {

@@ -26,6 +26,7 @@ pub struct RecvSettings {
     pub timeout: Duration,
     pub max_sessions: usize,
     pub max_connections: usize,
+    pub max_unauthenticated_per_address: usize,
     pub max_streams: u16,
     pub max_files: u32,
     pub max_buffer_memory: u64,
@@ -55,6 +56,7 @@ struct RecvFile {
     timeout: Option<Spanned<Amount>>,
     max_sessions: Option<Spanned<u64>>,
     max_connections: Option<Spanned<u64>>,
+    max_unauthenticated_per_address: Option<Spanned<u64>>,
     max_streams: Option<Spanned<u64>>,
     max_files: Option<Spanned<u64>>,
     max_buffer_memory: Option<Spanned<Amount>>,
@@ -109,6 +111,12 @@ const MAX_CONNECTIONS: CountRule = CountRule {
     min: 1,
     max: 1 << 20,
     default: 1024,
+};
+const MAX_UNAUTHENTICATED_PER_ADDRESS: CountRule = CountRule {
+    key: "max_unauthenticated_per_address",
+    min: 1,
+    max: 1 << 20,
+    default: 16,
 };
 const MAX_STREAMS: CountRule = CountRule {
     key: "max_streams",
@@ -276,6 +284,12 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
         max_sessions: count_setting(src, &MAX_SESSIONS, a.max_sessions, f.max_sessions)? as usize,
         max_connections: count_setting(src, &MAX_CONNECTIONS, a.max_connections, f.max_connections)?
             as usize,
+        max_unauthenticated_per_address: count_setting(
+            src,
+            &MAX_UNAUTHENTICATED_PER_ADDRESS,
+            a.max_unauthenticated_per_address,
+            f.max_unauthenticated_per_address,
+        )? as usize,
         max_streams: u16::try_from(count_setting(
             src,
             &MAX_STREAMS,
@@ -384,6 +398,13 @@ mod tests {
                 format!("max_connections (--max-connections) {count}"),
             ),
             (
+                "max_unauthenticated_per_address",
+                "0",
+                format!(
+                    "max_unauthenticated_per_address (--max-unauthenticated-per-address) {count}"
+                ),
+            ),
+            (
                 "max_streams",
                 "257",
                 "max_streams (--max-streams) must be 1 to 256, not 257".into(),
@@ -428,18 +449,18 @@ mod tests {
     #[test]
     fn limits_within_their_ranges_are_taken_from_either_source() {
         let s = with_file(
-            "root = \"/srv\"\nkey_file = \"/k\"\nmax_files = 3\n\
+            "root = \"/srv\"\nkey_file = \"/k\"\nmax_unauthenticated_per_address = 3\n\
              handshake_timeout = \"500ms\"\nmax_streams = 256\n",
             &["--max-sessions", "1", "--timeout", "1ms"],
         )
         .unwrap();
-        assert_eq!(s.max_files, 3);
+        assert_eq!(s.max_unauthenticated_per_address, 3);
         assert_eq!(s.handshake_timeout, Duration::from_millis(500));
         assert_eq!(s.max_streams, 256);
         assert_eq!(s.max_sessions, 1);
         assert_eq!(s.timeout, Duration::from_millis(1));
         let d = resolve(&args(&["--root", "/srv", "--key-file", "/k"])).unwrap();
-        assert_eq!(d.max_sessions, 64, "the default");
+        assert_eq!(d.max_unauthenticated_per_address, 16, "the default");
         assert_eq!(d.handshake_timeout, Duration::from_secs(10));
         assert_eq!(d.timeout, Duration::from_secs(60));
     }

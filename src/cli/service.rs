@@ -240,6 +240,18 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
     );
     gauge(
         &mut reg,
+        "connections_unauthenticated",
+        "Connections open now that have not proved they hold the key yet",
+        stats.connections_unauthenticated() as i64,
+    );
+    counter(
+        &mut reg,
+        "unauthenticated_refused",
+        "Connections refused at once: their address had --max-unauthenticated-per-address unauthenticated connections open",
+        stats.unauthenticated_refused.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut reg,
         "buffer_bytes_in_use",
         "Registered buffer memory reserved by running sessions",
         stats.buffer_bytes.load(Ordering::Relaxed) as i64,
@@ -334,6 +346,8 @@ mod tests {
             "urmove_sessions_active 0",
             "urmove_buffer_bytes_limit",
             "# TYPE urmove_session_errors counter",
+            "urmove_connections_unauthenticated 0",
+            "urmove_unauthenticated_refused_total 0",
             "# EOF",
         ] {
             assert!(text.contains(name), "{name} missing in:\n{text}");

@@ -6,6 +6,7 @@
 //! are written as `NAME.urmove.part` and renamed only after every block
 //! arrived, verified, and was synced.
 
+mod admit;
 pub mod conn;
 mod journal;
 pub mod pull;

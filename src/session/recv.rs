@@ -5,7 +5,7 @@
 //! every block arrived exactly once with a good checksum and was synced.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -14,13 +14,15 @@ use std::time::{Duration, Instant};
 use crate::datapath::beneath::Root;
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, Message, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME, STREAMS_MAX,
+    Direction, ErrorCode, Message, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
+    STREAMS_MAX,
 };
 use crate::protocol::handshake::{
-    check_stream_proof, Key, ServerHandshake, SessionId, SessionKeys,
+    check_stream_proof, Key, Proof, ServerHandshake, SessionId, SessionKeys,
 };
 use crate::protocol::manifest::check_path;
 
+use super::admit::{refuse_now, PerAddress, Throttled};
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
 use super::receive::{join, recv_manifest, Incoming, Resume};
 use super::send::{recv_digests, Held};
@@ -54,6 +56,9 @@ pub struct Limits {
     pub sessions: usize,
     /// Connections at once (sessions, their streams, handshakes).
     pub connections: usize,
+    /// Connections not yet authenticated from one address (IPv4) or /64
+    /// (IPv6) at once.
+    pub unauthenticated_per_address: usize,
     /// Data streams per session.
     pub streams: u16,
     /// Entries per manifest.
@@ -67,6 +72,7 @@ impl Default for Limits {
         Limits {
             sessions: 64,
             connections: 1024,
+            unauthenticated_per_address: 16,
             streams: 64,
             files: crate::protocol::manifest::ENTRIES_MAX,
             buffer_bytes: 4 << 30,
@@ -122,6 +128,32 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         self.stats.count(self.count).fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's place among those not yet authenticated from its
+/// address (`--max-unauthenticated-per-address`), given up once the peer
+/// proved it holds the key (or left).
+struct Unauthenticated {
+    stats: Arc<DaemonStats>,
+    group: IpAddr,
+}
+
+impl Unauthenticated {
+    fn take(stats: &Arc<DaemonStats>, ip: IpAddr, max: usize) -> Option<Self> {
+        stats
+            .unauthenticated
+            .try_add(ip, max)
+            .map(|group| Unauthenticated {
+                stats: Arc::clone(stats),
+                group,
+            })
+    }
+}
+
+impl Drop for Unauthenticated {
+    fn drop(&mut self) {
+        self.stats.unauthenticated.release(self.group);
     }
 }
 
@@ -269,6 +301,11 @@ pub struct DaemonStats {
     /// Registered buffer memory reserved by the sessions now.
     pub buffer_bytes: AtomicU64,
     pub buffer_bytes_limit: AtomicU64,
+    /// Connections refused at once because their address had
+    /// `--max-unauthenticated-per-address` connections not yet authenticated.
+    pub unauthenticated_refused: AtomicU64,
+    /// Connections not yet authenticated, per address group.
+    unauthenticated: PerAddress,
     /// Failed sessions and refused connections, by error code.
     errors: Mutex<HashMap<&'static str, u64>>,
     /// Sessions running now: id -> what they moved so far.
@@ -315,6 +352,11 @@ impl DaemonStats {
             .collect();
         v.sort();
         v
+    }
+
+    /// Connections open now that have not authenticated yet.
+    pub fn connections_unauthenticated(&self) -> usize {
+        self.unauthenticated.total()
     }
 
     /// The sessions running now.
@@ -416,6 +458,39 @@ pub fn serve(
     stats: Arc<DaemonStats>,
     on_listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), SessionError> {
+    let listener = listen(&cfg, &log)?;
+    on_listening(
+        listener
+            .local_addr()
+            .map_err(|e| SessionError::io("listening", e))?,
+    );
+    let cfg = Arc::new(cfg);
+    stats
+        .buffer_bytes_limit
+        .store(cfg.limits.buffer_bytes, Ordering::Relaxed);
+    let registry: Registry = Arc::new(Shared {
+        registry: Mutex::default(),
+        stats,
+        claimed: Mutex::default(),
+    });
+    let mut door = Door::default();
+    while !stop.load(Ordering::Relaxed) {
+        // Wake at once for a connection, and every 200 ms to see `stop`.
+        if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
+            continue;
+        }
+        match listener.accept() {
+            Ok((s, peer)) => door.admit(s, peer, &cfg, &registry, &log),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => log(Level::Error, &format!("accept: {e}")),
+        }
+    }
+    drain(&registry, &log);
+    Ok(())
+}
+
+/// Check the root, raise the descriptor limit, bind and log the address.
+fn listen(cfg: &RecvConfig, log: &Log) -> Result<TcpListener, SessionError> {
     Root::open(&cfg.root).map_err(|e| SessionError::io("--root", e))?;
     sys::raise_nofile_limit();
     let listener = TcpListener::bind(cfg.listen)
@@ -430,29 +505,12 @@ pub fn serve(
         Level::Info,
         &format!("listening on {addr}, root {}", cfg.root.display()),
     );
-    on_listening(addr);
-    let cfg = Arc::new(cfg);
-    stats
-        .buffer_bytes_limit
-        .store(cfg.limits.buffer_bytes, Ordering::Relaxed);
-    let registry: Registry = Arc::new(Shared {
-        registry: Mutex::default(),
-        stats,
-        claimed: Mutex::default(),
-    });
-    while !stop.load(Ordering::Relaxed) {
-        // Wake at once for a connection, and every 200 ms to see `stop`.
-        if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
-            continue;
-        }
-        match listener.accept() {
-            Ok((s, peer)) => admit(s, peer, &cfg, &registry, &log),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => log(Level::Error, &format!("accept: {e}")),
-        }
-    }
-    // Let running sessions finish for a while; what is cut off keeps its
-    // .urmove.part files and journals for --resume.
+    Ok(listener)
+}
+
+/// Let running sessions finish for a while; what is cut off keeps its
+/// .urmove.part files and journals for --resume.
+fn drain(registry: &Registry, log: &Log) {
     log(Level::Info, "stopping: no new sessions");
     let until = Instant::now() + STOP_DRAIN;
     while registry.stats.sessions_active.load(Ordering::Acquire) > 0 && Instant::now() < until {
@@ -467,54 +525,110 @@ pub fn serve(
             ),
         );
     }
-    Ok(())
 }
 
-/// Take a new connection on a thread of its own, holding its place in the
-/// connection count, or refuse it when the daemon is at its limit.
-fn admit(s: TcpStream, peer: SocketAddr, cfg: &Arc<RecvConfig>, registry: &Registry, log: &Log) {
-    let Some(conn) = Hold::take(&registry.stats, Count::Connections, cfg.limits.connections) else {
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
-        let _ = send_msg(
-            &mut Control::new(s),
-            &Message::Error {
-                code: ErrorCode::Busy,
-                message: format!(
+/// The accept loop's state: the warnings that could repeat thousands of
+/// times a second, each logged at most once per interval.
+#[derive(Default)]
+struct Door {
+    unauthenticated_refusals: Throttled,
+    connection_refusals: Throttled,
+    spawn_errors: Throttled,
+}
+
+impl Door {
+    /// Take a new connection on a thread of its own, or refuse it at once
+    /// when its address already has its share of unauthenticated
+    /// connections or the daemon is at its connection limit.
+    fn admit(
+        &mut self,
+        s: TcpStream,
+        peer: SocketAddr,
+        cfg: &Arc<RecvConfig>,
+        registry: &Registry,
+        log: &Log,
+    ) {
+        let stats = &registry.stats;
+        let max = cfg.limits.unauthenticated_per_address;
+        let Some(unauthenticated) = Unauthenticated::take(stats, peer.ip(), max) else {
+            stats
+                .unauthenticated_refused
+                .fetch_add(1, Ordering::Relaxed);
+            stats.error(ErrorCode::Busy);
+            refuse_now(
+                s,
+                ErrorCode::Busy,
+                format!("{max} connections from your address have not authenticated yet, the daemon's limit; finish or close them first"),
+            );
+            self.unauthenticated_refusals.log(
+                log,
+                Level::Warn,
+                &format!("{peer}: refused: {max} connections from its address are not authenticated yet (--max-unauthenticated-per-address)"),
+            );
+            return;
+        };
+        let Some(conn) = Hold::take(stats, Count::Connections, cfg.limits.connections) else {
+            stats.error(ErrorCode::Busy);
+            refuse_now(
+                s,
+                ErrorCode::Busy,
+                format!(
                     "the daemon has {} connections open, its limit; try again later",
                     cfg.limits.connections
                 ),
-            },
-        );
-        registry.stats.error(ErrorCode::Busy);
-        log(
-            Level::Warn,
-            &format!("{peer}: refused: connection limit reached"),
-        );
-        return;
-    };
-    let (cfg, registry, thread_log) = (Arc::clone(cfg), Arc::clone(registry), Arc::clone(log));
-    let spawned = std::thread::Builder::new()
-        .name("urmove-conn".into())
-        .spawn(move || {
-            if let Err(e) = connection(s, peer, conn, &cfg, &registry, &thread_log) {
-                registry.stats.error(e.code());
-                thread_log(Level::Warn, &format!("{peer}: {e}"));
-            }
-        });
-    // Without a thread the connection (and its hold) is dropped.
-    if let Err(e) = spawned {
-        log(
-            Level::Error,
-            &format!("{peer}: dropped: no thread for it: {e}"),
-        );
+            );
+            self.connection_refusals.log(
+                log,
+                Level::Warn,
+                &format!("{peer}: refused: connection limit reached"),
+            );
+            return;
+        };
+        let (cfg, registry, thread_log) = (Arc::clone(cfg), Arc::clone(registry), Arc::clone(log));
+        let spawned = std::thread::Builder::new()
+            .name("urmove-conn".into())
+            .spawn(move || {
+                if let Err(e) =
+                    connection(s, peer, conn, unauthenticated, &cfg, &registry, &thread_log)
+                {
+                    registry.stats.error(e.code());
+                    thread_log(Level::Warn, &format!("{peer}: {e}"));
+                }
+            });
+        // Without a thread the connection (and its holds) is dropped.
+        if let Err(e) = spawned {
+            self.spawn_errors.log(
+                log,
+                Level::Error,
+                &format!("{peer}: dropped: no thread for it: {e}"),
+            );
+        }
     }
+}
+
+/// How long an unauthenticated peer may take from connecting to proving it
+/// holds the key (Hello to Auth, or a data stream's hello), at most; a
+/// shorter --handshake-timeout wins. Those are two round trips of a few
+/// hundred bytes, well under a second even across an ocean, so a peer has
+/// time to spare while a stranger's connection is short-lived.
+const PREAUTH_WINDOW_MAX: Duration = Duration::from_secs(5);
+
+/// A control connection that said Hello, with its deadlines: `auth_by` for
+/// its proof, `request_by` for its request (--handshake-timeout from
+/// connecting), and its place among the unauthenticated, given up only
+/// with a good proof: one that fails keeps it until the connection closes.
+struct Opening {
+    hello: crate::protocol::handshake::Hello,
+    auth_by: Instant,
+    request_by: Instant,
+    unauthenticated: Option<Unauthenticated>,
 }
 
 fn connection(
     s: TcpStream,
     peer: SocketAddr,
     conn: Hold,
+    unauthenticated: Unauthenticated,
     cfg: &RecvConfig,
     registry: &Registry,
     log: &Log,
@@ -524,55 +638,30 @@ fn connection(
     s.set_nodelay(true)
         .map_err(|e| SessionError::io("socket", e))?;
     let mut s = Control::new(s);
-    // Until it has authenticated, a peer gets small messages and one
+    // Until it has authenticated, a peer gets small messages and one short
     // deadline for all of them, however slowly its bytes trickle in.
-    let deadline = Instant::now() + cfg.handshake_timeout;
-    let first = recv_small_by(&mut s, deadline).map_err(|e| fail(&mut s, e))?;
+    let accepted = Instant::now();
+    let auth_by = accepted + cfg.handshake_timeout.min(PREAUTH_WINDOW_MAX);
+    let first = recv_small_by(&mut s, auth_by).map_err(|e| fail(&mut s, e))?;
     match first {
         Message::Hello(hello) => {
-            let _conn = conn;
-            let started = Instant::now();
-            match control_session(&mut s, hello, deadline, cfg, registry, peer, log) {
-                Ok((files, bytes)) => {
-                    let secs = started.elapsed().as_secs_f64();
-                    log(Level::Info, &format!(
-                        "{peer}: session done: {files} files, {bytes} bytes in {secs:.2} s ({:.3} Gb/s)",
-                        bytes as f64 * 8.0 / secs.max(1e-9) / 1e9
-                    ));
-                    Ok(())
-                }
-                Err(e) => Err(fail(&mut s, e)),
-            }
+            let opening = Opening {
+                hello,
+                auth_by,
+                request_by: accepted + cfg.handshake_timeout,
+                unauthenticated: Some(unauthenticated),
+            };
+            let done = control(&mut s, opening, cfg, registry, peer, log);
+            drop(conn);
+            done
         }
         Message::StreamHello {
             session_id,
             stream_index,
             proof,
         } => {
-            let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
-            match reg.get(&session_id) {
-                Some(p)
-                    if stream_index < p.streams
-                        && check_stream_proof(&p.keys, stream_index, &proof) =>
-                {
-                    let _ = p.tx.send(Arrived {
-                        index: stream_index,
-                        stream: s.into_tcp(),
-                        conn,
-                    });
-                    Ok(())
-                }
-                _ => {
-                    drop(reg);
-                    Err(fail(
-                        &mut s,
-                        SessionError::local(
-                            ErrorCode::AuthFailed,
-                            "data stream refused: it does not belong to a session",
-                        ),
-                    ))
-                }
-            }
+            let hello = (session_id, stream_index, proof);
+            data_stream(s, hello, conn, unauthenticated, registry)
         }
         _ => Err(fail(
             &mut s,
@@ -584,25 +673,90 @@ fn connection(
     }
 }
 
+/// Serve a control connection's session and log how it went.
+fn control(
+    s: &mut Control,
+    mut opening: Opening,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
+) -> Result<(), SessionError> {
+    let started = Instant::now();
+    match control_session(s, &mut opening, cfg, registry, peer, log) {
+        Ok((files, bytes)) => {
+            let secs = started.elapsed().as_secs_f64();
+            log(
+                Level::Info,
+                &format!(
+                    "{peer}: session done: {files} files, {bytes} bytes in {secs:.2} s ({:.3} Gb/s)",
+                    bytes as f64 * 8.0 / secs.max(1e-9) / 1e9
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => Err(fail(s, e)),
+    }
+}
+
+/// A data stream's hello: session id, stream index and proof.
+type StreamHello = (SessionId, u16, Proof);
+
+/// Hand a data stream that proves it belongs to a waiting session over to
+/// it, with its place in the connection count; refuse any other.
+fn data_stream(
+    mut s: Control,
+    (session_id, index, proof): StreamHello,
+    conn: Hold,
+    unauthenticated: Unauthenticated,
+    registry: &Registry,
+) -> Result<(), SessionError> {
+    let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
+    let pending = reg
+        .get(&session_id)
+        .filter(|p| index < p.streams && check_stream_proof(&p.keys, index, &proof));
+    match pending {
+        Some(p) => {
+            drop(unauthenticated);
+            let _ = p.tx.send(Arrived {
+                index,
+                stream: s.into_tcp(),
+                conn,
+            });
+            Ok(())
+        }
+        None => {
+            drop(reg);
+            Err(fail(
+                &mut s,
+                SessionError::local(
+                    ErrorCode::AuthFailed,
+                    "data stream refused: it does not belong to a session",
+                ),
+            ))
+        }
+    }
+}
+
 fn random<const N: usize>() -> Result<[u8; N], SessionError> {
     let mut b = [0u8; N];
     sys::random_bytes(&mut b).map_err(|e| SessionError::io("random bytes", e))?;
     Ok(b)
 }
 
-fn control_session(
+/// The handshake after a Hello: challenge, the peer's proof by `auth_by`
+/// (its place among the unauthenticated ends with a good one), welcome,
+/// then its request by `request_by`; the session's own timeout applies
+/// after it.
+fn authenticate(
     s: &mut Control,
-    hello: crate::protocol::handshake::Hello,
-    deadline: Instant,
+    opening: &mut Opening,
     cfg: &RecvConfig,
-    registry: &Registry,
-    peer: SocketAddr,
-    log: &Log,
-) -> Result<(u64, u64), SessionError> {
+) -> Result<(SessionKeys, SessionRequest), SessionError> {
     let mut hs = ServerHandshake::new(cfg.key, random()?);
-    let challenge = hs.on_hello(&hello).map_err(SessionError::Auth)?;
+    let challenge = hs.on_hello(&opening.hello).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Challenge(challenge))?;
-    let auth = match recv_small_by(s, deadline)? {
+    let auth = match recv_small_by(s, opening.auth_by)? {
         Message::Error { code, message } => return Err(SessionError::Refused { code, message }),
         m => m,
     };
@@ -613,12 +767,11 @@ fn control_session(
         ));
     };
     let (welcome, keys) = hs.on_auth(&auth, random()?).map_err(SessionError::Auth)?;
+    opening.unauthenticated = None;
     send_msg(s, &Message::Welcome(welcome))?;
     // Everything after the welcome is sealed with the session's keys.
     s.secure(&keys, false);
-    // The request is part of the handshake's time; after it, the session's
-    // own timeout applies.
-    let left = deadline.saturating_duration_since(Instant::now());
+    let left = opening.request_by.saturating_duration_since(Instant::now());
     s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
     let Message::Request(req) = recv_msg(s)? else {
         return Err(SessionError::local(
@@ -627,6 +780,18 @@ fn control_session(
         ));
     };
     s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
+    Ok((keys, req))
+}
+
+fn control_session(
+    s: &mut Control,
+    opening: &mut Opening,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
+) -> Result<(u64, u64), SessionError> {
+    let (keys, req) = authenticate(s, opening, cfg)?;
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::local(
             ErrorCode::TooLarge,
