@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use urmove::protocol::control::ErrorCode;
 use urmove::protocol::manifest::{Entry, EntryKind};
 
-use crate::util::{data_stream, hand_push, noise, output_within, raw, refusal, stderr, urmove};
+use crate::require;
+use crate::util::{
+    connect, data_stream, hand_push, have, noise, output_within, raw, refusal, stderr, urmove,
+};
 
 /// A bound against hangs, not a speed check.
 const SEND_LIMIT: Duration = Duration::from_secs(120);
@@ -110,6 +113,10 @@ impl Recv {
     fn log(&mut self) -> &[String] {
         self.seen.extend(self.lines.try_iter());
         &self.seen
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The metrics text now (5 s at most).
@@ -381,6 +388,72 @@ fn data_streams_count_against_max_connections_while_their_session_runs() {
     assert_eq!(d.metric_becomes("urmove_connections_open", 0.0), 0.0);
     assert_eq!(d.metric_becomes("urmove_sessions_active", 0.0), 0.0);
     d.transfer_works("after", &noise(100_000, 3));
+}
+
+/// Utime plus stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (in parentheses): state is the
+    // first, utime and stime the 12th and 13th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn clock_ticks_per_s() -> u64 {
+    let o = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn out_of_descriptors_the_daemon_backs_off_and_logs_once() {
+    require!(have("prlimit"), "prlimit (util-linux) not installed");
+    require!(have("getconf"), "getconf not installed");
+    // 128, not fewer: a receiving session registers 64 file slots and its
+    // streams with io_uring, which needs that many descriptors of room.
+    let mut d = Recv::start_full(
+        &["prlimit", "--nofile=128:128"],
+        &["--max-unauthenticated-per-address", "1000"],
+        &[],
+        false,
+    );
+    let pid = d.pid();
+    // More connections than the daemon has descriptors: the rest wait in
+    // the backlog and every accept fails with EMFILE.
+    let conns: Vec<TcpStream> = (0..200).map(|_| connect(d.port)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    let used = cpu_ticks(pid) - before;
+    let tick = clock_ticks_per_s();
+    assert!(
+        used * 4 < tick,
+        "the daemon used {used} ticks of CPU ({tick}/s) in 3 s out of descriptors"
+    );
+    let log = d.log().to_vec();
+    let accept_lines: Vec<&String> = log.iter().filter(|l| l.contains("accept:")).collect();
+    assert!(
+        accept_lines.len() == 1 && accept_lines[0].contains("Too many open files"),
+        "{accept_lines:#?}"
+    );
+    let bytes: usize = log.iter().map(|l| l.len() + 1).sum();
+    assert!(bytes < 16 << 10, "{bytes} bytes of log in 3 s");
+    // Once the connections close, the daemon serves again.
+    drop(conns);
+    let until = Instant::now() + Duration::from_secs(30);
+    while open_fds(pid) > 16 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    d.transfer_works("after", &noise(300_000, 4));
 }
 
 #[test]

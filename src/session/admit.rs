@@ -1,6 +1,6 @@
 //! Admission on the daemon's listener: how many connections an address may
-//! hold before it has proved it has the key, refusing the rest at once
-//! without flooding the log.
+//! hold before it has proved it has the key, refusing the rest at once, and
+//! staying calm when `accept` keeps failing (out of descriptors).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -13,8 +13,15 @@ use crate::protocol::control::{encode, ErrorCode, Message};
 
 use super::recv::{Level, Log};
 
+/// The first retry after a failed `accept` waits this long, each further
+/// one twice as long as the one before...
+pub(super) const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// ...up to this.
+pub(super) const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// A warning that can repeat fast is logged at most once per this long.
 pub(super) const LOG_REPEAT_INTERVAL: Duration = Duration::from_secs(10);
+
+const _: () = assert!(ACCEPT_BACKOFF_MIN.as_nanos() < ACCEPT_BACKOFF_MAX.as_nanos());
 
 /// The group an address is counted in: IPv4 per address, IPv6 per /64 (a
 /// single host commonly holds a whole /64), IPv4-mapped IPv6 as IPv4.
@@ -90,7 +97,29 @@ pub(super) fn refuse_now(s: TcpStream, code: ErrorCode, message: String) {
     let _ = s.read(&mut sink);
 }
 
-/// A log line that may repeat fast (a flood of refusals):
+/// Waits between retries of a failing `accept`: from
+/// [`ACCEPT_BACKOFF_MIN`], doubling, up to [`ACCEPT_BACKOFF_MAX`].
+#[derive(Debug, Default)]
+pub(super) struct Backoff {
+    delay: Option<Duration>,
+}
+
+impl Backoff {
+    /// Another failure: how long to wait before the next try.
+    pub(super) fn failed(&mut self) -> Duration {
+        let d = self
+            .delay
+            .map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX));
+        self.delay = Some(d);
+        d
+    }
+
+    pub(super) fn succeeded(&mut self) {
+        self.delay = None;
+    }
+}
+
+/// A log line that may repeat fast (accept failing, a flood of refusals):
 /// written at most once per [`LOG_REPEAT_INTERVAL`], saying how many like
 /// it were left out since the last one.
 #[derive(Debug, Default)]
@@ -157,6 +186,18 @@ mod tests {
         assert!(t.try_add(a, 3).is_some(), "released slots are free again");
         assert_eq!(t.try_add(a, 0), None);
         assert_eq!(t.groups(), 2, "no entry is kept for a refusal");
+    }
+
+    #[test]
+    fn the_backoff_doubles_to_its_cap_and_starts_over_after_a_success() {
+        let mut b = Backoff::default();
+        let waits: Vec<_> = (0..9).map(|_| b.failed()).collect();
+        assert_eq!(waits[0], ACCEPT_BACKOFF_MIN);
+        assert_eq!(waits[1], ACCEPT_BACKOFF_MIN * 2);
+        assert!(waits.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*waits.last().unwrap(), ACCEPT_BACKOFF_MAX);
+        b.succeeded();
+        assert_eq!(b.failed(), ACCEPT_BACKOFF_MIN);
     }
 
     #[test]

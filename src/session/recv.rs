@@ -22,7 +22,7 @@ use crate::protocol::handshake::{
 };
 use crate::protocol::manifest::check_path;
 
-use super::admit::{refuse_now, PerAddress, Throttled};
+use super::admit::{refuse_now, Backoff, PerAddress, Throttled};
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
 use super::receive::{join, recv_manifest, Incoming, Resume};
 use super::send::{recv_digests, Held};
@@ -480,9 +480,13 @@ pub fn serve(
             continue;
         }
         match listener.accept() {
-            Ok((s, peer)) => door.admit(s, peer, &cfg, &registry, &log),
+            Ok((s, peer)) => {
+                door.backoff.succeeded();
+                door.admit(s, peer, &cfg, &registry, &log);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => log(Level::Error, &format!("accept: {e}")),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => door.accept_failed(&e, &log),
         }
     }
     drain(&registry, &log);
@@ -527,16 +531,35 @@ fn drain(registry: &Registry, log: &Log) {
     }
 }
 
-/// The accept loop's state: the warnings that could repeat thousands of
-/// times a second, each logged at most once per interval.
+/// The accept loop's state: how long to wait after a failed accept, and
+/// the warnings that could repeat thousands of times a second, each logged
+/// at most once per interval.
 #[derive(Default)]
 struct Door {
+    backoff: Backoff,
+    accept_errors: Throttled,
     unauthenticated_refusals: Throttled,
     connection_refusals: Throttled,
     spawn_errors: Throttled,
 }
 
 impl Door {
+    /// `accept` failed (out of descriptors, most likely): wait before the
+    /// next try, longer each time, instead of spinning on a listener that
+    /// stays readable.
+    fn accept_failed(&mut self, e: &std::io::Error, log: &Log) {
+        let wait = self.backoff.failed();
+        let hint = match e.raw_os_error() {
+            Some(libc::EMFILE) | Some(libc::ENFILE) => {
+                "; connections wait in the backlog until descriptors are free (raise LimitNOFILE=)"
+            }
+            _ => "",
+        };
+        self.accept_errors
+            .log(log, Level::Error, &format!("accept: {e}{hint}"));
+        std::thread::sleep(wait);
+    }
+
     /// Take a new connection on a thread of its own, or refuse it at once
     /// when its address already has its share of unauthenticated
     /// connections or the daemon is at its connection limit.
