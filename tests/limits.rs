@@ -11,12 +11,13 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use urmove::protocol::control::ErrorCode;
+use urmove::protocol::control::{ErrorCode, Message};
 use urmove::protocol::manifest::{Entry, EntryKind};
 
 use crate::require;
 use crate::util::{
-    connect, data_stream, hand_push, have, noise, output_within, raw, refusal, stderr, urmove,
+    connect, data_stream, hand_push, have, noise, output_within, raw, refusal, send_sealed, stderr,
+    urmove,
 };
 
 /// A bound against hangs, not a speed check.
@@ -388,6 +389,34 @@ fn data_streams_count_against_max_connections_while_their_session_runs() {
     assert_eq!(d.metric_becomes("urmove_connections_open", 0.0), 0.0);
     assert_eq!(d.metric_becomes("urmove_sessions_active", 0.0), 0.0);
     d.transfer_works("after", &noise(100_000, 3));
+}
+
+#[test]
+fn a_client_that_leaves_while_its_streams_are_awaited_frees_its_slot_at_once() {
+    // The daemon waits 30 s for a session's data streams.
+    let d = Recv::start(&[]);
+    let entries = || vec![file_entry("f", 1 << 20)];
+    // Ready, then the control connection closes.
+    let (ctl, _) = hand_push(d.port, &d.key, entries(), 2, 1 << 20).expect("ready");
+    assert_eq!(d.metric("urmove_sessions_active"), Some(1.0));
+    assert!(d.metric("urmove_buffer_bytes_in_use").unwrap() > 0.0);
+    drop(ctl);
+    assert_eq!(d.metric_becomes("urmove_sessions_active", 0.0), 0.0);
+    assert_eq!(d.metric_becomes("urmove_buffer_bytes_in_use", 0.0), 0.0);
+    // Ready, then the client gives up with its own Error.
+    let (mut ctl, keys) = hand_push(d.port, &d.key, entries(), 2, 1 << 20).expect("ready");
+    let _stream = data_stream(d.port, &keys, 0);
+    assert_eq!(d.metric("urmove_sessions_active"), Some(1.0));
+    send_sealed(
+        &mut ctl,
+        &Message::Error {
+            code: ErrorCode::Io,
+            message: "the sender's disk failed".into(),
+        },
+    );
+    assert_eq!(d.metric_becomes("urmove_sessions_active", 0.0), 0.0);
+    assert_eq!(d.metric_becomes("urmove_buffer_bytes_in_use", 0.0), 0.0);
+    assert_eq!(d.metric_becomes("urmove_connections_open", 0.0), 0.0);
 }
 
 /// Utime plus stime of `pid`, in clock ticks.

@@ -447,6 +447,10 @@ impl<'a> IntoIterator for &'a Streams {
     }
 }
 
+/// How often a session waiting for its data streams looks at its control
+/// connection.
+const CONTROL_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+
 type Registry = Arc<Shared>;
 
 /// Bind, then serve until `stop` is raised. `on_listening` gets the bound
@@ -1015,7 +1019,6 @@ fn collect_streams(
     count: u16,
     cfg: &RecvConfig,
 ) -> Result<Streams, SessionError> {
-    let wait = cfg.stream_wait;
     let (tx, rx) = mpsc::channel();
     registry
         .registry
@@ -1029,44 +1032,97 @@ fn collect_streams(
                 tx,
             },
         );
-    let ready = send_msg(s, &Message::Ready);
-    let mut slots: Vec<Option<Arrived>> = (0..count).map(|_| None).collect();
-    let deadline = Instant::now() + wait;
-    let mut arrived = 0;
-    while ready.is_ok() && arrived < slots.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(a) if slots[a.index as usize].is_none() => {
-                let i = a.index as usize;
-                slots[i] = Some(a);
-                arrived += 1;
-            }
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
+    let waited = send_msg(s, &Message::Ready)
+        .and_then(|()| wait_for_streams(s, &rx, count, cfg.stream_wait));
     registry
         .registry
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&keys.session_id);
-    ready?;
+    let streams = waited?;
+    for st in &streams {
+        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
+    }
+    Ok(streams)
+}
+
+/// Take the data streams as they arrive until all `count` are here or
+/// `wait` is up. A client that closes its control connection or gives up
+/// (its `Error`) meanwhile ends the wait at once.
+fn wait_for_streams(
+    s: &mut Control,
+    rx: &mpsc::Receiver<Arrived>,
+    count: u16,
+    wait: Duration,
+) -> Result<Streams, SessionError> {
+    let mut slots: Vec<Option<Arrived>> = (0..count).map(|_| None).collect();
+    let deadline = Instant::now() + wait;
+    let mut arrived = 0;
+    while arrived < slots.len() {
+        watch_control(s, deadline)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(left.min(CONTROL_WATCH_INTERVAL)) {
+            Ok(a) if slots[a.index as usize].is_none() => {
+                let i = a.index as usize;
+                slots[i] = Some(a);
+                arrived += 1;
+            }
+            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
     if arrived < slots.len() {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
             format!("only {arrived} of {} data streams arrived", slots.len()),
         ));
     }
-    let (streams, _conns): (Vec<TcpStream>, Vec<Hold>) = slots
+    let (streams, _conns) = slots
         .into_iter()
         .flatten()
         .map(|a| (a.stream, a.conn))
         .unzip();
-    let streams = Streams { streams, _conns };
-    for st in &streams {
-        sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
+    Ok(Streams { streams, _conns })
+}
+
+/// Whether the client still waits on its control connection while its
+/// data streams are awaited: Ok when it said nothing (or a heartbeat); an
+/// error when it closed the connection or sent its `Error`.
+fn watch_control(s: &mut Control, deadline: Instant) -> Result<(), SessionError> {
+    let what = "waiting for the data streams";
+    if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(s.tcp()), 0) {
+        return Ok(());
     }
-    Ok(streams)
+    match s.tcp().peek(&mut [0u8; 1]) {
+        Ok(0) => {
+            return Err(SessionError::io(
+                what,
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the client closed its control connection",
+                ),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
+        Err(e) => return Err(SessionError::io(what, e)),
+    }
+    // A message: read it whole, within the wait.
+    let timeout = s.tcp().read_timeout().ok().flatten();
+    let left = deadline.saturating_duration_since(Instant::now());
+    s.set_read_timeout(Some(left.max(Duration::from_secs(1))))?;
+    let m = recv_msg(s);
+    s.set_read_timeout(timeout)?;
+    match m? {
+        Message::Alive { .. } => Ok(()),
+        _ => Err(SessionError::local(
+            ErrorCode::Malformed,
+            "a control message while waiting for the data streams",
+        )),
+    }
 }
 
 /// How the daemon sends (pull, reversed bench): the client's block size,
