@@ -486,6 +486,51 @@ fn out_of_descriptors_the_daemon_backs_off_and_logs_once() {
 }
 
 #[test]
+fn a_slow_scraper_holds_up_no_other_scrape() {
+    let d = Recv::start(&[]);
+    let addr = d.metrics.clone().unwrap();
+    // A scraper that trickles its request, a byte a second.
+    let trickler = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let request = b"GET /metrics HTTP/1.1\r\nHost: a-slow-scraper.example\r\n\r\n";
+            for b in request {
+                if s.write_all(&[*b]).is_err() || !still_open(&s) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            false
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    // Another scrape meanwhile gets its answer: within 3 s, before the
+    // trickler's 5 s request deadline could have freed a lone server.
+    let text = d.scrape_within(Duration::from_secs(3));
+    assert!(value(&text, "urmove_sessions_active").is_some(), "{text}");
+    assert!(!trickler.is_finished(), "the trickler was cut off early");
+    // Idle connections beyond the scrapes answered at once are closed at
+    // once, not queued.
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut over = TcpStream::connect(&addr).unwrap();
+    let got = until_closed(&mut over, Duration::from_secs(3));
+    assert!(
+        matches!(&got, Ok(b) if b.is_empty()),
+        "a connection past the scrapes at once was not closed at once: {got:?}"
+    );
+    drop(idle);
+    // The whole request has a deadline, however slowly it trickles.
+    assert!(
+        trickler.join().unwrap(),
+        "a scraper trickling a byte a second was served for its whole request"
+    );
+    d.scrape();
+}
+
+#[test]
 fn bad_limits_are_refused_alike_from_the_command_line_and_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");

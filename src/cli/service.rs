@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -107,8 +107,53 @@ struct RateState {
     rate: f64,
 }
 
+/// Scrapes answered at once; a connection beyond them is closed at once.
+const SCRAPES_AT_ONCE_MAX: usize = 8;
+/// The whole request head must arrive within this, however slowly its
+/// bytes trickle in.
+const SCRAPE_REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// A scraper that takes nothing of the answer for this long is dropped.
+const SCRAPE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest request head read; the path is in its first line.
+const SCRAPE_HEAD_LEN_MAX: usize = 2048;
+
+/// What the scrapes share: the daemon's figures, the rate between scrapes
+/// and how many are being answered now.
+struct Scrapes {
+    stats: Arc<DaemonStats>,
+    rate: Mutex<RateState>,
+    busy: AtomicUsize,
+}
+
+/// One scrape being answered; its place is free again when it drops.
+struct Scrape {
+    shared: Arc<Scrapes>,
+}
+
+impl Scrape {
+    fn take(shared: &Arc<Scrapes>) -> Option<Scrape> {
+        shared
+            .busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < SCRAPES_AT_ONCE_MAX).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Scrape {
+                shared: Arc::clone(shared),
+            })
+    }
+}
+
+impl Drop for Scrape {
+    fn drop(&mut self) {
+        self.shared.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Serve `stats` as Prometheus text on `addr` (`GET /metrics`) from a
-/// thread of its own, until `stop`. Returns the bound address.
+/// thread of its own, until `stop`; each scrape is answered on a thread of
+/// its own, at most [`SCRAPES_AT_ONCE_MAX`] at once, so a slow scraper
+/// holds up nobody else. Returns the bound address.
 pub fn serve_metrics(
     addr: &str,
     stats: Arc<DaemonStats>,
@@ -121,18 +166,19 @@ pub fn serve_metrics(
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("--metrics {addr}: {e}"))?;
-    let state = Mutex::new(RateState {
-        at: Instant::now(),
-        bytes: 0,
-        rate: 0.0,
+    let shared = Arc::new(Scrapes {
+        stats,
+        rate: Mutex::new(RateState {
+            at: Instant::now(),
+            bytes: 0,
+            rate: 0.0,
+        }),
+        busy: AtomicUsize::new(0),
     });
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
-                Ok((s, _)) => answer(s, &stats, &state),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
+                Ok((s, _)) => start_scrape(s, &shared),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
@@ -140,14 +186,28 @@ pub fn serve_metrics(
     Ok(bound)
 }
 
-/// Answer one HTTP request: `/metrics` gets the text format, `/` a pointer
-/// to it, anything else 404.
-fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut req = [0u8; 2048];
+/// Answer `s` on a thread of its own, or close it at once when enough
+/// scrapes are being answered (or no thread can be had).
+fn start_scrape(s: TcpStream, shared: &Arc<Scrapes>) {
+    let Some(scrape) = Scrape::take(shared) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("urmove-metrics".into())
+        .spawn(move || answer(s, &scrape.shared.stats, &scrape.shared.rate));
+}
+
+/// The request head, read until its blank line, [`SCRAPE_HEAD_LEN_MAX`]
+/// bytes or [`SCRAPE_REQUEST_DEADLINE`], whichever comes first.
+fn read_head(s: &mut TcpStream) -> String {
+    let deadline = Instant::now() + SCRAPE_REQUEST_DEADLINE;
+    let mut req = [0u8; SCRAPE_HEAD_LEN_MAX];
     let mut got = 0;
     while got < req.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
         match s.read(&mut req[got..]) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
@@ -158,7 +218,15 @@ fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
             }
         }
     }
-    let head = String::from_utf8_lossy(&req[..got]);
+    String::from_utf8_lossy(&req[..got]).into_owned()
+}
+
+/// Answer one HTTP request: `/metrics` gets the text format, `/` a pointer
+/// to it, anything else 404.
+fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_write_timeout(Some(SCRAPE_WRITE_TIMEOUT));
+    let head = read_head(&mut s);
     let path = head.split_whitespace().nth(1).unwrap_or("");
     let (status, kind, body) = match path {
         "/metrics" => (
