@@ -11,13 +11,14 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use urmove::protocol::control::{ErrorCode, Message};
+use urmove::protocol::control::{encode, ErrorCode, Message};
+use urmove::protocol::handshake::ClientHandshake;
 use urmove::protocol::manifest::{Entry, EntryKind};
 
 use crate::require;
 use crate::util::{
-    connect, data_stream, hand_push, have, noise, output_within, raw, refusal, send_sealed, stderr,
-    urmove,
+    connect, data_stream, hand_push, handshake, have, noise, output_within, raw, read_msg, refusal,
+    send_sealed, stderr, urmove,
 };
 
 /// A bound against hangs, not a speed check.
@@ -416,6 +417,13 @@ fn a_client_that_leaves_while_its_streams_are_awaited_frees_its_slot_at_once() {
     );
     assert_eq!(d.metric_becomes("urmove_sessions_active", 0.0), 0.0);
     assert_eq!(d.metric_becomes("urmove_buffer_bytes_in_use", 0.0), 0.0);
+    assert_eq!(
+        d.metric_becomes(
+            "urmove_sessions_aborted_by_peer_total{kind=\"io_error\"}",
+            1.0
+        ),
+        1.0
+    );
     assert_eq!(d.metric_becomes("urmove_connections_open", 0.0), 0.0);
 }
 
@@ -528,6 +536,72 @@ fn a_slow_scraper_holds_up_no_other_scrape() {
         "a scraper trickling a byte a second was served for its whole request"
     );
     d.scrape();
+}
+
+#[test]
+fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
+    // Under journald every line starts with its priority: a forged `<3>`
+    // at the start of a line would be an error the daemon never logged.
+    let mut d = Recv::start_full(&[], &[], &[("JOURNAL_STREAM", "8:1234")], true);
+    let (mut ctl, _) = handshake(d.port, &d.key);
+    send_sealed(
+        &mut ctl,
+        &Message::Error {
+            code: ErrorCode::NoSpace,
+            message: "x\n<3>forged line".into(),
+        },
+    );
+    let line = d.wait_for("the peer refused");
+    assert!(line.starts_with("<4>"), "{line}");
+    assert!(
+        line.contains(r"the peer refused: x\n<3>forged line (no_space)"),
+        "{line}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let log = d.log();
+    assert!(
+        !log.iter()
+            .any(|l| l.starts_with("<3>forged") || l.starts_with("forged")),
+        "{log:#?}"
+    );
+    // The peer's code is its word, counted apart from the daemon's errors.
+    let text = d.scrape();
+    assert_eq!(
+        value(&text, "urmove_session_errors_total{kind=\"no_space\"}").unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "urmove_sessions_aborted_by_peer_total{kind=\"no_space\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // Before authenticating too: a stranger (no key) answers the challenge
+    // with an Error of its own, escaped as well.
+    let mut s = connect(d.port);
+    let (_, hello) = ClientHandshake::new([7; 32], [9; 32]);
+    s.write_all(&encode(&Message::Hello(hello))).unwrap();
+    assert!(matches!(read_msg(&mut s), Message::Challenge(_)));
+    s.write_all(&encode(&Message::Error {
+        code: ErrorCode::AuthFailed,
+        message: "y\r\n<0>\x1b[2Jgone".into(),
+    }))
+    .unwrap();
+    let _ = until_closed(&mut s, Duration::from_secs(10));
+    let line = d.wait_for(r"refused: y\r\n");
+    assert!(
+        line.contains(r"y\r\n<0>\x1b[2Jgone (auth_failed)"),
+        "{line}"
+    );
+    let text = d.scrape();
+    assert_eq!(
+        value(&text, "urmove_session_errors_total{kind=\"auth_failed\"}").unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
 }
 
 #[test]

@@ -42,13 +42,44 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
-/// The daemon's log: one line per message on stderr. As text under
-/// journald (`JOURNAL_STREAM` set) each line starts with its syslog
-/// priority (`<6>`, `<4>`, `<3>`) and leaves the time to the journal;
-/// elsewhere `urmove recv: ` leads. As JSON: `{"time","level","msg"}`.
+/// `msg` with every control character written out (`\n`, `\r`, `\t`,
+/// else `\x1b` for C0 and DEL, `\u{85}` for C1 and the Unicode line and
+/// paragraph separators) and `\` doubled, so text
+/// from a peer (its error messages, paths) can neither end a log line nor
+/// start one with a journald priority such as `<3>`.
+pub fn escape_controls(msg: &str) -> std::borrow::Cow<'_, str> {
+    let special = |c: char| c.is_control() || matches!(c, '\\' | '\u{2028}' | '\u{2029}');
+    if !msg.chars().any(special) {
+        return msg.into();
+    }
+    let mut out = String::with_capacity(msg.len() + 8);
+    for c in msg.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if special(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.into()
+}
+
+/// The daemon's log: one line per message on stderr, its control
+/// characters escaped. As text under journald (`JOURNAL_STREAM` set) each
+/// line starts with its syslog priority (`<6>`, `<4>`, `<3>`) and leaves the
+/// time to the journal; elsewhere `urmove recv: ` leads. As JSON:
+/// `{"time","level","msg"}`.
 pub fn logger(format: LogFormatArg) -> Log {
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     Arc::new(move |level: Level, msg: &str| {
+        let msg = &*escape_controls(msg);
         let name = match level {
             Level::Info => "info",
             Level::Warn => "warning",
@@ -355,8 +386,19 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
     }
     reg.register(
         "session_errors",
-        "Failed sessions and refused connections, by error kind",
+        "Failed sessions and refused connections, by error kind: the daemon's own errors",
         errors,
+    );
+    let aborted = Family::<Vec<(String, String)>, Counter<u64>>::default();
+    for (kind, n) in stats.aborted_by_peer() {
+        aborted
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc_by(n);
+    }
+    reg.register(
+        "sessions_aborted_by_peer",
+        "Sessions the peer ended with its own error message, by the kind it gave",
+        aborted,
     );
     let bytes = Family::<Vec<(String, String)>, Gauge<i64>>::default();
     let rates = Family::<Vec<(String, String)>, Gauge<i64>>::default();
@@ -392,6 +434,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn control_characters_are_written_out_and_plain_text_is_untouched() {
+        assert_eq!(escape_controls("127.0.0.1:5: done"), "127.0.0.1:5: done");
+        assert_eq!(
+            escape_controls("x\n<3>forged\r\tline"),
+            "x\\n<3>forged\\r\\tline"
+        );
+        assert_eq!(escape_controls("\x1b[31m\x00\x7f"), "\\x1b[31m\\x00\\x7f");
+        assert_eq!(
+            escape_controls("a\u{85}b\u{9b}c\u{2028}"),
+            "a\\u{85}b\\u{9b}c\\u{2028}"
+        );
+        assert_eq!(
+            escape_controls("C:\\n"),
+            "C:\\\\n",
+            "a backslash is doubled"
+        );
+        assert_eq!(escape_controls("grüße"), "grüße");
+    }
+
+    #[test]
     fn rfc3339_dates_are_civil_dates() {
         let at = |s: u64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
         assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
@@ -414,6 +476,7 @@ mod tests {
             "urmove_sessions_active 0",
             "urmove_buffer_bytes_limit",
             "# TYPE urmove_session_errors counter",
+            "# TYPE urmove_sessions_aborted_by_peer counter",
             "urmove_connections_unauthenticated 0",
             "urmove_unauthenticated_refused_total 0",
             "# EOF",

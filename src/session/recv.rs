@@ -306,8 +306,11 @@ pub struct DaemonStats {
     pub unauthenticated_refused: AtomicU64,
     /// Connections not yet authenticated, per address group.
     unauthenticated: PerAddress,
-    /// Failed sessions and refused connections, by error code.
+    /// Failed sessions and refused connections, by error code: the
+    /// daemon's own errors only.
     errors: Mutex<HashMap<&'static str, u64>>,
+    /// Sessions the peer ended with its own `Error`, by the code it sent.
+    aborted_by_peer: Mutex<HashMap<&'static str, u64>>,
     /// Sessions running now: id -> what they moved so far.
     sessions: Mutex<HashMap<u64, SessionStat>>,
     next_id: AtomicU64,
@@ -324,14 +327,39 @@ pub struct SessionStat {
     pub started: Instant,
 }
 
+/// One more of `key` in a tally of the metrics.
+fn tally(map: &Mutex<HashMap<&'static str, u64>>, key: &'static str) {
+    *map.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key)
+        .or_default() += 1;
+}
+
+/// A tally of the metrics, sorted by key.
+fn sorted(map: &Mutex<HashMap<&'static str, u64>>) -> Vec<(&'static str, u64)> {
+    let mut v: Vec<_> = map
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    v.sort();
+    v
+}
+
 impl DaemonStats {
     fn error(&self, code: ErrorCode) {
-        *self
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(code.name())
-            .or_default() += 1;
+        tally(&self.errors, code.name());
+    }
+
+    /// Count how a session or connection failed: the peer's own `Error`
+    /// (its code is its word, not the daemon's fault) apart from the
+    /// daemon's errors.
+    fn failed(&self, e: &SessionError) {
+        match e {
+            SessionError::Refused { code, .. } => tally(&self.aborted_by_peer, code.name()),
+            e => self.error(e.code()),
+        }
     }
 
     fn count(&self, count: Count) -> &AtomicUsize {
@@ -343,15 +371,12 @@ impl DaemonStats {
 
     /// Failed sessions and refused connections, by error code name.
     pub fn errors(&self) -> Vec<(&'static str, u64)> {
-        let mut v: Vec<_> = self
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect();
-        v.sort();
-        v
+        sorted(&self.errors)
+    }
+
+    /// Sessions the peer ended with an `Error` message, by its code name.
+    pub fn aborted_by_peer(&self) -> Vec<(&'static str, u64)> {
+        sorted(&self.aborted_by_peer)
     }
 
     /// Connections open now that have not authenticated yet.
@@ -618,7 +643,7 @@ impl Door {
                 if let Err(e) =
                     connection(s, peer, conn, unauthenticated, &cfg, &registry, &thread_log)
                 {
-                    registry.stats.error(e.code());
+                    registry.stats.failed(&e);
                     thread_log(Level::Warn, &format!("{peer}: {e}"));
                 }
             });
