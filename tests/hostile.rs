@@ -131,12 +131,29 @@ fn small_tree(dir: &Path, i: usize) -> PathBuf {
     top
 }
 
+/// A daemon that lets one address hold many connections before they
+/// authenticate: these tests' crowds all come from 127.0.0.1, and what
+/// they measure lies past the per-address limit (tests/limits.rs has it).
+fn crowd_daemon(handshake_timeout: &str) -> Daemon {
+    Daemon::start_full(
+        &[],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &[
+            "--handshake-timeout",
+            handshake_timeout,
+            "--max-unauthenticated-per-address",
+            "1024",
+        ],
+    )
+}
+
 #[test]
 fn thirty_two_concurrent_senders_each_arrive_identical() {
     const SENDERS: usize = 32;
     // 32 senders and the daemon share two cores: a long handshake timeout,
     // as slowness is not what this test is about.
-    let mut d = Daemon::start_with_timeout("60s");
+    let mut d = crowd_daemon("60s");
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let trees: Vec<PathBuf> = (0..SENDERS).map(|i| small_tree(src.path(), i)).collect();
     let start = Arc::new(Barrier::new(SENDERS));
@@ -728,7 +745,7 @@ fn open_attack(kind: Attack, port: u16, key: &Path, n: u64) -> (Conn, ErrorCode,
 #[test]
 fn hundreds_of_hostile_connections_leave_memory_and_threads_bounded() {
     const EACH: u64 = 30;
-    let mut d = Daemon::start_with_timeout("1s");
+    let mut d = crowd_daemon("1s");
     let pid = d.pid();
     // Warm up (a session's ring, buffers and finalizer threads), then settle.
     a_good_transfer_still_arrives(&mut d, "warm-up");
@@ -810,7 +827,7 @@ fn hundreds_of_hostile_connections_leave_memory_and_threads_bounded() {
 
 #[test]
 fn silent_clients_are_dropped_after_the_handshake_timeout() {
-    let mut d = Daemon::start_with_timeout("1s");
+    let mut d = crowd_daemon("1s");
     let started = Instant::now();
     // Twenty that say nothing, and one that authenticates and then says nothing.
     let mut silent: Vec<Conn> = (0..20).map(|_| Conn::Plain(connect(d.port))).collect();
@@ -868,7 +885,7 @@ fn a_trickling_client_is_dropped_after_the_handshake_timeout() {
 
 #[test]
 fn strangers_length_prefixes_pin_no_memory() {
-    let mut d = Daemon::start_with_timeout("1s");
+    let mut d = crowd_daemon("1s");
     let pid = d.pid();
     // A daemon that has served a while: a transfer, and strangers that sent
     // large bodies and left, so its allocator holds freed memory.

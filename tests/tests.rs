@@ -9,6 +9,7 @@ mod disk;
 mod disk_devices;
 mod faults;
 mod hostile;
+mod limits;
 mod linters;
 mod net;
 mod plot;

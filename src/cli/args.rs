@@ -298,9 +298,10 @@ pub enum ZeroCopyArg {
 #[command(
     after_help = "Every option may also be set in the --config file, under the option's name \
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
-max_sessions, max_connections, max_streams, max_files, max_buffer_memory, \
-require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, pull_only, \
-max_manifest_memory, min_rate); options on the command line win."
+max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
+max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
+pull_only, max_manifest_memory, min_rate); options on the command line win, and both are held to \
+the same ranges."
 )]
 pub struct RecvArgs {
     /// Read settings from this TOML file (see below); options given on the
@@ -331,33 +332,43 @@ pub struct RecvArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
     pub interval: Option<Duration>,
 
-    /// Drop a client that completes no handshake within this long
-    /// [default: 10s].
+    /// Drop a client that completes no handshake and request within this
+    /// long; the unauthenticated part (to its proof of the key) gets at
+    /// most 5 s of it. More than 0, at most 24h [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
     pub handshake_timeout: Option<Duration>,
 
-    /// End a session whose peer sends (or takes) nothing for this long
-    /// [default: 60s].
+    /// End a session whose peer sends (or takes) nothing for this long.
+    /// More than 0, at most 24h [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
     pub timeout: Option<Duration>,
 
-    /// Sessions served at once; more are refused as busy [default: 64].
+    /// Sessions served at once, 1 to 1048576; more are refused as busy
+    /// [default: 64].
     #[arg(long, value_name = "N")]
-    pub max_sessions: Option<usize>,
+    pub max_sessions: Option<u64>,
 
-    /// Connections open at once (sessions, their streams, handshakes)
-    /// [default: 1024].
+    /// Connections open at once (sessions, their data streams, handshakes),
+    /// 1 to 1048576 [default: 1024].
     #[arg(long, value_name = "N")]
-    pub max_connections: Option<usize>,
+    pub max_connections: Option<u64>,
+
+    /// Connections one address (an IPv6 /64) may hold open before they
+    /// authenticate, 1 to 1048576; more are refused at once. A host that
+    /// starts dozens of sessions at the same instant may need more
+    /// [default: twice --max-streams plus 16, so a client opening all its
+    /// streams at once is never refused].
+    #[arg(long, value_name = "N")]
+    pub max_unauthenticated_per_address: Option<u64>,
 
     /// Data streams one session may open, 1 to 256 [default: 64].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub max_streams: Option<u16>,
-
-    /// Entries (files, directories, links) one session may send
-    /// [default: 10000000].
     #[arg(long, value_name = "N")]
-    pub max_files: Option<u32>,
+    pub max_streams: Option<u64>,
+
+    /// Entries (files, directories, links) one session may send, 1 to
+    /// 4294967295 [default: 10000000].
+    #[arg(long, value_name = "N")]
+    pub max_files: Option<u64>,
 
     /// Registered buffer memory of all sessions together [default: 4G].
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]

@@ -26,6 +26,7 @@ pub struct RecvSettings {
     pub timeout: Duration,
     pub max_sessions: usize,
     pub max_connections: usize,
+    pub max_unauthenticated_per_address: usize,
     pub max_streams: u16,
     pub max_files: u32,
     pub max_buffer_memory: u64,
@@ -61,6 +62,7 @@ struct RecvFile {
     timeout: Option<Spanned<Amount>>,
     max_sessions: Option<Spanned<u64>>,
     max_connections: Option<Spanned<u64>>,
+    max_unauthenticated_per_address: Option<Spanned<u64>>,
     max_streams: Option<Spanned<u64>>,
     max_files: Option<Spanned<u64>>,
     max_buffer_memory: Option<Spanned<Amount>>,
@@ -99,25 +101,142 @@ fn size(path: &Path, text: &str, key: &str, v: Spanned<Amount>) -> Result<u64, S
     }
 }
 
-fn count<T: TryFrom<u64>>(
-    path: &Path,
-    text: &str,
-    key: &str,
-    v: Spanned<u64>,
+/// A count setting: its key in the file (the option is the same with
+/// dashes), the range the daemon takes and its default. The command line
+/// and the file are checked by the same rule, so both refuse with the same
+/// words.
+struct CountRule {
+    key: &'static str,
     min: u64,
     max: u64,
-) -> Result<T, String> {
-    let span = v.span();
-    let n = v.into_inner();
-    if n < min || n > max {
-        return Err(at(
-            path,
-            text,
-            span,
-            format!("{key} = {n}: must be {min} to {max}"),
-        ));
+    default: u64,
+}
+
+const MAX_SESSIONS: CountRule = CountRule {
+    key: "max_sessions",
+    min: 1,
+    max: 1 << 20,
+    default: 64,
+};
+const MAX_CONNECTIONS: CountRule = CountRule {
+    key: "max_connections",
+    min: 1,
+    max: 1 << 20,
+    default: 1024,
+};
+const MAX_UNAUTHENTICATED_PER_ADDRESS: CountRule = CountRule {
+    key: "max_unauthenticated_per_address",
+    min: 1,
+    max: 1 << 20,
+    default: 16,
+};
+/// Unless set: room for one client opening all its data streams at once
+/// (each is unauthenticated until its proof is read) twice over, and a few
+/// handshakes besides.
+fn unauthenticated_default(max_streams: u16) -> u64 {
+    2 * u64::from(max_streams) + 16
+}
+
+const MAX_STREAMS: CountRule = CountRule {
+    key: "max_streams",
+    min: 1,
+    max: 256,
+    default: 64,
+};
+const _: () = assert!(MAX_STREAMS.max == crate::protocol::control::STREAMS_MAX as u64);
+const MAX_FILES: CountRule = CountRule {
+    key: "max_files",
+    min: 1,
+    max: u32::MAX as u64,
+    default: 10_000_000,
+};
+
+/// How a setting is named in a refusal: its key and its option.
+fn names(key: &str) -> String {
+    format!("{key} (--{})", key.replace('_', "-"))
+}
+
+impl CountRule {
+    fn check(&self, n: u64) -> Result<u64, String> {
+        if n < self.min || n > self.max {
+            return Err(format!(
+                "{} must be {} to {}, not {n}",
+                names(self.key),
+                self.min,
+                self.max
+            ));
+        }
+        Ok(n)
     }
-    T::try_from(n).map_err(|_| at(path, text, span, format!("{key} = {n}: out of range")))
+}
+
+/// The longest `timeout` or `handshake_timeout` taken: a day of silence is
+/// no session, and deadlines stay far from overflowing.
+const DURATION_SETTING_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// A duration setting that must be more than zero, with its default.
+struct DurationRule {
+    key: &'static str,
+    default: Duration,
+}
+
+const TIMEOUT: DurationRule = DurationRule {
+    key: "timeout",
+    default: Duration::from_secs(60),
+};
+const HANDSHAKE_TIMEOUT: DurationRule = DurationRule {
+    key: "handshake_timeout",
+    default: Duration::from_secs(10),
+};
+
+impl DurationRule {
+    fn check(&self, d: Duration) -> Result<Duration, String> {
+        if d.is_zero() || d > DURATION_SETTING_MAX {
+            return Err(format!(
+                "{} must be more than 0 s and at most 24h, not {} s",
+                names(self.key),
+                d.as_secs_f64()
+            ));
+        }
+        Ok(d)
+    }
+}
+
+/// The command line's value, else the file's (refused with its line),
+/// else the default; either checked by `rule`.
+fn count_setting(
+    (path, text): (&Path, &str),
+    rule: &CountRule,
+    cli: Option<u64>,
+    file: Option<Spanned<u64>>,
+) -> Result<u64, String> {
+    match (cli, file) {
+        (Some(n), _) => rule.check(n),
+        (None, Some(v)) => {
+            let span = v.span();
+            rule.check(v.into_inner())
+                .map_err(|e| at(path, text, span, e))
+        }
+        (None, None) => Ok(rule.default),
+    }
+}
+
+/// As [`count_setting`], for a duration.
+fn duration_setting(
+    (path, text): (&Path, &str),
+    rule: &DurationRule,
+    cli: Option<Duration>,
+    file: Option<Spanned<Amount>>,
+) -> Result<Duration, String> {
+    match (cli, file) {
+        (Some(d), _) => rule.check(d),
+        (None, Some(v)) => {
+            let span = v.span();
+            let d = duration(path, text, rule.key, v)?;
+            rule.check(d).map_err(|e| at(path, text, span, e))
+        }
+        (None, None) => Ok(rule.default),
+    }
 }
 
 /// Read and check `path`.
@@ -155,13 +274,19 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             return Err("--key-file FILE is required (or `key_file` in the --config file)".into())
         }
     };
-    let dur =
-        |cli: Option<Duration>, v: Option<Spanned<Amount>>, key: &str, default: u64| match (cli, v)
-        {
-            (Some(d), _) => Ok(d),
-            (None, Some(v)) => duration(p, t, key, v),
-            (None, None) => Ok(Duration::from_secs(default)),
-        };
+    let src = (p, t);
+    let interval = match (a.interval, f.interval) {
+        (Some(d), _) => d,
+        (None, Some(v)) => duration(p, t, "interval", v)?,
+        (None, None) => Duration::from_secs(5),
+    };
+    let max_streams = u16::try_from(count_setting(
+        src,
+        &MAX_STREAMS,
+        a.max_streams,
+        f.max_streams,
+    )?)
+    .expect("checked to be at most 256");
     Ok(RecvSettings {
         listen: a
             .listen
@@ -174,34 +299,29 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             .direct
             .or(f.direct.map(Spanned::into_inner))
             .unwrap_or(DirectArg::Auto),
-        interval: dur(a.interval, f.interval, "interval", 5)?,
-        handshake_timeout: dur(
+        interval,
+        handshake_timeout: duration_setting(
+            src,
+            &HANDSHAKE_TIMEOUT,
             a.handshake_timeout,
             f.handshake_timeout,
-            "handshake_timeout",
-            10,
         )?,
-        timeout: dur(a.timeout, f.timeout, "timeout", 60)?,
-        max_sessions: match (a.max_sessions, f.max_sessions) {
-            (Some(n), _) => n,
-            (None, Some(v)) => count(p, t, "max_sessions", v, 1, 1 << 20)?,
-            (None, None) => 64,
-        },
-        max_connections: match (a.max_connections, f.max_connections) {
-            (Some(n), _) => n,
-            (None, Some(v)) => count(p, t, "max_connections", v, 1, 1 << 20)?,
-            (None, None) => 1024,
-        },
-        max_streams: match (a.max_streams, f.max_streams) {
-            (Some(n), _) => n,
-            (None, Some(v)) => count(p, t, "max_streams", v, 1, 256)?,
-            (None, None) => 64,
-        },
-        max_files: match (a.max_files, f.max_files) {
-            (Some(n), _) => n,
-            (None, Some(v)) => count(p, t, "max_files", v, 1, u64::from(u32::MAX))?,
-            (None, None) => 10_000_000,
-        },
+        timeout: duration_setting(src, &TIMEOUT, a.timeout, f.timeout)?,
+        max_sessions: count_setting(src, &MAX_SESSIONS, a.max_sessions, f.max_sessions)? as usize,
+        max_connections: count_setting(src, &MAX_CONNECTIONS, a.max_connections, f.max_connections)?
+            as usize,
+        max_unauthenticated_per_address: count_setting(
+            src,
+            &CountRule {
+                default: unauthenticated_default(max_streams),
+                ..MAX_UNAUTHENTICATED_PER_ADDRESS
+            },
+            a.max_unauthenticated_per_address,
+            f.max_unauthenticated_per_address,
+        )? as usize,
+        max_streams,
+        max_files: u32::try_from(count_setting(src, &MAX_FILES, a.max_files, f.max_files)?)
+            .expect("checked to fit in u32"),
         max_buffer_memory: match (a.max_buffer_memory, f.max_buffer_memory) {
             (Some(n), _) => n,
             (None, Some(v)) => size(p, t, "max_buffer_memory", v)?,
@@ -307,5 +427,92 @@ mod tests {
         }
         let e = resolve(&args(&["--root", "/x"])).unwrap_err();
         assert!(e.contains("--key-file"), "{e}");
+    }
+
+    #[test]
+    fn the_command_line_and_the_file_are_refused_alike() {
+        let base = "root = \"/srv\"\nkey_file = \"/k\"\n";
+        let count = "must be 1 to 1048576, not 0";
+        let time = "must be more than 0 s and at most 24h, not";
+        for (key, bad, reason) in [
+            (
+                "max_sessions",
+                "0",
+                format!("max_sessions (--max-sessions) {count}"),
+            ),
+            (
+                "max_connections",
+                "0",
+                format!("max_connections (--max-connections) {count}"),
+            ),
+            (
+                "max_unauthenticated_per_address",
+                "0",
+                format!(
+                    "max_unauthenticated_per_address (--max-unauthenticated-per-address) {count}"
+                ),
+            ),
+            (
+                "max_streams",
+                "257",
+                "max_streams (--max-streams) must be 1 to 256, not 257".into(),
+            ),
+            (
+                "max_streams",
+                "0",
+                "max_streams (--max-streams) must be 1 to 256, not 0".into(),
+            ),
+            (
+                "max_files",
+                "0",
+                "max_files (--max-files) must be 1 to 4294967295, not 0".into(),
+            ),
+            ("timeout", "0", format!("timeout (--timeout) {time} 0 s")),
+            (
+                "handshake_timeout",
+                "0",
+                format!("handshake_timeout (--handshake-timeout) {time} 0 s"),
+            ),
+            (
+                "timeout",
+                "90000",
+                format!("timeout (--timeout) {time} 90000 s"),
+            ),
+        ] {
+            let flag = format!("--{}", key.replace('_', "-"));
+            let cli = resolve(&args(&["--root", "/srv", "--key-file", "/k", &flag, bad]));
+            assert_eq!(cli.unwrap_err(), reason, "{flag} {bad}");
+            let file = with_file(&format!("{base}{key} = {bad}\n"), &[]);
+            assert_eq!(
+                file.unwrap_err(),
+                format!("FILE, line 3: {reason}"),
+                "{key} = {bad}"
+            );
+        }
+        // Durations written with a unit are held to the same rule.
+        let e = with_file(&format!("{base}\ntimeout = \"0ms\"\n"), &[]).unwrap_err();
+        assert_eq!(e, format!("FILE, line 4: timeout (--timeout) {time} 0 s"));
+    }
+
+    #[test]
+    fn limits_within_their_ranges_are_taken_from_either_source() {
+        let s = with_file(
+            "root = \"/srv\"\nkey_file = \"/k\"\nmax_unauthenticated_per_address = 3\n\
+             handshake_timeout = \"500ms\"\nmax_streams = 256\n",
+            &["--max-sessions", "1", "--timeout", "1ms"],
+        )
+        .unwrap();
+        assert_eq!(s.max_unauthenticated_per_address, 3);
+        assert_eq!(s.handshake_timeout, Duration::from_millis(500));
+        assert_eq!(s.max_streams, 256);
+        assert_eq!(s.max_sessions, 1);
+        assert_eq!(s.timeout, Duration::from_millis(1));
+        let d = resolve(&args(&["--root", "/srv", "--key-file", "/k"])).unwrap();
+        assert_eq!(
+            d.max_unauthenticated_per_address, 144,
+            "the default: 2 x 64 streams + 16"
+        );
+        assert_eq!(d.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(d.timeout, Duration::from_secs(60));
     }
 }

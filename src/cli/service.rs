@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,13 +42,44 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
-/// The daemon's log: one line per message on stderr. As text under
-/// journald (`JOURNAL_STREAM` set) each line starts with its syslog
-/// priority (`<6>`, `<4>`, `<3>`) and leaves the time to the journal;
-/// elsewhere `urmove recv: ` leads. As JSON: `{"time","level","msg"}`.
+/// `msg` with every control character written out (`\n`, `\r`, `\t`,
+/// else `\x1b` for C0 and DEL, `\u{85}` for C1 and the Unicode line and
+/// paragraph separators) and `\` doubled, so text
+/// from a peer (its error messages, paths) can neither end a log line nor
+/// start one with a journald priority such as `<3>`.
+pub fn escape_controls(msg: &str) -> std::borrow::Cow<'_, str> {
+    let special = |c: char| c.is_control() || matches!(c, '\\' | '\u{2028}' | '\u{2029}');
+    if !msg.chars().any(special) {
+        return msg.into();
+    }
+    let mut out = String::with_capacity(msg.len() + 8);
+    for c in msg.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if special(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.into()
+}
+
+/// The daemon's log: one line per message on stderr, its control
+/// characters escaped. As text under journald (`JOURNAL_STREAM` set) each
+/// line starts with its syslog priority (`<6>`, `<4>`, `<3>`) and leaves the
+/// time to the journal; elsewhere `urmove recv: ` leads. As JSON:
+/// `{"time","level","msg"}`.
 pub fn logger(format: LogFormatArg) -> Log {
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     Arc::new(move |level: Level, msg: &str| {
+        let msg = &*escape_controls(msg);
         let name = match level {
             Level::Info => "info",
             Level::Warn => "warning",
@@ -107,8 +138,53 @@ struct RateState {
     rate: f64,
 }
 
+/// Scrapes answered at once; a connection beyond them is closed at once.
+const SCRAPES_AT_ONCE_MAX: usize = 8;
+/// The whole request head must arrive within this, however slowly its
+/// bytes trickle in.
+const SCRAPE_REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// A scraper that takes nothing of the answer for this long is dropped.
+const SCRAPE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest request head read; the path is in its first line.
+const SCRAPE_HEAD_LEN_MAX: usize = 2048;
+
+/// What the scrapes share: the daemon's figures, the rate between scrapes
+/// and how many are being answered now.
+struct Scrapes {
+    stats: Arc<DaemonStats>,
+    rate: Mutex<RateState>,
+    busy: AtomicUsize,
+}
+
+/// One scrape being answered; its place is free again when it drops.
+struct Scrape {
+    shared: Arc<Scrapes>,
+}
+
+impl Scrape {
+    fn take(shared: &Arc<Scrapes>) -> Option<Scrape> {
+        shared
+            .busy
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < SCRAPES_AT_ONCE_MAX).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Scrape {
+                shared: Arc::clone(shared),
+            })
+    }
+}
+
+impl Drop for Scrape {
+    fn drop(&mut self) {
+        self.shared.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Serve `stats` as Prometheus text on `addr` (`GET /metrics`) from a
-/// thread of its own, until `stop`. Returns the bound address.
+/// thread of its own, until `stop`; each scrape is answered on a thread of
+/// its own, at most [`SCRAPES_AT_ONCE_MAX`] at once, so a slow scraper
+/// holds up nobody else. Returns the bound address.
 pub fn serve_metrics(
     addr: &str,
     stats: Arc<DaemonStats>,
@@ -121,18 +197,19 @@ pub fn serve_metrics(
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("--metrics {addr}: {e}"))?;
-    let state = Mutex::new(RateState {
-        at: Instant::now(),
-        bytes: 0,
-        rate: 0.0,
+    let shared = Arc::new(Scrapes {
+        stats,
+        rate: Mutex::new(RateState {
+            at: Instant::now(),
+            bytes: 0,
+            rate: 0.0,
+        }),
+        busy: AtomicUsize::new(0),
     });
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             match listener.accept() {
-                Ok((s, _)) => answer(s, &stats, &state),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
+                Ok((s, _)) => start_scrape(s, &shared),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
@@ -140,14 +217,28 @@ pub fn serve_metrics(
     Ok(bound)
 }
 
-/// Answer one HTTP request: `/metrics` gets the text format, `/` a pointer
-/// to it, anything else 404.
-fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut req = [0u8; 2048];
+/// Answer `s` on a thread of its own, or close it at once when enough
+/// scrapes are being answered (or no thread can be had).
+fn start_scrape(s: TcpStream, shared: &Arc<Scrapes>) {
+    let Some(scrape) = Scrape::take(shared) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("urmove-metrics".into())
+        .spawn(move || answer(s, &scrape.shared.stats, &scrape.shared.rate));
+}
+
+/// The request head, read until its blank line, [`SCRAPE_HEAD_LEN_MAX`]
+/// bytes or [`SCRAPE_REQUEST_DEADLINE`], whichever comes first.
+fn read_head(s: &mut TcpStream) -> String {
+    let deadline = Instant::now() + SCRAPE_REQUEST_DEADLINE;
+    let mut req = [0u8; SCRAPE_HEAD_LEN_MAX];
     let mut got = 0;
     while got < req.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
         match s.read(&mut req[got..]) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
@@ -158,7 +249,15 @@ fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
             }
         }
     }
-    let head = String::from_utf8_lossy(&req[..got]);
+    String::from_utf8_lossy(&req[..got]).into_owned()
+}
+
+/// Answer one HTTP request: `/metrics` gets the text format, `/` a pointer
+/// to it, anything else 404.
+fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_write_timeout(Some(SCRAPE_WRITE_TIMEOUT));
+    let head = read_head(&mut s);
     let path = head.split_whitespace().nth(1).unwrap_or("");
     let (status, kind, body) = match path {
         "/metrics" => (
@@ -240,6 +339,18 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
     );
     gauge(
         &mut reg,
+        "connections_unauthenticated",
+        "Connections open now that have not proved they hold the key yet",
+        stats.connections_unauthenticated() as i64,
+    );
+    counter(
+        &mut reg,
+        "unauthenticated_refused",
+        "Connections refused at once: their address had --max-unauthenticated-per-address unauthenticated connections open",
+        stats.unauthenticated_refused.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut reg,
         "buffer_bytes_in_use",
         "Registered buffer memory reserved by running sessions",
         stats.buffer_bytes.load(Ordering::Relaxed) as i64,
@@ -275,8 +386,19 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
     }
     reg.register(
         "session_errors",
-        "Failed sessions and refused connections, by error kind",
+        "Failed sessions and refused connections, by error kind: the daemon's own errors",
         errors,
+    );
+    let aborted = Family::<Vec<(String, String)>, Counter<u64>>::default();
+    for (kind, n) in stats.aborted_by_peer() {
+        aborted
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc_by(n);
+    }
+    reg.register(
+        "sessions_aborted_by_peer",
+        "Sessions the peer ended with its own error message, by the kind it gave",
+        aborted,
     );
     let bytes = Family::<Vec<(String, String)>, Gauge<i64>>::default();
     let rates = Family::<Vec<(String, String)>, Gauge<i64>>::default();
@@ -312,6 +434,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn control_characters_are_written_out_and_plain_text_is_untouched() {
+        assert_eq!(escape_controls("127.0.0.1:5: done"), "127.0.0.1:5: done");
+        assert_eq!(
+            escape_controls("x\n<3>forged\r\tline"),
+            "x\\n<3>forged\\r\\tline"
+        );
+        assert_eq!(escape_controls("\x1b[31m\x00\x7f"), "\\x1b[31m\\x00\\x7f");
+        assert_eq!(
+            escape_controls("a\u{85}b\u{9b}c\u{2028}"),
+            "a\\u{85}b\\u{9b}c\\u{2028}"
+        );
+        assert_eq!(
+            escape_controls("C:\\n"),
+            "C:\\\\n",
+            "a backslash is doubled"
+        );
+        assert_eq!(escape_controls("grüße"), "grüße");
+    }
+
+    #[test]
     fn rfc3339_dates_are_civil_dates() {
         let at = |s: u64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
         assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
@@ -334,6 +476,9 @@ mod tests {
             "urmove_sessions_active 0",
             "urmove_buffer_bytes_limit",
             "# TYPE urmove_session_errors counter",
+            "# TYPE urmove_sessions_aborted_by_peer counter",
+            "urmove_connections_unauthenticated 0",
+            "urmove_unauthenticated_refused_total 0",
             "# EOF",
         ] {
             assert!(text.contains(name), "{name} missing in:\n{text}");

@@ -175,6 +175,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         limits: crate::session::recv::Limits {
             sessions: set.max_sessions,
             connections: set.max_connections,
+            unauthenticated_per_address: set.max_unauthenticated_per_address,
             streams: set.max_streams,
             files: set.max_files,
             buffer_bytes: set.max_buffer_memory,

@@ -630,10 +630,17 @@ enum RecvTag {
 /// small pool.
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    Header { got: u32 },
+    Header {
+        got: u32,
+    },
     /// The header arrived; its payload waits for a buffer.
-    NeedBuffer { header: FrameHeader },
-    Payload { header: FrameHeader, got: u32 },
+    NeedBuffer {
+        header: FrameHeader,
+    },
+    Payload {
+        header: FrameHeader,
+        got: u32,
+    },
 }
 
 #[derive(Debug)]

@@ -21,6 +21,8 @@ const CONTROL_STREAM: u16 = u16::MAX;
 struct Sealing {
     sealer: Mutex<Option<FrameSealer>>,
     opener: Mutex<Option<FrameOpener>>,
+    /// Messages read early and handed back (see [`Control::unread`]).
+    pending: Mutex<std::collections::VecDeque<Message>>,
 }
 
 /// A control connection. After the handshake both sides [`secure`] it:
@@ -69,6 +71,13 @@ impl Control {
         };
         *lock(&self.sealing.sealer) = Some(FrameSealer::new(keys, out, CONTROL_STREAM));
         *lock(&self.sealing.opener) = Some(FrameOpener::new(keys, inn, CONTROL_STREAM));
+    }
+
+    /// Hand back a message read before its time (a session that watched the
+    /// connection while waiting for something else): the next read, on
+    /// this handle or a clone, returns it first.
+    pub fn unread(&self, m: Message) {
+        lock(&self.sealing.pending).push_back(m);
     }
 
     pub fn tcp(&self) -> &TcpStream {
@@ -145,6 +154,9 @@ pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
 
 /// Read one message, `Error` included.
 pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
+    if let Some(m) = lock(&c.sealing.pending).pop_front() {
+        return Ok(m);
+    }
     let what = "reading a control message";
     let mut prefix = [0u8; 4];
     // The clock starts with the message's first byte: silence between

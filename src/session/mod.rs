@@ -6,6 +6,7 @@
 //! are written as `NAME.urmove.part` and renamed only after every block
 //! arrived, verified, and was synced.
 
+mod admit;
 mod commit;
 pub mod conn;
 mod journal;

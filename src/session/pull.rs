@@ -142,14 +142,7 @@ pub fn run_pull(
             payload_max: cfg.block_size as usize,
             count: super::buffer_count(streams.len(), cfg.block_size, 4, 4),
         };
-        let r = incoming.receive(
-            &streams,
-            pool,
-            pace,
-            &open,
-            &rx,
-            &mut out,
-        );
+        let r = incoming.receive(&streams, pool, pace, &open, &rx, &mut out);
         landed = (out.committed, out.rejected);
         r
     });

@@ -477,7 +477,11 @@ impl Incoming {
     /// Continue `f`'s part file from its journal, when both are ours and
     /// agree, and the blocks the journal names, read again now, have the
     /// digest it recorded; claims the part. Otherwise the file starts over.
-    fn continue_part(&self, f: &mut RecvFile, tick: &mut dyn FnMut()) -> Result<bool, SessionError> {
+    fn continue_part(
+        &self,
+        f: &mut RecvFile,
+        tick: &mut dyn FnMut(),
+    ) -> Result<bool, SessionError> {
         let Some(j) = journal::load(&self.root, &f.final_rel, &f.id, &self.rules.secret) else {
             return Ok(false);
         };
@@ -491,7 +495,11 @@ impl Incoming {
         }
         let on_disk = self
             .root
-            .open_file(&rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
+            .open_file(
+                &rel,
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                0,
+            )
             .ok()
             .filter(|r| FileId::of(r).ok() == Some(j.part))
             .and_then(|r| journal::ranges_digest(&r, f.size, self.block, &j.ranges(), tick).ok());

@@ -5,7 +5,7 @@
 //! every block arrived exactly once with a good checksum and was synced.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -14,13 +14,15 @@ use std::time::{Duration, Instant};
 use crate::datapath::beneath::Root;
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, Message, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME, STREAMS_MAX,
+    Direction, ErrorCode, Message, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
+    STREAMS_MAX,
 };
 use crate::protocol::handshake::{
-    check_stream_proof, Key, ServerHandshake, SessionId, SessionKeys,
+    check_stream_proof, Key, Proof, ServerHandshake, SessionId, SessionKeys,
 };
 use crate::protocol::manifest::check_path;
 
+use super::admit::{refuse_now, Backoff, PerAddress, Throttled};
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
 use super::landing::Pace;
 use super::receive::{join, recv_manifest, Incoming, LinkPolicy, Resume, Rules};
@@ -63,6 +65,9 @@ pub struct Limits {
     pub sessions: usize,
     /// Connections at once (sessions, their streams, handshakes).
     pub connections: usize,
+    /// Connections not yet authenticated from one address (IPv4) or /64
+    /// (IPv6) at once.
+    pub unauthenticated_per_address: usize,
     /// Data streams per session.
     pub streams: u16,
     /// Entries per manifest.
@@ -81,6 +86,7 @@ impl Default for Limits {
         Limits {
             sessions: 64,
             connections: 1024,
+            unauthenticated_per_address: 2 * 64 + 16,
             streams: 64,
             files: crate::protocol::manifest::ENTRIES_MAX,
             buffer_bytes: 4 << 30,
@@ -156,25 +162,65 @@ impl Shared {
     }
 }
 
-/// Takes one unit of a shared count for as long as it lives.
-struct Hold<'a> {
-    count: &'a AtomicUsize,
+/// The daemon's counts a [`Hold`] takes a unit of.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Sessions,
+    Connections,
 }
 
-impl<'a> Hold<'a> {
-    fn take(count: &'a AtomicUsize, max: usize) -> Option<Self> {
-        count
+/// Takes one unit of a daemon count for as long as it lives. It owns its
+/// share of the stats, so it travels with what it counts: a data stream's
+/// connection stays counted until its session drops the stream.
+struct Hold {
+    stats: Arc<DaemonStats>,
+    count: Count,
+}
+
+impl Hold {
+    fn take(stats: &Arc<DaemonStats>, count: Count, max: usize) -> Option<Self> {
+        stats
+            .count(count)
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Hold { count })
+            .map(|_| Hold {
+                stats: Arc::clone(stats),
+                count,
+            })
     }
 }
 
-impl Drop for Hold<'_> {
+impl Drop for Hold {
     fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.stats.count(self.count).fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's place among those not yet authenticated from its
+/// address (`--max-unauthenticated-per-address`), given up once the peer
+/// proved it holds the key (or left).
+struct Unauthenticated {
+    stats: Arc<DaemonStats>,
+    group: IpAddr,
+}
+
+impl Unauthenticated {
+    fn take(stats: &Arc<DaemonStats>, ip: IpAddr, max: usize) -> Option<Self> {
+        stats
+            .unauthenticated
+            .try_add(ip, max)
+            .map(|group| Unauthenticated {
+                stats: Arc::clone(stats),
+                group,
+            })
+    }
+}
+
+impl Drop for Unauthenticated {
+    fn drop(&mut self) {
+        self.stats.unauthenticated.release(self.group);
     }
 }
 
@@ -358,8 +404,16 @@ pub struct DaemonStats {
     /// Registered buffer memory reserved by the sessions now.
     pub buffer_bytes: AtomicU64,
     pub buffer_bytes_limit: AtomicU64,
-    /// Failed sessions and refused connections, by error code.
+    /// Connections refused at once because their address had
+    /// `--max-unauthenticated-per-address` connections not yet authenticated.
+    pub unauthenticated_refused: AtomicU64,
+    /// Connections not yet authenticated, per address group.
+    unauthenticated: PerAddress,
+    /// Failed sessions and refused connections, by error code: the
+    /// daemon's own errors only.
     errors: Mutex<HashMap<&'static str, u64>>,
+    /// Sessions the peer ended with its own `Error`, by the code it sent.
+    aborted_by_peer: Mutex<HashMap<&'static str, u64>>,
     /// Sessions running now: id -> what they moved so far.
     sessions: Mutex<HashMap<u64, SessionStat>>,
     next_id: AtomicU64,
@@ -376,27 +430,61 @@ pub struct SessionStat {
     pub started: Instant,
 }
 
+/// One more of `key` in a tally of the metrics.
+fn tally(map: &Mutex<HashMap<&'static str, u64>>, key: &'static str) {
+    *map.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key)
+        .or_default() += 1;
+}
+
+/// A tally of the metrics, sorted by key.
+fn sorted(map: &Mutex<HashMap<&'static str, u64>>) -> Vec<(&'static str, u64)> {
+    let mut v: Vec<_> = map
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    v.sort();
+    v
+}
+
 impl DaemonStats {
     fn error(&self, code: ErrorCode) {
-        *self
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(code.name())
-            .or_default() += 1;
+        tally(&self.errors, code.name());
+    }
+
+    /// Count how a session or connection failed: the peer's own `Error`
+    /// (its code is its word, not the daemon's fault) apart from the
+    /// daemon's errors.
+    fn failed(&self, e: &SessionError) {
+        match e {
+            SessionError::Refused { code, .. } => tally(&self.aborted_by_peer, code.name()),
+            e => self.error(e.code()),
+        }
+    }
+
+    fn count(&self, count: Count) -> &AtomicUsize {
+        match count {
+            Count::Sessions => &self.sessions_active,
+            Count::Connections => &self.connections_open,
+        }
     }
 
     /// Failed sessions and refused connections, by error code name.
     pub fn errors(&self) -> Vec<(&'static str, u64)> {
-        let mut v: Vec<_> = self
-            .errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect();
-        v.sort();
-        v
+        sorted(&self.errors)
+    }
+
+    /// Sessions the peer ended with an `Error` message, by its code name.
+    pub fn aborted_by_peer(&self) -> Vec<(&'static str, u64)> {
+        sorted(&self.aborted_by_peer)
+    }
+
+    /// Connections open now that have not authenticated yet.
+    pub fn connections_unauthenticated(&self) -> usize {
+        self.unauthenticated.total()
     }
 
     /// The sessions running now.
@@ -452,8 +540,44 @@ impl DaemonStats {
 struct Pending {
     keys: SessionKeys,
     streams: u16,
-    tx: mpsc::Sender<(u16, TcpStream)>,
+    tx: mpsc::Sender<Arrived>,
 }
+
+/// A data stream that proved it belongs to a session, on its way there
+/// with its place in the connection count.
+struct Arrived {
+    index: u16,
+    stream: TcpStream,
+    conn: Hold,
+}
+
+/// A session's data streams, in index order. Each stays counted against
+/// `--max-connections` until the session drops them.
+struct Streams {
+    streams: Vec<TcpStream>,
+    _conns: Vec<Hold>,
+}
+
+impl std::ops::Deref for Streams {
+    type Target = [TcpStream];
+
+    fn deref(&self) -> &[TcpStream] {
+        &self.streams
+    }
+}
+
+impl<'a> IntoIterator for &'a Streams {
+    type Item = &'a TcpStream;
+    type IntoIter = std::slice::Iter<'a, TcpStream>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.streams.iter()
+    }
+}
+
+/// How often a session waiting for its data streams looks at its control
+/// connection.
+const CONTROL_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 
 type Registry = Arc<Shared>;
 
@@ -467,6 +591,45 @@ pub fn serve(
     on_listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), SessionError> {
     let rules = startup_checks(&cfg)?;
+    let listener = listen(&cfg, &log)?;
+    on_listening(
+        listener
+            .local_addr()
+            .map_err(|e| SessionError::io("listening", e))?,
+    );
+    let cfg = Arc::new(cfg);
+    stats
+        .buffer_bytes_limit
+        .store(cfg.limits.buffer_bytes, Ordering::Relaxed);
+    let registry: Registry = Arc::new(Shared {
+        registry: Mutex::default(),
+        stats,
+        claimed: Mutex::default(),
+        rules,
+        manifest_bytes: AtomicU64::new(0),
+    });
+    let mut door = Door::default();
+    while !stop.load(Ordering::Relaxed) {
+        // Wake at once for a connection, and every 200 ms to see `stop`.
+        if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
+            continue;
+        }
+        match listener.accept() {
+            Ok((s, peer)) => {
+                door.backoff.succeeded();
+                door.admit(s, peer, &cfg, &registry, &log);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => door.accept_failed(&e, &log),
+        }
+    }
+    drain(&registry, &log);
+    Ok(())
+}
+
+/// Raise the descriptor limit, bind and log the address.
+fn listen(cfg: &RecvConfig, log: &Log) -> Result<TcpListener, SessionError> {
     sys::raise_nofile_limit();
     let listener = TcpListener::bind(cfg.listen)
         .map_err(|e| SessionError::io(format!("listening on {}", cfg.listen), e))?;
@@ -480,68 +643,12 @@ pub fn serve(
         Level::Info,
         &format!("listening on {addr}, root {}", cfg.root.display()),
     );
-    on_listening(addr);
-    let cfg = Arc::new(cfg);
-    stats
-        .buffer_bytes_limit
-        .store(cfg.limits.buffer_bytes, Ordering::Relaxed);
-    let registry: Registry = Arc::new(Shared {
-        registry: Mutex::default(),
-        stats,
-        claimed: Mutex::default(),
-        rules,
-        manifest_bytes: AtomicU64::new(0),
-    });
-    while !stop.load(Ordering::Relaxed) {
-        // Wake at once for a connection, and every 200 ms to see `stop`.
-        if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
-            continue;
-        }
-        match listener.accept() {
-            Ok((s, peer)) => {
-                let (cfg, registry, log) =
-                    (Arc::clone(&cfg), Arc::clone(&registry), Arc::clone(&log));
-                if registry.stats.connections_open.load(Ordering::Acquire) >= cfg.limits.connections
-                {
-                    let _ = s.set_nonblocking(false);
-                    let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
-                    let _ = send_msg(
-                        &mut Control::new(s),
-                        &Message::Error {
-                            code: ErrorCode::Busy,
-                            message: format!(
-                                "the daemon has {} connections open, its limit; try again later",
-                                cfg.limits.connections
-                            ),
-                        },
-                    );
-                    registry.stats.error(ErrorCode::Busy);
-                    log(
-                        Level::Warn,
-                        &format!("{peer}: refused: connection limit reached"),
-                    );
-                    continue;
-                }
-                registry
-                    .stats
-                    .connections_open
-                    .fetch_add(1, Ordering::AcqRel);
-                std::thread::spawn(move || {
-                    let _conn = Hold {
-                        count: &registry.stats.connections_open,
-                    };
-                    if let Err(e) = connection(s, peer, &cfg, &registry, &log) {
-                        registry.stats.error(e.code());
-                        log(Level::Warn, &format!("{peer}: {e}"));
-                    }
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => log(Level::Error, &format!("accept: {e}")),
-        }
-    }
-    // Let running sessions finish for a while; what is cut off keeps its
-    // .urmove.part files and journals for --resume.
+    Ok(listener)
+}
+
+/// Let running sessions finish for a while; what is cut off keeps its
+/// .urmove.part files and journals for --resume.
+fn drain(registry: &Registry, log: &Log) {
     log(Level::Info, "stopping: no new sessions");
     let until = Instant::now() + STOP_DRAIN;
     while registry.stats.sessions_active.load(Ordering::Acquire) > 0 && Instant::now() < until {
@@ -556,7 +663,122 @@ pub fn serve(
             ),
         );
     }
-    Ok(())
+}
+
+/// The accept loop's state: how long to wait after a failed accept, and
+/// the warnings that could repeat thousands of times a second, each logged
+/// at most once per interval.
+#[derive(Default)]
+struct Door {
+    backoff: Backoff,
+    accept_errors: Throttled,
+    unauthenticated_refusals: Throttled,
+    connection_refusals: Throttled,
+    spawn_errors: Throttled,
+}
+
+impl Door {
+    /// `accept` failed (out of descriptors, most likely): wait before the
+    /// next try, longer each time, instead of spinning on a listener that
+    /// stays readable.
+    fn accept_failed(&mut self, e: &std::io::Error, log: &Log) {
+        let wait = self.backoff.failed();
+        let hint = match e.raw_os_error() {
+            Some(libc::EMFILE) | Some(libc::ENFILE) => {
+                "; connections wait in the backlog until descriptors are free (raise LimitNOFILE=)"
+            }
+            _ => "",
+        };
+        self.accept_errors
+            .log(log, Level::Error, &format!("accept: {e}{hint}"));
+        std::thread::sleep(wait);
+    }
+
+    /// Take a new connection on a thread of its own, or refuse it at once
+    /// when its address already has its share of unauthenticated
+    /// connections or the daemon is at its connection limit.
+    fn admit(
+        &mut self,
+        s: TcpStream,
+        peer: SocketAddr,
+        cfg: &Arc<RecvConfig>,
+        registry: &Registry,
+        log: &Log,
+    ) {
+        let stats = &registry.stats;
+        let max = cfg.limits.unauthenticated_per_address;
+        let Some(unauthenticated) = Unauthenticated::take(stats, peer.ip(), max) else {
+            stats
+                .unauthenticated_refused
+                .fetch_add(1, Ordering::Relaxed);
+            stats.error(ErrorCode::Busy);
+            refuse_now(
+                s,
+                ErrorCode::Busy,
+                format!("{max} connections from your address have not authenticated yet, the daemon's limit; finish or close them first"),
+            );
+            self.unauthenticated_refusals.log(
+                log,
+                Level::Warn,
+                &format!("{peer}: refused: {max} connections from its address are not authenticated yet (--max-unauthenticated-per-address)"),
+            );
+            return;
+        };
+        let Some(conn) = Hold::take(stats, Count::Connections, cfg.limits.connections) else {
+            stats.error(ErrorCode::Busy);
+            refuse_now(
+                s,
+                ErrorCode::Busy,
+                format!(
+                    "the daemon has {} connections open, its limit; try again later",
+                    cfg.limits.connections
+                ),
+            );
+            self.connection_refusals.log(
+                log,
+                Level::Warn,
+                &format!("{peer}: refused: connection limit reached"),
+            );
+            return;
+        };
+        let (cfg, registry, thread_log) = (Arc::clone(cfg), Arc::clone(registry), Arc::clone(log));
+        let spawned = std::thread::Builder::new()
+            .name("urmove-conn".into())
+            .spawn(move || {
+                if let Err(e) =
+                    connection(s, peer, conn, unauthenticated, &cfg, &registry, &thread_log)
+                {
+                    registry.stats.failed(&e);
+                    thread_log(Level::Warn, &format!("{peer}: {e}"));
+                }
+            });
+        // Without a thread the connection (and its holds) is dropped.
+        if let Err(e) = spawned {
+            self.spawn_errors.log(
+                log,
+                Level::Error,
+                &format!("{peer}: dropped: no thread for it: {e}"),
+            );
+        }
+    }
+}
+
+/// How long an unauthenticated peer may take from connecting to proving it
+/// holds the key (Hello to Auth, or a data stream's hello), at most; a
+/// shorter --handshake-timeout wins. Those are two round trips of a few
+/// hundred bytes, well under a second even across an ocean, so a peer has
+/// time to spare while a stranger's connection is short-lived.
+const PREAUTH_WINDOW_MAX: Duration = Duration::from_secs(5);
+
+/// A control connection that said Hello, with its deadlines: `auth_by` for
+/// its proof, `request_by` for its request (--handshake-timeout from
+/// connecting), and its place among the unauthenticated, given up only
+/// with a good proof: one that fails keeps it until the connection closes.
+struct Opening {
+    hello: crate::protocol::handshake::Hello,
+    auth_by: Instant,
+    request_by: Instant,
+    unauthenticated: Option<Unauthenticated>,
 }
 
 /// Before listening: the root opens (and takes files, unless the daemon
@@ -612,6 +834,8 @@ fn check_writable(root: &Root, path: &std::path::Path) -> Result<(), SessionErro
 fn connection(
     s: TcpStream,
     peer: SocketAddr,
+    conn: Hold,
+    unauthenticated: Unauthenticated,
     cfg: &RecvConfig,
     registry: &Registry,
     log: &Log,
@@ -621,50 +845,30 @@ fn connection(
     s.set_nodelay(true)
         .map_err(|e| SessionError::io("socket", e))?;
     let mut s = Control::new(s);
-    // Until it has authenticated, a peer gets small messages and one
+    // Until it has authenticated, a peer gets small messages and one short
     // deadline for all of them, however slowly its bytes trickle in.
-    let deadline = Instant::now() + cfg.handshake_timeout;
-    let first = recv_small_by(&mut s, deadline).map_err(|e| fail(&mut s, e))?;
+    let accepted = Instant::now();
+    let auth_by = accepted + cfg.handshake_timeout.min(PREAUTH_WINDOW_MAX);
+    let first = recv_small_by(&mut s, auth_by).map_err(|e| fail(&mut s, e))?;
     match first {
         Message::Hello(hello) => {
-            let started = Instant::now();
-            match control_session(&mut s, hello, deadline, cfg, registry, peer, log) {
-                Ok((files, bytes)) => {
-                    let secs = started.elapsed().as_secs_f64();
-                    log(Level::Info, &format!(
-                        "{peer}: session done: {files} files, {bytes} bytes in {secs:.2} s ({:.3} Gb/s)",
-                        bytes as f64 * 8.0 / secs.max(1e-9) / 1e9
-                    ));
-                    Ok(())
-                }
-                Err(e) => Err(fail(&mut s, e)),
-            }
+            let opening = Opening {
+                hello,
+                auth_by,
+                request_by: accepted + cfg.handshake_timeout,
+                unauthenticated: Some(unauthenticated),
+            };
+            let done = control(&mut s, opening, cfg, registry, peer, log);
+            drop(conn);
+            done
         }
         Message::StreamHello {
             session_id,
             stream_index,
             proof,
         } => {
-            let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
-            match reg.get(&session_id) {
-                Some(p)
-                    if stream_index < p.streams
-                        && check_stream_proof(&p.keys, stream_index, &proof) =>
-                {
-                    let _ = p.tx.send((stream_index, s.into_tcp()));
-                    Ok(())
-                }
-                _ => {
-                    drop(reg);
-                    Err(fail(
-                        &mut s,
-                        SessionError::local(
-                            ErrorCode::AuthFailed,
-                            "data stream refused: it does not belong to a session",
-                        ),
-                    ))
-                }
-            }
+            let hello = (session_id, stream_index, proof);
+            data_stream(s, hello, conn, unauthenticated, registry)
         }
         _ => Err(fail(
             &mut s,
@@ -676,25 +880,90 @@ fn connection(
     }
 }
 
+/// Serve a control connection's session and log how it went.
+fn control(
+    s: &mut Control,
+    mut opening: Opening,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
+) -> Result<(), SessionError> {
+    let started = Instant::now();
+    match control_session(s, &mut opening, cfg, registry, peer, log) {
+        Ok((files, bytes)) => {
+            let secs = started.elapsed().as_secs_f64();
+            log(
+                Level::Info,
+                &format!(
+                    "{peer}: session done: {files} files, {bytes} bytes in {secs:.2} s ({:.3} Gb/s)",
+                    bytes as f64 * 8.0 / secs.max(1e-9) / 1e9
+                ),
+            );
+            Ok(())
+        }
+        Err(e) => Err(fail(s, e)),
+    }
+}
+
+/// A data stream's hello: session id, stream index and proof.
+type StreamHello = (SessionId, u16, Proof);
+
+/// Hand a data stream that proves it belongs to a waiting session over to
+/// it, with its place in the connection count; refuse any other.
+fn data_stream(
+    mut s: Control,
+    (session_id, index, proof): StreamHello,
+    conn: Hold,
+    unauthenticated: Unauthenticated,
+    registry: &Registry,
+) -> Result<(), SessionError> {
+    let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
+    let pending = reg
+        .get(&session_id)
+        .filter(|p| index < p.streams && check_stream_proof(&p.keys, index, &proof));
+    match pending {
+        Some(p) => {
+            drop(unauthenticated);
+            let _ = p.tx.send(Arrived {
+                index,
+                stream: s.into_tcp(),
+                conn,
+            });
+            Ok(())
+        }
+        None => {
+            drop(reg);
+            Err(fail(
+                &mut s,
+                SessionError::local(
+                    ErrorCode::AuthFailed,
+                    "data stream refused: it does not belong to a session",
+                ),
+            ))
+        }
+    }
+}
+
 fn random<const N: usize>() -> Result<[u8; N], SessionError> {
     let mut b = [0u8; N];
     sys::random_bytes(&mut b).map_err(|e| SessionError::io("random bytes", e))?;
     Ok(b)
 }
 
-fn control_session(
+/// The handshake after a Hello: challenge, the peer's proof by `auth_by`
+/// (its place among the unauthenticated ends with a good one), welcome,
+/// then its request by `request_by`; the session's own timeout applies
+/// after it.
+fn authenticate(
     s: &mut Control,
-    hello: crate::protocol::handshake::Hello,
-    deadline: Instant,
+    opening: &mut Opening,
     cfg: &RecvConfig,
-    registry: &Registry,
-    peer: SocketAddr,
-    log: &Log,
-) -> Result<(u64, u64), SessionError> {
+) -> Result<(SessionKeys, SessionRequest), SessionError> {
     let mut hs = ServerHandshake::new(cfg.key, random()?);
-    let challenge = hs.on_hello(&hello).map_err(SessionError::Auth)?;
+    let challenge = hs.on_hello(&opening.hello).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Challenge(challenge))?;
-    let auth = match recv_small_by(s, deadline)? {
+    let auth = match recv_small_by(s, opening.auth_by)? {
         Message::Error { code, message } => return Err(SessionError::Refused { code, message }),
         m => m,
     };
@@ -705,12 +974,11 @@ fn control_session(
         ));
     };
     let (welcome, keys) = hs.on_auth(&auth, random()?).map_err(SessionError::Auth)?;
+    opening.unauthenticated = None;
     send_msg(s, &Message::Welcome(welcome))?;
     // Everything after the welcome is sealed with the session's keys.
     s.secure(&keys, false);
-    // The request is part of the handshake's time; after it, the session's
-    // own timeout applies.
-    let left = deadline.saturating_duration_since(Instant::now());
+    let left = opening.request_by.saturating_duration_since(Instant::now());
     s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
     let Message::Request(req) = recv_msg(s)? else {
         return Err(SessionError::local(
@@ -719,6 +987,18 @@ fn control_session(
         ));
     };
     s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
+    Ok((keys, req))
+}
+
+fn control_session(
+    s: &mut Control,
+    opening: &mut Opening,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
+) -> Result<(u64, u64), SessionError> {
+    let (keys, req) = authenticate(s, opening, cfg)?;
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::local(
             ErrorCode::TooLarge,
@@ -736,7 +1016,7 @@ fn control_session(
         ));
     }
     let _session =
-        Hold::take(&registry.stats.sessions_active, cfg.limits.sessions).ok_or_else(|| {
+        Hold::take(&registry.stats, Count::Sessions, cfg.limits.sessions).ok_or_else(|| {
             SessionError::local(
                 ErrorCode::Busy,
                 format!(
@@ -979,8 +1259,7 @@ fn collect_streams(
     keys: &SessionKeys,
     count: u16,
     cfg: &RecvConfig,
-) -> Result<Vec<TcpStream>, SessionError> {
-    let wait = cfg.stream_wait;
+) -> Result<Streams, SessionError> {
     let (tx, rx) = mpsc::channel();
     registry
         .registry
@@ -994,38 +1273,97 @@ fn collect_streams(
                 tx,
             },
         );
-    let ready = send_msg(s, &Message::Ready);
-    let mut streams: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
-    let deadline = Instant::now() + wait;
-    let mut arrived = 0;
-    while ready.is_ok() && arrived < streams.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, st)) if streams[i as usize].is_none() => {
-                streams[i as usize] = Some(st);
-                arrived += 1;
-            }
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
+    let waited = send_msg(s, &Message::Ready)
+        .and_then(|()| wait_for_streams(s, &rx, count, cfg.stream_wait));
     registry
         .registry
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&keys.session_id);
-    ready?;
-    if arrived < streams.len() {
-        return Err(SessionError::local(
-            ErrorCode::BadRequest,
-            format!("only {arrived} of {} data streams arrived", streams.len()),
-        ));
-    }
-    let streams: Vec<TcpStream> = streams.into_iter().flatten().collect();
+    let streams = waited?;
     for st in &streams {
         sys::set_dead_peer_timeout(std::os::fd::AsRawFd::as_raw_fd(st), cfg.timeout);
     }
     Ok(streams)
+}
+
+/// Take the data streams as they arrive until all `count` are here or
+/// `wait` is up. A client that closes its control connection or gives up
+/// (its `Error`) meanwhile ends the wait at once.
+fn wait_for_streams(
+    s: &mut Control,
+    rx: &mpsc::Receiver<Arrived>,
+    count: u16,
+    wait: Duration,
+) -> Result<Streams, SessionError> {
+    let mut slots: Vec<Option<Arrived>> = (0..count).map(|_| None).collect();
+    let deadline = Instant::now() + wait;
+    let mut arrived = 0;
+    while arrived < slots.len() {
+        watch_control(s, deadline)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(left.min(CONTROL_WATCH_INTERVAL)) {
+            Ok(a) if slots[a.index as usize].is_none() => {
+                let i = a.index as usize;
+                slots[i] = Some(a);
+                arrived += 1;
+            }
+            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    if arrived < slots.len() {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!("only {arrived} of {} data streams arrived", slots.len()),
+        ));
+    }
+    let (streams, _conns) = slots
+        .into_iter()
+        .flatten()
+        .map(|a| (a.stream, a.conn))
+        .unzip();
+    Ok(Streams { streams, _conns })
+}
+
+/// Whether the client still waits on its control connection while its
+/// data streams are awaited: Ok when it said nothing (or a heartbeat); an
+/// error when it closed the connection or sent its `Error`.
+fn watch_control(s: &mut Control, deadline: Instant) -> Result<(), SessionError> {
+    let what = "waiting for the data streams";
+    if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(s.tcp()), 0) {
+        return Ok(());
+    }
+    match s.tcp().peek(&mut [0u8; 1]) {
+        Ok(0) => {
+            return Err(SessionError::io(
+                what,
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the client closed its control connection",
+                ),
+            ))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
+        Err(e) => return Err(SessionError::io(what, e)),
+    }
+    // A message: read it whole, within the wait.
+    let timeout = s.tcp().read_timeout().ok().flatten();
+    let left = deadline.saturating_duration_since(Instant::now());
+    s.set_read_timeout(Some(left.max(Duration::from_secs(1))))?;
+    let m = recv_msg(s);
+    s.set_read_timeout(timeout)?;
+    match m? {
+        Message::Alive { .. } => {}
+        // The client already moved on (its first digests): kept for the
+        // session, which reads it once the streams are here.
+        m => s.unread(m),
+    }
+    Ok(())
 }
 
 /// How the daemon sends (pull, reversed bench): the client's block size,
