@@ -315,8 +315,10 @@ pub(crate) fn fit_buffers(
         return Ok(cfg.qd);
     }
     let qd = (usable / per_depth).min(u64::from(cfg.qd)) as u32;
-    let remedy =
-        crate::datapath::ring::memlock_remedy_text(need + RING_MEMLOCK_SLACK * target_count as u64);
+    let remedy = format!(
+        "{}, or lower --qd / --bs",
+        crate::datapath::ring::memlock_remedy_text(need + RING_MEMLOCK_SLACK * target_count as u64)
+    );
     if qd == 0 {
         return Err(Error::Register {
             what: "I/O buffers",

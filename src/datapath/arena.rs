@@ -32,6 +32,10 @@ pub struct Arena {
     free: Vec<u16>,
 }
 
+// SAFETY: an arena owns its mapping alone; nothing in it is tied to the
+// thread that made it, so it may move to the thread that runs its ring.
+unsafe impl Send for Arena {}
+
 /// Exclusive ownership of one buffer of an [`Arena`].
 #[must_use = "a lease must go back to its arena or into an op"]
 #[derive(Debug)]
@@ -40,6 +44,10 @@ pub struct Lease {
     ptr: NonNull<u8>,
     len: usize,
 }
+
+// SAFETY: a lease is the only handle on its buffer (see `as_slice`); moving
+// it to another thread moves that exclusive access along.
+unsafe impl Send for Lease {}
 
 impl Lease {
     /// The buffer's index in the arena, which is also its registered index.
@@ -96,6 +104,13 @@ impl Arena {
 
     pub fn buf_size(&self) -> usize {
         self.buf_size
+    }
+
+    /// Locked memory an arena of `buf_count` buffers of `buf_size` bytes
+    /// costs once registered: the kernel pins (and counts against
+    /// RLIMIT_MEMLOCK) every huge page the mapping touches.
+    pub fn locked_bytes(buf_size: usize, buf_count: usize) -> u64 {
+        (buf_size * buf_count).next_multiple_of(HUGE_PAGE) as u64
     }
 
     pub fn buf_count(&self) -> usize {

@@ -164,18 +164,34 @@ impl NetSender {
         mode: ZeroCopy,
         file_slots: u32,
     ) -> Result<Self, Error> {
+        let mut tx = Self::prepare(sockets.len(), buf_count, payload_max, mode, file_slots)?;
+        tx.start(sockets)?;
+        Ok(tx)
+    }
+
+    /// A sender for `streams` streams whose buffers are registered now
+    /// (the locked memory is proven) and whose sockets come later, on the
+    /// thread that will run it: see [`start`](Self::start).
+    pub fn prepare(
+        streams: usize,
+        buf_count: usize,
+        payload_max: usize,
+        mode: ZeroCopy,
+        file_slots: u32,
+    ) -> Result<Self, Error> {
         let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
         let mut needed = vec![Needed::SEND, Needed::READ_FIXED, Needed::ASYNC_CANCEL];
         if mode == ZeroCopy::On {
             needed.push(Needed::SEND_ZC);
         }
-        let ring = Ring::with_spare_files(buf_count as u32, arena, sockets, file_slots, &needed)?;
+        let empty = vec![-1; streams];
+        let ring = Ring::disabled(buf_count as u32, arena, &empty, file_slots, &needed)?;
         let zc_supported = mode == ZeroCopy::On || probe_send_zc();
         let capacity = ring.capacity();
         Ok(NetSender {
             ring,
             reads_done: VecDeque::with_capacity(buf_count),
-            queues: sockets
+            queues: empty
                 .iter()
                 .map(|_| SendQueue {
                     pending: VecDeque::with_capacity(buf_count),
@@ -190,14 +206,32 @@ impl NetSender {
             mode,
             zc_now: mode != ZeroCopy::Off && zc_supported,
             stats: SendStats::default(),
-            fds: sockets.to_vec(),
-            sent: vec![0; sockets.len()],
+            fds: empty.clone(),
+            sent: vec![0; streams],
             published: None,
             sealers: None,
             lost: Vec::new(),
             stall: None,
             last_any_progress: Instant::now(),
         })
+    }
+
+    /// Start sending on `sockets` (one per stream), from this thread.
+    pub fn start(&mut self, sockets: &[RawFd]) -> Result<(), Error> {
+        assert_eq!(sockets.len(), self.fds.len(), "a socket per stream");
+        self.ring.enable()?;
+        for (i, &fd) in sockets.iter().enumerate() {
+            self.ring
+                .set_file(i as u32, fd)
+                .map_err(|e| stream_err("registering a socket", i as u32, e))?;
+        }
+        self.fds = sockets.to_vec();
+        let now = Instant::now();
+        self.last_any_progress = now;
+        for q in &mut self.queues {
+            q.last_progress = now;
+        }
+        Ok(())
     }
 
     /// Seal every frame from now on (AES-256-GCM), each stream with its
@@ -727,21 +761,36 @@ impl NetReceiver {
         payload_max: usize,
         file_slots: u32,
     ) -> Result<Self, Error> {
+        let mut rx = Self::prepare(sockets.len(), buf_count, payload_max, file_slots)?;
+        rx.start(sockets)?;
+        Ok(rx)
+    }
+
+    /// A receiver for `streams` streams whose buffers are registered now
+    /// (the locked memory is proven) and whose sockets come later, on the
+    /// thread that will run it: see [`start`](Self::start).
+    pub fn prepare(
+        streams: usize,
+        buf_count: usize,
+        payload_max: usize,
+        file_slots: u32,
+    ) -> Result<Self, Error> {
         assert!(buf_count >= 1, "a buffer at least");
         let arena = Arena::new(frame_buf_size(payload_max), buf_count)?;
+        let empty = vec![-1; streams];
         // In flight at most: a header receive per stream, and every buffer
         // in a payload receive or a write.
-        let ring = Ring::with_spare_files(
-            (buf_count + sockets.len()) as u32,
+        let ring = Ring::disabled(
+            (buf_count + streams) as u32,
             arena,
-            sockets,
+            &empty,
             file_slots,
             &[Needed::RECV, Needed::WRITE_FIXED, Needed::ASYNC_CANCEL],
         )?;
         let capacity = ring.capacity();
         Ok(NetReceiver {
             ring,
-            streams: sockets
+            streams: empty
                 .iter()
                 .map(|_| RecvStream {
                     lease: None,
@@ -750,17 +799,31 @@ impl NetReceiver {
                     open: true,
                 })
                 .collect(),
-            headers: vec![[0u8; FRAME_HEADER_LEN]; sockets.len()].into_boxed_slice(),
+            headers: vec![[0u8; FRAME_HEADER_LEN]; streams].into_boxed_slice(),
             grant_from: 0,
             batch: Vec::with_capacity(capacity),
             payload_max,
             wait_limit: None,
             last_progress: Instant::now(),
-            received: vec![0; sockets.len()],
+            received: vec![0; streams],
             openers: None,
-            fds: sockets.to_vec(),
-            tcp_seen: vec![0; sockets.len()],
+            fds: empty,
+            tcp_seen: vec![0; streams],
         })
+    }
+
+    /// Start receiving from `sockets` (one per stream), on this thread.
+    pub fn start(&mut self, sockets: &[RawFd]) -> Result<(), Error> {
+        assert_eq!(sockets.len(), self.fds.len(), "a socket per stream");
+        self.ring.enable()?;
+        for (i, &fd) in sockets.iter().enumerate() {
+            self.ring
+                .set_file(i as u32, fd)
+                .map_err(|e| stream_err("registering a socket", i as u32, e))?;
+        }
+        self.fds = sockets.to_vec();
+        self.last_progress = Instant::now();
+        Ok(())
     }
 
     /// Make every wait inside [`poll`](Self::poll) return after at most

@@ -130,6 +130,22 @@ impl<T> Ring<T> {
         spare: u32,
         needed: &[Needed],
     ) -> Result<Self, Error> {
+        let mut ring = Self::disabled(entries, arena, files, spare, needed)?;
+        ring.enable()?;
+        Ok(ring)
+    }
+
+    /// Set up a ring as [`with_spare_files`](Self::with_spare_files) does,
+    /// its buffers registered (so locked memory is proven now), but not yet
+    /// taking submissions: it may move to another thread, which then calls
+    /// [`enable`](Self::enable) and becomes its only submitter.
+    pub fn disabled(
+        entries: u32,
+        arena: Arena,
+        files: &[RawFd],
+        spare: u32,
+        needed: &[Needed],
+    ) -> Result<Self, Error> {
         let first_spare = files.len() as u32;
         let mut all: Vec<RawFd> = files.to_vec();
         all.resize(files.len() + spare as usize, -1);
@@ -139,6 +155,7 @@ impl<T> Ring<T> {
         let ring = match IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_r_disabled()
             .setup_cqsize(entries * 2)
             .build(entries)
         {
@@ -148,6 +165,7 @@ impl<T> Ring<T> {
                 r
             }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::builder()
+                .setup_r_disabled()
                 .setup_cqsize(entries * 2)
                 .build(entries)
                 .map_err(ring_unavailable)?,
@@ -228,6 +246,26 @@ impl<T> Ring<T> {
     /// Ops this ring can hold in flight.
     pub fn capacity(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Start taking submissions, with this thread as the only submitter.
+    pub fn enable(&mut self) -> Result<(), Error> {
+        self.ring
+            .submitter()
+            .register_enable_rings()
+            .map_err(|e| Error::RingUnavailable {
+                reason: format!("enabling the ring failed: {e}"),
+                remedy: "io_uring needs Linux 5.10 or newer".into(),
+            })
+    }
+
+    /// Put `fd` in registered-file slot `slot` (one of the first files,
+    /// registered empty as -1).
+    pub fn set_file(&mut self, slot: u32, fd: RawFd) -> io::Result<()> {
+        self.ring
+            .submitter()
+            .register_files_update(slot, &[fd])
+            .map(|_| ())
     }
 
     /// Register `fd` in a free spare file slot; `None` when all are taken.
@@ -557,8 +595,7 @@ pub fn memlock_remedy_text(bytes: u64) -> String {
     let need_kib = bytes.div_ceil(1024) + 1024;
     format!(
         "registered buffers ({} MiB) are locked memory: raise RLIMIT_MEMLOCK to at least {need_kib} KiB \
-         (`ulimit -l {need_kib}`, or LimitMEMLOCK= in the systemd unit), grant CAP_IPC_LOCK, \
-         or lower --qd / --bs",
+         (`ulimit -l {need_kib}`, or LimitMEMLOCK= in the systemd unit) or grant CAP_IPC_LOCK",
         bytes >> 20
     )
 }

@@ -50,11 +50,20 @@ pub(crate) enum PeerEvent {
     Closed(Option<SessionError>),
 }
 
-/// The frame buffers a receiver registers: `count` of `payload_max` bytes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pool {
-    pub(crate) payload_max: usize,
-    pub(crate) count: usize,
+/// A receiver for `streams` streams with `count` buffers of `payload_max`
+/// bytes, registered now (before any peer is contacted) and started by
+/// [`Incoming::receive`] on the thread that runs it.
+pub(crate) fn prepare_receiver(
+    streams: usize,
+    count: usize,
+    payload_max: usize,
+) -> Result<NetReceiver, SessionError> {
+    Ok(NetReceiver::prepare(
+        streams,
+        count,
+        payload_max,
+        FILE_SLOTS,
+    )?)
 }
 
 /// How long the sender may be silent, and how slow it may be.
@@ -103,17 +112,19 @@ impl Incoming {
     /// to `out`. A stream that breaks is noted and the others go on (the
     /// sender re-sends what it carried); a sender below the minimum rate
     /// for `pace.timeout` ends the session.
+    /// `rx` comes from [`prepare_receiver`], started here on `streams`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
-        pool: Pool,
+        mut rx: NetReceiver,
         pace: Pace,
         open: &super::send::Sealing,
         peer: &mpsc::Receiver<PeerEvent>,
         out: &mut dyn Landing,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-        let mut rx = NetReceiver::with_file_slots(&fds, pool.count, pool.payload_max, FILE_SLOTS)?;
+        rx.start(&fds)?;
         rx.set_wait_limit((pace.timeout / 4).min(Duration::from_secs(1)));
         if let Some((keys, dir)) = open {
             rx.open_with(keys, *dir);

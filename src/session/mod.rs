@@ -58,6 +58,96 @@ pub fn buffer_bytes(block: u32) -> u64 {
     crate::datapath::net::frame_buf_size(block as usize) as u64
 }
 
+/// Locked memory a ring's own pages may count besides its buffers.
+const RING_MEMLOCK_SLACK: u64 = 512 << 10;
+/// A side fitted to a tight memlock limit keeps at least this many buffers
+/// (lowering the block size for them), so disk and network still overlap.
+const FIT_BUFFERS_MIN: usize = 4;
+/// Smallest block a fitted side goes down to.
+const FIT_BLOCK_MIN: u32 = 64 << 10;
+
+/// Locked memory (RLIMIT_MEMLOCK) one side's `count` buffers of `block`
+/// frames take once registered, its ring included.
+pub fn locked_bytes(count: usize, block: u32) -> u64 {
+    let each = crate::datapath::net::frame_buf_size(block as usize);
+    crate::datapath::Arena::locked_bytes(each, count) + RING_MEMLOCK_SLACK
+}
+
+/// The buffers a side registers, fitted to its locked-memory limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fit {
+    pub count: usize,
+    pub block: u32,
+    /// What was lowered and what to raise for the full set, when anything was.
+    pub note: Option<String>,
+}
+
+/// Fit `want` buffers of `block` frames into `limit` bytes of locked
+/// memory (`None`: unlimited, or CAP_IPC_LOCK): fewer buffers if at least
+/// [`FIT_BUFFERS_MIN`] fit, else smaller blocks. `smaller` names the
+/// command's own option for a smaller block. Refused when not even two
+/// 64 KiB buffers fit.
+pub fn fit_buffers(
+    want: usize,
+    block: u32,
+    limit: Option<u64>,
+    smaller: &str,
+) -> Result<Fit, SessionError> {
+    let full = Fit {
+        count: want,
+        block,
+        note: None,
+    };
+    let Some(limit) = limit else { return Ok(full) };
+    let fits = |b: u32| (1..=want).rev().find(|&n| locked_bytes(n, b) <= limit);
+    if fits(block) == Some(want) {
+        return Ok(full);
+    }
+    let need = locked_bytes(want, block);
+    let raise = format!(
+        "for all of them raise it to at least {} KiB (`ulimit -l {}`, LimitMEMLOCK= under systemd) or grant CAP_IPC_LOCK",
+        need.div_ceil(1024),
+        need.div_ceil(1024)
+    );
+    let mut b = block;
+    loop {
+        let n = fits(b).unwrap_or(0);
+        if n >= FIT_BUFFERS_MIN.min(want) || (b <= FIT_BLOCK_MIN && n >= BUFFERS_MIN) {
+            let note = format!(
+                "locked memory is limited to {} KiB (RLIMIT_MEMLOCK, without CAP_IPC_LOCK): using {n} buffers of {} KiB frames (asked for {want} of {} KiB); {raise}",
+                limit / 1024,
+                b >> 10,
+                block >> 10
+            );
+            return Ok(Fit {
+                count: n,
+                block: b,
+                note: Some(note),
+            });
+        }
+        if b <= FIT_BLOCK_MIN {
+            return Err(SessionError::local(
+                crate::protocol::control::ErrorCode::TooLarge,
+                format!(
+                    "locked memory is limited to {} KiB (RLIMIT_MEMLOCK, without CAP_IPC_LOCK): not even two buffers fit; {raise}, or use a smaller {smaller}",
+                    limit / 1024
+                ),
+            ));
+        }
+        b = (b / 2).max(FIT_BLOCK_MIN) / 4096 * 4096;
+    }
+}
+
+/// This process's locked-memory limit for registered buffers: `None` when
+/// unlimited or exempt (CAP_IPC_LOCK).
+pub fn memlock_budget() -> Option<u64> {
+    use crate::datapath::sys;
+    if sys::has_cap_ipc_lock() {
+        return None;
+    }
+    sys::memlock_limit()
+}
+
 /// Why a session failed, with the protocol code the peer is told.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -133,5 +223,37 @@ impl SessionError {
                     ..
                 }
             )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_fit_a_tight_memlock_limit_with_fewer_or_smaller_frames() {
+        let want = buffer_count(4, 4 << 20, 4, 4);
+        assert_eq!(want, 20);
+        // Unlimited, or enough: as asked.
+        let full = fit_buffers(want, 4 << 20, None, "--block").unwrap();
+        assert_eq!((full.count, full.block, full.note), (20, 4 << 20, None));
+        let roomy = fit_buffers(want, 4 << 20, Some(1 << 30), "--block").unwrap();
+        assert_eq!((roomy.count, roomy.note), (20, None));
+        // 8 MiB, the usual non-root default: smaller frames, said so.
+        let tight = fit_buffers(want, 4 << 20, Some(8 << 20), "--block").unwrap();
+        assert!(tight.count >= FIT_BUFFERS_MIN, "{tight:?}");
+        assert!(
+            tight.block < 4 << 20 && tight.block.is_multiple_of(4096),
+            "{tight:?}"
+        );
+        assert!(locked_bytes(tight.count, tight.block) <= 8 << 20);
+        let note = tight.note.unwrap();
+        assert!(
+            note.contains("RLIMIT_MEMLOCK") && note.contains("CAP_IPC_LOCK"),
+            "{note}"
+        );
+        // Nothing fits: refused, naming the command's option.
+        let e = fit_buffers(want, 4 << 20, Some(1 << 20), "--bs").unwrap_err();
+        assert!(e.to_string().contains("--bs"), "{e}");
     }
 }

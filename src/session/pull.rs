@@ -13,7 +13,7 @@ use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
-use super::landing::{Landing, Pace, PeerEvent, Pool};
+use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
 use super::send::{drive, open_session, SendConfig, SendObserver, SendReport};
 use super::source::{recv_verdict, Held};
@@ -69,6 +69,10 @@ pub fn run_pull(
         ));
     }
     let rules = client_rules(cfg)?;
+    // This side's buffers are registered before the daemon hears of us.
+    let (cfg, buffers) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
+    let engine =
+        super::landing::prepare_receiver(cfg.streams as usize, *buffers, cfg.block_size as usize)?;
     std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
     let root = Root::open_for_writing(local)
         .map_err(|e| SessionError::io(local.display().to_string(), e))?;
@@ -138,11 +142,7 @@ pub fn run_pull(
             rejected: Vec::new(),
         };
         let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-        let pool = Pool {
-            payload_max: cfg.block_size as usize,
-            count: super::buffer_count(streams.len(), cfg.block_size, 4, 4),
-        };
-        let r = incoming.receive(&streams, pool, pace, &open, &rx, &mut out);
+        let r = incoming.receive(&streams, engine, pace, &open, &rx, &mut out);
         landed = (out.committed, out.rejected);
         r
     });

@@ -113,6 +113,9 @@ struct Shared {
     rules: Rules,
     /// Manifest memory reserved by the sessions now.
     manifest_bytes: AtomicU64,
+    /// Registered buffer memory all sessions may hold: `max_buffer_memory`,
+    /// or the locked-memory limit when that is lower.
+    buffer_budget: u64,
 }
 
 /// Manifest memory a session holds, given back when it ends.
@@ -237,23 +240,27 @@ struct Reserved<'a> {
 fn reserve_buffers<'r>(
     registry: &'r Registry,
     req: &crate::protocol::control::SessionRequest,
-    budget: u64,
 ) -> Result<Reserved<'r>, SessionError> {
-    let each = super::buffer_bytes(req.block_size);
-    let want = super::buffer_count(req.streams as usize, req.block_size, 4, 4) as u64;
+    let block = req.block_size;
+    let budget = registry.buffer_budget;
+    let want = super::buffer_count(req.streams as usize, block, 4, 4);
     let mut count = 0;
     let total = &registry.stats.buffer_bytes;
     total
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            count = (budget.saturating_sub(n) / each).min(want);
-            (count >= super::BUFFERS_MIN as u64).then_some(n + count * each)
+            let left = budget.saturating_sub(n);
+            count = (super::BUFFERS_MIN..=want)
+                .rev()
+                .find(|&c| super::locked_bytes(c, block) <= left)
+                .unwrap_or(0);
+            (count > 0).then(|| n + super::locked_bytes(count, block))
         })
         .map_err(|in_use| {
             SessionError::local(
                 ErrorCode::Busy,
                 format!(
-                    "the session needs at least {} MiB of buffers and {} of the daemon's {} MiB (max_buffer_memory) are in use; try later or use smaller blocks",
-                    (super::BUFFERS_MIN as u64 * each) >> 20,
+                    "the session needs at least {} MiB of buffers and {} of the daemon's {} MiB (max_buffer_memory, or its locked-memory limit) are in use; try later or use smaller blocks",
+                    super::locked_bytes(super::BUFFERS_MIN, block).div_ceil(1 << 20),
                     in_use >> 20,
                     budget >> 20
                 ),
@@ -261,8 +268,8 @@ fn reserve_buffers<'r>(
         })?;
     Ok(Reserved {
         total,
-        bytes: count * each,
-        count: count as usize,
+        bytes: super::locked_bytes(count, block),
+        count,
     })
 }
 
@@ -591,6 +598,7 @@ pub fn serve(
     on_listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<(), SessionError> {
     let rules = startup_checks(&cfg)?;
+    let buffer_budget = buffer_budget(&cfg, &log)?;
     let listener = listen(&cfg, &log)?;
     on_listening(
         listener
@@ -600,13 +608,14 @@ pub fn serve(
     let cfg = Arc::new(cfg);
     stats
         .buffer_bytes_limit
-        .store(cfg.limits.buffer_bytes, Ordering::Relaxed);
+        .store(buffer_budget, Ordering::Relaxed);
     let registry: Registry = Arc::new(Shared {
         registry: Mutex::default(),
         stats,
         claimed: Mutex::default(),
         rules,
         manifest_bytes: AtomicU64::new(0),
+        buffer_budget,
     });
     let mut door = Door::default();
     while !stop.load(Ordering::Relaxed) {
@@ -809,6 +818,41 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
     })
+}
+
+/// The registered memory all sessions may hold: `max_buffer_memory`,
+/// within the locked-memory limit (RLIMIT_MEMLOCK counts every session's
+/// buffers together, unless the daemon holds CAP_IPC_LOCK). A limit that
+/// cannot hold one default session (4 streams of 4 MiB frames) refuses to
+/// start, saying what to raise.
+fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionError> {
+    let Some(limit) = super::memlock_budget() else {
+        return Ok(cfg.limits.buffer_bytes);
+    };
+    let block = 4 << 20;
+    let want = super::buffer_count(4, block, 4, 4);
+    let need = super::locked_bytes(want, block);
+    if limit < need {
+        let kib = need.div_ceil(1024);
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!(
+                "locked memory (RLIMIT_MEMLOCK) is {} KiB and the daemon lacks CAP_IPC_LOCK: one default session (4 streams of 4 MiB frames, {want} registered buffers) needs {kib} KiB. Under systemd raise LimitMEMLOCK= in the unit (shipped: LimitMEMLOCK=2304M, for max_buffer_memory = 2G) or grant AmbientCapabilities=CAP_IPC_LOCK; started by hand, run `ulimit -l {kib}` first (within the hard limit, or as root)",
+                limit / 1024
+            ),
+        ));
+    }
+    if limit < cfg.limits.buffer_bytes {
+        log(
+            Level::Warn,
+            &format!(
+                "buffer memory for all sessions lowered from {} MiB (max_buffer_memory) to {} MiB, the locked-memory limit (RLIMIT_MEMLOCK); raise LimitMEMLOCK= or grant CAP_IPC_LOCK for more",
+                cfg.limits.buffer_bytes >> 20,
+                limit >> 20
+            ),
+        );
+    }
+    Ok(limit.min(cfg.limits.buffer_bytes))
 }
 
 /// Whether the daemon can create files in its root: a probe file (under a
@@ -1033,7 +1077,7 @@ fn control_session(
     }
     // Reserve the session's buffers within the daemon's budget: as many as
     // it wants, or as many as are left, down to the fewest it works with.
-    let reserved = reserve_buffers(registry, &req, cfg.limits.buffer_bytes)?;
+    let reserved = reserve_buffers(registry, &req)?;
     let buffers = reserved.count;
     if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
         return bench_session(
@@ -1144,18 +1188,9 @@ fn push_session(
     };
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = super::conn::spawn_peer_reader(s, tx)?;
+    let pool = super::landing::prepare_receiver(streams.len(), buffers, req.block_size as usize)?;
     let received = incoming
-        .receive(
-            &streams,
-            super::landing::Pool {
-                payload_max: req.block_size as usize,
-                count: buffers,
-            },
-            pace,
-            &open,
-            &rx,
-            &mut out,
-        )
+        .receive(&streams, pool, pace, &open, &rx, &mut out)
         .and_then(|()| incoming.finish());
     let summary = received.as_ref().map(|(files, bytes)| Message::Summary {
         files: *files,
@@ -1429,6 +1464,7 @@ fn pull_session(
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
     let mut announce = ControlAnnounce::new(s)?;
+    let tx = super::source::prepare_sender(streams.len(), &params)?;
     let pushed = push_data(
         &params,
         &tree,
@@ -1439,6 +1475,7 @@ fn pull_session(
         &counters,
         &stop,
         &mut announce,
+        tx,
     )?;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
@@ -1498,6 +1535,13 @@ fn bench_session(
     let bytes = if reverse {
         let params = daemon_push_params(req, buffers, keys, cfg);
         let counters = crate::coord::WorkerCounters::default();
+        let tx = crate::datapath::net::NetSender::prepare(
+            streams.len(),
+            buffers,
+            req.block_size as usize,
+            params.zerocopy,
+            0,
+        )?;
         bench_data(
             &params,
             time,
@@ -1505,6 +1549,7 @@ fn bench_session(
             &streams,
             &counters,
             &AtomicBool::new(false),
+            tx,
         )?;
         for st in &streams {
             let _ = st.shutdown(std::net::Shutdown::Write);
@@ -1514,10 +1559,13 @@ fn bench_session(
         let open = req
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ClientToServer));
-        let payload_max = req.block_size as usize;
-        discard_frames(&streams, payload_max, buffers, &open, &mut |b| {
-            progress.add(b)
-        })?
+        let rx = crate::datapath::net::NetReceiver::prepare(
+            streams.len(),
+            buffers,
+            req.block_size as usize,
+            0,
+        )?;
+        discard_frames(&streams, rx, &open, &mut |b| progress.add(b))?
     };
     send_msg(
         s,

@@ -334,6 +334,28 @@ pub(crate) type Opened = (Control, Vec<TcpStream>, SessionKeys, Vec<Refused>);
 /// An entry the other side will not move: (entry or `UNLISTED`, path, why).
 pub(crate) type Refused = (u32, String, String);
 
+/// This side's buffers (`per_stream` a stream plus `extra`) fitted to its
+/// locked-memory limit, saying what was lowered: the configuration with
+/// the block size the session will ask for, and the buffer count.
+pub(crate) fn fit(
+    cfg: &SendConfig,
+    per_stream: usize,
+    extra: usize,
+    block_option: &str,
+    obs: &mut dyn SendObserver,
+) -> Result<(SendConfig, usize), SessionError> {
+    let want = super::buffer_count(cfg.streams as usize, cfg.block_size, per_stream, extra);
+    let f = super::fit_buffers(want, cfg.block_size, super::memlock_budget(), block_option)?;
+    if let Some(note) = &f.note {
+        obs.notice(note);
+    }
+    let cfg = SendConfig {
+        block_size: f.block,
+        ..cfg.clone()
+    };
+    Ok((cfg, f.count))
+}
+
 /// Run `data` on its own thread while this one samples its counters and
 /// prints interval lines; then end the data streams.
 pub(crate) fn drive<T: Send>(
@@ -434,6 +456,10 @@ pub fn run_send(
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
     let tree = scan(&cfg.sources)?;
+    // This side's buffers are registered before the receiver hears of us.
+    let (cfg, buffers) = &fit(cfg, 4, 4, "--block", obs)?;
+    let mut params = push_params(cfg, *buffers);
+    let tx = super::source::prepare_sender(cfg.streams as usize, &params)?;
     let req = SessionRequest {
         direction: Direction::Push,
         streams: cfg.streams,
@@ -453,10 +479,7 @@ pub fn run_send(
         }
         Ok(())
     })?;
-    let params = PushParams {
-        seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
-        ..push_params(cfg, 4, 4)
-    };
+    params.seal = cfg.encrypt.then_some((keys, SealDirection::ClientToServer));
     let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
     if cfg.resume || cfg.checksum {
@@ -498,6 +521,7 @@ pub fn run_send(
                     counters,
                     stop,
                     &mut announce,
+                    tx,
                 )
             },
         );
@@ -573,6 +597,15 @@ pub fn run_bench_net(
     if reverse {
         return run_bench_net_reverse(cfg, time, verify, interrupt, obs);
     }
+    let (cfg, buffers) = &fit(cfg, 4, 0, "--bs", obs)?;
+    let mut params = push_params(cfg, *buffers);
+    let tx = NetSender::prepare(
+        cfg.streams as usize,
+        *buffers,
+        cfg.block_size as usize,
+        cfg.zerocopy,
+        0,
+    )?;
     let req = SessionRequest {
         direction: Direction::Bench,
         streams: cfg.streams,
@@ -581,12 +614,9 @@ pub fn run_bench_net(
         path: String::new(),
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
-    let params = PushParams {
-        seal: cfg.encrypt.then_some((keys, SealDirection::ClientToServer)),
-        ..push_params(cfg, 4, 0)
-    };
+    params.seal = cfg.encrypt.then_some((keys, SealDirection::ClientToServer));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
-        bench_data(&params, time, verify, &streams, counters, stop)
+        bench_data(&params, time, verify, &streams, counters, stop, tx)
     });
     report.command = "bench --net";
     match data {
@@ -610,6 +640,13 @@ fn run_bench_net_reverse(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
+    let (cfg, buffers) = &fit(cfg, 2, 2, "--bs", obs)?;
+    let rx = crate::datapath::net::NetReceiver::prepare(
+        cfg.streams as usize,
+        *buffers,
+        cfg.block_size as usize,
+        0,
+    )?;
     let req = SessionRequest {
         direction: Direction::BenchReverse,
         streams: cfg.streams,
@@ -620,10 +657,7 @@ fn run_bench_net_reverse(
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
-        let bufs = super::buffer_count(streams.len(), cfg.block_size, 2, 2);
-        discard_frames(&streams, cfg.block_size as usize, bufs, &open, &mut |b| {
-            counters.add(b, 0)
-        })
+        discard_frames(&streams, rx, &open, &mut |b| counters.add(b, 0))
     });
     report.command = "bench --net --reverse";
     if let Err(e) = data {
@@ -638,14 +672,13 @@ fn run_bench_net_reverse(
 /// checksum (unless the frame says it carries none), count and discard.
 pub(crate) fn discard_frames(
     streams: &[TcpStream],
-    payload_max: usize,
-    buf_count: usize,
+    mut rx: crate::datapath::net::NetReceiver,
     open: &Sealing,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, SessionError> {
-    use crate::datapath::net::{payload, NetReceiver, RecvEvent};
+    use crate::datapath::net::{payload, RecvEvent};
     let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-    let mut rx = NetReceiver::new(&fds, buf_count, payload_max)?;
+    rx.start(&fds)?;
     if let Some((keys, dir)) = open {
         rx.open_with(keys, *dir);
     }
@@ -713,10 +746,11 @@ pub(crate) fn bench_data(
     streams: &[TcpStream],
     counters: &WorkerCounters,
     stop: &AtomicBool,
+    mut tx: NetSender,
 ) -> Result<SendStats, SessionError> {
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
     let bufs = cfg.buffers;
-    let mut tx = NetSender::new(&fds, bufs, cfg.block_size as usize, cfg.zerocopy)?;
+    tx.start(&fds)?;
     tx.publish_stream_bytes(counters.streams());
     if let Some((keys, dir)) = &cfg.seal {
         tx.seal_with(keys, *dir);
@@ -885,12 +919,12 @@ fn set_sock_buf(s: &TcpStream, bytes: usize) {
     sys::set_send_buffer(s.as_raw_fd(), bytes);
 }
 
-/// How this side sends: `buffers` frame buffers (each stream's share of
-/// `per_stream`, plus `extra`), the configured pacing and timeout.
-fn push_params(cfg: &SendConfig, per_stream: usize, extra: usize) -> PushParams {
+/// How this side sends: `buffers` frame buffers, the configured pacing and
+/// timeout.
+fn push_params(cfg: &SendConfig, buffers: usize) -> PushParams {
     PushParams {
         block_size: cfg.block_size,
-        buffers: super::buffer_count(cfg.streams as usize, cfg.block_size, per_stream, extra),
+        buffers,
         zerocopy: cfg.zerocopy,
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
         timeout: cfg.timeout,

@@ -602,9 +602,25 @@ struct Block {
     len: usize,
 }
 
+/// A sender for `streams` streams as `params` say, its buffers registered
+/// now (before any peer is contacted); [`push_data`] starts it.
+pub(crate) fn prepare_sender(
+    streams: usize,
+    params: &PushParams,
+) -> Result<NetSender, SessionError> {
+    Ok(NetSender::prepare(
+        streams,
+        params.buffers,
+        params.block_size as usize,
+        params.zerocopy,
+        READ_FILE_SLOTS,
+    )?)
+}
+
 /// Read every file block by block into frame buffers and queue the frames
 /// round-robin on the streams, skipping what the receiver `held` already,
-/// announcing digests and skipped entries on `announce`.
+/// announcing digests and skipped entries on `announce`. `tx` comes from
+/// [`prepare_sender`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn push_data(
     params: &PushParams,
@@ -616,8 +632,11 @@ pub(crate) fn push_data(
     counters: &WorkerCounters,
     stop: &AtomicBool,
     announce: &mut dyn Announce,
+    tx: NetSender,
 ) -> Result<Pushed, SessionError> {
-    let mut p = Pusher::new(params, tree, held, acked, open, streams, counters, announce)?;
+    let mut p = Pusher::new(
+        params, tree, held, acked, open, streams, counters, announce, tx,
+    )?;
     p.run(stop)?;
     p.linger(stop)?;
     Ok(Pushed {
@@ -667,16 +686,11 @@ impl<'a> Pusher<'a> {
         streams: &[TcpStream],
         counters: &'a WorkerCounters,
         announce: &'a mut dyn Announce,
+        mut tx: NetSender,
     ) -> Result<Self, SessionError> {
         let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
         let bufs = params.buffers;
-        let mut tx = NetSender::with_file_slots(
-            &fds,
-            bufs,
-            params.block_size as usize,
-            params.zerocopy,
-            READ_FILE_SLOTS,
-        )?;
+        tx.start(&fds)?;
         tx.set_stall_limit(params.timeout);
         tx.publish_stream_bytes(counters.streams());
         if let Some((keys, dir)) = &params.seal {
