@@ -3,6 +3,7 @@
 mod util;
 
 mod alloc_count;
+mod budgets;
 mod cli_errors;
 mod datapath;
 mod disk;

@@ -56,6 +56,18 @@ fn spawn_recv(
         .arg(root)
         .arg("--key-file")
         .arg(key)
+        // Each daemon keeps its secret beside its key, not in /var/lib.
+        .args(
+            (!extra.iter().any(|a| a == "--state-dir"))
+                .then(|| {
+                    [
+                        "--state-dir".into(),
+                        key.with_file_name("state").into_os_string(),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()

@@ -300,7 +300,7 @@ pub enum ZeroCopyArg {
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-pull_only, max_manifest_memory, min_rate); options on the command line win, and both are held to \
+pull_only, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {
@@ -417,6 +417,11 @@ pub struct RecvArgs {
     /// waits for its data) ends its session [default: 8kbit].
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub min_rate: Option<f64>,
+
+    /// Remove part files and journals (what an interrupted session left for
+    /// --resume) untouched for this long; 0 keeps them [default: 7d].
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
+    pub part_max_age: Option<Duration>,
 }
 
 /// `--unsafe-links`: what the daemon does with symlinks leaving its root.

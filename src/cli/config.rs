@@ -39,6 +39,7 @@ pub struct RecvSettings {
     pub pull_only: bool,
     pub max_manifest_memory: u64,
     pub min_rate_bytes_per_s: u64,
+    pub part_max_age: Duration,
 }
 
 /// A number, or a string with a unit ("4G", "30s").
@@ -75,6 +76,7 @@ struct RecvFile {
     pull_only: Option<Spanned<bool>>,
     max_manifest_memory: Option<Spanned<Amount>>,
     min_rate: Option<Spanned<String>>,
+    part_max_age: Option<Spanned<Amount>>,
 }
 
 /// A refusal naming the file, the line and the reason.
@@ -358,6 +360,11 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
                     as u64
             }
             (None, None) => crate::session::MIN_RATE_BYTES_PER_S,
+        },
+        part_max_age: match (a.part_max_age, f.part_max_age) {
+            (Some(d), _) => d,
+            (None, Some(v)) => duration(p, t, "part_max_age", v)?,
+            (None, None) => Duration::from_secs(7 * 86400),
         },
     })
 }

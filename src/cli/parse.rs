@@ -92,9 +92,10 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         "us" => v / 1e6,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
+        "d" => v * 86400.0,
         _ => {
             return Err(format!(
-                "unknown duration unit '{unit}' in '{s}' (use ms, s, m, h)"
+                "unknown duration unit '{unit}' in '{s}' (use ms, s, m, h, d)"
             ))
         }
     };

@@ -191,6 +191,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             super::args::LinksArg::Refuse => crate::session::receive::LinkPolicy::Refuse,
         },
         pull_only: set.pull_only,
+        part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
     };
     let log = super::service::logger(set.log_format);
     let stats = Arc::new(crate::session::recv::DaemonStats::default());

@@ -91,8 +91,39 @@ pub struct Journal {
 const AS_BITMAP: u8 = 0;
 const AS_RANGES: u8 = 1;
 
+/// Bytes of a journal before its list of blocks.
+const JOURNAL_HEAD_LEN: u64 = 4 + 2 + 28 + 24 + 1 + 8;
+
 fn is_set(blocks: &[u64], b: u64) -> bool {
     blocks[(b / 64) as usize] & (1 << (b % 64)) != 0
+}
+
+/// Bytes a journal of `blocks` (a bit per block of `id`) takes on disk.
+pub fn encoded_len(id: &Identity, blocks: &[u64]) -> u64 {
+    let n = id.blocks();
+    let mut runs = 0u64;
+    let mut at = 0;
+    while let Some(first) = next_bit(blocks, at, true, n) {
+        runs += 1;
+        at = next_bit(blocks, first, false, n).unwrap_or(n);
+    }
+    let words = blocks.len() as u64;
+    JOURNAL_HEAD_LEN + (runs * 16).min(words * 8) + MAC_LEN as u64
+}
+
+/// The first block at or after `from` (below `n`) whose bit is `set`.
+fn next_bit(blocks: &[u64], from: u64, set: bool, n: u64) -> Option<u64> {
+    let mut w = (from / 64) as usize;
+    let mut mask = !0u64 << (from % 64);
+    while w < blocks.len() {
+        let word = if set { blocks[w] } else { !blocks[w] } & mask;
+        if word != 0 {
+            let b = w as u64 * 64 + u64::from(word.trailing_zeros());
+            return (b < n).then_some(b);
+        }
+        (w, mask) = (w + 1, !0);
+    }
+    None
 }
 
 impl Journal {
@@ -103,7 +134,7 @@ impl Journal {
         self.id.write(&mut w);
         w.u64(self.part.dev).u64(self.part.ino).u64(self.digest);
         let ranges = self.ranges();
-        if ranges.len() * 2 < self.blocks.len() {
+        if ranges.len() * 16 < self.blocks.len() * 8 {
             w.u8(AS_RANGES).u64(ranges.len() as u64);
             for (first, count) in ranges {
                 w.u64(first).u64(count);
@@ -167,23 +198,17 @@ impl Journal {
         id == self.part && m.len() >= needed
     }
 
-    /// Runs of set bits: (first block, count).
+    /// Runs of set bits: (first block, count), a word at a time.
     pub fn ranges(&self) -> Vec<(u64, u64)> {
-        let mut out: Vec<(u64, u64)> = Vec::new();
-        for b in 0..self.id.blocks() {
-            if is_set(&self.blocks, b) {
-                match out.last_mut() {
-                    Some((first, count)) if *first + *count == b => *count += 1,
-                    _ => out.push((b, 1)),
-                }
-            }
+        let n = self.id.blocks();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while let Some(first) = next_bit(&self.blocks, at, true, n) {
+            let end = next_bit(&self.blocks, first, false, n).unwrap_or(n);
+            out.push((first, end - first));
+            at = end;
         }
         out
-    }
-
-    /// Bytes a journal of this file would take at most (its bitmap).
-    pub fn bytes_max(&self) -> u64 {
-        self.blocks.len() as u64 * 8 + 128
     }
 }
 
@@ -390,6 +415,7 @@ mod tests {
         let dense = journal(vec![0x5555_5555_5555_5555, 1, 0, 0]);
         for j in [sparse, dense] {
             let b = j.encode(&secret);
+            assert_eq!(encoded_len(&j.id, &j.blocks), b.len() as u64, "{j:?}");
             assert_eq!(Journal::decode(&b, &id(), &secret), Some(j.clone()));
             // Another identity (the source changed, other blocks): ignored.
             let other = Identity {

@@ -18,7 +18,7 @@ use crate::datapath::beneath::Root;
 use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
 use crate::datapath::{DirectMode, Lease};
 use crate::protocol::control::ErrorCode;
-use crate::protocol::frame::{zero_terms, FrameHeader};
+use crate::protocol::frame::{zero_terms, FrameHeader, FRAME_HEADER_LEN};
 
 use super::commit::{self, FinalJob, JournalJob, Outcome};
 use super::journal::Journal;
@@ -379,7 +379,7 @@ impl Sink<'_> {
                 let block = self.block;
                 let f = self.file(index);
                 let len = (f.size - header.offset).min(block);
-                f.mark_written(header.offset / block, len, terms);
+                f.mark_written(header.offset / block, len, terms, FRAME_HEADER_LEN as u64);
                 Ok(Some(index))
             }
             Ok(Accepted::Data { write_len, terms }) => {
@@ -420,7 +420,8 @@ impl Sink<'_> {
         let written = part.write_all_at(bytes, header.offset);
         self.rx.give_back(lease);
         written.map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
-        f.mark_written(block_no, u64::from(header.length), terms);
+        let wire = FRAME_HEADER_LEN as u64 + u64::from(header.length);
+        f.mark_written(block_no, u64::from(header.length), terms, wire);
         Ok(Some(index))
     }
 
@@ -452,7 +453,7 @@ impl Sink<'_> {
             return Err(SessionError::io(format!("writing {}", f.final_rel), e));
         }
         let len = (f.size - block_no * block).min(block);
-        f.mark_written(block_no, len, terms);
+        f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + len);
         Ok(Some(index))
     }
 
@@ -613,26 +614,26 @@ impl Sink<'_> {
             if f.state != FileState::Receiving || !f.dirty {
                 return false;
             }
+            if f.journaling || now.duration_since(f.last_journal) < JOURNAL_INTERVAL {
+                return true;
+            }
+            // Never more journal than what came for the file, and within
+            // the process's journal budget: a huge sparse file fed a block
+            // at a time is no journal amplifier.
+            let len = super::journal::encoded_len(&f.id, &f.written);
+            if f.wire_since_journal < len || !self.rules.journal_budget.take(len) {
+                return true;
+            }
+            let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok()) else {
+                return true;
+            };
             let j = Journal {
                 id: f.id,
                 part: f.part_id.expect("written files are claimed"),
                 digest: f.digest,
                 blocks: f.written.clone(),
             };
-            let due = now.duration_since(f.last_journal) >= JOURNAL_INTERVAL
-                && f.covered_since_journal >= j.bytes_max().min(4 << 20);
-            if f.journaling || !due {
-                return true;
-            }
-            let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok()) else {
-                return true;
-            };
-            (
-                f.dirty,
-                f.journaling,
-                f.last_journal,
-                f.covered_since_journal,
-            ) = (false, true, now, 0);
+            (f.dirty, f.journaling, f.last_journal, f.wire_since_journal) = (false, true, now, 0);
             self.pending += 1;
             let _ = self.jobs.send(Job::Journal(JournalJob {
                 index: index as u32,

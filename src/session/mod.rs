@@ -17,6 +17,7 @@ pub mod recv;
 pub mod secret;
 pub mod send;
 mod source;
+mod sweep;
 pub mod tree;
 
 use crate::protocol::control::ErrorCode;

@@ -234,5 +234,8 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,
         claims: Arc::default(),
+        journal_budget: Arc::new(super::receive::JournalBudget::new(
+            super::receive::JOURNAL_BYTES_PER_S,
+        )),
     })
 }

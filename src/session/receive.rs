@@ -57,7 +57,46 @@ pub struct Rules {
     pub keep_setid: bool,
     pub unsafe_links: LinkPolicy,
     pub claims: InodeClaims,
+    /// Journal bytes all sessions of the process may write per second.
+    pub journal_budget: Arc<JournalBudget>,
 }
+
+/// A token bucket of journal bytes per second, shared by every session of
+/// a process: journals are written only as fast as the budget refills (a
+/// journal that waits is written later, or its file finishes first).
+#[derive(Debug)]
+pub struct JournalBudget {
+    rate_bytes_per_s: u64,
+    state: Mutex<(u64, Instant)>,
+}
+
+impl JournalBudget {
+    pub fn new(rate_bytes_per_s: u64) -> Self {
+        JournalBudget {
+            rate_bytes_per_s,
+            state: Mutex::new((rate_bytes_per_s, Instant::now())),
+        }
+    }
+
+    /// Take `bytes` now if the bucket holds them (or is full, for a journal
+    /// larger than a second's worth).
+    pub fn take(&self, bytes: u64) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, at) = *s;
+        let refill = (at.elapsed().as_secs_f64() * self.rate_bytes_per_s as f64) as u64;
+        let tokens = tokens.saturating_add(refill).min(self.rate_bytes_per_s);
+        let full = tokens == self.rate_bytes_per_s;
+        if tokens >= bytes || full {
+            *s = (tokens.saturating_sub(bytes), Instant::now());
+            return true;
+        }
+        *s = (tokens, Instant::now());
+        false
+    }
+}
+
+/// Journal bytes per second all sessions may write together, by default.
+pub const JOURNAL_BYTES_PER_S: u64 = 64 << 20;
 
 impl Rules {
     /// The permission bits to give an entry of `mode`.
@@ -167,9 +206,10 @@ pub(crate) struct RecvFile {
     pub(crate) slot: Option<u32>,
     /// Writes in flight: (block, digest terms), added to the digest when done.
     pub(crate) writing: Vec<(u64, u64)>,
-    /// Blocks written since the last journal, and the bytes they cover.
+    /// Blocks written since the last journal, and the bytes of the frames
+    /// that brought them (a journal is never larger than what came).
     pub(crate) dirty: bool,
-    pub(crate) covered_since_journal: u64,
+    pub(crate) wire_since_journal: u64,
     pub(crate) last_journal: Instant,
     /// A journal write is in flight: the file is finished after it.
     pub(crate) journaling: bool,
@@ -198,7 +238,7 @@ impl RecvFile {
             slot: None,
             writing: Vec::new(),
             dirty: false,
-            covered_since_journal: 0,
+            wire_since_journal: 0,
             last_journal: Instant::now(),
             journaling: false,
             journaled: false,
@@ -209,7 +249,9 @@ impl RecvFile {
         format!("{}{PART_SUFFIX}", self.final_rel)
     }
 
-    pub(crate) fn mark_written(&mut self, block_no: u64, len: u64, terms: u64) {
+    /// Block `block_no` (`len` bytes, `terms` of digest) is written; its
+    /// frame took `wire` bytes.
+    pub(crate) fn mark_written(&mut self, block_no: u64, len: u64, terms: u64, wire: u64) {
         if self.received == 0 {
             // The journal clock starts with the first block: a file that
             // arrives within a second never gets a journal.
@@ -218,7 +260,7 @@ impl RecvFile {
         let (w, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
         self.written[w] |= bit;
         self.received += len;
-        self.covered_since_journal += len;
+        self.wire_since_journal += wire;
         self.digest = digest_add(self.digest, terms);
         self.dirty = true;
     }

@@ -56,6 +56,8 @@ pub struct RecvConfig {
     pub unsafe_links: LinkPolicy,
     /// Serve pulls only (the root may then be read-only).
     pub pull_only: bool,
+    /// Remove parts and journals untouched this long (None or 0: keep them).
+    pub part_max_age: Option<Duration>,
 }
 
 /// What the daemon takes on at most; past each, it refuses with a reason.
@@ -617,24 +619,60 @@ pub fn serve(
         manifest_bytes: AtomicU64::new(0),
         buffer_budget,
     });
-    let mut door = Door::default();
-    while !stop.load(Ordering::Relaxed) {
-        // Wake at once for a connection, and every 200 ms to see `stop`.
-        if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
-            continue;
+    std::thread::scope(|scope| {
+        if let Some(age) = cfg.part_max_age.filter(|a| !a.is_zero()) {
+            let (cfg, registry, log) = (&cfg, &registry, &log);
+            scope.spawn(move || sweep_parts(cfg, age, &registry.rules.claims, stop, log));
         }
-        match listener.accept() {
-            Ok((s, peer)) => {
-                door.backoff.succeeded();
-                door.admit(s, peer, &cfg, &registry, &log);
+        let mut door = Door::default();
+        while !stop.load(Ordering::Relaxed) {
+            // Wake at once for a connection, and every 200 ms to see `stop`.
+            if !sys::wait_readable(std::os::fd::AsRawFd::as_raw_fd(&listener), 200) {
+                continue;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => door.accept_failed(&e, &log),
+            match listener.accept() {
+                Ok((s, peer)) => {
+                    door.backoff.succeeded();
+                    door.admit(s, peer, &cfg, &registry, &log);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => door.accept_failed(&e, &log),
+            }
         }
-    }
+    });
     drain(&registry, &log);
     Ok(())
+}
+
+/// Remove part files and journals older than `age` beneath the root, at
+/// start and then every few hours, until `stop`.
+fn sweep_parts(
+    cfg: &RecvConfig,
+    age: Duration,
+    claims: &super::receive::InodeClaims,
+    stop: &AtomicBool,
+    log: &Log,
+) {
+    let Ok(root) = Root::open_for_writing(&cfg.root) else {
+        return;
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let removed = super::sweep::sweep(&root, age, claims);
+        if removed > 0 {
+            log(
+                Level::Info,
+                &format!(
+                    "removed {removed} part files and journals untouched for more than {} (part_max_age)",
+                    crate::coord::units::duration_s(age.as_secs_f64())
+                ),
+            );
+        }
+        let until = Instant::now() + super::sweep::interval(age);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 /// Raise the descriptor limit, bind and log the address.
@@ -817,6 +855,9 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
+        journal_budget: Arc::new(super::receive::JournalBudget::new(
+            super::receive::JOURNAL_BYTES_PER_S,
+        )),
     })
 }
 
