@@ -522,4 +522,18 @@ mod tests {
         assert_eq!(d.handshake_timeout, Duration::from_secs(10));
         assert_eq!(d.timeout, Duration::from_secs(60));
     }
+
+    #[test]
+    fn the_shipped_config_file_is_read_as_it_says() {
+        let s = with_file(include_str!("../../tuning/urmove.toml"), &[]).unwrap();
+        assert_eq!(s.root, PathBuf::from("/srv/urmove"));
+        assert_eq!(s.max_buffer_memory, 2 << 30);
+        assert_eq!(s.max_manifest_memory, 1 << 30);
+        assert_eq!(s.min_rate_bytes_per_s, 1000);
+        assert_eq!(s.state_dir, PathBuf::from("/var/lib/urmove"));
+        assert_eq!(s.unsafe_links, LinksArg::Keep);
+        assert!(!s.keep_setid && !s.pull_only);
+        assert_eq!(s.part_max_age, Duration::from_secs(7 * 86400));
+        assert_eq!(s.max_unauthenticated_per_address, 144);
+    }
 }

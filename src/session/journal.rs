@@ -171,7 +171,7 @@ impl Journal {
         let digest = r.u64().ok()?;
         let words = id.blocks().div_ceil(64) as usize;
         let blocks = match r.u8().ok()? {
-            AS_BITMAP => decode_bitmap(&mut r, words)?,
+            AS_BITMAP => decode_bitmap(&mut r, words, id.blocks())?,
             AS_RANGES => decode_ranges(&mut r, words, id.blocks())?,
             _ => return None,
         };
@@ -212,11 +212,18 @@ impl Journal {
     }
 }
 
-fn decode_bitmap(r: &mut Reader<'_>, words: usize) -> Option<Vec<u64>> {
+fn decode_bitmap(r: &mut Reader<'_>, words: usize, blocks: u64) -> Option<Vec<u64>> {
     if r.u64().ok()? != words as u64 || r.remaining() != words * 8 {
         return None;
     }
-    (0..words).map(|_| r.u64().ok()).collect()
+    let bits: Vec<u64> = (0..words).map(|_| r.u64().ok()).collect::<Option<_>>()?;
+    // No block past the end of the file: one journal, one meaning.
+    let tail = blocks % 64;
+    let stray = match bits.last() {
+        Some(&last) if tail != 0 => last >> tail != 0,
+        _ => false,
+    };
+    (!stray).then_some(bits)
 }
 
 fn decode_ranges(r: &mut Reader<'_>, words: usize, blocks: u64) -> Option<Vec<u64>> {

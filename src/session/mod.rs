@@ -9,6 +9,7 @@
 mod admit;
 mod commit;
 pub mod conn;
+pub mod fuzz;
 mod journal;
 mod landing;
 pub mod pull;

@@ -41,6 +41,12 @@ impl Secret {
         Ok(Secret { bytes })
     }
 
+    /// A secret of known bytes, for tests and fuzzing (a receiver's own
+    /// comes from [`load_or_create`](Self::load_or_create)).
+    pub fn from_bytes(bytes: [u8; SECRET_LEN]) -> Secret {
+        Secret { bytes }
+    }
+
     /// Read `dir/secret`, or create it (and `dir`, mode 0700) with fresh
     /// random bytes. A secret file that others may read, that is not ours,
     /// or that is not a regular file of the right size is refused.

@@ -178,7 +178,13 @@ impl Held {
         }
     }
 
-    fn add(&mut self, it: HaveItem, entries: &[Entry], block: u64) -> Result<(), SessionError> {
+    /// Take one item of `Have`, checked against the manifest `entries`.
+    pub(crate) fn add(
+        &mut self,
+        it: HaveItem,
+        entries: &[Entry],
+        block: u64,
+    ) -> Result<(), SessionError> {
         let i = it.file_index();
         let e = entries
             .get(i as usize)
