@@ -118,6 +118,7 @@ fn have(data: &[u8]) {
         }
         let Message::Have(items) = m else { continue };
         for it in items {
+            // A refused item ends the session; what was kept stays sound.
             if held.add(it, &tree.entries, block).is_err() {
                 break;
             }

@@ -208,18 +208,20 @@ impl Held {
                         "the receiver holds blocks past the end of entry {i}"
                     )));
                 }
-                let slot = self.partial.entry(i).or_insert((digest, Vec::new()));
-                slot.1.extend(ranges);
                 // Sorted, not overlapping, within the file: what a file
-                // holds is never more than its blocks.
-                slot.1.sort_unstable();
-                if slot.1.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
+                // holds is never more than its blocks. Checked before it
+                // is kept, so a refused item leaves nothing behind.
+                let mut all = self.partial.get(&i).map_or_else(Vec::new, |p| p.1.clone());
+                all.extend(ranges);
+                all.sort_unstable();
+                if all.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
                     || self.complete.contains_key(&i)
                 {
                     return Err(SessionError::Protocol(format!(
                         "the receiver holds overlapping blocks of entry {i}"
                     )));
                 }
+                self.partial.entry(i).or_insert((digest, Vec::new())).1 = all;
             }
         }
         Ok(())
