@@ -654,6 +654,8 @@ fn probe_send_zc() -> bool {
 enum RecvTag {
     /// A receive on stream `stream`.
     Recv { stream: u32 },
+    /// The waker's counter was read: someone wants the caller to look.
+    Wake,
     /// An O_DIRECT write of a frame's payload, with the caller's token.
     Write { token: u64, len: u32 },
 }
@@ -734,6 +736,10 @@ pub struct NetReceiver {
     headers: Box<[[u8; FRAME_HEADER_LEN]]>,
     /// Where handing out buffers starts next, so no stream starves.
     grant_from: usize,
+    /// An eventfd whose ringing ends a wait in `poll`, and whether its
+    /// read is in flight; its counter lands in `wake_buf`.
+    waker: Option<(RawFd, bool)>,
+    wake_buf: Box<[u8; 8]>,
     batch: Vec<Completion<RecvTag>>,
     payload_max: usize,
     /// Bound on each wait inside `poll` (None: wait for a completion).
@@ -801,6 +807,8 @@ impl NetReceiver {
                 .collect(),
             headers: vec![[0u8; FRAME_HEADER_LEN]; streams].into_boxed_slice(),
             grant_from: 0,
+            waker: None,
+            wake_buf: Box::new([0; 8]),
             batch: Vec::with_capacity(capacity),
             payload_max,
             wait_limit: None,
@@ -922,9 +930,17 @@ impl NetReceiver {
         self.ring.arena().give_back(lease);
     }
 
-    /// Ops in flight (receives and writes).
+    /// Ops in flight (receives and writes; not the waker's read).
     pub fn in_flight(&self) -> u32 {
-        self.ring.in_flight()
+        let waking = self.waker.is_some_and(|(_, armed)| armed);
+        self.ring.in_flight() - u32::from(waking)
+    }
+
+    /// End any wait in [`poll`](Self::poll) when eventfd `fd` is rung (see
+    /// `sys::Waker`): another thread has news for the caller. `fd` must
+    /// stay open as long as this receiver lives.
+    pub fn wake_on(&mut self, fd: RawFd) {
+        self.waker = Some((fd, false));
     }
 
     /// Register `fd` (an O_DIRECT target) in a free file slot; `None` when
@@ -988,6 +1004,14 @@ impl NetReceiver {
     /// Post a receive on every open stream that has none: into its header
     /// slot, or into its payload buffer.
     fn arm(&mut self) {
+        if let Some((fd, false)) = self.waker {
+            self.waker = Some((fd, true));
+            let at = self.wake_buf.as_mut_ptr();
+            // SAFETY: `wake_buf` is a box this receiver owns and leaves
+            // alone while the read is in flight; Drop drains the ring
+            // before it is freed, and the caller keeps `fd` open.
+            unsafe { self.ring.read_into(fd, at, 8, RecvTag::Wake) };
+        }
         for i in 0..self.streams.len() {
             let s = &mut self.streams[i];
             if s.busy || !s.open {
@@ -1084,6 +1108,14 @@ impl NetReceiver {
     ) -> Result<(), Error> {
         let stream = match c.tag {
             RecvTag::Recv { stream } => stream,
+            RecvTag::Wake => {
+                // Read again at the next poll (a failed read: not again).
+                self.waker = self
+                    .waker
+                    .filter(|_| c.result > 0)
+                    .map(|(fd, _)| (fd, false));
+                return Ok(());
+            }
             RecvTag::Write { token, len } => {
                 on_event(RecvEvent::Written {
                     token,

@@ -396,6 +396,18 @@ impl<T> Ring<T> {
         self.push(sqe, None, tag);
     }
 
+    /// Read exactly `len` bytes from the (unregistered) descriptor `fd` into
+    /// memory the caller owns at `ptr` (an eventfd's counter).
+    ///
+    /// # Safety
+    /// As [`recv_all_into`](Self::recv_all_into): `ptr..ptr + len` stays
+    /// valid and untouched until the completion is reaped or the ring is
+    /// drained, and `fd` stays open as long.
+    pub unsafe fn read_into(&mut self, fd: RawFd, ptr: *mut u8, len: u32, tag: T) {
+        let sqe = opcode::Read::new(types::Fd(fd), ptr, len).build();
+        self.push(sqe, None, tag);
+    }
+
     /// fdatasync registered file `file`.
     pub fn fdatasync(&mut self, file: u32, tag: T) {
         let sqe = opcode::Fsync::new(types::Fixed(file))

@@ -347,6 +347,40 @@ pub fn raise_nofile_limit() {
     }
 }
 
+/// An eventfd another thread rings to wake a ring waiting on it (see
+/// `NetReceiver::wake_on`).
+#[derive(Debug)]
+pub struct Waker {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd takes no pointers; a new descriptor is ours alone.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor to us.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(Waker { fd })
+    }
+
+    pub fn raw(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Wake whoever waits on it (best effort: a full counter still wakes).
+    pub fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: write reads 8 bytes from `one`, which outlives the call.
+        unsafe {
+            libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len());
+        }
+    }
+}
+
 /// Wait up to `timeout_ms` for `fd` to become readable (a listener: a
 /// connection to accept). Interruptions count as "not yet".
 pub fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {

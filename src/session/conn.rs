@@ -204,12 +204,16 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
 /// file is a long silence.
 pub(crate) fn spawn_peer_reader(
     ctl: &Control,
-    tx: std::sync::mpsc::Sender<super::landing::PeerEvent>,
-) -> Result<std::thread::JoinHandle<()>, SessionError> {
-    use super::landing::PeerEvent;
+) -> Result<(std::thread::JoinHandle<()>, super::landing::Peer), SessionError> {
+    use super::landing::{Peer, PeerEvent};
     let mut c = ctl.try_clone()?;
     c.set_read_timeout(None)?;
-    Ok(std::thread::spawn(move || loop {
+    let (tx, events) = std::sync::mpsc::channel();
+    let waker = Arc::new(
+        crate::datapath::sys::Waker::new().map_err(|e| SessionError::io("an eventfd", e))?,
+    );
+    let ring = Arc::clone(&waker);
+    let reader = std::thread::spawn(move || loop {
         let ev = match recv_any(&mut c) {
             Ok(Message::SourceDigests(list)) => PeerEvent::Digests(list),
             Ok(Message::Skipped {
@@ -227,10 +231,14 @@ pub(crate) fn spawn_peer_reader(
             Err(e) => PeerEvent::Closed(Some(e)),
         };
         let last = matches!(ev, PeerEvent::Closed(_));
-        if tx.send(ev).is_err() || last {
+        let sent = tx.send(ev).is_ok();
+        // The receive loop may sleep in its ring: ring it awake.
+        ring.wake();
+        if !sent || last {
             return;
         }
-    }))
+    });
+    Ok((reader, Peer { events, waker }))
 }
 
 /// Heartbeats on a control connection while this side works without

@@ -36,6 +36,14 @@ const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the sender's rate is looked at.
 const PACE_EVERY: Duration = Duration::from_secs(1);
 
+/// The other side's words while data flows, from its reader thread, and
+/// the eventfd that thread rings so a receive loop asleep in its ring
+/// wakes to hear them.
+pub(crate) struct Peer {
+    pub(crate) events: mpsc::Receiver<PeerEvent>,
+    pub(crate) waker: std::sync::Arc<crate::datapath::sys::Waker>,
+}
+
 /// What the other side says on the control connection while data flows.
 #[derive(Debug)]
 pub(crate) enum PeerEvent {
@@ -120,11 +128,12 @@ impl Incoming {
         mut rx: NetReceiver,
         pace: Pace,
         open: &super::send::Sealing,
-        peer: &mpsc::Receiver<PeerEvent>,
+        peer: &Peer,
         out: &mut dyn Landing,
     ) -> Result<(), SessionError> {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         rx.start(&fds)?;
+        rx.wake_on(peer.waker.raw());
         rx.set_wait_limit((pace.timeout / 4).min(Duration::from_secs(1)));
         if let Some((keys, dir)) = open {
             rx.open_with(keys, *dir);
@@ -144,8 +153,8 @@ impl Incoming {
         let mut tally = Tally::default();
         let result = std::thread::scope(|scope| {
             for _ in 0..FINALIZERS {
-                let (job_rx, done_tx) = (&job_rx, done_tx.clone());
-                scope.spawn(move || finalizer(root, job_rx, done_tx));
+                let (job_rx, done_tx, waker) = (&job_rx, done_tx.clone(), &*peer.waker);
+                scope.spawn(move || finalizer(root, job_rx, done_tx, waker));
             }
             drop(done_tx);
             let mut sink = Sink {
@@ -165,7 +174,7 @@ impl Incoming {
                 pending: 0,
                 dirty: Vec::new(),
                 last_sweep: Instant::now(),
-                peer,
+                peer: &peer.events,
                 peer_open: true,
                 peer_heard: Instant::now(),
                 pace,
@@ -212,10 +221,13 @@ struct Tally {
     summary: Option<(u64, u64, bool)>,
 }
 
+/// A finalizer thread: take jobs until there are none, post each result
+/// and ring the receive loop awake for it.
 fn finalizer(
     root: &Root,
     jobs: &std::sync::Mutex<mpsc::Receiver<Job>>,
     done: mpsc::Sender<JobDone>,
+    waker: &crate::datapath::sys::Waker,
 ) {
     loop {
         let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
@@ -230,6 +242,7 @@ fn finalizer(
         if done.send(r).is_err() {
             return;
         }
+        waker.wake();
     }
 }
 

@@ -129,10 +129,9 @@ pub fn run_pull(
         timeout: cfg.timeout,
         min_rate_bytes_per_s: super::MIN_RATE_BYTES_PER_S,
     };
-    let (tx, rx) = mpsc::channel();
-    let reader = super::conn::spawn_peer_reader(&ctl, tx)?;
+    let (reader, peer) = super::conn::spawn_peer_reader(&ctl)?;
     // The data thread reads the peer's events; this one its summary after.
-    let rx = std::sync::Mutex::new(rx);
+    let peer = std::sync::Mutex::new(peer);
     let mut landed = (0u64, Vec::new());
     let (data, mut report) = drive(cfg, total, &streams, interrupt, obs, |counters, _stop| {
         let mut out = PullLanding {
@@ -141,8 +140,8 @@ pub fn run_pull(
             committed: 0,
             rejected: Vec::new(),
         };
-        let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-        let r = incoming.receive(&streams, engine, pace, &open, &rx, &mut out);
+        let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
+        let r = incoming.receive(&streams, engine, pace, &open, &peer, &mut out);
         landed = (out.committed, out.rejected);
         r
     });
@@ -161,8 +160,8 @@ pub fn run_pull(
         report.fail(&e, interrupt.load(Ordering::Relaxed));
         return Ok(report);
     }
-    let rx = rx.into_inner().unwrap_or_else(|p| p.into_inner());
-    let outcome = settle_pull(&rx, &mut incoming, &landed.1);
+    let peer = peer.into_inner().unwrap_or_else(|p| p.into_inner());
+    let outcome = settle_pull(&peer.events, &mut incoming, &landed.1);
     let _ = ctl.tcp().shutdown(std::net::Shutdown::Both);
     let _ = reader.join();
     report.close();

@@ -1227,11 +1227,10 @@ fn push_session(
         timeout: cfg.timeout,
         min_rate_bytes_per_s: cfg.limits.min_rate_bytes_per_s,
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = super::conn::spawn_peer_reader(s, tx)?;
+    let (reader, peer) = super::conn::spawn_peer_reader(s)?;
     let pool = super::landing::prepare_receiver(streams.len(), buffers, req.block_size as usize)?;
     let received = incoming
-        .receive(&streams, pool, pace, &open, &rx, &mut out)
+        .receive(&streams, pool, pace, &open, &peer, &mut out)
         .and_then(|()| incoming.finish());
     let summary = received.as_ref().map(|(files, bytes)| Message::Summary {
         files: *files,
