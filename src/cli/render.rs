@@ -49,16 +49,22 @@ impl Out {
 
 /// A warning on stderr (a closed stderr is ignored, never a panic).
 /// A note on stderr, one line.
+/// (Text from the peer, such as its error messages or a skipped entry's
+/// name, has its control characters written out: it cannot forge lines
+/// or move the terminal's cursor.)
 pub fn info(msg: &str) {
+    let msg = super::service::escape_controls(msg);
     let _ = writeln!(std::io::stderr(), "urmove: {msg}");
 }
 
 pub fn warn(msg: &str) {
+    let msg = super::service::escape_controls(msg);
     let _ = writeln!(std::io::stderr(), "urmove: warning: {msg}");
 }
 
 /// An error on stderr, one line.
 pub fn error(msg: &str) {
+    let msg = super::service::escape_controls(msg);
     let _ = writeln!(std::io::stderr(), "urmove: error: {msg}");
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::args::{LinkArg, TuneArgs};
 use super::render::{self, Out};
 use super::{Failure, EXIT_FAILED};
-use crate::datapath::{arena, net, ring, sys, Arena, Ring};
+use crate::datapath::{arena, ring, sys, Arena, Ring};
 use host::{Disk, Route};
 use profile::{size, Link, Plan, CONGESTION_GOOD, SRC_ESNET_100G, SRC_ESNET_LINUX};
 
@@ -734,11 +734,10 @@ fn disk_checks(s: &Scene) -> Vec<Check> {
 }
 
 /// Locked memory a default session (4 streams x 4 MiB blocks) registers,
-/// plus one ring's own pages: (buffers, bytes).
+/// its ring included, as the daemon checks it at start: (buffers, bytes).
 fn session_memlock() -> (usize, u64) {
     let bufs = crate::session::buffer_count(profile::SESSION_STREAMS, profile::SESSION_BLOCK, 4, 4);
-    let bytes = bufs as u64 * net::frame_buf_size(profile::SESSION_BLOCK as usize) as u64;
-    (bufs, bytes + (512 << 10))
+    (bufs, crate::session::locked_bytes(bufs, profile::SESSION_BLOCK))
 }
 
 fn memlock() -> Check {
