@@ -744,13 +744,12 @@ pub struct NetReceiver {
     payload_max: usize,
     /// Bound on each wait inside `poll` (None: wait for a completion).
     wait_limit: Option<Duration>,
-    last_progress: Instant,
     /// Bytes each stream delivered.
     received: Vec<u64>,
     /// Per stream, when the session seals its frames.
     openers: Option<Vec<FrameOpener>>,
     fds: Vec<RawFd>,
-    /// TCP bytes received per stream at the last `refresh_idle`.
+    /// TCP bytes each stream received, as `tcp_bytes_received` last saw.
     tcp_seen: Vec<u64>,
 }
 
@@ -812,7 +811,6 @@ impl NetReceiver {
             batch: Vec::with_capacity(capacity),
             payload_max,
             wait_limit: None,
-            last_progress: Instant::now(),
             received: vec![0; streams],
             openers: None,
             fds: empty,
@@ -830,15 +828,13 @@ impl NetReceiver {
                 .map_err(|e| stream_err("registering a socket", i as u32, e))?;
         }
         self.fds = sockets.to_vec();
-        self.last_progress = Instant::now();
         Ok(())
     }
 
     /// Make every wait inside [`poll`](Self::poll) return after at most
-    /// `limit`, so the caller can watch [`idle_for`](Self::idle_for).
+    /// `limit`, so the caller can watch the sender's pace.
     pub fn set_wait_limit(&mut self, limit: Duration) {
         self.wait_limit = Some(limit);
-        self.last_progress = Instant::now();
     }
 
     /// Expect every frame sealed (AES-256-GCM) with the session's keys;
@@ -867,26 +863,6 @@ impl NetReceiver {
             .collect()
     }
 
-    /// Count bytes the kernel took in on any stream as progress, even while
-    /// no whole frame completed (a large frame on a slow path).
-    pub fn refresh_idle(&mut self) {
-        let mut moved = false;
-        for (i, s) in self.streams.iter().enumerate() {
-            if !s.open {
-                continue;
-            }
-            if let Some(t) = super::sys::tcp_progress(self.fds[i]) {
-                if t.bytes_received != self.tcp_seen[i] {
-                    self.tcp_seen[i] = t.bytes_received;
-                    moved = true;
-                }
-            }
-        }
-        if moved {
-            self.last_progress = Instant::now();
-        }
-    }
-
     /// Bytes the kernel's TCP took in on all streams so far (what arrived,
     /// whether or not a whole frame did).
     pub fn tcp_bytes_received(&mut self) -> u64 {
@@ -913,11 +889,6 @@ impl NetReceiver {
         self.streams
             .iter()
             .any(|s| s.open && matches!(s.phase, Phase::NeedBuffer { .. }))
-    }
-
-    /// How long since any stream delivered a byte.
-    pub fn idle_for(&self) -> Duration {
-        self.last_progress.elapsed()
     }
 
     /// Whether any stream is still open.
@@ -1155,7 +1126,6 @@ impl NetReceiver {
             return Ok(());
         }
         let n = c.result as u32;
-        self.last_progress = Instant::now();
         self.received[stream as usize] += u64::from(n);
         match self.streams[stream as usize].phase {
             Phase::Header { got } if got + n < FRAME_HEADER_LEN as u32 => {

@@ -195,6 +195,40 @@ impl FrameSealer {
     }
 }
 
+impl FrameSealer {
+    /// Authenticate a frame sent in clear: the tag (GMAC) of its payload
+    /// and `header` under the stream's next frame index, without
+    /// encrypting anything the wire carries. The receiver checks it with
+    /// [`FrameOpener::check`].
+    pub fn tag(
+        &mut self,
+        header: &[u8; FRAME_HEADER_LEN],
+        payload: &[u8],
+    ) -> Result<[u8; TAG_LEN], SealError> {
+        assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);
+        let frame_index = self.counter.take().ok_or(SealError::Exhausted {
+            direction: self.direction,
+            stream: self.stream,
+        })?;
+        Ok(clear_tag(&self.key, frame_index, header, payload))
+    }
+}
+
+/// GMAC of `payload` (as associated data) and `header` (encrypted into a
+/// copy that is never sent, so both sides compute the same tag).
+fn clear_tag(
+    key: &LessSafeKey,
+    frame_index: u64,
+    header: &[u8; FRAME_HEADER_LEN],
+    payload: &[u8],
+) -> [u8; TAG_LEN] {
+    let mut copy = *header;
+    let tag = key
+        .seal_in_place_separate_tag(nonce(frame_index), aead::Aad::from(payload), &mut copy)
+        .expect("a frame payload is within AES-GCM's message limit");
+    tag.as_ref().try_into().expect("AES-GCM tags are TAG_LEN bytes")
+}
+
 impl std::fmt::Debug for FrameSealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the key.
@@ -229,6 +263,42 @@ impl FrameOpener {
             counter: FrameCounter { next },
             broken: false,
         }
+    }
+
+    /// Check a frame sent in clear against its tag from
+    /// [`FrameSealer::tag`], as the stream's next frame (compared in
+    /// constant time). A stream that failed once is not trusted again.
+    pub fn check(
+        &mut self,
+        header: &[u8; FRAME_HEADER_LEN],
+        payload: &[u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), SealError> {
+        assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);
+        if self.broken {
+            return Err(SealError::Broken {
+                direction: self.direction,
+                stream: self.stream,
+            });
+        }
+        let Some(frame_index) = self.counter.take() else {
+            self.broken = true;
+            return Err(SealError::Exhausted {
+                direction: self.direction,
+                stream: self.stream,
+            });
+        };
+        let want = clear_tag(&self.key, frame_index, header, payload);
+        let differ = want.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b));
+        if differ != 0 {
+            self.broken = true;
+            return Err(SealError::Unauthentic {
+                direction: self.direction,
+                stream: self.stream,
+                frame_index,
+            });
+        }
+        Ok(())
     }
 
     /// Check and decrypt `payload` in place as the stream's next frame.
