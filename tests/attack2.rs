@@ -31,7 +31,10 @@ use urmove::session::conn::{recv_any, send_msg, Control};
 
 use crate::require;
 use crate::transfer::Daemon;
-use crate::util::{is_root, key_of, noise, output_within, stderr, stdout, try_read_msg, urmove};
+use crate::util::{
+    data_stream, hand_push, handshake, is_root, key_of, noise, output_within, stderr, stdout,
+    try_read_msg, urmove,
+};
 
 /// A bound against hangs only, never a speed check.
 const HANG: Duration = Duration::from_secs(300);
@@ -375,4 +378,173 @@ fn a_state_dir_reached_through_a_symlinked_parent_never_lands_beneath_the_root()
         !secret.exists(),
         "the daemon made its secret beneath its root (exited: {exited:?}): {log}"
     );
+}
+
+// ---- a key holder holding the daemon's descriptors ---------------------
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// A part file is opened on its file's first block and closed only when
+/// the file is done; nothing bounds how many are open at once. A key
+/// holder sends the first block of each of a thousand two-block files (as
+/// a hole: a 32-byte header) and stops: every part stays open, and the daemon's descriptors run out for
+/// everyone else (a second sender cannot even be accepted). One session
+/// must not hold more parts open than a small bound (its file slots,
+/// closing and reopening idle parts beyond them).
+#[test]
+fn a_key_holder_cannot_hold_the_daemons_descriptors_with_half_sent_files() {
+    const LIMIT: usize = 1024;
+    let nofile = format!("--nofile={LIMIT}:{LIMIT}");
+    let d = Daemon::start_full(
+        &["prlimit", &nofile],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &["--timeout", "120s"],
+    );
+    let files = 1200;
+    let entries: Vec<Entry> = (0..files)
+        .map(|i| entry(&format!("f{i:04}"), EntryKind::File, 8192, 0o644))
+        .collect();
+    let (ctl, keys) = hand_push(d.port, &d.key, entries, 1, 4096).expect("ready");
+    let mut data = data_stream(d.port, &keys, 0);
+    let pid = d.pid();
+    let mut sent = 0;
+    // A hole for the first block of each file (32 bytes on the wire, too
+    // few for a journal), a few at a time, then one by one (each time until
+    // the daemon has opened its part), stopping just short of the limit:
+    // an attacker who overshoots only ends its own session.
+    while sent < files && open_fds(pid) + 6 < LIMIT {
+        let before = open_fds(pid);
+        let batch = if before + 64 < LIMIT { 8 } else { 1 };
+        for i in sent..(sent + batch).min(files) {
+            data.write_all(&FrameHeader::hole(i as u32, 0).encode())
+                .unwrap();
+        }
+        sent = (sent + batch).min(files);
+        let until = Instant::now() + Duration::from_secs(2);
+        while open_fds(pid) < before + batch && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let held = open_fds(pid);
+
+    // Another key holder, meanwhile.
+    let src = tmp();
+    let v = src.path().join("v.dat");
+    std::fs::write(&v, noise(300_000, 12)).unwrap();
+    let o = output_within(
+        {
+            let mut c = urmove();
+            c.args(["send", "-p", &d.port.to_string(), "--key-file"])
+                .arg(&d.key)
+                .args(["--timeout", "10s", "--json"])
+                .arg(&v)
+                .arg("127.0.0.1:victim");
+            c
+        },
+        HANG,
+    );
+    drop((ctl, data));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "with one session holding {held} of the daemon's {LIMIT} descriptors ({sent} files half sent), another sender failed: {}",
+        both(&o)
+    );
+}
+
+// ---- a key holder's resume list ---------------------------------------
+
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `pull --resume`: the client says which blocks it holds, and the daemon
+/// keeps every range (re-sorting the whole list for each item) before it
+/// checks any. Nothing counts them against `--max-manifest-memory` or any
+/// other bound but the file's block count, so one key holder pulling one
+/// sparse file (pushed by itself in a few MB of hole frames, if need be)
+/// makes the daemon hold gigabytes. Here 16 MiB is the manifest budget and
+/// the list is 192 MiB of ranges.
+#[test]
+fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
+    use urmove::protocol::control::{
+        Direction, HaveItem, SessionRequest, HAVE_PART_RANGES_MAX, REQ_RESUME,
+    };
+    let d = Daemon::start_full(
+        &[],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &["--max-manifest-memory", "16M"],
+    );
+    std::fs::File::create(d.root.path().join("big"))
+        .unwrap()
+        .set_len(128 << 30)
+        .unwrap();
+    let (mut ctl, _keys) = handshake(d.port, &d.key);
+    send_msg(
+        &mut ctl,
+        &Message::Request(SessionRequest {
+            direction: Direction::Pull,
+            streams: 1,
+            block_size: 4096,
+            flags: REQ_RESUME,
+            path: "big".into(),
+        }),
+    )
+    .unwrap();
+    loop {
+        match recv_any(&mut ctl) {
+            Ok(Message::ManifestEnd) => break,
+            Ok(Message::Manifest(_) | Message::Alive { .. }) => {}
+            other => panic!("no manifest from the daemon: {other:?}"),
+        }
+    }
+    let pid = d.pid();
+    let base = proc_kib(pid, "VmRSS:");
+    let per = u64::from(HAVE_PART_RANGES_MAX);
+    let messages = 192;
+    let mut sent = 0;
+    for m in 0..messages {
+        // Every other block, one block a range: disjoint, sorted, within
+        // the file's 32 Mi blocks.
+        let ranges = (0..per).map(|k| ((m * per + k) * 2, 1)).collect();
+        let have = Message::Have(vec![HaveItem::Partial {
+            file_index: 0,
+            digest: 0,
+            ranges,
+        }]);
+        if send_msg(&mut ctl, &have).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    let peak_mib = proc_kib(pid, "VmHWM:").saturating_sub(base) >> 10;
+    let refused = sent < messages
+        || sealed_until_closed(&mut ctl)
+            .iter()
+            .any(|m| matches!(m, Message::Error { .. }));
+    assert!(
+        peak_mib < 128 && refused || peak_mib < 64,
+        "the daemon took {peak_mib} MiB more for one session's resume list ({sent} MiB of ranges, refused: {refused}), with a manifest budget of 16 MiB"
+    );
+}
+
+/// What the daemon sends until it closes (or, still silent after a few
+/// seconds, nothing more).
+fn sealed_until_closed(c: &mut Control) -> Vec<Message> {
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut out = Vec::new();
+    while let Ok(m) = recv_any(c) {
+        out.push(m);
+    }
+    out
 }
