@@ -548,3 +548,177 @@ fn sealed_until_closed(c: &mut Control) -> Vec<Message> {
     }
     out
 }
+
+// ---- the path: a forged frame with the file's own digest ---------------
+
+/// Bytes that differ from `data` (64 pieces of 4 KiB) in every piece yet
+/// have the same urmove digest. The digest is a plain sum (mod 2^64) of
+/// per-piece terms anyone can compute, so Wagner's generalised birthday
+/// (a k-tree over 64 lists of 1024 variants of each piece, 10 bits zeroed
+/// a level) finds a set of variants whose terms sum to the original's:
+/// 65,536 piece hashes, a second or so.
+fn forge_same_digest(data: &[u8]) -> Vec<u8> {
+    use std::collections::HashMap;
+    const PIECE: usize = 4096;
+    const LISTS: usize = 64;
+    const PER: u16 = 1024;
+    const BITS: u32 = 10;
+    assert_eq!(data.len(), LISTS * PIECE);
+    let variant = |i: usize, c: u16| {
+        let mut p = data[i * PIECE..(i + 1) * PIECE].to_vec();
+        p[..8].copy_from_slice(&(0xBAD0_0000_0000_0000 | u64::from(c)).to_le_bytes());
+        p
+    };
+    // Each node: (sum of deltas, the variant picked for each of its lists).
+    let mut level: Vec<Vec<(u64, Vec<u16>)>> = (0..LISTS)
+        .map(|i| {
+            let off = (i * PIECE) as u64;
+            let orig = content_terms(off, &data[i * PIECE..(i + 1) * PIECE]);
+            (0..PER)
+                .map(|c| {
+                    let d = content_terms(off, &variant(i, c)).wrapping_sub(orig);
+                    (d, vec![c])
+                })
+                .collect()
+        })
+        .collect();
+    let mut depth = 1;
+    while level.len() > 1 {
+        // The last merge zeroes every bit that is left.
+        let mask = match level.len() {
+            2 => u64::MAX,
+            _ => (1u64 << (depth * BITS)) - 1,
+        };
+        level = level
+            .chunks(2)
+            .map(|pair| {
+                let (a, b) = (&pair[0], &pair[1]);
+                let mut by_low: HashMap<u64, Vec<usize>> = HashMap::new();
+                for (k, (s, _)) in b.iter().enumerate() {
+                    by_low.entry(s & mask).or_default().push(k);
+                }
+                let mut out = Vec::new();
+                for (s, picks) in a {
+                    for &k in by_low.get(&(s.wrapping_neg() & mask)).into_iter().flatten() {
+                        let mut p = picks.clone();
+                        p.extend_from_slice(&b[k].1);
+                        out.push((s.wrapping_add(b[k].0), p));
+                    }
+                }
+                out
+            })
+            .collect();
+        depth += 1;
+    }
+    let (sum, picks) = level[0].first().expect("the k-tree found a collision");
+    assert_eq!(*sum, 0);
+    (0..LISTS).flat_map(|i| variant(i, picks[i])).collect()
+}
+
+/// A relay on the path (no key) that passes everything through, but on
+/// data streams replaces the payload of the frame at (file 0, offset 0)
+/// of `forged.len()` bytes with `forged`, recomputing its checksum.
+fn forging_relay(daemon: u16, forged: Vec<u8>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let forged = std::sync::Arc::new(forged);
+    std::thread::spawn(move || {
+        for client in l.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(up) = TcpStream::connect(("127.0.0.1", daemon)) else {
+                return;
+            };
+            let (c2, u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || pass(u2, c2));
+            let forged = std::sync::Arc::clone(&forged);
+            std::thread::spawn(move || forge_frames(client, up, &forged));
+        }
+    });
+    port
+}
+
+fn pass(mut from: TcpStream, mut to: TcpStream) {
+    let _ = std::io::copy(&mut from, &mut to);
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+fn forge_frames(mut from: TcpStream, mut to: TcpStream, forged: &[u8]) {
+    use urmove::protocol::frame::FRAME_HEADER_LEN;
+    // The first message, byte by byte: a data stream's hello, or a
+    // control connection's (passed through untouched).
+    let mut first = Vec::new();
+    let mut byte = [0u8; 1];
+    while crate::util::messages(&first).is_empty() {
+        if first.len() > 4096 || from.read_exact(&mut byte).is_err() {
+            let _ = to.shutdown(Shutdown::Write);
+            return;
+        }
+        first.push(byte[0]);
+    }
+    let data = matches!(
+        crate::util::messages(&first)[0],
+        Message::StreamHello { .. }
+    );
+    if to.write_all(&first).is_err() {
+        return;
+    }
+    if !data {
+        return pass(from, to);
+    }
+    let mut head = [0u8; FRAME_HEADER_LEN];
+    while from.read_exact(&mut head).is_ok() {
+        let Ok(h) = FrameHeader::decode(&head) else {
+            let _ = to.write_all(&head);
+            return pass(from, to);
+        };
+        let mut payload = vec![0u8; h.length as usize];
+        if from.read_exact(&mut payload).is_err() {
+            break;
+        }
+        let mut out = head;
+        if h.file_index == 0 && h.offset == 0 && payload.len() == forged.len() {
+            payload.copy_from_slice(forged);
+            out = FrameHeader::for_payload(0, 0, &payload, h.flags).encode();
+        }
+        if to.write_all(&out).is_err() || to.write_all(&payload).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Without `--encrypt`, "verified" rests on the whole-file digest, which
+/// anyone can compute and, being a plain sum of per-piece terms, anyone
+/// can collide in about a second (see `forge_same_digest`). A relay on the
+/// path swaps every 4 KiB piece of a file; the daemon commits the forged
+/// bytes and `send` exits 0, "1 of 1 files verified". The default is
+/// advertised as integrity against the path ("a frame altered on the path,
+/// even with its checksum recomputed, is never committed"): the digest the
+/// commit compares must be keyed (by the session's keys) for that to hold.
+#[test]
+fn a_relay_on_the_path_cannot_make_forged_bytes_count_as_verified() {
+    let src = tmp();
+    let f = src.path().join("f.dat");
+    let data = noise(64 * 4096, 13);
+    std::fs::write(&f, &data).unwrap();
+    let forged = forge_same_digest(&data);
+    assert_eq!(content_terms(0, &forged), content_terms(0, &data));
+    assert!((0..64).all(|i| forged[i * 4096..][..8] != data[i * 4096..][..8]));
+
+    let d = Daemon::start();
+    let relay = forging_relay(d.port, forged);
+    let mut c = urmove();
+    c.args(["send", "-p", &relay.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args(["-P", "1", "--block", "1M", "--json"])
+        .arg(&f)
+        .arg("127.0.0.1:in");
+    let o = output_within(c, HANG);
+    let got = std::fs::read(d.root.path().join("in/f.dat")).ok();
+    let same = got.as_deref() == Some(&data[..]);
+    assert!(
+        same || o.status.code() != Some(0),
+        "forged bytes were committed and counted verified: {}",
+        both(&o)
+    );
+}
