@@ -722,3 +722,56 @@ fn a_relay_on_the_path_cannot_make_forged_bytes_count_as_verified() {
         both(&o)
     );
 }
+
+/// The journal of a file still arriving is written to
+/// `NAME.urmove.journal.tmp` opened with O_CREAT | O_TRUNC (no O_EXCL),
+/// then renamed. A local user who links that name, once the part exists
+/// (its first block removes any earlier one), to a file of its choosing
+/// has the daemon truncate it and write the journal into it, outside the
+/// root if the link leads there.
+#[test]
+fn a_hardlink_planted_at_a_journal_temporary_is_never_written_through() {
+    let parent = tmp();
+    let d = Daemon::start_full(&[], "127.0.0.1", parent.path(), &[]);
+    let outside = parent.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let victim = outside.join("victim");
+    std::fs::write(&victim, b"VICTIM outside the root").unwrap();
+    let dest = d.root.path().join("dest");
+    std::fs::create_dir(&dest).unwrap();
+
+    let src = tmp();
+    let j = src.path().join("j.dat");
+    std::fs::write(&j, noise(8 << 20, 14)).unwrap();
+    let mut c = urmove();
+    c.args(["send", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args([
+            "-P",
+            "1",
+            "--block",
+            "256K",
+            "--rate-limit",
+            "2MB",
+            "--json",
+        ])
+        .arg(&j)
+        .arg("127.0.0.1:dest");
+    let sender = std::thread::spawn(move || output_within(c, HANG));
+    let part = dest.join("j.dat.urmove.part");
+    let until = Instant::now() + IO_WAIT;
+    while !part.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(part.exists(), "the part never appeared");
+    std::fs::hard_link(&victim, dest.join("j.dat.urmove.journal.tmp")).unwrap();
+    let o = sender.join().unwrap();
+    let outside_now = std::fs::read(&victim).unwrap();
+    assert!(
+        outside_now == b"VICTIM outside the root",
+        "the daemon wrote a journal through a hardlink into a file outside its root, now {}: {}",
+        shown(&outside_now),
+        both(&o)
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+}
