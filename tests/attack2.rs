@@ -412,21 +412,37 @@ fn a_key_holder_cannot_hold_the_daemons_descriptors_with_half_sent_files() {
     let pid = d.pid();
     let mut sent = 0;
     // A hole for the first block of each file (32 bytes on the wire, too
-    // few for a journal), a few at a time, then one by one (each time until
-    // the daemon has opened its part), stopping just short of the limit:
-    // an attacker who overshoots only ends its own session.
-    while sent < files && open_fds(pid) + 6 < LIMIT {
+    // few for a journal), a few at a time, then one by one, each time
+    // until the daemon has opened the parts, stopping just short of the
+    // limit (an attacker who overshoots only ends its own session). A
+    // daemon whose descriptors stop growing bounds them: send the rest.
+    let mut stalls = 0;
+    'attack: while sent < files && open_fds(pid) + 6 < LIMIT {
         let before = open_fds(pid);
         let batch = if before + 64 < LIMIT { 8 } else { 1 };
-        for i in sent..(sent + batch).min(files) {
-            data.write_all(&FrameHeader::hole(i as u32, 0).encode())
-                .unwrap();
+        let upto = if stalls >= 3 {
+            files
+        } else {
+            (sent + batch).min(files)
+        };
+        for i in sent..upto {
+            if data
+                .write_all(&FrameHeader::hole(i as u32, 0).encode())
+                .is_err()
+            {
+                break 'attack; // the daemon ended this session: fine
+            }
         }
-        sent = (sent + batch).min(files);
-        let until = Instant::now() + Duration::from_secs(2);
+        sent = upto;
+        let until = Instant::now() + Duration::from_millis(500);
         while open_fds(pid) < before + batch && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
         }
+        stalls = if open_fds(pid) > before {
+            0
+        } else {
+            stalls + 1
+        };
     }
     std::thread::sleep(Duration::from_millis(200));
     let held = open_fds(pid);
