@@ -3,6 +3,7 @@
 mod util;
 
 mod alloc_count;
+mod attack2;
 mod budgets;
 mod cli_errors;
 mod datapath;
