@@ -69,7 +69,9 @@ fn main() {
         let tag = sealer.tag(&header, black_box(&payload)).expect("tag");
         tagging += start.elapsed();
         let start = Instant::now();
-        opener.check(&header, black_box(&payload), &tag).expect("check");
+        opener
+            .check(&header, black_box(&payload), &tag)
+            .expect("check");
         checking += start.elapsed();
         frames += 1;
     }

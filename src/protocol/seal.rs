@@ -226,7 +226,9 @@ fn clear_tag(
     let tag = key
         .seal_in_place_separate_tag(nonce(frame_index), aead::Aad::from(payload), &mut copy)
         .expect("a frame payload is within AES-GCM's message limit");
-    tag.as_ref().try_into().expect("AES-GCM tags are TAG_LEN bytes")
+    tag.as_ref()
+        .try_into()
+        .expect("AES-GCM tags are TAG_LEN bytes")
 }
 
 impl std::fmt::Debug for FrameSealer {

@@ -120,7 +120,11 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
             0,
         )
         .map_err(|e| SessionError::io(f.final_rel.clone(), e))?;
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
+    // One name only: never a mode or a stamp through a hardlink.
+    if !file
+        .metadata()
+        .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1 && m.is_file())
+    {
         return Ok(());
     }
     let _ = file.set_times(std::fs::FileTimes::new().set_modified(f.mtime));

@@ -118,11 +118,14 @@ fn have(data: &[u8]) {
         }
         let Message::Have(items) = m else { continue };
         for it in items {
-            // A refused item ends the session; what was kept stays sound.
+            // A refused item ends the session: nothing of it is used.
             if held.add(it, &tree.entries, block).is_err() {
-                break;
+                return;
             }
         }
+    }
+    if held.settle().is_err() {
+        return;
     }
     for (&i, (_, ranges)) in &held.partial {
         let e = &tree.entries[i as usize];

@@ -279,14 +279,15 @@ pub fn store(root: &Root, final_rel: &str, j: &Journal, secret: &Secret) -> std:
     let rel = journal_rel(final_rel);
     let tmp = format!("{rel}.tmp");
     let bytes = j.encode(secret);
-    let mut f = root.open_file(
-        &tmp,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
-        0o600,
-    )?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other(format!("{tmp}: not a regular file")));
-    }
+    // A new file every time: whatever sits at the temporary's name (a
+    // planted hardlink, a link) loses its name and is never written.
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    let mut f = loop {
+        match root.open_file(&tmp, flags, 0o600) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => root.unlink(&tmp)?,
+            other => break other?,
+        }
+    };
     f.write_all(&bytes)?;
     f.sync_data()?;
     root.rename(&tmp, &rel)?;

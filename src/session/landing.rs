@@ -31,6 +31,8 @@ const FINALIZERS: usize = 4;
 const FINALIZE_BACKLOG_MAX: usize = 64;
 /// Files written through the receiving ring at once (registered slots).
 const FILE_SLOTS: u32 = 64;
+/// Part files one session holds open at once (descriptors).
+const OPEN_PARTS_MAX: usize = 128;
 /// A file with new blocks gets its journal rewritten this often, at most.
 const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the sender's rate is looked at.
@@ -167,6 +169,8 @@ impl Incoming {
                     .flatten()
                     .filter(|f| f.state == FileState::Receiving)
                     .count(),
+                open_parts: files.iter().flatten().filter(|f| f.part.is_some()).count(),
+                open_order: std::collections::VecDeque::new(),
                 files,
                 rx,
                 jobs: job_tx,
@@ -263,6 +267,9 @@ struct Sink<'s> {
     last_sweep: Instant,
     /// Files still receiving or finishing.
     remaining: usize,
+    /// Parts open now, in the order they were opened (for closing idle ones).
+    open_parts: usize,
+    open_order: std::collections::VecDeque<usize>,
     peer: &'s mpsc::Receiver<PeerEvent>,
     peer_open: bool,
     /// When the peer last said something on the control connection.
@@ -302,7 +309,7 @@ impl Sink<'_> {
             Vec::new()
         };
         for index in completed {
-            self.written_more(index);
+            self.written_more(index)?;
         }
         self.hear_peer()?;
         self.sweep_journals();
@@ -369,15 +376,8 @@ impl Sink<'_> {
     /// already). Returns the file when a block of it is now written.
     fn frame(&mut self, header: &FrameHeader, lease: Lease) -> Result<Option<usize>, SessionError> {
         let index = header.file_index as usize;
-        let accepted = accept_frame(
-            self.root,
-            self.direct,
-            self.rules,
-            self.files,
-            self.block,
-            header,
-            &lease,
-        );
+        let accepted = accept_frame(self.files, self.block, header, &lease)
+            .and_then(|a| self.ensure_open(index, &a).map(|()| a));
         match accepted {
             Err(e) => {
                 self.rx.give_back(lease);
@@ -395,7 +395,14 @@ impl Sink<'_> {
                 f.mark_written(header.offset / block, len, terms, FRAME_HEADER_LEN as u64);
                 Ok(Some(index))
             }
-            Ok(Accepted::Data { write_len, terms }) => {
+            Ok(Accepted::Data { terms }) => {
+                // O_DIRECT writes whole aligned blocks: the tail is padded
+                // here and cut back to the true size before the rename.
+                let len = header.length;
+                let write_len = match self.file(index).direct {
+                    true => len.div_ceil(4096) * 4096,
+                    false => len,
+                };
                 self.write(index, header, lease, write_len, terms)
             }
         }
@@ -472,22 +479,24 @@ impl Sink<'_> {
 
     /// A file got blocks written: finish it when whole and agreed on, else
     /// remember it for its journal.
-    fn written_more(&mut self, index: usize) {
+    fn written_more(&mut self, index: usize) -> Result<(), SessionError> {
         let f = self.file(index);
         if f.state == FileState::Skipped {
             if f.writing.is_empty() {
                 self.close(index);
             }
-            return;
+            return Ok(());
         }
         if f.state != FileState::Receiving {
-            return;
+            return Ok(());
         }
         if f.is_written() {
-            self.try_finish(index);
-        } else if f.dirty && !self.dirty.contains(&index) {
+            return self.try_finish(index);
+        }
+        if f.dirty && !self.dirty.contains(&index) {
             self.dirty.push(index);
         }
+        Ok(())
     }
 
     /// Close a file's part (its slot and descriptor) while it waits or is
@@ -497,26 +506,71 @@ impl Sink<'_> {
         if let Some(slot) = f.slot.take() {
             self.rx.detach_file(slot);
         }
-        f.part = None;
+        if f.part.take().is_some() {
+            self.open_parts -= 1;
+        }
+    }
+
+    /// The part of file `index` open for the frame just accepted (nothing
+    /// for a frame that is dropped). At most [`OPEN_PARTS_MAX`] parts of a
+    /// session are open at once: past that, the one idle longest is closed
+    /// (and opened again, by name and inode, when its next block comes), so
+    /// a sender starting many files at once holds no more descriptors.
+    fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<(), SessionError> {
+        if matches!(a, Accepted::Drop) || self.file(index).part.is_some() {
+            return Ok(());
+        }
+        if self.open_parts >= OPEN_PARTS_MAX {
+            self.close_idle_part();
+        }
+        let f = self.files[index].as_mut().expect("files");
+        super::receive::open_part(self.root, self.direct, self.rules, f)?;
+        self.open_parts += 1;
+        self.open_order.push_back(index);
+        Ok(())
+    }
+
+    /// Close the open part idle longest (no write or journal in flight).
+    fn close_idle_part(&mut self) {
+        for _ in 0..self.open_order.len() {
+            let Some(i) = self.open_order.pop_front() else {
+                return;
+            };
+            let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
+                continue;
+            };
+            if f.writing.is_empty() && !f.journaling && f.state == FileState::Receiving {
+                self.close(i);
+                return;
+            }
+            self.open_order.push_back(i);
+        }
     }
 
     /// Hand a written file to a finalizer once the sender's digest is known
     /// and no journal write of it is in flight.
-    fn try_finish(&mut self, index: usize) {
+    fn try_finish(&mut self, index: usize) -> Result<(), SessionError> {
         let f = self.files[index].as_mut().expect("files");
         if f.state != FileState::Receiving
             || !f.is_written()
             || f.sender_digest.is_none()
             || f.journaling
         {
-            return;
+            return Ok(());
         }
         if let Some(slot) = f.slot.take() {
             self.rx.detach_file(slot);
         }
+        // A file whose blocks were all held, or holes, may have no part open.
+        if f.part.is_none() {
+            super::receive::open_part(self.root, self.direct, self.rules, f)?;
+            self.open_parts += 1;
+        }
         let job = FinalJob::take(index as u32, f, self.rules);
+        self.open_parts -= 1;
         self.pending += 1;
         let _ = self.jobs.send(Job::Finish(job));
+        Ok(())
     }
 
     /// Wait up to `limit` for the peer to say something, and handle it.
@@ -582,8 +636,7 @@ impl Sink<'_> {
                 )
             })?;
         f.sender_digest = Some(digest);
-        self.try_finish(i as usize);
-        Ok(())
+        self.try_finish(i as usize)
     }
 
     /// The sender dropped entry `i`: stop waiting for it. Its part stays
@@ -703,8 +756,7 @@ impl Sink<'_> {
                 self.tally.journal_bytes += r?;
                 let f = self.file(i as usize);
                 (f.journaling, f.journaled) = (false, true);
-                self.try_finish(i as usize);
-                Ok(())
+                self.try_finish(i as usize)
             }
         }
     }
@@ -806,17 +858,13 @@ enum Accepted {
     /// A block that arrived before (a stream was lost and the sender sent
     /// its frames again), or of a file no longer received: dropped.
     Drop,
-    /// Write `write_len` bytes (the payload, padded to the O_DIRECT
-    /// alignment at the tail) at the frame's offset.
-    Data { write_len: u32, terms: u64 },
+    /// Write the payload at the frame's offset.
+    Data { terms: u64 },
 }
 
 /// Check a frame against the file it names (block layout, duplicates,
 /// checksum) and account it; the write itself is the caller's.
 fn accept_frame(
-    root: &Root,
-    direct: DirectMode,
-    rules: &Rules,
     files: &mut [Option<RecvFile>],
     block: u64,
     header: &FrameHeader,
@@ -866,19 +914,10 @@ fn accept_frame(
     if f.seen[word] & bit != 0 || f.state != FileState::Receiving {
         return Ok(Accepted::Drop);
     }
-    super::receive::open_part(root, direct, rules, f)?;
     f.seen[word] |= bit;
     if hole {
         // Nothing to write: the hole stays a hole (the size is set at the end).
         return Ok(Accepted::Hole { terms });
     }
-    let len = header.length;
-    // O_DIRECT writes whole aligned blocks: the tail is padded here and cut
-    // back to the true size before the rename.
-    let write_len = if f.direct {
-        len.div_ceil(4096) * 4096
-    } else {
-        len
-    };
-    Ok(Accepted::Data { write_len, terms })
+    Ok(Accepted::Data { terms })
 }

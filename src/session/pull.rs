@@ -87,6 +87,7 @@ pub fn run_pull(
     let mut root = Some(root);
     let (ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl| {
         let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+        check_asked_for(&entries, paths)?;
         let resume = (cfg.resume || cfg.checksum).then_some(Resume {
             checksum: cfg.checksum,
         });
@@ -209,6 +210,39 @@ fn settle_pull(
         }
     }
     incoming.finish().map(|_| ())
+}
+
+/// Every entry the daemon sends must lie under what was asked for: each
+/// requested path arrives as its last component (as the daemon names
+/// them), and a daemon that names anything else beside it (`.bashrc`,
+/// `.ssh`) is refused before a byte lands.
+fn check_asked_for(
+    entries: &[crate::protocol::manifest::Entry],
+    paths: &[String],
+) -> Result<(), SessionError> {
+    let names: Vec<&str> = paths
+        .iter()
+        .map(|p| p.rsplit('/').next().unwrap_or(p))
+        .collect();
+    let under = |path: &str| {
+        names.iter().any(|n| {
+            path == *n
+                || path
+                    .strip_prefix(n)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+    };
+    match entries.iter().find(|e| !under(&e.path)) {
+        None => Ok(()),
+        Some(e) => Err(SessionError::local(
+            ErrorCode::PathRefused,
+            format!(
+                "the daemon sent {}, which is not under what this pull asked for ({}): refused, nothing written",
+                e.path,
+                names.join(", ")
+            ),
+        )),
+    }
 }
 
 /// The daemon's summary, once it comes (or the connection ends).

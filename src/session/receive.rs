@@ -496,6 +496,7 @@ impl Incoming {
     /// (ours, on this very file, for this size and mtime) says the same, or
     /// with `--checksum` for any file of the right size.
     fn held_complete(&self, f: &RecvFile, r: Resume, tick: &mut dyn FnMut()) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
         let file = self
             .root
             .open_file(
@@ -505,7 +506,8 @@ impl Incoming {
             )
             .ok()?;
         let m = file.metadata().ok()?;
-        if !m.is_file() || m.len() != f.size {
+        // One name only: a hardlink's other name is no file of ours to keep.
+        if !m.is_file() || m.nlink() != 1 || m.len() != f.size {
             return None;
         }
         let stamped = match r.checksum {
@@ -528,34 +530,26 @@ impl Incoming {
             return Ok(false);
         };
         let rel = f.part_rel();
-        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let Ok((part, direct)) = self.root.open_direct(&rel, flags, 0, self.direct) else {
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        let Ok(part) = self.root.open_file(&rel, flags, 0) else {
             return Ok(false);
         };
-        if !j.matches(&part) || !part.metadata().is_ok_and(|m| m.is_file()) {
+        // The very part the journal names, ours alone (one name, our user).
+        let own = part.metadata().is_ok_and(|m| is_own_file(&m));
+        if !own || !j.matches(&part) {
             return Ok(false);
         }
-        let on_disk = self
-            .root
-            .open_file(
-                &rel,
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-                0,
-            )
-            .ok()
-            .filter(|r| FileId::of(r).ok() == Some(j.part))
-            .and_then(|r| journal::ranges_digest(&r, f.size, self.block, &j.ranges(), tick).ok());
+        let on_disk = journal::ranges_digest(&part, f.size, self.block, &j.ranges(), tick).ok();
         if on_disk != Some(j.digest) {
             return Ok(false);
         }
         claim(&self.rules, &rel, j.part)?;
+        // Opened again (for writing) when its next block comes.
         f.part_id = Some(j.part);
         f.received = covered(&j.blocks, f.size, self.block);
         f.seen = j.blocks.clone();
         f.written = j.blocks;
         f.digest = j.digest;
-        f.part = Some(part);
-        f.direct = direct;
         f.journaled = true;
         Ok(true)
     }
@@ -600,10 +594,12 @@ impl Incoming {
                         super::commit::settle_held(&self.root, f, &self.rules)?;
                     }
                 }
-                FileState::Receiving if is_wrong && f.part.is_some() => {
-                    let part = f.part.as_ref().expect("checked");
-                    part.set_len(0)
-                        .map_err(|e| SessionError::io(f.final_rel.clone(), e))?;
+                FileState::Receiving if is_wrong => {
+                    // Start over: the part goes (by inode), a new one comes.
+                    if let Some(id) = f.part_id.take() {
+                        let _ = self.root.unlink_file(&f.part_rel(), id);
+                        lock_claims(&self.rules).remove(&id);
+                    }
                     journal::remove(&self.root, &f.final_rel);
                     f.seen.fill(0);
                     f.written.fill(0);
@@ -756,9 +752,13 @@ impl Drop for Incoming {
     }
 }
 
+fn lock_claims(rules: &Rules) -> std::sync::MutexGuard<'_, HashSet<FileId>> {
+    rules.claims.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Claim the file `id` for this session; another session has it: busy.
 fn claim(rules: &Rules, rel: &str, id: FileId) -> Result<(), SessionError> {
-    let mut set = rules.claims.lock().unwrap_or_else(|p| p.into_inner());
+    let mut set = lock_claims(rules);
     if !set.insert(id) {
         return Err(SessionError::local(
             ErrorCode::Busy,
@@ -768,9 +768,9 @@ fn claim(rules: &Rules, rel: &str, id: FileId) -> Result<(), SessionError> {
     Ok(())
 }
 
-/// Open (creating it) `f`'s part file to write its first block, never
-/// through a symlink; claim it by device and inode; start it over unless
-/// this session continues it.
+/// Open `f`'s part file to write a block: the one this session made or
+/// continues (by name, and only while the name still holds it), else a new
+/// one. Never through a symlink, never an inode someone else put there.
 pub(crate) fn open_part(
     root: &Root,
     direct: DirectMode,
@@ -780,38 +780,90 @@ pub(crate) fn open_part(
     if f.part.is_some() {
         return Ok(());
     }
+    match f.part_id {
+        Some(id) => reopen_part(root, direct, f, id),
+        None => create_part(root, direct, rules, f),
+    }
+}
+
+/// A new part file, made with `O_EXCL`: whatever sat at its name (a stale
+/// part, a planted file, a hardlink, a FIFO, a link) is removed first and
+/// never written through. Claimed by device and inode.
+fn create_part(
+    root: &Root,
+    direct: DirectMode,
+    rules: &Rules,
+    f: &mut RecvFile,
+) -> Result<(), SessionError> {
     let rel = f.part_rel();
     let io = |e| SessionError::io(rel.clone(), e);
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    let (part, is_direct) = match root.open_direct(&rel, flags, 0o600, direct) {
-        // A symlink planted at the part name is removed, never followed.
-        Err(e) if is_symlink(root, &rel) => {
-            root.unlink(&rel).map_err(|_| io(e))?;
-            root.open_direct(&rel, flags, 0o600, direct)
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let mut tries = 0;
+    let (part, is_direct) = loop {
+        match root.open_direct(&rel, flags, 0o600, direct) {
+            Ok(p) => break p,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => {
+                tries += 1;
+                clear_name(root, &rel)?;
+            }
+            Err(e) => return Err(io(e)),
         }
-        other => other,
-    }
-    .map_err(io)?;
-    if !part.metadata().map_err(io)?.is_file() {
-        return Err(SessionError::local(
-            ErrorCode::PathRefused,
-            format!("{rel}: not a regular file"),
-        ));
-    }
+    };
     let id = FileId::of(&part).map_err(io)?;
     claim(rules, &rel, id)?;
     f.part_id = Some(id);
     journal::remove(root, &f.final_rel);
-    part.set_len(0).map_err(io)?;
     f.part = Some(part);
     f.direct = is_direct;
     Ok(())
 }
 
-/// Whether `rel` is a symlink (its directories followed no link).
-fn is_symlink(root: &Root, rel: &str) -> bool {
-    root.symlink_metadata(rel)
-        .is_ok_and(|m| m.file_type().is_symlink())
+/// Remove what is not a directory at `rel` (its name only: a hardlink's
+/// other names and a link's target are untouched).
+fn clear_name(root: &Root, rel: &str) -> Result<(), SessionError> {
+    match root.symlink_metadata(rel) {
+        Ok(m) if m.is_dir() => Err(SessionError::local(
+            ErrorCode::PathRefused,
+            format!("{rel}: a directory is in the way of the part file"),
+        )),
+        Ok(_) => root
+            .unlink(rel)
+            .map_err(|e| SessionError::io(rel.to_string(), e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(SessionError::io(rel.to_string(), e)),
+    }
+}
+
+/// Open again the part this session made (closed while it waited), only
+/// while its name still holds that very file.
+fn reopen_part(
+    root: &Root,
+    direct: DirectMode,
+    f: &mut RecvFile,
+    id: FileId,
+) -> Result<(), SessionError> {
+    let rel = f.part_rel();
+    let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let (part, is_direct) = root
+        .open_direct(&rel, flags, 0, direct)
+        .map_err(|e| SessionError::io(rel.clone(), e))?;
+    if FileId::of(&part).ok() != Some(id) || !part.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(SessionError::local(
+            ErrorCode::Io,
+            format!("{rel}: replaced by another file since this session made it"),
+        ));
+    }
+    f.part = Some(part);
+    f.direct = is_direct;
+    Ok(())
+}
+
+/// Whether `m` is a file this process may trust as its own: a regular
+/// file with one name, owned by its user (a hardlink's other name, or a
+/// file a local user made, is not).
+pub(crate) fn is_own_file(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    m.is_file() && m.nlink() == 1 && m.uid() == crate::datapath::sys::effective_uid()
 }
 
 /// Check every entry: paths, duplicates, and the session's block count.

@@ -836,9 +836,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
     if !cfg.pull_only {
         check_writable(&root, &cfg.root)?;
     }
-    let state = std::fs::canonicalize(&cfg.state_dir).unwrap_or(cfg.state_dir.clone());
-    let root_path = std::fs::canonicalize(&cfg.root).unwrap_or(cfg.root.clone());
-    if state.starts_with(&root_path) {
+    if beneath_root(&root, &cfg.state_dir)? {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
             format!(
@@ -894,6 +892,24 @@ fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionError> {
         );
     }
     Ok(limit.min(cfg.limits.buffer_bytes))
+}
+
+/// Whether `state_dir` (made first, so no link or missing part hides
+/// where it is) lies in the root or beneath it: any of its directories is
+/// the root itself (device and inode; a bind mount counts too).
+fn beneath_root(root: &Root, state_dir: &std::path::Path) -> Result<bool, SessionError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let io = |e| SessionError::io("--state-dir", e);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(state_dir)
+        .map_err(io)?;
+    let root_id = root.id().map_err(io)?;
+    let state = std::fs::canonicalize(state_dir).map_err(io)?;
+    Ok(state.ancestors().any(|dir| {
+        std::fs::metadata(dir).is_ok_and(|m| (m.dev(), m.ino()) == (root_id.dev, root_id.ino))
+    }))
 }
 
 /// Whether the daemon can create files in its root: a probe file (under a
@@ -1483,7 +1499,7 @@ fn pull_session(
     let block = u64::from(req.block_size);
     let mut held = Held::default();
     if req.has(REQ_RESUME) {
-        held = Held::receive(s, &tree.entries, block)?;
+        held = Held::receive(s, &tree.entries, block, &mut |b| memory.reserve(b))?;
         let local = |i: usize| {
             open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off)
                 .map(|(f, _)| f)

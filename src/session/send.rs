@@ -474,7 +474,7 @@ pub fn run_send(
     let (mut ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl| {
         send_manifest(ctl, &tree.entries)?;
         if cfg.resume || cfg.checksum {
-            held = Held::receive(ctl, &tree.entries, block)?;
+            held = Held::receive(ctl, &tree.entries, block, &mut |_| Ok(()))?;
             held.verify(ctl, &tree, block, &local)?;
         }
         Ok(())

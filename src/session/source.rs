@@ -154,17 +154,22 @@ impl Held {
         complete + partial
     }
 
-    /// Take `Have` parts until their end, each checked against the manifest.
+    /// Take `Have` parts until their end, each checked against the manifest;
+    /// the ranges kept are memory `reserve` is asked for (and may refuse).
     pub(crate) fn receive(
         ctl: &mut Control,
         tree_entries: &[Entry],
         block: u64,
+        reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
     ) -> Result<Held, SessionError> {
         let mut held = Held::default();
         loop {
             let items = match recv_msg(ctl)? {
                 Message::Have(items) => items,
-                Message::HaveEnd => return Ok(held),
+                Message::HaveEnd => {
+                    held.settle()?;
+                    return Ok(held);
+                }
                 Message::Alive { .. } => continue,
                 _ => {
                     return Err(SessionError::Protocol(
@@ -173,12 +178,20 @@ impl Held {
                 }
             };
             for it in items {
+                if let HaveItem::Partial { ranges, .. } = &it {
+                    reserve(ranges.len() as u64 * 16)?;
+                }
                 held.add(it, tree_entries, block)?;
             }
         }
     }
 
-    /// Take one item of `Have`, checked against the manifest `entries`.
+    /// Take one item of `Have`, checked against the manifest `entries`:
+    /// a file of it, never both complete and in part, ranges within the
+    /// file and never more of them than it has blocks. [`settle`] checks
+    /// they do not overlap once all are in.
+    ///
+    /// [`settle`]: Self::settle
     pub(crate) fn add(
         &mut self,
         it: HaveItem,
@@ -192,36 +205,50 @@ impl Held {
             .ok_or_else(|| {
                 SessionError::Protocol(format!("the receiver holds unknown entry {i}"))
             })?;
+        let both = || {
+            SessionError::Protocol(format!(
+                "the receiver holds entry {i} both complete and in part"
+            ))
+        };
         match it {
             HaveItem::Complete { digest, .. } => {
                 if self.partial.contains_key(&i) {
-                    return Err(SessionError::Protocol(format!(
-                        "the receiver holds entry {i} both complete and in part"
-                    )));
+                    return Err(both());
                 }
                 self.complete.insert(i, digest);
             }
             HaveItem::Partial { digest, ranges, .. } => {
                 let blocks = e.size.div_ceil(block);
-                if ranges.iter().any(|&(f, c)| f + c > blocks) {
+                let held = self.partial.get(&i).map_or(0, |p| p.1.len());
+                if ranges.iter().any(|&(f, c)| f + c > blocks)
+                    || (held + ranges.len()) as u64 > blocks
+                {
                     return Err(SessionError::Protocol(format!(
                         "the receiver holds blocks past the end of entry {i}"
                     )));
                 }
-                // Sorted, not overlapping, within the file: what a file
-                // holds is never more than its blocks. Checked before it
-                // is kept, so a refused item leaves nothing behind.
-                let mut all = self.partial.get(&i).map_or_else(Vec::new, |p| p.1.clone());
-                all.extend(ranges);
-                all.sort_unstable();
-                if all.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0)
-                    || self.complete.contains_key(&i)
-                {
-                    return Err(SessionError::Protocol(format!(
-                        "the receiver holds overlapping blocks of entry {i}"
-                    )));
+                if self.complete.contains_key(&i) {
+                    return Err(both());
                 }
-                self.partial.entry(i).or_insert((digest, Vec::new())).1 = all;
+                self.partial
+                    .entry(i)
+                    .or_insert((digest, Vec::new()))
+                    .1
+                    .extend(ranges);
+            }
+        }
+        Ok(())
+    }
+
+    /// Once every item is in: each file's ranges sorted, and refused when
+    /// any overlap (what a file holds is never more than its blocks).
+    pub(crate) fn settle(&mut self) -> Result<(), SessionError> {
+        for (i, (_, ranges)) in &mut self.partial {
+            ranges.sort_unstable();
+            if ranges.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+                return Err(SessionError::Protocol(format!(
+                    "the receiver holds overlapping blocks of entry {i}"
+                )));
             }
         }
         Ok(())
