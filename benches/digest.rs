@@ -1,13 +1,15 @@
 //! Single-core throughput of a frame's digest terms (xxh3-64 per 4 KiB
 //! piece, mixed with its offset: the sum that makes a file's digest the
-//! same in any block size and cheap for holes) against one xxh3-64 over
-//! the whole 4 MiB frame (the checksum protocol v2 used): `cargo bench
-//! --bench digest`. Prints both and their ratio.
+//! same in any block size and cheap for holes), of what each frame costs
+//! now (those terms and the keyed checksum terms, SipHash-2-4 per piece,
+//! in one pass), against one xxh3-64 over the whole 4 MiB frame (the
+//! checksum protocol v2 used): `cargo bench --bench digest`. Prints each
+//! and its ratio to the whole-frame hash.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use urmove::protocol::frame::{content_terms, zero_terms};
+use urmove::protocol::frame::{content_terms, frame_terms, zero_terms, FrameKey};
 
 const FRAME_BYTES: usize = 4 << 20;
 const RUN_TIME: Duration = Duration::from_secs(2);
@@ -26,25 +28,34 @@ fn rate(payload: &[u8], f: &dyn Fn(&[u8]) -> u64) -> f64 {
 fn main() {
     let payload: Vec<u8> = (0..FRAME_BYTES).map(|i| (i * 131 % 251) as u8).collect();
     // Rounds alternate, so a noisy neighbour hurts both alike.
-    let (mut pieces, mut whole) = (Vec::new(), Vec::new());
+    let key = FrameKey { k0: 1, k1: 2 };
+    let (mut pieces, mut keyed, mut whole) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..3 {
         pieces.push(rate(&payload, &|p| content_terms(8 << 20, p)));
+        keyed.push(rate(&payload, &|p| {
+            let (t, k) = frame_terms(&key, 8 << 20, p);
+            t ^ k
+        }));
         whole.push(rate(&payload, &|p| xxhash_rust::xxh3::xxh3_64(p)));
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
-    let (p, w) = (median(&mut pieces), median(&mut whole));
+    let (p, k, w) = (median(&mut pieces), median(&mut keyed), median(&mut whole));
     println!(
         "digest terms, 4 KiB pieces  {p:6.2} GB/s = {:5.1} Gbit/s",
         p * 8.0
     );
     println!(
+        "terms + keyed checksum      {k:6.2} GB/s = {:5.1} Gbit/s",
+        k * 8.0
+    );
+    println!(
         "one xxh3-64 over the frame  {w:6.2} GB/s = {:5.1} Gbit/s",
         w * 8.0
     );
-    println!("pieces / whole: {:.2}", p / w);
+    println!("pieces / whole: {:.2}, keyed / whole: {:.2}", p / w, k / w);
     let start = Instant::now();
     let mut holes = 0u64;
     while start.elapsed() < RUN_TIME {

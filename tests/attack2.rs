@@ -24,9 +24,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use urmove::protocol::control::{encode, Message};
-use urmove::protocol::frame::{content_terms, FrameHeader};
+use urmove::protocol::frame::{content_terms, FrameHeader, FrameKey};
 use urmove::protocol::handshake::{Key, ServerHandshake};
 use urmove::protocol::manifest::{Entry, EntryKind};
+use urmove::protocol::seal::frame_key;
 use urmove::session::conn::{recv_any, send_msg, Control};
 
 use crate::require;
@@ -145,7 +146,7 @@ fn serve_pull(l: &TcpListener, key: Key, answer: Answer) -> Result<(), String> {
     let mut digests = Vec::new();
     let mut bytes = 0;
     for (i, data) in &answer.contents {
-        let h = FrameHeader::for_payload(*i, 0, data, 0);
+        let h = FrameHeader::for_payload(&frame_key(&keys), *i, 0, data, 0);
         streams[0]
             .write_all(&h.encode())
             .and_then(|()| streams[0].write_all(data))
@@ -427,7 +428,7 @@ fn a_key_holder_cannot_hold_the_daemons_descriptors_with_half_sent_files() {
         };
         for i in sent..upto {
             if data
-                .write_all(&FrameHeader::hole(i as u32, 0).encode())
+                .write_all(&FrameHeader::hole(&frame_key(&keys), i as u32, 0).encode())
                 .is_err()
             {
                 break 'attack; // the daemon ended this session: fine
@@ -694,7 +695,10 @@ fn forge_frames(mut from: TcpStream, mut to: TcpStream, forged: &[u8]) {
         let mut out = head;
         if h.file_index == 0 && h.offset == 0 && payload.len() == forged.len() {
             payload.copy_from_slice(forged);
-            out = FrameHeader::for_payload(0, 0, &payload, h.flags).encode();
+            // The relay has no key: the checksum it recomputes is under a
+            // key it guessed.
+            let guess = FrameKey { k0: 0, k1: 0 };
+            out = FrameHeader::for_payload(&guess, 0, 0, &payload, h.flags).encode();
         }
         if to.write_all(&out).is_err() || to.write_all(&payload).is_err() {
             break;
@@ -703,14 +707,13 @@ fn forge_frames(mut from: TcpStream, mut to: TcpStream, forged: &[u8]) {
     let _ = to.shutdown(Shutdown::Write);
 }
 
-/// Without `--encrypt`, "verified" rests on the whole-file digest, which
-/// anyone can compute and, being a plain sum of per-piece terms, anyone
-/// can collide in about a second (see `forge_same_digest`). A relay on the
-/// path swaps every 4 KiB piece of a file; the daemon commits the forged
-/// bytes and `send` exits 0, "1 of 1 files verified". The default is
-/// advertised as integrity against the path ("a frame altered on the path,
-/// even with its checksum recomputed, is never committed"): the digest the
-/// commit compares must be keyed (by the session's keys) for that to hold.
+/// Without `--encrypt`, the whole-file digest is a plain sum of per-piece
+/// terms anyone can compute and collide in about a second (see
+/// `forge_same_digest`). A relay on the path swaps every 4 KiB piece of a
+/// file for bytes with the same digest. It was committed and counted
+/// verified while frame checksums were unkeyed; a frame's checksum is now
+/// keyed with the session, so the relay cannot make one for its bytes and
+/// the frame is refused.
 #[test]
 fn a_relay_on_the_path_cannot_make_forged_bytes_count_as_verified() {
     let src = tmp();

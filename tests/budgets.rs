@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use urmove::protocol::control::{encode, ErrorCode, Message};
 use urmove::protocol::frame::FrameHeader;
 use urmove::protocol::manifest::{Entry, EntryKind};
+use urmove::protocol::seal::frame_key;
 
 use crate::transfer::Daemon;
 use crate::util::{
@@ -53,7 +54,7 @@ fn a_sender_trickling_a_byte_a_second_is_ended_by_the_minimum_rate() {
         hand_push(d.port, &d.key, vec![file("f", 1 << 20)], 1, 1 << 20).expect("ready");
     let mut data = data_stream(d.port, &keys, 0);
     let payload = noise(1 << 20, 9);
-    let h = FrameHeader::for_payload(0, 0, &payload, 0);
+    let h = FrameHeader::for_payload(&frame_key(&keys), 0, 0, &payload, 0);
     data.write_all(&h.encode()).unwrap();
     // A byte a second: every read of the daemon succeeds, and the session
     // would outlive --timeout forever if any byte were progress.
@@ -182,7 +183,7 @@ fn a_huge_sparse_file_fed_a_block_at_a_time_writes_no_more_journal_than_it_sends
     for i in 0..25u64 {
         let offset = i * 40_000_000 * 4096;
         let block = noise(4096, i);
-        let h = FrameHeader::for_payload(0, offset, &block, 0);
+        let h = FrameHeader::for_payload(&frame_key(&keys), 0, offset, &block, 0);
         data.write_all(&[&h.encode()[..], &block].concat()).unwrap();
         sent += 4096 + 32;
         std::thread::sleep(Duration::from_millis(200));

@@ -20,6 +20,7 @@ use urmove::protocol::handshake::{
     stream_proof, Auth, ClientHandshake, Hello, SessionKeys, VERSION,
 };
 use urmove::protocol::manifest::{Entry, EntryKind};
+use urmove::protocol::seal::frame_key;
 
 use crate::transfer::{assert_same_tree, no_part_files, Daemon};
 use crate::util::{
@@ -443,7 +444,7 @@ fn oversized_lengths_after_authentication_are_refused() {
         let (mut ctl, keys) = hand_push(d.port, &d.key, vec![file_entry("f", 1 << 20)], 1, 65536)
             .expect("the daemon is ready");
         let mut data = data_stream(d.port, &keys, 0);
-        let mut header = FrameHeader::for_payload(0, 0, &block, 0);
+        let mut header = FrameHeader::for_payload(&frame_key(&keys), 0, 0, &block, 0);
         header.length = length;
         data.write_all(&header.encode()).unwrap();
         let (code, message) = sealed_refusal(&mut ctl);
@@ -512,8 +513,8 @@ fn a_data_stream_cannot_join_another_session_and_the_session_completes() {
     let mut second = data_stream(d.port, &keys, 1);
     let (a, b) = content.split_at(65536);
     let (h0, h1) = (
-        FrameHeader::for_payload(0, 0, a, 0),
-        FrameHeader::for_payload(0, 65536, b, 0),
+        FrameHeader::for_payload(&frame_key(&keys), 0, 0, a, 0),
+        FrameHeader::for_payload(&frame_key(&keys), 0, 65536, b, 0),
     );
     first.write_all(&[&h0.encode()[..], a].concat()).unwrap();
     second.write_all(&[&h1.encode()[..], b].concat()).unwrap();
@@ -565,7 +566,7 @@ fn a_file_whose_source_digest_differs_is_rejected_and_never_committed() {
     )
     .expect("the daemon is ready");
     let mut data = data_stream(d.port, &keys, 0);
-    let h = FrameHeader::for_payload(0, 0, &content, 0);
+    let h = FrameHeader::for_payload(&frame_key(&keys), 0, 0, &content, 0);
     data.write_all(&[&h.encode()[..], &content].concat())
         .unwrap();
     data.shutdown(Shutdown::Write).unwrap();
@@ -730,7 +731,7 @@ fn open_attack(kind: Attack, port: u16, key: &Path, n: u64) -> (Conn, ErrorCode,
             let entry = file_entry("f", 1 << 20);
             let (ctl, keys) = hand_push(port, key, vec![entry], 1, 65536).expect("ready");
             let mut data = data_stream(port, &keys, 0);
-            let mut header = FrameHeader::for_payload(0, 0, &[7; 4096], 0);
+            let mut header = FrameHeader::for_payload(&frame_key(&keys), 0, 0, &[7; 4096], 0);
             header.length = u32::MAX;
             data.write_all(&header.encode()).unwrap();
             (

@@ -13,7 +13,10 @@ use urmove::datapath::net::{
     payload, payload_mut, NetReceiver, NetSender, RecvEvent, SendStats, ZeroCopy,
 };
 use urmove::datapath::Error;
-use urmove::protocol::frame::{payload_checksum, FrameError, FrameHeader};
+use urmove::protocol::frame::{payload_checksum, FrameError, FrameHeader, FrameKey};
+
+/// These rings carry no session: frames are checksummed under a fixed key.
+const KEY: FrameKey = FrameKey { k0: 5, k1: 6 };
 
 fn pair(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -46,7 +49,7 @@ fn send_all(socks: Vec<TcpStream>, mode: ZeroCopy) -> SendStats {
         };
         let data = crate::util::noise(len, i as u64);
         payload_mut(&mut lease)[..len].copy_from_slice(&data);
-        let h = FrameHeader::for_payload(i as u32, 0, &data, 0);
+        let h = FrameHeader::for_payload(&KEY, i as u32, 0, &data, 0);
         tx.queue((i % fds.len()) as u32, lease, &h);
         tx.poll(false).unwrap();
     }
@@ -77,7 +80,7 @@ fn receive_all(socks: Vec<TcpStream>) -> Vec<(u32, u32, Vec<u8>)> {
         .unwrap();
         for (stream, header, lease) in frames {
             let p = payload(&lease, &header);
-            header.check_payload(p).expect("checksum");
+            header.check_payload(&KEY, p).expect("checksum");
             got.push((stream, header.file_index, p.to_vec()));
             rx.give_back(lease);
         }
@@ -184,7 +187,7 @@ fn receive_lost(bytes: &[u8]) -> std::io::Error {
 
 #[test]
 fn malformed_streams_are_errors_and_cut_ones_are_lost() {
-    let good = FrameHeader::for_payload(0, 0, b"hello", 0);
+    let good = FrameHeader::for_payload(&KEY, 0, 0, b"hello", 0);
     // Not a frame at all.
     let e = receive_error(b"GET / HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\n\r\n");
     assert!(
@@ -220,5 +223,5 @@ fn malformed_streams_are_errors_and_cut_ones_are_lost() {
     let e = receive_lost(&good.encode()[..10]);
     assert!(e.to_string().contains("middle of a frame"), "{e}");
     // A whole frame arrives intact before the clean end.
-    assert_eq!(payload_checksum(0, 0, b"hello"), good.checksum);
+    assert_eq!(payload_checksum(&KEY, 0, 0, b"hello"), good.checksum);
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use urmove::protocol::control::{ErrorCode, Message, REQ_ENCRYPT};
 use urmove::protocol::frame::{FrameHeader, FLAG_SEALED};
 use urmove::protocol::manifest::{Entry, EntryKind};
-use urmove::protocol::seal::{Direction, FrameSealer};
+use urmove::protocol::seal::{frame_key, Direction, FrameSealer};
 
 use crate::transfer::{assert_same_tree, Daemon};
 use crate::util::{data_stream, hand_push_with, json, noise, sealed_refusal, stderr, urmove};
@@ -115,7 +115,7 @@ fn sealed_frame(
     payload: &[u8],
     flip: usize,
 ) -> Vec<u8> {
-    let mut h = FrameHeader::for_payload(0, 0, payload, 0);
+    let mut h = FrameHeader::for_payload(&frame_key(keys), 0, 0, payload, 0);
     h.flags |= FLAG_SEALED;
     h.checksum = 0;
     let wire = h.encode();
@@ -134,9 +134,9 @@ fn forged_altered_and_unsealed_frames_are_refused() {
     let mut d = Daemon::start();
     let payload = noise(8192, 3);
     // An unsealed frame in an encrypted session.
-    let (code, msg) = refused(&d, REQ_ENCRYPT, |_| {
+    let (code, msg) = refused(&d, REQ_ENCRYPT, |keys| {
         [
-            FrameHeader::for_payload(0, 0, &payload, 0)
+            FrameHeader::for_payload(&frame_key(keys), 0, 0, &payload, 0)
                 .encode()
                 .to_vec(),
             payload.clone(),

@@ -779,16 +779,9 @@ fn bench_net_moves_memory_to_memory_and_the_receiver_counts_it() {
     assert_eq!(std::fs::read_dir(d.root.path()).unwrap().count(), 0);
 }
 
-/// An authenticated push session driven by hand, to send crafted frames.
-fn hand_session(
-    d: &Daemon,
-    entries: Vec<urmove::protocol::manifest::Entry>,
-) -> (crate::util::Control, TcpStream) {
-    hand_session_with(d, entries, 1, 65536).expect("the daemon is ready")
-}
-
-/// Like `hand_session` with a chosen stream count and block size; `Err`
-/// carries the daemon's reply when it is not `Ready`.
+/// An authenticated push session driven by hand with a chosen stream
+/// count and block size, to send crafted frames; `Err` carries the
+/// daemon's reply when it is not `Ready`.
 fn hand_session_with(
     d: &Daemon,
     entries: Vec<urmove::protocol::manifest::Entry>,
@@ -802,8 +795,9 @@ fn hand_session_with(
 #[test]
 fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
     use urmove::protocol::control::{ErrorCode, Message};
-    use urmove::protocol::frame::FrameHeader;
+    use urmove::protocol::frame::{FrameHeader, FrameKey};
     use urmove::protocol::manifest::{Entry, EntryKind};
+    use urmove::protocol::seal::frame_key;
     let mut d = Daemon::start();
     let entry = Entry {
         path: "f".into(),
@@ -815,40 +809,64 @@ fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
         link: None,
     };
     let block = crate::util::noise(65536, 1);
-    let good = FrameHeader::for_payload(0, 0, &block, 0);
-    let mut bad_sum = good;
-    bad_sum.checksum ^= 1;
-    let mut oversized = good;
-    oversized.length = 1 << 30;
-    let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("short", good.encode()[..20].to_vec()),
-        ("oversized", oversized.encode().to_vec()),
+    // Each case is made under its session's frame key.
+    type Case<'a> = (&'a str, Box<dyn Fn(&FrameKey) -> Vec<u8> + 'a>);
+    let framed = |h: FrameHeader| [h.encode().to_vec(), block.clone()].concat();
+    let cases: Vec<Case> = vec![
+        (
+            "short",
+            Box::new(|k| FrameHeader::for_payload(k, 0, 0, &block, 0).encode()[..20].to_vec()),
+        ),
+        (
+            "oversized",
+            Box::new(|k| {
+                let mut h = FrameHeader::for_payload(k, 0, 0, &block, 0);
+                h.length = 1 << 30;
+                h.encode().to_vec()
+            }),
+        ),
         (
             "unknown file index",
-            [
-                FrameHeader::for_payload(7, 0, &block, 0).encode().to_vec(),
-                block.clone(),
-            ]
-            .concat(),
+            Box::new(|k| framed(FrameHeader::for_payload(k, 7, 0, &block, 0))),
         ),
         (
             "offset past the end",
-            [
-                FrameHeader::for_payload(0, 98_304, &block, 0)
-                    .encode()
-                    .to_vec(),
-                block.clone(),
-            ]
-            .concat(),
+            Box::new(|k| framed(FrameHeader::for_payload(k, 0, 98_304, &block, 0))),
         ),
         (
             "bad checksum",
-            [bad_sum.encode().to_vec(), block.clone()].concat(),
+            Box::new(|k| {
+                let mut h = FrameHeader::for_payload(k, 0, 0, &block, 0);
+                h.checksum ^= 1;
+                framed(h)
+            }),
+        ),
+        (
+            "another session's checksum",
+            Box::new(|_| {
+                framed(FrameHeader::for_payload(
+                    &FrameKey { k0: 3, k1: 4 },
+                    0,
+                    0,
+                    &block,
+                    0,
+                ))
+            }),
+        ),
+        (
+            "a data frame passed off as a hole",
+            Box::new(|_| {
+                FrameHeader::hole(&FrameKey { k0: 3, k1: 4 }, 0, 0)
+                    .encode()
+                    .to_vec()
+            }),
         ),
     ];
-    for (what, bytes) in cases {
-        let (mut ctl, mut data) = hand_session(&d, vec![entry.clone()]);
-        data.write_all(&bytes).unwrap();
+    for (what, make) in cases {
+        let (mut ctl, keys) = crate::util::hand_push(d.port, &d.key, vec![entry.clone()], 1, 65536)
+            .expect("the daemon is ready");
+        let mut data = crate::util::data_stream(d.port, &keys, 0);
+        data.write_all(&make(&frame_key(&keys))).unwrap();
         drop(data);
         let reply = crate::util::sealed_replies(&mut ctl);
         let mut got = None;

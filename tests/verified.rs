@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use urmove::protocol::frame::{FrameHeader, FRAME_HEADER_LEN};
+use urmove::protocol::frame::{FrameHeader, FrameKey, FRAME_HEADER_LEN};
 
 use crate::transfer::{assert_same_tree, no_part_files, Daemon};
 use crate::util::{json, noise, output_within, stderr, stdout, urmove};
@@ -438,7 +438,10 @@ fn copy_altering(mut from: TcpStream, mut to: TcpStream, len: u32, struck: &Atom
         let mut out = head;
         if h.length == len && !h.is_hole() && !struck.swap(true, Ordering::Relaxed) {
             payload[len as usize / 2] ^= 0x5A;
-            out = FrameHeader::for_payload(h.file_index, h.offset, &payload, h.flags).encode();
+            // No key on the path: a checksum under a guessed one.
+            let guess = FrameKey { k0: 1, k1: 1 };
+            out = FrameHeader::for_payload(&guess, h.file_index, h.offset, &payload, h.flags)
+                .encode();
         }
         if to.write_all(&out).is_err() || to.write_all(&payload).is_err() {
             break;

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use crate::coord::StreamBytes;
 use crate::protocol::frame::{
-    payload_checksum, FrameError, FrameHeader, FLAG_HOLE, FLAG_SEALED, FLAG_UNCHECKED,
-    FRAME_HEADER_LEN,
+    hole_checksum, payload_checksum, FrameError, FrameHeader, FrameKey, FLAG_HOLE, FLAG_SEALED,
+    FLAG_UNCHECKED, FRAME_HEADER_LEN,
 };
 use crate::protocol::handshake::SessionKeys;
 use crate::protocol::seal::{self, FrameOpener, FrameSealer, TAG_LEN};
@@ -747,7 +747,7 @@ pub struct NetReceiver {
     /// Bytes each stream delivered.
     received: Vec<u64>,
     /// Per stream, when the session seals its frames.
-    openers: Option<Vec<FrameOpener>>,
+    openers: Option<(Vec<FrameOpener>, FrameKey)>,
     fds: Vec<RawFd>,
     /// TCP bytes each stream received, as `tcp_bytes_received` last saw.
     tcp_seen: Vec<u64>,
@@ -841,11 +841,10 @@ impl NetReceiver {
     /// frames are opened (and their checksums computed) before the caller
     /// sees them.
     pub fn open_with(&mut self, keys: &SessionKeys, direction: seal::Direction) {
-        self.openers = Some(
-            (0..self.streams.len())
-                .map(|i| FrameOpener::new(keys, direction, i as u16))
-                .collect(),
-        );
+        let openers = (0..self.streams.len())
+            .map(|i| FrameOpener::new(keys, direction, i as u16))
+            .collect();
+        self.openers = Some((openers, seal::frame_key(keys)));
     }
 
     /// Bytes each stream has delivered so far.
@@ -1046,7 +1045,7 @@ impl NetReceiver {
         mut header: FrameHeader,
         lease: &mut Lease,
     ) -> Result<FrameHeader, FrameError> {
-        let Some(openers) = &mut self.openers else {
+        let Some((openers, key)) = &mut self.openers else {
             return Ok(header);
         };
         let plen = header.length as usize;
@@ -1062,8 +1061,11 @@ impl NetReceiver {
             .map_err(|_| FrameError::Sealing {
                 why: "authentication failed (tampered, replayed, reordered or another key)",
             })?;
-        if header.flags & (FLAG_HOLE | FLAG_UNCHECKED) == 0 {
+        if header.flags & FLAG_HOLE != 0 {
+            header.checksum = hole_checksum(key, header.file_index, header.offset);
+        } else if header.flags & FLAG_UNCHECKED == 0 {
             header.checksum = payload_checksum(
+                key,
                 header.file_index,
                 header.offset,
                 &buf[HEADROOM..HEADROOM + plen],

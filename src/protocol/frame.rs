@@ -7,12 +7,19 @@
 //! A file's digest is the sum of one term per 4 KiB piece of its content
 //! (xxh3-64 of the piece, mixed with its offset): the same whatever the
 //! block size, the file's index in a manifest or the frames it travelled
-//! in, and cheap for holes (a zero piece hashes to a constant). A frame
-//! carries the terms of its payload bound to the file index, offset and
-//! length, so a payload delivered to the wrong file or offset fails its
-//! checksum like a corrupted one. Every field is checked against limits and
-//! the manifest before the payload is read or written anywhere.
+//! in, and cheap for holes (a zero piece hashes to a constant).
+//!
+//! A frame's checksum is keyed with the session ([`FrameKey`]): the sum,
+//! over its pieces, of SipHash-2-4 of each piece's xxh3 and offset, bound
+//! to the file index, offset and length. A payload delivered to the wrong
+//! file or offset fails it like a corrupted one, and nobody on the path
+//! without the session's key can compute it for bytes they altered (nor
+//! mix pieces to forge a digest), short of finding second preimages of
+//! xxh3 for each piece: against that, `--encrypt` seals every frame. Every
+//! field is checked against limits and the manifest before the payload is
+//! read or written anywhere.
 
+use siphasher::sip::SipHasher24;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const FRAME_HEADER_LEN: usize = 32;
@@ -145,6 +152,51 @@ pub fn content_terms(offset: u64, data: &[u8]) -> u64 {
         .fold(0, u64::wrapping_add)
 }
 
+/// The key a session's frame checksums are made with (derived from the
+/// session key: see `seal::frame_key`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FrameKey {
+    pub k0: u64,
+    pub k1: u64,
+}
+
+impl std::fmt::Debug for FrameKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameKey(..)")
+    }
+}
+
+/// The keyed term of a piece whose xxh3-64 is `hash`, at `offset`.
+fn keyed_term(sip: &SipHasher24, hash: u64, offset: u64) -> u64 {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&hash.to_le_bytes());
+    b[8..].copy_from_slice(&offset.to_le_bytes());
+    sip.hash(&b)
+}
+
+/// Both sums of `data` at `offset`, from one pass over its pieces: its
+/// digest terms, and the keyed terms its frame checksum is made of.
+pub fn frame_terms(key: &FrameKey, offset: u64, data: &[u8]) -> (u64, u64) {
+    let sip = SipHasher24::new_with_keys(key.k0, key.k1);
+    let (mut terms, mut keyed) = (0u64, 0u64);
+    for (k, piece) in data.chunks(PIECE).enumerate() {
+        let (h, at) = (xxh3_64(piece), offset + (k * PIECE) as u64);
+        terms = terms.wrapping_add(piece_term(h, at));
+        keyed = keyed.wrapping_add(keyed_term(&sip, h, at));
+    }
+    (terms, keyed)
+}
+
+/// What a hole stands for in its checksum, where a frame's keyed terms go
+/// (no sum of SipHash outputs is known to hit it more than any value).
+const HOLE_TERMS: u64 = u64::MAX;
+
+/// The keyed checksum of a hole (a header-only frame) of file
+/// `file_index` at `offset`: a relay cannot turn a data frame into one.
+pub fn hole_checksum(key: &FrameKey, file_index: u32, offset: u64) -> u64 {
+    frame_checksum(key, file_index, offset, 0, HOLE_TERMS)
+}
+
 /// The digest terms of `len` zero bytes at `offset` (a hole), without
 /// hashing them: the terms of `content_terms` over zeros.
 pub fn zero_terms(offset: u64, len: u64) -> u64 {
@@ -164,28 +216,28 @@ pub fn zero_terms(offset: u64, len: u64) -> u64 {
     sum
 }
 
-/// The checksum a frame header carries: the content terms of its payload
-/// bound to the file, offset and length it is for.
-pub fn frame_checksum(file_index: u32, offset: u64, length: u32, terms: u64) -> u64 {
-    let at = xxh3_64(
-        &[
-            file_index.to_le_bytes().as_slice(),
-            &offset.to_le_bytes(),
-            &length.to_le_bytes(),
-        ]
-        .concat(),
-    );
-    fmix64(terms ^ at)
+/// The checksum a frame header carries: the keyed terms of its payload
+/// bound, under the key again, to the file, offset and length it is for
+/// (so even a frame with no pieces has a checksum only the key makes).
+pub fn frame_checksum(
+    key: &FrameKey,
+    file_index: u32,
+    offset: u64,
+    length: u32,
+    keyed: u64,
+) -> u64 {
+    let mut b = [0u8; 24];
+    b[..8].copy_from_slice(&keyed.to_le_bytes());
+    b[8..12].copy_from_slice(&file_index.to_le_bytes());
+    b[12..20].copy_from_slice(&offset.to_le_bytes());
+    b[20..].copy_from_slice(&length.to_le_bytes());
+    SipHasher24::new_with_keys(key.k0, key.k1).hash(&b)
 }
 
-/// The checksum of a payload at `offset` of file `file_index`.
-pub fn payload_checksum(file_index: u32, offset: u64, payload: &[u8]) -> u64 {
-    frame_checksum(
-        file_index,
-        offset,
-        payload.len() as u32,
-        content_terms(offset, payload),
-    )
+/// The checksum of a payload at `offset` of file `file_index` under `key`.
+pub fn payload_checksum(key: &FrameKey, file_index: u32, offset: u64, payload: &[u8]) -> u64 {
+    let (_, keyed) = frame_terms(key, offset, payload);
+    frame_checksum(key, file_index, offset, payload.len() as u32, keyed)
 }
 
 /// Fold the terms of some blocks into a whole-file digest. The fold is a
@@ -197,29 +249,47 @@ pub fn digest_add(digest: u64, terms: u64) -> u64 {
 
 impl FrameHeader {
     /// A header for a hole block at `offset` of file `file_index`.
-    pub fn hole(file_index: u32, offset: u64) -> Self {
+    pub fn hole(key: &FrameKey, file_index: u32, offset: u64) -> Self {
         FrameHeader {
             flags: FLAG_HOLE,
             file_index,
             length: 0,
             offset,
-            checksum: 0,
+            checksum: hole_checksum(key, file_index, offset),
         }
+    }
+
+    /// Check a hole's header against its keyed checksum.
+    pub fn check_hole(&self, key: &FrameKey) -> Result<(), FrameError> {
+        if self.length != 0 || self.checksum != hole_checksum(key, self.file_index, self.offset) {
+            return Err(FrameError::BadChecksum {
+                file_index: self.file_index,
+                offset: self.offset,
+            });
+        }
+        Ok(())
     }
 
     pub fn is_hole(&self) -> bool {
         self.flags & FLAG_HOLE != 0
     }
 
-    /// A header for `payload` at `offset` of file `file_index`.
-    pub fn for_payload(file_index: u32, offset: u64, payload: &[u8], flags: u16) -> Self {
+    /// A header for `payload` at `offset` of file `file_index`, its
+    /// checksum made with `key`.
+    pub fn for_payload(
+        key: &FrameKey,
+        file_index: u32,
+        offset: u64,
+        payload: &[u8],
+        flags: u16,
+    ) -> Self {
         assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);
         FrameHeader {
             flags,
             file_index,
             length: payload.len() as u32,
             offset,
-            checksum: payload_checksum(file_index, offset, payload),
+            checksum: payload_checksum(key, file_index, offset, payload),
         }
     }
 
@@ -286,12 +356,14 @@ impl FrameHeader {
         Ok(())
     }
 
-    /// Check the received payload against the header's checksum; returns
-    /// the payload's digest terms (what it adds to its file's digest).
-    pub fn check_payload(&self, payload: &[u8]) -> Result<u64, FrameError> {
-        let terms = content_terms(self.offset, payload);
+    /// Check the received payload against the header's checksum made with
+    /// `key`; returns the payload's digest terms (what it adds to its
+    /// file's digest).
+    pub fn check_payload(&self, key: &FrameKey, payload: &[u8]) -> Result<u64, FrameError> {
+        let (terms, keyed) = frame_terms(key, self.offset, payload);
         if payload.len() != self.length as usize
-            || frame_checksum(self.file_index, self.offset, self.length, terms) != self.checksum
+            || frame_checksum(key, self.file_index, self.offset, self.length, keyed)
+                != self.checksum
         {
             return Err(FrameError::BadChecksum {
                 file_index: self.file_index,
@@ -306,8 +378,10 @@ impl FrameHeader {
 mod tests {
     use super::*;
 
+    const KEY: FrameKey = FrameKey { k0: 7, k1: 11 };
+
     fn frame(file: u32, offset: u64, payload: &[u8]) -> [u8; FRAME_HEADER_LEN] {
-        FrameHeader::for_payload(file, offset, payload, 0).encode()
+        FrameHeader::for_payload(&KEY, file, offset, payload, 0).encode()
     }
 
     #[test]
@@ -316,7 +390,7 @@ mod tests {
         let h = FrameHeader::decode(&frame(2, 8192, &payload)).unwrap();
         assert_eq!((h.file_index, h.offset, h.length), (2, 8192, 4096));
         assert!(h.check_against(&[0, 0, 12288]).is_ok());
-        assert!(h.check_payload(&payload).is_ok());
+        assert!(h.check_payload(&KEY, &payload).is_ok());
     }
 
     #[test]
@@ -368,13 +442,13 @@ mod tests {
         let mut p = payload.clone();
         p[100] ^= 1;
         assert!(matches!(
-            h.check_payload(&p),
+            h.check_payload(&KEY, &p),
             Err(FrameError::BadChecksum { .. })
         ));
         let moved = FrameHeader { offset: 4096, ..h };
-        assert!(moved.check_payload(&payload).is_err());
+        assert!(moved.check_payload(&KEY, &payload).is_err());
         let other_file = FrameHeader { file_index: 2, ..h };
-        assert!(other_file.check_payload(&payload).is_err());
+        assert!(other_file.check_payload(&KEY, &payload).is_err());
     }
 
     #[test]
@@ -394,11 +468,11 @@ mod tests {
             assert_eq!(zero_terms(8192, len as u64), content_terms(8192, &zeros));
         }
         // The frame checksum binds the file index; the terms do not.
-        let h1 = FrameHeader::for_payload(1, 0, &data, 0);
-        let h2 = FrameHeader::for_payload(2, 0, &data, 0);
+        let h1 = FrameHeader::for_payload(&KEY, 1, 0, &data, 0);
+        let h2 = FrameHeader::for_payload(&KEY, 2, 0, &data, 0);
         assert_ne!(h1.checksum, h2.checksum);
-        assert_eq!(h1.check_payload(&data), Ok(whole));
-        assert_eq!(h2.check_payload(&data), Ok(whole));
+        assert_eq!(h1.check_payload(&KEY, &data), Ok(whole));
+        assert_eq!(h2.check_payload(&KEY, &data), Ok(whole));
         // Swapping two pieces changes the digest.
         let mut swapped = data.clone();
         let (a, b) = swapped.split_at_mut(PIECE);
@@ -408,12 +482,47 @@ mod tests {
 
     #[test]
     fn digest_is_order_independent() {
-        let a = payload_checksum(0, 0, b"aaaa");
-        let b = payload_checksum(0, 4, b"bbbb");
+        let a = content_terms(0, b"aaaa");
+        let b = content_terms(4, b"bbbb");
         assert_eq!(
             digest_add(digest_add(0, a), b),
             digest_add(digest_add(0, b), a)
         );
         assert_ne!(digest_add(0, a), digest_add(0, b));
+    }
+
+    #[test]
+    fn checksums_need_the_session_key() {
+        let data: Vec<u8> = (0..3 * PIECE).map(|i| (i * 13 % 251) as u8).collect();
+        let other = FrameKey { k0: 7, k1: 12 };
+        let h = FrameHeader::for_payload(&KEY, 0, 0, &data, 0);
+        assert!(h.check_payload(&KEY, &data).is_ok());
+        assert!(h.check_payload(&other, &data).is_err());
+        // The keyed sum is not the digest terms: knowing what a piece adds
+        // to a digest does not tell what it adds to a checksum.
+        let (terms, keyed) = frame_terms(&KEY, 0, &data);
+        assert_eq!(terms, content_terms(0, &data));
+        assert_ne!(keyed, terms);
+        // Swapping pieces (same multiset of piece hashes, other offsets) or
+        // turning the frame into a hole fails the check.
+        let mut swapped = data.clone();
+        let (a, b) = swapped.split_at_mut(PIECE);
+        a.swap_with_slice(&mut b[..PIECE]);
+        assert!(h.check_payload(&KEY, &swapped).is_err());
+        let as_hole = FrameHeader {
+            flags: FLAG_HOLE,
+            length: 0,
+            ..h
+        };
+        assert!(as_hole.check_hole(&KEY).is_err());
+        let hole = FrameHeader::hole(&KEY, 0, 0);
+        assert_eq!(hole.check_hole(&KEY), Ok(()));
+        assert!(hole.check_hole(&other).is_err());
+        assert!(FrameHeader {
+            offset: 4096,
+            ..hole
+        }
+        .check_hole(&KEY)
+        .is_err());
     }
 }

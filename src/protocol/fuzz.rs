@@ -13,8 +13,8 @@ use sha2::Sha256;
 
 use super::control::{self, Message};
 use super::frame::{
-    content_terms, digest_add, payload_checksum, FrameError, FrameHeader, FLAG_END, FLAG_HOLE,
-    FLAG_SEALED, FLAG_UNCHECKED, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
+    content_terms, digest_add, payload_checksum, FrameError, FrameHeader, FrameKey, FLAG_END,
+    FLAG_HOLE, FLAG_SEALED, FLAG_UNCHECKED, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
 };
 use super::handshake::{
     check_stream_proof, format_key, parse_key, stream_proof, Auth, AuthError, Challenge,
@@ -28,6 +28,14 @@ use super::manifest::{
 use super::wire::{Reader, Writer};
 
 // ---------------------------------------------------------------- frames --
+
+/// The frame checksum key every frame input is checked under, and another
+/// session's.
+const FUZZ_KEY: FrameKey = FrameKey {
+    k0: 0x0123_4567_89ab_cdef,
+    k1: 0xfedc_ba98_7654_3210,
+};
+const OTHER_FRAME_KEY: FrameKey = FrameKey { k0: 1, k1: 2 };
 
 /// Most file sizes a frame input carries after its header.
 const FRAME_SIZES_MAX: usize = 4;
@@ -109,8 +117,8 @@ pub fn frame(data: &[u8]) {
     }
 
     let intact = payload.len() == h.length as usize
-        && payload_checksum(h.file_index, h.offset, payload) == h.checksum;
-    match h.check_payload(payload) {
+        && payload_checksum(&FUZZ_KEY, h.file_index, h.offset, payload) == h.checksum;
+    match h.check_payload(&FUZZ_KEY, payload) {
         Ok(terms) => {
             assert!(intact);
             assert_eq!(terms, content_terms(h.offset, payload));
@@ -125,22 +133,26 @@ pub fn frame(data: &[u8]) {
     // What an honest sender writes for this payload passes every check.
     if payload.len() <= FRAME_PAYLOAD_MAX as usize {
         let file_index = h.file_index % FRAME_SIZES_MAX as u32;
-        let honest = FrameHeader::for_payload(file_index, h.offset, payload, h.flags);
+        let honest = FrameHeader::for_payload(&FUZZ_KEY, file_index, h.offset, payload, h.flags);
         assert_eq!(FrameHeader::decode(&honest.encode()), Ok(honest));
         assert_eq!(
-            honest.check_payload(payload),
+            honest.check_payload(&FUZZ_KEY, payload),
             Ok(content_terms(h.offset, payload))
         );
+        // Under another session's key the same header is refused.
+        assert!(honest.check_payload(&OTHER_FRAME_KEY, payload).is_err());
         if let Some(end) = h.offset.checked_add(payload.len() as u64) {
             assert_eq!(honest.check_against(&[end; FRAME_SIZES_MAX]), Ok(()));
         }
     }
-    let hole = FrameHeader::hole(h.file_index, h.offset);
+    let hole = FrameHeader::hole(&FUZZ_KEY, h.file_index, h.offset);
     assert!(hole.is_hole());
     assert_eq!(FrameHeader::decode(&hole.encode()), Ok(hole));
+    assert_eq!(hole.check_hole(&FUZZ_KEY), Ok(()));
+    assert!(hole.check_hole(&OTHER_FRAME_KEY).is_err());
 
     // Blocks fold into a file digest in any order.
-    let block = payload_checksum(h.file_index, h.offset, payload);
+    let block = payload_checksum(&FUZZ_KEY, h.file_index, h.offset, payload);
     assert_eq!(
         digest_add(digest_add(0, h.checksum), block),
         digest_add(digest_add(0, block), h.checksum)
@@ -801,13 +813,17 @@ mod tests {
             (
                 "frame",
                 "file",
-                frame_seed(FrameHeader::for_payload(0, 0, text, 0), &[12], text),
+                frame_seed(
+                    FrameHeader::for_payload(&FUZZ_KEY, 0, 0, text, 0),
+                    &[12],
+                    text,
+                ),
             ),
             (
                 "frame",
                 "end",
                 frame_seed(
-                    FrameHeader::for_payload(1, 4096, &block, FLAG_END),
+                    FrameHeader::for_payload(&FUZZ_KEY, 1, 4096, &block, FLAG_END),
                     &[8192, 4160],
                     &block,
                 ),
@@ -815,14 +831,14 @@ mod tests {
             (
                 "frame",
                 "hole",
-                frame_seed(FrameHeader::hole(2, 8192), &[0, 0, 16384], &[]),
+                frame_seed(FrameHeader::hole(&FUZZ_KEY, 2, 8192), &[0, 0, 16384], &[]),
             ),
             ("frame", "unchecked", frame_seed(unchecked, &[16], &[7; 16])),
             (
                 "frame",
                 "past-end",
                 frame_seed(
-                    FrameHeader::for_payload(0, u64::MAX - 3, b"abcdefgh", 0),
+                    FrameHeader::for_payload(&FUZZ_KEY, 0, u64::MAX - 3, b"abcdefgh", 0),
                     &[u64::MAX],
                     b"abcdefgh",
                 ),

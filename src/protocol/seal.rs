@@ -111,6 +111,32 @@ impl std::fmt::Display for SealError {
 
 impl std::error::Error for SealError {}
 
+/// Names the frame checksums' key, apart from every other key.
+const CHECKSUM_LABEL: &[u8] = b"urmove-frame-checksum";
+
+/// The key of a session's frame checksums (both directions, every stream:
+/// a checksum binds its file and offset, and is never valid in another
+/// session).
+pub fn frame_key(keys: &SessionKeys) -> super::frame::FrameKey {
+    struct Len16;
+    impl hkdf::KeyType for Len16 {
+        fn len(&self) -> usize {
+            16
+        }
+    }
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &keys.session_id).extract(&keys.session_key);
+    let version = KDF_VERSION.to_be_bytes();
+    let info: [&[u8]; 2] = [CHECKSUM_LABEL, &version];
+    let mut okm = [0u8; 16];
+    prk.expand(&info, Len16)
+        .and_then(|o| o.fill(&mut okm))
+        .expect("16 bytes are within HKDF-SHA256's output limit");
+    super::frame::FrameKey {
+        k0: u64::from_le_bytes(okm[..8].try_into().expect("8 bytes")),
+        k1: u64::from_le_bytes(okm[8..].try_into().expect("8 bytes")),
+    }
+}
+
 /// The AES-256-GCM key of one stream in one direction of one session.
 fn stream_key(keys: &SessionKeys, direction: Direction, stream: u16) -> LessSafeKey {
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &keys.session_id).extract(&keys.session_key);
@@ -195,42 +221,6 @@ impl FrameSealer {
     }
 }
 
-impl FrameSealer {
-    /// Authenticate a frame sent in clear: the tag (GMAC) of its payload
-    /// and `header` under the stream's next frame index, without
-    /// encrypting anything the wire carries. The receiver checks it with
-    /// [`FrameOpener::check`].
-    pub fn tag(
-        &mut self,
-        header: &[u8; FRAME_HEADER_LEN],
-        payload: &[u8],
-    ) -> Result<[u8; TAG_LEN], SealError> {
-        assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);
-        let frame_index = self.counter.take().ok_or(SealError::Exhausted {
-            direction: self.direction,
-            stream: self.stream,
-        })?;
-        Ok(clear_tag(&self.key, frame_index, header, payload))
-    }
-}
-
-/// GMAC of `payload` (as associated data) and `header` (encrypted into a
-/// copy that is never sent, so both sides compute the same tag).
-fn clear_tag(
-    key: &LessSafeKey,
-    frame_index: u64,
-    header: &[u8; FRAME_HEADER_LEN],
-    payload: &[u8],
-) -> [u8; TAG_LEN] {
-    let mut copy = *header;
-    let tag = key
-        .seal_in_place_separate_tag(nonce(frame_index), aead::Aad::from(payload), &mut copy)
-        .expect("a frame payload is within AES-GCM's message limit");
-    tag.as_ref()
-        .try_into()
-        .expect("AES-GCM tags are TAG_LEN bytes")
-}
-
 impl std::fmt::Debug for FrameSealer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the key.
@@ -265,42 +255,6 @@ impl FrameOpener {
             counter: FrameCounter { next },
             broken: false,
         }
-    }
-
-    /// Check a frame sent in clear against its tag from
-    /// [`FrameSealer::tag`], as the stream's next frame (compared in
-    /// constant time). A stream that failed once is not trusted again.
-    pub fn check(
-        &mut self,
-        header: &[u8; FRAME_HEADER_LEN],
-        payload: &[u8],
-        tag: &[u8; TAG_LEN],
-    ) -> Result<(), SealError> {
-        assert!(payload.len() <= FRAME_PAYLOAD_MAX as usize);
-        if self.broken {
-            return Err(SealError::Broken {
-                direction: self.direction,
-                stream: self.stream,
-            });
-        }
-        let Some(frame_index) = self.counter.take() else {
-            self.broken = true;
-            return Err(SealError::Exhausted {
-                direction: self.direction,
-                stream: self.stream,
-            });
-        };
-        let want = clear_tag(&self.key, frame_index, header, payload);
-        let differ = want.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b));
-        if differ != 0 {
-            self.broken = true;
-            return Err(SealError::Unauthentic {
-                direction: self.direction,
-                stream: self.stream,
-                frame_index,
-            });
-        }
-        Ok(())
     }
 
     /// Check and decrypt `payload` in place as the stream's next frame.

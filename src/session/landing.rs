@@ -18,7 +18,7 @@ use crate::datapath::beneath::Root;
 use crate::datapath::net::{payload, NetReceiver, RecvEvent, HEADROOM};
 use crate::datapath::{DirectMode, Lease};
 use crate::protocol::control::ErrorCode;
-use crate::protocol::frame::{zero_terms, FrameHeader, FRAME_HEADER_LEN};
+use crate::protocol::frame::{zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN};
 
 use super::commit::{self, FinalJob, JournalJob, Outcome};
 use super::journal::Journal;
@@ -122,14 +122,15 @@ impl Incoming {
     /// to `out`. A stream that breaks is noted and the others go on (the
     /// sender re-sends what it carried); a sender below the minimum rate
     /// for `pace.timeout` ends the session.
-    /// `rx` comes from [`prepare_receiver`], started here on `streams`.
+    /// `rx` comes from [`prepare_receiver`], started here on `streams`;
+    /// frames are checked under `key` and opened with `open` if sealed.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
         mut rx: NetReceiver,
         pace: Pace,
-        open: &super::send::Sealing,
+        (key, open): (&FrameKey, &super::send::Sealing),
         peer: &Peer,
         out: &mut dyn Landing,
     ) -> Result<(), SessionError> {
@@ -164,6 +165,7 @@ impl Incoming {
                 direct: *direct,
                 rules,
                 block: *block,
+                key: *key,
                 remaining: files
                     .iter()
                     .flatten()
@@ -256,6 +258,8 @@ struct Sink<'s> {
     direct: DirectMode,
     rules: &'s Rules,
     block: u64,
+    /// The session's frame checksum key.
+    key: FrameKey,
     files: &'s mut Vec<Option<RecvFile>>,
     rx: NetReceiver,
     jobs: mpsc::Sender<Job>,
@@ -376,7 +380,7 @@ impl Sink<'_> {
     /// already). Returns the file when a block of it is now written.
     fn frame(&mut self, header: &FrameHeader, lease: Lease) -> Result<Option<usize>, SessionError> {
         let index = header.file_index as usize;
-        let accepted = accept_frame(self.files, self.block, header, &lease)
+        let accepted = accept_frame(self.files, (self.block, &self.key), header, &lease)
             .and_then(|a| self.ensure_open(index, &a).map(|()| a));
         match accepted {
             Err(e) => {
@@ -866,7 +870,7 @@ enum Accepted {
 /// checksum) and account it; the write itself is the caller's.
 fn accept_frame(
     files: &mut [Option<RecvFile>],
-    block: u64,
+    (block, key): (u64, &FrameKey),
     header: &FrameHeader,
     lease: &Lease,
 ) -> Result<Accepted, SessionError> {
@@ -905,10 +909,13 @@ fn accept_frame(
     let block_no = header.offset / block;
     let (word, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
     let terms = if hole {
+        header
+            .check_hole(key)
+            .map_err(|e| malformed(e.to_string()))?;
         zero_terms(header.offset, expected)
     } else {
         header
-            .check_payload(payload(lease, header))
+            .check_payload(key, payload(lease, header))
             .map_err(|e| malformed(e.to_string()))?
     };
     if f.seen[word] & bit != 0 || f.state != FileState::Receiving {

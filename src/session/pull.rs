@@ -123,6 +123,7 @@ pub fn run_pull(
     let at_start = incoming.take_done_at_start().len() as u64;
     let files_done = Arc::new(AtomicU64::new(complete_before + at_start));
     obs.files(Arc::clone(&files_done), files);
+    let key = crate::protocol::seal::frame_key(&keys);
     let open = cfg
         .encrypt
         .then_some((keys, crate::protocol::seal::Direction::ServerToClient));
@@ -142,7 +143,7 @@ pub fn run_pull(
             rejected: Vec::new(),
         };
         let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
-        let r = incoming.receive(&streams, engine, pace, &open, &peer, &mut out);
+        let r = incoming.receive(&streams, engine, pace, (&key, &open), &peer, &mut out);
         landed = (out.committed, out.rejected);
         r
     });

@@ -28,7 +28,7 @@ use super::landing::Pace;
 use super::receive::{join, recv_manifest, Incoming, LinkPolicy, Resume, Rules};
 use super::source::{recv_verdict, Held};
 use super::SessionError;
-use crate::protocol::seal::Direction as SealDirection;
+use crate::protocol::seal::{frame_key, Direction as SealDirection};
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]
@@ -1246,7 +1246,14 @@ fn push_session(
     let (reader, peer) = super::conn::spawn_peer_reader(s)?;
     let pool = super::landing::prepare_receiver(streams.len(), buffers, req.block_size as usize)?;
     let received = incoming
-        .receive(&streams, pool, pace, &open, &peer, &mut out)
+        .receive(
+            &streams,
+            pool,
+            pace,
+            (&frame_key(keys), &open),
+            &peer,
+            &mut out,
+        )
         .and_then(|()| incoming.finish());
     let summary = received.as_ref().map(|(files, bytes)| Message::Summary {
         files: *files,
@@ -1474,6 +1481,7 @@ fn daemon_push_params(
         seal: req
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ServerToClient)),
+        key: frame_key(keys),
     }
 }
 
@@ -1621,7 +1629,8 @@ fn bench_session(
             req.block_size as usize,
             0,
         )?;
-        discard_frames(&streams, rx, &open, &mut |b| progress.add(b))?
+        let key = frame_key(keys);
+        discard_frames(&streams, rx, (&key, &open), &mut |b| progress.add(b))?
     };
     send_msg(
         s,

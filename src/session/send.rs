@@ -16,7 +16,7 @@ use crate::protocol::control::{
     Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX, REQ_CHECKSUM,
     REQ_ENCRYPT, REQ_RESUME,
 };
-use crate::protocol::frame::{FrameHeader, FLAG_UNCHECKED};
+use crate::protocol::frame::{FrameHeader, FrameKey, FLAG_UNCHECKED};
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
 use crate::protocol::seal::Direction as SealDirection;
 
@@ -479,7 +479,7 @@ pub fn run_send(
         }
         Ok(())
     })?;
-    params.seal = cfg.encrypt.then_some((keys, SealDirection::ClientToServer));
+    params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
     if cfg.resume || cfg.checksum {
@@ -614,7 +614,7 @@ pub fn run_bench_net(
         path: String::new(),
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
-    params.seal = cfg.encrypt.then_some((keys, SealDirection::ClientToServer));
+    params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
         bench_data(&params, time, verify, &streams, counters, stop, tx)
     });
@@ -655,9 +655,10 @@ fn run_bench_net_reverse(
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let key = crate::protocol::seal::frame_key(&keys);
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
-        discard_frames(&streams, rx, &open, &mut |b| counters.add(b, 0))
+        discard_frames(&streams, rx, (&key, &open), &mut |b| counters.add(b, 0))
     });
     report.command = "bench --net --reverse";
     if let Err(e) = data {
@@ -669,11 +670,12 @@ fn run_bench_net_reverse(
 }
 
 /// Receive bench frames on every stream until all end: check each
-/// checksum (unless the frame says it carries none), count and discard.
+/// checksum under `key` (unless the frame says it carries none), count
+/// and discard.
 pub(crate) fn discard_frames(
     streams: &[TcpStream],
     mut rx: crate::datapath::net::NetReceiver,
-    open: &Sealing,
+    (key, open): (&FrameKey, &Sealing),
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, RecvEvent};
@@ -696,7 +698,7 @@ pub(crate) fn discard_frames(
         let mut batch = 0u64;
         for (header, lease) in frames {
             if header.flags & FLAG_UNCHECKED == 0 {
-                if let Err(e) = header.check_payload(payload(&lease, &header)) {
+                if let Err(e) = header.check_payload(key, payload(&lease, &header)) {
                     failure.get_or_insert(SessionError::local(ErrorCode::Malformed, e.to_string()));
                 }
             }
@@ -780,7 +782,7 @@ pub(crate) fn bench_data(
         let p = &mut payload_mut(&mut lease)[..n];
         scramble(p, 0xBE4C, offset, 0);
         let h = if verify {
-            FrameHeader::for_payload(0, offset, p, 0)
+            FrameHeader::for_payload(&cfg.key, 0, offset, p, 0)
         } else {
             FrameHeader {
                 flags: FLAG_UNCHECKED,
@@ -928,6 +930,8 @@ fn push_params(cfg: &SendConfig, buffers: usize) -> PushParams {
         zerocopy: cfg.zerocopy,
         rate_limit_bytes_per_s: cfg.rate_limit_bytes_per_s,
         timeout: cfg.timeout,
+        // Both are set by `key_with` once the handshake gives the keys.
         seal: None,
+        key: FrameKey { k0: 0, k1: 0 },
     }
 }

@@ -26,7 +26,10 @@ use crate::datapath::beneath::FileId;
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
 use crate::datapath::{sys, Lease};
 use crate::protocol::control::{ErrorCode, HaveItem, Message};
-use crate::protocol::frame::{digest_add, zero_terms, FrameHeader, FRAME_HEADER_LEN};
+use crate::protocol::frame::{
+    digest_add, frame_checksum, frame_terms, zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN,
+};
+use crate::protocol::handshake::SessionKeys;
 use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::conn::{recv_msg, send_msg, Control};
@@ -51,6 +54,21 @@ pub(crate) struct PushParams {
     pub(crate) timeout: Duration,
     /// Seal every frame with these keys.
     pub(crate) seal: super::send::Sealing,
+    /// The session's frame checksum key (`seal::frame_key`).
+    pub(crate) key: FrameKey,
+}
+
+impl PushParams {
+    /// Key the session's frames with `keys` (known after the handshake):
+    /// checksums always, sealing too when `seal` gives a direction.
+    pub(crate) fn key_with(
+        &mut self,
+        keys: SessionKeys,
+        seal: Option<crate::protocol::seal::Direction>,
+    ) {
+        self.key = crate::protocol::seal::frame_key(&keys);
+        self.seal = seal.map(|dir| (keys, dir));
+    }
 }
 
 /// Opens entry `i`'s source: (file, whether O_DIRECT is in force), or why
@@ -962,7 +980,7 @@ impl<'a> Pusher<'a> {
 
     /// Queue a hole block (no payload) of entry `i`.
     fn queue_hole(&mut self, i: usize, offset: u64, n: usize, lease: Lease) {
-        let h = FrameHeader::hole(i as u32, offset);
+        let h = FrameHeader::hole(&self.params.key, i as u32, offset);
         self.digests[i] = digest_add(self.digests[i], zero_terms(offset, n as u64));
         let st = pick(&self.tx, &mut self.next_stream, self.fds.len() as u32);
         self.ledger.record(
@@ -1030,7 +1048,7 @@ impl<'a> Pusher<'a> {
         queue_block(
             &mut self.tx,
             &mut self.ledger,
-            st,
+            (st, &self.params.key),
             &mut self.digests,
             b,
             lease,
@@ -1136,14 +1154,15 @@ impl<'a> Pusher<'a> {
                 }
             };
             let h = if r.hole {
-                Some(FrameHeader::hole(r.entry, r.offset))
+                Some(FrameHeader::hole(&self.params.key, r.entry, r.offset))
             } else {
                 let open = self.open;
                 let src = files
                     .entry(r.entry)
                     .or_insert_with(|| open(r.entry as usize).ok());
-                src.as_ref()
-                    .and_then(|(file, direct)| reread(file, *direct, &r, &mut lease))
+                src.as_ref().and_then(|(file, direct)| {
+                    reread(file, *direct, &r, &self.params.key, &mut lease)
+                })
             };
             let Some(h) = h else {
                 self.tx.give_back(lease);
@@ -1268,11 +1287,17 @@ fn lost(why: String, kind: std::io::ErrorKind) -> std::io::Error {
 
 /// Read record `r`'s block again into `lease`; its header, when the data
 /// still has the checksum it had.
-fn reread(file: &File, direct: bool, r: &Sent, lease: &mut Lease) -> Option<FrameHeader> {
+fn reread(
+    file: &File,
+    direct: bool,
+    r: &Sent,
+    key: &FrameKey,
+    lease: &mut Lease,
+) -> Option<FrameHeader> {
     let n = r.len as usize;
     let want = if direct { n.div_ceil(4096) * 4096 } else { n };
     let got = read_full(file, &mut payload_mut(lease)[..want], r.offset, n).ok()?;
-    let h = FrameHeader::for_payload(r.entry, r.offset, &payload_mut(lease)[..n], 0);
+    let h = FrameHeader::for_payload(key, r.entry, r.offset, &payload_mut(lease)[..n], 0);
     (got >= n && h.checksum == r.checksum).then_some(h)
 }
 
@@ -1290,28 +1315,25 @@ fn pick(tx: &NetSender, next: &mut u32, n: u32) -> u32 {
 }
 
 /// Checksum a block read into `lease`, add it to its file's digest, and
-/// queue it on `stream`, remembered for sending again should it be lost.
+/// queue it on the stream of `to` with a checksum made with its key,
+/// remembered for sending again should it be lost.
 fn queue_block(
     tx: &mut NetSender,
     ledger: &mut Ledger<'_>,
-    stream: u32,
+    to: (u32, &FrameKey),
     digests: &mut [u64],
     b: Block,
     mut lease: Lease,
 ) {
+    let (stream, key) = to;
     let data = &payload_mut(&mut lease)[..b.len];
-    let terms = crate::protocol::frame::content_terms(b.offset, data);
+    let (terms, keyed) = frame_terms(key, b.offset, data);
     let h = FrameHeader {
         flags: 0,
         file_index: b.entry as u32,
         length: b.len as u32,
         offset: b.offset,
-        checksum: crate::protocol::frame::frame_checksum(
-            b.entry as u32,
-            b.offset,
-            b.len as u32,
-            terms,
-        ),
+        checksum: frame_checksum(key, b.entry as u32, b.offset, b.len as u32, keyed),
     };
     digests[b.entry] = digest_add(digests[b.entry], terms);
     ledger.record(
