@@ -10,6 +10,10 @@
 //! - A key holder's symlink entry is not claimed like a file: it replaces
 //!   a file another session already committed while that session is still
 //!   running, and that session then exits 0 ("verified").
+//! - What a resume holds is judged by an unkeyed 64-bit sum of per-piece
+//!   terms: a key holder forges a different file with an equal digest
+//!   (generalized birthday, seconds of hashing) and the victim's
+//!   `send --resume` counts it as complete.
 
 use std::io::Write;
 use std::os::unix::fs::FileTypeExt;
@@ -249,6 +253,148 @@ fn a_key_holders_symlink_never_replaces_a_file_of_a_session_still_running() {
             "a file"
         },
         String::from_utf8_lossy(&now[..now.len().min(60)]),
+        both(&o)
+    );
+}
+
+// ---- resume: an unkeyed additive digest decides what is held ------------
+
+/// Contents that differ from `orig` in its first 32 pieces (4 KiB each)
+/// but have the same digest: the file digest is an unkeyed sum mod 2^64
+/// of one term per piece, so finding 32 replacement pieces whose terms'
+/// changes sum to zero is Wagner's generalized birthday problem (32
+/// lists of a few thousand candidates: well under a second of hashing in
+/// a release build).
+fn forge_same_file_digest(orig: &[u8]) -> Vec<u8> {
+    use std::collections::HashMap;
+    use urmove::protocol::frame::content_terms;
+    const PIECE: usize = 4096;
+    const LISTS: usize = 32;
+    const N: u32 = 3072;
+    const CAP: usize = 8192;
+    const BITS: u32 = 11;
+    assert!(orig.len() >= LISTS * PIECE);
+    let variant = |j: usize, v: u32| {
+        let mut p = orig[j * PIECE..(j + 1) * PIECE].to_vec();
+        p[..4].copy_from_slice(&v.to_le_bytes());
+        p[4..8].copy_from_slice(b"EVIL");
+        p
+    };
+    // Each list: (change of the digest, the variant chosen per piece).
+    let mut lists: Vec<Vec<(u64, Vec<u32>)>> = (0..LISTS)
+        .map(|j| {
+            let at = (j * PIECE) as u64;
+            let base = content_terms(at, &orig[j * PIECE..(j + 1) * PIECE]);
+            (1..=N)
+                .map(|v| {
+                    (
+                        content_terms(at, &variant(j, v)).wrapping_sub(base),
+                        vec![v],
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let mut zeroed = 0u32;
+    while lists.len() > 1 {
+        zeroed = if lists.len() == 2 { 64 } else { zeroed + BITS };
+        let mask = if zeroed == 64 {
+            u64::MAX
+        } else {
+            (1u64 << zeroed) - 1
+        };
+        let mut next = Vec::new();
+        for pair in lists.chunks(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let mut by_low: HashMap<u64, Vec<usize>> = HashMap::new();
+            for (k, (s, _)) in b.iter().enumerate() {
+                by_low.entry(s & mask).or_default().push(k);
+            }
+            let mut merged = Vec::new();
+            'a: for (s, picks) in a {
+                if let Some(ks) = by_low.get(&(s.wrapping_neg() & mask)) {
+                    for &k in ks {
+                        let mut p = picks.clone();
+                        p.extend_from_slice(&b[k].1);
+                        merged.push((s.wrapping_add(b[k].0), p));
+                        if merged.len() >= CAP {
+                            break 'a;
+                        }
+                    }
+                }
+            }
+            next.push(merged);
+        }
+        lists = next;
+    }
+    let (sum, picks) = lists[0]
+        .first()
+        .expect("a zero sum (retry with larger lists)")
+        .clone();
+    assert_eq!(sum, 0);
+    let mut out = orig.to_vec();
+    for (j, v) in picks.into_iter().enumerate() {
+        out[j * PIECE..(j + 1) * PIECE].copy_from_slice(&variant(j, v));
+    }
+    assert_eq!(content_terms(0, &out), content_terms(0, orig));
+    out
+}
+
+/// A second key holder who has a copy of a file someone will push again
+/// with `--resume` (a shared data set: same size, same mtime) pushes a
+/// file of its own first, under that name and with that mtime, whose 64-bit
+/// digest it made equal to the original's (see above) while 32 of its
+/// pieces are its own bytes. The daemon commits and stamps it (it is what
+/// that key holder sent). The victim's `send --resume` is offered the file
+/// as complete, compares only the unkeyed digest, agrees, and exits 0 with
+/// "1 files complete" while 32 of the file's pieces on the receiver carry
+/// the key holder's bytes ("EVIL" and a counter in each). With `--checksum` no stamp is needed at all, so a local
+/// user who can write under the root plants the file directly.
+#[test]
+fn a_resume_never_counts_a_file_with_a_forged_equal_digest_as_held() {
+    let d = Daemon::start();
+    let src = tmp();
+    let orig = noise(64 * 4096, 77);
+    let forged = forge_same_file_digest(&orig);
+    assert_ne!(forged, orig);
+    let theirs = src.path().join("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("data.bin"), &forged).unwrap();
+    set_mtime(&theirs.join("data.bin"), MTIME);
+    let o = output_within(
+        send_cmd(
+            &d,
+            &[],
+            &[
+                theirs.join("data.bin").as_os_str(),
+                "127.0.0.1:hand".as_ref(),
+            ],
+        ),
+        HANG,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the key holder's push: {}",
+        both(&o)
+    );
+
+    let mine = src.path().join("data.bin");
+    std::fs::write(&mine, &orig).unwrap();
+    set_mtime(&mine, MTIME);
+    let o = output_within(
+        send_cmd(
+            &d,
+            &["--resume", "--json"],
+            &[mine.as_os_str(), "127.0.0.1:hand".as_ref()],
+        ),
+        HANG,
+    );
+    let landed = std::fs::read(d.root.path().join("hand/data.bin")).unwrap();
+    let differ = landed.iter().zip(&orig).filter(|(a, b)| a != b).count();
+    assert!(
+        !(o.status.code() == Some(0) && landed != orig),
+        "send --resume exited 0 (verified) but hand/data.bin differs from the source in {differ} bytes (the key holder's pieces): {}",
         both(&o)
     );
 }
