@@ -126,7 +126,7 @@ fn a_hole_frame_on_resume_never_leaves_a_parts_stale_bytes_in_a_verified_file() 
 
     // The key holder's session: holes 0..6, a journal, then block 7.
     let e = entry("f", EntryKind::File, size, 0o644);
-    let (mut ctl, keys) = hand_push(d.port, &d.key, vec![e], 1, BLOCK as u32).expect("ready");
+    let (ctl, keys) = hand_push(d.port, &d.key, vec![e], 1, BLOCK as u32).expect("ready");
     let key = frame_key(&keys);
     let mut data = data_stream(d.port, &keys, 0);
     for b in 0..6 {
