@@ -4,6 +4,7 @@ mod util;
 
 mod alloc_count;
 mod attack2;
+mod attack3;
 mod budgets;
 mod cli_errors;
 mod datapath;
