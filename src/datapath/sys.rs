@@ -240,6 +240,64 @@ fn seek(file: &File, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>
     Ok(Some(rc as u64))
 }
 
+/// Make `len` bytes of `file` at `offset` read as zeros without changing
+/// its size: punch a hole, or (a filesystem without holes) zero the range
+/// in place, or write zeros (whole 4 KiB pages, so an O_DIRECT descriptor
+/// takes them; a page past the end is cut when the file is finished).
+pub fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    for mode in [
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+    ] {
+        // SAFETY: fallocate only reads its integer arguments.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(e);
+        }
+    }
+    write_zeros(file, offset, len)
+}
+
+fn write_zeros(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const PAGE: usize = 4096;
+    const CHUNK: usize = 1 << 20;
+    let layout = std::alloc::Layout::from_size_align(CHUNK, PAGE).expect("a valid layout");
+    // SAFETY: the layout has a non-zero size; the pointer is checked, used
+    // only as `CHUNK` zeroed bytes below and freed with the same layout.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+    }
+    // SAFETY: `ptr` is a live, zeroed allocation of `CHUNK` bytes.
+    let zeros = unsafe { std::slice::from_raw_parts(ptr, CHUNK) };
+    let end = offset + len.div_ceil(PAGE as u64) * PAGE as u64;
+    let mut at = offset;
+    let mut result = Ok(());
+    while at < end && result.is_ok() {
+        let n = ((end - at) as usize).min(CHUNK);
+        result = file.write_all_at(&zeros[..n], at);
+        at += n as u64;
+    }
+    // SAFETY: allocated above with this layout and not freed before.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    result
+}
+
 /// Ignore SIGXFSZ so a write past RLIMIT_FSIZE fails with EFBIG instead of
 /// killing the process.
 pub fn ignore_sigxfsz() {

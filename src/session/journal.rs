@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 
 use crate::datapath::beneath::{FileId, Root};
 use crate::datapath::sys;
-use crate::protocol::frame::{content_terms, digest_add};
+use crate::protocol::frame::{digest_add, frame_terms, FrameKey};
 use crate::protocol::manifest::Entry;
 use crate::protocol::wire::{Reader, Writer};
 
@@ -359,24 +359,41 @@ pub fn stamped_digest(file: &File, id: &Identity, secret: &Secret) -> Option<u64
     (want == bytes[..body] && secret.verify(&[b"urmove stamp", &want], &mac)).then_some(digest)
 }
 
-/// The digest of `file`'s content (holes read as zeros), the same as the
-/// digest of the frames it would travel in, whatever their size.
-pub fn content_digest(file: &File, size: u64, tick: &mut dyn FnMut()) -> std::io::Result<u64> {
-    ranges_digest(file, size, size.max(1), &[(0, 1)], tick)
+/// Both digests of bytes held on disk: the plain one (the sum frames and
+/// journals add up, which anyone can compute and so collide) and the one
+/// keyed with the session (the sum of the frame checksums' keyed terms),
+/// which a resume's claims are judged by: nobody can make other bytes
+/// match it before the session that checks it has begun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldDigest {
+    pub plain: u64,
+    pub keyed: u64,
 }
 
-/// The digest of the blocks `ranges` (first block, count) of `file`, in
+/// Both digests of `file`'s content (holes read as zeros), the same as
+/// those of the frames it would travel in, whatever their size.
+pub fn content_digests(
+    file: &File,
+    size: u64,
+    key: &FrameKey,
+    tick: &mut dyn FnMut(),
+) -> std::io::Result<HeldDigest> {
+    ranges_digests(file, size, size.max(1), &[(0, 1)], key, tick)
+}
+
+/// Both digests of the blocks `ranges` (first block, count) of `file`, in
 /// blocks of `block` bytes.
-pub fn ranges_digest(
+pub fn ranges_digests(
     file: &File,
     size: u64,
     block: u64,
     ranges: &[(u64, u64)],
+    key: &FrameKey,
     tick: &mut dyn FnMut(),
-) -> std::io::Result<u64> {
+) -> std::io::Result<HeldDigest> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; HASH_CHUNK.min(size.max(1) as usize)];
-    let mut digest = 0u64;
+    let mut d = HeldDigest { plain: 0, keyed: 0 };
     for &(first, count) in ranges {
         let start = first.saturating_mul(block).min(size);
         let end = first.saturating_add(count).saturating_mul(block).min(size);
@@ -384,12 +401,14 @@ pub fn ranges_digest(
         while offset < end {
             let n = (end - offset).min(buf.len() as u64) as usize;
             file.read_exact_at(&mut buf[..n], offset)?;
-            digest = digest_add(digest, content_terms(offset, &buf[..n]));
+            let (plain, keyed) = frame_terms(key, offset, &buf[..n]);
+            d.plain = digest_add(d.plain, plain);
+            d.keyed = digest_add(d.keyed, keyed);
             offset += n as u64;
             tick();
         }
     }
-    Ok(digest)
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -491,17 +510,24 @@ mod tests {
 
     #[test]
     fn content_digests_match_the_frames_digest_in_any_block_size() {
+        use crate::protocol::frame::content_terms;
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let p = dir.path().join("f");
         let data: Vec<u8> = (0..3 * 8192 + 77).map(|i| (i % 253) as u8).collect();
         std::fs::write(&p, &data).unwrap();
         let f = File::open(&p).unwrap();
         let size = data.len() as u64;
-        let whole = content_digest(&f, size, &mut || {}).unwrap();
-        assert_eq!(whole, content_terms(0, &data));
-        let parts = ranges_digest(&f, size, 8192, &[(0, 1), (1, 3)], &mut || {}).unwrap();
+        let key = FrameKey { k0: 3, k1: 9 };
+        let whole = content_digests(&f, size, &key, &mut || {}).unwrap();
+        assert_eq!(whole.plain, content_terms(0, &data));
+        assert_eq!(whole.keyed, frame_terms(&key, 0, &data).1);
+        let parts = ranges_digests(&f, size, 8192, &[(0, 1), (1, 3)], &key, &mut || {}).unwrap();
         assert_eq!(parts, whole);
-        let first = ranges_digest(&f, size, 8192, &[(0, 1)], &mut || {}).unwrap();
-        assert_eq!(first, content_terms(0, &data[..8192]));
+        let first = ranges_digests(&f, size, 8192, &[(0, 1)], &key, &mut || {}).unwrap();
+        assert_eq!(first.plain, content_terms(0, &data[..8192]));
+        // Another session's key gives another keyed digest of the same bytes.
+        let other = content_digests(&f, size, &FrameKey { k0: 3, k1: 8 }, &mut || {}).unwrap();
+        assert_eq!(other.plain, whole.plain);
+        assert_ne!(other.keyed, whole.keyed);
     }
 }

@@ -396,6 +396,12 @@ impl Sink<'_> {
                 let block = self.block;
                 let f = self.file(index);
                 let len = (f.size - header.offset).min(block);
+                if f.stale {
+                    // A continued part may hold old bytes here: clear them.
+                    let part = f.part.as_ref().expect("opened when accepted");
+                    crate::datapath::sys::zero_range(part, header.offset, len)
+                        .map_err(|e| SessionError::io(format!("clearing {}", f.final_rel), e))?;
+                }
                 f.mark_written(header.offset / block, len, terms, FRAME_HEADER_LEN as u64);
                 Ok(Some(index))
             }

@@ -85,11 +85,12 @@ pub fn run_pull(
     };
     let mut incoming = None;
     let mut root = Some(root);
-    let (ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl| {
+    let (ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl, key| {
         let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
         check_asked_for(&entries, paths)?;
         let resume = (cfg.resume || cfg.checksum).then_some(Resume {
             checksum: cfg.checksum,
+            key: *key,
         });
         let root = root.take().expect("the manifest arrives once");
         let mut prepared = Incoming::prepare(

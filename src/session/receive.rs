@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::datapath::beneath::{FileId, Root};
 use crate::datapath::DirectMode;
 use crate::protocol::control::{ErrorCode, HaveItem, Message};
-use crate::protocol::frame::digest_add;
+use crate::protocol::frame::{digest_add, FrameKey};
 use crate::protocol::manifest::{check_entry, link_stays_beneath, Entry, EntryKind, ENTRIES_MAX};
 
 use super::conn::recv_msg;
@@ -110,11 +110,14 @@ impl Rules {
 }
 
 /// How a session continues from what the receiver holds (`--resume`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Resume {
     /// `--checksum`: a finished file is judged by its content (read again
     /// here), not by its stamp.
     pub(crate) checksum: bool,
+    /// The session's frame key: what is held is told to the sender by its
+    /// digest keyed with it (`journal::HeldDigest`).
+    pub(crate) key: FrameKey,
 }
 
 /// Read manifest parts until its end, bounded in entries (by `max` and
@@ -215,6 +218,9 @@ pub(crate) struct RecvFile {
     pub(crate) journaling: bool,
     /// A journal of this part exists on disk (data worth keeping).
     pub(crate) journaled: bool,
+    /// The part was continued from an earlier session: blocks it has not
+    /// written in this one may hold old bytes (holes are punched).
+    pub(crate) stale: bool,
 }
 
 impl RecvFile {
@@ -242,6 +248,7 @@ impl RecvFile {
             last_journal: Instant::now(),
             journaling: false,
             journaled: false,
+            stale: false,
         }
     }
 
@@ -454,17 +461,21 @@ impl Incoming {
         tick: &mut dyn FnMut(),
     ) -> Result<(), SessionError> {
         if let Some(r) = self.resume {
-            if let Some(digest) = self.held_complete(f, r, tick) {
+            if let Some(d) = self.held_complete(f, r, tick) {
                 f.state = FileState::HeldComplete;
-                f.digest = digest;
+                f.digest = d.plain;
                 f.received = f.size;
                 self.have.push(HaveItem::Complete {
                     file_index: i,
-                    digest,
+                    digest: d.keyed,
                 });
                 return Ok(());
             }
-            if f.size > 0 && self.continue_part(f, tick)? {
+            let continued = match f.size {
+                0 => None,
+                _ => self.continue_part(f, &r.key, tick)?,
+            };
+            if let Some(keyed) = continued {
                 let ranges = Journal {
                     id: f.id,
                     part: f.part_id.expect("claimed"),
@@ -474,7 +485,7 @@ impl Incoming {
                 .ranges();
                 self.have.push(HaveItem::Partial {
                     file_index: i,
-                    digest: f.digest,
+                    digest: keyed,
                     ranges,
                 });
             }
@@ -491,11 +502,16 @@ impl Incoming {
         Ok(())
     }
 
-    /// The digest of `f`'s final file when it is complete already: the
-    /// digest of the bytes on disk, read again now, for a file whose stamp
-    /// (ours, on this very file, for this size and mtime) says the same, or
+    /// The digests of `f`'s final file when it is complete already: of the
+    /// bytes on disk, read again now, for a file whose stamp (ours, on this
+    /// very file, for this size and mtime) has the same plain digest, or
     /// with `--checksum` for any file of the right size.
-    fn held_complete(&self, f: &RecvFile, r: Resume, tick: &mut dyn FnMut()) -> Option<u64> {
+    fn held_complete(
+        &self,
+        f: &RecvFile,
+        r: Resume,
+        tick: &mut dyn FnMut(),
+    ) -> Option<journal::HeldDigest> {
         use std::os::unix::fs::MetadataExt;
         let file = self
             .root
@@ -514,35 +530,40 @@ impl Incoming {
             true => None,
             false => Some(journal::stamped_digest(&file, &f.id, &self.rules.secret)?),
         };
-        let on_disk = journal::content_digest(&file, f.size, tick).ok()?;
-        stamped.is_none_or(|d| d == on_disk).then_some(on_disk)
+        let on_disk = journal::content_digests(&file, f.size, &r.key, tick).ok()?;
+        stamped
+            .is_none_or(|d| d == on_disk.plain)
+            .then_some(on_disk)
     }
 
     /// Continue `f`'s part file from its journal, when both are ours and
     /// agree, and the blocks the journal names, read again now, have the
-    /// digest it recorded; claims the part. Otherwise the file starts over.
+    /// digest it recorded; claims the part and returns the blocks' digest
+    /// keyed with `key`. Otherwise (`None`) the file starts over.
     fn continue_part(
         &self,
         f: &mut RecvFile,
+        key: &FrameKey,
         tick: &mut dyn FnMut(),
-    ) -> Result<bool, SessionError> {
+    ) -> Result<Option<u64>, SessionError> {
         let Some(j) = journal::load(&self.root, &f.final_rel, &f.id, &self.rules.secret) else {
-            return Ok(false);
+            return Ok(None);
         };
         let rel = f.part_rel();
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         let Ok(part) = self.root.open_file(&rel, flags, 0) else {
-            return Ok(false);
+            return Ok(None);
         };
         // The very part the journal names, ours alone (one name, our user).
         let own = part.metadata().is_ok_and(|m| is_own_file(&m));
         if !own || !j.matches(&part) {
-            return Ok(false);
+            return Ok(None);
         }
-        let on_disk = journal::ranges_digest(&part, f.size, self.block, &j.ranges(), tick).ok();
-        if on_disk != Some(j.digest) {
-            return Ok(false);
-        }
+        let ranges = j.ranges();
+        let on_disk = journal::ranges_digests(&part, f.size, self.block, &ranges, key, tick).ok();
+        let Some(on_disk) = on_disk.filter(|d| d.plain == j.digest) else {
+            return Ok(None);
+        };
         claim(&self.rules, &rel, j.part)?;
         // Opened again (for writing) when its next block comes.
         f.part_id = Some(j.part);
@@ -551,7 +572,10 @@ impl Incoming {
         f.written = j.blocks;
         f.digest = j.digest;
         f.journaled = true;
-        Ok(true)
+        // Blocks the journal does not name may hold bytes of an earlier
+        // session: a hole frame for one must clear it, not skip it.
+        f.stale = true;
+        Ok(Some(on_disk.keyed))
     }
 
     /// Files finished while preparing (empty ones): (entry, digest).
@@ -603,7 +627,7 @@ impl Incoming {
                     journal::remove(&self.root, &f.final_rel);
                     f.seen.fill(0);
                     f.written.fill(0);
-                    (f.received, f.digest, f.journaled) = (0, 0, false);
+                    (f.received, f.digest, f.journaled, f.stale) = (0, 0, false, false);
                 }
                 _ => {}
             }

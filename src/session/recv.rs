@@ -1189,6 +1189,7 @@ fn push_session(
     memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
     let resume = req.has(REQ_RESUME).then_some(Resume {
         checksum: req.has(REQ_CHECKSUM),
+        key: frame_key(keys),
     });
     let _claims = claim_names(registry, &dest, &entries)?;
     let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
@@ -1311,8 +1312,8 @@ fn bitmap_bytes(entries: &[crate::protocol::manifest::Entry], block: u64) -> u64
         .fold(0, u64::saturating_add)
 }
 
-/// One session per file at a time: claim every file of the manifest by its
-/// final name (a session that just lost its sender may still be winding
+/// One session per file at a time: claim every file and symlink of the
+/// manifest by its final name (a session that just lost its sender may still be winding
 /// down: give it a few seconds before refusing).
 fn claim_names<'r>(
     registry: &'r Registry,
@@ -1321,7 +1322,10 @@ fn claim_names<'r>(
 ) -> Result<Claims<'r>, SessionError> {
     let names: Vec<String> = entries
         .iter()
-        .filter(|e| e.kind == crate::protocol::manifest::EntryKind::File)
+        // Files and symlinks: a name another session holds is never
+        // replaced by either while it runs. Directories are shared (two
+        // sessions may fill one) and never replace anything.
+        .filter(|e| e.kind != crate::protocol::manifest::EntryKind::Dir)
         .map(|e| join(dest, &e.path))
         .collect();
     let claim_until = Instant::now() + CLAIM_WAIT;
@@ -1512,7 +1516,7 @@ fn pull_session(
             open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off)
                 .map(|(f, _)| f)
         };
-        held.verify(s, &tree, block, &local)?;
+        held.verify(s, (&tree, block, &frame_key(keys)), &local)?;
     }
     for (file_index, path, reason) in tree.skipped_refs() {
         let m = Message::Skipped {

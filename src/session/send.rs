@@ -244,9 +244,6 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
     ))
 }
 
-/// Connect, authenticate, ask for `req`, run `between` (sending or
-/// receiving the manifest), wait until the daemon is ready, and open the
-/// data streams, each proving it belongs to the session.
 /// Send a manifest in parts, then its end.
 pub(crate) fn send_manifest(
     ctl: &mut Control,
@@ -258,10 +255,14 @@ pub(crate) fn send_manifest(
     send_msg(ctl, &Message::ManifestEnd)
 }
 
+/// Connect, authenticate, ask for `req`, run `between` (sending or
+/// receiving the manifest; it is given the session's frame key), wait
+/// until the daemon is ready, and open the data streams, each proving it
+/// belongs to the session.
 pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
-    between: &mut dyn FnMut(&mut Control) -> Result<(), SessionError>,
+    between: &mut dyn FnMut(&mut Control, &FrameKey) -> Result<(), SessionError>,
 ) -> Result<Opened, SessionError> {
     let mut ctl = Control::new(connect(cfg)?);
     ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
@@ -287,7 +288,7 @@ pub(crate) fn open_session(
     ctl.secure(&keys, true);
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
-    between(&mut ctl)?;
+    between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
     let mut refused = Vec::new();
     loop {
         match recv_msg(&mut ctl)? {
@@ -471,11 +472,11 @@ pub fn run_send(
     let mut held = Held::default();
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
-    let (mut ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl| {
+    let (mut ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl, key| {
         send_manifest(ctl, &tree.entries)?;
         if cfg.resume || cfg.checksum {
             held = Held::receive(ctl, &tree.entries, block, &mut |_| Ok(()))?;
-            held.verify(ctl, &tree, block, &local)?;
+            held.verify(ctl, (&tree, block, key), &local)?;
         }
         Ok(())
     })?;
@@ -613,7 +614,7 @@ pub fn run_bench_net(
         flags: cfg.flags() & REQ_ENCRYPT,
         path: String::new(),
     };
-    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_, _| Ok(()))?;
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
         bench_data(&params, time, verify, &streams, counters, stop, tx)
@@ -654,7 +655,7 @@ fn run_bench_net_reverse(
         flags: cfg.flags() & REQ_ENCRYPT,
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
-    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_| Ok(()))?;
+    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_, _| Ok(()))?;
     let key = crate::protocol::seal::frame_key(&keys);
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {

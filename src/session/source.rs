@@ -275,16 +275,18 @@ impl Held {
     /// Check what the receiver holds against the sources: a complete file
     /// counts only when the digest of the whole source equals the
     /// receiver's digest of its file, held blocks only when the source's
-    /// same blocks have the digest the receiver has for them. The rest is
-    /// forgotten on both sides (sent again). Tells the receiver which.
+    /// same blocks have the digest the receiver has for them, both keyed
+    /// with this session's `key` (a plain digest can be collided by whoever
+    /// planted the bytes; this one not before the session began). The rest
+    /// is forgotten on both sides (sent again). Tells the receiver which;
+    /// what is kept carries the sources' plain digests from then on.
     pub(crate) fn verify(
         &mut self,
         ctl: &mut Control,
-        tree: &Tree,
-        block: u64,
+        (tree, block, key): (&Tree, u64, &FrameKey),
         open: &dyn Fn(usize) -> Result<File, String>,
     ) -> Result<(), SessionError> {
-        use super::journal::{content_digest, ranges_digest};
+        use super::journal::{content_digests, ranges_digests};
         use crate::protocol::control::LIST_PART_ITEMS_MAX;
         let mut beat = super::conn::Beat::new(ctl)?;
         let mut wrong = Vec::new();
@@ -300,17 +302,17 @@ impl Held {
             let ours = open(i as usize).ok().and_then(|f| {
                 let tick = &mut || beat.tick();
                 match self.partial.get(&i) {
-                    Some((_, ranges)) => ranges_digest(&f, size, block, ranges, tick).ok(),
-                    None => content_digest(&f, size, tick).ok(),
+                    Some((_, ranges)) => ranges_digests(&f, size, block, ranges, key, tick).ok(),
+                    None => content_digests(&f, size, key, tick).ok(),
                 }
             });
-            let theirs = self
-                .complete
-                .get(&i)
-                .copied()
-                .or_else(|| self.partial.get(&i).map(|p| p.0));
-            if ours.is_none() || ours != theirs {
-                wrong.push(i);
+            let theirs = match self.partial.get_mut(&i) {
+                Some(p) => &mut p.0,
+                None => self.complete.get_mut(&i).expect("held"),
+            };
+            match ours {
+                Some(d) if d.keyed == *theirs => *theirs = d.plain,
+                _ => wrong.push(i),
             }
         }
         for i in &wrong {
