@@ -13,6 +13,7 @@ pub mod ring;
 pub mod signature;
 pub mod sys;
 pub mod topology;
+pub mod tun;
 
 pub use arena::{Arena, Lease};
 pub use error::Error;
