@@ -25,7 +25,8 @@ struct IfReq {
 /// writes inject one. The device lives as long as the descriptor. Only a
 /// helper thread enters the namespace, so the caller's stays as it was.
 pub fn open_tun_in(netns: &std::path::Path, name: &str) -> io::Result<File> {
-    let ns = File::open(netns).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", netns.display())))?;
+    let ns = File::open(netns)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", netns.display())))?;
     let name = name.to_string();
     std::thread::spawn(move || {
         // SAFETY: setns takes a descriptor we own and a flag; it changes
@@ -37,7 +38,11 @@ pub fn open_tun_in(netns: &std::path::Path, name: &str) -> io::Result<File> {
         open_tun(&name)
     })
     .join()
-    .unwrap_or_else(|_| Err(io::Error::other("the thread opening the TUN device panicked")))
+    .unwrap_or_else(|_| {
+        Err(io::Error::other(
+            "the thread opening the TUN device panicked",
+        ))
+    })
 }
 
 /// Create TUN device `name` (at most 15 bytes) in this thread's network

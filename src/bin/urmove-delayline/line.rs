@@ -94,7 +94,10 @@ pub struct Shape {
 pub enum Fate {
     Drop,
     /// Deliver at this instant; `late` when held back to be overtaken.
-    At { due: Instant, late: bool },
+    At {
+        due: Instant,
+        late: bool,
+    },
 }
 
 impl Shape {
@@ -103,7 +106,13 @@ impl Shape {
             return Fate::Drop;
         }
         let late = rng.chance(self.reorder);
-        let due = now + self.delay + if late { self.reorder_gap } else { Duration::ZERO };
+        let due = now
+            + self.delay
+            + if late {
+                self.reorder_gap
+            } else {
+                Duration::ZERO
+            };
         Fate::At { due, late }
     }
 }

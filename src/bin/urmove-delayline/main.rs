@@ -125,6 +125,7 @@ impl Args {
 }
 
 /// What stdin and signals ask of the line.
+#[derive(Debug)]
 enum Command {
     Cut(bool),
     Loss(f64, f64),
@@ -246,12 +247,19 @@ mod tests {
     #[test]
     fn commands_parse_and_bad_ones_say_why() {
         assert!(matches!(parse_command("cut"), Ok(Command::Cut(true))));
-        assert!(matches!(parse_command(" restore "), Ok(Command::Cut(false))));
-        assert!(matches!(parse_command("loss 0.01"), Ok(Command::Loss(p, b)) if p == 0.01 && b == 1.0));
+        assert!(matches!(
+            parse_command(" restore "),
+            Ok(Command::Cut(false))
+        ));
+        assert!(
+            matches!(parse_command("loss 0.01"), Ok(Command::Loss(p, b)) if p == 0.01 && b == 1.0)
+        );
         assert!(matches!(parse_command("loss 0.01 8"), Ok(Command::Loss(_, b)) if b == 8.0));
         assert!(parse_command("loss 2").unwrap_err().contains("share"));
         assert!(parse_command("loss 0.1 0").unwrap_err().contains("burst"));
-        assert!(parse_command("jump").unwrap_err().contains("unknown command"));
+        assert!(parse_command("jump")
+            .unwrap_err()
+            .contains("unknown command"));
     }
 
     #[test]

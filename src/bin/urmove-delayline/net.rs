@@ -97,7 +97,16 @@ impl Namespaces {
         sh(
             "ip",
             &[
-                "-n", ns, "link", "set", &dev, "mtu", &mtu, "txqueuelen", "20000", "up",
+                "-n",
+                ns,
+                "link",
+                "set",
+                &dev,
+                "mtu",
+                &mtu,
+                "txqueuelen",
+                "20000",
+                "up",
             ],
         )?;
         sh(
