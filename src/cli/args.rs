@@ -169,6 +169,17 @@ pub struct BenchArgs {
     #[arg(long, requires = "net")]
     pub encrypt: bool,
 
+    /// Congestion control of the data streams (TCP_CONGESTION): auto (BBR
+    /// where the kernel has it and allows it, else the kernel's default) or
+    /// a name from net.ipv4.tcp_available_congestion_control.
+    #[arg(long, requires = "net", value_name = "NAME", value_parser = parse::congestion, default_value = "auto")]
+    pub cc: crate::datapath::tcp::Congestion,
+
+    /// bench --net: send no faster than RATE in total, each stream paced to
+    /// its share (SO_MAX_PACING_RATE).
+    #[arg(long, value_name = "RATE", value_parser = parse::rate, requires = "net")]
+    pub rate_limit: Option<f64>,
+
     /// bench --net: zero-copy sends (auto drops them where the kernel copies).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto, requires = "net")]
     pub zerocopy: ZeroCopyArg,
@@ -300,7 +311,7 @@ pub enum ZeroCopyArg {
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-pull_only, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
+pull_only, cc, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {
@@ -408,6 +419,12 @@ pub struct RecvArgs {
     #[arg(long)]
     pub pull_only: bool,
 
+    /// Congestion control of the streams the daemon sends on (pulls,
+    /// bench --net --reverse): auto (BBR where the kernel has it) or a
+    /// name from net.ipv4.tcp_available_congestion_control [default: auto].
+    #[arg(long, value_name = "NAME", value_parser = parse::congestion)]
+    pub cc: Option<crate::datapath::tcp::Congestion>,
+
     /// Memory the manifests of all sessions may take together
     /// [default: 1G].
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
@@ -480,7 +497,9 @@ pub struct SendArgs {
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
 
-    /// Send no faster than RATE per second in total (as 4Gbit, 500MB, 450MiB).
+    /// Send no faster than RATE per second in total (as 4Gbit, 500MB,
+    /// 450MiB); each stream is paced to its share (SO_MAX_PACING_RATE), so
+    /// the data leaves evenly instead of in bursts.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub rate_limit: Option<f64>,
 
@@ -496,9 +515,17 @@ pub struct SendArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
     pub block: u64,
 
-    /// Socket send buffer per stream (FDT's -ss).
+    /// Socket send buffer per stream (FDT's -ss). Setting it turns off the
+    /// kernel's autotuning of that buffer, which otherwise grows it to what
+    /// the path needs (up to net.ipv4.tcp_wmem's maximum).
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
     pub sock_buf: Option<u64>,
+
+    /// Congestion control of the data streams (TCP_CONGESTION): auto (BBR
+    /// where the kernel has it and allows it, else the kernel's default) or
+    /// a name from net.ipv4.tcp_available_congestion_control.
+    #[arg(long, value_name = "NAME", value_parser = parse::congestion, default_value = "auto")]
+    pub cc: crate::datapath::tcp::Congestion,
 
     /// Pre-shared key (the same file as the receiver's).
     #[arg(long, value_name = "FILE")]
@@ -571,6 +598,12 @@ pub struct PullArgs {
     /// Bytes per frame (block).
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
     pub block: u64,
+
+    /// Congestion control of the data streams this side sends on (acknowledgements only: the daemon's --cc governs the data of a pull) (TCP_CONGESTION): auto (BBR
+    /// where the kernel has it and allows it, else the kernel's default) or
+    /// a name from net.ipv4.tcp_available_congestion_control.
+    #[arg(long, value_name = "NAME", value_parser = parse::congestion, default_value = "auto")]
+    pub cc: crate::datapath::tcp::Congestion,
 
     /// Pre-shared key (the same file as the daemon's).
     #[arg(long, value_name = "FILE")]

@@ -37,6 +37,7 @@ pub struct RecvSettings {
     pub unsafe_links: LinksArg,
     pub keep_setid: bool,
     pub pull_only: bool,
+    pub cc: crate::datapath::tcp::Congestion,
     pub max_manifest_memory: u64,
     pub min_rate_bytes_per_s: u64,
     pub part_max_age: Duration,
@@ -74,6 +75,7 @@ struct RecvFile {
     unsafe_links: Option<Spanned<LinksArg>>,
     keep_setid: Option<Spanned<bool>>,
     pull_only: Option<Spanned<bool>>,
+    cc: Option<Spanned<String>>,
     max_manifest_memory: Option<Spanned<Amount>>,
     min_rate: Option<Spanned<String>>,
     part_max_age: Option<Spanned<Amount>>,
@@ -347,6 +349,14 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             .unwrap_or(LinksArg::Keep),
         keep_setid: a.keep_setid || f.keep_setid.is_some_and(Spanned::into_inner),
         pull_only: a.pull_only || f.pull_only.is_some_and(Spanned::into_inner),
+        cc: match (a.cc.clone(), f.cc) {
+            (Some(c), _) => c,
+            (None, Some(v)) => {
+                let span = v.span();
+                parse::congestion(v.get_ref()).map_err(|e| at(p, t, span, format!("cc: {e}")))?
+            }
+            (None, None) => crate::datapath::tcp::Congestion::Auto,
+        },
         max_manifest_memory: match (a.max_manifest_memory, f.max_manifest_memory) {
             (Some(n), _) => n,
             (None, Some(v)) => size(p, t, "max_manifest_memory", v)?,

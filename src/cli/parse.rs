@@ -21,6 +21,11 @@ fn split_number(s: &str) -> Result<(f64, &str), String> {
 
 /// A size in bytes. `K`/`M`/`G`/`T` and `KiB`.. are powers of 1024 (as dd and
 /// fio read them); `kB`/`MB`/`GB`/`TB` are powers of 1000; a bare number is bytes.
+/// `--cc`: `auto` or a congestion control's name.
+pub fn congestion(s: &str) -> Result<crate::datapath::tcp::Congestion, String> {
+    crate::datapath::tcp::Congestion::parse(s)
+}
+
 pub fn size(s: &str) -> Result<u64, String> {
     let (v, unit) = split_number(s)?;
     let mult: f64 = match unit {

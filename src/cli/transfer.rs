@@ -191,6 +191,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             super::args::LinksArg::Refuse => crate::session::receive::LinkPolicy::Refuse,
         },
         pull_only: set.pull_only,
+        congestion: set.cc.clone(),
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
     };
     let log = super::service::logger(set.log_format);
@@ -441,6 +442,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         interval: a.interval,
         sock_buf: a.sock_buf.map(|b| b as usize),
         rate_limit_bytes_per_s: a.rate_limit,
+        congestion: a.cc.clone(),
         resume: a.resume.resume,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,
@@ -499,6 +501,16 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             ));
         }
     }
+    if let (Format::Human, Some(path)) = (p.format, &r.path) {
+        p.out.line(&format!(
+            "path: round trip {:.2} ms (least {:.2}), {} segments resent ({}), congestion control {}",
+            path.rtt_ms,
+            path.min_rtt_ms,
+            path.retransmits,
+            units::bytes_binary(path.bytes_retransmitted),
+            path.congestion_control.as_deref().unwrap_or("unknown")
+        ));
+    }
     if p.format == Format::Human && r.bytes_skipped > 0 {
         let what = if r.bytes == 0 && r.status == "ok" {
             "nothing to send: every file was complete already"
@@ -534,6 +546,9 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
     let block = a.bs.unwrap_or(4 << 20);
     check_block("--bs", block)?;
+    if a.rate_limit.is_some_and(|r| r <= 0.0) {
+        return Err(usage("--rate-limit must be above zero".into()));
+    }
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
@@ -544,6 +559,8 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         direct: DirectMode::Off,
         interval: a.interval,
         encrypt: a.encrypt,
+        congestion: a.cc.clone(),
+        rate_limit_bytes_per_s: a.rate_limit,
         ..SendConfig::to(host, a.port, key)
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));
@@ -588,6 +605,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         block_size: a.block as u32,
         direct: direct(a.direct),
         interval: a.interval,
+        congestion: a.cc.clone(),
         resume: a.resume.resume,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,

@@ -12,6 +12,7 @@ pub mod net;
 pub mod ring;
 pub mod signature;
 pub mod sys;
+pub mod tcp;
 pub mod topology;
 pub mod tun;
 

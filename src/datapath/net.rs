@@ -55,6 +55,31 @@ pub struct SendStats {
     pub zc_copied: u64,
     /// Zero-copy was given up because every notification reported a copy.
     pub zc_fell_back: bool,
+    /// Zero-copy was not tried (`ZeroCopy::Auto`): why.
+    pub zc_skipped: Option<&'static str>,
+}
+
+/// A path whose round trip is longer than this gets plain sends in
+/// `ZeroCopy::Auto`: a zero-copy buffer is the kernel's until the data is
+/// acknowledged, so over a long path every buffer waits a round trip and
+/// the sender runs dry (over 1 Gbit/s x 100 ms, 80 Mb/s instead of 830).
+const ZC_RTT_MAX_US: u32 = 1000;
+
+/// Why zero-copy sends would not pay on these connected sockets, if so:
+/// a virtual device copies anyway, and a long path holds every buffer for
+/// a round trip.
+pub fn zero_copy_wont_pay(sockets: &[RawFd]) -> Option<&'static str> {
+    for &fd in sockets {
+        if !super::sys::socket_interface(fd).is_some_and(|(_, physical)| physical) {
+            return Some(
+                "the path runs over a virtual device (loopback, veth, TUN), which copies anyway",
+            );
+        }
+        if super::sys::tcp_path(fd).is_some_and(|t| t.rtt_us > ZC_RTT_MAX_US) {
+            return Some("the path's round trip is over 1 ms: a zero-copy buffer waits a round trip for its acknowledgement");
+        }
+    }
+    None
 }
 
 /// Bytes of buffer a frame with `payload_max` bytes of payload needs
@@ -226,6 +251,12 @@ impl NetSender {
                 .map_err(|e| stream_err("registering a socket", i as u32, e))?;
         }
         self.fds = sockets.to_vec();
+        if self.mode == ZeroCopy::Auto && self.zc_now {
+            if let Some(why) = zero_copy_wont_pay(sockets) {
+                self.zc_now = false;
+                self.stats.zc_skipped = Some(why);
+            }
+        }
         let now = Instant::now();
         self.last_any_progress = now;
         for q in &mut self.queues {

@@ -386,6 +386,82 @@ pub fn set_send_buffer(fd: std::os::fd::RawFd, bytes: usize) {
     }
 }
 
+/// Use congestion control `name` (`TCP_CONGESTION`: "bbr", "cubic", ...)
+/// on a TCP socket. Fails with ENOENT when the kernel has no such
+/// algorithm and EPERM when an unprivileged process may not pick it (see
+/// `net.ipv4.tcp_allowed_congestion_control`).
+pub fn set_congestion(fd: std::os::fd::RawFd, name: &str) -> io::Result<()> {
+    // SAFETY: setsockopt reads `name.len()` bytes from the string's buffer,
+    // which outlives the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The congestion control a TCP socket uses, `None` when it is not one.
+pub fn congestion(fd: std::os::fd::RawFd) -> Option<String> {
+    let mut buf = [0u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `buf`, which lives
+    // on this frame for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let name = &buf[..(len as usize).min(buf.len())];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Some(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// Pace a socket's sends to at most `bytes_per_s` (`SO_MAX_PACING_RATE`;
+/// TCP paces itself without the fq qdisc since Linux 4.13).
+pub fn set_max_pacing_rate(fd: std::os::fd::RawFd, bytes_per_s: u64) -> io::Result<()> {
+    let v: u64 = bytes_per_s.max(1);
+    // SAFETY: setsockopt reads one u64 from `v`, which outlives the call
+    // (the kernel takes a u64 since 4.20, the low 32 bits before).
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&v as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The congestion controls this kernel has loaded or built in
+/// (`net.ipv4.tcp_available_congestion_control`).
+pub fn available_congestion() -> Vec<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .map(|s| s.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// Raise the soft RLIMIT_NOFILE to the hard limit (a daemon serving many
 /// sessions and streams needs descriptors; the default soft limit is 1024).
 pub fn raise_nofile_limit() {
@@ -536,20 +612,125 @@ pub fn socket_outq(fd: std::os::fd::RawFd) -> Option<usize> {
     (r == 0).then_some(n.max(0) as usize)
 }
 
-/// What the kernel's TCP knows of a connection (`TCP_INFO`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TcpProgress {
-    /// Still connected (ESTABLISHED, or CLOSE_WAIT: the peer only stopped
-    /// sending).
-    pub connected: bool,
-    /// Bytes the peer's TCP acknowledged.
-    pub bytes_acked: u64,
-    /// Bytes this side's TCP received.
-    pub bytes_received: u64,
+/// The network interface a connected socket's local address belongs to,
+/// and whether it is a physical device (one with a `device` in sysfs;
+/// loopback, veth, TUN and bridges have none). `None` when unknown.
+pub fn socket_interface(fd: std::os::fd::RawFd) -> Option<(String, bool)> {
+    let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes of the socket's local
+    // address into `addr`, which lives on this frame for the call.
+    if unsafe { libc::getsockname(fd, addr.as_mut_ptr().cast(), &mut len) } != 0 {
+        return None;
+    }
+    // SAFETY: zero-initialised and filled by getsockname; plain integers.
+    let local = unsafe { addr.assume_init() };
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list and stores its head in `list`,
+    // freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() && found.is_none() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, alive
+        // until freeifaddrs.
+        let node = unsafe { &*at };
+        // SAFETY: a non-null ifa_addr points at a sockaddr of its family.
+        if !node.ifa_addr.is_null() && unsafe { same_ip(&*node.ifa_addr, &local) } {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+        }
+        at = node.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    let name = found?;
+    let physical = std::path::Path::new("/sys/class/net")
+        .join(&name)
+        .join("device")
+        .exists();
+    Some((name, physical))
 }
 
-/// `TCP_INFO` of a TCP socket, `None` when it is not one.
-pub fn tcp_progress(fd: std::os::fd::RawFd) -> Option<TcpProgress> {
+/// Whether `a` (an interface address) is the IP address of `local`.
+///
+/// # Safety
+/// `a` must be a whole sockaddr of its family (as getifaddrs gives).
+unsafe fn same_ip(a: &libc::sockaddr, local: &libc::sockaddr_storage) -> bool {
+    let family = i32::from(a.sa_family);
+    if family != i32::from(local.ss_family) {
+        return false;
+    }
+    let a = a as *const libc::sockaddr;
+    let l = local as *const libc::sockaddr_storage;
+    match family {
+        libc::AF_INET => {
+            // SAFETY: both are sockaddr_in (the family says so; the caller
+            // vouches for `a`, and `local` is a whole sockaddr_storage).
+            let (x, y) = unsafe {
+                (
+                    &*a.cast::<libc::sockaddr_in>(),
+                    &*l.cast::<libc::sockaddr_in>(),
+                )
+            };
+            x.sin_addr.s_addr == y.sin_addr.s_addr
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6.
+            let (x, y) = unsafe {
+                (
+                    &*a.cast::<libc::sockaddr_in6>(),
+                    &*l.cast::<libc::sockaddr_in6>(),
+                )
+            };
+            x.sin6_addr.s6_addr == y.sin6_addr.s6_addr
+        }
+        _ => false,
+    }
+}
+
+/// What a TCP connection's sender learnt of its path (`TCP_INFO`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpPath {
+    /// Smoothed and least round-trip time seen, microseconds.
+    pub rtt_us: u32,
+    pub min_rtt_us: u32,
+    /// Time with data in flight, and the shares of it held back by the
+    /// peer's receive window or this side's send buffer, microseconds.
+    pub busy_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+    /// Segments sent again, in all.
+    pub retransmits: u32,
+    /// The congestion window (segments) and segment size (bytes).
+    pub cwnd: u32,
+    pub mss: u32,
+    /// Bytes sent and bytes sent again.
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+}
+
+/// `TCP_INFO`'s path fields of a TCP socket, `None` when it is not one.
+pub fn tcp_path(fd: std::os::fd::RawFd) -> Option<TcpPath> {
+    let info = tcp_info(fd)?;
+    Some(TcpPath {
+        rtt_us: info.tcpi_rtt,
+        min_rtt_us: info.tcpi_min_rtt,
+        busy_us: info.tcpi_busy_time,
+        rwnd_limited_us: info.tcpi_rwnd_limited,
+        sndbuf_limited_us: info.tcpi_sndbuf_limited,
+        retransmits: info.tcpi_total_retrans,
+        cwnd: info.tcpi_snd_cwnd,
+        mss: info.tcpi_snd_mss,
+        bytes_sent: info.tcpi_bytes_sent,
+        bytes_retrans: info.tcpi_bytes_retrans,
+    })
+}
+
+fn tcp_info(fd: std::os::fd::RawFd) -> Option<libc::tcp_info> {
     let mut info = MaybeUninit::<libc::tcp_info>::zeroed();
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `info`, which lives
@@ -566,9 +747,27 @@ pub fn tcp_progress(fd: std::os::fd::RawFd) -> Option<TcpProgress> {
     if r != 0 {
         return None;
     }
-    // SAFETY: zero-initialised above, and the kernel filled what it knows;
-    // every field of tcp_info is a plain integer, valid for any bytes.
-    let info = unsafe { info.assume_init() };
+    // SAFETY: zero-initialised above, and the kernel filled what it knows
+    // (an older kernel fewer fields, left zero); every field of tcp_info is
+    // a plain integer, valid for any bytes.
+    Some(unsafe { info.assume_init() })
+}
+
+/// What the kernel's TCP knows of a connection (`TCP_INFO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpProgress {
+    /// Still connected (ESTABLISHED, or CLOSE_WAIT: the peer only stopped
+    /// sending).
+    pub connected: bool,
+    /// Bytes the peer's TCP acknowledged.
+    pub bytes_acked: u64,
+    /// Bytes this side's TCP received.
+    pub bytes_received: u64,
+}
+
+/// `TCP_INFO` of a TCP socket, `None` when it is not one.
+pub fn tcp_progress(fd: std::os::fd::RawFd) -> Option<TcpProgress> {
+    let info = tcp_info(fd)?;
     const ESTABLISHED: u8 = 1;
     const CLOSE_WAIT: u8 = 8;
     Some(TcpProgress {

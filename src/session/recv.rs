@@ -56,6 +56,8 @@ pub struct RecvConfig {
     pub unsafe_links: LinkPolicy,
     /// Serve pulls only (the root may then be read-only).
     pub pull_only: bool,
+    /// Congestion control of the data streams (it governs those it sends on).
+    pub congestion: crate::datapath::tcp::Congestion,
     /// Remove parts and journals untouched this long (None or 0: keep them).
     pub part_max_age: Option<Duration>,
 }
@@ -686,9 +688,18 @@ fn listen(cfg: &RecvConfig, log: &Log) -> Result<TcpListener, SessionError> {
     listener
         .set_nonblocking(true)
         .map_err(|e| SessionError::io("listening", e))?;
+    // Accepted connections inherit the listener's congestion control.
+    let cc = cfg
+        .congestion
+        .apply(std::os::fd::AsRawFd::as_raw_fd(&listener))
+        .map_err(|e| SessionError::io("--cc", e))?
+        .unwrap_or_default();
     log(
         Level::Info,
-        &format!("listening on {addr}, root {}", cfg.root.display()),
+        &format!(
+            "listening on {addr}, root {}, congestion control {cc}",
+            cfg.root.display()
+        ),
     );
     Ok(listener)
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::coord::{Interval, IntervalTracker, StreamRates, WorkerCounters};
 use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
+use crate::datapath::tcp::{self, Congestion, PathReport};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
     Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX, REQ_CHECKSUM,
@@ -58,6 +59,8 @@ pub struct SendConfig {
     pub timeout: Duration,
     /// Where this side keeps its secret for the resume state of pulls.
     pub state_dir: PathBuf,
+    /// The data streams' congestion control (`--cc`).
+    pub congestion: Congestion,
 }
 
 impl SendConfig {
@@ -84,6 +87,7 @@ impl SendConfig {
             encrypt: false,
             timeout: Duration::from_secs(60),
             state_dir: super::secret::default_state_dir(),
+            congestion: Congestion::Auto,
         }
     }
 
@@ -157,8 +161,15 @@ pub struct SendReport {
     pub zero_copy_sends: u64,
     pub zero_copy_copied: u64,
     pub zero_copy_fell_back: bool,
+    /// Why zero-copy was not tried (`--zerocopy auto`), if it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero_copy_skipped: Option<&'static str>,
     /// Frames sent again because their stream was lost.
     pub frames_resent: u64,
+    /// What the sending streams' TCP learnt of the path (absent when this
+    /// side only received).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathReport>,
     /// When the data started, to close the run when the peer confirmed it.
     #[serde(skip)]
     pub started: Option<Instant>,
@@ -314,6 +325,9 @@ pub(crate) fn open_session(
         if let Some(b) = cfg.sock_buf {
             set_sock_buf(&st, b);
         }
+        cfg.congestion
+            .apply(st.as_raw_fd())
+            .map_err(|e| SessionError::io(format!("data stream {i}"), e))?;
         let mut hello = Control::new(st);
         send_msg(
             &mut hello,
@@ -324,6 +338,10 @@ pub(crate) fn open_session(
             },
         )?;
         streams.push(hello.into_tcp());
+    }
+    if let Some(rate) = cfg.rate_limit_bytes_per_s {
+        let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
+        tcp::pace(&fds, rate).map_err(|e| SessionError::io("pacing the data streams", e))?;
     }
     Ok((ctl, streams, keys, refused))
 }
@@ -371,6 +389,7 @@ pub(crate) fn drive<T: Send>(
     let mut per_stream = StreamRates::new(streams.len());
     let stop = AtomicBool::new(false);
     let start = Instant::now();
+    let mut path = PathWatch::new(streams);
     let (result, mut tracker) = std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let r = data(&counters, &stop);
@@ -383,6 +402,7 @@ pub(crate) fn drive<T: Send>(
             if interrupt.load(Ordering::Relaxed) {
                 stop.store(true, Ordering::Relaxed);
             }
+            path.look(start.elapsed(), obs);
             let t = start.elapsed().as_nanos() as u64;
             if let Some(iv) = tracker.observe(t, counters.snapshot().0) {
                 obs.interval(&NetInterval {
@@ -394,6 +414,7 @@ pub(crate) fn drive<T: Send>(
         }
         (worker.join().expect("the data thread panicked"), tracker)
     });
+    path.finish(obs);
     for st in streams {
         let _ = st.shutdown(Shutdown::Write);
     }
@@ -428,10 +449,58 @@ pub(crate) fn drive<T: Send>(
         zero_copy_sends: 0,
         zero_copy_copied: 0,
         zero_copy_fell_back: false,
+        zero_copy_skipped: None,
         frames_resent: 0,
+        path: path.report,
         started: Some(start),
     };
     (result, report)
+}
+
+/// Watches the data streams' TCP: warns once (a few seconds in, or at the
+/// end) when a socket buffer holds them back, and keeps the last reading.
+struct PathWatch {
+    fds: Vec<std::os::fd::RawFd>,
+    looked: bool,
+    warned: bool,
+    report: Option<PathReport>,
+}
+
+/// When a running transfer's streams are first judged.
+const PATH_LOOK_AFTER: Duration = Duration::from_secs(5);
+
+impl PathWatch {
+    fn new(streams: &[TcpStream]) -> PathWatch {
+        PathWatch {
+            fds: streams.iter().map(|s| s.as_raw_fd()).collect(),
+            looked: false,
+            warned: false,
+            report: None,
+        }
+    }
+
+    /// Judge the streams once, `PATH_LOOK_AFTER` into the transfer.
+    fn look(&mut self, elapsed: Duration, obs: &mut dyn SendObserver) {
+        if !self.looked && elapsed >= PATH_LOOK_AFTER {
+            self.looked = true;
+            self.judge(obs);
+        }
+    }
+
+    /// The last reading, for the report (and a warning not given yet).
+    fn finish(&mut self, obs: &mut dyn SendObserver) {
+        self.judge(obs);
+    }
+
+    fn judge(&mut self, obs: &mut dyn SendObserver) {
+        self.report = PathReport::of(&self.fds);
+        if let Some(w) = self.report.as_ref().and_then(PathReport::warning) {
+            if !self.warned {
+                obs.notice(&w);
+            }
+            self.warned = true;
+        }
+    }
 }
 
 pub(crate) fn note_zero_copy(
@@ -442,6 +511,7 @@ pub(crate) fn note_zero_copy(
     report.zero_copy_sends = stats.zc_sends;
     report.zero_copy_copied = stats.zc_copied;
     report.zero_copy_fell_back = stats.zc_fell_back;
+    report.zero_copy_skipped = stats.zc_skipped;
     if stats.zc_fell_back {
         obs.notice(
             "zero-copy sends were copied by the kernel (loopback or veth): fell back to plain send",

@@ -1,0 +1,244 @@
+//! What a data stream's TCP is asked to do and what it learnt of its path:
+//! the congestion control (`--cc`), per-stream pacing (`--rate-limit`),
+//! and, from `TCP_INFO`, the round trip, retransmissions and whether a
+//! socket buffer held the stream back, which names the sysctl to raise.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use serde::Serialize;
+
+use super::sys;
+use crate::coord::units::{self, RateUnit};
+
+/// `--cc`: the congestion control of the data streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Congestion {
+    /// BBR where the kernel has it (and lets this process pick it), else
+    /// the kernel's default.
+    #[default]
+    Auto,
+    /// This one, or fail.
+    Named(String),
+}
+
+/// The algorithm `Congestion::Auto` asks for: it keeps a long path full
+/// through random loss, where loss-based algorithms halve their window.
+const AUTO_PICK: &str = "bbr";
+
+impl Congestion {
+    /// `auto` or an algorithm's name as the kernel spells it.
+    pub fn parse(s: &str) -> Result<Congestion, String> {
+        let ok = !s.is_empty()
+            && s.len() < 16
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        match s {
+            "auto" => Ok(Congestion::Auto),
+            _ if ok => Ok(Congestion::Named(s.to_owned())),
+            _ => Err(format!(
+                "'{s}' is not a congestion control name (auto, bbr, cubic, reno, ...)"
+            )),
+        }
+    }
+
+    /// Use it on the TCP socket `fd`; the algorithm in use after.
+    pub fn apply(&self, fd: RawFd) -> io::Result<Option<String>> {
+        match self {
+            Congestion::Auto => {
+                // Without it (no module, not allowed) the default stays.
+                let _ = sys::set_congestion(fd, AUTO_PICK);
+            }
+            Congestion::Named(name) => {
+                sys::set_congestion(fd, name).map_err(|e| explain(name, e))?;
+            }
+        }
+        Ok(sys::congestion(fd))
+    }
+}
+
+fn explain(name: &str, e: io::Error) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::ENOENT) => format!(
+            "this kernel has no congestion control '{name}' (it has: {})",
+            sys::available_congestion().join(" ")
+        ),
+        Some(libc::EPERM) => format!(
+            "congestion control '{name}' is not allowed for this user: run as root or add it to \
+             net.ipv4.tcp_allowed_congestion_control"
+        ),
+        _ => format!("congestion control '{name}': {e}"),
+    };
+    io::Error::new(e.kind(), why)
+}
+
+/// Pace each of `streams` sockets to its share of `total_bytes_per_s`.
+pub fn pace(fds: &[RawFd], total_bytes_per_s: f64) -> io::Result<()> {
+    let share = (total_bytes_per_s / fds.len().max(1) as f64).ceil() as u64;
+    for &fd in fds {
+        sys::set_max_pacing_rate(fd, share)?;
+    }
+    Ok(())
+}
+
+/// A sending stream held back by a socket buffer for at least this share
+/// of the time it had data in flight gets a warning.
+const LIMITED_SHARE: f64 = 0.2;
+/// ... once it has been busy this long (a connection's first round trips
+/// are always window-limited while autotuning grows the buffers).
+const LIMITED_AFTER_US: u64 = 1_000_000;
+
+/// What the data streams' TCP learnt of the path, for the report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PathReport {
+    /// The congestion control of the streams this side sends on.
+    pub congestion_control: Option<String>,
+    /// Smoothed round trip of the slowest stream, and the least seen.
+    pub rtt_ms: f64,
+    pub min_rtt_ms: f64,
+    /// Segments and bytes sent again, all streams.
+    pub retransmits: u64,
+    pub bytes_retransmitted: u64,
+    /// Of the sending streams' busy time, the share this host's send
+    /// buffer and the peer's receive window held them back (worst stream).
+    pub send_buffer_limited: f64,
+    pub receive_window_limited: f64,
+    /// This host's `net.ipv4.tcp_wmem` maximum, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_wmem_max: Option<u64>,
+}
+
+impl PathReport {
+    /// Read the `TCP_INFO` of the streams this side sends on (those that
+    /// carried at least a megabyte); `None` when it sends on none.
+    pub fn of(fds: &[RawFd]) -> Option<PathReport> {
+        let sending: Vec<(RawFd, sys::TcpPath)> = fds
+            .iter()
+            .filter_map(|&fd| sys::tcp_path(fd).map(|p| (fd, p)))
+            .filter(|(_, p)| p.bytes_sent >= 1 << 20)
+            .collect();
+        let &(first, _) = sending.first()?;
+        let mut r = PathReport {
+            congestion_control: sys::congestion(first),
+            tcp_wmem_max: tcp_mem_max("tcp_wmem"),
+            ..PathReport::default()
+        };
+        let mut min_rtt = u32::MAX;
+        for (_, p) in sending {
+            r.rtt_ms = r.rtt_ms.max(f64::from(p.rtt_us) / 1e3);
+            if p.min_rtt_us > 0 {
+                min_rtt = min_rtt.min(p.min_rtt_us);
+            }
+            r.retransmits += u64::from(p.retransmits);
+            r.bytes_retransmitted += p.bytes_retrans;
+            if p.busy_us >= LIMITED_AFTER_US {
+                let busy = p.busy_us as f64;
+                r.send_buffer_limited =
+                    r.send_buffer_limited.max(p.sndbuf_limited_us as f64 / busy);
+                r.receive_window_limited = r
+                    .receive_window_limited
+                    .max(p.rwnd_limited_us as f64 / busy);
+            }
+        }
+        if min_rtt != u32::MAX {
+            r.min_rtt_ms = f64::from(min_rtt) / 1e3;
+        }
+        Some(r)
+    }
+
+    /// What to raise, when a socket buffer held the streams back: the
+    /// sysctl, what its maximum holds per stream at this round trip, and
+    /// what one gigabit per second per stream would need.
+    pub fn warning(&self) -> Option<String> {
+        let rtt_s = (self.min_rtt_ms.max(self.rtt_ms * 0.5) / 1e3).max(1e-4);
+        let per_gbit = units::bytes_binary((1e9 / 8.0 * rtt_s * 2.0) as u64);
+        let tune = format!(
+            "`urmove tune --rtt {:.0}ms` prints the profile",
+            rtt_s * 1e3
+        );
+        if self.send_buffer_limited >= LIMITED_SHARE {
+            let holds = self.tcp_wmem_max.map_or(String::new(), |m| {
+                format!(
+                    " (its maximum, {}, holds about {} per stream at {:.0} ms)",
+                    units::bytes_binary(m),
+                    units::rate(m as f64 / rtt_s, RateUnit::Gbit),
+                    rtt_s * 1e3
+                )
+            });
+            return Some(format!(
+                "this host's send buffers held the data streams back {:.0}% of the time: raise \
+                 net.ipv4.tcp_wmem{holds}; 1 Gbit/s per stream at this round trip needs {per_gbit}, \
+                 or use more streams (-P); {tune}",
+                self.send_buffer_limited * 100.0
+            ));
+        }
+        if self.receive_window_limited >= LIMITED_SHARE {
+            return Some(format!(
+                "the receiver's window held the data streams back {:.0}% of the time: raise \
+                 net.ipv4.tcp_rmem on the receiving host (1 Gbit/s per stream at {:.0} ms needs \
+                 {per_gbit}), or use more streams (-P); {tune} there",
+                self.receive_window_limited * 100.0,
+                rtt_s * 1e3
+            ));
+        }
+        None
+    }
+}
+
+/// The maximum (third value) of `net.ipv4.NAME` in this network namespace.
+fn tcp_mem_max(name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+        .ok()?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_and_nonsense_is_refused() {
+        assert_eq!(Congestion::parse("auto"), Ok(Congestion::Auto));
+        assert_eq!(
+            Congestion::parse("cubic"),
+            Ok(Congestion::Named("cubic".into()))
+        );
+        for bad in ["", "bbr;rm", "a-very-long-name-indeed", "bb r"] {
+            assert!(Congestion::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_buffer_limited_path_names_its_sysctl() {
+        let send = PathReport {
+            rtt_ms: 100.0,
+            min_rtt_ms: 100.0,
+            send_buffer_limited: 0.6,
+            tcp_wmem_max: Some(4 << 20),
+            ..PathReport::default()
+        };
+        let w = send.warning().unwrap();
+        assert!(w.contains("net.ipv4.tcp_wmem") && w.contains("60%"), "{w}");
+        assert!(w.contains("336 Mb/s") && w.contains("100 ms"), "{w}");
+        assert!(w.contains("urmove tune --rtt 100ms"), "{w}");
+        let recv = PathReport {
+            receive_window_limited: 0.3,
+            ..send.clone()
+        };
+        let recv = PathReport {
+            send_buffer_limited: 0.0,
+            ..recv
+        };
+        assert!(recv
+            .warning()
+            .unwrap()
+            .contains("net.ipv4.tcp_rmem on the receiving host"));
+        let fine = PathReport {
+            send_buffer_limited: 0.1,
+            ..send
+        };
+        assert_eq!(fine.warning(), None);
+    }
+}
