@@ -139,15 +139,26 @@ fn zero_copy_sends_keep_buffers_until_notified() {
 }
 
 #[test]
-fn zero_copy_falls_back_when_loopback_copies() {
+fn zero_copy_is_not_tried_over_loopback() {
     let s = round_trip(ZeroCopy::Auto);
-    // Loopback always copies: the kernel says so, and the sender switches.
-    assert!(s.zc_copied > 0, "{s:?}");
-    assert!(s.zc_fell_back, "{s:?}");
+    // Loopback (as veth and TUN) always copies: auto does not try.
+    assert_eq!(s.zc_sends, 0, "{s:?}");
     assert!(
-        s.zc_sends < 120,
-        "kept sending zero-copy after falling back: {s:?}"
+        s.zc_skipped
+            .is_some_and(|why| why.contains("virtual device")),
+        "{s:?}"
     );
+}
+
+#[test]
+fn a_virtual_device_or_a_long_round_trip_rules_zero_copy_out() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (_s, _) = l.accept().unwrap();
+    let why = urmove::datapath::net::zero_copy_wont_pay(&[c.as_raw_fd()]);
+    assert!(why.is_some_and(|w| w.contains("loopback")), "{why:?}");
+    let (name, physical) = urmove::datapath::sys::socket_interface(c.as_raw_fd()).unwrap();
+    assert_eq!((name.as_str(), physical), ("lo", false));
 }
 
 /// What a receiver reports for a stream carrying `bytes`: a malformed

@@ -23,3 +23,4 @@ mod transfer;
 mod tune;
 mod ux;
 mod verified;
+mod wan;

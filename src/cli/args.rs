@@ -152,10 +152,12 @@ pub struct BenchArgs {
     #[arg(short = 'p', long, default_value_t = 7878, requires = "net")]
     pub port: u16,
 
-    /// bench --net: parallel TCP streams.
-    #[arg(short = 'P', long, default_value_t = 4, requires = "net",
-          value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub streams: u16,
+    /// bench --net: parallel TCP streams, or auto: start with 4, twice as
+    /// many while the aggregate grows by a tenth, up to 16 (the choice is
+    /// in the summary; with --reverse, 4).
+    #[arg(short = 'P', long, default_value = "auto", requires = "net",
+          value_parser = parse::streams, value_name = "N|auto")]
+    pub streams: parse::Streams,
 
     /// bench --net: the pre-shared key (the receiver's).
     #[arg(long, value_name = "FILE", requires = "net")]
@@ -507,9 +509,11 @@ pub struct SendArgs {
     #[arg(short = 'p', long, default_value_t = 7878)]
     pub port: u16,
 
-    /// Parallel TCP data streams.
-    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub streams: u16,
+    /// Parallel TCP data streams, or auto: start with 4, twice as many
+    /// while the aggregate grows by a tenth, up to 16 (the choice is in the
+    /// summary and the JSON).
+    #[arg(short = 'P', long, default_value = "auto", value_parser = parse::streams, value_name = "N|auto")]
+    pub streams: parse::Streams,
 
     /// Bytes per frame (block).
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
@@ -599,9 +603,9 @@ pub struct PullArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
     pub block: u64,
 
-    /// Congestion control of the data streams this side sends on (acknowledgements only: the daemon's --cc governs the data of a pull) (TCP_CONGESTION): auto (BBR
-    /// where the kernel has it and allows it, else the kernel's default) or
-    /// a name from net.ipv4.tcp_available_congestion_control.
+    /// Congestion control of this side's data streams (TCP_CONGESTION:
+    /// auto, bbr, cubic, ...). A pull's data comes from the daemon, whose
+    /// own --cc governs it; this one shapes only the acknowledgements.
     #[arg(long, value_name = "NAME", value_parser = parse::congestion, default_value = "auto")]
     pub cc: crate::datapath::tcp::Congestion,
 

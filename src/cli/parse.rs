@@ -21,6 +21,36 @@ fn split_number(s: &str) -> Result<(f64, &str), String> {
 
 /// A size in bytes. `K`/`M`/`G`/`T` and `KiB`.. are powers of 1024 (as dd and
 /// fio read them); `kB`/`MB`/`GB`/`TB` are powers of 1000; a bare number is bytes.
+/// `-P`: `auto` or a stream count from 1 to 256.
+pub fn streams(s: &str) -> Result<Streams, String> {
+    if s == "auto" {
+        return Ok(Streams::Auto);
+    }
+    match s.parse::<u16>() {
+        Ok(n @ 1..=256) => Ok(Streams::Count(n)),
+        _ => Err(format!("'{s}': give auto or a stream count from 1 to 256")),
+    }
+}
+
+/// What `-P` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// Add streams while the aggregate grows.
+    Auto,
+    Count(u16),
+}
+
+impl Streams {
+    /// (streams to open, whether `-P auto` chooses how many carry data).
+    pub fn resolve(self) -> (u16, bool) {
+        use crate::session::send::{AUTO_CAP, AUTO_START};
+        match self {
+            Streams::Auto => (AUTO_CAP.max(AUTO_START), true),
+            Streams::Count(n) => (n, false),
+        }
+    }
+}
+
 /// `--cc`: `auto` or a congestion control's name.
 pub fn congestion(s: &str) -> Result<crate::datapath::tcp::Congestion, String> {
     crate::datapath::tcp::Congestion::parse(s)

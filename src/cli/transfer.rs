@@ -11,9 +11,10 @@ use anyhow::Context;
 use crate::coord::units::{self, RateUnit};
 use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
+use crate::protocol::control::ErrorCode;
 use crate::session::recv::{serve, RecvConfig};
 use crate::session::send::{run_send, NetInterval, SendConfig, SendObserver, SendReport};
-use crate::session::DEFAULT_PORT;
+use crate::session::{SessionError, DEFAULT_PORT};
 
 use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
 use super::plot::{self, PlotFile, RatePlot};
@@ -432,10 +433,12 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
+    let (streams, auto_streams) = a.streams.resolve();
     let cfg = SendConfig {
         dest: dest.trim_end_matches('/').to_string(),
         sources,
-        streams: a.streams,
+        streams,
+        auto_streams,
         block_size: a.block as u32,
         zerocopy: zerocopy(a.zerocopy),
         direct: direct(a.direct),
@@ -454,12 +457,62 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     printer.streams = cfg.streams;
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
-        run_send(&cfg, &interrupt, obs)
+        fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
     })
+}
+
+/// "4 streams", or what `-P auto` chose of those it opened.
+fn streams_text(r: &SendReport) -> String {
+    if r.streams_auto {
+        format!("{} streams (-P auto, {} open)", r.streams, r.streams_opened)
+    } else {
+        format!("{} streams", r.streams)
+    }
+}
+
+type Run<'a> =
+    dyn FnMut(&SendConfig, &mut dyn SendObserver) -> Result<SendReport, SessionError> + 'a;
+
+/// Run; when `-P auto` asked for more streams than the receiver takes,
+/// say so and run again on `AUTO_START` (nothing was sent yet).
+fn fewer_if_refused(
+    cfg: &SendConfig,
+    obs: &mut dyn SendObserver,
+    run: &mut Run<'_>,
+) -> Result<SendReport, SessionError> {
+    match run(cfg, obs) {
+        Err(SessionError::Refused {
+            code: ErrorCode::TooLarge,
+            message,
+        }) if cfg.auto_streams && message.contains("data streams asked") => {
+            let start = crate::session::send::AUTO_START;
+            obs.notice(&format!(
+                "-P auto: the receiver refused {} streams ({message}); going on with {start}",
+                cfg.streams
+            ));
+            let fewer = SendConfig {
+                streams: start,
+                auto_streams: false,
+                ..cfg.clone()
+            };
+            run(&fewer, obs)
+        }
+        other => other,
+    }
 }
 
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     p.end_bar();
+    if let (Format::Human, Some(path)) = (p.format, &r.path) {
+        p.out.line(&format!(
+            "path: round trip {:.2} ms (least {:.2}), {} segments resent ({}), congestion control {}",
+            path.rtt_ms,
+            path.min_rtt_ms,
+            path.retransmits,
+            units::bytes_binary(path.bytes_retransmitted),
+            path.congestion_control.as_deref().unwrap_or("unknown")
+        ));
+    }
     match p.format {
         Format::Json => p
             .out
@@ -471,13 +524,13 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
         }
         Format::Human if r.command.starts_with("bench --net") => {
             p.out.line(&format!(
-                "bench --net: {} ({}) in {}: {}, min interval {}, {} streams, {} frames; the receiver counted every byte",
+                "bench --net: {} ({}) in {}: {}, min interval {}, {}, {} frames; the receiver counted every byte",
                 units::bytes_decimal(r.bytes),
                 units::bytes_binary(r.bytes),
                 units::duration_s(r.elapsed_s),
                 units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
                 units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
-                r.streams,
+                streams_text(r),
                 units::bytes_binary(u64::from(r.block_size_bytes))
             ));
         }
@@ -488,28 +541,18 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 ("sent", "verified by the receiver")
             };
             p.out.line(&format!(
-                "{verb} {} files, {} ({}) in {}: {}, min interval {}, {} streams; {} of {} files {checked}",
+                "{verb} {} files, {} ({}) in {}: {}, min interval {}, {}; {} of {} files {checked}",
                 r.files,
                 units::bytes_decimal(r.bytes),
                 units::bytes_binary(r.bytes),
                 units::duration_s(r.elapsed_s),
                 units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
                 units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
-                r.streams,
+                streams_text(r),
                 r.files_verified,
                 r.files
             ));
         }
-    }
-    if let (Format::Human, Some(path)) = (p.format, &r.path) {
-        p.out.line(&format!(
-            "path: round trip {:.2} ms (least {:.2}), {} segments resent ({}), congestion control {}",
-            path.rtt_ms,
-            path.min_rtt_ms,
-            path.retransmits,
-            units::bytes_binary(path.bytes_retransmitted),
-            path.congestion_control.as_deref().unwrap_or("unknown")
-        ));
     }
     if p.format == Format::Human && r.bytes_skipped > 0 {
         let what = if r.bytes == 0 && r.status == "ok" {
@@ -552,8 +595,14 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
+    let (streams, auto_streams) = match a.streams.resolve() {
+        // Reversed, the daemon sends: it takes a fixed count.
+        (_, true) if a.reverse => (crate::session::send::AUTO_START, false),
+        chosen => chosen,
+    };
     let cfg = SendConfig {
-        streams: a.streams,
+        streams,
+        auto_streams,
         block_size: block as u32,
         zerocopy: zerocopy(a.zerocopy),
         direct: DirectMode::Off,
@@ -578,7 +627,9 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     };
     let plot = net_plot(plot_file, what, &cfg);
     run_plotted(&mut printer, "bench --net", plot, |obs| {
-        crate::session::send::run_bench_net(&cfg, time, a.verify, a.reverse, &interrupt, obs)
+        fewer_if_refused(&cfg, obs, &mut |c, obs| {
+            crate::session::send::run_bench_net(c, time, a.verify, a.reverse, &interrupt, obs)
+        })
     })
 }
 

@@ -1,6 +1,6 @@
 //! Counters a worker bumps once per reap batch and the coordinator samples.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One worker's progress. Padded to its own cache lines so two workers never
@@ -12,6 +12,9 @@ pub struct WorkerCounters {
     ops: AtomicU64,
     done: AtomicBool,
     streams: StreamBytes,
+    /// Streams new frames may go on (the first this many; 0: all), which
+    /// the coordinator raises under `-P auto`.
+    active: AtomicU32,
 }
 
 impl WorkerCounters {
@@ -41,6 +44,19 @@ impl WorkerCounters {
             self.bytes.load(Ordering::Relaxed),
             self.ops.load(Ordering::Relaxed),
         )
+    }
+
+    /// Let new frames use the first `n` streams (0: all of them).
+    pub fn set_active_streams(&self, n: u32) {
+        self.active.store(n, Ordering::Relaxed);
+    }
+
+    /// Streams new frames may use, of `all`.
+    pub fn active_streams(&self, all: u32) -> u32 {
+        match self.active.load(Ordering::Relaxed) {
+            0 => all,
+            n => n.min(all),
+        }
     }
 
     /// Mark the worker finished (its last batch is already counted).

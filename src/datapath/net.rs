@@ -259,8 +259,11 @@ impl NetSender {
         }
         let now = Instant::now();
         self.last_any_progress = now;
-        for q in &mut self.queues {
+        for (q, &fd) in self.queues.iter_mut().zip(sockets) {
             q.last_progress = now;
+            // What the peer acknowledged before the data (the stream's
+            // hello) is no progress of the data.
+            q.last_acked = super::sys::tcp_progress(fd).map_or(0, |t| t.bytes_acked);
         }
         Ok(())
     }
@@ -289,6 +292,11 @@ impl NetSender {
     /// queued frames were dropped; what they carried must go again.
     pub fn take_lost(&mut self) -> Vec<(u32, io::Error)> {
         std::mem::take(&mut self.lost)
+    }
+
+    /// Streams this sender was started on.
+    pub fn stream_count(&self) -> usize {
+        self.queues.len()
     }
 
     /// Whether `stream` still takes frames.
@@ -349,6 +357,20 @@ impl NetSender {
         }
         super::sys::shutdown_both(self.fds[stream as usize]);
         self.lost.push((stream, why));
+    }
+
+    /// Whether the peer's TCP acknowledged more on `stream` since the last
+    /// look (a descriptor that is not TCP, as in tests, always has).
+    fn peer_acked(&mut self, stream: u32) -> bool {
+        let q = &mut self.queues[stream as usize];
+        match super::sys::tcp_progress(self.fds[stream as usize]) {
+            Some(t) if t.bytes_acked == q.last_acked => false,
+            Some(t) => {
+                q.last_acked = t.bytes_acked;
+                true
+            }
+            None => true,
+        }
     }
 
     fn check_stalls(&mut self) -> Result<(), Error> {
@@ -624,7 +646,12 @@ impl NetSender {
                 p.store(stream as usize, self.sent[stream as usize]);
             }
             self.queues[stream as usize].last_progress = now;
-            self.last_any_progress = now;
+            // The peer as a whole moves when its TCP acknowledges: a send
+            // into a fresh socket's buffer (a lost stream's frames moved to
+            // an idle one) is no sign of a live receiver.
+            if self.peer_acked(stream) {
+                self.last_any_progress = now;
+            }
         }
         let done = tag.done + result as u32;
         assert!(done <= tag.len, "the kernel sent more than asked");

@@ -462,6 +462,25 @@ pub fn available_congestion() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The socket's send buffer size now (`SO_SNDBUF`: what autotuning grew
+/// it to, or what was set).
+pub fn send_buffer(fd: std::os::fd::RawFd) -> Option<u64> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes (one int) into `v`,
+    // which lives on this frame for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v.max(0) as u64)
+}
+
 /// Raise the soft RLIMIT_NOFILE to the hard limit (a daemon serving many
 /// sessions and streams needs descriptors; the default soft limit is 1024).
 pub fn raise_nofile_limit() {

@@ -86,6 +86,12 @@ const LIMITED_SHARE: f64 = 0.2;
 /// ... once it has been busy this long (a connection's first round trips
 /// are always window-limited while autotuning grows the buffers).
 const LIMITED_AFTER_US: u64 = 1_000_000;
+/// A send buffer this close to `tcp_wmem`'s maximum is held by it (below,
+/// the receiver is what holds the data back, as on loopback).
+const AT_MAX: f64 = 0.9;
+/// A receive window limits a path this long (on a short one a full window
+/// means a busy receiver, which a larger one would not help).
+const RWND_RTT_MIN_US: u32 = 5_000;
 
 /// What the data streams' TCP learnt of the path, for the report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -123,7 +129,10 @@ impl PathReport {
             ..PathReport::default()
         };
         let mut min_rtt = u32::MAX;
-        for (_, p) in sending {
+        let wmem_max = r.tcp_wmem_max.unwrap_or(u64::MAX) as f64;
+        for (fd, p) in sending {
+            let at_max = sys::send_buffer(fd).is_some_and(|b| b as f64 >= AT_MAX * wmem_max);
+            let long = p.min_rtt_us >= RWND_RTT_MIN_US;
             r.rtt_ms = r.rtt_ms.max(f64::from(p.rtt_us) / 1e3);
             if p.min_rtt_us > 0 {
                 min_rtt = min_rtt.min(p.min_rtt_us);
@@ -132,11 +141,12 @@ impl PathReport {
             r.bytes_retransmitted += p.bytes_retrans;
             if p.busy_us >= LIMITED_AFTER_US {
                 let busy = p.busy_us as f64;
-                r.send_buffer_limited =
-                    r.send_buffer_limited.max(p.sndbuf_limited_us as f64 / busy);
-                r.receive_window_limited = r
-                    .receive_window_limited
-                    .max(p.rwnd_limited_us as f64 / busy);
+                let share = |us: u64, counts: bool| if counts { us as f64 / busy } else { 0.0 };
+                r.send_buffer_limited = r
+                    .send_buffer_limited
+                    .max(share(p.sndbuf_limited_us, at_max));
+                r.receive_window_limited =
+                    r.receive_window_limited.max(share(p.rwnd_limited_us, long));
             }
         }
         if min_rtt != u32::MAX {

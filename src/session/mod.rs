@@ -20,6 +20,7 @@ pub mod send;
 mod source;
 mod sweep;
 pub mod tree;
+mod watch;
 
 use crate::protocol::control::ErrorCode;
 

@@ -136,18 +136,25 @@ pub fn run_pull(
     // The data thread reads the peer's events; this one its summary after.
     let peer = std::sync::Mutex::new(peer);
     let mut landed = (0u64, Vec::new());
-    let (data, mut report) = drive(cfg, total, &streams, interrupt, obs, |counters, _stop| {
-        let mut out = PullLanding {
-            counters,
-            files_done: &files_done,
-            committed: 0,
-            rejected: Vec::new(),
-        };
-        let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
-        let r = incoming.receive(&streams, engine, pace, (&key, &open), &peer, &mut out);
-        landed = (out.committed, out.rejected);
-        r
-    });
+    let (data, mut report) = drive(
+        cfg,
+        (total, false),
+        &streams,
+        interrupt,
+        obs,
+        |counters, _stop| {
+            let mut out = PullLanding {
+                counters,
+                files_done: &files_done,
+                committed: 0,
+                rejected: Vec::new(),
+            };
+            let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
+            let r = incoming.receive(&streams, engine, pace, (&key, &open), &peer, &mut out);
+            landed = (out.committed, out.rejected);
+            r
+        },
+    );
     report.command = "pull";
     report.files = files;
     report.bytes_skipped = skipped_bytes;

@@ -1229,6 +1229,13 @@ fn push_session(
         };
         send_msg(s, &m)?;
     }
+    // Ring and registered buffers first: they are ready when the first
+    // frame comes, however long the streams take to connect.
+    let pool = super::landing::prepare_receiver(
+        usize::from(req.streams),
+        buffers,
+        req.block_size as usize,
+    )?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     for (file_index, digest) in incoming.take_done_at_start() {
@@ -1256,7 +1263,6 @@ fn push_session(
         min_rate_bytes_per_s: cfg.limits.min_rate_bytes_per_s,
     };
     let (reader, peer) = super::conn::spawn_peer_reader(s)?;
-    let pool = super::landing::prepare_receiver(streams.len(), buffers, req.block_size as usize)?;
     let received = incoming
         .receive(
             &streams,
@@ -1537,13 +1543,14 @@ fn pull_session(
         };
         send_msg(s, &m)?;
     }
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let params = daemon_push_params(req, buffers, keys, cfg);
+    // Ring and buffers before the streams connect (ready for their data).
+    let tx = super::source::prepare_sender(usize::from(req.streams), &params)?;
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
     let mut announce = ControlAnnounce::new(s)?;
-    let tx = super::source::prepare_sender(streams.len(), &params)?;
     let pushed = push_data(
         &params,
         &tree,
@@ -1610,17 +1617,27 @@ fn bench_session(
     } else {
         (Duration::ZERO, false)
     };
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-    let bytes = if reverse {
-        let params = daemon_push_params(req, buffers, keys, cfg);
-        let counters = crate::coord::WorkerCounters::default();
-        let tx = crate::datapath::net::NetSender::prepare(
-            streams.len(),
+    let n = usize::from(req.streams);
+    let block = req.block_size as usize;
+    // Ring and buffers before the streams connect (ready for their data).
+    let (mut tx, mut rx) = (None, None);
+    let params = daemon_push_params(req, buffers, keys, cfg);
+    if reverse {
+        tx = Some(crate::datapath::net::NetSender::prepare(
+            n,
             buffers,
-            req.block_size as usize,
+            block,
             params.zerocopy,
             0,
-        )?;
+        )?);
+    } else {
+        rx = Some(crate::datapath::net::NetReceiver::prepare(
+            n, buffers, block, 0,
+        )?);
+    }
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let bytes = if let Some(tx) = tx {
+        let counters = crate::coord::WorkerCounters::default();
         bench_data(
             &params,
             time,
@@ -1638,12 +1655,7 @@ fn bench_session(
         let open = req
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ClientToServer));
-        let rx = crate::datapath::net::NetReceiver::prepare(
-            streams.len(),
-            buffers,
-            req.block_size as usize,
-            0,
-        )?;
+        let rx = rx.expect("prepared unless reversed");
         let key = frame_key(keys);
         discard_frames(&streams, rx, (&key, &open), &mut |b| progress.add(b))?
     };

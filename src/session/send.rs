@@ -1,14 +1,14 @@
 //! `urmove send`: push files and trees to a `urmove recv` daemon over one
 //! control connection and N parallel data streams.
 
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coord::{Interval, IntervalTracker, StreamRates, WorkerCounters};
+use crate::coord::{Interval, WorkerCounters};
 use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
 use crate::datapath::tcp::{self, Congestion, PathReport};
@@ -29,6 +29,8 @@ use crate::protocol::manifest::EntryKind;
 use super::conn::{recv_msg, send_msg, Control};
 use super::source::{open_source, push_data, Acks, ControlAnnounce, Held, PushParams};
 use super::tree::{scan, Skipped, Tree};
+pub(crate) use super::watch::drive;
+pub use super::watch::{AUTO_CAP, AUTO_START};
 use super::SessionError;
 
 /// Everything `send` needs, resolved from the command line.
@@ -61,6 +63,9 @@ pub struct SendConfig {
     pub state_dir: PathBuf,
     /// The data streams' congestion control (`--cc`).
     pub congestion: Congestion,
+    /// `-P auto`: `streams` are opened, and frames go on as many of them
+    /// as still raise the rate.
+    pub auto_streams: bool,
 }
 
 impl SendConfig {
@@ -88,6 +93,7 @@ impl SendConfig {
             timeout: Duration::from_secs(60),
             state_dir: super::secret::default_state_dir(),
             congestion: Congestion::Auto,
+            auto_streams: false,
         }
     }
 
@@ -156,7 +162,11 @@ pub struct SendReport {
     pub elapsed_s: f64,
     pub rate_bits_per_s: f64,
     pub interval_rate_min_bits_per_s: f64,
+    /// Streams that carried the data (the count `-P auto` chose), and
+    /// those opened.
     pub streams: u16,
+    pub streams_opened: u16,
+    pub streams_auto: bool,
     pub block_size_bytes: u32,
     pub zero_copy_sends: u64,
     pub zero_copy_copied: u64,
@@ -319,31 +329,62 @@ pub(crate) fn open_session(
             }
         }
     }
-    let mut streams = Vec::with_capacity(streams_n as usize);
-    for i in 0..streams_n {
-        let st = connect(cfg)?;
-        if let Some(b) = cfg.sock_buf {
-            set_sock_buf(&st, b);
-        }
-        cfg.congestion
-            .apply(st.as_raw_fd())
-            .map_err(|e| SessionError::io(format!("data stream {i}"), e))?;
-        let mut hello = Control::new(st);
-        send_msg(
-            &mut hello,
-            &Message::StreamHello {
-                session_id: keys.session_id,
-                stream_index: i,
-                proof: stream_proof(&keys, i),
-            },
-        )?;
-        streams.push(hello.into_tcp());
-    }
+    let streams = open_streams(cfg, &keys, streams_n)?;
     if let Some(rate) = cfg.rate_limit_bytes_per_s {
         let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
         tcp::pace(&fds, rate).map_err(|e| SessionError::io("pacing the data streams", e))?;
     }
     Ok((ctl, streams, keys, refused))
+}
+
+/// Data streams connected at once (a round trip for all of them instead of
+/// one each: 16 streams over 100 ms took 1.6 s one after the other).
+const CONNECT_AT_ONCE: usize = 16;
+
+/// Connect data streams `0..n` in parallel, each set up (`--sock-buf`,
+/// `--cc`) and proving it belongs to the session; in index order.
+fn open_streams(
+    cfg: &SendConfig,
+    keys: &SessionKeys,
+    n: u16,
+) -> Result<Vec<TcpStream>, SessionError> {
+    let all: Vec<u16> = (0..n).collect();
+    let mut streams = Vec::with_capacity(all.len());
+    for group in all.chunks(CONNECT_AT_ONCE) {
+        let opened: Vec<Result<TcpStream, SessionError>> = std::thread::scope(|scope| {
+            let each: Vec<_> = group
+                .iter()
+                .map(|&i| scope.spawn(move || open_stream(cfg, keys, i)))
+                .collect();
+            each.into_iter()
+                .map(|h| h.join().expect("a connecting thread panicked"))
+                .collect()
+        });
+        for st in opened {
+            streams.push(st?);
+        }
+    }
+    Ok(streams)
+}
+
+fn open_stream(cfg: &SendConfig, keys: &SessionKeys, i: u16) -> Result<TcpStream, SessionError> {
+    let st = connect(cfg)?;
+    if let Some(b) = cfg.sock_buf {
+        set_sock_buf(&st, b);
+    }
+    cfg.congestion
+        .apply(st.as_raw_fd())
+        .map_err(|e| SessionError::io(format!("data stream {i}"), e))?;
+    let mut hello = Control::new(st);
+    send_msg(
+        &mut hello,
+        &Message::StreamHello {
+            session_id: keys.session_id,
+            stream_index: i,
+            proof: stream_proof(keys, i),
+        },
+    )?;
+    Ok(hello.into_tcp())
 }
 
 /// A session ready for data: the control connection, the data streams,
@@ -363,7 +404,13 @@ pub(crate) fn fit(
     block_option: &str,
     obs: &mut dyn SendObserver,
 ) -> Result<(SendConfig, usize), SessionError> {
-    let want = super::buffer_count(cfg.streams as usize, cfg.block_size, per_stream, extra);
+    // Streams share the buffers: `-P auto` takes what its start needs twice.
+    let streams = if cfg.auto_streams {
+        2 * AUTO_START
+    } else {
+        cfg.streams
+    };
+    let want = super::buffer_count(streams as usize, cfg.block_size, per_stream, extra);
     let f = super::fit_buffers(want, cfg.block_size, super::memlock_budget(), block_option)?;
     if let Some(note) = &f.note {
         obs.notice(note);
@@ -373,134 +420,6 @@ pub(crate) fn fit(
         ..cfg.clone()
     };
     Ok((cfg, f.count))
-}
-
-/// Run `data` on its own thread while this one samples its counters and
-/// prints interval lines; then end the data streams.
-pub(crate) fn drive<T: Send>(
-    cfg: &SendConfig,
-    total: u64,
-    streams: &[TcpStream],
-    interrupt: &AtomicBool,
-    obs: &mut dyn SendObserver,
-    data: impl FnOnce(&WorkerCounters, &AtomicBool) -> Result<T, SessionError> + Send,
-) -> (Result<T, SessionError>, SendReport) {
-    let counters = WorkerCounters::with_streams(streams.len());
-    let mut per_stream = StreamRates::new(streams.len());
-    let stop = AtomicBool::new(false);
-    let start = Instant::now();
-    let mut path = PathWatch::new(streams);
-    let (result, mut tracker) = std::thread::scope(|scope| {
-        let worker = scope.spawn(|| {
-            let r = data(&counters, &stop);
-            counters.finish();
-            r
-        });
-        let mut tracker = IntervalTracker::new(cfg.interval.as_nanos() as u64);
-        while !counters.is_done() {
-            std::thread::sleep(Duration::from_millis(10).min(cfg.interval));
-            if interrupt.load(Ordering::Relaxed) {
-                stop.store(true, Ordering::Relaxed);
-            }
-            path.look(start.elapsed(), obs);
-            let t = start.elapsed().as_nanos() as u64;
-            if let Some(iv) = tracker.observe(t, counters.snapshot().0) {
-                obs.interval(&NetInterval {
-                    interval: iv,
-                    total_bytes: total,
-                });
-                obs.stream_intervals(per_stream.close(t, iv.full, counters.streams()));
-            }
-        }
-        (worker.join().expect("the data thread panicked"), tracker)
-    });
-    path.finish(obs);
-    for st in streams {
-        let _ = st.shutdown(Shutdown::Write);
-    }
-    let elapsed = start.elapsed();
-    let (bytes, _) = counters.snapshot();
-    if let Some(iv) = tracker.finish(elapsed.as_nanos() as u64, bytes) {
-        obs.interval(&NetInterval {
-            interval: iv,
-            total_bytes: total,
-        });
-        let t = elapsed.as_nanos() as u64;
-        obs.stream_intervals(per_stream.close(t, iv.full, counters.streams()));
-    }
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    let report = SendReport {
-        schema: 1,
-        command: "send",
-        status: "ok",
-        error: None,
-        bytes,
-        bytes_skipped: 0,
-        files: 0,
-        files_verified: 0,
-        files_skipped: 0,
-        skipped: Vec::new(),
-        listed_files_skipped: 0,
-        elapsed_s: secs,
-        rate_bits_per_s: bytes as f64 * 8.0 / secs,
-        interval_rate_min_bits_per_s: tracker.min_full_rate().unwrap_or(bytes as f64 / secs) * 8.0,
-        streams: streams.len() as u16,
-        block_size_bytes: cfg.block_size,
-        zero_copy_sends: 0,
-        zero_copy_copied: 0,
-        zero_copy_fell_back: false,
-        zero_copy_skipped: None,
-        frames_resent: 0,
-        path: path.report,
-        started: Some(start),
-    };
-    (result, report)
-}
-
-/// Watches the data streams' TCP: warns once (a few seconds in, or at the
-/// end) when a socket buffer holds them back, and keeps the last reading.
-struct PathWatch {
-    fds: Vec<std::os::fd::RawFd>,
-    looked: bool,
-    warned: bool,
-    report: Option<PathReport>,
-}
-
-/// When a running transfer's streams are first judged.
-const PATH_LOOK_AFTER: Duration = Duration::from_secs(5);
-
-impl PathWatch {
-    fn new(streams: &[TcpStream]) -> PathWatch {
-        PathWatch {
-            fds: streams.iter().map(|s| s.as_raw_fd()).collect(),
-            looked: false,
-            warned: false,
-            report: None,
-        }
-    }
-
-    /// Judge the streams once, `PATH_LOOK_AFTER` into the transfer.
-    fn look(&mut self, elapsed: Duration, obs: &mut dyn SendObserver) {
-        if !self.looked && elapsed >= PATH_LOOK_AFTER {
-            self.looked = true;
-            self.judge(obs);
-        }
-    }
-
-    /// The last reading, for the report (and a warning not given yet).
-    fn finish(&mut self, obs: &mut dyn SendObserver) {
-        self.judge(obs);
-    }
-
-    fn judge(&mut self, obs: &mut dyn SendObserver) {
-        self.report = PathReport::of(&self.fds);
-        if let Some(w) = self.report.as_ref().and_then(PathReport::warning) {
-            if !self.warned {
-                obs.notice(&w);
-            }
-            self.warned = true;
-        }
-    }
 }
 
 pub(crate) fn note_zero_copy(
@@ -577,7 +496,7 @@ pub fn run_send(
         });
         let (data, report) = drive(
             cfg,
-            tree.file_bytes().saturating_sub(skipped),
+            (tree.file_bytes().saturating_sub(skipped), true),
             &streams,
             interrupt,
             obs,
@@ -686,9 +605,14 @@ pub fn run_bench_net(
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_, _| Ok(()))?;
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
-    let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, stop| {
-        bench_data(&params, time, verify, &streams, counters, stop, tx)
-    });
+    let (data, mut report) = drive(
+        cfg,
+        (0, true),
+        &streams,
+        interrupt,
+        obs,
+        |counters, stop| bench_data(&params, time, verify, &streams, counters, stop, tx),
+    );
     report.command = "bench --net";
     match data {
         Ok(stats) => note_zero_copy(&mut report, &stats, obs),
@@ -728,9 +652,14 @@ fn run_bench_net_reverse(
     let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_, _| Ok(()))?;
     let key = crate::protocol::seal::frame_key(&keys);
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
-    let (data, mut report) = drive(cfg, 0, &streams, interrupt, obs, |counters, _stop| {
-        discard_frames(&streams, rx, (&key, &open), &mut |b| counters.add(b, 0))
-    });
+    let (data, mut report) = drive(
+        cfg,
+        (0, false),
+        &streams,
+        interrupt,
+        obs,
+        |counters, _stop| discard_frames(&streams, rx, (&key, &open), &mut |b| counters.add(b, 0)),
+    );
     report.command = "bench --net --reverse";
     if let Err(e) = data {
         report.fail(&e, false);
@@ -864,7 +793,7 @@ pub(crate) fn bench_data(
             }
         };
         tx.queue(next_stream, lease, &h);
-        next_stream = (next_stream + 1) % fds.len() as u32;
+        next_stream = (next_stream + 1) % counters.active_streams(fds.len() as u32);
         counters.add(n as u64, 1);
         tx.poll(false)?;
         if let Some((stream, why)) = tx.take_lost().pop() {

@@ -984,7 +984,11 @@ impl<'a> Pusher<'a> {
     fn queue_hole(&mut self, i: usize, offset: u64, n: usize, lease: Lease) {
         let h = FrameHeader::hole(&self.params.key, i as u32, offset);
         self.digests[i] = digest_add(self.digests[i], zero_terms(offset, n as u64));
-        let st = pick(&self.tx, &mut self.next_stream, self.fds.len() as u32);
+        let st = pick(
+            &self.tx,
+            &mut self.next_stream,
+            self.counters.active_streams(self.fds.len() as u32),
+        );
         self.ledger.record(
             st,
             Sent {
@@ -1046,7 +1050,11 @@ impl<'a> Pusher<'a> {
             self.tx.give_back(lease);
             return;
         }
-        let st = pick(&self.tx, &mut self.next_stream, self.fds.len() as u32);
+        let st = pick(
+            &self.tx,
+            &mut self.next_stream,
+            self.counters.active_streams(self.fds.len() as u32),
+        );
         queue_block(
             &mut self.tx,
             &mut self.ledger,
@@ -1173,7 +1181,11 @@ impl<'a> Pusher<'a> {
                 self.skip(r.entry as usize, why.into());
                 continue;
             };
-            let st = pick(&self.tx, &mut self.next_stream, self.fds.len() as u32);
+            let st = pick(
+                &self.tx,
+                &mut self.next_stream,
+                self.counters.active_streams(self.fds.len() as u32),
+            );
             self.ledger.record(st, r);
             self.tx.queue(st, lease, &h);
             self.counters.add(u64::from(r.len) * u64::from(!r.hole), 1);
@@ -1303,17 +1315,22 @@ fn reread(
     (got >= n && h.checksum == r.checksum).then_some(h)
 }
 
-/// The next stream still taking frames, round-robin from `*next`.
-fn pick(tx: &NetSender, next: &mut u32, n: u32) -> u32 {
-    for _ in 0..n {
-        let s = *next;
-        *next = (*next + 1) % n;
-        if tx.is_live(s) {
-            return s;
+/// The next stream still taking frames, round-robin from `*next` over the
+/// first `active`; past them when none of those is live (a lost stream's
+/// frames go wherever a stream still takes them).
+fn pick(tx: &NetSender, next: &mut u32, active: u32) -> u32 {
+    let all = tx.stream_count() as u32;
+    for n in [active, all] {
+        for _ in 0..n {
+            let s = *next % n;
+            *next = (s + 1) % n;
+            if tx.is_live(s) {
+                return s;
+            }
         }
     }
     // None live: the caller sees that from the lost streams.
-    *next
+    *next % all.max(1)
 }
 
 /// Checksum a block read into `lease`, add it to its file's digest, and

@@ -1,0 +1,369 @@
+//! The coordinator's side of a running transfer: it samples the data
+//! thread's counters and the streams' TCP, prints interval lines of what
+//! the peer received, judges the path (a warning naming the sysctl when a
+//! socket buffer holds the streams back) and, under `-P auto`, opens the
+//! way to more streams while the aggregate still grows.
+
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::coord::{IntervalTracker, StreamRates, WorkerCounters};
+use crate::datapath::sys;
+use crate::datapath::tcp::PathReport;
+
+use super::send::{NetInterval, SendConfig, SendObserver, SendReport};
+use super::SessionError;
+
+/// How often the coordinator looks.
+const TICK: Duration = Duration::from_millis(10);
+
+/// Run `data` on its own thread while this one watches (see the module);
+/// then end the data streams. `total` is what the data will be, when
+/// known; `sending` whether this side sends the data.
+pub(crate) fn drive<T: Send>(
+    cfg: &SendConfig,
+    (total, sending): (u64, bool),
+    streams: &[TcpStream],
+    interrupt: &AtomicBool,
+    obs: &mut dyn SendObserver,
+    data: impl FnOnce(&WorkerCounters, &AtomicBool) -> Result<T, SessionError> + Send,
+) -> (Result<T, SessionError>, SendReport) {
+    let counters = WorkerCounters::with_streams(streams.len());
+    let stop = AtomicBool::new(false);
+    let mut watch = Watch::new(cfg, (total, sending), streams);
+    watch.grow.start(&counters);
+    let result = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let r = data(&counters, &stop);
+            counters.finish();
+            r
+        });
+        while !counters.is_done() {
+            std::thread::sleep(TICK.min(cfg.interval));
+            if interrupt.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            watch.tick(&counters, obs);
+        }
+        worker.join().expect("the data thread panicked")
+    });
+    if result.is_ok() {
+        watch.drain(&counters, cfg.timeout, obs);
+    }
+    watch.path.finish(obs);
+    for st in streams {
+        let _ = st.shutdown(Shutdown::Write);
+    }
+    let report = watch.finish(cfg, &counters, obs);
+    (result, report)
+}
+
+/// What the coordinator keeps between ticks.
+struct Watch {
+    start: Instant,
+    total: u64,
+    tracker: IntervalTracker,
+    per_stream: StreamRates,
+    path: PathWatch,
+    delivered: Delivered,
+    grow: Grow,
+    /// When the peer had every byte (ns from `start`): interval lines end
+    /// there, so waiting for the receiver's commit is no tail of 0 b/s.
+    done_at: Option<u64>,
+}
+
+impl Watch {
+    fn new(cfg: &SendConfig, (total, sending): (u64, bool), streams: &[TcpStream]) -> Watch {
+        let rtt_us = streams
+            .first()
+            .and_then(|s| sys::tcp_path(s.as_raw_fd()))
+            .map_or(0, |p| u64::from(p.rtt_us));
+        Watch {
+            start: Instant::now(),
+            total,
+            tracker: IntervalTracker::new(cfg.interval.as_nanos() as u64),
+            per_stream: StreamRates::new(streams.len()),
+            path: PathWatch::new(streams),
+            delivered: Delivered::new(streams, sending),
+            grow: Grow::new(cfg, streams.len() as u32, rtt_us),
+            done_at: None,
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// One look: the path once in a while, the next interval line, the
+    /// stream count.
+    fn tick(&mut self, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
+        self.path.look(self.start.elapsed(), obs);
+        let t = self.now_ns();
+        let bytes = self.delivered.of(counters.snapshot().0);
+        self.grow.step(t, bytes, counters, obs);
+        if self.done_at.is_some() {
+            return;
+        }
+        if self.total > 0 && bytes >= self.total {
+            self.done_at = Some(t);
+            return;
+        }
+        if let Some(iv) = self.tracker.observe(t, bytes) {
+            obs.interval(&NetInterval {
+                interval: iv,
+                total_bytes: self.total,
+            });
+            obs.stream_intervals(self.per_stream.close(t, iv.full, counters.streams()));
+        }
+    }
+
+    /// After the data thread: go on watching until the peer's TCP has
+    /// acknowledged what was sent (the socket buffers drain), at most
+    /// `limit`.
+    fn drain(&mut self, counters: &WorkerCounters, limit: Duration, obs: &mut dyn SendObserver) {
+        let until = Instant::now() + limit;
+        let sent = counters.snapshot().0;
+        while self.delivered.of(sent) < sent && Instant::now() < until && self.delivered.flowing() {
+            std::thread::sleep(TICK);
+            self.tick(counters, obs);
+        }
+    }
+
+    /// The last interval line (ending when the peer had every byte) and
+    /// the report.
+    fn finish(
+        mut self,
+        cfg: &SendConfig,
+        counters: &WorkerCounters,
+        obs: &mut dyn SendObserver,
+    ) -> SendReport {
+        let elapsed = self.start.elapsed();
+        let (bytes, _) = counters.snapshot();
+        let end = self.done_at.unwrap_or(elapsed.as_nanos() as u64);
+        if let Some(iv) = self.tracker.finish(end, bytes) {
+            obs.interval(&NetInterval {
+                interval: iv,
+                total_bytes: self.total,
+            });
+            obs.stream_intervals(self.per_stream.close(end, iv.full, counters.streams()));
+        }
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let min_rate = self.tracker.min_full_rate().unwrap_or(bytes as f64 / secs);
+        SendReport {
+            schema: 1,
+            command: "send",
+            status: "ok",
+            error: None,
+            bytes,
+            bytes_skipped: 0,
+            files: 0,
+            files_verified: 0,
+            files_skipped: 0,
+            skipped: Vec::new(),
+            listed_files_skipped: 0,
+            elapsed_s: secs,
+            rate_bits_per_s: bytes as f64 * 8.0 / secs,
+            interval_rate_min_bits_per_s: min_rate * 8.0,
+            streams: self.grow.chosen(),
+            streams_opened: self.grow.open as u16,
+            streams_auto: cfg.auto_streams,
+            block_size_bytes: cfg.block_size,
+            zero_copy_sends: 0,
+            zero_copy_copied: 0,
+            zero_copy_fell_back: false,
+            zero_copy_skipped: None,
+            frames_resent: 0,
+            path: self.path.report,
+            started: Some(self.start),
+        }
+    }
+}
+
+/// What the peer has received: the bytes the data thread counted, but,
+/// on the side that sends, no more than the peer's TCP acknowledged (a
+/// frame is counted when queued and may still sit in a socket buffer).
+struct Delivered {
+    fds: Vec<RawFd>,
+    /// Each stream's acknowledged bytes when the data began (its hello).
+    base: Vec<u64>,
+    sending: bool,
+}
+
+impl Delivered {
+    fn new(streams: &[TcpStream], sending: bool) -> Delivered {
+        let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
+        let base = fds.iter().map(|&fd| acked(fd)).collect();
+        Delivered { fds, base, sending }
+    }
+
+    /// `counted`, held to what the peer acknowledged.
+    fn of(&self, counted: u64) -> u64 {
+        if !self.sending {
+            return counted;
+        }
+        let acked: u64 = self
+            .fds
+            .iter()
+            .zip(&self.base)
+            .map(|(&fd, &base)| acked(fd).saturating_sub(base))
+            .sum();
+        counted.min(acked)
+    }
+
+    /// Whether every stream is still connected (a closed one never
+    /// acknowledges the rest).
+    fn flowing(&self) -> bool {
+        self.fds
+            .iter()
+            .all(|&fd| sys::tcp_progress(fd).is_some_and(|p| p.connected))
+    }
+}
+
+/// Bytes the peer's TCP acknowledged on `fd`.
+fn acked(fd: RawFd) -> u64 {
+    sys::tcp_progress(fd).map_or(0, |p| p.bytes_acked)
+}
+
+/// Watches the data streams' TCP: warns once (a few seconds in, or at the
+/// end) when a socket buffer holds them back, and keeps the last reading.
+struct PathWatch {
+    fds: Vec<RawFd>,
+    looked: bool,
+    warned: bool,
+    report: Option<PathReport>,
+}
+
+/// When a running transfer's streams are first judged.
+const PATH_LOOK_AFTER: Duration = Duration::from_secs(5);
+
+impl PathWatch {
+    fn new(streams: &[TcpStream]) -> PathWatch {
+        PathWatch {
+            fds: streams.iter().map(|s| s.as_raw_fd()).collect(),
+            looked: false,
+            warned: false,
+            report: None,
+        }
+    }
+
+    /// Judge the streams once, `PATH_LOOK_AFTER` into the transfer.
+    fn look(&mut self, elapsed: Duration, obs: &mut dyn SendObserver) {
+        if !self.looked && elapsed >= PATH_LOOK_AFTER {
+            self.looked = true;
+            self.judge(obs);
+        }
+    }
+
+    /// The last reading, for the report (and a warning not given yet).
+    fn finish(&mut self, obs: &mut dyn SendObserver) {
+        self.judge(obs);
+    }
+
+    fn judge(&mut self, obs: &mut dyn SendObserver) {
+        self.report = PathReport::of(&self.fds);
+        if let Some(w) = self.report.as_ref().and_then(PathReport::warning) {
+            if !self.warned {
+                obs.notice(&w);
+            }
+            self.warned = true;
+        }
+    }
+}
+
+/// `-P auto`: frames start on the first `AUTO_START` of the open streams;
+/// every step, while the delivered rate (over the step's second half, past
+/// the new streams' ramp) grew by `GROW_GAIN` over the step before, twice
+/// as many take frames, up to all that are open; a step that did not pay
+/// goes back to the count before it.
+struct Grow {
+    auto: bool,
+    open: u32,
+    active: u32,
+    step_ns: u64,
+    /// Where this step's measured half began: (ns, bytes), once reached.
+    mark: Option<(u64, u64)>,
+    step_end: u64,
+    /// The best rate so far (bytes per ns) and the count that gave it.
+    best: (f64, u32),
+    done: bool,
+}
+
+/// Streams `-P auto` starts with.
+pub const AUTO_START: u16 = 4;
+/// Streams `-P auto` opens (and may grow to).
+pub const AUTO_CAP: u16 = 16;
+/// Growth that justifies the next step.
+const GROW_GAIN: f64 = 1.1;
+/// A step lasts this long at least, and `GROW_STEP_RTTS` round trips (a
+/// stream idle until now starts again from a small window).
+const GROW_STEP_MIN: Duration = Duration::from_secs(3);
+const GROW_STEP_RTTS: u64 = 30;
+
+impl Grow {
+    fn new(cfg: &SendConfig, open: u32, rtt_us: u64) -> Grow {
+        let auto = cfg.auto_streams && open > u32::from(AUTO_START);
+        let step = (GROW_STEP_MIN.as_nanos() as u64).max(rtt_us * 1000 * GROW_STEP_RTTS);
+        Grow {
+            auto,
+            open,
+            active: if auto { u32::from(AUTO_START) } else { open },
+            step_ns: step,
+            mark: None,
+            step_end: step,
+            best: (0.0, 0),
+            done: !auto,
+        }
+    }
+
+    fn start(&self, counters: &WorkerCounters) {
+        if self.auto {
+            counters.set_active_streams(self.active);
+        }
+    }
+
+    /// Streams in use at the end.
+    fn chosen(&self) -> u16 {
+        self.active as u16
+    }
+
+    /// At `t`, with `bytes` delivered: mark the middle of a step, judge it
+    /// at its end.
+    fn step(&mut self, t: u64, bytes: u64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
+        if self.done {
+            return;
+        }
+        let Some((t0, b0)) = self.mark else {
+            if t >= self.step_end - self.step_ns / 2 {
+                self.mark = Some((t, bytes));
+            }
+            return;
+        };
+        if t < self.step_end {
+            return;
+        }
+        let rate = bytes.saturating_sub(b0) as f64 / (t - t0).max(1) as f64;
+        self.judge(rate, counters, obs);
+        self.step_end = t + self.step_ns;
+        self.mark = None;
+    }
+
+    fn judge(&mut self, rate: f64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
+        let (best, with) = self.best;
+        if rate > best * GROW_GAIN && self.active < self.open {
+            self.best = (rate, self.active);
+            self.active = (self.active * 2).min(self.open);
+        } else {
+            if rate <= best * GROW_GAIN {
+                self.active = with;
+            }
+            self.done = true;
+            obs.info(&format!(
+                "-P auto: {} streams carry the data ({} open)",
+                self.active, self.open
+            ));
+        }
+        counters.set_active_streams(self.active);
+    }
+}
