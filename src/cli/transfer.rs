@@ -504,7 +504,9 @@ fn fewer_if_refused(
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     p.end_bar();
     if let (Format::Human, Some(path)) = (p.format, &r.path) {
-        p.out.line(&format!(
+        // What iperf3 users read in its Retr column, on stderr beside the
+        // notices: stdout keeps one summary line.
+        p.info(&format!(
             "path: round trip {:.2} ms (least {:.2}), {} segments resent ({}), congestion control {}",
             path.rtt_ms,
             path.min_rtt_ms,

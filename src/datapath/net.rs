@@ -161,6 +161,9 @@ pub struct NetSender {
     /// Stall limit: see [`set_stall_limit`](Self::set_stall_limit).
     stall: Option<Duration>,
     last_any_progress: Instant,
+    /// A stream was lost with data waiting, and the peer has acknowledged
+    /// nothing since.
+    lost_waiting: bool,
 }
 
 /// How long a wait inside `poll` lasts at most when stalls are watched.
@@ -238,6 +241,7 @@ impl NetSender {
             lost: Vec::new(),
             stall: None,
             last_any_progress: Instant::now(),
+            lost_waiting: false,
         })
     }
 
@@ -348,6 +352,9 @@ impl NetSender {
         if !q.live {
             return;
         }
+        // Data waited on it: the stall clock goes on through its loss (its
+        // frames moved to an idle stream are not a fresh start).
+        self.lost_waiting |= q.busy;
         q.live = false;
         q.busy = false;
         q.rest_from = None;
@@ -387,6 +394,7 @@ impl NetSender {
                         q.last_acked = t.bytes_acked;
                         q.last_progress = now;
                         self.last_any_progress = now;
+                        self.lost_waiting = false;
                     }
                 }
             }
@@ -525,7 +533,7 @@ impl NetSender {
         q.busy = true;
         let now = Instant::now();
         q.last_progress = now;
-        if none_busy {
+        if none_busy && !self.lost_waiting {
             // The stall clock runs while data waits, not while none does.
             self.last_any_progress = now;
         }
@@ -651,6 +659,7 @@ impl NetSender {
             // an idle one) is no sign of a live receiver.
             if self.peer_acked(stream) {
                 self.last_any_progress = now;
+                self.lost_waiting = false;
             }
         }
         let done = tag.done + result as u32;

@@ -71,9 +71,10 @@ fn explain(name: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), why)
 }
 
-/// Pace each of `streams` sockets to its share of `total_bytes_per_s`.
-pub fn pace(fds: &[RawFd], total_bytes_per_s: f64) -> io::Result<()> {
-    let share = (total_bytes_per_s / fds.len().max(1) as f64).ceil() as u64;
+/// Pace each socket to its share of `total_bytes_per_s` when `carrying`
+/// of them carry the data (the others idle, or take a lost one's frames).
+pub fn pace(fds: &[RawFd], total_bytes_per_s: f64, carrying: usize) -> io::Result<()> {
+    let share = (total_bytes_per_s / carrying.max(1) as f64).ceil() as u64;
     for &fd in fds {
         sys::set_max_pacing_rate(fd, share)?;
     }

@@ -332,7 +332,13 @@ pub(crate) fn open_session(
     let streams = open_streams(cfg, &keys, streams_n)?;
     if let Some(rate) = cfg.rate_limit_bytes_per_s {
         let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
-        tcp::pace(&fds, rate).map_err(|e| SessionError::io("pacing the data streams", e))?;
+        let carrying = if cfg.auto_streams {
+            AUTO_START
+        } else {
+            streams_n
+        };
+        tcp::pace(&fds, rate, carrying.into())
+            .map_err(|e| SessionError::io("pacing the data streams", e))?;
     }
     Ok((ctl, streams, keys, refused))
 }

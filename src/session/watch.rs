@@ -87,7 +87,7 @@ impl Watch {
             per_stream: StreamRates::new(streams.len()),
             path: PathWatch::new(streams),
             delivered: Delivered::new(streams, sending),
-            grow: Grow::new(cfg, streams.len() as u32, rtt_us),
+            grow: Grow::new(cfg, streams, rtt_us),
             done_at: None,
         }
     }
@@ -279,6 +279,10 @@ impl PathWatch {
 /// goes back to the count before it.
 struct Grow {
     auto: bool,
+    /// The streams, and `--rate-limit`: each is paced to its share of it
+    /// among those carrying data.
+    fds: Vec<RawFd>,
+    rate_limit: Option<f64>,
     open: u32,
     active: u32,
     step_ns: u64,
@@ -302,11 +306,14 @@ const GROW_STEP_MIN: Duration = Duration::from_secs(3);
 const GROW_STEP_RTTS: u64 = 30;
 
 impl Grow {
-    fn new(cfg: &SendConfig, open: u32, rtt_us: u64) -> Grow {
+    fn new(cfg: &SendConfig, streams: &[TcpStream], rtt_us: u64) -> Grow {
+        let open = streams.len() as u32;
         let auto = cfg.auto_streams && open > u32::from(AUTO_START);
         let step = (GROW_STEP_MIN.as_nanos() as u64).max(rtt_us * 1000 * GROW_STEP_RTTS);
         Grow {
             auto,
+            fds: streams.iter().map(|s| s.as_raw_fd()).collect(),
+            rate_limit: cfg.rate_limit_bytes_per_s,
             open,
             active: if auto { u32::from(AUTO_START) } else { open },
             step_ns: step,
@@ -365,5 +372,10 @@ impl Grow {
             ));
         }
         counters.set_active_streams(self.active);
+        if let Some(rate) = self.rate_limit {
+            if let Err(e) = crate::datapath::tcp::pace(&self.fds, rate, self.active as usize) {
+                obs.notice(&format!("pacing the data streams: {e}"));
+            }
+        }
     }
 }
