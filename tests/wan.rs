@@ -639,3 +639,57 @@ fn the_delay_lines_help_examples_start_and_clean_up() {
         );
     }
 }
+
+#[test]
+fn bench_wan_runs_its_matrix_and_prints_ratios_to_the_path() {
+    crate::require!(
+        can_line() && crate::util::have("iperf3"),
+        "needs root, iproute2, /dev/net/tun and iperf3"
+    );
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let pid = std::process::id() % 200;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bench-wan.sh");
+    let mut c = Command::new(script);
+    c.env("PATHS", "200Mbit:20ms")
+        .env("LOSSES", "0 0.01")
+        .env("ROUNDS", "1")
+        .env("DUR", "2")
+        .env("FILE_MB", "24")
+        .env("SWEEP", "2")
+        .env("IPERF_P", "2")
+        .env("URMOVE", env!("CARGO_BIN_EXE_urmove"))
+        .env("WORKDIR", work.path())
+        .env("NS_A", format!("urbw-a-{pid}"))
+        .env("NS_B", format!("urbw-b-{pid}"))
+        .env("ADDR_A", format!("10.80.{pid}.1"))
+        .env("ADDR_B", format!("10.80.{pid}.2"));
+    let o = output_within(c, Duration::from_secs(300));
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let report = std::fs::read_to_string(work.path().join("report.md")).unwrap();
+    for loss in ["0", "0.01"] {
+        assert!(
+            report.contains(&format!("## 200Mbit x 20ms, loss {loss} (")),
+            "{report}"
+        );
+    }
+    // Every row measured something, with its ratio to the 200 Mbit/s path.
+    let rows: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("| urmove") || l.starts_with("| iperf3"))
+        .collect();
+    assert_eq!(rows.len(), 2 * 5, "{report}");
+    for r in rows {
+        let cells: Vec<&str> = r.split('|').map(str::trim).collect();
+        let mbit: f64 = cells[2]
+            .parse()
+            .unwrap_or_else(|_| panic!("no rate in {r}"));
+        let ratio: f64 = cells[3].parse().unwrap();
+        assert!(mbit > 20.0 && mbit < 260.0, "{r}");
+        assert!((ratio - mbit / 200.0).abs() < 0.011, "{r}");
+    }
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !stdout(&list).contains(&format!("urbw-a-{pid}")),
+        "namespaces left"
+    );
+}

@@ -182,7 +182,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "RATE", value_parser = parse::rate, requires = "net")]
     pub rate_limit: Option<f64>,
 
-    /// bench --net: zero-copy sends (auto drops them where the kernel copies).
+    /// bench --net: zero-copy sends (auto: not over virtual devices or a
+    /// round trip above 1 ms, and dropped where the kernel copies).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto, requires = "net")]
     pub zerocopy: ZeroCopyArg,
 
@@ -539,8 +540,10 @@ pub struct SendArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
     pub direct: DirectArg,
 
-    /// Zero-copy sends: auto (drop them when the kernel copies anyway, as on
-    /// loopback and veth), on, or off.
+    /// Zero-copy sends: auto (not over loopback, veth or TUN, which copy
+    /// anyway, nor over a round trip above 1 ms, where each buffer waits for
+    /// its acknowledgement; dropped when the kernel reports copying), on, or
+    /// off.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto)]
     pub zerocopy: ZeroCopyArg,
 

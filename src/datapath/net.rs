@@ -303,6 +303,33 @@ impl NetSender {
         self.queues.len()
     }
 
+    /// The stream a new frame goes on: of the live ones among the first
+    /// `active`, the one with the fewest frames waiting or in flight (a
+    /// stream still ramping up, or recovering from a loss, takes fewer),
+    /// ties broken round-robin from `*next`; any live one past `active`
+    /// when none of those is (a lost stream's frames go wherever a stream
+    /// still takes them). None live: `*next`, and the caller sees the
+    /// losses.
+    pub fn pick_stream(&self, next: &mut u32, active: u32) -> u32 {
+        let all = self.queues.len() as u32;
+        for n in [active.min(all), all] {
+            let mut best: Option<(usize, u32)> = None;
+            for k in 0..n {
+                let s = (*next + k) % n.max(1);
+                let q = &self.queues[s as usize];
+                let load = q.pending.len() + usize::from(q.busy);
+                if q.live && best.is_none_or(|(l, _)| load < l) {
+                    best = Some((load, s));
+                }
+            }
+            if let Some((_, s)) = best {
+                *next = (s + 1) % n;
+                return s;
+            }
+        }
+        *next % all.max(1)
+    }
+
     /// Whether `stream` still takes frames.
     pub fn is_live(&self, stream: u32) -> bool {
         self.queues[stream as usize].live

@@ -798,8 +798,8 @@ pub(crate) fn bench_data(
                 checksum: 0,
             }
         };
-        tx.queue(next_stream, lease, &h);
-        next_stream = (next_stream + 1) % counters.active_streams(fds.len() as u32);
+        let to = tx.pick_stream(&mut next_stream, counters.active_streams(fds.len() as u32));
+        tx.queue(to, lease, &h);
         counters.add(n as u64, 1);
         tx.poll(false)?;
         if let Some((stream, why)) = tx.take_lost().pop() {

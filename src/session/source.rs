@@ -1315,22 +1315,9 @@ fn reread(
     (got >= n && h.checksum == r.checksum).then_some(h)
 }
 
-/// The next stream still taking frames, round-robin from `*next` over the
-/// first `active`; past them when none of those is live (a lost stream's
-/// frames go wherever a stream still takes them).
+/// The stream for the next frame (see [`NetSender::pick_stream`]).
 fn pick(tx: &NetSender, next: &mut u32, active: u32) -> u32 {
-    let all = tx.stream_count() as u32;
-    for n in [active, all] {
-        for _ in 0..n {
-            let s = *next % n;
-            *next = (s + 1) % n;
-            if tx.is_live(s) {
-                return s;
-            }
-        }
-    }
-    // None live: the caller sees that from the lost streams.
-    *next % all.max(1)
+    tx.pick_stream(next, active)
 }
 
 /// Checksum a block read into `lease`, add it to its file's digest, and
