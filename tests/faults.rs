@@ -384,8 +384,9 @@ fn a_paused_receiver_fails_the_sender_within_its_timeout() {
             || err.contains("stopped taking data"),
         "{err}"
     );
-    // Bounded: the timeout and a little, never a hang.
-    assert!(waited < Duration::from_secs(30), "{waited:?}");
+    // Bounded: the timeout and a little, never a hang (nor a chain of
+    // idle streams each taking the timeout in turn).
+    assert!(waited < Duration::from_secs(15), "{waited:?}");
     assert!(!d.root.path().join("in/run/big.dat").exists());
 }
 

@@ -19,8 +19,6 @@ fn split_number(s: &str) -> Result<(f64, &str), String> {
     Ok((v, unit.trim()))
 }
 
-/// A size in bytes. `K`/`M`/`G`/`T` and `KiB`.. are powers of 1024 (as dd and
-/// fio read them); `kB`/`MB`/`GB`/`TB` are powers of 1000; a bare number is bytes.
 /// `-P`: `auto` or a stream count from 1 to 256.
 pub fn streams(s: &str) -> Result<Streams, String> {
     if s == "auto" {
@@ -56,6 +54,8 @@ pub fn congestion(s: &str) -> Result<crate::datapath::tcp::Congestion, String> {
     crate::datapath::tcp::Congestion::parse(s)
 }
 
+/// A size in bytes. `K`/`M`/`G`/`T` and `KiB`.. are powers of 1024 (as dd and
+/// fio read them); `kB`/`MB`/`GB`/`TB` are powers of 1000; a bare number is bytes.
 pub fn size(s: &str) -> Result<u64, String> {
     let (v, unit) = split_number(s)?;
     let mult: f64 = match unit {

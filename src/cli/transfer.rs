@@ -433,7 +433,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
-    let (streams, auto_streams) = a.streams.resolve();
+    let (streams, auto_streams) = auto_unless_limited(a.streams, a.rate_limit);
     let cfg = SendConfig {
         dest: dest.trim_end_matches('/').to_string(),
         sources,
@@ -461,6 +461,15 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
     })
 }
 
+/// What `-P` resolves to: under `--rate-limit`, `auto` is `AUTO_START`
+/// streams (paced streams gain nothing in number, and would seem to).
+fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bool) {
+    match p.resolve() {
+        (_, true) if limit.is_some() => (crate::session::send::AUTO_START, false),
+        chosen => chosen,
+    }
+}
+
 /// "4 streams", or what `-P auto` chose of those it opened.
 fn streams_text(r: &SendReport) -> String {
     if r.streams_auto {
@@ -474,25 +483,33 @@ type Run<'a> =
     dyn FnMut(&SendConfig, &mut dyn SendObserver) -> Result<SendReport, SessionError> + 'a;
 
 /// Run; when `-P auto` asked for more streams than the receiver takes,
-/// say so and run again on `AUTO_START` (nothing was sent yet).
+/// say so and run again (nothing was sent yet) on what it takes, still
+/// `auto` when that is more than `AUTO_START`.
 fn fewer_if_refused(
     cfg: &SendConfig,
     obs: &mut dyn SendObserver,
     run: &mut Run<'_>,
 ) -> Result<SendReport, SessionError> {
+    use crate::session::send::AUTO_START;
     match run(cfg, obs) {
         Err(SessionError::Refused {
             code: ErrorCode::TooLarge,
             message,
         }) if cfg.auto_streams && message.contains("data streams asked") => {
-            let start = crate::session::send::AUTO_START;
+            // "N data streams asked, this daemon takes 1 to M per session"
+            let most = message
+                .split("takes 1 to ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .and_then(|n| n.parse::<u16>().ok())
+                .unwrap_or(AUTO_START)
+                .max(1);
             obs.notice(&format!(
-                "-P auto: the receiver refused {} streams ({message}); going on with {start}",
-                cfg.streams
+                "-P auto: the receiver takes at most {most} streams; going on with {most}"
             ));
             let fewer = SendConfig {
-                streams: start,
-                auto_streams: false,
+                streams: most,
+                auto_streams: most > AUTO_START,
                 ..cfg.clone()
             };
             run(&fewer, obs)
@@ -594,10 +611,15 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     if a.rate_limit.is_some_and(|r| r <= 0.0) {
         return Err(usage("--rate-limit must be above zero".into()));
     }
+    if a.rate_limit.is_some() && a.reverse {
+        return Err(usage(
+            "--rate-limit paces this side's sends; with --reverse the daemon sends".into(),
+        ));
+    }
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
-    let (streams, auto_streams) = match a.streams.resolve() {
+    let (streams, auto_streams) = match auto_unless_limited(a.streams, a.rate_limit) {
         // Reversed, the daemon sends: it takes a fixed count.
         (_, true) if a.reverse => (crate::session::send::AUTO_START, false),
         chosen => chosen,

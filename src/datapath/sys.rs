@@ -667,11 +667,22 @@ pub fn socket_interface(fd: std::os::fd::RawFd) -> Option<(String, bool)> {
     // SAFETY: `list` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(list) };
     let name = found?;
-    let physical = std::path::Path::new("/sys/class/net")
-        .join(&name)
-        .join("device")
-        .exists();
+    let physical = !copies_anyway(&name);
     Some((name, physical))
+}
+
+/// Whether interface `name` is one whose sends the kernel always copies:
+/// loopback, TUN/TAP, and devices with no hardware and no kind of their
+/// own (veth, dummy). Bonds, VLANs, macvlans and bridges name their kind
+/// (`DEVTYPE`) and stand on a NIC that may not copy.
+fn copies_anyway(name: &str) -> bool {
+    let dir = std::path::Path::new("/sys/class/net").join(name);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    const ARPHRD_LOOPBACK: &str = "772";
+    if read("type").trim() == ARPHRD_LOOPBACK || dir.join("tun_flags").exists() {
+        return true;
+    }
+    !dir.join("device").exists() && !read("uevent").lines().any(|l| l.starts_with("DEVTYPE="))
 }
 
 /// Whether `a` (an interface address) is the IP address of `local`.
@@ -680,6 +691,20 @@ pub fn socket_interface(fd: std::os::fd::RawFd) -> Option<(String, bool)> {
 /// `a` must be a whole sockaddr of its family (as getifaddrs gives).
 unsafe fn same_ip(a: &libc::sockaddr, local: &libc::sockaddr_storage) -> bool {
     let family = i32::from(a.sa_family);
+    if family == libc::AF_INET && i32::from(local.ss_family) == libc::AF_INET6 {
+        // An IPv4 peer of a socket bound to [::]: its address is v4-mapped.
+        // SAFETY: the family says `local` holds a sockaddr_in6, and the
+        // caller vouches that `a` is a whole sockaddr_in.
+        let (x, y) = unsafe {
+            (
+                &*(a as *const libc::sockaddr).cast::<libc::sockaddr_in>(),
+                &*(local as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>(),
+            )
+        };
+        let m = y.sin6_addr.s6_addr;
+        return m[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
+            && m[12..] == x.sin_addr.s_addr.to_ne_bytes();
+    }
     if family != i32::from(local.ss_family) {
         return false;
     }

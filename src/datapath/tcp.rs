@@ -184,9 +184,10 @@ impl PathReport {
         }
         if self.receive_window_limited >= LIMITED_SHARE {
             return Some(format!(
-                "the receiver's window held the data streams back {:.0}% of the time: raise \
-                 net.ipv4.tcp_rmem on the receiving host (1 Gbit/s per stream at {:.0} ms needs \
-                 {per_gbit}), or use more streams (-P); {tune} there",
+                "the receiver's window held the data streams back {:.0}% of the time: a receiver \
+                 that reads slowly (a busy disk), or net.ipv4.tcp_rmem on the receiving host too \
+                 small for this path (1 Gbit/s per stream at {:.0} ms needs {per_gbit}; more \
+                 streams, -P, need less each); {tune} there",
                 self.receive_window_limited * 100.0,
                 rtt_s * 1e3
             ));

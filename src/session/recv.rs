@@ -239,6 +239,9 @@ struct Reserved<'a> {
     count: usize,
 }
 
+/// Streams a session's buffers are sized for, at most.
+const BUFFER_STREAMS_MAX: u16 = 8;
+
 /// Reserve a session's frame buffers within the daemon's `budget`: as many
 /// as it wants, or what is left down to the fewest it works with.
 fn reserve_buffers<'r>(
@@ -247,7 +250,11 @@ fn reserve_buffers<'r>(
 ) -> Result<Reserved<'r>, SessionError> {
     let block = req.block_size;
     let budget = registry.buffer_budget;
-    let want = super::buffer_count(req.streams as usize, block, 4, 4);
+    // Streams share the buffers: past `BUFFER_STREAMS_MAX` (what a default
+    // `-P auto` session carries data on at most... of its 16 open streams,
+    // at first 4) more streams do not need more of them.
+    let streams = req.streams.min(BUFFER_STREAMS_MAX);
+    let want = super::buffer_count(usize::from(streams), block, 4, 4);
     let mut count = 0;
     let total = &registry.stats.buffer_bytes;
     total
@@ -692,7 +699,7 @@ fn listen(cfg: &RecvConfig, log: &Log) -> Result<TcpListener, SessionError> {
     let cc = cfg
         .congestion
         .apply(std::os::fd::AsRawFd::as_raw_fd(&listener))
-        .map_err(|e| SessionError::io("--cc", e))?
+        .map_err(|e| SessionError::io("congestion control (--cc, cc)", e))?
         .unwrap_or_default();
     log(
         Level::Info,
@@ -873,21 +880,22 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
 /// The registered memory all sessions may hold: `max_buffer_memory`,
 /// within the locked-memory limit (RLIMIT_MEMLOCK counts every session's
 /// buffers together, unless the daemon holds CAP_IPC_LOCK). A limit that
-/// cannot hold one default session (4 streams of 4 MiB frames) refuses to
-/// start, saying what to raise.
+/// cannot hold one default session (`-P auto`: buffers for
+/// `BUFFER_STREAMS_MAX` streams of 4 MiB frames) refuses to start, saying
+/// what to raise.
 fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionError> {
     let Some(limit) = super::memlock_budget() else {
         return Ok(cfg.limits.buffer_bytes);
     };
     let block = 4 << 20;
-    let want = super::buffer_count(4, block, 4, 4);
+    let want = super::buffer_count(usize::from(BUFFER_STREAMS_MAX), block, 4, 4);
     let need = super::locked_bytes(want, block);
     if limit < need {
         let kib = need.div_ceil(1024);
         return Err(SessionError::local(
             ErrorCode::BadRequest,
             format!(
-                "locked memory (RLIMIT_MEMLOCK) is {} KiB and the daemon lacks CAP_IPC_LOCK: one default session (4 streams of 4 MiB frames, {want} registered buffers) needs {kib} KiB. Under systemd raise LimitMEMLOCK= in the unit (shipped: LimitMEMLOCK=2304M, for max_buffer_memory = 2G) or grant AmbientCapabilities=CAP_IPC_LOCK; started by hand, run `ulimit -l {kib}` first (within the hard limit, or as root)",
+                "locked memory (RLIMIT_MEMLOCK) is {} KiB and the daemon lacks CAP_IPC_LOCK: one default session (-P auto: 4 MiB frames, {want} registered buffers shared by its streams) needs {kib} KiB. Under systemd raise LimitMEMLOCK= in the unit (shipped: LimitMEMLOCK=2304M, for max_buffer_memory = 2G) or grant AmbientCapabilities=CAP_IPC_LOCK; started by hand, run `ulimit -l {kib}` first (within the hard limit, or as root)",
                 limit / 1024
             ),
         ));

@@ -1119,6 +1119,7 @@ impl<'a> Pusher<'a> {
     /// have the checksum it had, or its file is skipped (the receiver drops
     /// blocks it already holds).
     fn resend_lost(&mut self) -> Result<(), SessionError> {
+        self.check_receiver()?;
         loop {
             let lost = self.tx.take_lost();
             if lost.is_empty() {
@@ -1146,6 +1147,31 @@ impl<'a> Pusher<'a> {
                 }
                 self.resend_stream(s)?;
             }
+        }
+    }
+
+    /// A receiver that stopped talking (the reader of its messages gave up:
+    /// it heard nothing for `--timeout`, while a live one beats every half
+    /// second) with files unacknowledged ends the push. Its kernel may
+    /// still acknowledge bytes into socket buffers nobody reads, which no
+    /// TCP-level clock can tell from progress.
+    fn check_receiver(&self) -> Result<(), SessionError> {
+        match self.ledger.acked {
+            Some(acks) if acks.ended.load(Ordering::Acquire) && !acks.all() => {
+                Err(SessionError::io(
+                    "the receiver",
+                    // A connection loss: a refusal the reader got instead
+                    // is the reason reported.
+                    std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        format!(
+                            "it went silent (nothing for {} s: stopped, overloaded or gone)",
+                            self.params.timeout.as_secs()
+                        ),
+                    ),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 

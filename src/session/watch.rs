@@ -142,7 +142,9 @@ impl Watch {
         let elapsed = self.start.elapsed();
         let (bytes, _) = counters.snapshot();
         let end = self.done_at.unwrap_or(elapsed.as_nanos() as u64);
-        if let Some(iv) = self.tracker.finish(end, bytes) {
+        // What the peer took (all of it, unless the run failed).
+        let delivered = self.delivered.of(bytes);
+        if let Some(iv) = self.tracker.finish(end, delivered) {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
@@ -319,7 +321,7 @@ impl Grow {
             step_ns: step,
             mark: None,
             step_end: step,
-            best: (0.0, 0),
+            best: (0.0, u32::from(AUTO_START)),
             done: !auto,
         }
     }
@@ -357,6 +359,10 @@ impl Grow {
     }
 
     fn judge(&mut self, rate: f64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
+        if rate <= 0.0 {
+            // Nothing moved (a paused receiver): nothing to judge by.
+            return;
+        }
         let (best, with) = self.best;
         if rate > best * GROW_GAIN && self.active < self.open {
             self.best = (rate, self.active);

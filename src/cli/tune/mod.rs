@@ -733,10 +733,15 @@ fn disk_checks(s: &Scene) -> Vec<Check> {
     out
 }
 
-/// Locked memory a default session (4 streams x 4 MiB blocks) registers,
+/// Locked memory a default session (buffers for 8 streams x 4 MiB blocks) registers,
 /// its ring included, as the daemon checks it at start: (buffers, bytes).
 fn session_memlock() -> (usize, u64) {
-    let bufs = crate::session::buffer_count(profile::SESSION_STREAMS, profile::SESSION_BLOCK, 4, 4);
+    let bufs = crate::session::buffer_count(
+        profile::SESSION_BUFFER_STREAMS,
+        profile::SESSION_BLOCK,
+        4,
+        4,
+    );
     (
         bufs,
         crate::session::locked_bytes(bufs, profile::SESSION_BLOCK),

@@ -49,8 +49,10 @@ pub const READ_AHEAD_KB: u64 = 4096;
 /// Requests a disk queue should hold: urmove's default disk queue depth.
 pub const NR_REQUESTS_MIN: u64 = 32;
 
-/// urmove's default session: 4 streams of 4 MiB blocks.
+/// urmove's default session: 4 streams of 4 MiB blocks carry its data at
+/// first (`-P auto`), and the receiver's buffers are sized for 8.
 pub const SESSION_STREAMS: usize = 4;
+pub const SESSION_BUFFER_STREAMS: usize = 8;
 pub const SESSION_BLOCK: u32 = 4 << 20;
 
 /// A link speed `--link` names.
