@@ -267,9 +267,11 @@ for path in $PATHS; do
         log "$rate x $rtt loss $loss round $((r + 1)): $label: $v Mb/s"
       done
     done
+    # The line's counters (read here: its pipes are this shell's own).
+    line_stats >"$WORKDIR/stats.txt" || true
     {
       echo
-      echo "## $rate x $rtt, loss $loss ($(line_stats))"
+      echo "## $rate x $rtt, loss $loss ($(cat "$WORKDIR/stats.txt"))"
       echo
       echo "| tool | median Mb/s | of the path | rounds |"
       echo "|---|---:|---:|---|"

@@ -522,7 +522,7 @@ fn a_long_path_send_reports_its_path_and_no_tail_after_the_last_byte() {
     assert_eq!(summary["streams_auto"], true, "{summary}");
     assert_eq!(summary["streams_opened"], 16, "{summary}");
     let chosen = summary["streams"].as_u64().unwrap();
-    assert!([4, 8, 16].contains(&chosen), "{summary}");
+    assert!([8, 16].contains(&chosen), "{summary}");
     // Interval lines count what the receiver's TCP took and end with the
     // last byte: none after 100%, none at 0 b/s once data flows.
     let totals: Vec<u64> = intervals
@@ -598,23 +598,24 @@ fn small_socket_buffers_on_a_long_path_are_named_with_their_sysctl() {
 #[test]
 fn auto_streams_grow_where_one_streams_window_cannot_fill_the_path() {
     crate::require!(can_line(), NEEDS);
-    // 4 MiB send buffers hold about 330 Mbit/s per stream at 100 ms: four
-    // streams cannot fill 2 Gbit/s, more can.
+    // 2 MiB send buffers hold about 168 Mbit/s per stream at 100 ms: eight
+    // streams cannot fill 2 Gbit/s, sixteen can.
     let line = Line::start(&["--rtt", "100ms", "--rate", "2Gbit"]);
-    line.sysctl(&line.ns_a, "net.ipv4.tcp_wmem", "4096 16384 4194304");
+    line.sysctl(&line.ns_a, "net.ipv4.tcp_wmem", "4096 16384 2097152");
     let d = line.daemon(&[]);
     let o = output_within(
-        line.bench_cmd(&d, &["--time", "12", "--json"]),
+        line.bench_cmd(&d, &["--time", "10", "--json"]),
         Duration::from_secs(60),
     );
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
     let v = json(&o);
     assert_eq!(v["streams_auto"], true, "{v}");
+    assert_eq!(v["streams"], 16, "-P auto stayed at 8: {v}");
     assert!(
-        v["streams"].as_u64().unwrap() > 4,
-        "-P auto stayed at 4: {v}"
+        stderr(&o).contains("-P auto: 16 streams carry the data"),
+        "{}",
+        stderr(&o)
     );
-    assert!(stderr(&o).contains("-P auto: "), "{}", stderr(&o));
 }
 
 #[test]
@@ -717,7 +718,7 @@ fn auto_streams_fit_a_daemon_that_takes_fewer_and_one_with_few_handshakes() {
         let v = json(&o);
         assert_eq!(v["files_verified"], 1, "{v}");
         assert_eq!(v["streams_opened"], most, "{v}");
-        assert_eq!(v["streams_auto"], most > 4, "{v}");
+        assert_eq!(v["streams_auto"], most > 8, "{v}");
         assert!(
             stderr(&o).contains(&format!("the receiver takes at most {most} streams")),
             "{}",
@@ -855,9 +856,10 @@ fn bench_rate_limit_paces_and_ends_on_time() {
     let v = json(&o);
     let rate = v["rate_bits_per_s"].as_f64().unwrap();
     assert!(rate < 400e6 * 1.1 && rate > 400e6 * 0.5, "{v}");
-    // Nothing queued past the schedule: the run lasts its time, not until
-    // a backlog drains at the paced rate.
-    assert!(v["elapsed_s"].as_f64().unwrap() < 5.0, "{v}");
+    // Nothing queued past the schedule: the run lasts about its time (the
+    // paced streams' start-up behind), not until a backlog of every
+    // buffer drains at the paced rate (that was 30 s).
+    assert!(v["elapsed_s"].as_f64().unwrap() < 8.0, "{v}");
     let o = bench(&["--time", "1", "--rate-limit", "400Mbit", "--reverse"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("the daemon sends"), "{}", stderr(&o));

@@ -152,9 +152,9 @@ pub struct BenchArgs {
     #[arg(short = 'p', long, default_value_t = 7878, requires = "net")]
     pub port: u16,
 
-    /// bench --net: parallel TCP streams, or auto: start with 4, twice as
-    /// many while the aggregate grows by a tenth, up to 16 (the choice is
-    /// in the summary; with --reverse, 4).
+    /// bench --net: parallel TCP streams, or auto: start with 8, and 16
+    /// if the aggregate grows by a tenth with them (the choice is in the
+    /// summary; with --reverse or --rate-limit, 8).
     #[arg(short = 'P', long, default_value = "auto", requires = "net",
           value_parser = parse::streams, value_name = "N|auto")]
     pub streams: parse::Streams,
@@ -510,9 +510,9 @@ pub struct SendArgs {
     #[arg(short = 'p', long, default_value_t = 7878)]
     pub port: u16,
 
-    /// Parallel TCP data streams, or auto: start with 4, twice as many
-    /// while the aggregate grows by a tenth, up to 16 (the choice is in the
-    /// summary and the JSON).
+    /// Parallel TCP data streams, or auto: start with 8, and 16 if the
+    /// aggregate grows by a tenth with them (the choice is in the summary
+    /// and the JSON; with --rate-limit, 8).
     #[arg(short = 'P', long, default_value = "auto", value_parser = parse::streams, value_name = "N|auto")]
     pub streams: parse::Streams,
 

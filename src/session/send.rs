@@ -183,6 +183,11 @@ pub struct SendReport {
     /// When the data started, to close the run when the peer confirmed it.
     #[serde(skip)]
     pub started: Option<Instant>,
+    /// From the first byte to the last the peer's TCP acknowledged, when
+    /// this side sent and every byte was: a benchmark's time, as iperf3's
+    /// receiver counts it (not the summary's round trip after it).
+    #[serde(skip)]
+    pub data_elapsed: Option<Duration>,
 }
 
 impl SendReport {
@@ -412,9 +417,9 @@ pub(crate) fn fit(
     block_option: &str,
     obs: &mut dyn SendObserver,
 ) -> Result<(SendConfig, usize), SessionError> {
-    // Streams share the buffers: `-P auto` takes what its start needs twice.
+    // Streams share the buffers: `-P auto` takes what its start needs.
     let streams = if cfg.auto_streams {
-        2 * AUTO_START
+        AUTO_START
     } else {
         cfg.streams
     };
@@ -727,6 +732,10 @@ pub(crate) fn discard_frames(
 fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
     let confirmed = recv_msg(ctl);
     report.close();
+    if let Some(d) = report.data_elapsed {
+        report.elapsed_s = d.as_secs_f64().max(1e-9);
+        report.rate_bits_per_s = report.bytes as f64 * 8.0 / report.elapsed_s;
+    }
     match confirmed {
         Ok(Message::Summary {
             bytes, ok: true, ..

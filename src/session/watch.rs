@@ -72,6 +72,8 @@ struct Watch {
     /// When the peer had every byte (ns from `start`): interval lines end
     /// there, so waiting for the receiver's commit is no tail of 0 b/s.
     done_at: Option<u64>,
+    /// When the peer's TCP had acknowledged every byte sent, if it did.
+    drained: Option<Duration>,
 }
 
 impl Watch {
@@ -89,6 +91,7 @@ impl Watch {
             delivered: Delivered::new(streams, sending),
             grow: Grow::new(cfg, streams, rtt_us),
             done_at: None,
+            drained: None,
         }
     }
 
@@ -128,6 +131,9 @@ impl Watch {
         while self.delivered.of(sent) < sent && Instant::now() < until && self.delivered.flowing() {
             std::thread::sleep(TICK);
             self.tick(counters, obs);
+        }
+        if self.delivered.sending && self.delivered.of(sent) >= sent {
+            self.drained = Some(self.start.elapsed());
         }
     }
 
@@ -179,6 +185,7 @@ impl Watch {
             frames_resent: 0,
             path: self.path.report,
             started: Some(self.start),
+            data_elapsed: self.drained,
         }
     }
 }
@@ -297,7 +304,7 @@ struct Grow {
 }
 
 /// Streams `-P auto` starts with.
-pub const AUTO_START: u16 = 4;
+pub const AUTO_START: u16 = 8;
 /// Streams `-P auto` opens (and may grow to).
 pub const AUTO_CAP: u16 = 16;
 /// Growth that justifies the next step.
