@@ -30,7 +30,7 @@
 #   ROUNDS=3                 rounds per configuration (tool order rotates)
 #   DUR=10                   seconds per memory-to-memory run
 #   FILE_MB=2048             size of the file sent (random, made once)
-#   SWEEP="1 4 8 12"         urmove -P values after the defaults
+#   SWEEP="1 4 8 12"         urmove -P values after the defaults ("" for none)
 #   IPERF_P="1 4 8"          iperf3 -P values
 #   FDT_P="4 8 12"           FDT -P values; FDT_JAR=path/to/fdt.jar to run it
 #   HOST=tuned|default       sysctls in the namespaces (see above)
@@ -45,9 +45,9 @@ LOSSES=${LOSSES:-0 0.001 0.015}
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-10}
 FILE_MB=${FILE_MB:-2048}
-SWEEP=${SWEEP:-1 4 8 12}
-IPERF_P=${IPERF_P:-1 4 8}
-FDT_P=${FDT_P:-4 8 12}
+SWEEP=${SWEEP-1 4 8 12}
+IPERF_P=${IPERF_P-1 4 8}
+FDT_P=${FDT_P-4 8 12}
 FDT_JAR=${FDT_JAR:-}
 HOST=${HOST:-tuned}
 TIMEOUT=${TIMEOUT:-300}
