@@ -172,3 +172,23 @@ fn pure_rooms_forbid_unsafe() {
         );
     }
 }
+
+#[test]
+fn cargo_run_runs_urmove_as_the_readme_says() {
+    // The README's first command is `cargo run --release -- demo`: with a
+    // second binary (the delay line) cargo needs to be told which one.
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(readme.contains("cargo run --release -- demo"));
+    let bins =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin")).map_or(0, |d| d.count());
+    assert!(
+        bins == 0
+            || manifest
+                .lines()
+                .any(|l| l.trim() == "default-run = \"urmove\""),
+        "src/bin has {bins} more binaries and Cargo.toml names no default-run"
+    );
+}
