@@ -374,15 +374,32 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
 /// at `net.core.wmem_max`.
 pub fn set_send_buffer(fd: std::os::fd::RawFd, bytes: usize) {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    // SAFETY: setsockopt reads one int from `v`, which outlives the call.
-    unsafe {
+    let _ = set_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &v);
+}
+
+/// Set socket option `name` at `level` to `v` (an int, or the u64 some
+/// options take).
+fn set_opt<T: Copy>(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
+    // SAFETY: setsockopt reads size_of::<T>() bytes from `v`, a plain value
+    // borrowed for the call.
+    let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
+            level,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -432,26 +449,25 @@ pub fn congestion(fd: std::os::fd::RawFd) -> Option<String> {
     Some(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
+/// Keep at most `bytes` of not-yet-sent data in a TCP socket's buffer
+/// (`TCP_NOTSENT_LOWAT`): a send completes only when the rest fits under
+/// it, so data waits in the sender's queue, where it can still go on any
+/// stream, instead of behind one stream's congestion window.
+pub fn set_notsent_lowat(fd: std::os::fd::RawFd, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    set_opt(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &v)
+}
+
 /// Pace a socket's sends to at most `bytes_per_s` (`SO_MAX_PACING_RATE`;
 /// TCP paces itself without the fq qdisc since Linux 4.13).
 pub fn set_max_pacing_rate(fd: std::os::fd::RawFd, bytes_per_s: u64) -> io::Result<()> {
-    let v: u64 = bytes_per_s.max(1);
-    // SAFETY: setsockopt reads one u64 from `v`, which outlives the call
-    // (the kernel takes a u64 since 4.20, the low 32 bits before).
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&v as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // The kernel takes a u64 since 4.20 (the low 32 bits before).
+    set_opt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_MAX_PACING_RATE,
+        &bytes_per_s.max(1),
+    )
 }
 
 /// The congestion controls this kernel has loaded or built in
@@ -548,16 +564,7 @@ pub fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {
 }
 
 fn set_int_opt(fd: std::os::fd::RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) {
-    // SAFETY: setsockopt reads one int from `v`, which outlives the call.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    let _ = set_opt(fd, level, name, &v);
 }
 
 /// Make a dead peer visible within about `timeout`: TCP keepalive probes
