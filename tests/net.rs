@@ -236,3 +236,88 @@ fn malformed_streams_are_errors_and_cut_ones_are_lost() {
     // A whole frame arrives intact before the clean end.
     assert_eq!(payload_checksum(&KEY, 0, 0, b"hello"), good.checksum);
 }
+
+/// `TCP_NOTSENT_LOWAT` of a socket.
+fn notsent_lowat(s: &TcpStream) -> i32 {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes one int into `v`, on this frame for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    v
+}
+
+/// A frame is bound to a stream only when the stream can take it: one whose
+/// peer reads nothing holds no more than its socket took, the stream that
+/// is read carries the rest, and no socket keeps more than a frame unsent.
+#[test]
+fn frames_go_to_the_streams_that_take_them() {
+    let (a, mut b) = pair(2);
+    let stuck = b.pop().unwrap();
+    let read = b.pop().unwrap();
+    let reader = std::thread::spawn(move || receive_all(vec![read]));
+    let (done_tx, done_rx) = mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        let carried = send_where_taken(&a);
+        done_tx.send(()).unwrap();
+        drop(a);
+        carried
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the sender waited on the stream nobody reads");
+    let carried = sender.join().unwrap();
+    // Its first frame fits under the bound, its second waits in the socket.
+    assert!(carried[1] <= 2, "the stream nobody reads took {carried:?}");
+    let got = reader.join().unwrap();
+    assert_eq!(got.len() as u32, carried[0]);
+    for (_, index, data) in &got {
+        assert_eq!(*data, crate::util::noise(PAYLOAD, u64::from(*index)));
+    }
+    drop(stuck);
+}
+
+const PAYLOAD: usize = 1 << 20;
+
+/// Send 40 frames, each on a stream [`NetSender::idle_stream`] picks, then
+/// give up stream 1: how many frames each stream carried.
+fn send_where_taken(a: &[TcpStream]) -> [u32; 2] {
+    let fds: Vec<i32> = a.iter().map(|s| s.as_raw_fd()).collect();
+    let mut tx = NetSender::new(&fds, 8, PAYLOAD, ZeroCopy::Off).unwrap();
+    let frame = urmove::datapath::net::frame_buf_size(PAYLOAD) as i32;
+    assert!(
+        a.iter().all(|s| notsent_lowat(s) == frame),
+        "unsent data bounded by a frame"
+    );
+    let (mut next, mut carried) = (0u32, [0u32; 2]);
+    for i in 0..40u32 {
+        let mut lease = loop {
+            match tx.take_buffer() {
+                Some(l) => break l,
+                None => tx.poll(true).unwrap(),
+            }
+        };
+        let data = crate::util::noise(PAYLOAD, u64::from(i));
+        payload_mut(&mut lease)[..PAYLOAD].copy_from_slice(&data);
+        let h = FrameHeader::for_payload(&KEY, i, 0, &data, 0);
+        let st = loop {
+            match tx.idle_stream(&mut next, 2) {
+                Some(s) => break s,
+                None => tx.poll(true).unwrap(),
+            }
+        };
+        carried[st as usize] += 1;
+        tx.queue(st, lease, &h);
+    }
+    tx.lose(1, std::io::Error::other("never read"));
+    tx.flush().unwrap();
+    carried
+}

@@ -255,6 +255,11 @@ impl NetSender {
                 .map_err(|e| stream_err("registering a socket", i as u32, e))?;
         }
         self.fds = sockets.to_vec();
+        for &fd in sockets {
+            // Unsent data beyond a frame waits here, free to go on any
+            // stream (not TCP, as in tests: nothing to bound).
+            let _ = super::sys::set_notsent_lowat(fd, self.ring.arena().buf_size());
+        }
         if self.mode == ZeroCopy::Auto && self.zc_now {
             if let Some(why) = zero_copy_wont_pay(sockets) {
                 self.zc_now = false;
@@ -303,31 +308,33 @@ impl NetSender {
         self.queues.len()
     }
 
-    /// The stream a new frame goes on: of the live ones among the first
-    /// `active`, the one with the fewest frames waiting or in flight (a
-    /// stream still ramping up, or recovering from a loss, takes fewer),
-    /// ties broken round-robin from `*next`; any live one past `active`
-    /// when none of those is (a lost stream's frames go wherever a stream
-    /// still takes them). None live: `*next`, and the caller sees the
-    /// losses.
-    pub fn pick_stream(&self, next: &mut u32, active: u32) -> u32 {
+    /// The stream for a new frame: of the live ones among the first
+    /// `active`, one with nothing waiting or in flight, round-robin from
+    /// `*next`; `None` while each of those is busy (poll, then ask again).
+    /// A frame is bound to a stream only when the stream can take it, so a
+    /// stream still ramping up, or recovering from a loss, carries less,
+    /// and none holds a backlog of frames when the data ends. With none of
+    /// those live, any live stream past `active` (a lost stream's frames
+    /// go wherever a stream still takes them); with none live at all,
+    /// `*next` (the frame is dropped and the caller sees the losses).
+    pub fn idle_stream(&self, next: &mut u32, active: u32) -> Option<u32> {
         let all = self.queues.len() as u32;
         for n in [active.min(all), all] {
-            let mut best: Option<(usize, u32)> = None;
+            let mut any_live = false;
             for k in 0..n {
-                let s = (*next + k) % n.max(1);
+                let s = (*next + k) % n;
                 let q = &self.queues[s as usize];
-                let load = q.pending.len() + usize::from(q.busy);
-                if q.live && best.is_none_or(|(l, _)| load < l) {
-                    best = Some((load, s));
+                any_live |= q.live;
+                if q.live && !q.busy && q.pending.is_empty() {
+                    *next = (s + 1) % n;
+                    return Some(s);
                 }
             }
-            if let Some((_, s)) = best {
-                *next = (s + 1) % n;
-                return s;
+            if any_live {
+                return None;
             }
         }
-        *next % all.max(1)
+        Some(*next % all.max(1))
     }
 
     /// Whether `stream` still takes frames.

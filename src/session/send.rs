@@ -820,7 +820,12 @@ pub(crate) fn bench_data(
                 checksum: 0,
             }
         };
-        let to = tx.pick_stream(&mut next_stream, counters.active_streams(fds.len() as u32));
+        let to = loop {
+            match tx.idle_stream(&mut next_stream, counters.active_streams(fds.len() as u32)) {
+                Some(s) => break s,
+                None => tx.poll(true)?,
+            }
+        };
         tx.queue(to, lease, &h);
         counters.add(n as u64, 1);
         tx.poll(false)?;

@@ -1,7 +1,7 @@
 //! The sending side of a transfer, shared by the client (push) and the
 //! daemon (pull): read every file block by block into frame buffers
-//! (O_DIRECT `READ_FIXED`), checksum each block, queue the frames
-//! round-robin on the data streams, and announce each file's digest once it
+//! (O_DIRECT `READ_FIXED`), checksum each block, hand each frame to the
+//! next data stream that can take it, and announce each file's digest once it
 //! is read through, so the receiver can commit it. A source that cannot be
 //! read (vanished, unreadable, replaced, changed while sent) is skipped and
 //! the receiver told; the rest goes on. A stream that fails or stalls is
@@ -12,7 +12,7 @@
 //! steps: issue reads, take finished reads, repair lost streams, close
 //! sources read through.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -672,8 +672,8 @@ pub(crate) fn prepare_sender(
     )?)
 }
 
-/// Read every file block by block into frame buffers and queue the frames
-/// round-robin on the streams, skipping what the receiver `held` already,
+/// Read every file block by block into frame buffers and hand the frames
+/// to the streams as they can take them, skipping what the receiver `held` already,
 /// announcing digests and skipped entries on `announce`. `tx` comes from
 /// [`prepare_sender`].
 #[allow(clippy::too_many_arguments)]
@@ -715,6 +715,9 @@ struct Pusher<'a> {
     tx: NetSender,
     block: u64,
     next_stream: u32,
+    /// Frames read and made, waiting for a stream to take them
+    /// ([`dispatch`](Self::dispatch)).
+    ready: VecDeque<(Lease, FrameHeader, Sent)>,
     pacer: Pacer,
     ledger: Ledger<'a>,
     repair: Repair,
@@ -776,6 +779,7 @@ impl<'a> Pusher<'a> {
             tx,
             block: u64::from(params.block_size),
             next_stream: 0,
+            ready: VecDeque::with_capacity(bufs),
             pacer: Pacer::new(params.rate_limit_bytes_per_s),
             ledger: Ledger {
                 sent: vec![Vec::new(); n],
@@ -816,17 +820,44 @@ impl<'a> Pusher<'a> {
             self.tx.poll(true)?;
             self.take_reads()?;
             self.resend_lost()?;
+            self.dispatch();
             self.close_sources(false)?;
             self.announce.flush()?;
         }
         self.close_sources(true)?;
         self.announce.flush()?;
-        while self.tx.busy() {
+        while self.busy() {
             self.tx.poll(true)?;
             self.resend_lost()?;
+            self.dispatch();
             self.announce.flush()?;
         }
         Ok(())
+    }
+
+    /// Frames wait here or in the sender.
+    fn busy(&self) -> bool {
+        !self.ready.is_empty() || self.tx.busy()
+    }
+
+    /// Hand ready frames, oldest first, to streams that can take them (see
+    /// [`NetSender::idle_stream`]), remembering what each carries.
+    fn dispatch(&mut self) {
+        let active = self.counters.active_streams(self.fds.len() as u32);
+        while !self.ready.is_empty() {
+            let Some(st) = self.tx.idle_stream(&mut self.next_stream, active) else {
+                return;
+            };
+            let (lease, h, r) = self.ready.pop_front().expect("not empty");
+            self.ledger.record(st, r);
+            self.tx.queue(st, lease, &h);
+        }
+    }
+
+    /// A frame made: it goes on the next stream that can take it.
+    fn make_ready(&mut self, lease: Lease, h: FrameHeader, r: Sent) {
+        self.ready.push_back((lease, h, r));
+        self.dispatch();
     }
 
     /// Issue reads while buffers and tokens last.
@@ -843,7 +874,8 @@ impl<'a> Pusher<'a> {
             }
             // Paced: reads already issued go out before waiting for more.
             let n = (src.size - src.next).min(block) as usize;
-            if self.free_tokens.len() < self.reads_max && self.pacer.delay(n as u64).is_some() {
+            let moving = self.free_tokens.len() < self.reads_max || !self.ready.is_empty();
+            if moving && self.pacer.delay(n as u64).is_some() {
                 return Ok(());
             }
             let Some(lease) = self.tx.take_buffer() else {
@@ -984,23 +1016,15 @@ impl<'a> Pusher<'a> {
     fn queue_hole(&mut self, i: usize, offset: u64, n: usize, lease: Lease) {
         let h = FrameHeader::hole(&self.params.key, i as u32, offset);
         self.digests[i] = digest_add(self.digests[i], zero_terms(offset, n as u64));
-        let st = pick(
-            &self.tx,
-            &mut self.next_stream,
-            self.counters.active_streams(self.fds.len() as u32),
-        );
-        self.ledger.record(
-            st,
-            Sent {
-                entry: i as u32,
-                offset,
-                len: n as u32,
-                checksum: 0,
-                hole: true,
-                end: 0,
-            },
-        );
-        self.tx.queue(st, lease, &h);
+        let r = Sent {
+            entry: i as u32,
+            offset,
+            len: n as u32,
+            checksum: 0,
+            hole: true,
+            end: 0,
+        };
+        self.make_ready(lease, h, r);
     }
 
     /// Reads that finished in the ring.
@@ -1027,7 +1051,7 @@ impl<'a> Pusher<'a> {
     /// A block was read into `lease` (`got` bytes, or why not): queue it,
     /// or drop its file when it could not be read whole or the file
     /// changed before its last block.
-    fn block_read(&mut self, k: usize, b: Block, got: std::io::Result<i64>, lease: Lease) {
+    fn block_read(&mut self, k: usize, b: Block, got: std::io::Result<i64>, mut lease: Lease) {
         if self.sources[k].dropped {
             self.tx.give_back(lease);
             return;
@@ -1050,19 +1074,8 @@ impl<'a> Pusher<'a> {
             self.tx.give_back(lease);
             return;
         }
-        let st = pick(
-            &self.tx,
-            &mut self.next_stream,
-            self.counters.active_streams(self.fds.len() as u32),
-        );
-        queue_block(
-            &mut self.tx,
-            &mut self.ledger,
-            (st, &self.params.key),
-            &mut self.digests,
-            b,
-            lease,
-        );
+        let (h, r) = frame_block(&self.params.key, &mut self.digests, b, &mut lease);
+        self.make_ready(lease, h, r);
         self.counters.add(b.len as u64, 1);
     }
 
@@ -1183,12 +1196,7 @@ impl<'a> Pusher<'a> {
             if !self.ledger.undelivered(s, &r) || self.skipped.iter().any(|k| k.0 == r.entry) {
                 continue;
             }
-            let mut lease = loop {
-                match self.tx.take_buffer() {
-                    Some(l) => break l,
-                    None => self.tx.poll(true)?,
-                }
-            };
+            let mut lease = self.buffer()?;
             let h = if r.hole {
                 Some(FrameHeader::hole(&self.params.key, r.entry, r.offset))
             } else {
@@ -1207,17 +1215,22 @@ impl<'a> Pusher<'a> {
                 self.skip(r.entry as usize, why.into());
                 continue;
             };
-            let st = pick(
-                &self.tx,
-                &mut self.next_stream,
-                self.counters.active_streams(self.fds.len() as u32),
-            );
-            self.ledger.record(st, r);
-            self.tx.queue(st, lease, &h);
+            self.make_ready(lease, h, r);
             self.counters.add(u64::from(r.len) * u64::from(!r.hole), 1);
             self.repair.resent += 1;
         }
         Ok(())
+    }
+
+    /// A free buffer, waiting for one (frames ready meanwhile go out).
+    fn buffer(&mut self) -> Result<Lease, SessionError> {
+        loop {
+            if let Some(l) = self.tx.take_buffer() {
+                return Ok(l);
+            }
+            self.dispatch();
+            self.tx.poll(true)?;
+        }
     }
 
     /// Everything is in the sockets. Keep the streams until every file is
@@ -1236,8 +1249,9 @@ impl<'a> Pusher<'a> {
             if stop.load(Ordering::Relaxed) {
                 return Err(SessionError::local(ErrorCode::Io, "interrupted"));
             }
-            if self.tx.busy() {
+            if self.busy() {
                 self.tx.poll(true)?;
+                self.dispatch();
             } else {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -1341,24 +1355,16 @@ fn reread(
     (got >= n && h.checksum == r.checksum).then_some(h)
 }
 
-/// The stream for the next frame (see [`NetSender::pick_stream`]).
-fn pick(tx: &NetSender, next: &mut u32, active: u32) -> u32 {
-    tx.pick_stream(next, active)
-}
-
-/// Checksum a block read into `lease`, add it to its file's digest, and
-/// queue it on the stream of `to` with a checksum made with its key,
-/// remembered for sending again should it be lost.
-fn queue_block(
-    tx: &mut NetSender,
-    ledger: &mut Ledger<'_>,
-    to: (u32, &FrameKey),
+/// Checksum a block read into `lease` and add it to its file's digest:
+/// its frame header, with a checksum made with `key`, and the record that
+/// lets it go again should its stream be lost.
+fn frame_block(
+    key: &FrameKey,
     digests: &mut [u64],
     b: Block,
-    mut lease: Lease,
-) {
-    let (stream, key) = to;
-    let data = &payload_mut(&mut lease)[..b.len];
+    lease: &mut Lease,
+) -> (FrameHeader, Sent) {
+    let data = &payload_mut(lease)[..b.len];
     let (terms, keyed) = frame_terms(key, b.offset, data);
     let h = FrameHeader {
         flags: 0,
@@ -1368,18 +1374,15 @@ fn queue_block(
         checksum: frame_checksum(key, b.entry as u32, b.offset, b.len as u32, keyed),
     };
     digests[b.entry] = digest_add(digests[b.entry], terms);
-    ledger.record(
-        stream,
-        Sent {
-            entry: b.entry as u32,
-            offset: b.offset,
-            len: b.len as u32,
-            checksum: h.checksum,
-            hole: false,
-            end: 0,
-        },
-    );
-    tx.queue(stream, lease, &h);
+    let r = Sent {
+        entry: b.entry as u32,
+        offset: b.offset,
+        len: b.len as u32,
+        checksum: h.checksum,
+        hole: false,
+        end: 0,
+    };
+    (h, r)
 }
 
 /// A source read through must still have the size and mtime the manifest
