@@ -1607,7 +1607,7 @@ fn bench_session(
     registry: &Registry,
     progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{bench_data, discard_frames};
+    use super::send::{bench_data, discard_frames, fill_bench_buffers};
     let reverse = req.direction == Direction::BenchReverse;
     // Reversed, the path carries the test length in ms (and `v` for checksums).
     let (time, verify) = if reverse {
@@ -1631,13 +1631,10 @@ fn bench_session(
     let (mut tx, mut rx) = (None, None);
     let params = daemon_push_params(req, buffers, keys, cfg);
     if reverse {
-        tx = Some(crate::datapath::net::NetSender::prepare(
-            n,
-            buffers,
-            block,
-            params.zerocopy,
-            0,
-        )?);
+        let mut sender =
+            crate::datapath::net::NetSender::prepare(n, buffers, block, params.zerocopy, 0)?;
+        fill_bench_buffers(&mut sender);
+        tx = Some(sender);
     } else {
         rx = Some(crate::datapath::net::NetReceiver::prepare(
             n, buffers, block, 0,

@@ -602,13 +602,14 @@ pub fn run_bench_net(
     }
     let (cfg, buffers) = &fit(cfg, 4, 0, "--bs", obs)?;
     let mut params = push_params(cfg, *buffers);
-    let tx = NetSender::prepare(
+    let mut tx = NetSender::prepare(
         cfg.streams as usize,
         *buffers,
         cfg.block_size as usize,
         cfg.zerocopy,
         0,
     )?;
+    fill_bench_buffers(&mut tx);
     let req = SessionRequest {
         direction: Direction::Bench,
         streams: cfg.streams,
@@ -762,7 +763,23 @@ fn ahead_of(limit: Option<f64>, sent: u64, start: Instant) -> bool {
     limit.is_some_and(|r| sent as f64 > r * start.elapsed().as_secs_f64())
 }
 
-/// Send frames of incompressible data round-robin until `time` is up.
+/// Random bytes in every buffer of a bench sender, once, before its clock
+/// starts; each frame then scrambles a word per 512 bytes so no two frames
+/// are alike.
+pub(crate) fn fill_bench_buffers(tx: &mut NetSender) {
+    let mut all = Vec::new();
+    while let Some(mut l) = tx.take_buffer() {
+        let at = all.len() as u64;
+        fill_random(payload_mut(&mut l), 0xBE4C, at, 0);
+        all.push(l);
+    }
+    for l in all {
+        tx.give_back(l);
+    }
+}
+
+/// Send frames of incompressible data on the streams that take them until
+/// `time` is up (the buffers made by [`fill_bench_buffers`]).
 pub(crate) fn bench_data(
     cfg: &PushParams,
     time: Duration,
@@ -773,22 +790,10 @@ pub(crate) fn bench_data(
     mut tx: NetSender,
 ) -> Result<SendStats, SessionError> {
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    let bufs = cfg.buffers;
     tx.start(&fds)?;
     tx.publish_stream_bytes(counters.streams());
     if let Some((keys, dir)) = &cfg.seal {
         tx.seal_with(keys, *dir);
-    }
-    // Random bytes in every buffer once; each frame then scrambles a word per
-    // 512 bytes so no two frames are alike.
-    let mut all = Vec::with_capacity(bufs);
-    while let Some(mut l) = tx.take_buffer() {
-        let at = all.len() as u64;
-        fill_random(payload_mut(&mut l), 0xBE4C, at, 0);
-        all.push(l);
-    }
-    for l in all {
-        tx.give_back(l);
     }
     let n = cfg.block_size as usize;
     let start = Instant::now();
