@@ -81,6 +81,25 @@ pub fn pace(fds: &[RawFd], total_bytes_per_s: f64, carrying: usize) -> io::Resul
     Ok(())
 }
 
+/// Make the congestion control of each socket probe for bandwidth afresh,
+/// keeping its window: streams that are to carry the share of streams
+/// that stopped find the freed bandwidth within a few round trips, where
+/// BBR left alone raises its estimate by a quarter every eight. Setting
+/// the algorithm a socket has is a no-op in the kernel, so it passes
+/// through `reno` (built in, and allowed to every user), which
+/// re-initialises it; switching back to the algorithm the socket had is
+/// allowed, since it was allowed to it before.
+pub fn probe_again(fds: &[RawFd]) {
+    for &fd in fds {
+        let Some(name) = sys::congestion(fd) else {
+            continue;
+        };
+        if name != "reno" && sys::set_congestion(fd, "reno").is_ok() {
+            let _ = sys::set_congestion(fd, &name);
+        }
+    }
+}
+
 /// A sending stream held back by a socket buffer for at least this share
 /// of the time it had data in flight gets a warning.
 const LIMITED_SHARE: f64 = 0.2;
@@ -209,6 +228,70 @@ fn tcp_mem_max(name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    /// BBR's pacing gain from `TCP_CC_INFO` (256 = 1.0; STARTUP's 2.89 is 739).
+    fn bbr_pacing_gain(fd: RawFd) -> Option<u32> {
+        let mut info = [0u32; 5];
+        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `info`, which
+        // lives on this frame for the call.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_CC_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        (r == 0 && len as usize >= std::mem::size_of_val(&info)).then_some(info[3])
+    }
+
+    const BBR_STARTUP_GAIN: u32 = 739;
+
+    #[test]
+    fn probing_again_restarts_the_algorithm_and_keeps_it() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = l.accept().unwrap().0;
+        let fd = a.as_raw_fd();
+        sys::set_congestion(fd, "cubic").unwrap();
+        probe_again(&[fd]);
+        assert_eq!(sys::congestion(fd).as_deref(), Some("cubic"));
+        if !sys::available_congestion().iter().any(|c| c == "bbr") {
+            eprintln!("skipped the BBR half: this kernel has no bbr");
+            return;
+        }
+        sys::set_congestion(fd, "bbr").unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            while b.read(&mut buf).is_ok_and(|n| n > 0) {}
+        });
+        // Data until BBR has found the bandwidth and left STARTUP.
+        let chunk = vec![7u8; 1 << 20];
+        let until = Instant::now() + Duration::from_secs(10);
+        while matches!(bbr_pacing_gain(fd), Some(0 | BBR_STARTUP_GAIN)) {
+            assert!(Instant::now() < until, "BBR never left STARTUP");
+            a.write_all(&chunk).unwrap();
+        }
+        let before = bbr_pacing_gain(fd);
+        assert!(before.is_some_and(|g| g > 0), "{before:?}");
+        probe_again(&[fd]);
+        assert_eq!(sys::congestion(fd).as_deref(), Some("bbr"));
+        // Re-initialised: no gain until the next acknowledgement sets
+        // STARTUP's.
+        let after = bbr_pacing_gain(fd);
+        assert!(
+            matches!(after, Some(0 | BBR_STARTUP_GAIN)),
+            "BBR was not restarted: gain {before:?} then {after:?}"
+        );
+        drop(a);
+        reader.join().unwrap();
+    }
 
     #[test]
     fn names_parse_and_nonsense_is_refused() {

@@ -301,6 +301,10 @@ struct Grow {
     /// The best rate so far (bytes per ns) and the count that gave it.
     best: (f64, u32),
     done: bool,
+    /// Streams stopped carrying data: once what they hold is delivered, the
+    /// streams left probe for their share again
+    /// ([`probe_again`](crate::datapath::tcp::probe_again)).
+    reprobe: bool,
 }
 
 /// Streams `-P auto` starts with.
@@ -330,6 +334,7 @@ impl Grow {
             step_end: step,
             best: (0.0, u32::from(AUTO_START)),
             done: !auto,
+            reprobe: false,
         }
     }
 
@@ -347,6 +352,7 @@ impl Grow {
     /// At `t`, with `bytes` delivered: mark the middle of a step, judge it
     /// at its end.
     fn step(&mut self, t: u64, bytes: u64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
+        self.reprobe_once_drained();
         if self.done {
             return;
         }
@@ -365,6 +371,22 @@ impl Grow {
         self.mark = None;
     }
 
+    /// The streams taken back have delivered what they held: those left
+    /// probe once more, now that the whole share is theirs.
+    fn reprobe_once_drained(&mut self) {
+        if !self.reprobe {
+            return;
+        }
+        let (left, stopped) = self.fds.split_at(self.active as usize);
+        if stopped
+            .iter()
+            .all(|&fd| sys::socket_outq(fd).unwrap_or(0) == 0)
+        {
+            crate::datapath::tcp::probe_again(left);
+            self.reprobe = false;
+        }
+    }
+
     fn judge(&mut self, rate: f64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
         if rate <= 0.0 {
             // Nothing moved (a paused receiver): nothing to judge by.
@@ -375,8 +397,12 @@ impl Grow {
             self.best = (rate, self.active);
             self.active = (self.active * 2).min(self.open);
         } else {
-            if rate <= best * GROW_GAIN {
+            if rate <= best * GROW_GAIN && with < self.active {
                 self.active = with;
+                // The streams left take the others' share: they probe for
+                // it now, and again once the others are drained.
+                crate::datapath::tcp::probe_again(&self.fds[..with as usize]);
+                self.reprobe = true;
             }
             self.done = true;
             obs.info(&format!(
