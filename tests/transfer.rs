@@ -94,6 +94,23 @@ fn spawn_recv(
 }
 
 impl Daemon {
+    /// `bench --net HOST` against this daemon, with its port and key: the
+    /// arguments, for `urmove` run here or in a namespace.
+    pub fn bench_net_args(&self, host: &str) -> Vec<String> {
+        let key = self.key.to_str().expect("a UTF-8 key path");
+        [
+            "bench",
+            "--net",
+            host,
+            "-p",
+            &self.port.to_string(),
+            "--key-file",
+            key,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     pub fn start() -> Daemon {
         Self::start_with(&[])
     }

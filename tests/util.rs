@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -231,11 +231,23 @@ pub fn can_loop(fs: &str) -> bool {
 /// running after `limit` (a bound against hangs, not a speed check).
 pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
     use std::process::Stdio;
-    let mut child = cmd
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning");
+    wait_output_within(child, limit).unwrap_or_else(|stderr| {
+        panic!(
+            "{cmd:?} still running after {limit:?}; stderr: {}",
+            String::from_utf8_lossy(&stderr)
+        )
+    })
+}
+
+/// Wait at most `limit` for `child` (its stdout and stderr piped), taking
+/// its output meanwhile; one still running then is killed: `Err` with
+/// what it wrote to stderr.
+pub fn wait_output_within(mut child: Child, limit: Duration) -> Result<Output, Vec<u8>> {
     let drain = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();
@@ -243,27 +255,23 @@ pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
             v
         })
     };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let out = drain(Box::new(child.stdout.take().expect("stdout piped")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr piped")));
     let deadline = Instant::now() + limit;
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            return Ok(Output {
+                status,
+                stdout: out.join().unwrap(),
+                stderr: err.join().unwrap(),
+            });
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!(
-                "{cmd:?} still running after {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&err.join().unwrap())
-            );
+            return Err(err.join().unwrap());
         }
         std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
     }
 }
 

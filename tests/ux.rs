@@ -232,15 +232,7 @@ fn send_progress_lines_none_quiet_and_bar() {
 fn bench_net_forced_bar_counts_time() {
     let d = Daemon::start();
     let o = urmove()
-        .args([
-            "bench",
-            "--net",
-            "127.0.0.1",
-            "-p",
-            &d.port.to_string(),
-            "--key-file",
-        ])
-        .arg(&d.key)
+        .args(d.bench_net_args("127.0.0.1"))
         .args(["--time", "1s", "--bs", "1M", "--progress", "bar"])
         .output()
         .unwrap();

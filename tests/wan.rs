@@ -281,33 +281,10 @@ fn a_tree_crosses_a_reordering_path_intact() {
 
 /// Wait for `child` at most `limit`; its output, or `None` (and it is
 /// killed) when it is still running then.
-fn wait_within(mut child: Child, limit: Duration) -> (Option<Output>, Duration) {
+fn wait_within(child: Child, limit: Duration) -> (Option<Output>, Duration) {
     let started = Instant::now();
-    let drain = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            v
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let o = Output {
-                status,
-                stdout: out.join().unwrap(),
-                stderr: err.join().unwrap(),
-            };
-            return (Some(o), started.elapsed());
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return (None, started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let o = crate::util::wait_output_within(child, limit).ok();
+    (o, started.elapsed())
 }
 
 #[test]
@@ -465,19 +442,9 @@ impl Line {
 
     /// `bench --net` from A to daemon `d` with `args`.
     fn bench_cmd(&self, d: &Daemon, args: &[&str]) -> Command {
-        let port = d.port.to_string();
-        let key = d.key.to_str().unwrap().to_string();
-        let mut all = vec![
-            "bench",
-            "--net",
-            &self.addr_b,
-            "-p",
-            &port,
-            "--key-file",
-            &key,
-        ];
-        all.extend_from_slice(args);
-        self.urmove_in_a(&all)
+        let mut c = self.urmove_in_a(&[]);
+        c.args(d.bench_net_args(&self.addr_b)).args(args);
+        c
     }
 
     /// Set `key` to `value` in namespace `ns`.
@@ -749,15 +716,7 @@ fn congestion_control_names_are_checked_and_reach_the_sockets() {
     // as `ss` shows while they run.
     if crate::util::have("ss") {
         let mut child = crate::util::urmove()
-            .args([
-                "bench",
-                "--net",
-                "127.0.0.1",
-                "-p",
-                &d.port.to_string(),
-                "--key-file",
-            ])
-            .arg(&d.key)
+            .args(d.bench_net_args("127.0.0.1"))
             .args(["--reverse", "--time", "3", "--json"])
             .stdout(Stdio::piped())
             .spawn()
@@ -841,16 +800,7 @@ fn bench_rate_limit_paces_and_ends_on_time() {
     let d = loop_daemon(&[]);
     let bench = |extra: &[&str]| {
         let mut c = crate::util::urmove();
-        c.args([
-            "bench",
-            "--net",
-            "127.0.0.1",
-            "-p",
-            &d.port.to_string(),
-            "--key-file",
-        ])
-        .arg(&d.key)
-        .args(extra);
+        c.args(d.bench_net_args("127.0.0.1")).args(extra);
         output_within(c, Duration::from_secs(60))
     };
     let o = bench(&["--time", "3", "--rate-limit", "400Mbit", "--json"]);
