@@ -1321,6 +1321,59 @@ fn an_unprivileged_daemon_under_the_default_memlock_limit_serves_or_refuses_to_s
     assert_same_tree(&top, &nb.root.join("in/t"));
 }
 
+/// Two holders of the key send at once, with the default streams, to a
+/// daemon running as nobody with CAP_IPC_LOCK (as the shipped unit runs
+/// it) whose buffer budget holds one default session: both trees arrive
+/// whole, each where its sender put it.
+#[test]
+fn an_unprivileged_daemon_serves_two_key_holders_at_once() {
+    crate::require!(crate::util::is_root(), "needs root (setpriv)");
+    let nb = nobody_dirs();
+    let extra = ["--max-buffer-memory", "160M"];
+    let cmd = recv_cmd(&UNPRIV_LOCK, &nb.root, &nb.key, &nb.state, &extra);
+    let (child, port, log) = spawn_daemon(cmd).unwrap_or_else(|e| panic!("{e:?}"));
+    let _daemon = Killed(child);
+    let src = tmp();
+    let trees: Vec<PathBuf> = (0..2u64)
+        .map(|k| {
+            let top = src.path().join(format!("t{k}"));
+            std::fs::create_dir(&top).unwrap();
+            std::fs::write(top.join("big.dat"), noise(24 * MIB + 3, 140 + k)).unwrap();
+            std::fs::write(top.join("small"), noise(999, 150 + k)).unwrap();
+            top
+        })
+        .collect();
+    // Paced, so the two sessions overlap.
+    let senders: Vec<_> = trees
+        .iter()
+        .enumerate()
+        .map(|(k, top)| {
+            let c = key_client(
+                &nb.key,
+                "send",
+                port,
+                &["--json", "--rate-limit", "200Mbit"],
+                &[top.to_str().unwrap(), &format!("127.0.0.1:in{k}")],
+            );
+            std::thread::spawn(move || output_within(c, HANG))
+        })
+        .collect();
+    let outs: Vec<Output> = senders.into_iter().map(|h| h.join().unwrap()).collect();
+    let daemon: Vec<String> = log.try_iter().collect();
+    for (k, o) in outs.iter().enumerate() {
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "sender {k}: {}\n{daemon:?}",
+            both(o)
+        );
+    }
+    for (k, top) in trees.iter().enumerate() {
+        assert_same_tree(top, &nb.root.join(format!("in{k}/t{k}")));
+    }
+    assert!(no_part_files(&nb.root));
+}
+
 #[test]
 fn an_unprivileged_sender_fits_its_buffers_to_the_memlock_limit() {
     crate::require!(crate::util::is_root(), "needs root (setpriv)");
