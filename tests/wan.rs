@@ -564,6 +564,47 @@ fn small_socket_buffers_on_a_long_path_are_named_with_their_sysctl() {
     );
 }
 
+/// bench --net's rate is what the peer had by the test's end over its
+/// length, as iperf3 counts; every byte is still counted, and the drain
+/// after the end (the last round trips, the last retransmissions) is
+/// reported apart. Either way round, never more than the path carries.
+#[test]
+fn bench_counts_what_the_peer_had_by_the_tests_end() {
+    crate::require!(can_line(), NEEDS);
+    let line = Line::start(&["--rtt", "50ms", "--rate", "200Mbit", "--loss", "0.01"]);
+    let d = line.daemon(&[]);
+    for extra in [&[][..], &["--reverse"][..]] {
+        let mut args = vec!["--time", "4", "--json"];
+        args.extend_from_slice(extra);
+        let o = output_within(line.bench_cmd(&d, &args), Duration::from_secs(60));
+        assert!(o.status.success(), "{extra:?}: {}\n{}", stderr(&o), d.log());
+        let v = json(&o);
+        let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k}: {v}"));
+        let test = f("test_s");
+        assert!((4.0..4.2).contains(&test), "{v}");
+        let in_test = f("bytes_in_test");
+        assert!(in_test > 0.0 && in_test <= f("bytes"), "{v}");
+        assert!(
+            (f("rate_bits_per_s") - in_test * 8.0 / test).abs() < 1.0,
+            "{v}"
+        );
+        assert!(f("rate_bits_per_s") < 200e6 * 1.05, "above the path: {v}");
+        assert!((f("elapsed_s") - test - f("drain_s")).abs() < 0.01, "{v}");
+    }
+    let o = output_within(
+        line.bench_cmd(&d, &["--time", "3"]),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(" in 3.0")
+            && out.contains("in all, the last ")
+            && out.contains("after the test's end"),
+        "{out}"
+    );
+}
+
 #[test]
 fn auto_streams_grow_where_one_streams_window_cannot_fill_the_path() {
     crate::require!(can_line(), NEEDS);

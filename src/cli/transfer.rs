@@ -518,6 +518,33 @@ fn fewer_if_refused(
     }
 }
 
+/// `bench --net`'s summary line: what the peer had by the test's end, in
+/// its time (iperf3's count), then the whole run the receiver counted.
+fn bench_summary(r: &SendReport) -> String {
+    let (bytes, secs) = match (r.bytes_in_test, r.test_s) {
+        (Some(b), Some(t)) => (b, t),
+        _ => (r.bytes, r.elapsed_s),
+    };
+    let counted = match r.drain_s {
+        Some(d) => format!(
+            "the receiver counted every byte ({} in all, the last {} after the test's end)",
+            units::bytes_decimal(r.bytes),
+            units::duration_s(d)
+        ),
+        None => "the receiver counted every byte".to_string(),
+    };
+    format!(
+        "bench --net: {} ({}) in {}: {}, min interval {}, {}, {} frames; {counted}",
+        units::bytes_decimal(bytes),
+        units::bytes_binary(bytes),
+        units::duration_s(secs),
+        units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
+        units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+        streams_text(r),
+        units::bytes_binary(u64::from(r.block_size_bytes))
+    )
+}
+
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     p.end_bar();
     if let (Format::Human, Some(path)) = (p.format, &r.path) {
@@ -542,16 +569,7 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             p.out.line(&v.to_string());
         }
         Format::Human if r.command.starts_with("bench --net") => {
-            p.out.line(&format!(
-                "bench --net: {} ({}) in {}: {}, min interval {}, {}, {} frames; the receiver counted every byte",
-                units::bytes_decimal(r.bytes),
-                units::bytes_binary(r.bytes),
-                units::duration_s(r.elapsed_s),
-                units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
-                streams_text(r),
-                units::bytes_binary(u64::from(r.block_size_bytes))
-            ));
+            p.out.line(&bench_summary(r));
         }
         Format::Human => {
             let (verb, checked) = if r.command == "pull" {

@@ -15,7 +15,7 @@ use crate::protocol::manifest::ENTRIES_MAX;
 
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
-use super::send::{drive, open_session, SendConfig, SendObserver, SendReport};
+use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
 use super::source::{recv_verdict, Held};
 use super::SessionError;
 
@@ -138,7 +138,7 @@ pub fn run_pull(
     let mut landed = (0u64, Vec::new());
     let (data, mut report) = drive(
         cfg,
-        (total, false),
+        Expect::transfer(total, false),
         &streams,
         interrupt,
         obs,

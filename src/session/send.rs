@@ -29,7 +29,7 @@ use crate::protocol::manifest::EntryKind;
 use super::conn::{recv_msg, send_msg, Control};
 use super::source::{open_source, push_data, Acks, ControlAnnounce, Held, PushParams};
 use super::tree::{scan, Skipped, Tree};
-pub(crate) use super::watch::drive;
+pub(crate) use super::watch::{drive, Expect};
 pub use super::watch::{AUTO_CAP, AUTO_START};
 use super::SessionError;
 
@@ -188,6 +188,19 @@ pub struct SendReport {
     /// receiver counts it (not the summary's round trip after it).
     #[serde(skip)]
     pub data_elapsed: Option<Duration>,
+    /// A test's end (from the first byte) and the bytes the peer had by
+    /// then: acknowledged by its TCP, or received by this side.
+    #[serde(skip)]
+    pub in_test: Option<(Duration, u64)>,
+    /// A test's length and what the peer had by its end, as iperf3
+    /// counts (its rate is `rate_bits_per_s`), and how long after it the
+    /// peer had every byte (the last round trips and retransmissions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_in_test: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_s: Option<f64>,
 }
 
 impl SendReport {
@@ -227,6 +240,22 @@ impl SendReport {
         if self.status == "ok" && !self.skipped.is_empty() {
             self.status = "partial";
         }
+    }
+
+    /// A test's rate, as iperf3 counts it: the bytes the peer had by the
+    /// test's end over its length (the last round trips after it, and the
+    /// retransmissions of the last segments, are the drain, reported
+    /// apart). Without a test's end (it was cut short) the rate stays the
+    /// whole run's.
+    fn rate_over_test(&mut self) {
+        let Some((at, bytes)) = self.in_test else {
+            return;
+        };
+        let secs = at.as_secs_f64().max(1e-9);
+        self.test_s = Some(secs);
+        self.bytes_in_test = Some(bytes);
+        self.drain_s = Some((self.elapsed_s - secs).max(0.0));
+        self.rate_bits_per_s = bytes as f64 * 8.0 / secs;
     }
 
     /// End the run now: the time (and so the rate) covers the data and the
@@ -509,7 +538,7 @@ pub fn run_send(
         });
         let (data, report) = drive(
             cfg,
-            (tree.file_bytes().saturating_sub(skipped), true),
+            Expect::transfer(tree.file_bytes().saturating_sub(skipped), true),
             &streams,
             interrupt,
             obs,
@@ -621,7 +650,7 @@ pub fn run_bench_net(
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let (data, mut report) = drive(
         cfg,
-        (0, true),
+        Expect::test(time, true),
         &streams,
         interrupt,
         obs,
@@ -668,7 +697,7 @@ fn run_bench_net_reverse(
     let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
     let (data, mut report) = drive(
         cfg,
-        (0, false),
+        Expect::test(time, false),
         &streams,
         interrupt,
         obs,
@@ -729,7 +758,8 @@ pub(crate) fn discard_frames(
 }
 
 /// End a benchmark: the peer's summary must count the bytes this side
-/// counted (sent or received); the run's time ends with it.
+/// counted (sent or received); the run's time ends with it, and its rate
+/// is what the peer had by the test's end.
 fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
     let confirmed = recv_msg(ctl);
     report.close();
@@ -737,6 +767,7 @@ fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
         report.elapsed_s = d.as_secs_f64().max(1e-9);
         report.rate_bits_per_s = report.bytes as f64 * 8.0 / report.elapsed_s;
     }
+    report.rate_over_test();
     match confirmed {
         Ok(Message::Summary {
             bytes, ok: true, ..

@@ -19,12 +19,42 @@ use super::SessionError;
 /// How often the coordinator looks.
 const TICK: Duration = Duration::from_millis(10);
 
+/// What a run's data will be.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Expect {
+    /// Bytes, when known (0: a timed test).
+    total: u64,
+    /// Whether this side sends them.
+    sending: bool,
+    /// A test's length: its rate is what the peer had by its end.
+    test: Option<Duration>,
+}
+
+impl Expect {
+    /// A transfer of `total` bytes (0 when not known).
+    pub(crate) fn transfer(total: u64, sending: bool) -> Expect {
+        Expect {
+            total,
+            sending,
+            test: None,
+        }
+    }
+
+    /// A test that moves data for `time`.
+    pub(crate) fn test(time: Duration, sending: bool) -> Expect {
+        Expect {
+            total: 0,
+            sending,
+            test: Some(time),
+        }
+    }
+}
+
 /// Run `data` on its own thread while this one watches (see the module);
-/// then end the data streams. `total` is what the data will be, when
-/// known; `sending` whether this side sends the data.
+/// then end the data streams.
 pub(crate) fn drive<T: Send>(
     cfg: &SendConfig,
-    (total, sending): (u64, bool),
+    expect: Expect,
     streams: &[TcpStream],
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
@@ -32,7 +62,7 @@ pub(crate) fn drive<T: Send>(
 ) -> (Result<T, SessionError>, SendReport) {
     let counters = WorkerCounters::with_streams(streams.len());
     let stop = AtomicBool::new(false);
-    let mut watch = Watch::new(cfg, (total, sending), streams);
+    let mut watch = Watch::new(cfg, expect, streams);
     watch.grow.start(&counters);
     let result = std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
@@ -52,7 +82,7 @@ pub(crate) fn drive<T: Send>(
     if result.is_ok() {
         watch.drain(&counters, cfg.timeout, obs);
     }
-    watch.path.finish(obs);
+    watch.path.finish(&watch.fds, obs);
     for st in streams {
         let _ = st.shutdown(Shutdown::Write);
     }
@@ -62,6 +92,8 @@ pub(crate) fn drive<T: Send>(
 
 /// What the coordinator keeps between ticks.
 struct Watch {
+    /// The data streams, which the parts below read the TCP of.
+    fds: Vec<RawFd>,
     start: Instant,
     total: u64,
     tracker: IntervalTracker,
@@ -74,24 +106,31 @@ struct Watch {
     done_at: Option<u64>,
     /// When the peer's TCP had acknowledged every byte sent, if it did.
     drained: Option<Duration>,
+    /// A test's length, and what the peer had by its end (when, bytes).
+    test: Option<Duration>,
+    in_test: Option<(Duration, u64)>,
 }
 
 impl Watch {
-    fn new(cfg: &SendConfig, (total, sending): (u64, bool), streams: &[TcpStream]) -> Watch {
+    fn new(cfg: &SendConfig, expect: Expect, streams: &[TcpStream]) -> Watch {
         let rtt_us = streams
             .first()
             .and_then(|s| sys::tcp_path(s.as_raw_fd()))
             .map_or(0, |p| u64::from(p.rtt_us));
+        let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
         Watch {
             start: Instant::now(),
-            total,
+            total: expect.total,
             tracker: IntervalTracker::new(cfg.interval.as_nanos() as u64),
             per_stream: StreamRates::new(streams.len()),
-            path: PathWatch::new(streams),
-            delivered: Delivered::new(streams, sending),
-            grow: Grow::new(cfg, streams, rtt_us),
+            path: PathWatch::default(),
+            delivered: Delivered::new(&fds, expect.sending),
+            grow: Grow::new(cfg, fds.len(), rtt_us),
             done_at: None,
             drained: None,
+            test: expect.test,
+            in_test: None,
+            fds,
         }
     }
 
@@ -102,10 +141,14 @@ impl Watch {
     /// One look: the path once in a while, the next interval line, the
     /// stream count.
     fn tick(&mut self, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
-        self.path.look(self.start.elapsed(), obs);
+        self.path.look(&self.fds, self.start.elapsed(), obs);
         let t = self.now_ns();
-        let bytes = self.delivered.of(counters.snapshot().0);
-        self.grow.step(t, bytes, counters, obs);
+        let bytes = self.delivered.of(&self.fds, counters.snapshot().0);
+        self.grow.step(&self.fds, (t, bytes), counters, obs);
+        let elapsed = self.start.elapsed();
+        if self.in_test.is_none() && self.test.is_some_and(|test| elapsed >= test) {
+            self.in_test = Some((elapsed, bytes));
+        }
         if self.done_at.is_some() {
             return;
         }
@@ -128,11 +171,14 @@ impl Watch {
     fn drain(&mut self, counters: &WorkerCounters, limit: Duration, obs: &mut dyn SendObserver) {
         let until = Instant::now() + limit;
         let sent = counters.snapshot().0;
-        while self.delivered.of(sent) < sent && Instant::now() < until && self.delivered.flowing() {
+        while self.delivered.of(&self.fds, sent) < sent
+            && Instant::now() < until
+            && Delivered::flowing(&self.fds)
+        {
             std::thread::sleep(TICK);
             self.tick(counters, obs);
         }
-        if self.delivered.sending && self.delivered.of(sent) >= sent {
+        if self.delivered.sending && self.delivered.of(&self.fds, sent) >= sent {
             self.drained = Some(self.start.elapsed());
         }
     }
@@ -149,7 +195,7 @@ impl Watch {
         let (bytes, _) = counters.snapshot();
         let end = self.done_at.unwrap_or(elapsed.as_nanos() as u64);
         // What the peer took (all of it, unless the run failed).
-        let delivered = self.delivered.of(bytes);
+        let delivered = self.delivered.of(&self.fds, bytes);
         if let Some(iv) = self.tracker.finish(end, delivered) {
             obs.interval(&NetInterval {
                 interval: iv,
@@ -186,6 +232,10 @@ impl Watch {
             path: self.path.report,
             started: Some(self.start),
             data_elapsed: self.drained,
+            in_test: self.in_test,
+            test_s: None,
+            bytes_in_test: None,
+            drain_s: None,
         }
     }
 }
@@ -194,26 +244,23 @@ impl Watch {
 /// on the side that sends, no more than the peer's TCP acknowledged (a
 /// frame is counted when queued and may still sit in a socket buffer).
 struct Delivered {
-    fds: Vec<RawFd>,
     /// Each stream's acknowledged bytes when the data began (its hello).
     base: Vec<u64>,
     sending: bool,
 }
 
 impl Delivered {
-    fn new(streams: &[TcpStream], sending: bool) -> Delivered {
-        let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
+    fn new(fds: &[RawFd], sending: bool) -> Delivered {
         let base = fds.iter().map(|&fd| acked(fd)).collect();
-        Delivered { fds, base, sending }
+        Delivered { base, sending }
     }
 
     /// `counted`, held to what the peer acknowledged.
-    fn of(&self, counted: u64) -> u64 {
+    fn of(&self, fds: &[RawFd], counted: u64) -> u64 {
         if !self.sending {
             return counted;
         }
-        let acked: u64 = self
-            .fds
+        let acked: u64 = fds
             .iter()
             .zip(&self.base)
             .map(|(&fd, &base)| acked(fd).saturating_sub(base))
@@ -223,9 +270,8 @@ impl Delivered {
 
     /// Whether every stream is still connected (a closed one never
     /// acknowledges the rest).
-    fn flowing(&self) -> bool {
-        self.fds
-            .iter()
+    fn flowing(fds: &[RawFd]) -> bool {
+        fds.iter()
             .all(|&fd| sys::tcp_progress(fd).is_some_and(|p| p.connected))
     }
 }
@@ -237,8 +283,8 @@ fn acked(fd: RawFd) -> u64 {
 
 /// Watches the data streams' TCP: warns once (a few seconds in, or at the
 /// end) when a socket buffer holds them back, and keeps the last reading.
+#[derive(Default)]
 struct PathWatch {
-    fds: Vec<RawFd>,
     looked: bool,
     warned: bool,
     report: Option<PathReport>,
@@ -248,30 +294,21 @@ struct PathWatch {
 const PATH_LOOK_AFTER: Duration = Duration::from_secs(5);
 
 impl PathWatch {
-    fn new(streams: &[TcpStream]) -> PathWatch {
-        PathWatch {
-            fds: streams.iter().map(|s| s.as_raw_fd()).collect(),
-            looked: false,
-            warned: false,
-            report: None,
-        }
-    }
-
     /// Judge the streams once, `PATH_LOOK_AFTER` into the transfer.
-    fn look(&mut self, elapsed: Duration, obs: &mut dyn SendObserver) {
+    fn look(&mut self, fds: &[RawFd], elapsed: Duration, obs: &mut dyn SendObserver) {
         if !self.looked && elapsed >= PATH_LOOK_AFTER {
             self.looked = true;
-            self.judge(obs);
+            self.judge(fds, obs);
         }
     }
 
     /// The last reading, for the report (and a warning not given yet).
-    fn finish(&mut self, obs: &mut dyn SendObserver) {
-        self.judge(obs);
+    fn finish(&mut self, fds: &[RawFd], obs: &mut dyn SendObserver) {
+        self.judge(fds, obs);
     }
 
-    fn judge(&mut self, obs: &mut dyn SendObserver) {
-        self.report = PathReport::of(&self.fds);
+    fn judge(&mut self, fds: &[RawFd], obs: &mut dyn SendObserver) {
+        self.report = PathReport::of(fds);
         if let Some(w) = self.report.as_ref().and_then(PathReport::warning) {
             if !self.warned {
                 obs.notice(&w);
@@ -288,9 +325,8 @@ impl PathWatch {
 /// goes back to the count before it.
 struct Grow {
     auto: bool,
-    /// The streams, and `--rate-limit`: each is paced to its share of it
-    /// among those carrying data.
-    fds: Vec<RawFd>,
+    /// `--rate-limit`: each stream is paced to its share of it among those
+    /// carrying data.
     rate_limit: Option<f64>,
     open: u32,
     active: u32,
@@ -319,13 +355,12 @@ const GROW_STEP_MIN: Duration = Duration::from_secs(3);
 const GROW_STEP_RTTS: u64 = 30;
 
 impl Grow {
-    fn new(cfg: &SendConfig, streams: &[TcpStream], rtt_us: u64) -> Grow {
-        let open = streams.len() as u32;
+    fn new(cfg: &SendConfig, streams: usize, rtt_us: u64) -> Grow {
+        let open = streams as u32;
         let auto = cfg.auto_streams && open > u32::from(AUTO_START);
         let step = (GROW_STEP_MIN.as_nanos() as u64).max(rtt_us * 1000 * GROW_STEP_RTTS);
         Grow {
             auto,
-            fds: streams.iter().map(|s| s.as_raw_fd()).collect(),
             rate_limit: cfg.rate_limit_bytes_per_s,
             open,
             active: if auto { u32::from(AUTO_START) } else { open },
@@ -351,8 +386,14 @@ impl Grow {
 
     /// At `t`, with `bytes` delivered: mark the middle of a step, judge it
     /// at its end.
-    fn step(&mut self, t: u64, bytes: u64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
-        self.reprobe_once_drained();
+    fn step(
+        &mut self,
+        fds: &[RawFd],
+        (t, bytes): (u64, u64),
+        counters: &WorkerCounters,
+        obs: &mut dyn SendObserver,
+    ) {
+        self.reprobe_once_drained(fds);
         if self.done {
             return;
         }
@@ -366,18 +407,18 @@ impl Grow {
             return;
         }
         let rate = bytes.saturating_sub(b0) as f64 / (t - t0).max(1) as f64;
-        self.judge(rate, counters, obs);
+        self.judge(fds, rate, counters, obs);
         self.step_end = t + self.step_ns;
         self.mark = None;
     }
 
     /// The streams taken back have delivered what they held: those left
     /// probe once more, now that the whole share is theirs.
-    fn reprobe_once_drained(&mut self) {
+    fn reprobe_once_drained(&mut self, fds: &[RawFd]) {
         if !self.reprobe {
             return;
         }
-        let (left, stopped) = self.fds.split_at(self.active as usize);
+        let (left, stopped) = fds.split_at(self.active as usize);
         if stopped
             .iter()
             .all(|&fd| sys::socket_outq(fd).unwrap_or(0) == 0)
@@ -387,7 +428,13 @@ impl Grow {
         }
     }
 
-    fn judge(&mut self, rate: f64, counters: &WorkerCounters, obs: &mut dyn SendObserver) {
+    fn judge(
+        &mut self,
+        fds: &[RawFd],
+        rate: f64,
+        counters: &WorkerCounters,
+        obs: &mut dyn SendObserver,
+    ) {
         if rate <= 0.0 {
             // Nothing moved (a paused receiver): nothing to judge by.
             return;
@@ -401,7 +448,7 @@ impl Grow {
                 self.active = with;
                 // The streams left take the others' share: they probe for
                 // it now, and again once the others are drained.
-                crate::datapath::tcp::probe_again(&self.fds[..with as usize]);
+                crate::datapath::tcp::probe_again(&fds[..with as usize]);
                 self.reprobe = true;
             }
             self.done = true;
@@ -412,7 +459,7 @@ impl Grow {
         }
         counters.set_active_streams(self.active);
         if let Some(rate) = self.rate_limit {
-            if let Err(e) = crate::datapath::tcp::pace(&self.fds, rate, self.active as usize) {
+            if let Err(e) = crate::datapath::tcp::pace(fds, rate, self.active as usize) {
                 obs.notice(&format!("pacing the data streams: {e}"));
             }
         }
