@@ -109,6 +109,12 @@ const LIMITED_AFTER_US: u64 = 1_000_000;
 /// A send buffer this close to `tcp_wmem`'s maximum is held by it (below,
 /// the receiver is what holds the data back, as on loopback).
 const AT_MAX: f64 = 0.9;
+/// ... and only when the stream moved at least this share of what that
+/// maximum carries per round trip: below it, something else held the
+/// stream (a receiver or disk slower than the link, the CPU), as on
+/// loopback, where 4 MiB carries tens of Gbit/s per stream. The kernel
+/// also counts waits under `TCP_NOTSENT_LOWAT` as send-buffer limited.
+const NEAR_CAPACITY: f64 = 0.5;
 /// A receive window limits a path this long (on a short one a full window
 /// means a busy receiver, which a larger one would not help).
 const RWND_RTT_MIN_US: u32 = 5_000;
@@ -151,7 +157,8 @@ impl PathReport {
         let mut min_rtt = u32::MAX;
         let wmem_max = r.tcp_wmem_max.unwrap_or(u64::MAX) as f64;
         for (fd, p) in sending {
-            let at_max = sys::send_buffer(fd).is_some_and(|b| b as f64 >= AT_MAX * wmem_max);
+            let at_max = sys::send_buffer(fd).is_some_and(|b| b as f64 >= AT_MAX * wmem_max)
+                && near_capacity(&p, wmem_max);
             let long = p.min_rtt_us >= RWND_RTT_MIN_US;
             r.rtt_ms = r.rtt_ms.max(f64::from(p.rtt_us) / 1e3);
             if p.min_rtt_us > 0 {
@@ -213,6 +220,17 @@ impl PathReport {
         }
         None
     }
+}
+
+/// Whether a stream moved (while busy) at least `NEAR_CAPACITY` of what a
+/// send buffer of `buffer` bytes carries in its round trip.
+fn near_capacity(p: &sys::TcpPath, buffer: f64) -> bool {
+    if p.busy_us == 0 || p.rtt_us == 0 {
+        return false;
+    }
+    let moved = p.bytes_sent as f64 / (p.busy_us as f64 / 1e6);
+    let carries = buffer / (f64::from(p.rtt_us) / 1e6);
+    moved >= NEAR_CAPACITY * carries
 }
 
 /// The maximum (third value) of `net.ipv4.NAME` in this network namespace.
@@ -303,6 +321,22 @@ mod tests {
         for bad in ["", "bbr;rm", "a-very-long-name-indeed", "bb r"] {
             assert!(Congestion::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_full_send_buffer_holds_a_stream_back_only_near_what_it_carries() {
+        let stream = |mbit_per_s: f64, rtt_ms: u32| sys::TcpPath {
+            rtt_us: rtt_ms * 1000,
+            busy_us: 10_000_000,
+            bytes_sent: (mbit_per_s * 1e6 / 8.0 * 10.0) as u64,
+            ..sys::TcpPath::default()
+        };
+        // 256 KiB at 50 ms carries 42 Mb/s: a stream at 40 is held by it.
+        assert!(near_capacity(&stream(40.0, 50), 262_144.0));
+        // 4 MiB at 2 ms carries 17 Gb/s: a stream at 1.25 Gb/s (a disk
+        // behind the receiver, on loopback) is held by something else.
+        assert!(!near_capacity(&stream(1250.0, 2), 4_194_304.0));
+        assert!(!near_capacity(&sys::TcpPath::default(), 4_194_304.0));
     }
 
     #[test]
