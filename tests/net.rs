@@ -40,6 +40,11 @@ fn sizes() -> Vec<usize> {
 fn send_all(socks: Vec<TcpStream>, mode: ZeroCopy) -> SendStats {
     let fds: Vec<i32> = socks.iter().map(|s| s.as_raw_fd()).collect();
     let mut tx = NetSender::new(&fds, 8, 1 << 20, mode).unwrap();
+    // Unsent data is bounded by a frame, but not under zero-copy, where a
+    // send cut short by the bound would wait a round trip for its buffer.
+    let frame = urmove::datapath::net::frame_buf_size(1 << 20) as i32;
+    let bounded = socks.iter().all(|s| notsent_lowat(s) == frame);
+    assert_eq!(bounded, mode != ZeroCopy::On, "{mode:?}");
     for (i, &len) in sizes().iter().enumerate() {
         let mut lease = loop {
             match tx.take_buffer() {

@@ -255,15 +255,19 @@ impl NetSender {
                 .map_err(|e| stream_err("registering a socket", i as u32, e))?;
         }
         self.fds = sockets.to_vec();
-        for &fd in sockets {
-            // Unsent data beyond a frame waits here, free to go on any
-            // stream (not TCP, as in tests: nothing to bound).
-            let _ = super::sys::set_notsent_lowat(fd, self.ring.arena().buf_size());
-        }
         if self.mode == ZeroCopy::Auto && self.zc_now {
             if let Some(why) = zero_copy_wont_pay(sockets) {
                 self.zc_now = false;
                 self.stats.zc_skipped = Some(why);
+            }
+        }
+        if !self.zc_now {
+            for &fd in sockets {
+                // Unsent data beyond a frame waits here, free to go on any
+                // stream (not TCP, as in tests: nothing to bound). Not with
+                // zero-copy: a send cut short by the bound waits for its
+                // buffer's notification, a round trip, on every frame.
+                let _ = super::sys::set_notsent_lowat(fd, self.ring.arena().buf_size());
             }
         }
         let now = Instant::now();

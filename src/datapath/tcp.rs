@@ -87,17 +87,21 @@ pub fn pace(fds: &[RawFd], total_bytes_per_s: f64, carrying: usize) -> io::Resul
 /// BBR left alone raises its estimate by a quarter every eight. Setting
 /// the algorithm a socket has is a no-op in the kernel, so it passes
 /// through `reno` (built in, and allowed to every user), which
-/// re-initialises it; switching back to the algorithm the socket had is
-/// allowed, since it was allowed to it before.
-pub fn probe_again(fds: &[RawFd]) {
+/// re-initialises it. Switching back is normally allowed (the socket was
+/// given it, or it is the default); where it is not (a route's `congctl`,
+/// privileges since dropped) the socket is left on reno, and said so.
+pub fn probe_again(fds: &[RawFd]) -> io::Result<()> {
     for &fd in fds {
         let Some(name) = sys::congestion(fd) else {
             continue;
         };
         if name != "reno" && sys::set_congestion(fd, "reno").is_ok() {
-            let _ = sys::set_congestion(fd, &name);
+            sys::set_congestion(fd, &name).map_err(|e| {
+                io::Error::new(e.kind(), format!("a stream left on reno, not {name}: {e}"))
+            })?;
         }
     }
+    Ok(())
 }
 
 /// A sending stream held back by a socket buffer for at least this share
@@ -278,7 +282,7 @@ mod tests {
         let mut b = l.accept().unwrap().0;
         let fd = a.as_raw_fd();
         sys::set_congestion(fd, "cubic").unwrap();
-        probe_again(&[fd]);
+        probe_again(&[fd]).unwrap();
         assert_eq!(sys::congestion(fd).as_deref(), Some("cubic"));
         if !sys::available_congestion().iter().any(|c| c == "bbr") {
             eprintln!("skipped the BBR half: this kernel has no bbr");
@@ -298,7 +302,7 @@ mod tests {
         }
         let before = bbr_pacing_gain(fd);
         assert!(before.is_some_and(|g| g > 0), "{before:?}");
-        probe_again(&[fd]);
+        probe_again(&[fd]).unwrap();
         assert_eq!(sys::congestion(fd).as_deref(), Some("bbr"));
         // Re-initialised: no gain until the next acknowledgement sets
         // STARTUP's.

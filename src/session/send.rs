@@ -188,8 +188,9 @@ pub struct SendReport {
     /// receiver counts it (not the summary's round trip after it).
     #[serde(skip)]
     pub data_elapsed: Option<Duration>,
-    /// A test's end (from the first byte) and the bytes the peer had by
-    /// then: acknowledged by its TCP, or received by this side.
+    /// A test's end (from when its streams were ready, as iperf3's
+    /// clock) and the bytes the peer had by then: acknowledged by its TCP,
+    /// or received by this side.
     #[serde(skip)]
     pub in_test: Option<(Duration, u64)>,
     /// A test's length and what the peer had by its end, as iperf3

@@ -393,7 +393,7 @@ impl Grow {
         counters: &WorkerCounters,
         obs: &mut dyn SendObserver,
     ) {
-        self.reprobe_once_drained(fds);
+        self.reprobe_once_drained(fds, obs);
         if self.done {
             return;
         }
@@ -414,7 +414,7 @@ impl Grow {
 
     /// The streams taken back have delivered what they held: those left
     /// probe once more, now that the whole share is theirs.
-    fn reprobe_once_drained(&mut self, fds: &[RawFd]) {
+    fn reprobe_once_drained(&mut self, fds: &[RawFd], obs: &mut dyn SendObserver) {
         if !self.reprobe {
             return;
         }
@@ -423,8 +423,10 @@ impl Grow {
             .iter()
             .all(|&fd| sys::socket_outq(fd).unwrap_or(0) == 0)
         {
-            crate::datapath::tcp::probe_again(left);
             self.reprobe = false;
+            if let Err(e) = crate::datapath::tcp::probe_again(left) {
+                obs.notice(&format!("-P auto: restarting the streams' probing: {e}"));
+            }
         }
     }
 
@@ -448,8 +450,11 @@ impl Grow {
                 self.active = with;
                 // The streams left take the others' share: they probe for
                 // it now, and again once the others are drained.
-                crate::datapath::tcp::probe_again(&fds[..with as usize]);
-                self.reprobe = true;
+                let probed = crate::datapath::tcp::probe_again(&fds[..with as usize]);
+                if let Err(e) = &probed {
+                    obs.notice(&format!("-P auto: restarting the streams' probing: {e}"));
+                }
+                self.reprobe = probed.is_ok();
             }
             self.done = true;
             obs.info(&format!(
