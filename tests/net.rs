@@ -244,20 +244,7 @@ fn malformed_streams_are_errors_and_cut_ones_are_lost() {
 
 /// `TCP_NOTSENT_LOWAT` of a socket.
 fn notsent_lowat(s: &TcpStream) -> i32 {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: the kernel writes one int into `v`, on this frame for the call.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
-    v
+    urmove::datapath::sys::notsent_lowat(s.as_raw_fd()).expect("a TCP socket")
 }
 
 /// A frame is bound to a stream only when the stream can take it: one whose

@@ -428,25 +428,25 @@ pub fn set_congestion(fd: std::os::fd::RawFd, name: &str) -> io::Result<()> {
 
 /// The congestion control a TCP socket uses, `None` when it is not one.
 pub fn congestion(fd: std::os::fd::RawFd) -> Option<String> {
-    let mut buf = [0u8; 16];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `buf`, which lives
-    // on this frame for the call.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
-    let name = &buf[..(len as usize).min(buf.len())];
+    let name: [u8; 16] = get_opt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION)?;
     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
     Some(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
+/// Socket option `name` at `level` as a `T` (an int, or a plain array of
+/// integers the kernel fills whole); `None` when the call fails or the
+/// kernel wrote less.
+pub(crate) fn get_opt<T: Copy + Default>(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> Option<T> {
+    let mut v = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `v`, a plain
+    // value on this frame for the call, and reports how many in `len`.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut T).cast(), &mut len) };
+    (r == 0 && len as usize == std::mem::size_of::<T>()).then_some(v)
 }
 
 /// Keep at most `bytes` of not-yet-sent data in a TCP socket's buffer
@@ -456,6 +456,11 @@ pub fn congestion(fd: std::os::fd::RawFd) -> Option<String> {
 pub fn set_notsent_lowat(fd: std::os::fd::RawFd, bytes: usize) -> io::Result<()> {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
     set_opt(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &v)
+}
+
+/// A TCP socket's `TCP_NOTSENT_LOWAT`, `None` when it is not one.
+pub fn notsent_lowat(fd: std::os::fd::RawFd) -> Option<i32> {
+    get_opt(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)
 }
 
 /// Pace a socket's sends to at most `bytes_per_s` (`SO_MAX_PACING_RATE`;
@@ -481,20 +486,7 @@ pub fn available_congestion() -> Vec<String> {
 /// The socket's send buffer size now (`SO_SNDBUF`: what autotuning grew
 /// it to, or what was set).
 pub fn send_buffer(fd: std::os::fd::RawFd) -> Option<u64> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes (one int) into `v`,
-    // which lives on this frame for the call.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(v.max(0) as u64)
+    get_opt::<libc::c_int>(fd, libc::SOL_SOCKET, libc::SO_SNDBUF).map(|v| v.max(0) as u64)
 }
 
 /// Raise the soft RLIMIT_NOFILE to the hard limit (a daemon serving many

@@ -257,20 +257,8 @@ mod tests {
 
     /// BBR's pacing gain from `TCP_CC_INFO` (256 = 1.0; STARTUP's 2.89 is 739).
     fn bbr_pacing_gain(fd: RawFd) -> Option<u32> {
-        let mut info = [0u32; 5];
-        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
-        // SAFETY: the kernel writes at most `len` bytes into `info`, which
-        // lives on this frame for the call.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_CC_INFO,
-                info.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        (r == 0 && len as usize >= std::mem::size_of_val(&info)).then_some(info[3])
+        let info: [u32; 5] = sys::get_opt(fd, libc::IPPROTO_TCP, libc::TCP_CC_INFO)?;
+        Some(info[3])
     }
 
     const BBR_STARTUP_GAIN: u32 = 739;

@@ -145,9 +145,9 @@ impl Watch {
         let t = self.now_ns();
         let bytes = self.delivered.of(&self.fds, counters.snapshot().0);
         self.grow.step(&self.fds, (t, bytes), counters, obs);
-        let elapsed = self.start.elapsed();
-        if self.in_test.is_none() && self.test.is_some_and(|test| elapsed >= test) {
-            self.in_test = Some((elapsed, bytes));
+        let at = Duration::from_nanos(t);
+        if self.in_test.is_none() && self.test.is_some_and(|test| at >= test) {
+            self.in_test = Some((at, bytes));
         }
         if self.done_at.is_some() {
             return;
