@@ -1401,6 +1401,53 @@ fn an_unprivileged_sender_fits_its_buffers_to_the_memlock_limit() {
     assert_same_tree(&top, &d.root.path().join("in/t"));
 }
 
+/// The kernel counts RLIMIT_MEMLOCK per user: a second unprivileged
+/// sender started while the first holds its buffers finds less than its
+/// limit says, and goes on with fewer buffers instead of failing.
+#[test]
+fn two_unprivileged_senders_share_the_users_locked_memory() {
+    crate::require!(crate::util::is_root(), "needs root (setpriv)");
+    let d = rx(&[]);
+    let nb = nobody_dirs();
+    std::fs::copy(&d.key, &nb.key).unwrap();
+    let tops: Vec<PathBuf> = (0..2u64)
+        .map(|k| {
+            let top = nb.root.join(format!("u{k}"));
+            std::fs::create_dir(&top).unwrap();
+            std::fs::write(top.join("big.dat"), noise(16 * MIB + 9, 160 + k)).unwrap();
+            top
+        })
+        .collect();
+    chown_nobody(&nb.root);
+    chown_nobody(&nb.key);
+    // Paced, so the first still holds its buffers when the second starts.
+    let senders: Vec<_> = tops
+        .iter()
+        .enumerate()
+        .map(|(k, top)| {
+            let mut c = Command::new(UNPRIV[0]);
+            c.args(&UNPRIV[1..])
+                .args(["prlimit", "--memlock=8388608:8388608"])
+                .arg(env!("CARGO_BIN_EXE_urmove"))
+                .args(["send", "-p", &d.port.to_string(), "--rate-limit", "100Mbit"])
+                .arg("--key-file")
+                .arg(&nb.key)
+                .arg(top)
+                .arg(format!("127.0.0.1:in{k}"));
+            let h = std::thread::spawn(move || output_within(c, HANG));
+            std::thread::sleep(Duration::from_millis(300));
+            h
+        })
+        .collect();
+    for (k, h) in senders.into_iter().enumerate() {
+        let o = h.join().unwrap();
+        assert_eq!(o.status.code(), Some(0), "sender {k}: {}", both(&o));
+    }
+    for (k, top) in tops.iter().enumerate() {
+        assert_same_tree(top, &d.root.path().join(format!("in{k}/u{k}")));
+    }
+}
+
 #[test]
 fn a_daemon_that_cannot_write_its_root_refuses_to_start_unless_pull_only() {
     crate::require!(crate::util::is_root(), "needs root (setpriv)");

@@ -153,3 +153,11 @@ impl Error {
 pub fn is_retry(errno: i32) -> bool {
     errno == libc::EINTR || errno == libc::EAGAIN || errno == libc::EBUSY
 }
+
+impl Error {
+    /// The kernel refused to register buffers for want of locked memory
+    /// (RLIMIT_MEMLOCK, which it counts per user, across processes).
+    pub fn is_locked_memory_short(&self) -> bool {
+        matches!(self, Error::Register { source, .. } if source.raw_os_error() == Some(libc::ENOMEM))
+    }
+}

@@ -607,7 +607,8 @@ pub fn memlock_remedy_text(bytes: u64) -> String {
     let need_kib = bytes.div_ceil(1024) + 1024;
     format!(
         "registered buffers ({} MiB) are locked memory: raise RLIMIT_MEMLOCK to at least {need_kib} KiB \
-         (`ulimit -l {need_kib}`, or LimitMEMLOCK= in the systemd unit) or grant CAP_IPC_LOCK",
+         (`ulimit -l {need_kib}`, or LimitMEMLOCK= in the systemd unit) or grant CAP_IPC_LOCK; \
+         the kernel counts it per user, so this user's other io_uring processes share it",
         bytes >> 20
     )
 }

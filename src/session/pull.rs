@@ -70,9 +70,10 @@ pub fn run_pull(
     }
     let rules = client_rules(cfg)?;
     // This side's buffers are registered before the daemon hears of us.
-    let (cfg, buffers) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
-    let engine =
-        super::landing::prepare_receiver(cfg.streams as usize, *buffers, cfg.block_size as usize)?;
+    let (cfg, fitted) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
+    let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
+        super::landing::prepare_receiver(cfg.streams as usize, n, cfg.block_size as usize)
+    })?;
     std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
     let root = Root::open_for_writing(local)
         .map_err(|e| SessionError::io(local.display().to_string(), e))?;

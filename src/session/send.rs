@@ -465,6 +465,31 @@ pub(crate) fn fit(
     Ok((cfg, f.count))
 }
 
+/// Register this side's `buffers` with `make(count)`, halving the count
+/// while the kernel refuses them for want of locked memory: it counts
+/// RLIMIT_MEMLOCK per user, so this user's other transfers may hold part
+/// of what [`fit`] counted on. The count registered comes back too.
+pub(crate) fn register_fitted<T>(
+    buffers: usize,
+    obs: &mut dyn SendObserver,
+    make: impl Fn(usize) -> Result<T, SessionError>,
+) -> Result<(T, usize), SessionError> {
+    let mut n = buffers;
+    loop {
+        match make(n) {
+            Err(SessionError::Data(e))
+                if e.is_locked_memory_short() && n / 2 >= super::BUFFERS_MIN =>
+            {
+                n /= 2;
+                obs.notice(&format!(
+                    "locked memory is shared by this user's processes (the kernel counts RLIMIT_MEMLOCK per user) and others hold part of it: going on with {n} buffers"
+                ));
+            }
+            other => return other.map(|t| (t, n)),
+        }
+    }
+}
+
 pub(crate) fn note_zero_copy(
     report: &mut SendReport,
     stats: &SendStats,
@@ -490,9 +515,11 @@ pub fn run_send(
 ) -> Result<SendReport, SessionError> {
     let tree = scan(&cfg.sources)?;
     // This side's buffers are registered before the receiver hears of us.
-    let (cfg, buffers) = &fit(cfg, 4, 4, "--block", obs)?;
-    let mut params = push_params(cfg, *buffers);
-    let tx = super::source::prepare_sender(cfg.streams as usize, &params)?;
+    let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
+    let (tx, buffers) = register_fitted(*fitted, obs, |n| {
+        super::source::prepare_sender(cfg.streams as usize, &push_params(cfg, n))
+    })?;
+    let mut params = push_params(cfg, buffers);
     let req = SessionRequest {
         direction: Direction::Push,
         streams: cfg.streams,
@@ -630,15 +657,18 @@ pub fn run_bench_net(
     if reverse {
         return run_bench_net_reverse(cfg, time, verify, interrupt, obs);
     }
-    let (cfg, buffers) = &fit(cfg, 4, 0, "--bs", obs)?;
-    let mut params = push_params(cfg, *buffers);
-    let mut tx = NetSender::prepare(
-        cfg.streams as usize,
-        *buffers,
-        cfg.block_size as usize,
-        cfg.zerocopy,
-        0,
-    )?;
+    let (cfg, fitted) = &fit(cfg, 4, 0, "--bs", obs)?;
+    let (mut tx, buffers) = register_fitted(*fitted, obs, |n| {
+        let block = cfg.block_size as usize;
+        Ok(NetSender::prepare(
+            cfg.streams as usize,
+            n,
+            block,
+            cfg.zerocopy,
+            0,
+        )?)
+    })?;
+    let mut params = push_params(cfg, buffers);
     fill_bench_buffers(&mut tx);
     let req = SessionRequest {
         direction: Direction::Bench,
@@ -679,13 +709,16 @@ fn run_bench_net_reverse(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
-    let (cfg, buffers) = &fit(cfg, 2, 2, "--bs", obs)?;
-    let rx = crate::datapath::net::NetReceiver::prepare(
-        cfg.streams as usize,
-        *buffers,
-        cfg.block_size as usize,
-        0,
-    )?;
+    let (cfg, fitted) = &fit(cfg, 2, 2, "--bs", obs)?;
+    let (rx, _) = register_fitted(*fitted, obs, |n| {
+        let block = cfg.block_size as usize;
+        Ok(crate::datapath::net::NetReceiver::prepare(
+            cfg.streams as usize,
+            n,
+            block,
+            0,
+        )?)
+    })?;
     let req = SessionRequest {
         direction: Direction::BenchReverse,
         streams: cfg.streams,
