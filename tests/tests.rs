@@ -12,6 +12,7 @@ mod disk;
 mod disk_devices;
 mod faults;
 mod hostile;
+mod lanes;
 mod limits;
 mod linters;
 mod net;

@@ -159,6 +159,12 @@ pub struct BenchArgs {
           value_parser = parse::streams, value_name = "N|auto")]
     pub streams: parse::Streams,
 
+    /// bench --net: threads of this side's data path, each pinned to a
+    /// core with its own ring, buffers and share of the streams; auto: the
+    /// cores this process may run on, at most one per stream.
+    #[arg(long, default_value = "auto", requires = "net", value_parser = parse::lanes, value_name = "N|auto")]
+    pub lanes: crate::session::lanes::Lanes,
+
     /// bench --net: the pre-shared key (the receiver's).
     #[arg(long, value_name = "FILE", requires = "net")]
     pub key_file: Option<PathBuf>,
@@ -427,6 +433,12 @@ pub struct RecvArgs {
     /// name from net.ipv4.tcp_available_congestion_control [default: auto].
     #[arg(long, value_name = "NAME", value_parser = parse::congestion)]
     pub cc: Option<crate::datapath::tcp::Congestion>,
+
+    /// Threads of a bench session's data path, each pinned to a core with
+    /// its own ring, buffers and share of the streams; auto: the cores
+    /// this process may run on, at most one per stream [default: auto].
+    #[arg(long, value_name = "N|auto", value_parser = parse::lanes)]
+    pub lanes: Option<crate::session::lanes::Lanes>,
 
     /// Memory the manifests of all sessions may take together
     /// [default: 1G].

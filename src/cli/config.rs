@@ -38,6 +38,7 @@ pub struct RecvSettings {
     pub keep_setid: bool,
     pub pull_only: bool,
     pub cc: crate::datapath::tcp::Congestion,
+    pub lanes: crate::session::lanes::Lanes,
     pub max_manifest_memory: u64,
     pub min_rate_bytes_per_s: u64,
     pub part_max_age: Duration,
@@ -76,6 +77,7 @@ struct RecvFile {
     keep_setid: Option<Spanned<bool>>,
     pull_only: Option<Spanned<bool>>,
     cc: Option<Spanned<String>>,
+    lanes: Option<Spanned<Amount>>,
     max_manifest_memory: Option<Spanned<Amount>>,
     min_rate: Option<Spanned<String>>,
     part_max_age: Option<Spanned<Amount>>,
@@ -356,6 +358,18 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
                 parse::congestion(v.get_ref()).map_err(|e| at(p, t, span, format!("cc: {e}")))?
             }
             (None, None) => crate::datapath::tcp::Congestion::Auto,
+        },
+        lanes: match (a.lanes, f.lanes) {
+            (Some(l), _) => l,
+            (None, Some(v)) => {
+                let span = v.span();
+                let text = match v.into_inner() {
+                    Amount::Number(n) => n.to_string(),
+                    Amount::Text(t) => t,
+                };
+                parse::lanes(&text).map_err(|e| at(p, t, span, format!("lanes: {e}")))?
+            }
+            (None, None) => crate::session::lanes::Lanes::Auto,
         },
         max_manifest_memory: match (a.max_manifest_memory, f.max_manifest_memory) {
             (Some(n), _) => n,

@@ -147,6 +147,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         unsafe_links: Default::default(),
         pull_only: false,
         congestion: Default::default(),
+        lanes: Default::default(),
         part_max_age: None,
     };
     let daemon_stop = Arc::clone(&stop);

@@ -30,6 +30,20 @@ pub fn streams(s: &str) -> Result<Streams, String> {
     }
 }
 
+/// `--lanes`: `auto` or a lane count from 1 to 64.
+pub fn lanes(s: &str) -> Result<crate::session::lanes::Lanes, String> {
+    use crate::session::lanes::{Lanes, LANES_MAX};
+    if s == "auto" {
+        return Ok(Lanes::Auto);
+    }
+    match s.parse::<u16>() {
+        Ok(n @ 1..=LANES_MAX) => Ok(Lanes::Count(n)),
+        _ => Err(format!(
+            "'{s}': give auto or a lane count from 1 to {LANES_MAX}"
+        )),
+    }
+}
+
 /// What `-P` asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Streams {

@@ -193,6 +193,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         },
         pull_only: set.pull_only,
         congestion: set.cc.clone(),
+        lanes: set.lanes,
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
     };
     let log = super::service::logger(set.log_format);
@@ -470,12 +471,17 @@ fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bo
     }
 }
 
-/// "4 streams", or what `-P auto` chose of those it opened.
+/// "4 streams", or what `-P auto` chose of those it opened; and the
+/// lanes (threads with a ring each) that carried them, when more than one.
 fn streams_text(r: &SendReport) -> String {
-    if r.streams_auto {
+    let streams = if r.streams_auto {
         format!("{} streams (-P auto, {} open)", r.streams, r.streams_opened)
     } else {
         format!("{} streams", r.streams)
+    };
+    match r.lanes.len() {
+        0 | 1 => streams,
+        n => format!("{streams} on {n} lanes"),
     }
 }
 
@@ -652,6 +658,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         encrypt: a.encrypt,
         congestion: a.cc.clone(),
         rate_limit_bytes_per_s: a.rate_limit,
+        lanes: a.lanes,
         ..SendConfig::to(host, a.port, key)
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));

@@ -150,6 +150,8 @@ pub struct NetSender {
     zc_now: bool,
     stats: SendStats,
     fds: Vec<RawFd>,
+    /// The session's number of each stream (a lane holds a share of them).
+    ids: Vec<u32>,
     /// Bytes each stream handed to its socket.
     sent: Vec<u64>,
     /// Where `sent` is published for the coordinator, if anywhere.
@@ -235,6 +237,7 @@ impl NetSender {
             zc_now: mode != ZeroCopy::Off && zc_supported,
             stats: SendStats::default(),
             fds: empty.clone(),
+            ids: (0..streams as u32).collect(),
             sent: vec![0; streams],
             published: None,
             sealers: None,
@@ -281,12 +284,27 @@ impl NetSender {
         Ok(())
     }
 
+    /// Give the streams their numbers in the session (`ids[i]` for this
+    /// sender's stream `i`; by default `0..n`), as a lane holding a share
+    /// of a session's streams must before it seals or publishes counts.
+    pub fn number_streams(&mut self, ids: &[u32]) {
+        assert_eq!(ids.len(), self.queues.len(), "a number per stream");
+        self.ids = ids.to_vec();
+    }
+
+    /// The session's number of this sender's stream `stream`.
+    pub fn stream_id(&self, stream: u32) -> u32 {
+        self.ids[stream as usize]
+    }
+
     /// Seal every frame from now on (AES-256-GCM), each stream with its
-    /// own key and frame counter, derived from the session's keys.
+    /// own key and frame counter, derived from the session's keys and the
+    /// stream's number in the session.
     pub fn seal_with(&mut self, keys: &SessionKeys, direction: seal::Direction) {
         self.sealers = Some(
-            (0..self.fds.len())
-                .map(|i| FrameSealer::new(keys, direction, i as u16))
+            self.ids
+                .iter()
+                .map(|&i| FrameSealer::new(keys, direction, i as u16))
                 .collect(),
         );
     }
@@ -358,16 +376,20 @@ impl NetSender {
     }
 
     /// Keep `to` current with [`stream_bytes`](Self::stream_bytes) of
-    /// every stream (a store per completed send), for the coordinator's
-    /// per-stream rates. Counts made without per-stream slots are left
-    /// alone (the caller counts only the total).
+    /// every stream (a store per completed send, at the stream's number in
+    /// the session), for the coordinator's per-stream rates. Counts made
+    /// without per-stream slots are left alone (the caller counts only the
+    /// total).
     pub fn publish_stream_bytes(&mut self, to: &StreamBytes) {
         if to.stream_count() == 0 {
             return;
         }
-        assert_eq!(to.stream_count(), self.sent.len(), "one count per stream");
-        for (i, &b) in self.sent.iter().enumerate() {
-            to.store(i, b);
+        assert!(
+            self.ids.iter().all(|&i| (i as usize) < to.stream_count()),
+            "one count per stream"
+        );
+        for (&i, &b) in self.ids.iter().zip(&self.sent) {
+            to.store(i as usize, b);
         }
         to.attach();
         self.published = Some(to.clone());
@@ -689,7 +711,10 @@ impl NetSender {
             let now = Instant::now();
             self.sent[stream as usize] += result as u64;
             if let Some(p) = &self.published {
-                p.store(stream as usize, self.sent[stream as usize]);
+                p.store(
+                    self.ids[stream as usize] as usize,
+                    self.sent[stream as usize],
+                );
             }
             self.queues[stream as usize].last_progress = now;
             // The peer as a whole moves when its TCP acknowledges: a send
@@ -854,6 +879,8 @@ pub struct NetReceiver {
     /// Per stream, when the session seals its frames.
     openers: Option<(Vec<FrameOpener>, FrameKey)>,
     fds: Vec<RawFd>,
+    /// The session's number of each stream (a lane holds a share of them).
+    ids: Vec<u32>,
     /// TCP bytes each stream received, as `tcp_bytes_received` last saw.
     tcp_seen: Vec<u64>,
 }
@@ -918,6 +945,7 @@ impl NetReceiver {
             wait_limit: None,
             received: vec![0; streams],
             openers: None,
+            ids: (0..streams as u32).collect(),
             fds: empty,
             tcp_seen: vec![0; streams],
         })
@@ -946,10 +974,25 @@ impl NetReceiver {
     /// frames are opened (and their checksums computed) before the caller
     /// sees them.
     pub fn open_with(&mut self, keys: &SessionKeys, direction: seal::Direction) {
-        let openers = (0..self.streams.len())
-            .map(|i| FrameOpener::new(keys, direction, i as u16))
+        let openers = self
+            .ids
+            .iter()
+            .map(|&i| FrameOpener::new(keys, direction, i as u16))
             .collect();
         self.openers = Some((openers, seal::frame_key(keys)));
+    }
+
+    /// Give the streams their numbers in the session (`ids[i]` for this
+    /// receiver's stream `i`; by default `0..n`), as a lane holding a share
+    /// of a session's streams must before it opens sealed frames.
+    pub fn number_streams(&mut self, ids: &[u32]) {
+        assert_eq!(ids.len(), self.streams.len(), "a number per stream");
+        self.ids = ids.to_vec();
+    }
+
+    /// The session's number of this receiver's stream `stream`.
+    pub fn stream_id(&self, stream: u32) -> u32 {
+        self.ids[stream as usize]
     }
 
     /// Bytes each stream has delivered so far.

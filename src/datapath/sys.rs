@@ -819,3 +819,18 @@ pub fn tcp_progress(fd: std::os::fd::RawFd) -> Option<TcpProgress> {
         bytes_received: info.tcpi_bytes_received,
     })
 }
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, owned by this
+    // frame for the call.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

@@ -12,6 +12,7 @@ pub mod conn;
 pub mod fuzz;
 mod journal;
 mod landing;
+pub mod lanes;
 pub mod pull;
 pub mod receive;
 pub mod recv;

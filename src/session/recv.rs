@@ -60,6 +60,8 @@ pub struct RecvConfig {
     pub congestion: crate::datapath::tcp::Congestion,
     /// Remove parts and journals untouched this long (None or 0: keep them).
     pub part_max_age: Option<Duration>,
+    /// Threads of each session's data path (`--lanes`), each with its ring.
+    pub lanes: super::lanes::Lanes,
 }
 
 /// What the daemon takes on at most; past each, it refuses with a reason.
@@ -1607,7 +1609,9 @@ fn bench_session(
     registry: &Registry,
     progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{bench_data, discard_frames, fill_bench_buffers};
+    use super::send::{
+        bench_receivers, bench_senders, discard_on_lanes, fill_bench_buffers, BenchRun,
+    };
     let reverse = req.direction == Direction::BenchReverse;
     // Reversed, the path carries the test length in ms (and `v` for checksums).
     let (time, verify) = if reverse {
@@ -1625,44 +1629,55 @@ fn bench_session(
     } else {
         (Duration::ZERO, false)
     };
-    let n = usize::from(req.streams);
-    let block = req.block_size as usize;
-    // Ring and buffers before the streams connect (ready for their data).
-    let (mut tx, mut rx) = (None, None);
+    let block = req.block_size;
+    // Rings and buffers before the streams connect (ready for their data).
     let params = daemon_push_params(req, buffers, keys, cfg);
-    if reverse {
-        let mut sender =
-            crate::datapath::net::NetSender::prepare(n, buffers, block, params.zerocopy, 0)?;
-        fill_bench_buffers(&mut sender);
-        tx = Some(sender);
-    } else {
-        rx = Some(crate::datapath::net::NetReceiver::prepare(
-            n, buffers, block, 0,
-        )?);
-    }
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-    let bytes = if let Some(tx) = tx {
+    let bytes = if reverse {
+        let (plan, mut txs) =
+            bench_senders(cfg.lanes, req.streams, buffers, block, params.zerocopy)?;
+        txs.iter_mut().for_each(fill_bench_buffers);
+        let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
         let counters = crate::coord::WorkerCounters::default();
-        bench_data(
-            &params,
+        let stop = AtomicBool::new(false);
+        let bench = BenchRun {
+            params: &params,
             time,
             verify,
-            &streams,
-            &counters,
-            &AtomicBool::new(false),
-            tx,
-        )?;
+            counters: &counters,
+            stop: &stop,
+        };
+        bench.send(&plan, &streams, txs)?;
         for st in &streams {
             let _ = st.shutdown(std::net::Shutdown::Write);
         }
         counters.snapshot().0
     } else {
+        let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, block)?;
+        let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
         let open = req
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ClientToServer));
-        let rx = rx.expect("prepared unless reversed");
         let key = frame_key(keys);
-        discard_frames(&streams, rx, (&key, &open), &mut |b| progress.add(b))?
+        let plan = super::lanes::place_streams(plan.len(), &super::send::fds_of(&streams));
+        let counted = AtomicU64::new(0);
+        let count = |b: u64| {
+            counted.fetch_add(b, Ordering::Relaxed);
+        };
+        let mut logged = 0;
+        std::thread::scope(|scope| {
+            let lanes =
+                scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, (&key, &open), &count));
+            while !lanes.is_finished() {
+                std::thread::sleep(super::lanes::WATCH_EVERY);
+                let now = counted.load(Ordering::Relaxed);
+                progress.add(now - logged);
+                logged = now;
+            }
+            let r = lanes.join().expect("the lanes' thread panicked");
+            progress.add(counted.load(Ordering::Relaxed) - logged);
+            r
+        })?
+        .0
     };
     send_msg(
         s,

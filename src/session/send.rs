@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::coord::{Interval, WorkerCounters};
 use crate::datapath::disk::{fill_random, scramble};
-use crate::datapath::net::{payload_mut, NetSender, SendStats, ZeroCopy};
+use crate::datapath::net::{payload_mut, NetReceiver, NetSender, SendStats, ZeroCopy};
 use crate::datapath::tcp::{self, Congestion, PathReport};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
@@ -27,6 +27,7 @@ pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg, Control};
+use super::lanes::{self, Lane, LaneReport, Lanes};
 use super::source::{open_source, push_data, Acks, ControlAnnounce, Held, PushParams};
 use super::tree::{scan, Skipped, Tree};
 pub(crate) use super::watch::{drive, Expect};
@@ -66,6 +67,8 @@ pub struct SendConfig {
     /// `-P auto`: `streams` are opened, and frames go on as many of them
     /// as still raise the rate.
     pub auto_streams: bool,
+    /// Threads of this side's data path (`--lanes`), each with its ring.
+    pub lanes: Lanes,
 }
 
 impl SendConfig {
@@ -94,6 +97,7 @@ impl SendConfig {
             state_dir: super::secret::default_state_dir(),
             congestion: Congestion::Auto,
             auto_streams: false,
+            lanes: Lanes::Auto,
         }
     }
 
@@ -176,6 +180,9 @@ pub struct SendReport {
     pub zero_copy_skipped: Option<&'static str>,
     /// Frames sent again because their stream was lost.
     pub frames_resent: u64,
+    /// This side's lanes (threads of the data path, each with its ring):
+    /// the core each ran on, its streams and its CPU seconds.
+    pub lanes: Vec<LaneReport>,
     /// What the sending streams' TCP learnt of the path (absent when this
     /// side only received).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -658,18 +665,11 @@ pub fn run_bench_net(
         return run_bench_net_reverse(cfg, time, verify, interrupt, obs);
     }
     let (cfg, fitted) = &fit(cfg, 4, 0, "--bs", obs)?;
-    let (mut tx, buffers) = register_fitted(*fitted, obs, |n| {
-        let block = cfg.block_size as usize;
-        Ok(NetSender::prepare(
-            cfg.streams as usize,
-            n,
-            block,
-            cfg.zerocopy,
-            0,
-        )?)
+    let ((plan, mut txs), buffers) = register_fitted(*fitted, obs, |n| {
+        bench_senders(cfg.lanes, cfg.streams, n, cfg.block_size, cfg.zerocopy)
     })?;
     let mut params = push_params(cfg, buffers);
-    fill_bench_buffers(&mut tx);
+    txs.iter_mut().for_each(fill_bench_buffers);
     let req = SessionRequest {
         direction: Direction::Bench,
         streams: cfg.streams,
@@ -685,11 +685,23 @@ pub fn run_bench_net(
         &streams,
         interrupt,
         obs,
-        |counters, stop| bench_data(&params, time, verify, &streams, counters, stop, tx),
+        |counters, stop| {
+            let bench = BenchRun {
+                params: &params,
+                time,
+                verify,
+                counters,
+                stop,
+            };
+            bench.send(&plan, &streams, txs)
+        },
     );
     report.command = "bench --net";
     match data {
-        Ok(stats) => note_zero_copy(&mut report, &stats, obs),
+        Ok((stats, lanes)) => {
+            note_zero_copy(&mut report, &stats, obs);
+            report.lanes = lanes;
+        }
         Err(e) => {
             report.fail(&e, false);
             return Ok(report);
@@ -697,6 +709,43 @@ pub fn run_bench_net(
     }
     confirm_bench(&mut ctl, &mut report);
     Ok(report)
+}
+
+/// The lanes of a bench sender for `streams` streams and `buffers` frame
+/// buffers of `block` bytes, each lane's sender prepared (its buffers
+/// registered) now.
+pub(crate) fn bench_senders(
+    want: Lanes,
+    streams: u16,
+    buffers: usize,
+    block: u32,
+    zerocopy: ZeroCopy,
+) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
+    let n = lanes::count(want, usize::from(streams), buffers);
+    let plan = lanes::plan(n, usize::from(streams));
+    let txs = plan
+        .iter()
+        .zip(lanes::split_buffers(buffers, n))
+        .map(|(lane, b)| NetSender::prepare(lane.streams.len(), b, block as usize, zerocopy, 0))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((plan, txs))
+}
+
+/// The lanes of a bench receiver, as [`bench_senders`].
+pub(crate) fn bench_receivers(
+    want: Lanes,
+    streams: u16,
+    buffers: usize,
+    block: u32,
+) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
+    let n = lanes::count(want, usize::from(streams), buffers);
+    let plan = lanes::plan(n, usize::from(streams));
+    let rxs = plan
+        .iter()
+        .zip(lanes::split_buffers(buffers, n))
+        .map(|(lane, b)| NetReceiver::prepare(lane.streams.len(), b, block as usize, 0))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((plan, rxs))
 }
 
 /// `bench --net --reverse`: the daemon sends for `time` (carried in the
@@ -710,14 +759,8 @@ fn run_bench_net_reverse(
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
     let (cfg, fitted) = &fit(cfg, 2, 2, "--bs", obs)?;
-    let (rx, _) = register_fitted(*fitted, obs, |n| {
-        let block = cfg.block_size as usize;
-        Ok(crate::datapath::net::NetReceiver::prepare(
-            cfg.streams as usize,
-            n,
-            block,
-            0,
-        )?)
+    let ((plan, rxs), _) = register_fitted(*fitted, obs, |n| {
+        bench_receivers(cfg.lanes, cfg.streams, n, cfg.block_size)
     })?;
     let req = SessionRequest {
         direction: Direction::BenchReverse,
@@ -735,45 +778,79 @@ fn run_bench_net_reverse(
         &streams,
         interrupt,
         obs,
-        |counters, _stop| discard_frames(&streams, rx, (&key, &open), &mut |b| counters.add(b, 0)),
+        |counters, _stop| {
+            let plan = lanes::place_streams(plan.len(), &fds_of(&streams));
+            let progress = |b: u64| counters.add(b, 0);
+            discard_on_lanes(&plan, &streams, rxs, (&key, &open), &progress)
+        },
     );
     report.command = "bench --net --reverse";
-    if let Err(e) = data {
-        report.fail(&e, false);
-        return Ok(report);
+    match data {
+        Ok((_, lanes)) => report.lanes = lanes,
+        Err(e) => {
+            report.fail(&e, false);
+            return Ok(report);
+        }
     }
     confirm_bench(&mut ctl, &mut report);
     Ok(report)
 }
 
-/// Receive bench frames on every stream until all end: check each
-/// checksum under `key` (unless the frame says it carries none), count
-/// and discard.
-pub(crate) fn discard_frames(
+/// The descriptors of `streams`.
+pub(crate) fn fds_of(streams: &[TcpStream]) -> Vec<i32> {
+    streams.iter().map(|s| s.as_raw_fd()).collect()
+}
+
+/// Receive bench frames on every stream, each lane on its share with its
+/// own receiver (`rxs[k]` for lane `k`), until all end (see
+/// [`discard_frames`]); the bytes in all and each lane's report.
+pub(crate) fn discard_on_lanes(
+    plan: &[Lane],
     streams: &[TcpStream],
-    mut rx: crate::datapath::net::NetReceiver,
+    rxs: Vec<NetReceiver>,
+    check: (&FrameKey, &Sealing),
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<(u64, Vec<LaneReport>), SessionError> {
+    let fds = fds_of(streams);
+    let results = lanes::run(plan, rxs, &|lane, rx| {
+        discard_frames(lane, &lane.fds(&fds), rx, check, progress)
+    });
+    let (bytes, reports) = lanes::all_ok(results)?;
+    Ok((bytes.iter().sum(), reports))
+}
+
+/// Receive bench frames on a lane's streams (`fds`) until all end: check
+/// each checksum under `key` (unless the frame says it carries none),
+/// count and discard.
+fn discard_frames(
+    lane: &Lane,
+    fds: &[i32],
+    mut rx: NetReceiver,
     (key, open): (&FrameKey, &Sealing),
-    progress: &mut dyn FnMut(u64),
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, RecvEvent};
-    let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
-    rx.start(&fds)?;
+    rx.start(fds)?;
+    rx.number_streams(&lane.streams);
     if let Some((keys, dir)) = open {
         rx.open_with(keys, *dir);
     }
     let mut bytes = 0u64;
+    let mut frames = Vec::with_capacity(fds.len());
     while rx.open() {
-        let mut frames = Vec::new();
         let mut failure = None;
-        rx.poll(true, &mut |ev| match ev {
+        let polled = rx.poll(true, &mut |ev| match ev {
             RecvEvent::Frame { header, lease, .. } => frames.push((header, lease)),
             RecvEvent::Lost { stream, why } => {
-                failure = Some(SessionError::io(format!("data stream {stream}"), why));
+                failure = Some((stream, why));
             }
             _ => {}
-        })?;
+        });
+        let mut failure = failure.map(|(stream, why)| {
+            SessionError::io(format!("data stream {}", rx.stream_id(stream)), why)
+        });
         let mut batch = 0u64;
-        for (header, lease) in frames {
+        for (header, lease) in frames.drain(..) {
             if header.flags & FLAG_UNCHECKED == 0 {
                 if let Err(e) = header.check_payload(key, payload(&lease, &header)) {
                     failure.get_or_insert(SessionError::local(ErrorCode::Malformed, e.to_string()));
@@ -782,6 +859,7 @@ pub(crate) fn discard_frames(
             batch += u64::from(header.length);
             rx.give_back(lease);
         }
+        polled?;
         bytes += batch;
         progress(batch);
         if let Some(e) = failure {
@@ -843,69 +921,121 @@ pub(crate) fn fill_bench_buffers(tx: &mut NetSender) {
     }
 }
 
-/// Send frames of incompressible data on the streams that take them until
-/// `time` is up (the buffers made by [`fill_bench_buffers`]).
-pub(crate) fn bench_data(
-    cfg: &PushParams,
-    time: Duration,
-    verify: bool,
-    streams: &[TcpStream],
-    counters: &WorkerCounters,
-    stop: &AtomicBool,
-    mut tx: NetSender,
-) -> Result<SendStats, SessionError> {
-    let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    tx.start(&fds)?;
-    tx.publish_stream_bytes(counters.streams());
-    if let Some((keys, dir)) = &cfg.seal {
-        tx.seal_with(keys, *dir);
+/// A timed send of bench frames: how, for how long, and what it counts.
+pub(crate) struct BenchRun<'a> {
+    pub(crate) params: &'a PushParams,
+    pub(crate) time: Duration,
+    pub(crate) verify: bool,
+    pub(crate) counters: &'a WorkerCounters,
+    pub(crate) stop: &'a AtomicBool,
+}
+
+impl BenchRun<'_> {
+    /// Send on every lane (`txs[k]` its sender, its buffers made by
+    /// [`fill_bench_buffers`]) until the time is up; what the senders did,
+    /// added up, and each lane's report.
+    pub(crate) fn send(
+        &self,
+        plan: &[Lane],
+        streams: &[TcpStream],
+        txs: Vec<NetSender>,
+    ) -> Result<(SendStats, Vec<LaneReport>), SessionError> {
+        let fds = fds_of(streams);
+        let share = plan.len() as f64;
+        let results = lanes::run(plan, txs, &|lane, tx| self.lane(lane, &fds, share, tx));
+        let (stats, reports) = lanes::all_ok(results)?;
+        Ok((add_stats(&stats), reports))
     }
-    let n = cfg.block_size as usize;
-    let start = Instant::now();
-    let mut offset = 0u64;
-    let mut next_stream = 0u32;
-    while start.elapsed() < time && !stop.load(Ordering::Relaxed) {
-        if ahead_of(cfg.rate_limit_bytes_per_s, offset, start) {
-            // No more queued than the limit allows: the run ends on time.
+
+    /// One lane: frames of incompressible data on its streams that take
+    /// them, within its `1/share` of any rate limit.
+    fn lane(
+        &self,
+        lane: &Lane,
+        all: &[i32],
+        share: f64,
+        mut tx: NetSender,
+    ) -> Result<SendStats, SessionError> {
+        let (cfg, counters) = (self.params, self.counters);
+        tx.start(&lane.fds(all))?;
+        tx.number_streams(&lane.streams);
+        tx.publish_stream_bytes(counters.streams());
+        if let Some((keys, dir)) = &cfg.seal {
+            tx.seal_with(keys, *dir);
+        }
+        let limit = cfg.rate_limit_bytes_per_s.map(|r| r / share);
+        let n = cfg.block_size as usize;
+        let start = Instant::now();
+        // Lanes' offsets differ, so no two frames of a run are alike.
+        let mut offset = (lane.index as u64) << 48;
+        let mut sent = 0u64;
+        let mut next_stream = 0u32;
+        while start.elapsed() < self.time && !self.stop.load(Ordering::Relaxed) {
+            let active = lane.active_of(counters.active_streams(all.len() as u32));
+            if active == 0 || ahead_of(limit, sent, start) {
+                // No stream of this lane may carry frames now (-P auto), or
+                // no more queued than the limit allows: the run ends on time.
+                tx.poll(false)?;
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let mut lease = loop {
+                match tx.take_buffer() {
+                    Some(l) => break l,
+                    None => tx.poll(true)?,
+                }
+            };
+            let p = &mut payload_mut(&mut lease)[..n];
+            scramble(p, 0xBE4C, offset, 0);
+            let h = bench_header(&cfg.key, self.verify, offset, p);
+            let to = loop {
+                match tx.idle_stream(&mut next_stream, active) {
+                    Some(s) => break s,
+                    None => tx.poll(true)?,
+                }
+            };
+            tx.queue(to, lease, &h);
+            counters.add(n as u64, 1);
             tx.poll(false)?;
-            std::thread::sleep(Duration::from_millis(1));
-            continue;
+            if let Some((stream, why)) = tx.take_lost().pop() {
+                let id = tx.stream_id(stream);
+                return Err(SessionError::io(format!("data stream {id}"), why));
+            }
+            offset += n as u64;
+            sent += n as u64;
         }
-        let mut lease = loop {
-            match tx.take_buffer() {
-                Some(l) => break l,
-                None => tx.poll(true)?,
-            }
-        };
-        let p = &mut payload_mut(&mut lease)[..n];
-        scramble(p, 0xBE4C, offset, 0);
-        let h = if verify {
-            FrameHeader::for_payload(&cfg.key, 0, offset, p, 0)
-        } else {
-            FrameHeader {
-                flags: FLAG_UNCHECKED,
-                file_index: 0,
-                length: n as u32,
-                offset,
-                checksum: 0,
-            }
-        };
-        let to = loop {
-            match tx.idle_stream(&mut next_stream, counters.active_streams(fds.len() as u32)) {
-                Some(s) => break s,
-                None => tx.poll(true)?,
-            }
-        };
-        tx.queue(to, lease, &h);
-        counters.add(n as u64, 1);
-        tx.poll(false)?;
-        if let Some((stream, why)) = tx.take_lost().pop() {
-            return Err(SessionError::io(format!("data stream {stream}"), why));
-        }
-        offset += n as u64;
+        tx.flush()?;
+        Ok(tx.stats())
     }
-    tx.flush()?;
-    Ok(tx.stats())
+}
+
+/// A bench frame's header: checksummed when `verify`, else marked unchecked.
+fn bench_header(key: &FrameKey, verify: bool, offset: u64, p: &[u8]) -> FrameHeader {
+    if verify {
+        return FrameHeader::for_payload(key, 0, offset, p, 0);
+    }
+    FrameHeader {
+        flags: FLAG_UNCHECKED,
+        file_index: 0,
+        length: p.len() as u32,
+        offset,
+        checksum: 0,
+    }
+}
+
+/// What several senders did, as one.
+pub(crate) fn add_stats(all: &[SendStats]) -> SendStats {
+    let mut t = SendStats::default();
+    for s in all {
+        t.frames += s.frames;
+        t.bytes += s.bytes;
+        t.zc_sends += s.zc_sends;
+        t.zc_notifs += s.zc_notifs;
+        t.zc_copied += s.zc_copied;
+        t.zc_fell_back |= s.zc_fell_back;
+        t.zc_skipped = t.zc_skipped.or(s.zc_skipped);
+    }
+    t
 }
 
 /// What the receiver said of the files: (entry, its digest) of each it

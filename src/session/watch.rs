@@ -229,6 +229,7 @@ impl Watch {
             zero_copy_fell_back: false,
             zero_copy_skipped: None,
             frames_resent: 0,
+            lanes: Vec::new(),
             path: self.path.report,
             started: Some(self.start),
             data_elapsed: self.drained,
