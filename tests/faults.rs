@@ -17,7 +17,7 @@ use crate::util::{json, noise, stderr, stdout, urmove};
 const MIB: usize = 1 << 20;
 
 /// A tree with one large file and ten small ones; returns its top.
-fn make_run(dir: &Path, big_mib: usize) -> PathBuf {
+pub fn make_run(dir: &Path, big_mib: usize) -> PathBuf {
     let top = dir.join("run");
     std::fs::create_dir_all(&top).unwrap();
     std::fs::write(top.join("big.dat"), noise(big_mib * MIB + 777, 11)).unwrap();
@@ -34,7 +34,7 @@ fn tree_bytes(top: &Path) -> u64 {
         .sum()
 }
 
-fn send_child(d: &Daemon, port: u16, extra: &[&str], args: &[&str]) -> Child {
+pub fn send_child(d: &Daemon, port: u16, extra: &[&str], args: &[&str]) -> Child {
     urmove()
         .args(["send", "-p", &port.to_string(), "--key-file"])
         .arg(&d.key)
@@ -204,7 +204,7 @@ fn a_finished_transfer_run_again_is_a_no_op_and_checksum_compares_content() {
 
 /// What the proxy does to one of the connections it relays.
 #[derive(Clone, Copy)]
-enum Fault {
+pub enum Fault {
     /// Close connection `conn` (0 is the control connection) both ways
     /// once `after` bytes went from the client through it.
     Cut { conn: usize, after: u64 },
@@ -214,15 +214,15 @@ enum Fault {
 }
 
 /// A TCP relay on 127.0.0.1 to `target`, doing `fault` to one connection.
-struct Proxy {
-    port: u16,
+pub struct Proxy {
+    pub port: u16,
     stop: Arc<AtomicBool>,
     /// Whether the fault happened.
-    struck: Arc<AtomicBool>,
+    pub struck: Arc<AtomicBool>,
 }
 
 impl Proxy {
-    fn start(target: u16, fault: Fault) -> Proxy {
+    pub fn start(target: u16, fault: Fault) -> Proxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));

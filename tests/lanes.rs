@@ -65,7 +65,13 @@ fn watch_lanes(pid: u32, child: &mut Child) -> (usize, usize, Vec<(String, u64)>
     (threads, most_rings, ticks)
 }
 
-/// No thread did more than `most` of the lanes' CPU.
+/// No thread did more than `most` of the lanes' CPU. The tests run beside
+/// each other on few cores and a pinned lane shares its core with whatever
+/// else runs there, so they ask only that the work is split (no lane near
+/// all of it); `scripts/bench-scaling.sh` measures the busiest thread's
+/// share on a quiet machine.
+const SPLIT_MOST: f64 = 0.8;
+
 fn assert_shared(ticks: &[(String, u64)], most: f64, what: &str) {
     let all: u64 = ticks.iter().map(|t| t.1).sum();
     assert!(all > 0, "{what}: the lanes took no CPU: {ticks:?}");
@@ -141,9 +147,9 @@ fn bench_net_runs_each_side_on_two_lanes_with_a_ring_each() {
         // The daemon: two lane threads, each with its ring.
         assert_eq!(threads, 2, "{extra:?}: the daemon's lanes: {ticks:?}");
         assert!(rings >= 2, "{extra:?}: the daemon held {rings} rings");
-        assert_shared(&ticks, 0.65, "the daemon");
+        assert_shared(&ticks, SPLIT_MOST, "the daemon");
         // This side: two lanes carrying the four streams between them.
-        assert_lanes_report(&v, 2, 4, 0.65);
+        assert_lanes_report(&v, 2, 4, SPLIT_MOST);
     }
 }
 
@@ -215,4 +221,153 @@ fn lanes_take_auto_or_a_count_and_refuse_anything_else() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Bytes each lane of a JSON report carried.
+fn lane_bytes(v: &serde_json::Value) -> Vec<u64> {
+    v["lanes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no lanes: {v}"))
+        .iter()
+        .map(|l| l["bytes"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn send_reads_and_sends_on_two_lanes_and_each_shares_a_large_file() {
+    use crate::transfer::assert_same_tree;
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    // Uneven work: one large file and many small ones, at unaligned sizes.
+    let top = src.path().join("run");
+    std::fs::create_dir_all(top.join("small")).unwrap();
+    std::fs::write(
+        top.join("big.dat"),
+        crate::util::noise((96 << 20) + 4097, 3),
+    )
+    .unwrap();
+    for i in 0..2000 {
+        std::fs::write(
+            top.join(format!("small/{i}")),
+            crate::util::noise(100 + i, i as u64),
+        )
+        .unwrap();
+    }
+    let o = d.send(
+        &["-P", "4", "--lanes", "2", "--block", "1M", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_verified"], 2001, "{v}");
+    assert_lanes_report(&v, 2, 4, SPLIT_MOST);
+    // The large file went in pieces on both lanes (the small files are 2%
+    // of the bytes): neither carried it all.
+    let bytes = lane_bytes(&v);
+    let all: u64 = bytes.iter().sum();
+    assert!(
+        bytes.iter().all(|&b| b >= all / 8),
+        "each lane's bytes: {bytes:?}"
+    );
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+}
+
+#[test]
+fn send_on_one_lane_and_on_more_lanes_than_cores_arrives_the_same() {
+    use crate::transfer::assert_same_tree;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = crate::faults::make_run(src.path(), 24);
+    let many = (cores + 1).to_string();
+    let p = (cores + 1).to_string();
+    for (lanes, args) in [
+        (1, vec!["-P", "3", "--lanes", "1"]),
+        (cores + 1, vec!["-P", &p, "--lanes", &many, "--encrypt"]),
+    ] {
+        let dest = format!("127.0.0.1:in{lanes}");
+        let mut all = args.clone();
+        all.extend(["--block", "1M", "--json"]);
+        let o = d.send(&all, &[top.to_str().unwrap(), &dest]);
+        assert!(o.status.success(), "{args:?}: {}\n{}", stderr(&o), d.log());
+        let v = json(&o);
+        assert_eq!(v["status"], "ok", "{v}");
+        assert_eq!(v["files_verified"], 11, "{v}");
+        assert_eq!(v["lanes"].as_array().unwrap().len(), lanes, "{v}");
+        assert_same_tree(&top, &d.root.path().join(format!("in{lanes}/run")));
+    }
+}
+
+#[test]
+fn a_lane_whose_streams_all_die_hands_its_frames_to_the_other() {
+    use crate::faults::{Fault, Proxy};
+    use crate::transfer::{assert_same_tree, no_part_files};
+    use std::sync::atomic::Ordering;
+    let d = Daemon::start();
+    // Connection 1 is a data stream: with two streams on two lanes, its
+    // lane has no other. Cut it after 5 MiB.
+    let proxy = Proxy::start(
+        d.port,
+        Fault::Cut {
+            conn: 1,
+            after: 5 << 20,
+        },
+    );
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = crate::faults::make_run(src.path(), 48);
+    let child = crate::faults::send_child(
+        &d,
+        proxy.port,
+        &["-P", "2", "--lanes", "2", "--block", "1M", "--json"],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert!(
+        proxy.struck.load(Ordering::Relaxed),
+        "the fault never happened"
+    );
+    let v = json(&o);
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_verified"], 11, "{v}");
+    assert!(v["frames_resent"].as_u64().unwrap() > 0, "{v}");
+    assert!(stderr(&o).contains("data stream"), "{}", stderr(&o));
+    assert_eq!(v["lanes"].as_array().unwrap().len(), 2, "{v}");
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+    assert!(no_part_files(d.root.path()));
+}
+
+#[test]
+fn a_pull_is_sent_by_the_daemon_on_its_lanes() {
+    use crate::transfer::assert_same_tree;
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+    let top = crate::faults::make_run(d.root.path(), 64);
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut child = urmove()
+        .args([
+            "pull",
+            "-p",
+            &d.port.to_string(),
+            "-P",
+            "4",
+            "--block",
+            "1M",
+            "--json",
+            "--key-file",
+        ])
+        .arg(&d.key)
+        .arg("127.0.0.1:run")
+        .arg(local.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (threads, rings, ticks) = watch_lanes(d.pid(), &mut child);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 11);
+    assert_eq!(threads, 2, "the daemon's sending lanes: {ticks:?}");
+    assert!(rings >= 2, "the daemon held {rings} rings");
+    assert_same_tree(&top, &local.path().join("run"));
 }

@@ -532,6 +532,13 @@ pub struct SendArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
     pub block: u64,
 
+    /// Threads reading and sending, each pinned to a core with its own
+    /// ring, buffers and share of the streams, taking files (and pieces of
+    /// large ones) in turn; auto: the cores this process may run on, at
+    /// most one per stream.
+    #[arg(long, default_value = "auto", value_parser = parse::lanes, value_name = "N|auto")]
+    pub lanes: crate::session::lanes::Lanes,
+
     /// Socket send buffer per stream (FDT's -ss). Setting it turns off the
     /// kernel's autotuning of that buffer, which otherwise grows it to what
     /// the path needs (up to net.ipv4.tcp_wmem's maximum).

@@ -447,6 +447,7 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         sock_buf: a.sock_buf.map(|b| b as usize),
         rate_limit_bytes_per_s: a.rate_limit,
         congestion: a.cc.clone(),
+        lanes: a.lanes,
         resume: a.resume.resume,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,

@@ -152,6 +152,7 @@ pub struct NetSender {
     fds: Vec<RawFd>,
     /// The session's number of each stream (a lane holds a share of them).
     ids: Vec<u32>,
+    buf_count: usize,
     /// Bytes each stream handed to its socket.
     sent: Vec<u64>,
     /// Where `sent` is published for the coordinator, if anywhere.
@@ -238,6 +239,7 @@ impl NetSender {
             stats: SendStats::default(),
             fds: empty.clone(),
             ids: (0..streams as u32).collect(),
+            buf_count,
             sent: vec![0; streams],
             published: None,
             sealers: None,
@@ -323,6 +325,11 @@ impl NetSender {
     /// queued frames were dropped; what they carried must go again.
     pub fn take_lost(&mut self) -> Vec<(u32, io::Error)> {
         std::mem::take(&mut self.lost)
+    }
+
+    /// Frame buffers this sender registered.
+    pub fn buffer_count(&self) -> usize {
+        self.buf_count
     }
 
     /// Streams this sender was started on.

@@ -71,6 +71,8 @@ pub struct LaneReport {
     pub cpu: Option<usize>,
     pub streams: Vec<u32>,
     pub cpu_s: f64,
+    /// Bytes the lane carried (frames sent, or payload received).
+    pub bytes: u64,
 }
 
 /// How many lanes a side runs for `streams` streams and `buffers` frame
@@ -167,6 +169,7 @@ pub fn run<T: Send, R: Send>(
             cpu: pinned,
             streams: lane.streams.clone(),
             cpu_s: sys::thread_cpu_time().as_secs_f64(),
+            bytes: 0,
         };
         (r, report)
     };

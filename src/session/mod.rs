@@ -22,6 +22,7 @@ mod source;
 mod sweep;
 pub mod tree;
 mod watch;
+mod work;
 
 use crate::protocol::control::ErrorCode;
 

@@ -1528,7 +1528,7 @@ fn pull_session(
     cfg: &RecvConfig,
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
-    use super::source::{open_source_beneath, push_data, ControlAnnounce};
+    use super::source::{open_source_beneath, push_data, Sources};
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let tree = super::tree::scan_beneath(&root, &paths)?;
@@ -1555,24 +1555,19 @@ fn pull_session(
     }
     let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
-    let tx = super::source::prepare_sender(usize::from(req.streams), &params)?;
+    let (plan, txs) = super::source::prepare_senders(cfg.lanes, req.streams, req.streams, &params)?;
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
-    let mut announce = ControlAnnounce::new(s)?;
-    let pushed = push_data(
-        &params,
-        &tree,
-        &held,
-        None,
-        &open,
-        &streams,
-        &counters,
-        &stop,
-        &mut announce,
-        tx,
-    )?;
+    let from = Sources {
+        tree: &tree,
+        held: &held,
+        acked: None,
+        open: &open,
+        announce_on: s,
+    };
+    let pushed = push_data(&params, &from, &plan, &streams, &counters, &stop, txs)?;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
     }
@@ -1633,8 +1628,13 @@ fn bench_session(
     // Rings and buffers before the streams connect (ready for their data).
     let params = daemon_push_params(req, buffers, keys, cfg);
     let bytes = if reverse {
-        let (plan, mut txs) =
-            bench_senders(cfg.lanes, req.streams, buffers, block, params.zerocopy)?;
+        let (plan, mut txs) = bench_senders(
+            cfg.lanes,
+            (req.streams, req.streams),
+            buffers,
+            block,
+            params.zerocopy,
+        )?;
         txs.iter_mut().for_each(fill_bench_buffers);
         let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
         let counters = crate::coord::WorkerCounters::default();

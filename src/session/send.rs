@@ -28,7 +28,7 @@ use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg, Control};
 use super::lanes::{self, Lane, LaneReport, Lanes};
-use super::source::{open_source, push_data, Acks, ControlAnnounce, Held, PushParams};
+use super::source::{open_source, prepare_senders, push_data, Acks, Held, PushParams, Sources};
 use super::tree::{scan, Skipped, Tree};
 pub(crate) use super::watch::{drive, Expect};
 pub use super::watch::{AUTO_CAP, AUTO_START};
@@ -523,8 +523,13 @@ pub fn run_send(
     let tree = scan(&cfg.sources)?;
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
-    let (tx, buffers) = register_fitted(*fitted, obs, |n| {
-        super::source::prepare_sender(cfg.streams as usize, &push_params(cfg, n))
+    let ((plan, txs), buffers) = register_fitted(*fitted, obs, |n| {
+        let carrying = if cfg.auto_streams {
+            AUTO_START
+        } else {
+            cfg.streams
+        };
+        prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
     let mut params = push_params(cfg, buffers);
     let req = SessionRequest {
@@ -563,7 +568,7 @@ pub fn run_send(
     // finishes many files must never block on a full control socket.
     let mut reader = ctl.try_clone()?;
     reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
-    let mut announce = ControlAnnounce::new(&ctl)?;
+    let announce_on = ctl.try_clone()?;
     let (data, mut report, acks) = std::thread::scope(|scope| {
         let acked = &acks_state;
         let acks = scope.spawn(move || {
@@ -578,18 +583,14 @@ pub fn run_send(
             interrupt,
             obs,
             |counters, stop| {
-                push_data(
-                    &params,
-                    &tree,
-                    &held,
-                    Some(acked),
-                    &open,
-                    &streams,
-                    counters,
-                    stop,
-                    &mut announce,
-                    tx,
-                )
+                let from = Sources {
+                    tree: &tree,
+                    held: &held,
+                    acked: Some(acked),
+                    open: &open,
+                    announce_on: &announce_on,
+                };
+                push_data(&params, &from, &plan, &streams, counters, stop, txs)
             },
         );
         if let Err(e) = &data {
@@ -623,6 +624,7 @@ pub fn run_send(
                 ));
             }
             report.frames_resent = pushed.resent;
+            report.lanes = pushed.lanes;
             let skipped: Vec<Refused> = pushed
                 .skipped
                 .iter()
@@ -665,8 +667,19 @@ pub fn run_bench_net(
         return run_bench_net_reverse(cfg, time, verify, interrupt, obs);
     }
     let (cfg, fitted) = &fit(cfg, 4, 0, "--bs", obs)?;
+    let carrying = if cfg.auto_streams {
+        AUTO_START
+    } else {
+        cfg.streams
+    };
     let ((plan, mut txs), buffers) = register_fitted(*fitted, obs, |n| {
-        bench_senders(cfg.lanes, cfg.streams, n, cfg.block_size, cfg.zerocopy)
+        bench_senders(
+            cfg.lanes,
+            (cfg.streams, carrying),
+            n,
+            cfg.block_size,
+            cfg.zerocopy,
+        )
     })?;
     let mut params = push_params(cfg, buffers);
     txs.iter_mut().for_each(fill_bench_buffers);
@@ -711,17 +724,18 @@ pub fn run_bench_net(
     Ok(report)
 }
 
-/// The lanes of a bench sender for `streams` streams and `buffers` frame
+/// The lanes of a bench sender for `streams` streams (`carrying` of them
+/// carry data from the start: each lane needs one) and `buffers` frame
 /// buffers of `block` bytes, each lane's sender prepared (its buffers
 /// registered) now.
 pub(crate) fn bench_senders(
     want: Lanes,
-    streams: u16,
+    (streams, carrying): (u16, u16),
     buffers: usize,
     block: u32,
     zerocopy: ZeroCopy,
 ) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
-    let n = lanes::count(want, usize::from(streams), buffers);
+    let n = lanes::count(want, usize::from(carrying), buffers);
     let plan = lanes::plan(n, usize::from(streams));
     let txs = plan
         .iter()
@@ -815,7 +829,10 @@ pub(crate) fn discard_on_lanes(
     let results = lanes::run(plan, rxs, &|lane, rx| {
         discard_frames(lane, &lane.fds(&fds), rx, check, progress)
     });
-    let (bytes, reports) = lanes::all_ok(results)?;
+    let (bytes, mut reports) = lanes::all_ok(results)?;
+    for (r, &b) in reports.iter_mut().zip(&bytes) {
+        r.bytes = b;
+    }
     Ok((bytes.iter().sum(), reports))
 }
 
@@ -943,7 +960,10 @@ impl BenchRun<'_> {
         let fds = fds_of(streams);
         let share = plan.len() as f64;
         let results = lanes::run(plan, txs, &|lane, tx| self.lane(lane, &fds, share, tx));
-        let (stats, reports) = lanes::all_ok(results)?;
+        let (stats, mut reports) = lanes::all_ok(results)?;
+        for (r, s) in reports.iter_mut().zip(&stats) {
+            r.bytes = s.bytes;
+        }
         Ok((add_stats(&stats), reports))
     }
 

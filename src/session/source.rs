@@ -33,7 +33,9 @@ use crate::protocol::handshake::SessionKeys;
 use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::conn::{recv_msg, send_msg, Control};
+use super::lanes::{self, Lane, LaneReport, Lanes};
 use super::tree::Tree;
+use super::work::{Idle, Piece, Work};
 use super::SessionError;
 
 /// Source files read through the sending ring at once (registered slots).
@@ -144,6 +146,8 @@ pub(crate) struct Pushed {
     pub(crate) resent: u64,
     /// Entries that could not be sent: (entry, why).
     pub(crate) skipped: Vec<(u32, String)>,
+    /// Where each lane ran and what it took.
+    pub(crate) lanes: Vec<LaneReport>,
 }
 
 /// What the receiver holds already (it said so when the session resumed),
@@ -417,26 +421,24 @@ fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u64)]) -> u64 {
 }
 
 /// Keeps the bytes sent under `rate * elapsed`.
-struct Pacer {
+struct Pacer<'a> {
     rate: Option<f64>,
-    start: Instant,
-    sent: u64,
+    /// What every lane admitted so far, and since when: the limit holds
+    /// for the push as a whole, however its lanes share the work.
+    work: &'a Work,
 }
 
-impl Pacer {
-    fn new(rate: Option<f64>) -> Self {
-        Pacer {
-            rate,
-            start: Instant::now(),
-            sent: 0,
-        }
+impl<'a> Pacer<'a> {
+    fn new(rate: Option<f64>, work: &'a Work) -> Self {
+        Pacer { rate, work }
     }
 
     /// How long until `bytes` more may go out (None: now).
     fn delay(&self, bytes: u64) -> Option<Duration> {
         let rate = self.rate?;
-        let due = (self.sent + bytes) as f64 / rate;
-        let now = self.start.elapsed().as_secs_f64();
+        let (sent, start) = self.work.paced();
+        let due = (sent + bytes) as f64 / rate;
+        let now = start.elapsed().as_secs_f64();
         (due > now).then(|| Duration::from_secs_f64(due - now))
     }
 
@@ -447,7 +449,7 @@ impl Pacer {
             tx.poll(false)?;
             std::thread::sleep(d.min(Duration::from_millis(5)));
         }
-        self.sent += bytes;
+        self.work.pace(bytes);
         Ok(())
     }
 }
@@ -463,8 +465,8 @@ struct Repair {
 
 /// A frame sent on a stream, remembered until its file is acknowledged so
 /// it can go again if the stream is lost.
-#[derive(Debug, Clone, Copy)]
-struct Sent {
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sent {
     entry: u32,
     offset: u64,
     len: u32,
@@ -482,6 +484,8 @@ struct Ledger<'a> {
     /// Records were dropped past the bound: this stream cannot be re-sent.
     overflowed: Vec<bool>,
     acked: Option<&'a Acks>,
+    /// The session's number of each of this lane's streams.
+    ids: Vec<u32>,
     /// Bytes queued on each stream so far (headers, payloads, tags).
     queued: Vec<u64>,
     /// Frames carry a tag.
@@ -578,7 +582,7 @@ impl Ledger<'_> {
             // Forget what arrived (the receiver said so) or whose file is
             // acknowledged.
             if let Some(acks) = self.acked {
-                let arrived = acks.received_by(stream);
+                let arrived = acks.received_by(self.ids[st]);
                 let before = self.sent[st].len();
                 self.sent[st].retain(|r| r.end > arrived && !acks.has(r.entry));
                 self.total -= before - self.sent[st].len();
@@ -593,10 +597,29 @@ impl Ledger<'_> {
         self.sent[st].push(s);
     }
 
-    /// Whether record `r` of `stream` still has to go again.
-    fn undelivered(&self, stream: u32, r: &Sent) -> bool {
+    /// Whether record `r`, sent on the session's stream `id`, still has
+    /// to go again.
+    fn undelivered(&self, id: u32, r: &Sent) -> bool {
         self.acked
-            .is_none_or(|a| !a.has(r.entry) && r.end > a.received_by(stream))
+            .is_none_or(|a| !a.has(r.entry) && r.end > a.received_by(id))
+    }
+
+    /// Every record still to go again, with the session's number of the
+    /// stream that carried it (for another lane).
+    fn take_undelivered(&mut self) -> Vec<(u32, Sent)> {
+        let mut out = Vec::new();
+        for st in 0..self.sent.len() {
+            let id = self.ids[st];
+            let records = std::mem::take(&mut self.sent[st]);
+            out.extend(
+                records
+                    .into_iter()
+                    .filter(|r| self.undelivered(id, r))
+                    .map(|r| (id, r)),
+            );
+        }
+        self.total = 0;
+        out
     }
 }
 
@@ -608,6 +631,8 @@ struct Source {
     sparse: bool,
     slot: Option<u32>,
     size: u64,
+    /// Where this lane's piece of it ends (the size, for a whole file).
+    end: u64,
     /// Next offset to read.
     next: u64,
     /// Reads in flight.
@@ -625,10 +650,10 @@ impl Source {
             let b = self.next / block;
             // At the end of the file nothing is left to skip (a held range
             // ending with a short last block would otherwise loop forever).
-            if b >= first + count || self.next >= self.size {
+            if b >= first + count || self.next >= self.end {
                 self.skip.remove(0);
             } else if b >= first {
-                self.next = ((first + count) * block).min(self.size);
+                self.next = ((first + count) * block).min(self.end);
             } else {
                 break;
             }
@@ -636,7 +661,7 @@ impl Source {
     }
 
     fn read_through(&self) -> bool {
-        self.next >= self.size
+        self.next >= self.end
     }
 }
 
@@ -657,45 +682,147 @@ struct Block {
     len: usize,
 }
 
-/// A sender for `streams` streams as `params` say, its buffers registered
-/// now (before any peer is contacted); [`push_data`] starts it.
-pub(crate) fn prepare_sender(
-    streams: usize,
+/// The lanes of a sending side for `streams` streams (`carrying` of them
+/// carry data from the start: each lane needs one), each lane's sender
+/// prepared as `params` say, its share of the buffers registered now
+/// (before any peer is contacted); [`push_data`] starts them.
+pub(crate) fn prepare_senders(
+    want: Lanes,
+    streams: u16,
+    carrying: u16,
     params: &PushParams,
-) -> Result<NetSender, SessionError> {
-    Ok(NetSender::prepare(
-        streams,
-        params.buffers,
-        params.block_size as usize,
-        params.zerocopy,
-        READ_FILE_SLOTS,
-    )?)
+) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
+    let n = lanes::count(want, usize::from(carrying), params.buffers);
+    let plan = lanes::plan(n, usize::from(streams));
+    let txs = plan
+        .iter()
+        .zip(lanes::split_buffers(params.buffers, n))
+        .map(|(lane, buffers)| {
+            NetSender::prepare(
+                lane.streams.len(),
+                buffers,
+                params.block_size as usize,
+                params.zerocopy,
+                READ_FILE_SLOTS,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((plan, txs))
+}
+
+/// Where a push reads and what it tells: the sources, what the receiver
+/// holds, its acknowledgements, how to open entry `i`, where to announce.
+pub(crate) struct Sources<'a> {
+    pub(crate) tree: &'a Tree,
+    pub(crate) held: &'a Held,
+    pub(crate) acked: Option<&'a Acks>,
+    pub(crate) open: &'a Opener<'a>,
+    pub(crate) announce_on: &'a Control,
 }
 
 /// Read every file block by block into frame buffers and hand the frames
-/// to the streams as they can take them, skipping what the receiver `held` already,
-/// announcing digests and skipped entries on `announce`. `tx` comes from
-/// [`prepare_sender`].
+/// to the streams as they can take them, skipping what the receiver held
+/// already, announcing digests and skipped entries on the control
+/// connection. Each lane of `plan` (its sender in `txs`, from
+/// [`prepare_senders`]) takes pieces of the work in turn on its own
+/// streams; a lane that loses every stream hands its frames to the others.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn push_data(
     params: &PushParams,
-    tree: &Tree,
-    held: &Held,
-    acked: Option<&Acks>,
-    open: &Opener<'_>,
+    from: &Sources<'_>,
+    plan: &[Lane],
     streams: &[TcpStream],
     counters: &WorkerCounters,
     stop: &AtomicBool,
-    announce: &mut dyn Announce,
-    tx: NetSender,
+    txs: Vec<NetSender>,
 ) -> Result<Pushed, SessionError> {
-    let mut p = Pusher::new(
-        params, tree, held, acked, open, streams, counters, announce, tx,
-    )?;
-    p.run(stop)?;
-    p.linger(stop)?;
-    Ok(Pushed {
-        digests: p.digests,
+    let work = Work::new(
+        from.tree,
+        from.held,
+        plan.len(),
+        u64::from(params.block_size),
+    );
+    let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
+    let results = lanes::run(plan, txs, &|lane, tx| {
+        let r = push_lane(params, from, (lane, &fds), &work, counters, stop, tx);
+        if r.is_err() {
+            work.fail();
+        }
+        r
+    });
+    let mut pushed = Pushed {
+        digests: Vec::new(),
+        stats: SendStats::default(),
+        lost: Vec::new(),
+        resent: 0,
+        skipped: Vec::new(),
+        lanes: Vec::new(),
+    };
+    let mut stats = Vec::new();
+    let mut first_error = None;
+    for (r, mut report) in results {
+        report.bytes = r.as_ref().map_or(0, |l| l.stats.bytes);
+        pushed.lanes.push(report);
+        match r {
+            Ok(l) => {
+                stats.push(l.stats);
+                pushed.lost.extend(l.lost);
+                pushed.resent += l.resent;
+                pushed.skipped.extend(l.skipped);
+            }
+            // A lane stopped because another failed: that one's error says why.
+            Err(e) if e.to_string().contains(ANOTHER_LANE_FAILED) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    pushed.stats = super::send::add_stats(&stats);
+    pushed.digests = work.digests();
+    Ok(pushed)
+}
+
+/// Why a lane stopped when another failed.
+const ANOTHER_LANE_FAILED: &str = "another lane of this transfer failed";
+
+/// What one lane did.
+struct LaneDone {
+    stats: SendStats,
+    lost: Vec<String>,
+    resent: u64,
+    skipped: Vec<(u32, String)>,
+}
+
+/// One lane of a push: pieces and orphaned frames until none are left and
+/// every file is acknowledged (or it lost its streams and handed over).
+fn push_lane(
+    params: &PushParams,
+    from: &Sources<'_>,
+    (lane, fds): (&Lane, &[i32]),
+    work: &Work,
+    counters: &WorkerCounters,
+    stop: &AtomicBool,
+    tx: NetSender,
+) -> Result<LaneDone, SessionError> {
+    let mut announce = ControlAnnounce::new(from.announce_on)?;
+    let mut p = Pusher::new(params, from, (lane, fds), work, counters, &mut announce, tx)?;
+    let mut idle = false;
+    loop {
+        p.run(stop)?;
+        p.linger(stop)?;
+        if p.handed_over {
+            break;
+        }
+        match work.idle(&mut idle) {
+            Idle::Work => {}
+            Idle::Wait => p.wait_others(stop)?,
+            Idle::Done => break,
+        }
+    }
+    Ok(LaneDone {
         stats: p.tx.stats(),
         lost: p.repair.lost,
         resent: p.repair.resent,
@@ -703,7 +830,7 @@ pub(crate) fn push_data(
     })
 }
 
-/// The push's state.
+/// The push's state (one lane's).
 struct Pusher<'a> {
     params: &'a PushParams,
     tree: &'a Tree,
@@ -711,6 +838,11 @@ struct Pusher<'a> {
     open: &'a Opener<'a>,
     counters: &'a WorkerCounters,
     announce: &'a mut dyn Announce,
+    work: &'a Work,
+    lane: &'a Lane,
+    /// The session's streams in all (this lane has its share of them).
+    streams_all: u32,
+    /// This lane's streams.
     fds: Vec<i32>,
     tx: NetSender,
     block: u64,
@@ -718,9 +850,10 @@ struct Pusher<'a> {
     /// Frames read and made, waiting for a stream to take them
     /// ([`dispatch`](Self::dispatch)).
     ready: VecDeque<(Lease, FrameHeader, Sent)>,
-    pacer: Pacer,
+    pacer: Pacer<'a>,
     ledger: Ledger<'a>,
     repair: Repair,
+    /// This lane's digest terms of each entry, not yet added to the work's.
     digests: Vec<u64>,
     reads: Vec<Option<Read>>,
     free_tokens: Vec<u32>,
@@ -728,86 +861,87 @@ struct Pusher<'a> {
     sources: Vec<Source>,
     /// The source being read (index into `sources`).
     current: Option<usize>,
-    /// Files still to open.
-    todo: std::vec::IntoIter<usize>,
     skipped: Vec<(u32, String)>,
+    /// Every stream of this lane was lost and its frames went to others.
+    handed_over: bool,
 }
 
 impl<'a> Pusher<'a> {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         params: &'a PushParams,
-        tree: &'a Tree,
-        held: &'a Held,
-        acked: Option<&'a Acks>,
-        open: &'a Opener<'a>,
-        streams: &[TcpStream],
+        from: &Sources<'a>,
+        (lane, all): (&'a Lane, &[i32]),
+        work: &'a Work,
         counters: &'a WorkerCounters,
         announce: &'a mut dyn Announce,
         mut tx: NetSender,
     ) -> Result<Self, SessionError> {
-        let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-        let bufs = params.buffers;
+        let fds = lane.fds(all);
+        let bufs = tx.buffer_count();
         tx.start(&fds)?;
+        tx.number_streams(&lane.streams);
         tx.set_stall_limit(params.timeout);
         tx.publish_stream_bytes(counters.streams());
         if let Some((keys, dir)) = &params.seal {
             tx.seal_with(keys, *dir);
         }
-        let mut digests = vec![0u64; tree.entries.len()];
-        for (&i, (digest, _)) in &held.partial {
-            digests[i as usize] = *digest;
-        }
-        let todo: Vec<usize> = tree
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(i, e)| {
-                e.kind == EntryKind::File && e.size > 0 && !held.complete.contains_key(&(*i as u32))
-            })
-            .map(|(i, _)| i)
-            .collect();
         let reads_max = (bufs / 2).max(1);
         let n = fds.len();
         Ok(Pusher {
             params,
-            tree,
-            held,
-            open,
+            tree: from.tree,
+            held: from.held,
+            open: from.open,
             counters,
             announce,
+            work,
+            lane,
+            streams_all: all.len() as u32,
             tx,
             block: u64::from(params.block_size),
             next_stream: 0,
             ready: VecDeque::with_capacity(bufs),
-            pacer: Pacer::new(params.rate_limit_bytes_per_s),
+            pacer: Pacer::new(params.rate_limit_bytes_per_s, work),
             ledger: Ledger {
                 sent: vec![Vec::new(); n],
                 prune_at: vec![4096; n],
                 overflowed: vec![false; n],
-                acked,
+                acked: from.acked,
+                ids: lane.streams.clone(),
                 queued: vec![0; n],
                 sealed: params.seal.is_some(),
                 total: 0,
             },
             repair: Repair::default(),
-            digests,
+            digests: vec![0u64; from.tree.entries.len()],
             reads: vec![None; reads_max],
             free_tokens: (0..reads_max as u32).rev().collect(),
             reads_max,
             sources: Vec::new(),
             current: None,
-            todo: todo.into_iter(),
             skipped: Vec::new(),
+            handed_over: false,
             fds,
         })
+    }
+
+    /// Stop when asked, or when another lane failed.
+    fn check_stop(&self, stop: &AtomicBool) -> Result<(), SessionError> {
+        if stop.load(Ordering::Relaxed) {
+            return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+        }
+        if self.work.failed() {
+            return Err(SessionError::local(ErrorCode::Io, ANOTHER_LANE_FAILED));
+        }
+        Ok(())
     }
 
     /// Read and queue everything, then hand every frame to the sockets.
     fn run(&mut self, stop: &AtomicBool) -> Result<(), SessionError> {
         loop {
-            if stop.load(Ordering::Relaxed) {
-                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+            self.check_stop(stop)?;
+            if self.handed_over {
+                return Ok(());
             }
             self.issue_reads()?;
             let in_flight = self.reads_max - self.free_tokens.len();
@@ -826,7 +960,8 @@ impl<'a> Pusher<'a> {
         }
         self.close_sources(true)?;
         self.announce.flush()?;
-        while self.busy() {
+        while self.busy() && !self.handed_over {
+            self.check_stop(stop)?;
             self.tx.poll(true)?;
             self.resend_lost()?;
             self.dispatch();
@@ -843,7 +978,8 @@ impl<'a> Pusher<'a> {
     /// Hand ready frames, oldest first, to streams that can take them (see
     /// [`NetSender::idle_stream`]), remembering what each carries.
     fn dispatch(&mut self) {
-        let active = self.counters.active_streams(self.fds.len() as u32);
+        let active = self.counters.active_streams(self.streams_all);
+        let active = self.lane.active_of(active);
         while !self.ready.is_empty() {
             let Some(st) = self.tx.idle_stream(&mut self.next_stream, active) else {
                 return;
@@ -895,20 +1031,21 @@ impl<'a> Pusher<'a> {
             return Ok(Some(c));
         }
         loop {
-            let Some(i) = self.todo.next() else {
+            let Some(piece) = self.work.take() else {
                 return Ok(None);
             };
-            match (self.open)(i) {
+            match (self.open)(piece.entry) {
                 Ok((file, direct)) => {
-                    self.add_source(i, file, direct)?;
+                    self.add_source(piece, file, direct)?;
                     return Ok(self.current);
                 }
-                Err(why) => self.skip(i, why),
+                Err(why) => self.skip(piece.entry, why),
             }
         }
     }
 
-    fn add_source(&mut self, i: usize, file: File, direct: bool) -> Result<(), SessionError> {
+    fn add_source(&mut self, piece: Piece, file: File, direct: bool) -> Result<(), SessionError> {
+        let i = piece.entry;
         let sparse = file.metadata().is_ok_and(|m| {
             use std::os::unix::fs::MetadataExt;
             m.blocks() * 512 < m.len()
@@ -928,7 +1065,8 @@ impl<'a> Pusher<'a> {
             sparse,
             slot,
             size: self.tree.entries[i].size,
-            next: 0,
+            end: piece.end,
+            next: piece.start,
             reads: 0,
             skip,
             dropped: false,
@@ -937,8 +1075,12 @@ impl<'a> Pusher<'a> {
         Ok(())
     }
 
-    /// Drop entry `i`: the receiver is told and stops waiting for it.
+    /// Drop entry `i`: the receiver is told and stops waiting for it (by
+    /// the first lane to find out).
     fn skip(&mut self, i: usize, why: String) {
+        if !self.work.drop_file(i) {
+            return;
+        }
         self.announce.skipped(i as u32, &why);
         if let Some(acks) = self.ledger.acked {
             acks.settle(i as u32);
@@ -950,7 +1092,7 @@ impl<'a> Pusher<'a> {
     fn drop_source(&mut self, k: usize, why: String) {
         if !self.sources[k].dropped {
             self.sources[k].dropped = true;
-            self.sources[k].next = self.sources[k].size;
+            self.sources[k].next = self.sources[k].end;
             let entry = self.sources[k].entry;
             self.skip(entry, why);
         }
@@ -1052,6 +1194,11 @@ impl<'a> Pusher<'a> {
     /// or drop its file when it could not be read whole or the file
     /// changed before its last block.
     fn block_read(&mut self, k: usize, b: Block, got: std::io::Result<i64>, mut lease: Lease) {
+        if self.work.is_dropped(b.entry) && !self.sources[k].dropped {
+            // Another lane dropped the file (and said so).
+            self.sources[k].dropped = true;
+            self.sources[k].next = self.sources[k].end;
+        }
         if self.sources[k].dropped {
             self.tx.give_back(lease);
             return;
@@ -1104,19 +1251,16 @@ impl<'a> Pusher<'a> {
                 k += 1;
                 continue;
             }
-            if !f.dropped && self.unchanged(k) {
-                let i = self.sources[k].entry;
-                self.announce.digest(i as u32, self.digests[i]);
-            }
+            self.piece_read(k);
             if let Some(slot) = self.sources[k].slot {
                 self.tx.detach_file(slot);
             }
             self.sources.swap_remove(k);
             let moved = self.sources.len();
-            if self.current == Some(moved) {
-                self.current = Some(k);
-            } else if self.current == Some(k) {
+            if self.current == Some(k) {
                 self.current = None;
+            } else if self.current == Some(moved) {
+                self.current = Some(k);
             }
             for r in self.reads.iter_mut().flatten() {
                 if r.source == moved {
@@ -1127,40 +1271,93 @@ impl<'a> Pusher<'a> {
         Ok(())
     }
 
+    /// Source `k`'s piece is read through: its digest terms go to the
+    /// work's, and the lane that reads a file's last piece announces the
+    /// file's digest, when the file is unchanged and was not dropped.
+    fn piece_read(&mut self, k: usize) {
+        let i = self.sources[k].entry;
+        let terms = std::mem::take(&mut self.digests[i]);
+        if self.sources[k].dropped || self.work.is_dropped(i) {
+            return;
+        }
+        self.work.add_digest(i, terms);
+        if let Some(digest) = self.work.piece_done(i) {
+            if self.unchanged(k) {
+                self.announce.digest(i as u32, digest);
+            }
+        }
+    }
+
     /// Send again, on the streams left, every frame a lost stream carried
     /// of files not yet acknowledged. The data is read again and must still
     /// have the checksum it had, or its file is skipped (the receiver drops
-    /// blocks it already holds).
+    /// blocks it already holds). A lane left without streams hands its
+    /// frames to the other lanes; frames other lanes handed over go here.
     fn resend_lost(&mut self) -> Result<(), SessionError> {
         self.check_receiver()?;
         loop {
             let lost = self.tx.take_lost();
             if lost.is_empty() {
-                return Ok(());
+                break;
             }
             for (s, why) in lost {
-                self.repair.lost.push(format!("stream {s}: {why}"));
+                let id = self.tx.stream_id(s);
+                self.repair.lost.push(format!("stream {id}: {why}"));
                 if self.ledger.acked.is_some_and(Acks::all) {
                     // The receiver has every file: it may close streams early.
                     continue;
                 }
                 if self.tx.live_count() == 0 {
-                    return Err(SessionError::io(
-                        format!(
-                            "every data stream was lost: the receiver stopped taking data or closed them (last, stream {s})"
-                        ),
-                        why,
-                    ));
+                    return self.hand_over(id, why);
                 }
                 if self.ledger.overflowed[s as usize] {
                     return Err(SessionError::io(
-                        format!("stream {s} was lost with more frames than can be sent again"),
+                        format!("stream {id} was lost with more frames than can be sent again"),
                         why,
                     ));
                 }
                 self.resend_stream(s)?;
             }
         }
+        let orphans = self.work.take_orphans();
+        self.resend(orphans)
+    }
+
+    /// Every stream of this lane is lost: finish the reads in flight, give
+    /// the unread rest of each piece back to the work and every frame still
+    /// owed to the other lanes. With no other lane left (or frames
+    /// forgotten past the ledger's bound), the push fails.
+    fn hand_over(&mut self, last: u32, why: std::io::Error) -> Result<(), SessionError> {
+        // What is read lands in frames the lost streams drop, but recorded.
+        while self.free_tokens.len() < self.reads_max {
+            self.tx.poll(true)?;
+            self.take_reads()?;
+            self.dispatch();
+        }
+        self.dispatch();
+        for src in &mut self.sources {
+            if !src.dropped && src.next < src.end {
+                let rest = Piece {
+                    entry: src.entry,
+                    start: src.next,
+                    end: src.end,
+                };
+                self.work.split_off(rest);
+                src.end = src.next;
+            }
+        }
+        self.close_sources(true)?;
+        let frames = self.ledger.take_undelivered();
+        if self.ledger.overflowed.iter().any(|&o| o) || !self.work.hand_over(frames) {
+            return Err(SessionError::io(
+                format!(
+                    "every data stream was lost: the receiver stopped taking data or closed them (last, stream {last})"
+                ),
+                why,
+            ));
+        }
+        self.handed_over = true;
+        Ok(())
     }
 
     /// A receiver that stopped talking (the reader of its messages gave up:
@@ -1191,9 +1388,16 @@ impl<'a> Pusher<'a> {
     fn resend_stream(&mut self, s: u32) -> Result<(), SessionError> {
         let records = std::mem::take(&mut self.ledger.sent[s as usize]);
         self.ledger.total -= records.len();
+        let id = self.tx.stream_id(s);
+        self.resend(records.into_iter().map(|r| (id, r)).collect())
+    }
+
+    /// Send `records` again (each with the session's number of the stream
+    /// that carried it): those not delivered, of files not skipped.
+    fn resend(&mut self, records: Vec<(u32, Sent)>) -> Result<(), SessionError> {
         let mut files: HashMap<u32, Option<(File, bool)>> = HashMap::new();
-        for r in records {
-            if !self.ledger.undelivered(s, &r) || self.skipped.iter().any(|k| k.0 == r.entry) {
+        for (id, r) in records {
+            if !self.ledger.undelivered(id, &r) || self.work.is_dropped(r.entry as usize) {
                 continue;
             }
             let mut lease = self.buffer()?;
@@ -1222,6 +1426,21 @@ impl<'a> Pusher<'a> {
         Ok(())
     }
 
+    /// Nothing to do while other lanes work: keep this lane's frames
+    /// moving, its streams watched and its announcements sent, until work
+    /// appears (a lane lost its streams) or every lane is done.
+    fn wait_others(&mut self, stop: &AtomicBool) -> Result<(), SessionError> {
+        self.check_stop(stop)?;
+        if self.busy() {
+            self.tx.poll(true)?;
+            self.dispatch();
+        } else {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.resend_lost()?;
+        self.announce.flush()
+    }
+
     /// A free buffer, waiting for one (frames ready meanwhile go out).
     fn buffer(&mut self) -> Result<Lease, SessionError> {
         loop {
@@ -1246,8 +1465,10 @@ impl<'a> Pusher<'a> {
         };
         let mut watch = StallWatch::new(self.fds.len(), self.params.timeout / 2);
         while !acks.all() && !acks.ended.load(Ordering::Acquire) {
-            if stop.load(Ordering::Relaxed) {
-                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+            self.check_stop(stop)?;
+            if self.handed_over || self.work.has_more() {
+                // Pieces or frames another lane could not send: run again.
+                return Ok(());
             }
             if self.busy() {
                 self.tx.poll(true)?;
@@ -1255,7 +1476,7 @@ impl<'a> Pusher<'a> {
             } else {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            watch.look(&mut self.tx, &self.fds, acks);
+            watch.look(&mut self.tx, (&self.fds, &self.lane.streams), acks);
             self.resend_lost()?;
             self.announce.flush()?;
         }
@@ -1283,7 +1504,7 @@ impl StallWatch {
         }
     }
 
-    fn look(&mut self, tx: &mut NetSender, fds: &[i32], acks: &Acks) {
+    fn look(&mut self, tx: &mut NetSender, (fds, ids): (&[i32], &[u32]), acks: &Acks) {
         let now = Instant::now();
         let mut stuck = Vec::new();
         for st in 0..fds.len() as u32 {
@@ -1310,9 +1531,10 @@ impl StallWatch {
             } else if now.duration_since(*since) > self.half {
                 stuck.push((st, q));
             }
-            let got = acks.received_by(st);
+            let id = ids[st as usize];
+            let got = acks.received_by(id);
             let (last, since) = &mut self.arrived[st as usize];
-            if got >= tx.stream_bytes(st) || got != *last || q != 0 || !acks.waiting_on(st) {
+            if got >= tx.stream_bytes(st) || got != *last || q != 0 || !acks.waiting_on(id) {
                 (*last, *since) = (got, now);
             } else if now.duration_since(*since) > self.half {
                 let behind = tx.stream_bytes(st) - got;
@@ -1509,11 +1731,31 @@ mod tests {
             sparse: false,
             slot: None,
             size,
+            end: size,
             next: 0,
             reads: 0,
             skip,
             dropped: false,
         }
+    }
+
+    #[test]
+    fn a_piece_of_a_file_skips_held_blocks_and_ends_at_its_end() {
+        let block = 4096;
+        // Blocks 4..8 of a 10-block file; the receiver holds 3..5.
+        let mut s = source(10 * block, vec![(3, 2)]);
+        (s.next, s.end) = (4 * block, 8 * block);
+        s.skip_held(block);
+        assert_eq!(s.next, 5 * block, "block 4 is held");
+        assert!(!s.read_through());
+        s.next = 8 * block;
+        assert!(s.read_through(), "the piece ends before the file");
+        // A held range past the piece's end stops at it.
+        let mut s = source(10 * block, vec![(6, 4)]);
+        (s.next, s.end) = (6 * block, 8 * block);
+        s.skip_held(block);
+        assert_eq!(s.next, 8 * block);
+        assert!(s.read_through());
     }
 
     #[test]

@@ -1,0 +1,355 @@
+//! The sending side's work, shared by its lanes: the files cut into pieces
+//! (whole files, or block ranges of a large one) that lanes take in turn,
+//! each file's digest summed over its pieces (the digest is a sum, so the
+//! pieces may be read anywhere, in any order), and the frames of a lane
+//! left without streams, which the lanes still running send again.
+//!
+//! Lanes touch it once per piece, per file they finish and per lost lane:
+//! never per frame.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::protocol::manifest::EntryKind;
+
+use super::source::{Held, Sent};
+use super::tree::Tree;
+
+/// A large file is cut into pieces of this many blocks when several lanes
+/// share the work, so one huge file keeps every lane busy.
+pub(crate) const PIECE_BLOCKS: u64 = 4;
+
+/// Bytes `[start, end)` of entry `entry`: block aligned, `end` at most the
+/// file's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub(crate) entry: usize,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+}
+
+#[derive(Debug, Default)]
+struct FileShare {
+    digest: AtomicU64,
+    /// Pieces not yet read through.
+    pieces_left: AtomicU32,
+    /// Skipped (unreadable or changed): announced once, by whoever saw it.
+    dropped: AtomicBool,
+}
+
+/// What lanes hand each other, under one lock.
+#[derive(Debug, Default)]
+struct Queue {
+    pieces: VecDeque<Piece>,
+    /// Frames of lanes left without streams: (the stream that carried
+    /// them, the frame).
+    orphans: Vec<(u32, Sent)>,
+    /// Lanes not gone (they can still take pieces and orphans).
+    alive: usize,
+    /// Lanes still working (not idle).
+    busy: usize,
+}
+
+/// See the module.
+#[derive(Debug)]
+pub(crate) struct Work {
+    queue: Mutex<Queue>,
+    files: Vec<FileShare>,
+    /// Some lane failed: the others stop.
+    failed: AtomicBool,
+    /// Payload bytes every lane let out under `--rate-limit`, since `start`.
+    paced: AtomicU64,
+    start: Instant,
+}
+
+/// What a lane with nothing to do finds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Idle {
+    /// Pieces or orphaned frames wait: it works on.
+    Work,
+    /// Other lanes still work (and may lose their streams): it waits.
+    Wait,
+    /// Every lane is idle and nothing is left: the push is done.
+    Done,
+}
+
+impl Work {
+    /// The files of `tree` still to send (not held complete, not empty),
+    /// for `lanes` lanes reading `block`-byte blocks: whole files for one
+    /// lane, pieces of at most [`PIECE_BLOCKS`] blocks for several. Each
+    /// digest starts from what the receiver holds.
+    pub(crate) fn new(tree: &Tree, held: &Held, lanes: usize, block: u64) -> Work {
+        let files: Vec<FileShare> = tree.entries.iter().map(|_| FileShare::default()).collect();
+        for (&i, (digest, _)) in &held.partial {
+            files[i as usize].digest.store(*digest, Ordering::Relaxed);
+        }
+        let piece = if lanes > 1 {
+            PIECE_BLOCKS * block
+        } else {
+            u64::MAX
+        };
+        let mut pieces = VecDeque::new();
+        for (i, e) in tree.entries.iter().enumerate() {
+            if e.kind != EntryKind::File || e.size == 0 || held.complete.contains_key(&(i as u32)) {
+                continue;
+            }
+            let mut start = 0;
+            while start < e.size {
+                let end = start.saturating_add(piece).min(e.size);
+                pieces.push_back(Piece {
+                    entry: i,
+                    start,
+                    end,
+                });
+                start = end;
+            }
+            let n = e.size.div_ceil(piece.min(e.size)) as u32;
+            files[i].pieces_left.store(n, Ordering::Relaxed);
+        }
+        Work {
+            queue: Mutex::new(Queue {
+                pieces,
+                orphans: Vec::new(),
+                alive: lanes,
+                busy: lanes,
+            }),
+            files,
+            failed: AtomicBool::new(false),
+            paced: AtomicU64::new(0),
+            start: Instant::now(),
+        }
+    }
+
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next piece to read (pieces of skipped files are passed over).
+    pub(crate) fn take(&self) -> Option<Piece> {
+        let mut q = self.queue();
+        while let Some(p) = q.pieces.pop_front() {
+            if !self.is_dropped(p.entry) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// The unread rest of a piece a lane cannot finish becomes a piece of
+    /// its own, first in line.
+    pub(crate) fn split_off(&self, rest: Piece) {
+        self.files[rest.entry]
+            .pieces_left
+            .fetch_add(1, Ordering::AcqRel);
+        self.queue().pieces.push_front(rest);
+    }
+
+    /// Add a lane's digest terms for entry `entry`.
+    pub(crate) fn add_digest(&self, entry: usize, terms: u64) {
+        self.files[entry].digest.fetch_add(terms, Ordering::AcqRel);
+    }
+
+    /// A piece of `entry` is read through (its terms added): the file's
+    /// digest when it was the last.
+    pub(crate) fn piece_done(&self, entry: usize) -> Option<u64> {
+        let f = &self.files[entry];
+        (f.pieces_left.fetch_sub(1, Ordering::AcqRel) == 1)
+            .then(|| f.digest.load(Ordering::Acquire))
+    }
+
+    /// Skip entry `entry`: true for the first to say so (who announces it).
+    pub(crate) fn drop_file(&self, entry: usize) -> bool {
+        !self.files[entry].dropped.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn is_dropped(&self, entry: usize) -> bool {
+        self.files[entry].dropped.load(Ordering::Acquire)
+    }
+
+    /// Every entry's digest (meaningful for files read through).
+    pub(crate) fn digests(&self) -> Vec<u64> {
+        self.files
+            .iter()
+            .map(|f| f.digest.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Whether pieces or orphaned frames wait for a lane.
+    pub(crate) fn has_more(&self) -> bool {
+        let q = self.queue();
+        !q.pieces.is_empty() || !q.orphans.is_empty()
+    }
+
+    /// Frames a lane left without streams still owes, for the others;
+    /// false (and nothing handed over) when no other lane is left to take
+    /// them. The lane is gone either way.
+    pub(crate) fn hand_over(&self, frames: Vec<(u32, Sent)>) -> bool {
+        let mut q = self.queue();
+        q.alive -= 1;
+        q.busy -= 1;
+        if q.alive == 0 {
+            return false;
+        }
+        q.orphans.extend(frames);
+        true
+    }
+
+    /// Orphaned frames to send again.
+    pub(crate) fn take_orphans(&self) -> Vec<(u32, Sent)> {
+        std::mem::take(&mut self.queue().orphans)
+    }
+
+    /// A lane has nothing to do (`*idle` says whether it said so before):
+    /// work on when pieces or orphans wait, wait while other lanes work
+    /// (one may yet lose its streams and hand its frames over), done when
+    /// none does.
+    pub(crate) fn idle(&self, idle: &mut bool) -> Idle {
+        let mut q = self.queue();
+        let more = q.pieces.iter().any(|p| !self.is_dropped(p.entry)) || !q.orphans.is_empty();
+        if more {
+            if *idle {
+                q.busy += 1;
+                *idle = false;
+            }
+            return Idle::Work;
+        }
+        if !*idle {
+            q.busy -= 1;
+            *idle = true;
+        }
+        if q.busy == 0 {
+            Idle::Done
+        } else {
+            Idle::Wait
+        }
+    }
+
+    /// Bytes let out under the rate limit so far, and since when.
+    pub(crate) fn paced(&self) -> (u64, Instant) {
+        (self.paced.load(Ordering::Acquire), self.start)
+    }
+
+    /// A lane lets `bytes` more out.
+    pub(crate) fn pace(&self, bytes: u64) {
+        self.paced.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// A lane failed: every lane stops.
+    pub(crate) fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::manifest::Entry;
+
+    fn tree(sizes: &[u64]) -> Tree {
+        let mut t = Tree::default();
+        for (i, &size) in sizes.iter().enumerate() {
+            t.entries.push(Entry {
+                path: format!("f{i}"),
+                kind: EntryKind::File,
+                size,
+                mode: 0o644,
+                mtime_s: 0,
+                mtime_ns: 0,
+                link: None,
+            });
+        }
+        t
+    }
+
+    #[test]
+    fn one_lane_takes_whole_files_and_several_share_a_large_one_in_pieces() {
+        let block = 1 << 20;
+        let t = tree(&[100 << 20, 0, 5]);
+        let w = Work::new(&t, &Held::default(), 1, block);
+        assert_eq!(
+            w.take(),
+            Some(Piece {
+                entry: 0,
+                start: 0,
+                end: 100 << 20
+            })
+        );
+        assert_eq!(
+            w.take(),
+            Some(Piece {
+                entry: 2,
+                start: 0,
+                end: 5
+            })
+        );
+        assert_eq!(w.take(), None);
+        let w = Work::new(&t, &Held::default(), 2, block);
+        let mut pieces = Vec::new();
+        while let Some(p) = w.take() {
+            pieces.push(p);
+        }
+        // 100 blocks in pieces of 4, then the small file.
+        assert_eq!(pieces.len(), 25 + 1);
+        assert!(pieces.windows(2).take(24).all(|p| p[0].end == p[1].start));
+        assert_eq!(pieces[24].end, 100 << 20);
+        assert!(pieces.iter().all(|p| p.start % block == 0));
+    }
+
+    #[test]
+    fn the_digest_is_the_sum_of_the_pieces_and_comes_with_the_last() {
+        let t = tree(&[12 << 20]);
+        let mut held = Held::default();
+        held.partial.insert(0, (7, vec![]));
+        let w = Work::new(&t, &held, 2, 1 << 20);
+        let (a, b, c) = (w.take().unwrap(), w.take().unwrap(), w.take().unwrap());
+        assert!(w.take().is_none());
+        w.add_digest(a.entry, 10);
+        assert_eq!(w.piece_done(a.entry), None);
+        // A lane cuts its piece short: the rest is a piece of its own.
+        w.split_off(Piece {
+            start: b.start + (1 << 20),
+            ..b
+        });
+        w.add_digest(c.entry, 100);
+        assert_eq!(w.piece_done(c.entry), None);
+        assert_eq!(w.piece_done(b.entry), None);
+        let rest = w.take().unwrap();
+        w.add_digest(rest.entry, 1000);
+        assert_eq!(w.piece_done(rest.entry), Some(1117));
+    }
+
+    #[test]
+    fn frames_are_handed_over_only_to_a_lane_still_running() {
+        let t = tree(&[1]);
+        let w = Work::new(&t, &Held::default(), 2, 4096);
+        assert!(w.drop_file(0) && !w.drop_file(0), "announced once");
+        assert!(
+            w.take().is_none(),
+            "a dropped file's pieces are passed over"
+        );
+        let frame = Sent::default();
+        // Lane 0 runs out of work while lane 1 still sends: it waits.
+        let mut idle0 = false;
+        assert_eq!(w.idle(&mut idle0), Idle::Wait);
+        // Lane 1 loses its streams: lane 0 takes its frames.
+        assert!(w.hand_over(vec![(1, frame)]), "one lane is still there");
+        assert_eq!(
+            w.idle(&mut idle0),
+            Idle::Work,
+            "it must send the frames first"
+        );
+        assert_eq!(w.take_orphans().len(), 1);
+        assert_eq!(w.idle(&mut idle0), Idle::Done);
+        let w = Work::new(&t, &Held::default(), 1, 4096);
+        assert!(
+            !w.hand_over(vec![(0, frame)]),
+            "nobody is left to send them"
+        );
+    }
+}
