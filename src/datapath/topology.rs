@@ -46,3 +46,9 @@ pub fn current_cpu() -> Option<usize> {
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
 }
+
+/// Whether `ip` is an address of this host (loopback, or one a socket can
+/// bind to here): a peer there shares this host's cores.
+pub fn is_this_host(ip: std::net::IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+}

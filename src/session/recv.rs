@@ -1170,7 +1170,7 @@ fn control_session(
     }
     if req.direction == Direction::Pull {
         let id = registry.stats.begin(peer, "send");
-        let r = pull_session(s, &req, buffers, &keys, cfg, registry);
+        let r = pull_session(s, &req, buffers, &keys, cfg, registry, peer);
         registry.stats.end(id);
         return r;
     }
@@ -1527,6 +1527,7 @@ fn pull_session(
     keys: &SessionKeys,
     cfg: &RecvConfig,
     registry: &Registry,
+    peer: SocketAddr,
 ) -> Result<(u64, u64), SessionError> {
     use super::source::{open_source_beneath, push_data, Sources};
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
@@ -1555,7 +1556,9 @@ fn pull_session(
     }
     let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
-    let (plan, txs) = super::source::prepare_senders(cfg.lanes, req.streams, req.streams, &params)?;
+    let local = crate::datapath::topology::is_this_host(peer.ip());
+    let want = super::lanes::for_peer(cfg.lanes, local);
+    let (plan, txs) = super::source::prepare_senders(want, req.streams, req.streams, &params)?;
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();

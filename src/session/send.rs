@@ -529,7 +529,8 @@ pub fn run_send(
         } else {
             cfg.streams
         };
-        prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
+        let want = lanes::for_peer(cfg.lanes, lanes::host_is_local(&cfg.host, cfg.port));
+        prepare_senders(want, cfg.streams, carrying, &push_params(cfg, n))
     })?;
     let mut params = push_params(cfg, buffers);
     let req = SessionRequest {
