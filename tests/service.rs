@@ -287,6 +287,8 @@ fn bad_configs_are_refused_naming_the_line_and_the_reason() {
         ("timeout = \"a while\"\n", 3, "timeout"),
         ("max_streams = 0\n", 3, "must be 1 to 256"),
         ("log_format = \"xml\"\n", 3, "unknown variant `xml`"),
+        ("lanes = 0\n", 3, "give auto or a lane count from 1 to 64"),
+        ("lanes = \"all\"\n", 3, "give auto or a lane count"),
         ("listen = [1, 2\n", 4, "invalid array"),
     ] {
         let conf = dir.path().join("urmove.toml");

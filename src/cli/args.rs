@@ -434,9 +434,11 @@ pub struct RecvArgs {
     #[arg(long, value_name = "NAME", value_parser = parse::congestion)]
     pub cc: Option<crate::datapath::tcp::Congestion>,
 
-    /// Threads of a bench session's data path, each pinned to a core with
-    /// its own ring, buffers and share of the streams; auto: the cores
-    /// this process may run on, at most one per stream [default: auto].
+    /// Threads of a session's data path (bench sessions, and the daemon's
+    /// side of a pull), each pinned to a core with its own ring, buffers
+    /// and share of the streams; auto: the cores this process may run on,
+    /// at most one per stream [default: auto]. (A push is received on one
+    /// thread.)
     #[arg(long, value_name = "N|auto", value_parser = parse::lanes)]
     pub lanes: Option<crate::session::lanes::Lanes>,
 
