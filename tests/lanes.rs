@@ -301,19 +301,21 @@ fn send_on_one_lane_and_on_more_lanes_than_cores_arrives_the_same() {
 
 #[test]
 fn a_lane_whose_streams_all_die_hands_its_frames_to_the_other() {
+    // Early, while both lanes read; and late, when the other lane may have
+    // read everything and wait for acknowledgements.
+    for after in [5 << 20, 20 << 20] {
+        lane_cut_after(after);
+    }
+}
+
+fn lane_cut_after(after: u64) {
     use crate::faults::{Fault, Proxy};
     use crate::transfer::{assert_same_tree, no_part_files};
     use std::sync::atomic::Ordering;
     let d = Daemon::start();
     // Connection 1 is a data stream: with two streams on two lanes, its
-    // lane has no other. Cut it after 5 MiB.
-    let proxy = Proxy::start(
-        d.port,
-        Fault::Cut {
-            conn: 1,
-            after: 5 << 20,
-        },
-    );
+    // lane has no other.
+    let proxy = Proxy::start(d.port, Fault::Cut { conn: 1, after });
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = crate::faults::make_run(src.path(), 48);
     let child = crate::faults::send_child(
@@ -323,7 +325,12 @@ fn a_lane_whose_streams_all_die_hands_its_frames_to_the_other() {
         &[top.to_str().unwrap(), "127.0.0.1:in"],
     );
     let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert!(
+        o.status.success(),
+        "cut after {after}: {}\n{}",
+        stderr(&o),
+        d.log()
+    );
     assert!(
         proxy.struck.load(Ordering::Relaxed),
         "the fault never happened"

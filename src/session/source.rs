@@ -809,17 +809,18 @@ fn push_lane(
 ) -> Result<LaneDone, SessionError> {
     let mut announce = ControlAnnounce::new(from.announce_on)?;
     let mut p = Pusher::new(params, from, (lane, fds), work, counters, &mut announce, tx)?;
-    let mut idle = false;
     loop {
         p.run(stop)?;
         p.linger(stop)?;
         if p.handed_over {
             break;
         }
-        match work.idle(&mut idle) {
+        match work.idle(&mut p.idle) {
             Idle::Work => {}
-            Idle::Wait => p.wait_others(stop)?,
-            Idle::Done => break,
+            Idle::Done if !p.busy() => break,
+            // Others work on, or this lane still sends frames of its own
+            // (a stream it lost while idle).
+            Idle::Wait | Idle::Done => p.wait_others(stop)?,
         }
     }
     Ok(LaneDone {
@@ -864,6 +865,8 @@ struct Pusher<'a> {
     skipped: Vec<(u32, String)>,
     /// Every stream of this lane was lost and its frames went to others.
     handed_over: bool,
+    /// This lane told the work it has nothing to do ([`Work::idle`]).
+    idle: bool,
 }
 
 impl<'a> Pusher<'a> {
@@ -921,6 +924,7 @@ impl<'a> Pusher<'a> {
             current: None,
             skipped: Vec::new(),
             handed_over: false,
+            idle: false,
             fds,
         })
     }
@@ -1294,6 +1298,17 @@ impl<'a> Pusher<'a> {
     /// blocks it already holds). A lane left without streams hands its
     /// frames to the other lanes; frames other lanes handed over go here.
     fn resend_lost(&mut self) -> Result<(), SessionError> {
+        self.repair_streams()?;
+        if self.handed_over {
+            return Ok(());
+        }
+        let orphans = self.work.take_orphans();
+        self.resend(orphans)
+    }
+
+    /// This lane's lost streams: their frames go again on its others, or
+    /// (none left) to the other lanes.
+    fn repair_streams(&mut self) -> Result<(), SessionError> {
         self.check_receiver()?;
         loop {
             let lost = self.tx.take_lost();
@@ -1319,8 +1334,7 @@ impl<'a> Pusher<'a> {
                 self.resend_stream(s)?;
             }
         }
-        let orphans = self.work.take_orphans();
-        self.resend(orphans)
+        Ok(())
     }
 
     /// Every stream of this lane is lost: finish the reads in flight, give
@@ -1348,7 +1362,7 @@ impl<'a> Pusher<'a> {
         }
         self.close_sources(true)?;
         let frames = self.ledger.take_undelivered();
-        if self.ledger.overflowed.iter().any(|&o| o) || !self.work.hand_over(frames) {
+        if self.ledger.overflowed.iter().any(|&o| o) || !self.work.hand_over(frames, self.idle) {
             return Err(SessionError::io(
                 format!(
                     "every data stream was lost: the receiver stopped taking data or closed them (last, stream {last})"
@@ -1427,8 +1441,9 @@ impl<'a> Pusher<'a> {
     }
 
     /// Nothing to do while other lanes work: keep this lane's frames
-    /// moving, its streams watched and its announcements sent, until work
-    /// appears (a lane lost its streams) or every lane is done.
+    /// moving, its own lost streams repaired and its announcements sent.
+    /// Work handed over by another lane is taken by the caller, which first
+    /// counts this lane busy again ([`Work::idle`]).
     fn wait_others(&mut self, stop: &AtomicBool) -> Result<(), SessionError> {
         self.check_stop(stop)?;
         if self.busy() {
@@ -1437,7 +1452,7 @@ impl<'a> Pusher<'a> {
         } else {
             std::thread::sleep(Duration::from_millis(10));
         }
-        self.resend_lost()?;
+        self.repair_streams()?;
         self.announce.flush()
     }
 
@@ -1466,7 +1481,7 @@ impl<'a> Pusher<'a> {
         let mut watch = StallWatch::new(self.fds.len(), self.params.timeout / 2);
         while !acks.all() && !acks.ended.load(Ordering::Acquire) {
             self.check_stop(stop)?;
-            if self.handed_over || self.work.has_more() {
+            if self.handed_over || self.work.has_more_now() {
                 // Pieces or frames another lane could not send: run again.
                 return Ok(());
             }

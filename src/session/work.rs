@@ -57,6 +57,11 @@ struct Queue {
 pub(crate) struct Work {
     queue: Mutex<Queue>,
     files: Vec<FileShare>,
+    /// Orphaned frames wait (read on every tick without the lock).
+    orphaned: AtomicBool,
+    /// A lane ever handed work back (pieces or frames): only then can
+    /// pieces appear after the start.
+    handed: AtomicBool,
     /// Some lane failed: the others stop.
     failed: AtomicBool,
     /// Payload bytes every lane let out under `--rate-limit`, since `start`.
@@ -116,6 +121,8 @@ impl Work {
                 busy: lanes,
             }),
             files,
+            orphaned: AtomicBool::new(false),
+            handed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             paced: AtomicU64::new(0),
             start: Instant::now(),
@@ -144,6 +151,7 @@ impl Work {
             .pieces_left
             .fetch_add(1, Ordering::AcqRel);
         self.queue().pieces.push_front(rest);
+        self.handed.store(true, Ordering::Release);
     }
 
     /// Add a lane's digest terms for entry `entry`.
@@ -182,23 +190,39 @@ impl Work {
         !q.pieces.is_empty() || !q.orphans.is_empty()
     }
 
+    /// Whether orphaned frames or pieces wait (without the lock until a
+    /// lane handed work back: pieces appear after the start only then).
+    pub(crate) fn has_more_now(&self) -> bool {
+        self.handed.load(Ordering::Acquire) && self.has_more()
+    }
+
     /// Frames a lane left without streams still owes, for the others;
     /// false (and nothing handed over) when no other lane is left to take
-    /// them. The lane is gone either way.
-    pub(crate) fn hand_over(&self, frames: Vec<(u32, Sent)>) -> bool {
+    /// them. The lane (`idle`: it said so before) is gone either way.
+    pub(crate) fn hand_over(&self, frames: Vec<(u32, Sent)>, idle: bool) -> bool {
         let mut q = self.queue();
         q.alive -= 1;
-        q.busy -= 1;
+        if !idle {
+            q.busy -= 1;
+        }
         if q.alive == 0 {
             return false;
         }
         q.orphans.extend(frames);
+        self.orphaned.store(true, Ordering::Release);
+        self.handed.store(true, Ordering::Release);
         true
     }
 
-    /// Orphaned frames to send again.
+    /// Orphaned frames to send again (none, without taking the lock, on
+    /// the ticks of a push no lane of which lost its streams).
     pub(crate) fn take_orphans(&self) -> Vec<(u32, Sent)> {
-        std::mem::take(&mut self.queue().orphans)
+        if !self.orphaned.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut q = self.queue();
+        self.orphaned.store(false, Ordering::Release);
+        std::mem::take(&mut q.orphans)
     }
 
     /// A lane has nothing to do (`*idle` says whether it said so before):
@@ -338,7 +362,10 @@ mod tests {
         let mut idle0 = false;
         assert_eq!(w.idle(&mut idle0), Idle::Wait);
         // Lane 1 loses its streams: lane 0 takes its frames.
-        assert!(w.hand_over(vec![(1, frame)]), "one lane is still there");
+        assert!(
+            w.hand_over(vec![(1, frame)], false),
+            "one lane is still there"
+        );
         assert_eq!(
             w.idle(&mut idle0),
             Idle::Work,
@@ -348,8 +375,16 @@ mod tests {
         assert_eq!(w.idle(&mut idle0), Idle::Done);
         let w = Work::new(&t, &Held::default(), 1, 4096);
         assert!(
-            !w.hand_over(vec![(0, frame)]),
+            !w.hand_over(vec![(0, frame)], false),
             "nobody is left to send them"
         );
+        // A lane that lost its streams while idle is not counted twice.
+        let w = Work::new(&t, &Held::default(), 2, 4096);
+        assert!(w.take().is_some());
+        let (mut idle0, mut idle1) = (false, false);
+        assert_eq!(w.idle(&mut idle0), Idle::Wait);
+        assert_eq!(w.idle(&mut idle1), Idle::Done);
+        assert!(w.hand_over(vec![], true));
+        assert_eq!(w.idle(&mut idle0), Idle::Done);
     }
 }
