@@ -8,6 +8,7 @@ pub mod beneath;
 pub mod disk;
 pub mod error;
 pub mod file;
+pub mod host;
 pub mod net;
 pub mod ring;
 pub mod signature;

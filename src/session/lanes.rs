@@ -163,11 +163,34 @@ pub fn plan(count: usize, streams: usize) -> Vec<Lane> {
     place(count, streams, &topology::usable_cpus(), &[])
 }
 
-/// The lanes for connected `streams`, each stream placed by the core its
-/// packets arrive on; as many streams per lane as [`plan`] gave.
+/// The lanes for connected `streams` of a receiver: pinned near their
+/// NIC first, each stream placed by the core its packets arrive on; as
+/// many streams per lane as [`plan`] gave.
 pub fn place_streams(count: usize, fds: &[i32]) -> Vec<Lane> {
     let incoming: Vec<Option<usize>> = fds.iter().map(|&fd| topology::incoming_cpu(fd)).collect();
-    place(count, fds.len(), &topology::usable_cpus(), &incoming)
+    let cpus = fds
+        .first()
+        .map_or_else(topology::usable_cpus, |&fd| topology::cpus_near(fd));
+    place(count, fds.len(), &cpus, &incoming)
+}
+
+/// A sender's lanes, now that its streams are connected: pinned to the
+/// cores near the NIC they run over first (its interrupt cores, else its
+/// NUMA node's), then the rest; the streams stay as planned.
+pub fn near_nic(plan: &[Lane], fds: &[i32]) -> Vec<Lane> {
+    let mut lanes = plan.to_vec();
+    if lanes.len() < 2 {
+        return lanes;
+    }
+    let cpus = fds
+        .first()
+        .map_or_else(topology::usable_cpus, |&fd| topology::cpus_near(fd));
+    if !cpus.is_empty() {
+        for l in &mut lanes {
+            l.cpu = Some(cpus[l.index % cpus.len()]);
+        }
+    }
+    lanes
 }
 
 /// `total` buffers shared by `lanes` lanes, as evenly as they go.

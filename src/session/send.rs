@@ -960,7 +960,8 @@ impl BenchRun<'_> {
     ) -> Result<(SendStats, Vec<LaneReport>), SessionError> {
         let fds = fds_of(streams);
         let share = plan.len() as f64;
-        let results = lanes::run(plan, txs, &|lane, tx| self.lane(lane, &fds, share, tx));
+        let plan = lanes::near_nic(plan, &fds);
+        let results = lanes::run(&plan, txs, &|lane, tx| self.lane(lane, &fds, share, tx));
         let (stats, mut reports) = lanes::all_ok(results)?;
         for (r, s) in reports.iter_mut().zip(&stats) {
             r.bytes = s.bytes;

@@ -743,7 +743,8 @@ pub(crate) fn push_data(
         u64::from(params.block_size),
     );
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
-    let results = lanes::run(plan, txs, &|lane, tx| {
+    let plan = lanes::near_nic(plan, &fds);
+    let results = lanes::run(&plan, txs, &|lane, tx| {
         let r = push_lane(params, from, (lane, &fds), &work, counters, stop, tx);
         if r.is_err() {
             work.fail();

@@ -3,7 +3,6 @@
 //! request (`--apply`, root) write and load the sysctl profile and set the
 //! target disk's scheduler and read-ahead.
 
-mod host;
 pub mod profile;
 
 use std::path::{Path, PathBuf};
@@ -13,8 +12,8 @@ use serde::Serialize;
 use super::args::{LinkArg, TuneArgs};
 use super::render::{self, Out};
 use super::{Failure, EXIT_FAILED};
+use crate::datapath::host::{self, Disk, Route};
 use crate::datapath::{arena, ring, sys, Arena, Ring};
-use host::{Disk, Route};
 use profile::{size, Link, Plan, CONGESTION_GOOD, SRC_ESNET_100G, SRC_ESNET_LINUX};
 
 /// Where `--apply` writes the profile unless `--sysctl-file` says otherwise.

@@ -1,6 +1,7 @@
-//! Reading the host for `urmove tune`: sysctls under /proc/sys, routes,
-//! NIC queues and IRQs, CPU frequency governors, and the block device behind
-//! a path. Every reader says why when it cannot see something.
+//! Host facts, read where the data path can reach them (lanes are placed
+//! by them) and `urmove tune` too: sysctls under /proc/sys, routes, NIC
+//! queues, IRQs and NUMA nodes, CPU frequency governors, and the block
+//! device behind a path. Every reader says why when it cannot see something.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
