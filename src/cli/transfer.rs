@@ -678,7 +678,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let plot = net_plot(plot_file, what, &cfg);
     run_plotted(&mut printer, "bench --net", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| {
-            crate::session::send::run_bench_net(c, time, a.verify, a.reverse, &interrupt, obs)
+            crate::session::bench_net::run_bench_net(c, time, a.verify, a.reverse, &interrupt, obs)
         })
     })
 }

@@ -59,6 +59,23 @@ pub struct SendStats {
     pub zc_skipped: Option<&'static str>,
 }
 
+impl SendStats {
+    /// What several senders (a side's lanes) did, as one.
+    pub fn sum(all: &[SendStats]) -> SendStats {
+        let mut t = SendStats::default();
+        for s in all {
+            t.frames += s.frames;
+            t.bytes += s.bytes;
+            t.zc_sends += s.zc_sends;
+            t.zc_notifs += s.zc_notifs;
+            t.zc_copied += s.zc_copied;
+            t.zc_fell_back |= s.zc_fell_back;
+            t.zc_skipped = t.zc_skipped.or(s.zc_skipped);
+        }
+        t
+    }
+}
+
 /// A path whose round trip is longer than this gets plain sends in
 /// `ZeroCopy::Auto`: a zero-copy buffer is the kernel's until the data is
 /// acknowledged, so over a long path every buffer waits a round trip and

@@ -7,6 +7,7 @@
 //! arrived, verified, and was synced.
 
 mod admit;
+pub mod bench_net;
 mod commit;
 pub mod conn;
 pub mod fuzz;

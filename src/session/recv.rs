@@ -1607,7 +1607,7 @@ fn bench_session(
     registry: &Registry,
     progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    use super::send::{
+    use super::bench_net::{
         bench_receivers, bench_senders, discard_on_lanes, fill_bench_buffers, BenchRun,
     };
     let reverse = req.direction == Direction::BenchReverse;

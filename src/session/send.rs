@@ -8,16 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coord::{Interval, WorkerCounters};
-use crate::datapath::disk::{fill_random, scramble};
-use crate::datapath::net::{payload_mut, NetReceiver, NetSender, SendStats, ZeroCopy};
+use crate::coord::Interval;
+use crate::datapath::net::{SendStats, ZeroCopy};
 use crate::datapath::tcp::{self, Congestion, PathReport};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
     Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX, REQ_CHECKSUM,
     REQ_ENCRYPT, REQ_RESUME,
 };
-use crate::protocol::frame::{FrameHeader, FrameKey, FLAG_UNCHECKED};
+use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
 use crate::protocol::seal::Direction as SealDirection;
 
@@ -27,7 +26,7 @@ pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg, Control};
-use super::lanes::{self, Lane, LaneReport, Lanes};
+use super::lanes::{self, LaneReport, Lanes};
 use super::source::{open_source, prepare_senders, push_data, Acks, Held, PushParams, Sources};
 use super::tree::{scan, Skipped, Tree};
 pub(crate) use super::watch::{drive, Expect};
@@ -255,7 +254,7 @@ impl SendReport {
     /// retransmissions of the last segments, are the drain, reported
     /// apart). Without a test's end (it was cut short) the rate stays the
     /// whole run's.
-    fn rate_over_test(&mut self) {
+    pub(crate) fn rate_over_test(&mut self) {
         let Some((at, bytes)) = self.in_test else {
             return;
         };
@@ -653,411 +652,9 @@ pub fn run_send(
     Ok(report)
 }
 
-/// `bench --net`: frames from memory to a receiver for `time`, which
-/// discards them (after checking each checksum when `verify`); no disk is
-/// touched on either side.
-pub fn run_bench_net(
-    cfg: &SendConfig,
-    time: Duration,
-    verify: bool,
-    reverse: bool,
-    interrupt: &AtomicBool,
-    obs: &mut dyn SendObserver,
-) -> Result<SendReport, SessionError> {
-    if reverse {
-        return run_bench_net_reverse(cfg, time, verify, interrupt, obs);
-    }
-    let (cfg, fitted) = &fit(cfg, 4, 0, "--bs", obs)?;
-    let carrying = if cfg.auto_streams {
-        AUTO_START
-    } else {
-        cfg.streams
-    };
-    let ((plan, mut txs), buffers) = register_fitted(*fitted, obs, |n| {
-        bench_senders(
-            cfg.lanes,
-            (cfg.streams, carrying),
-            n,
-            cfg.block_size,
-            cfg.zerocopy,
-        )
-    })?;
-    let mut params = push_params(cfg, buffers);
-    txs.iter_mut().for_each(fill_bench_buffers);
-    let req = SessionRequest {
-        direction: Direction::Bench,
-        streams: cfg.streams,
-        block_size: cfg.block_size,
-        flags: cfg.flags() & REQ_ENCRYPT,
-        path: String::new(),
-    };
-    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_, _| Ok(()))?;
-    params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
-    let (data, mut report) = drive(
-        cfg,
-        Expect::test(time, true),
-        &streams,
-        interrupt,
-        obs,
-        |counters, stop| {
-            let bench = BenchRun {
-                params: &params,
-                time,
-                verify,
-                counters,
-                stop,
-            };
-            bench.send(&plan, &streams, txs)
-        },
-    );
-    report.command = "bench --net";
-    match data {
-        Ok((stats, lanes)) => {
-            note_zero_copy(&mut report, &stats, obs);
-            report.lanes = lanes;
-        }
-        Err(e) => {
-            report.fail(&e, false);
-            return Ok(report);
-        }
-    }
-    confirm_bench(&mut ctl, &mut report);
-    Ok(report)
-}
-
-/// The lanes of a bench sender for `streams` streams (`carrying` of them
-/// carry data from the start: each lane needs one) and `buffers` frame
-/// buffers of `block` bytes, each lane's sender prepared (its buffers
-/// registered) now.
-pub(crate) fn bench_senders(
-    want: Lanes,
-    (streams, carrying): (u16, u16),
-    buffers: usize,
-    block: u32,
-    zerocopy: ZeroCopy,
-) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
-    let n = lanes::count(want, usize::from(carrying), buffers);
-    let plan = lanes::plan(n, usize::from(streams));
-    let txs = plan
-        .iter()
-        .zip(lanes::split_buffers(buffers, n))
-        .map(|(lane, b)| NetSender::prepare(lane.streams.len(), b, block as usize, zerocopy, 0))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((plan, txs))
-}
-
-/// The lanes of a bench receiver, as [`bench_senders`].
-pub(crate) fn bench_receivers(
-    want: Lanes,
-    streams: u16,
-    buffers: usize,
-    block: u32,
-) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
-    let n = lanes::count(want, usize::from(streams), buffers);
-    let plan = lanes::plan(n, usize::from(streams));
-    let rxs = plan
-        .iter()
-        .zip(lanes::split_buffers(buffers, n))
-        .map(|(lane, b)| NetReceiver::prepare(lane.streams.len(), b, block as usize, 0))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((plan, rxs))
-}
-
-/// `bench --net --reverse`: the daemon sends for `time` (carried in the
-/// request's path as milliseconds, with `v` appended to ask for checksums)
-/// and this side receives, counts and discards.
-fn run_bench_net_reverse(
-    cfg: &SendConfig,
-    time: Duration,
-    verify: bool,
-    interrupt: &AtomicBool,
-    obs: &mut dyn SendObserver,
-) -> Result<SendReport, SessionError> {
-    let (cfg, fitted) = &fit(cfg, 2, 2, "--bs", obs)?;
-    let ((plan, rxs), _) = register_fitted(*fitted, obs, |n| {
-        bench_receivers(cfg.lanes, cfg.streams, n, cfg.block_size)
-    })?;
-    let req = SessionRequest {
-        direction: Direction::BenchReverse,
-        streams: cfg.streams,
-        block_size: cfg.block_size,
-        flags: cfg.flags() & REQ_ENCRYPT,
-        path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
-    };
-    let (mut ctl, streams, keys, _) = open_session(cfg, req, &mut |_, _| Ok(()))?;
-    let key = crate::protocol::seal::frame_key(&keys);
-    let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
-    let (data, mut report) = drive(
-        cfg,
-        Expect::test(time, false),
-        &streams,
-        interrupt,
-        obs,
-        |counters, _stop| {
-            let plan = lanes::place_streams(plan.len(), &fds_of(&streams));
-            let progress = |b: u64| counters.add(b, 0);
-            discard_on_lanes(&plan, &streams, rxs, (&key, &open), &progress)
-        },
-    );
-    report.command = "bench --net --reverse";
-    match data {
-        Ok((_, lanes)) => report.lanes = lanes,
-        Err(e) => {
-            report.fail(&e, false);
-            return Ok(report);
-        }
-    }
-    confirm_bench(&mut ctl, &mut report);
-    Ok(report)
-}
-
 /// The descriptors of `streams`.
 pub(crate) fn fds_of(streams: &[TcpStream]) -> Vec<i32> {
     streams.iter().map(|s| s.as_raw_fd()).collect()
-}
-
-/// Receive bench frames on every stream, each lane on its share with its
-/// own receiver (`rxs[k]` for lane `k`), until all end (see
-/// [`discard_frames`]); the bytes in all and each lane's report.
-pub(crate) fn discard_on_lanes(
-    plan: &[Lane],
-    streams: &[TcpStream],
-    rxs: Vec<NetReceiver>,
-    check: (&FrameKey, &Sealing),
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<(u64, Vec<LaneReport>), SessionError> {
-    let fds = fds_of(streams);
-    let results = lanes::run(plan, rxs, &|lane, rx| {
-        discard_frames(lane, &lane.fds(&fds), rx, check, progress)
-    });
-    let (bytes, mut reports) = lanes::all_ok(results)?;
-    for (r, &b) in reports.iter_mut().zip(&bytes) {
-        r.bytes = b;
-    }
-    Ok((bytes.iter().sum(), reports))
-}
-
-/// Receive bench frames on a lane's streams (`fds`) until all end: check
-/// each checksum under `key` (unless the frame says it carries none),
-/// count and discard.
-fn discard_frames(
-    lane: &Lane,
-    fds: &[i32],
-    mut rx: NetReceiver,
-    (key, open): (&FrameKey, &Sealing),
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<u64, SessionError> {
-    use crate::datapath::net::{payload, RecvEvent};
-    rx.start(fds)?;
-    rx.number_streams(&lane.streams);
-    if let Some((keys, dir)) = open {
-        rx.open_with(keys, *dir);
-    }
-    let mut bytes = 0u64;
-    let mut frames = Vec::with_capacity(fds.len());
-    while rx.open() {
-        let mut failure = None;
-        let polled = rx.poll(true, &mut |ev| match ev {
-            RecvEvent::Frame { header, lease, .. } => frames.push((header, lease)),
-            RecvEvent::Lost { stream, why } => {
-                failure = Some((stream, why));
-            }
-            _ => {}
-        });
-        let mut failure = failure.map(|(stream, why)| {
-            SessionError::io(format!("data stream {}", rx.stream_id(stream)), why)
-        });
-        let mut batch = 0u64;
-        for (header, lease) in frames.drain(..) {
-            if header.flags & FLAG_UNCHECKED == 0 {
-                if let Err(e) = header.check_payload(key, payload(&lease, &header)) {
-                    failure.get_or_insert(SessionError::local(ErrorCode::Malformed, e.to_string()));
-                }
-            }
-            batch += u64::from(header.length);
-            rx.give_back(lease);
-        }
-        polled?;
-        bytes += batch;
-        progress(batch);
-        if let Some(e) = failure {
-            return Err(e);
-        }
-    }
-    Ok(bytes)
-}
-
-/// End a benchmark: the peer's summary must count the bytes this side
-/// counted (sent or received); the run's time ends with it, and its rate
-/// is what the peer had by the test's end.
-fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
-    let confirmed = recv_msg(ctl);
-    report.close();
-    if let Some(d) = report.data_elapsed {
-        report.elapsed_s = d.as_secs_f64().max(1e-9);
-        report.rate_bits_per_s = report.bytes as f64 * 8.0 / report.elapsed_s;
-    }
-    report.rate_over_test();
-    match confirmed {
-        Ok(Message::Summary {
-            bytes, ok: true, ..
-        }) if bytes == report.bytes => {}
-        Ok(Message::Summary { bytes, .. }) => {
-            report.status = ErrorCode::Io.name();
-            report.error = Some(format!(
-                "the peer counted {bytes} bytes, this side {}",
-                report.bytes
-            ));
-        }
-        Ok(_) => {
-            report.status = ErrorCode::Malformed.name();
-            report.error = Some("unexpected message after the data".into());
-        }
-        Err(e) => {
-            report.fail(&e, false);
-        }
-    }
-}
-
-/// Whether `sent` bytes since `start` are ahead of `--rate-limit`.
-fn ahead_of(limit: Option<f64>, sent: u64, start: Instant) -> bool {
-    limit.is_some_and(|r| sent as f64 > r * start.elapsed().as_secs_f64())
-}
-
-/// Random bytes in every buffer of a bench sender, once, before its clock
-/// starts; each frame then scrambles a word per 512 bytes so no two frames
-/// are alike.
-pub(crate) fn fill_bench_buffers(tx: &mut NetSender) {
-    let mut all = Vec::new();
-    while let Some(mut l) = tx.take_buffer() {
-        let at = all.len() as u64;
-        fill_random(payload_mut(&mut l), 0xBE4C, at, 0);
-        all.push(l);
-    }
-    for l in all {
-        tx.give_back(l);
-    }
-}
-
-/// A timed send of bench frames: how, for how long, and what it counts.
-pub(crate) struct BenchRun<'a> {
-    pub(crate) params: &'a PushParams,
-    pub(crate) time: Duration,
-    pub(crate) verify: bool,
-    pub(crate) counters: &'a WorkerCounters,
-    pub(crate) stop: &'a AtomicBool,
-}
-
-impl BenchRun<'_> {
-    /// Send on every lane (`txs[k]` its sender, its buffers made by
-    /// [`fill_bench_buffers`]) until the time is up; what the senders did,
-    /// added up, and each lane's report.
-    pub(crate) fn send(
-        &self,
-        plan: &[Lane],
-        streams: &[TcpStream],
-        txs: Vec<NetSender>,
-    ) -> Result<(SendStats, Vec<LaneReport>), SessionError> {
-        let fds = fds_of(streams);
-        let share = plan.len() as f64;
-        let plan = lanes::near_nic(plan, &fds);
-        let results = lanes::run(&plan, txs, &|lane, tx| self.lane(lane, &fds, share, tx));
-        let (stats, mut reports) = lanes::all_ok(results)?;
-        for (r, s) in reports.iter_mut().zip(&stats) {
-            r.bytes = s.bytes;
-        }
-        Ok((add_stats(&stats), reports))
-    }
-
-    /// One lane: frames of incompressible data on its streams that take
-    /// them, within its `1/share` of any rate limit.
-    fn lane(
-        &self,
-        lane: &Lane,
-        all: &[i32],
-        share: f64,
-        mut tx: NetSender,
-    ) -> Result<SendStats, SessionError> {
-        let (cfg, counters) = (self.params, self.counters);
-        tx.start(&lane.fds(all))?;
-        tx.number_streams(&lane.streams);
-        tx.publish_stream_bytes(counters.streams());
-        if let Some((keys, dir)) = &cfg.seal {
-            tx.seal_with(keys, *dir);
-        }
-        let limit = cfg.rate_limit_bytes_per_s.map(|r| r / share);
-        let n = cfg.block_size as usize;
-        let start = Instant::now();
-        // Lanes' offsets differ, so no two frames of a run are alike.
-        let mut offset = (lane.index as u64) << 48;
-        let mut sent = 0u64;
-        let mut next_stream = 0u32;
-        while start.elapsed() < self.time && !self.stop.load(Ordering::Relaxed) {
-            let active = lane.active_of(counters.active_streams(all.len() as u32));
-            if active == 0 || ahead_of(limit, sent, start) {
-                // No stream of this lane may carry frames now (-P auto), or
-                // no more queued than the limit allows: the run ends on time.
-                tx.poll(false)?;
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            }
-            let mut lease = loop {
-                match tx.take_buffer() {
-                    Some(l) => break l,
-                    None => tx.poll(true)?,
-                }
-            };
-            let p = &mut payload_mut(&mut lease)[..n];
-            scramble(p, 0xBE4C, offset, 0);
-            let h = bench_header(&cfg.key, self.verify, offset, p);
-            let to = loop {
-                match tx.idle_stream(&mut next_stream, active) {
-                    Some(s) => break s,
-                    None => tx.poll(true)?,
-                }
-            };
-            tx.queue(to, lease, &h);
-            counters.add(n as u64, 1);
-            tx.poll(false)?;
-            if let Some((stream, why)) = tx.take_lost().pop() {
-                let id = tx.stream_id(stream);
-                return Err(SessionError::io(format!("data stream {id}"), why));
-            }
-            offset += n as u64;
-            sent += n as u64;
-        }
-        tx.flush()?;
-        Ok(tx.stats())
-    }
-}
-
-/// A bench frame's header: checksummed when `verify`, else marked unchecked.
-fn bench_header(key: &FrameKey, verify: bool, offset: u64, p: &[u8]) -> FrameHeader {
-    if verify {
-        return FrameHeader::for_payload(key, 0, offset, p, 0);
-    }
-    FrameHeader {
-        flags: FLAG_UNCHECKED,
-        file_index: 0,
-        length: p.len() as u32,
-        offset,
-        checksum: 0,
-    }
-}
-
-/// What several senders did, as one.
-pub(crate) fn add_stats(all: &[SendStats]) -> SendStats {
-    let mut t = SendStats::default();
-    for s in all {
-        t.frames += s.frames;
-        t.bytes += s.bytes;
-        t.zc_sends += s.zc_sends;
-        t.zc_notifs += s.zc_notifs;
-        t.zc_copied += s.zc_copied;
-        t.zc_fell_back |= s.zc_fell_back;
-        t.zc_skipped = t.zc_skipped.or(s.zc_skipped);
-    }
-    t
 }
 
 /// What the receiver said of the files: (entry, its digest) of each it
@@ -1178,7 +775,7 @@ fn set_sock_buf(s: &TcpStream, bytes: usize) {
 
 /// How this side sends: `buffers` frame buffers, the configured pacing and
 /// timeout.
-fn push_params(cfg: &SendConfig, buffers: usize) -> PushParams {
+pub(crate) fn push_params(cfg: &SendConfig, buffers: usize) -> PushParams {
     PushParams {
         block_size: cfg.block_size,
         buffers,

@@ -781,7 +781,7 @@ pub(crate) fn push_data(
     if let Some(e) = first_error {
         return Err(e);
     }
-    pushed.stats = super::send::add_stats(&stats);
+    pushed.stats = SendStats::sum(&stats);
     pushed.digests = work.digests();
     Ok(pushed)
 }
