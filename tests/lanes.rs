@@ -378,3 +378,39 @@ fn a_pull_is_sent_by_the_daemon_on_its_lanes() {
     assert!(rings >= 2, "the daemon held {rings} rings");
     assert_same_tree(&top, &local.path().join("run"));
 }
+
+#[test]
+fn a_bench_lane_that_fails_stops_the_others_at_once() {
+    use crate::faults::{Fault, Proxy};
+    use std::sync::atomic::Ordering;
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+    // A data stream cut after 20 MiB of a 60 s test: its lane fails, and
+    // the run ends then, not when the other lane's minute is up.
+    let proxy = Proxy::start(
+        d.port,
+        Fault::Cut {
+            conn: 1,
+            after: 20 << 20,
+        },
+    );
+    let mut cmd = urmove();
+    cmd.args([
+        "bench",
+        "--net",
+        "127.0.0.1",
+        "-p",
+        &proxy.port.to_string(),
+        "--key-file",
+    ])
+    .arg(&d.key)
+    .args(["-P", "2", "--lanes", "2", "--time", "60s", "--json"]);
+    let o = crate::util::output_within(cmd, Duration::from_secs(30));
+    assert!(
+        proxy.struck.load(Ordering::Relaxed),
+        "the fault never happened"
+    );
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_ne!(v["status"], "ok", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("data stream"), "{v}");
+}

@@ -313,3 +313,21 @@ fn send_where_taken(a: &[TcpStream]) -> [u32; 2] {
     tx.flush().unwrap();
     carried
 }
+
+#[test]
+fn a_lane_receiver_names_the_session_stream_in_frame_errors() {
+    let (mut a, b) = pair(1);
+    a[0].write_all(b"GET / HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\n\r\n")
+        .unwrap();
+    drop(a);
+    let fds: Vec<i32> = b.iter().map(|s| s.as_raw_fd()).collect();
+    let mut rx = NetReceiver::new(&fds, 2, 64 << 10).unwrap();
+    // This lane's only stream is the session's stream 3.
+    rx.number_streams(&[3]);
+    let e = loop {
+        if let Err(e) = rx.poll(true, &mut |_| {}) {
+            break e;
+        }
+    };
+    assert!(e.to_string().contains("data stream 3"), "{e}");
+}

@@ -274,7 +274,7 @@ impl NetSender {
         for (i, &fd) in sockets.iter().enumerate() {
             self.ring
                 .set_file(i as u32, fd)
-                .map_err(|e| stream_err("registering a socket", i as u32, e))?;
+                .map_err(|e| stream_err("registering a socket", self.ids[i], e))?;
         }
         self.fds = sockets.to_vec();
         if self.mode == ZeroCopy::Auto && self.zc_now {
@@ -305,7 +305,8 @@ impl NetSender {
 
     /// Give the streams their numbers in the session (`ids[i]` for this
     /// sender's stream `i`; by default `0..n`), as a lane holding a share
-    /// of a session's streams must before it seals or publishes counts.
+    /// of a session's streams must before it starts (errors name them),
+    /// seals or publishes counts.
     pub fn number_streams(&mut self, ids: &[u32]) {
         assert_eq!(ids.len(), self.queues.len(), "a number per stream");
         self.ids = ids.to_vec();
@@ -982,7 +983,7 @@ impl NetReceiver {
         for (i, &fd) in sockets.iter().enumerate() {
             self.ring
                 .set_file(i as u32, fd)
-                .map_err(|e| stream_err("registering a socket", i as u32, e))?;
+                .map_err(|e| stream_err("registering a socket", self.ids[i], e))?;
         }
         self.fds = sockets.to_vec();
         Ok(())
@@ -1008,7 +1009,8 @@ impl NetReceiver {
 
     /// Give the streams their numbers in the session (`ids[i]` for this
     /// receiver's stream `i`; by default `0..n`), as a lane holding a share
-    /// of a session's streams must before it opens sealed frames.
+    /// of a session's streams must before it starts (errors name them) and
+    /// opens sealed frames.
     pub fn number_streams(&mut self, ids: &[u32]) {
         assert_eq!(ids.len(), self.streams.len(), "a number per stream");
         self.ids = ids.to_vec();
@@ -1330,6 +1332,7 @@ impl NetReceiver {
                     Err(reason) => {
                         self.ring.arena().give_back(lease);
                         self.close(stream);
+                        let stream = self.ids[stream as usize];
                         return Err(Error::Frame { stream, reason });
                     }
                 }
@@ -1358,6 +1361,7 @@ impl NetReceiver {
         };
         header.map_err(|reason| {
             self.close(stream);
+            let stream = self.ids[stream as usize];
             Error::Frame { stream, reason }
         })
     }

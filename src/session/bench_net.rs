@@ -193,8 +193,16 @@ pub(crate) fn discard_on_lanes(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(u64, Vec<LaneReport>), SessionError> {
     let fds = fds_of(streams);
+    let failed = AtomicBool::new(false);
     let results = lanes::run(plan, rxs, &|lane, rx| {
-        discard_frames(lane, &lane.fds(&fds), rx, check, progress)
+        let others = lanes::StopOthers(&failed);
+        others.on(discard_frames(
+            (lane, &failed),
+            &lane.fds(&fds),
+            rx,
+            check,
+            progress,
+        ))
     });
     let (bytes, mut reports) = lanes::all_ok(results)?;
     for (r, &b) in reports.iter_mut().zip(&bytes) {
@@ -207,21 +215,23 @@ pub(crate) fn discard_on_lanes(
 /// each checksum under `key` (unless the frame says it carries none),
 /// count and discard.
 fn discard_frames(
-    lane: &Lane,
+    (lane, failed): (&Lane, &AtomicBool),
     fds: &[i32],
     mut rx: NetReceiver,
     (key, open): (&FrameKey, &Sealing),
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, SessionError> {
     use crate::datapath::net::{payload, RecvEvent};
-    rx.start(fds)?;
     rx.number_streams(&lane.streams);
+    rx.start(fds)?;
     if let Some((keys, dir)) = open {
         rx.open_with(keys, *dir);
     }
     let mut bytes = 0u64;
     let mut frames = Vec::with_capacity(fds.len());
-    while rx.open() {
+    // A wait ends within this, so a lane notices another's failure.
+    rx.set_wait_limit(Duration::from_millis(100));
+    while rx.open() && !failed.load(Ordering::Acquire) {
         let mut failure = None;
         let polled = rx.poll(true, &mut |ev| match ev {
             RecvEvent::Frame { header, lease, .. } => frames.push((header, lease)),
@@ -327,7 +337,11 @@ impl BenchRun<'_> {
         let fds = fds_of(streams);
         let share = plan.len() as f64;
         let plan = lanes::near_nic(plan, &fds);
-        let results = lanes::run(&plan, txs, &|lane, tx| self.lane(lane, &fds, share, tx));
+        let failed = AtomicBool::new(false);
+        let results = lanes::run(&plan, txs, &|lane, tx| {
+            let others = lanes::StopOthers(&failed);
+            others.on(self.lane((lane, &failed), &fds, share, tx))
+        });
         let (stats, mut reports) = lanes::all_ok(results)?;
         for (r, s) in reports.iter_mut().zip(&stats) {
             r.bytes = s.bytes;
@@ -339,14 +353,14 @@ impl BenchRun<'_> {
     /// them, within its `1/share` of any rate limit.
     fn lane(
         &self,
-        lane: &Lane,
+        (lane, failed): (&Lane, &AtomicBool),
         all: &[i32],
         share: f64,
         mut tx: NetSender,
     ) -> Result<SendStats, SessionError> {
         let (cfg, counters) = (self.params, self.counters);
-        tx.start(&lane.fds(all))?;
         tx.number_streams(&lane.streams);
+        tx.start(&lane.fds(all))?;
         tx.publish_stream_bytes(counters.streams());
         if let Some((keys, dir)) = &cfg.seal {
             tx.seal_with(keys, *dir);
@@ -358,7 +372,10 @@ impl BenchRun<'_> {
         let mut offset = (lane.index as u64) << 48;
         let mut sent = 0u64;
         let mut next_stream = 0u32;
-        while start.elapsed() < self.time && !self.stop.load(Ordering::Relaxed) {
+        while start.elapsed() < self.time
+            && !self.stop.load(Ordering::Relaxed)
+            && !failed.load(Ordering::Acquire)
+        {
             let active = lane.active_of(counters.active_streams(all.len() as u32));
             if active == 0 || ahead_of(limit, sent, start) {
                 // No stream of this lane may carry frames now (-P auto), or

@@ -247,6 +247,29 @@ pub fn run<T: Send, R: Send>(
     })
 }
 
+/// A lane's stop on the others: its work sets the flag when it fails,
+/// and this guard when it panics, so the other lanes stop instead of
+/// running on (or waiting) for nothing.
+pub struct StopOthers<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl StopOthers<'_> {
+    /// Pass `r` on; a failure stops the other lanes.
+    pub fn on<T, E>(&self, r: Result<T, E>) -> Result<T, E> {
+        if r.is_err() {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+        r
+    }
+}
+
+impl Drop for StopOthers<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
 /// The first lane's error, if any, else every lane's result.
 pub fn all_ok<R>(
     results: Vec<(Result<R, SessionError>, LaneReport)>,

@@ -491,6 +491,8 @@ struct Ledger<'a> {
     /// Frames carry a tag.
     sealed: bool,
     total: usize,
+    /// This lane's share of [`SENT_RECORDS_MAX`].
+    records_max: usize,
 }
 
 /// Which files the receiver acknowledged, shared with the reader of its
@@ -589,7 +591,7 @@ impl Ledger<'_> {
             }
             self.prune_at[st] = (self.sent[st].len() * 2).max(4096);
         }
-        if self.total >= SENT_RECORDS_MAX {
+        if self.total >= self.records_max {
             self.overflowed[st] = true;
             return;
         }
@@ -745,6 +747,7 @@ pub(crate) fn push_data(
     let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
     let plan = lanes::near_nic(plan, &fds);
     let results = lanes::run(&plan, txs, &|lane, tx| {
+        let _guard = FailOnPanic(&work);
         let r = push_lane(params, from, (lane, &fds), &work, counters, stop, tx);
         if r.is_err() {
             work.fail();
@@ -786,6 +789,29 @@ pub(crate) fn push_data(
     Ok(pushed)
 }
 
+/// A lane that panics stops the others too (they would wait for it).
+struct FailOnPanic<'a>(&'a Work);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail();
+        }
+    }
+}
+
+/// The held block ranges (`first`, `count`) of `ranges`, sorted, that
+/// reach into `piece`: found by binary search, so a resumed file read in
+/// many pieces costs no more than read whole.
+fn held_within(ranges: &[(u64, u64)], block: u64, piece: &Piece) -> Vec<(u64, u64)> {
+    let from = ranges.partition_point(|&(first, count)| (first + count) * block <= piece.start);
+    ranges[from..]
+        .iter()
+        .take_while(|&&(first, _)| first * block < piece.end)
+        .copied()
+        .collect()
+}
+
 /// Why a lane stopped when another failed.
 const ANOTHER_LANE_FAILED: &str = "another lane of this transfer failed";
 
@@ -810,15 +836,23 @@ fn push_lane(
 ) -> Result<LaneDone, SessionError> {
     let mut announce = ControlAnnounce::new(from.announce_on)?;
     let mut p = Pusher::new(params, from, (lane, fds), work, counters, &mut announce, tx)?;
+    // A lane counted idle takes no pieces and no orphans: it must first be
+    // counted busy again (`Idle::Work`), or a lane could leave while work
+    // it might have to take back is still under way.
     loop {
-        p.run(stop)?;
+        if !p.idle {
+            p.run(stop)?;
+        }
         p.linger(stop)?;
         if p.handed_over {
             break;
         }
         match work.idle(&mut p.idle) {
             Idle::Work => {}
-            Idle::Done if !p.busy() => break,
+            Idle::Done if !p.busy() => {
+                work.leave();
+                break;
+            }
             // Others work on, or this lane still sends frames of its own
             // (a stream it lost while idle).
             Idle::Wait | Idle::Done => p.wait_others(stop)?,
@@ -882,8 +916,8 @@ impl<'a> Pusher<'a> {
     ) -> Result<Self, SessionError> {
         let fds = lane.fds(all);
         let bufs = tx.buffer_count();
-        tx.start(&fds)?;
         tx.number_streams(&lane.streams);
+        tx.start(&fds)?;
         tx.set_stall_limit(params.timeout);
         tx.publish_stream_bytes(counters.streams());
         if let Some((keys, dir)) = &params.seal {
@@ -915,6 +949,7 @@ impl<'a> Pusher<'a> {
                 queued: vec![0; n],
                 sealed: params.seal.is_some(),
                 total: 0,
+                records_max: SENT_RECORDS_MAX / work.lanes(),
             },
             repair: Repair::default(),
             digests: vec![0u64; from.tree.entries.len()],
@@ -1056,13 +1091,12 @@ impl<'a> Pusher<'a> {
             m.blocks() * 512 < m.len()
         });
         let slot = self.tx.attach_file(file.as_raw_fd())?;
-        let mut skip = self
+        let skip = self
             .held
             .partial
             .get(&(i as u32))
-            .map(|(_, r)| r.clone())
+            .map(|(_, r)| held_within(r, self.block, &piece))
             .unwrap_or_default();
-        skip.sort_unstable();
         self.sources.push(Source {
             entry: i,
             file,
@@ -1300,7 +1334,7 @@ impl<'a> Pusher<'a> {
     /// frames to the other lanes; frames other lanes handed over go here.
     fn resend_lost(&mut self) -> Result<(), SessionError> {
         self.repair_streams()?;
-        if self.handed_over {
+        if self.handed_over || self.idle {
             return Ok(());
         }
         let orphans = self.work.take_orphans();

@@ -67,6 +67,7 @@ pub(crate) struct Work {
     /// Payload bytes every lane let out under `--rate-limit`, since `start`.
     paced: AtomicU64,
     start: Instant,
+    lanes: usize,
 }
 
 /// What a lane with nothing to do finds.
@@ -126,6 +127,7 @@ impl Work {
             failed: AtomicBool::new(false),
             paced: AtomicU64::new(0),
             start: Instant::now(),
+            lanes: lanes.max(1),
         }
     }
 
@@ -260,6 +262,16 @@ impl Work {
         self.paced.fetch_add(bytes, Ordering::AcqRel);
     }
 
+    /// A lane done with the work leaves: it takes nothing handed over.
+    pub(crate) fn leave(&self) {
+        self.queue().alive -= 1;
+    }
+
+    /// Lanes sharing the work.
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes
+    }
+
     /// A lane failed: every lane stops.
     pub(crate) fn fail(&self) {
         self.failed.store(true, Ordering::Release);
@@ -386,5 +398,37 @@ mod tests {
         assert_eq!(w.idle(&mut idle1), Idle::Done);
         assert!(w.hand_over(vec![], true));
         assert_eq!(w.idle(&mut idle0), Idle::Done);
+    }
+
+    #[test]
+    fn a_lane_takes_handed_over_work_only_counted_busy_and_none_leaves_under_it() {
+        // Three lanes of a pull (no acknowledgements hold a lane back).
+        let t = tree(&[1 << 20]);
+        let w = Work::new(&t, &Held::default(), 3, 4096);
+        while w.take().is_some() {}
+        let (mut a, mut c) = (false, false);
+        assert_eq!(w.idle(&mut a), Idle::Wait, "lane A read its share");
+        assert_eq!(w.idle(&mut c), Idle::Wait, "lane C read its share");
+        // Lane B loses its streams; A takes its frames, counted busy first.
+        assert!(w.hand_over(vec![(1, Sent::default())], false));
+        assert_eq!(w.idle(&mut a), Idle::Work);
+        assert_eq!(w.take_orphans().len(), 1);
+        // C may not leave while A sends them: A could lose its streams too.
+        assert_eq!(w.idle(&mut c), Idle::Wait);
+        // A does: C is still there to take them.
+        assert!(w.hand_over(vec![(2, Sent::default())], a));
+        assert_eq!(w.idle(&mut c), Idle::Work);
+        assert_eq!(w.take_orphans().len(), 1);
+        assert_eq!(w.idle(&mut c), Idle::Done);
+        w.leave();
+        // Two lanes: Y is done and gone; X, idle, loses its last stream
+        // while its own frames still go: nobody is left to take them.
+        let w = Work::new(&t, &Held::default(), 2, 4096);
+        while w.take().is_some() {}
+        let (mut x, mut y) = (false, false);
+        assert_eq!(w.idle(&mut x), Idle::Wait);
+        assert_eq!(w.idle(&mut y), Idle::Done);
+        w.leave();
+        assert!(!w.hand_over(vec![(0, Sent::default())], x));
     }
 }
