@@ -227,13 +227,23 @@ impl PathReport {
 }
 
 /// Whether a stream moved (while busy) at least `NEAR_CAPACITY` of what a
-/// send buffer of `buffer` bytes carries in its round trip.
+/// send buffer of `buffer` bytes carries in the path's round trip: the
+/// least one seen, when known. A round trip swollen by a queue (a slow
+/// receiver's full socket, a bottleneck's buffer) measures the queue, not
+/// a path a bigger buffer would fill: on loopback a receiver on one busy
+/// thread made it 15 ms, and the warning named tcp_wmem for what the
+/// receiver held back.
 fn near_capacity(p: &sys::TcpPath, buffer: f64) -> bool {
-    if p.busy_us == 0 || p.rtt_us == 0 {
+    let rtt_us = if p.min_rtt_us > 0 {
+        p.min_rtt_us
+    } else {
+        p.rtt_us
+    };
+    if p.busy_us == 0 || rtt_us == 0 {
         return false;
     }
     let moved = p.bytes_sent as f64 / (p.busy_us as f64 / 1e6);
-    let carries = buffer / (f64::from(p.rtt_us) / 1e6);
+    let carries = buffer / (f64::from(rtt_us) / 1e6);
     moved >= NEAR_CAPACITY * carries
 }
 
@@ -329,6 +339,19 @@ mod tests {
         // behind the receiver, on loopback) is held by something else.
         assert!(!near_capacity(&stream(1250.0, 2), 4_194_304.0));
         assert!(!near_capacity(&sys::TcpPath::default(), 4_194_304.0));
+        // A loopback stream behind a slow receiver: 15 ms smoothed, its
+        // path 50 us; 2.4 Gb/s is far from what 4 MiB carries in 50 us.
+        let queued = sys::TcpPath {
+            min_rtt_us: 50,
+            ..stream(2400.0, 15)
+        };
+        assert!(!near_capacity(&queued, 4_194_304.0));
+        // A long path: its least round trip is the path's.
+        let long = sys::TcpPath {
+            min_rtt_us: 48_000,
+            ..stream(40.0, 50)
+        };
+        assert!(near_capacity(&long, 262_144.0));
     }
 
     #[test]
