@@ -19,9 +19,9 @@ use crate::protocol::control::{decode, encode, Message};
 use crate::protocol::manifest::{Entry, EntryKind};
 use crate::protocol::wire::Reader;
 
+use super::held::Held;
 use super::journal::{encoded_len, Identity, Journal};
 use super::secret::Secret;
-use super::source::Held;
 use super::tree::Tree;
 
 /// Most blocks a fuzzed journal may have (a bit each in memory).

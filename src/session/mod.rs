@@ -11,6 +11,7 @@ pub mod bench_net;
 mod commit;
 pub mod conn;
 pub mod fuzz;
+mod held;
 mod journal;
 mod landing;
 pub mod lanes;

@@ -13,10 +13,10 @@ use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
+use super::held::{recv_verdict, Held};
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
 use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
-use super::source::{recv_verdict, Held};
 use super::SessionError;
 
 /// What the receive loop of a pull reports: progress into the run's

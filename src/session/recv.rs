@@ -24,9 +24,9 @@ use crate::protocol::manifest::check_path;
 
 use super::admit::{refuse_now, Backoff, PerAddress, Throttled};
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
+use super::held::{recv_verdict, Held};
 use super::landing::Pace;
 use super::receive::{join, recv_manifest, Incoming, LinkPolicy, Resume, Rules};
-use super::source::{recv_verdict, Held};
 use super::SessionError;
 use crate::protocol::seal::{frame_key, Direction as SealDirection};
 

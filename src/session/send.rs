@@ -26,8 +26,9 @@ pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg, Control};
+use super::held::Held;
 use super::lanes::{self, LaneReport, Lanes};
-use super::source::{open_source, prepare_senders, push_data, Acks, Held, PushParams, Sources};
+use super::source::{open_source, prepare_senders, push_data, Acks, PushParams, Sources};
 use super::tree::{scan, Skipped, Tree};
 pub(crate) use super::watch::{drive, Expect};
 pub use super::watch::{AUTO_CAP, AUTO_START};

@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use crate::protocol::manifest::EntryKind;
 
-use super::source::{Held, Sent};
+use super::held::Held;
+use super::source::Sent;
 use super::tree::Tree;
 
 /// A large file is cut into pieces of this many blocks when several lanes
