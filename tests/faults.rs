@@ -73,10 +73,14 @@ fn finish(child: Child) -> std::process::Output {
 /// `send --resume` of `top` after an interruption: it completes, the tree
 /// is identical, and only what the receiver lacked crossed the wire.
 fn resume_and_check(d: &Daemon, top: &Path) -> serde_json::Value {
-    let o = d.send(
-        &["--resume", "-P", "2", "--block", "1M", "--json"],
-        &[top.to_str().unwrap(), "127.0.0.1:in"],
-    );
+    resume_and_check_with(d, top, &[])
+}
+
+/// [`resume_and_check`] with `extra` options (as `--lanes 2`).
+pub fn resume_and_check_with(d: &Daemon, top: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--resume", "-P", "2", "--block", "1M", "--json"];
+    args.extend_from_slice(extra);
+    let o = d.send(&args, &[top.to_str().unwrap(), "127.0.0.1:in"]);
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
     let v = json(&o);
     assert_eq!(v["status"], "ok");
@@ -111,24 +115,26 @@ fn a_journal_whose_part_file_is_gone_is_not_trusted() {
 }
 
 fn receiver_killed_then_resumed(delete_part: bool) -> serde_json::Value {
+    receiver_killed_then_resumed_with(delete_part, &[])
+}
+
+/// [`receiver_killed_then_resumed`], both sends with `extra` options.
+pub fn receiver_killed_then_resumed_with(delete_part: bool, extra: &[&str]) -> serde_json::Value {
     let mut d = Daemon::start();
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = make_run(src.path(), 80);
-    let first = send_child(
-        &d,
-        d.port,
-        &[
-            "--rate-limit",
-            "20MB",
-            "-P",
-            "2",
-            "--block",
-            "1M",
-            "--timeout",
-            "5s",
-        ],
-        &[top.to_str().unwrap(), "127.0.0.1:in"],
-    );
+    let mut args = vec![
+        "--rate-limit",
+        "20MB",
+        "-P",
+        "2",
+        "--block",
+        "1M",
+        "--timeout",
+        "5s",
+    ];
+    args.extend_from_slice(extra);
+    let first = send_child(&d, d.port, &args, &[top.to_str().unwrap(), "127.0.0.1:in"]);
     wait_for_percent(&d, 55.0);
     d.kill_and_restart();
     let o = finish(first);
@@ -140,7 +146,7 @@ fn receiver_killed_then_resumed(delete_part: bool) -> serde_json::Value {
     if delete_part {
         std::fs::remove_file(&part).unwrap();
     }
-    resume_and_check(&d, &top)
+    resume_and_check_with(&d, &top, extra)
 }
 
 #[test]
@@ -223,6 +229,11 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(target: u16, fault: Fault) -> Proxy {
+        Self::start_many(target, vec![fault])
+    }
+
+    /// A relay doing each of `faults` to its connection.
+    pub fn start_many(target: u16, faults: Vec<Fault>) -> Proxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
@@ -238,11 +249,11 @@ impl Proxy {
                 let (c2, u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
                 // Replies flow back untouched.
                 std::thread::spawn(move || pump(u2, c2, None, &AtomicBool::new(false)));
-                let fault = match fault {
+                let fault = faults.iter().find_map(|f| match *f {
                     Fault::Cut { conn, after } if conn == k => Some((after, true)),
                     Fault::Stall { conn, after } if conn == k => Some((after, false)),
                     _ => None,
-                };
+                });
                 let (stop3, struck3) = (Arc::clone(&stop2), Arc::clone(&struck2));
                 std::thread::spawn(move || {
                     pump(client, up, fault, &struck3);
