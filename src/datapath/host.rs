@@ -457,14 +457,7 @@ pub fn parse_scheduler(s: &str) -> (Option<String>, Vec<String>) {
 
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
+    super::sys::effective_uid() == 0
 }
 
 #[cfg(test)]

@@ -82,39 +82,25 @@ pub fn run_bench_net(
         },
     );
     report.command = "bench --net";
-    match data {
-        Ok((stats, lanes)) => {
-            note_zero_copy(&mut report, &stats, obs);
-            report.lanes = lanes;
-        }
-        Err(e) => {
-            report.fail(&e, false);
-            return Ok(report);
-        }
-    }
-    confirm_bench(&mut ctl, &mut report);
-    Ok(report)
+    let lanes = data.map(|(stats, lanes)| {
+        note_zero_copy(&mut report, &stats, obs);
+        lanes
+    });
+    Ok(conclude(&mut ctl, report, lanes))
 }
 
-/// The lanes of a bench sender for `streams` streams (`carrying` of them
-/// carry data from the start: each lane needs one) and `buffers` frame
-/// buffers of `block` bytes, each lane's sender prepared (its buffers
-/// registered) now.
+/// The lanes of a bench sender (see [`lanes::prepare`]) with buffers of
+/// `block` bytes.
 pub(crate) fn bench_senders(
     want: Lanes,
-    (streams, carrying): (u16, u16),
+    streams: (u16, u16),
     buffers: usize,
     block: u32,
     zerocopy: ZeroCopy,
 ) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
-    let n = lanes::count(want, usize::from(carrying), buffers);
-    let plan = lanes::plan(n, usize::from(streams));
-    let txs = plan
-        .iter()
-        .zip(lanes::split_buffers(buffers, n))
-        .map(|(lane, b)| NetSender::prepare(lane.streams.len(), b, block as usize, zerocopy, 0))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((plan, txs))
+    lanes::prepare(want, streams, buffers, |n, b| {
+        NetSender::prepare(n, b, block as usize, zerocopy, 0)
+    })
 }
 
 /// The lanes of a bench receiver, as [`bench_senders`].
@@ -124,14 +110,9 @@ pub(crate) fn bench_receivers(
     buffers: usize,
     block: u32,
 ) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
-    let n = lanes::count(want, usize::from(streams), buffers);
-    let plan = lanes::plan(n, usize::from(streams));
-    let rxs = plan
-        .iter()
-        .zip(lanes::split_buffers(buffers, n))
-        .map(|(lane, b)| NetReceiver::prepare(lane.streams.len(), b, block as usize, 0))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((plan, rxs))
+    lanes::prepare(want, (streams, streams), buffers, |n, b| {
+        NetReceiver::prepare(n, b, block as usize, 0)
+    })
 }
 
 /// `bench --net --reverse`: the daemon sends for `time` (carried in the
@@ -171,15 +152,24 @@ fn run_bench_net_reverse(
         },
     );
     report.command = "bench --net --reverse";
-    match data {
-        Ok((_, lanes)) => report.lanes = lanes,
-        Err(e) => {
-            report.fail(&e, false);
-            return Ok(report);
+    Ok(conclude(&mut ctl, report, data.map(|(_, lanes)| lanes)))
+}
+
+/// A bench's report once its data ended: failed as the lanes did, or with
+/// their reports and the peer's confirmation.
+fn conclude(
+    ctl: &mut Control,
+    mut report: SendReport,
+    lanes: Result<Vec<LaneReport>, SessionError>,
+) -> SendReport {
+    match lanes {
+        Ok(lanes) => {
+            report.lanes = lanes;
+            confirm_bench(ctl, &mut report);
         }
+        Err(e) => report.fail(&e, false),
     }
-    confirm_bench(&mut ctl, &mut report);
-    Ok(report)
+    report
 }
 
 /// Receive bench frames on every stream, each lane on its share with its

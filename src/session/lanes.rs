@@ -193,6 +193,27 @@ pub fn near_nic(plan: &[Lane], fds: &[i32]) -> Vec<Lane> {
     lanes
 }
 
+/// The lanes of a side that has no streams yet, for `streams` streams
+/// (`carrying` of them carry data from the start: each lane needs one) and
+/// `buffers` frame buffers, and each lane's data path made now by
+/// `make(its stream count, its buffers)` (registering its buffers before
+/// any peer is contacted).
+pub fn prepare<T>(
+    want: Lanes,
+    (streams, carrying): (u16, u16),
+    buffers: usize,
+    make: impl Fn(usize, usize) -> Result<T, crate::datapath::Error>,
+) -> Result<(Vec<Lane>, Vec<T>), SessionError> {
+    let n = count(want, usize::from(carrying), buffers);
+    let lanes = plan(n, usize::from(streams));
+    let made = lanes
+        .iter()
+        .zip(split_buffers(buffers, n))
+        .map(|(lane, b)| make(lane.streams.len(), b))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((lanes, made))
+}
+
 /// `total` buffers shared by `lanes` lanes, as evenly as they go.
 pub fn split_buffers(total: usize, lanes: usize) -> Vec<usize> {
     let lanes = lanes.max(1);

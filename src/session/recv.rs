@@ -1607,9 +1607,6 @@ fn bench_session(
     registry: &Registry,
     progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    use super::bench_net::{
-        bench_receivers, bench_senders, discard_on_lanes, fill_bench_buffers, BenchRun,
-    };
     let reverse = req.direction == Direction::BenchReverse;
     // Reversed, the path carries the test length in ms (and `v` for checksums).
     let (time, verify) = if reverse {
@@ -1627,60 +1624,10 @@ fn bench_session(
     } else {
         (Duration::ZERO, false)
     };
-    let block = req.block_size;
-    // Rings and buffers before the streams connect (ready for their data).
-    let params = daemon_push_params(req, buffers, keys, cfg);
     let bytes = if reverse {
-        let (plan, mut txs) = bench_senders(
-            cfg.lanes,
-            (req.streams, req.streams),
-            buffers,
-            block,
-            params.zerocopy,
-        )?;
-        txs.iter_mut().for_each(fill_bench_buffers);
-        let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-        let counters = crate::coord::WorkerCounters::default();
-        let stop = AtomicBool::new(false);
-        let bench = BenchRun {
-            params: &params,
-            time,
-            verify,
-            counters: &counters,
-            stop: &stop,
-        };
-        bench.send(&plan, &streams, txs)?;
-        for st in &streams {
-            let _ = st.shutdown(std::net::Shutdown::Write);
-        }
-        counters.snapshot().0
+        bench_send_back(s, req, buffers, keys, cfg, registry, (time, verify))?
     } else {
-        let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, block)?;
-        let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-        let open = req
-            .has(REQ_ENCRYPT)
-            .then(|| (keys.clone(), SealDirection::ClientToServer));
-        let key = frame_key(keys);
-        let plan = super::lanes::place_streams(plan.len(), &super::send::fds_of(&streams));
-        let counted = AtomicU64::new(0);
-        let count = |b: u64| {
-            counted.fetch_add(b, Ordering::Relaxed);
-        };
-        let mut logged = 0;
-        std::thread::scope(|scope| {
-            let lanes =
-                scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, (&key, &open), &count));
-            while !lanes.is_finished() {
-                std::thread::sleep(super::lanes::WATCH_EVERY);
-                let now = counted.load(Ordering::Relaxed);
-                progress.add(now - logged);
-                logged = now;
-            }
-            let r = lanes.join().expect("the lanes' thread panicked");
-            progress.add(counted.load(Ordering::Relaxed) - logged);
-            r
-        })?
-        .0
+        bench_take(s, req, buffers, keys, cfg, registry, progress)?
     };
     send_msg(
         s,
@@ -1691,4 +1638,79 @@ fn bench_session(
         },
     )?;
     Ok((0, bytes))
+}
+
+/// A reversed `bench --net` on the daemon: send on lanes for `time` (each
+/// frame checksummed when `verify`); the bytes sent.
+fn bench_send_back(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    (time, verify): (Duration, bool),
+) -> Result<u64, SessionError> {
+    use super::bench_net::{bench_senders, fill_bench_buffers, BenchRun};
+    // Rings and buffers before the streams connect (ready for their data).
+    let params = daemon_push_params(req, buffers, keys, cfg);
+    let both = (req.streams, req.streams);
+    let (plan, mut txs) = bench_senders(cfg.lanes, both, buffers, req.block_size, params.zerocopy)?;
+    txs.iter_mut().for_each(fill_bench_buffers);
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let counters = crate::coord::WorkerCounters::default();
+    let stop = AtomicBool::new(false);
+    let bench = BenchRun {
+        params: &params,
+        time,
+        verify,
+        counters: &counters,
+        stop: &stop,
+    };
+    bench.send(&plan, &streams, txs)?;
+    for st in &streams {
+        let _ = st.shutdown(std::net::Shutdown::Write);
+    }
+    Ok(counters.snapshot().0)
+}
+
+/// `bench --net` on the daemon: take frames on lanes, check each (unless
+/// unchecked), count them in the session's log and metrics and discard
+/// them, until the streams end; the bytes taken.
+fn bench_take(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    progress: &mut RecvProgress<'_>,
+) -> Result<u64, SessionError> {
+    use super::bench_net::{bench_receivers, discard_on_lanes};
+    // Rings and buffers before the streams connect (ready for their data).
+    let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, req.block_size)?;
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let open = req
+        .has(REQ_ENCRYPT)
+        .then(|| (keys.clone(), SealDirection::ClientToServer));
+    let key = frame_key(keys);
+    let plan = super::lanes::place_streams(plan.len(), &super::send::fds_of(&streams));
+    let counted = AtomicU64::new(0);
+    let count = |b: u64| {
+        counted.fetch_add(b, Ordering::Relaxed);
+    };
+    let mut logged = 0;
+    let taken = std::thread::scope(|scope| {
+        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, (&key, &open), &count));
+        while !lanes.is_finished() {
+            std::thread::sleep(super::lanes::WATCH_EVERY);
+            let now = counted.load(Ordering::Relaxed);
+            progress.add(now - logged);
+            logged = now;
+        }
+        let r = lanes.join().expect("the lanes' thread panicked");
+        progress.add(counted.load(Ordering::Relaxed) - logged);
+        r
+    })?;
+    Ok(taken.0)
 }

@@ -425,22 +425,10 @@ pub(crate) fn prepare_senders(
     carrying: u16,
     params: &PushParams,
 ) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
-    let n = lanes::count(want, usize::from(carrying), params.buffers);
-    let plan = lanes::plan(n, usize::from(streams));
-    let txs = plan
-        .iter()
-        .zip(lanes::split_buffers(params.buffers, n))
-        .map(|(lane, buffers)| {
-            NetSender::prepare(
-                lane.streams.len(),
-                buffers,
-                params.block_size as usize,
-                params.zerocopy,
-                READ_FILE_SLOTS,
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((plan, txs))
+    let block = params.block_size as usize;
+    lanes::prepare(want, (streams, carrying), params.buffers, |n, b| {
+        NetSender::prepare(n, b, block, params.zerocopy, READ_FILE_SLOTS)
+    })
 }
 
 /// Where a push reads and what it tells: the sources, what the receiver
@@ -475,15 +463,19 @@ pub(crate) fn push_data(
         plan.len(),
         u64::from(params.block_size),
     );
-    let fds: Vec<i32> = streams.iter().map(|s| s.as_raw_fd()).collect();
+    let fds = super::send::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
     let results = lanes::run(&plan, txs, &|lane, tx| {
-        let _guard = FailOnPanic(&work);
-        let r = push_lane(params, from, (lane, &fds), &work, counters, stop, tx);
-        if r.is_err() {
-            work.fail();
-        }
-        r
+        let others = lanes::StopOthers(work.failed_flag());
+        others.on(push_lane(
+            params,
+            from,
+            (lane, &fds),
+            &work,
+            counters,
+            stop,
+            tx,
+        ))
     });
     let mut pushed = Pushed {
         digests: Vec::new(),
@@ -518,17 +510,6 @@ pub(crate) fn push_data(
     pushed.stats = SendStats::sum(&stats);
     pushed.digests = work.digests();
     Ok(pushed)
-}
-
-/// A lane that panics stops the others too (they would wait for it).
-struct FailOnPanic<'a>(&'a Work);
-
-impl Drop for FailOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.fail();
-        }
-    }
 }
 
 /// The held block ranges (`first`, `count`) of `ranges`, sorted, that

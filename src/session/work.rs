@@ -273,9 +273,10 @@ impl Work {
         self.lanes
     }
 
-    /// A lane failed: every lane stops.
-    pub(crate) fn fail(&self) {
-        self.failed.store(true, Ordering::Release);
+    /// Set when a lane fails or panics (`lanes::StopOthers`): every lane
+    /// stops.
+    pub(crate) fn failed_flag(&self) -> &AtomicBool {
+        &self.failed
     }
 
     pub(crate) fn failed(&self) -> bool {
