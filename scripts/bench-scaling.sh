@@ -16,7 +16,8 @@
 # and each side's process), and the busiest lane thread's share of its
 # side's lane CPU (the sender from its JSON, the daemon from /proc). fio's
 # O_DIRECT sequential read of the same file is the disk's limit for "send
-# direct". Nothing in it assumes two cores: run it unchanged on a larger host.
+# direct", and its O_DIRECT write under DEST the receiving side's for every
+# send line. Nothing in it assumes two cores: run it unchanged on a larger host.
 #
 # Usage (as root, for the page-cache drop):
 #   scripts/bench-scaling.sh
@@ -209,10 +210,21 @@ def fio_line():
     j = json.loads(out[out.index(b"{"):])
     return {"rate": j["jobs"][0]["read"]["bw_bytes"] * 8 / 1e9}
 
+def fio_write_line():
+    """fio's O_DIRECT write of a file as large as BIG under DEST: what the
+    daemon's root takes at most (the send lines' other limit)."""
+    target = os.path.join(DEST, "fio-write.bin")
+    out = subprocess.run(["fio", "--name=w", f"--filename={target}", "--rw=write", "--bs=1M",
+                          "--direct=1", f"--size={SIZE_MB}M", "--ioengine=io_uring", "--iodepth=32",
+                          "--output-format=json"], capture_output=True, check=True).stdout
+    os.unlink(target)
+    j = json.loads(out[out.index(b"{"):])
+    return {"rate": j["jobs"][0]["write"]["bw_bytes"] * 8 / 1e9}
+
 subprocess.run([U, "keygen", KEY], check=True, stdout=subprocess.DEVNULL) if not os.path.exists(KEY) else None
 log(f"{os.cpu_count()} cores, streams {STREAMS}, lanes {' '.join(LANES)}, modes {' '.join(MODES)}, {ROUNDS} rounds of {DUR} s")
 rows = {}   # (lanes, mode) -> list of results
-peers = {"iperf3": [], "fio": []}
+peers = {"iperf3": [], "fio": [], "fio-write": []}
 for rnd in range(ROUNDS):
     order = LANES[rnd % len(LANES):] + LANES[:rnd % len(LANES)]
     for lanes in order:
@@ -227,6 +239,10 @@ for rnd in range(ROUNDS):
     if "send-direct" in MODES:
         log(f"round {rnd + 1}: fio O_DIRECT read of the file")
         peers["fio"].append(fio_line())
+    if any(m.startswith("send") for m in MODES):
+        log(f"round {rnd + 1}: fio O_DIRECT write under the daemon's root")
+        os.makedirs(DEST, exist_ok=True)
+        peers["fio-write"].append(fio_write_line())
 
 med = lambda xs, k: statistics.median(x[k] for x in xs)
 ip = peers["iperf3"]
@@ -235,6 +251,8 @@ print(f"iperf3 -P {STREAMS} -l 1M: {med(ip, 'rate'):.2f} Gbit/s, {med(ip, 'machi
       f" ({med(ip, 'client'):.3f} client, {med(ip, 'daemon'):.3f} server)")
 if peers["fio"]:
     print(f"fio O_DIRECT read of the file: {med(peers['fio'], 'rate'):.2f} Gbit/s")
+if peers["fio-write"]:
+    print(f"fio O_DIRECT write under the daemon's root ({DEST}): {med(peers['fio-write'], 'rate'):.2f} Gbit/s")
 print()
 print("| lanes | line | Gbit/s | vs | CPU s/GB machine | vs iperf3 | sender s/GB | receiver s/GB | busiest lane, sender | busiest lane, daemon |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -259,4 +277,6 @@ print("\nEvery round (Gbit/s):")
 for (lanes, mode), r in sorted(rows.items()):
     print(f"- lanes {lanes} {mode}: " + " ".join(f"{x['rate']:.2f}" for x in r))
 print("- iperf3: " + " ".join(f"{x['rate']:.2f}" for x in ip))
+if peers["fio-write"]:
+    print("- fio write: " + " ".join(f"{x['rate']:.2f}" for x in peers["fio-write"]))
 EOF

@@ -517,3 +517,162 @@ fn a_killed_receiver_resumed_on_two_lanes_sends_only_what_it_lacked() {
     assert!(v["bytes_skipped"].as_u64().unwrap() >= 8 << 20, "{v}");
     assert_eq!(v["lanes"].as_array().unwrap().len(), 2, "{v}");
 }
+
+#[test]
+fn a_push_is_received_on_the_daemons_lanes_with_a_ring_each() {
+    use crate::transfer::{assert_same_tree, no_part_files};
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = crate::faults::make_run(src.path(), 256);
+    // The sender on one lane: every lane thread in the daemon receives,
+    // and opens each sealed frame itself (enough CPU to see it shared).
+    let mut child = crate::faults::send_child(
+        &d,
+        d.port,
+        &[
+            "-P",
+            "4",
+            "--lanes",
+            "1",
+            "--block",
+            "1M",
+            "--encrypt",
+            "--json",
+        ],
+        &[top.to_str().unwrap(), "127.0.0.1:in"],
+    );
+    let (threads, rings, ticks) = watch_lanes(d.pid(), &mut child);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 11);
+    assert_eq!(threads, 2, "the daemon's receiving lanes: {ticks:?}");
+    assert!(rings >= 2, "the daemon held {rings} rings");
+    assert_shared(&ticks, SPLIT_MOST, "the daemon");
+    assert_same_tree(&top, &d.root.path().join("in/run"));
+    assert!(no_part_files(d.root.path()));
+}
+
+/// `pull -P streams --lanes lanes` of a run tree from a daemon on one
+/// lane: the JSON names `lanes` receiving lanes and the tree arrives.
+fn pull_on_lanes(streams: usize, lanes: usize, extra: &[&str]) -> serde_json::Value {
+    use crate::transfer::assert_same_tree;
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "1"]);
+    let top = crate::faults::make_run(d.root.path(), 64);
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (p, l) = (streams.to_string(), lanes.to_string());
+    let o = urmove()
+        .args(["pull", "-p", &d.port.to_string(), "-P", &p, "--lanes", &l])
+        .args(["--block", "1M", "--json", "--key-file"])
+        .arg(&d.key)
+        .args(extra)
+        .arg("127.0.0.1:run")
+        .arg(local.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["files_verified"], 11, "{v}");
+    assert_eq!(v["lanes"].as_array().unwrap().len(), lanes, "{v}");
+    assert_same_tree(&top, &local.path().join("run"));
+    v
+}
+
+#[test]
+fn a_pull_is_received_on_two_lanes_and_on_more_lanes_than_cores() {
+    let v = pull_on_lanes(4, 2, &[]);
+    assert_lanes_report(&v, 2, 4, SPLIT_MOST);
+    assert!(lane_bytes(&v).iter().all(|&b| b > 0), "{v}");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    pull_on_lanes(cores + 1, cores + 1, &["--encrypt"]);
+    pull_on_lanes(3, 1, &[]);
+}
+
+#[test]
+fn a_receiving_lane_whose_only_stream_is_cut_leaves_the_rest_to_the_other() {
+    use crate::faults::{Fault, Proxy};
+    use crate::transfer::{assert_same_tree, no_part_files};
+    use std::sync::atomic::Ordering;
+    for after in [4 << 20, 16 << 20] {
+        // Two streams on the daemon's two lanes: connection 1's lane has
+        // no other, and ends when it is cut; the sender (one lane) sends
+        // its frames again on the stream left.
+        let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+        let proxy = Proxy::start(d.port, Fault::Cut { conn: 1, after });
+        let src = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = crate::faults::make_run(src.path(), 48);
+        let child = crate::faults::send_child(
+            &d,
+            proxy.port,
+            &["-P", "2", "--lanes", "1", "--block", "1M", "--json"],
+            &[top.to_str().unwrap(), "127.0.0.1:in"],
+        );
+        let o = child.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "cut after {after}: {}\n{}",
+            stderr(&o),
+            d.log()
+        );
+        assert!(
+            proxy.struck.load(Ordering::Relaxed),
+            "the fault never happened"
+        );
+        let v = json(&o);
+        assert_eq!(v["files_verified"], 11, "{v}");
+        assert!(v["frames_resent"].as_u64().unwrap() > 0, "{v}");
+        assert_same_tree(&top, &d.root.path().join("in/run"));
+        assert!(no_part_files(d.root.path()));
+    }
+}
+
+/// A file of `blocks` MiB whose every MiB differs (its number stamped on
+/// noise), made fast.
+fn stamped_file(path: &Path, blocks: u64) {
+    use std::io::Write;
+    let base = crate::util::noise(1 << 20, 77);
+    let mut f = std::io::BufWriter::with_capacity(4 << 20, std::fs::File::create(path).unwrap());
+    let mut block = base.clone();
+    for b in 0..blocks {
+        block[..8].copy_from_slice(&b.to_le_bytes());
+        block[(1 << 20) - 8..].copy_from_slice(&(!b).to_le_bytes());
+        f.write_all(&block).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+#[test]
+fn uneven_work_one_4_gib_file_beside_10000_small_ones_on_lanes_both_sides() {
+    use crate::transfer::{assert_same_tree, no_part_files};
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("uneven");
+    std::fs::create_dir_all(&top).unwrap();
+    stamped_file(&top.join("big.dat"), 4096);
+    for i in 0..10_000usize {
+        let dir = top.join(format!("small/{}", i / 1000));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(i.to_string()),
+            crate::util::noise(i % 3000, i as u64),
+        )
+        .unwrap();
+    }
+    let mut cmd = urmove();
+    cmd.args(["send", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args(["-P", "4", "--lanes", "2", "--json"])
+        .args([top.to_str().unwrap(), "127.0.0.1:in"]);
+    let o = crate::util::output_within(cmd, Duration::from_secs(600));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_verified"], 10_001, "{v}");
+    assert_lanes_report(&v, 2, 4, SPLIT_MOST);
+    let bytes = lane_bytes(&v);
+    assert!(
+        bytes.iter().all(|&b| b >= (1 << 30)),
+        "each lane's bytes: {bytes:?}"
+    );
+    assert_same_tree(&top, &d.root.path().join("in/uneven"));
+    assert!(no_part_files(d.root.path()));
+}

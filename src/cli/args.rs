@@ -434,11 +434,10 @@ pub struct RecvArgs {
     #[arg(long, value_name = "NAME", value_parser = parse::congestion)]
     pub cc: Option<crate::datapath::tcp::Congestion>,
 
-    /// Threads of a session's data path (bench sessions, and the daemon's
-    /// side of a pull), each pinned to a core with its own ring, buffers
+    /// Threads of a session's data path (receiving a push, sending a pull,
+    /// bench sessions), each pinned to a core with its own ring, buffers
     /// and share of the streams; auto: the cores this process may run on,
-    /// at most one per stream [default: auto]. (A push is received on one
-    /// thread.)
+    /// at most one per stream [default: auto].
     #[arg(long, value_name = "N|auto", value_parser = parse::lanes)]
     pub lanes: Option<crate::session::lanes::Lanes>,
 
@@ -626,6 +625,12 @@ pub struct PullArgs {
     /// Bytes per frame (block).
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
     pub block: u64,
+
+    /// Threads receiving and writing, each pinned to a core with its own
+    /// ring, buffers and share of the streams; auto: the cores this
+    /// process may run on, at most one per stream.
+    #[arg(long, default_value = "auto", value_parser = parse::lanes, value_name = "N|auto")]
+    pub lanes: crate::session::lanes::Lanes,
 
     /// Congestion control of this side's data streams (TCP_CONGESTION:
     /// auto, bbr, cubic, ...). A pull's data comes from the daemon, whose

@@ -707,6 +707,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         direct: direct(a.direct),
         interval: a.interval,
         congestion: a.cc.clone(),
+        lanes: a.lanes,
         resume: a.resume.resume,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,

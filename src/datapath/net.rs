@@ -1036,6 +1036,17 @@ impl NetReceiver {
             .collect()
     }
 
+    /// [`stream_states`](Self::stream_states) into `out` (its room reused).
+    pub fn stream_states_into(&self, out: &mut Vec<(u64, bool)>) {
+        out.clear();
+        out.extend(
+            self.received
+                .iter()
+                .zip(&self.streams)
+                .map(|(b, s)| (*b, s.open && s.busy)),
+        );
+    }
+
     /// Bytes the kernel's TCP took in on all streams so far (what arrived,
     /// whether or not a whole frame did).
     pub fn tcp_bytes_received(&mut self) -> u64 {

@@ -532,6 +532,30 @@ impl Waker {
         self.fd.as_raw_fd()
     }
 
+    /// Wait until it is rung or `limit` passes, and reset it; whether it
+    /// was rung.
+    pub fn wait(&self, limit: std::time::Duration) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = limit.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll reads and writes the one pollfd it is given, which
+        // lives on this stack for the call.
+        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if ready <= 0 {
+            return false;
+        }
+        let mut count = [0u8; 8];
+        // SAFETY: read writes at most 8 bytes into `count`, which outlives
+        // the call; the descriptor is non-blocking.
+        unsafe {
+            libc::read(self.fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len());
+        }
+        true
+    }
+
     /// Wake whoever waits on it (best effort: a full counter still wakes).
     pub fn wake(&self) {
         let one = 1u64.to_ne_bytes();

@@ -232,21 +232,10 @@ pub fn run<T: Send, R: Send>(
     work: &(dyn Fn(&Lane, T) -> R + Sync),
 ) -> Vec<(R, LaneReport)> {
     assert_eq!(lanes.len(), parts.len(), "a part per lane");
-    let one = |lane: &Lane, part: T| {
-        let pinned = lane.cpu.filter(|&c| topology::pin_to(c));
-        let r = work(lane, part);
-        let report = LaneReport {
-            cpu: pinned,
-            streams: lane.streams.clone(),
-            cpu_s: sys::thread_cpu_time().as_secs_f64(),
-            bytes: 0,
-        };
-        (r, report)
-    };
     if lanes.len() == 1 {
         let start = sys::thread_cpu_time();
         let part = parts.into_iter().next().expect("a part");
-        let (r, mut report) = one(&lanes[0], part);
+        let (r, mut report) = on_lane(&lanes[0], part, work);
         report.cpu_s -= start.as_secs_f64();
         return vec![(r, report)];
     }
@@ -254,18 +243,42 @@ pub fn run<T: Send, R: Send>(
         let handles: Vec<_> = lanes
             .iter()
             .zip(parts)
-            .map(|(lane, part)| {
-                std::thread::Builder::new()
-                    .name(format!("urmove-lane-{}", lane.index))
-                    .spawn_scoped(scope, move || one(lane, part))
-                    .expect("spawning a lane thread")
-            })
+            .map(|(lane, part)| spawn(scope, lane, part, work))
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("a lane panicked"))
             .collect()
     })
+}
+
+/// Start `work` for `lane` with its part on a thread of its own in
+/// `scope` (named `urmove-lane-K`, pinned to the lane's core), for a
+/// caller that does more while its lanes run.
+pub fn spawn<'scope, T: Send + 'scope, R: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    lane: &'scope Lane,
+    part: T,
+    work: &'scope (dyn Fn(&Lane, T) -> R + Sync),
+) -> std::thread::ScopedJoinHandle<'scope, (R, LaneReport)> {
+    std::thread::Builder::new()
+        .name(format!("urmove-lane-{}", lane.index))
+        .spawn_scoped(scope, move || on_lane(lane, part, work))
+        .expect("spawning a lane thread")
+}
+
+/// `work` on this thread for `lane`, pinned to its core if it has one;
+/// the report's CPU time is this thread's so far.
+fn on_lane<T, R>(lane: &Lane, part: T, work: &(dyn Fn(&Lane, T) -> R + Sync)) -> (R, LaneReport) {
+    let pinned = lane.cpu.filter(|&c| topology::pin_to(c));
+    let r = work(lane, part);
+    let report = LaneReport {
+        cpu: pinned,
+        streams: lane.streams.clone(),
+        cpu_s: sys::thread_cpu_time().as_secs_f64(),
+        bytes: 0,
+    };
+    (r, report)
 }
 
 /// A lane's stop on the others: its work sets the flag when it fails,

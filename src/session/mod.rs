@@ -8,10 +8,12 @@
 
 mod admit;
 pub mod bench_net;
+mod book;
 mod commit;
 pub mod conn;
 pub mod fuzz;
 mod held;
+mod intake;
 mod journal;
 mod landing;
 pub mod lanes;

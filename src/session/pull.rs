@@ -72,7 +72,7 @@ pub fn run_pull(
     // This side's buffers are registered before the daemon hears of us.
     let (cfg, fitted) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
     let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
-        super::landing::prepare_receiver(cfg.streams as usize, n, cfg.block_size as usize)
+        super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)
     })?;
     std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
     let root = Root::open_for_writing(local)
@@ -167,9 +167,12 @@ pub fn run_pull(
         .map(|(i, why)| (*i, String::new(), why.clone()))
         .collect();
     report.skip(&incoming.entries, &skipped);
-    if let Err(e) = data {
-        report.fail(&e, interrupt.load(Ordering::Relaxed));
-        return Ok(report);
+    match data {
+        Ok(lanes) => report.lanes = lanes,
+        Err(e) => {
+            report.fail(&e, interrupt.load(Ordering::Relaxed));
+            return Ok(report);
+        }
     }
     let peer = peer.into_inner().unwrap_or_else(|p| p.into_inner());
     let outcome = settle_pull(&peer.events, &mut incoming, &landed.1);

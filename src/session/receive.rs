@@ -205,8 +205,9 @@ pub(crate) struct RecvFile {
     /// The sender's digest of the source, once it said.
     pub(crate) sender_digest: Option<u64>,
     pub(crate) state: FileState,
-    /// Registered-file slot in the receiving ring while blocks are written.
-    pub(crate) slot: Option<u32>,
+    /// How many times a part of it was opened: a lane's registered slot
+    /// for it holds the descriptor of the opening it was made for.
+    pub(crate) opened: u32,
     /// Writes in flight: (block, digest terms), added to the digest when done.
     pub(crate) writing: Vec<(u64, u64)>,
     /// Blocks written since the last journal, and the bytes of the frames
@@ -241,7 +242,7 @@ impl RecvFile {
             digest: 0,
             sender_digest: None,
             state: FileState::Receiving,
-            slot: None,
+            opened: 0,
             writing: Vec::new(),
             dirty: false,
             wire_since_journal: 0,
@@ -838,6 +839,7 @@ fn create_part(
     f.part_id = Some(id);
     journal::remove(root, &f.final_rel);
     f.part = Some(part);
+    f.opened = f.opened.wrapping_add(1);
     f.direct = is_direct;
     Ok(())
 }
@@ -878,6 +880,7 @@ fn reopen_part(
         ));
     }
     f.part = Some(part);
+    f.opened = f.opened.wrapping_add(1);
     f.direct = is_direct;
     Ok(())
 }

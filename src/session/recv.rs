@@ -1241,8 +1241,9 @@ fn push_session(
     }
     // Ring and registered buffers first: they are ready when the first
     // frame comes, however long the streams take to connect.
-    let pool = super::landing::prepare_receiver(
-        usize::from(req.streams),
+    let pool = super::landing::prepare_receivers(
+        cfg.lanes,
+        req.streams,
         buffers,
         req.block_size as usize,
     )?;
@@ -1282,7 +1283,7 @@ fn push_session(
             &peer,
             &mut out,
         )
-        .and_then(|()| incoming.finish());
+        .and_then(|_lanes| incoming.finish());
     let summary = received.as_ref().map(|(files, bytes)| Message::Summary {
         files: *files,
         bytes: *bytes,

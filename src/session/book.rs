@@ -1,0 +1,524 @@
+//! The file table of a receive, shared by its lanes under one lock.
+//!
+//! Lanes check every frame's checksum (and open sealed ones) on their own
+//! thread, then take the lock for the few steps that touch the table: the
+//! frame against its file's layout and the blocks already seen, the part
+//! file opened, the write noted in flight, and when the write is done the
+//! block marked and the file handed on. The session's control thread
+//! takes the same lock for the sender's digests and drops, journals and
+//! the finalizers' results. A part is never closed while a write of it is
+//! in flight (from any lane), so a descriptor a lane registered stays the
+//! file's until the lane sees it opened anew.
+
+use std::collections::VecDeque;
+use std::os::unix::fs::FileExt;
+use std::sync::{mpsc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::datapath::beneath::Root;
+use crate::datapath::net::{payload, HEADROOM};
+use crate::datapath::{DirectMode, Lease};
+use crate::protocol::control::ErrorCode;
+use crate::protocol::frame::{zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN};
+
+use super::commit::{FinalJob, JournalJob, Outcome};
+use super::journal::Journal;
+use super::receive::{FileState, RecvFile, Rules};
+use super::SessionError;
+
+/// Complete files waiting for a finalizer, at most.
+pub(super) const FINALIZE_BACKLOG_MAX: usize = 64;
+/// Part files one session holds open at once (descriptors).
+const OPEN_PARTS_MAX: usize = 128;
+/// A file with new blocks gets its journal rewritten this often, at most.
+const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Work for the finalizer threads.
+pub(super) enum Job {
+    Finish(FinalJob),
+    Journal(JournalJob),
+}
+
+pub(super) enum JobDone {
+    Finished(Result<Outcome, SessionError>),
+    Journaled(u32, Result<u64, SessionError>),
+}
+
+/// What the receive counted, handed back to the `Incoming` when it ends.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) done_files: usize,
+    pub(super) bytes: u64,
+    pub(super) skipped: Vec<(u32, String)>,
+    pub(super) rejected: Vec<u32>,
+    pub(super) lost_streams: Vec<String>,
+    pub(super) journal_bytes: u64,
+    pub(super) summary: Option<(u64, u64, bool)>,
+}
+
+/// The table of files being received and what is in hand for them.
+pub(super) struct Book<'s> {
+    pub(super) root: &'s Root,
+    direct: DirectMode,
+    rules: &'s Rules,
+    pub(super) block: u64,
+    files: &'s mut Vec<Option<RecvFile>>,
+    jobs: mpsc::Sender<Job>,
+    /// Jobs handed to the finalizers and not yet back.
+    pub(super) pending: usize,
+    /// Files with blocks written since their last journal.
+    dirty: Vec<usize>,
+    last_sweep: Instant,
+    /// Files still receiving or finishing.
+    pub(super) remaining: usize,
+    /// Parts open now, in the order they were opened (for closing idle ones).
+    open_parts: usize,
+    open_order: VecDeque<usize>,
+    pub(super) tally: Tally,
+}
+
+/// The book, locked (a lane that panicked holding it left it as it was:
+/// the session fails on that lane's panic anyway).
+pub(super) fn lock<'a, 's>(book: &'a Mutex<Book<'s>>) -> MutexGuard<'a, Book<'s>> {
+    book.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What to do with a frame that fits its file.
+pub(super) enum Accepted {
+    /// A hole: nothing to write; its digest terms.
+    Hole { terms: u64 },
+    /// A block that arrived before (a stream was lost and the sender sent
+    /// its frames again), or of a file no longer received: dropped.
+    Drop,
+    /// Write the payload at the frame's offset.
+    Data { terms: u64 },
+}
+
+/// A frame's checksum (or a hole's) under `key`, checked on the lane that
+/// received it, before the book is locked: the payload's digest terms, or
+/// `None` for a hole (whose terms depend on its file's size).
+pub(super) fn verify(
+    header: &FrameHeader,
+    lease: &Lease,
+    key: &FrameKey,
+) -> Result<Option<u64>, SessionError> {
+    let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
+    if header.is_hole() {
+        header
+            .check_hole(key)
+            .map_err(|e| malformed(e.to_string()))?;
+        return Ok(None);
+    }
+    header
+        .check_payload(key, payload(lease, header))
+        .map(Some)
+        .map_err(|e| malformed(e.to_string()))
+}
+
+impl<'s> Book<'s> {
+    pub(super) fn new(
+        (root, direct, rules): (&'s Root, DirectMode, &'s Rules),
+        block: u64,
+        files: &'s mut Vec<Option<RecvFile>>,
+        jobs: mpsc::Sender<Job>,
+    ) -> Self {
+        Book {
+            root,
+            direct,
+            rules,
+            block,
+            remaining: files
+                .iter()
+                .flatten()
+                .filter(|f| f.state == FileState::Receiving)
+                .count(),
+            open_parts: files.iter().flatten().filter(|f| f.part.is_some()).count(),
+            open_order: VecDeque::new(),
+            files,
+            jobs,
+            pending: 0,
+            dirty: Vec::new(),
+            last_sweep: Instant::now(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// What the receive counted, once it is over.
+    pub(super) fn into_tally(self) -> Tally {
+        self.tally
+    }
+
+    pub(super) fn file(&mut self, index: usize) -> &mut RecvFile {
+        self.files[index].as_mut().expect("frames name files")
+    }
+
+    /// As many files wait for the finalizers as may: lanes take no more
+    /// frames until some are done (each holds a descriptor).
+    pub(super) fn backlogged(&self) -> bool {
+        self.pending >= FINALIZE_BACKLOG_MAX
+    }
+
+    /// Files are written and wait only for the sender's digest.
+    pub(super) fn awaits_peer(&self) -> bool {
+        self.files
+            .iter()
+            .flatten()
+            .any(|f| f.state == FileState::Receiving && f.is_written() && f.sender_digest.is_none())
+    }
+
+    /// Files written whole that still wait (for the sender's digest).
+    pub(super) fn written_waiting(&self) -> usize {
+        self.files
+            .iter()
+            .flatten()
+            .filter(|f| f.state == FileState::Receiving && f.is_written())
+            .count()
+    }
+
+    /// A frame whose checksum the lane found good (`data_terms`: its
+    /// payload's terms, `None` for a hole): checked against the file it
+    /// names (block layout, duplicates), marked seen, and its part opened
+    /// when it is to be written.
+    pub(super) fn accept(
+        &mut self,
+        header: &FrameHeader,
+        data_terms: Option<u64>,
+    ) -> Result<Accepted, SessionError> {
+        let a = accept_frame(self.files, self.block, header, data_terms)?;
+        self.ensure_open(header.file_index as usize, &a)?;
+        Ok(a)
+    }
+
+    /// A hole frame accepted: nothing to write (a continued part's old
+    /// bytes there are cleared). Returns the file, now with a block more.
+    pub(super) fn hole(&mut self, header: &FrameHeader, terms: u64) -> Result<usize, SessionError> {
+        let (index, block) = (header.file_index as usize, self.block);
+        let f = self.file(index);
+        let len = (f.size - header.offset).min(block);
+        if f.stale {
+            let part = f.part.as_ref().expect("opened when accepted");
+            crate::datapath::sys::zero_range(part, header.offset, len)
+                .map_err(|e| SessionError::io(format!("clearing {}", f.final_rel), e))?;
+        }
+        f.mark_written(header.offset / block, len, terms, FRAME_HEADER_LEN as u64);
+        Ok(index)
+    }
+
+    /// Write an accepted frame's payload here, with a pwrite from its
+    /// buffer (a lane whose file slots are all busy). Returns the file.
+    pub(super) fn write_here(
+        &mut self,
+        header: &FrameHeader,
+        lease: &Lease,
+        write_len: u32,
+        terms: u64,
+    ) -> Result<usize, SessionError> {
+        let (index, block) = (header.file_index as usize, self.block);
+        let f = self.file(index);
+        let part = f.part.as_ref().expect("opened when accepted");
+        let bytes = &lease.as_slice()[HEADROOM..HEADROOM + write_len as usize];
+        part.write_all_at(bytes, header.offset)
+            .map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
+        let wire = FRAME_HEADER_LEN as u64 + u64::from(header.length);
+        f.mark_written(header.offset / block, u64::from(header.length), terms, wire);
+        Ok(index)
+    }
+
+    /// A write from a lane's ring finished (`token`: file and block).
+    pub(super) fn written(
+        &mut self,
+        token: u64,
+        len: u32,
+        result: i32,
+    ) -> Result<usize, SessionError> {
+        let (index, block_no) = ((token >> 32) as usize, token & 0xFFFF_FFFF);
+        let block = self.block;
+        let f = self.file(index);
+        let at = f
+            .writing
+            .iter()
+            .position(|w| w.0 == block_no)
+            .expect("a write in flight");
+        let (_, terms) = f.writing.swap_remove(at);
+        if result < 0 || (result as u32) < len {
+            let e = if result < 0 {
+                std::io::Error::from_raw_os_error(-result)
+            } else {
+                std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "short write (no space left?)",
+                )
+            };
+            return Err(SessionError::io(format!("writing {}", f.final_rel), e));
+        }
+        let len = (f.size - block_no * block).min(block);
+        f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + len);
+        Ok(index)
+    }
+
+    /// A file got blocks written: finish it when whole and agreed on, else
+    /// remember it for its journal.
+    pub(super) fn written_more(&mut self, index: usize) -> Result<(), SessionError> {
+        let f = self.file(index);
+        if f.state == FileState::Skipped {
+            if f.writing.is_empty() {
+                self.close(index);
+            }
+            return Ok(());
+        }
+        if f.state != FileState::Receiving {
+            return Ok(());
+        }
+        if f.is_written() {
+            return self.try_finish(index);
+        }
+        if f.dirty && !self.dirty.contains(&index) {
+            self.dirty.push(index);
+        }
+        Ok(())
+    }
+
+    /// Close a file's part while it waits or is dropped (no write of it
+    /// is in flight).
+    fn close(&mut self, index: usize) {
+        if self.file(index).part.take().is_some() {
+            self.open_parts -= 1;
+        }
+    }
+
+    /// The part of file `index` open for the frame just accepted (nothing
+    /// for a frame that is dropped). At most [`OPEN_PARTS_MAX`] parts of a
+    /// session are open at once: past that, the one idle longest is closed
+    /// (and opened again, by name and inode, when its next block comes), so
+    /// a sender starting many files at once holds no more descriptors.
+    fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<(), SessionError> {
+        if matches!(a, Accepted::Drop) || self.file(index).part.is_some() {
+            return Ok(());
+        }
+        if self.open_parts >= OPEN_PARTS_MAX {
+            self.close_idle_part();
+        }
+        let f = self.files[index].as_mut().expect("files");
+        super::receive::open_part(self.root, self.direct, self.rules, f)?;
+        self.open_parts += 1;
+        self.open_order.push_back(index);
+        Ok(())
+    }
+
+    /// Close the open part idle longest (no write or journal in flight).
+    fn close_idle_part(&mut self) {
+        for _ in 0..self.open_order.len() {
+            let Some(i) = self.open_order.pop_front() else {
+                return;
+            };
+            let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
+                continue;
+            };
+            if f.writing.is_empty() && !f.journaling && f.state == FileState::Receiving {
+                self.close(i);
+                return;
+            }
+            self.open_order.push_back(i);
+        }
+    }
+
+    /// Hand a written file to a finalizer once the sender's digest is known
+    /// and no journal write of it is in flight.
+    fn try_finish(&mut self, index: usize) -> Result<(), SessionError> {
+        let f = self.files[index].as_mut().expect("files");
+        if f.state != FileState::Receiving
+            || !f.is_written()
+            || f.sender_digest.is_none()
+            || f.journaling
+        {
+            return Ok(());
+        }
+        // A file whose blocks were all held, or holes, may have no part open.
+        if f.part.is_none() {
+            super::receive::open_part(self.root, self.direct, self.rules, f)?;
+            self.open_parts += 1;
+        }
+        let job = FinalJob::take(index as u32, f, self.rules);
+        self.open_parts -= 1;
+        self.pending += 1;
+        let _ = self.jobs.send(Job::Finish(job));
+        Ok(())
+    }
+
+    /// The sender's digest of entry `i`: once per file being received.
+    pub(super) fn sender_digest(&mut self, i: u32, digest: u64) -> Result<(), SessionError> {
+        let f = self
+            .files
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .filter(|f| f.state == FileState::Receiving && f.sender_digest.is_none())
+            .ok_or_else(|| {
+                SessionError::local(
+                    ErrorCode::Malformed,
+                    format!("a digest for entry {i}, which is no file being received (or twice)"),
+                )
+            })?;
+        f.sender_digest = Some(digest);
+        self.try_finish(i as usize)
+    }
+
+    /// The sender dropped entry `i`: stop waiting for it. Its part stays
+    /// only if it holds journaled data (see `Incoming`'s drop).
+    pub(super) fn skipped(&mut self, i: u32, why: String) -> Result<(), SessionError> {
+        let Some(f) = self
+            .files
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .filter(|f| f.state == FileState::Receiving)
+        else {
+            return Err(SessionError::local(
+                ErrorCode::Malformed,
+                format!("entry {i} skipped, which is no file being received"),
+            ));
+        };
+        f.state = FileState::Skipped;
+        let idle = f.writing.is_empty();
+        self.remaining -= 1;
+        self.tally.skipped.push((i, why));
+        if idle {
+            self.close(i as usize);
+        }
+        Ok(())
+    }
+
+    /// Journal what is written of files still arriving, each at most every
+    /// [`JOURNAL_INTERVAL`], and only once the blocks written since the last
+    /// journal cover at least as many bytes as a journal takes (so journal
+    /// writes never outgrow the data: a huge sparse file fed a block at a
+    /// time is not a journal amplifier).
+    pub(super) fn sweep_journals(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_sweep) < JOURNAL_INTERVAL / 4 {
+            return;
+        }
+        self.last_sweep = now;
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.retain(|&index| self.journal(index, now));
+        self.dirty.extend(dirty);
+    }
+
+    /// Journal file `index` if it is due; whether it stays dirty.
+    fn journal(&mut self, index: usize, now: Instant) -> bool {
+        let f = self.files[index].as_mut().expect("dirty entries are files");
+        if f.state != FileState::Receiving || !f.dirty {
+            return false;
+        }
+        if f.journaling || now.duration_since(f.last_journal) < JOURNAL_INTERVAL {
+            return true;
+        }
+        // Never more journal than what came for the file, and within the
+        // process's journal budget.
+        let len = super::journal::encoded_len(&f.id, &f.written);
+        if f.wire_since_journal < len || !self.rules.journal_budget.take(len) {
+            return true;
+        }
+        let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok()) else {
+            return true;
+        };
+        let j = Journal {
+            id: f.id,
+            part: f.part_id.expect("written files are claimed"),
+            digest: f.digest,
+            blocks: f.written.clone(),
+        };
+        (f.dirty, f.journaling, f.last_journal, f.wire_since_journal) = (false, true, now, 0);
+        self.pending += 1;
+        let _ = self.jobs.send(Job::Journal(JournalJob {
+            index: index as u32,
+            part,
+            final_rel: f.final_rel.clone(),
+            journal: j,
+            secret: self.rules.secret.clone(),
+        }));
+        false
+    }
+
+    /// A finalizer's job came back: what to tell the peer, if anything.
+    pub(super) fn settle(&mut self, r: JobDone) -> Result<Option<Outcome>, SessionError> {
+        self.pending -= 1;
+        match r {
+            JobDone::Finished(r) => {
+                self.remaining -= 1;
+                let outcome = r?;
+                match outcome {
+                    Outcome::Committed(i, _) => {
+                        self.file(i as usize).state = FileState::Done;
+                        self.tally.done_files += 1;
+                    }
+                    Outcome::Rejected(i, _) => {
+                        self.file(i as usize).state = FileState::Rejected;
+                        self.tally.rejected.push(i);
+                    }
+                }
+                Ok(Some(outcome))
+            }
+            JobDone::Journaled(i, r) => {
+                self.tally.journal_bytes += r?;
+                let f = self.file(i as usize);
+                (f.journaling, f.journaled) = (false, true);
+                self.try_finish(i as usize).map(|()| None)
+            }
+        }
+    }
+}
+
+/// Check a frame against the file it names (block layout, duplicates) and
+/// mark it seen; its checksum is checked already (`data_terms`, `None` for
+/// a hole). The write itself is the caller's.
+fn accept_frame(
+    files: &mut [Option<RecvFile>],
+    block: u64,
+    header: &FrameHeader,
+    data_terms: Option<u64>,
+) -> Result<Accepted, SessionError> {
+    let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
+    let Some(Some(f)) = files.get_mut(header.file_index as usize) else {
+        return Err(malformed(format!(
+            "frame for entry {}, which is not a file being received",
+            header.file_index
+        )));
+    };
+    FrameHeader {
+        file_index: 0,
+        ..*header
+    }
+    .check_against(&[f.size])
+    .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
+    if header.offset >= f.size {
+        return Err(malformed(format!(
+            "frame at offset {} is past the end of file {}",
+            header.offset, header.file_index
+        )));
+    }
+    let expected = (f.size - header.offset).min(block);
+    let hole = header.is_hole();
+    let covered = if hole && header.length == 0 {
+        expected
+    } else {
+        u64::from(header.length)
+    };
+    if !header.offset.is_multiple_of(block) || covered != expected || (hole && header.length != 0) {
+        return Err(malformed(format!(
+            "frame at offset {} of file {} does not fit its block layout",
+            header.offset, header.file_index
+        )));
+    }
+    let block_no = header.offset / block;
+    let (word, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
+    if f.seen[word] & bit != 0 || f.state != FileState::Receiving {
+        return Ok(Accepted::Drop);
+    }
+    f.seen[word] |= bit;
+    Ok(match data_terms {
+        // Nothing to write: the hole stays a hole (the size is set at the end).
+        None => Accepted::Hole {
+            terms: zero_terms(header.offset, expected),
+        },
+        Some(terms) => Accepted::Data { terms },
+    })
+}

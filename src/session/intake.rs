@@ -1,0 +1,289 @@
+//! A receiving lane: its own ring, buffers and share of the data streams.
+//!
+//! Each tick polls the lane's streams, checks every frame's checksum (and
+//! opens sealed frames) on this thread, then takes the book's lock once
+//! for the batch: each frame against its file, its part opened, its write
+//! issued from this lane's ring straight from the buffer it arrived in
+//! (`WRITE_FIXED` to a file slot of this ring), and each finished write
+//! marked. What the control thread needs (bytes, whether the lane waits
+//! on its peer, its streams' states) is published after every tick.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::datapath::net::{NetReceiver, RecvEvent};
+use crate::datapath::Lease;
+use crate::protocol::frame::{FrameHeader, FrameKey};
+
+use super::book::{self, Accepted, Book};
+use super::SessionError;
+
+/// What a lane shows the control thread.
+#[derive(Debug, Default)]
+pub(super) struct LaneStatus {
+    /// Streams open or operations in flight.
+    pub(super) busy: AtomicBool,
+    /// A receive waits on an open stream (the lane waits for the sender).
+    pub(super) waiting: AtomicBool,
+    /// A stream's payload waits for a buffer (this side is the slow one).
+    pub(super) starved: AtomicBool,
+    /// Payload bytes the lane took in.
+    pub(super) bytes: AtomicU64,
+    /// Its streams' (delivered bytes, waiting), in the lane's order.
+    pub(super) states: Mutex<Vec<(u64, bool)>>,
+}
+
+impl LaneStatus {
+    /// A lane about to start: busy until it shows otherwise.
+    pub(super) fn new() -> Self {
+        LaneStatus {
+            busy: AtomicBool::new(true),
+            ..LaneStatus::default()
+        }
+    }
+}
+
+/// A registered file slot of the lane's ring: which opening of which file
+/// it holds, and the writes to it in flight.
+struct Slot {
+    index: usize,
+    opened: u32,
+    slot: u32,
+    writes: u32,
+}
+
+/// One lane's side of a receive.
+pub(super) struct Intake<'a> {
+    rx: NetReceiver,
+    key: FrameKey,
+    slots: Vec<Slot>,
+    /// Reused every tick: what the poll brought, each frame's check, the
+    /// files that got blocks.
+    events: Vec<RecvEvent>,
+    checks: Vec<Result<Option<u64>, SessionError>>,
+    completed: Vec<usize>,
+    status: &'a LaneStatus,
+}
+
+impl<'a> Intake<'a> {
+    /// A lane on `rx` (started on its streams by the caller), checking
+    /// frames under `key`, showing itself in `status`.
+    pub(super) fn new(rx: NetReceiver, key: FrameKey, status: &'a LaneStatus) -> Self {
+        Intake {
+            rx,
+            key,
+            slots: Vec::new(),
+            events: Vec::new(),
+            checks: Vec::new(),
+            completed: Vec::new(),
+            status,
+        }
+    }
+
+    /// Streams still open, or operations in flight.
+    pub(super) fn busy(&self) -> bool {
+        self.rx.open() || self.rx.in_flight() > 0
+    }
+
+    /// Poll the lane's streams once (waiting for something when `wait`)
+    /// and handle every event.
+    pub(super) fn tick(&mut self, book: &Mutex<Book>, wait: bool) -> Result<(), SessionError> {
+        let mut events = std::mem::take(&mut self.events);
+        // Handle what arrived even when the poll failed: every event
+        // carries a buffer that must go back to the pool.
+        let polled = self.rx.poll(wait, &mut |ev| events.push(ev));
+        self.checks.clear();
+        for ev in &events {
+            if let RecvEvent::Frame { header, lease, .. } = ev {
+                self.checks.push(book::verify(header, lease, &self.key));
+            }
+        }
+        let landed = self.land(book, &mut events);
+        self.events = events;
+        self.publish();
+        polled?;
+        landed
+    }
+
+    /// The batch's frames and finished writes, under the book's lock.
+    fn land(
+        &mut self,
+        book: &Mutex<Book>,
+        events: &mut Vec<RecvEvent>,
+    ) -> Result<(), SessionError> {
+        let mut book = book::lock(book);
+        let mut checks = std::mem::take(&mut self.checks);
+        let mut checks_iter = checks.drain(..);
+        let mut failure = None;
+        let mut batch_bytes = 0;
+        self.completed.clear();
+        for ev in events.drain(..) {
+            let r = match ev {
+                RecvEvent::Frame { header, lease, .. } => {
+                    let check = checks_iter.next().expect("a check per frame");
+                    if failure.is_some() {
+                        self.rx.give_back(lease);
+                        continue;
+                    }
+                    batch_bytes += u64::from(header.length);
+                    self.frame(&mut book, &header, lease, check)
+                }
+                RecvEvent::Written {
+                    token,
+                    len,
+                    result,
+                    lease,
+                } => {
+                    self.rx.give_back(lease);
+                    self.wrote((token >> 32) as usize);
+                    book.written(token, len, result).map(Some)
+                }
+                RecvEvent::Closed { .. } => Ok(None),
+                RecvEvent::Lost { stream, why } => {
+                    let stream = self.rx.stream_id(stream);
+                    book.tally
+                        .lost_streams
+                        .push(format!("stream {stream}: {why}"));
+                    Ok(None)
+                }
+            };
+            match r {
+                Ok(Some(i)) => self.completed.push(i),
+                Ok(None) => {}
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        drop(checks_iter);
+        self.checks = checks;
+        book.tally.bytes += batch_bytes;
+        self.status.bytes.fetch_add(batch_bytes, Ordering::Relaxed);
+        for &i in &self.completed {
+            if let Err(e) = book.written_more(i) {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// One frame, checked (`check`): accepted, then written (or a hole, or
+    /// a block held already). Returns the file when a block of it is now
+    /// written.
+    fn frame(
+        &mut self,
+        book: &mut Book,
+        header: &FrameHeader,
+        lease: Lease,
+        check: Result<Option<u64>, SessionError>,
+    ) -> Result<Option<usize>, SessionError> {
+        match check.and_then(|terms| book.accept(header, terms)) {
+            Err(e) => {
+                self.rx.give_back(lease);
+                Err(e)
+            }
+            Ok(Accepted::Drop) => {
+                self.rx.give_back(lease);
+                Ok(None)
+            }
+            Ok(Accepted::Hole { terms }) => {
+                self.rx.give_back(lease);
+                book.hole(header, terms).map(Some)
+            }
+            Ok(Accepted::Data { terms }) => self.write(book, header, lease, terms),
+        }
+    }
+
+    /// Write an accepted frame's payload: O_DIRECT `WRITE_FIXED` straight
+    /// from its buffer, or (every slot busy) a pwrite from it here.
+    fn write(
+        &mut self,
+        book: &mut Book,
+        header: &FrameHeader,
+        lease: Lease,
+        terms: u64,
+    ) -> Result<Option<usize>, SessionError> {
+        let index = header.file_index as usize;
+        let block_no = header.offset / book.block;
+        let f = book.file(index);
+        // O_DIRECT writes whole aligned blocks: the tail is padded here and
+        // cut back to the true size before the rename.
+        let write_len = match f.direct {
+            true => header.length.div_ceil(4096) * 4096,
+            false => header.length,
+        };
+        let fd = f.part.as_ref().expect("opened when accepted").as_raw_fd();
+        let Some(at) = self.slot_for(index, f.opened, fd) else {
+            let written = book.write_here(header, &lease, write_len, terms);
+            self.rx.give_back(lease);
+            return written.map(Some);
+        };
+        f.writing.push((block_no, terms));
+        self.slots[at].writes += 1;
+        let token = (index as u64) << 32 | block_no;
+        self.rx
+            .write(self.slots[at].slot, header.offset, lease, write_len, token);
+        Ok(None)
+    }
+
+    /// This lane's slot for file `index` as opened now (`opened`, on
+    /// descriptor `fd`): the one it has, else a new one, making room by
+    /// emptying slots with no write in flight. `None`: every slot is busy.
+    fn slot_for(&mut self, index: usize, opened: u32, fd: i32) -> Option<usize> {
+        if let Some(at) = self.slots.iter().position(|s| s.index == index) {
+            if self.slots[at].opened == opened {
+                return Some(at);
+            }
+            // Opened anew since: the part was closed, which waits for every
+            // write of it, so this slot has none in flight.
+            let old = self.slots.swap_remove(at);
+            debug_assert_eq!(old.writes, 0, "a closed part has no write in flight");
+            self.rx.detach_file(old.slot);
+        }
+        let slot = match self.rx.attach_file(fd).unwrap_or(None) {
+            Some(s) => s,
+            None => {
+                self.empty_idle_slots();
+                self.rx.attach_file(fd).unwrap_or(None)?
+            }
+        };
+        self.slots.push(Slot {
+            index,
+            opened,
+            slot,
+            writes: 0,
+        });
+        Some(self.slots.len() - 1)
+    }
+
+    /// Empty every slot no write is in flight to (files finished, waiting
+    /// or written by other lanes).
+    fn empty_idle_slots(&mut self) {
+        let rx = &mut self.rx;
+        self.slots.retain(|s| {
+            if s.writes > 0 {
+                return true;
+            }
+            rx.detach_file(s.slot);
+            false
+        });
+    }
+
+    /// A write to file `index` finished.
+    fn wrote(&mut self, index: usize) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.index == index) {
+            s.writes -= 1;
+        }
+    }
+
+    /// Show the control thread where this lane stands.
+    fn publish(&self) {
+        let s = self.status;
+        s.busy.store(self.busy(), Ordering::Release);
+        s.waiting.store(self.rx.waiting(), Ordering::Relaxed);
+        s.starved.store(self.rx.starved(), Ordering::Relaxed);
+        let mut states = s.states.lock().unwrap_or_else(|p| p.into_inner());
+        self.rx.stream_states_into(&mut states);
+    }
+}
