@@ -215,7 +215,7 @@ def fio_write_line():
     daemon's root takes at most (the send lines' other limit)."""
     target = os.path.join(DEST, "fio-write.bin")
     out = subprocess.run(["fio", "--name=w", f"--filename={target}", "--rw=write", "--bs=1M",
-                          "--direct=1", f"--size={SIZE_MB}M", "--ioengine=io_uring", "--iodepth=32",
+                          "--direct=1", f"--size={os.path.getsize(BIG)}", "--ioengine=io_uring", "--iodepth=32",
                           "--output-format=json"], capture_output=True, check=True).stdout
     os.unlink(target)
     j = json.loads(out[out.index(b"{"):])

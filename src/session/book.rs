@@ -11,12 +11,11 @@
 //! file's until the lane sees it opened anew.
 
 use std::collections::VecDeque;
-use std::os::unix::fs::FileExt;
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
-use crate::datapath::net::{payload, HEADROOM};
+use crate::datapath::net::payload;
 use crate::datapath::{DirectMode, Lease};
 use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN};
@@ -204,27 +203,8 @@ impl<'s> Book<'s> {
         Ok(index)
     }
 
-    /// Write an accepted frame's payload here, with a pwrite from its
-    /// buffer (a lane whose file slots are all busy). Returns the file.
-    pub(super) fn write_here(
-        &mut self,
-        header: &FrameHeader,
-        lease: &Lease,
-        write_len: u32,
-        terms: u64,
-    ) -> Result<usize, SessionError> {
-        let (index, block) = (header.file_index as usize, self.block);
-        let f = self.file(index);
-        let part = f.part.as_ref().expect("opened when accepted");
-        let bytes = &lease.as_slice()[HEADROOM..HEADROOM + write_len as usize];
-        part.write_all_at(bytes, header.offset)
-            .map_err(|e| SessionError::io(format!("writing {}", f.final_rel), e))?;
-        let wire = FRAME_HEADER_LEN as u64 + u64::from(header.length);
-        f.mark_written(header.offset / block, u64::from(header.length), terms, wire);
-        Ok(index)
-    }
-
-    /// A write from a lane's ring finished (`token`: file and block).
+    /// A write of a lane finished (`token`: file and block; `result`: the
+    /// bytes written or a negative errno).
     pub(super) fn written(
         &mut self,
         token: u64,

@@ -9,10 +9,11 @@
 //! on its peer, its streams' states) is published after every tick.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::datapath::net::{NetReceiver, RecvEvent};
+use crate::datapath::net::{NetReceiver, RecvEvent, HEADROOM};
 use crate::datapath::Lease;
 use crate::protocol::frame::{FrameHeader, FrameKey};
 
@@ -53,6 +54,17 @@ struct Slot {
     writes: u32,
 }
 
+/// A payload to write with a pwrite once the book is unlocked (the lane's
+/// file slots were all busy): its part (a second descriptor), the write
+/// noted in flight as a ring's would be.
+struct Deferred {
+    part: std::fs::File,
+    offset: u64,
+    lease: Lease,
+    len: u32,
+    token: u64,
+}
+
 /// One lane's side of a receive.
 pub(super) struct Intake<'a> {
     rx: NetReceiver,
@@ -63,6 +75,7 @@ pub(super) struct Intake<'a> {
     events: Vec<RecvEvent>,
     checks: Vec<Result<Option<u64>, SessionError>>,
     completed: Vec<usize>,
+    deferred: Vec<Deferred>,
     status: &'a LaneStatus,
 }
 
@@ -77,6 +90,7 @@ impl<'a> Intake<'a> {
             events: Vec::new(),
             checks: Vec::new(),
             completed: Vec::new(),
+            deferred: Vec::new(),
             status,
         }
     }
@@ -101,9 +115,39 @@ impl<'a> Intake<'a> {
         }
         let landed = self.land(book, &mut events);
         self.events = events;
+        let written = self.write_deferred(book);
         self.publish();
         polled?;
-        landed
+        landed.and(written)
+    }
+
+    /// The pwrites the batch left (no lock held while they run), then
+    /// each marked under the lock as a ring's write would be.
+    fn write_deferred(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        let mut done = Vec::with_capacity(self.deferred.len());
+        for d in self.deferred.drain(..) {
+            let bytes = &d.lease.as_slice()[HEADROOM..HEADROOM + d.len as usize];
+            let result = match d.part.write_all_at(bytes, d.offset) {
+                Ok(()) => d.len as i32,
+                Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+            };
+            self.rx.give_back(d.lease);
+            done.push((d.token, d.len, result));
+        }
+        let mut book = book::lock(book);
+        let mut failure = None;
+        for (token, len, result) in done {
+            let r = book
+                .written(token, len, result)
+                .and_then(|i| book.written_more(i));
+            if let Err(e) = r {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
     }
 
     /// The batch's frames and finished writes, under the book's lock.
@@ -213,15 +257,30 @@ impl<'a> Intake<'a> {
             true => header.length.div_ceil(4096) * 4096,
             false => header.length,
         };
-        let fd = f.part.as_ref().expect("opened when accepted").as_raw_fd();
-        let Some(at) = self.slot_for(index, f.opened, fd) else {
-            let written = book.write_here(header, &lease, write_len, terms);
-            self.rx.give_back(lease);
-            return written.map(Some);
+        let part = f.part.as_ref().expect("opened when accepted");
+        let token = (index as u64) << 32 | block_no;
+        let Some(at) = self.slot_for(index, f.opened, part.as_raw_fd()) else {
+            // Every slot busy: a pwrite after the lock, from a second
+            // descriptor (the part stays open while its write is noted).
+            let part = match part.try_clone() {
+                Ok(p) => p,
+                Err(e) => {
+                    self.rx.give_back(lease);
+                    return Err(SessionError::io(format!("writing {}", f.final_rel), e));
+                }
+            };
+            f.writing.push((block_no, terms));
+            self.deferred.push(Deferred {
+                part,
+                offset: header.offset,
+                lease,
+                len: write_len,
+                token,
+            });
+            return Ok(None);
         };
         f.writing.push((block_no, terms));
         self.slots[at].writes += 1;
-        let token = (index as u64) << 32 | block_no;
         self.rx
             .write(self.slots[at].slot, header.offset, lease, write_len, token);
         Ok(None)

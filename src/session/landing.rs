@@ -278,6 +278,29 @@ fn lane_thread(
     r
 }
 
+/// Sets the stop of running lanes and rings each awake when dropped.
+struct StopLanes<'a>(&'a AtomicBool, &'a [Waker]);
+
+impl Drop for StopLanes<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+        self.1.iter().for_each(Waker::wake);
+    }
+}
+
+/// A receiving lane's result once it ended; a lane that panicked is an
+/// error of the session, not of the process.
+fn joined<R>(
+    h: std::thread::ScopedJoinHandle<'_, (Result<R, SessionError>, LaneReport)>,
+) -> Result<(Result<R, SessionError>, LaneReport), SessionError> {
+    h.join().map_err(|_| {
+        SessionError::local(
+            crate::protocol::control::ErrorCode::Internal,
+            "a receiving lane failed (it panicked)",
+        )
+    })
+}
+
 /// The control plane of a receive: the peer, the finalizers, progress,
 /// heartbeats and pace, over the lanes' shown state.
 struct Control<'s> {
@@ -377,20 +400,27 @@ impl<'s> Control<'s> {
             lane_thread(shared, (start, lane, rx), (&wakers_ref[k], &lanes[k]))
         };
         std::thread::scope(|scope| {
-            let handles: Vec<_> = plan
-                .iter()
-                .zip(rxs)
-                .map(|(lane, rx)| lanes::spawn(scope, lane, rx, &work))
-                .collect();
-            let r = self.watch(book, &stop);
-            stop.store(true, Ordering::Release);
-            wakers.iter().for_each(Waker::wake);
-            let done: Vec<_> = handles
+            // However this thread leaves the scope (an error, a panic), the
+            // lanes stop first: the scope waits for them.
+            let stopper = StopLanes(&stop, &wakers);
+            let mut handles = Vec::with_capacity(plan.len());
+            for (lane, rx) in plan.iter().zip(rxs) {
+                let h = lanes::spawn(scope, lane, rx, &work)
+                    .map_err(|e| SessionError::io("starting a receiving lane", e));
+                handles.push(h);
+            }
+            // A lane that did not start fails the receive below.
+            let r = match handles.iter().any(Result::is_err) {
+                true => Ok(()),
+                false => self.watch(book, &stop),
+            };
+            drop(stopper);
+            let done = handles
                 .into_iter()
-                .map(|h| h.join().expect("a receiving lane panicked"))
-                .collect();
+                .map(|h| h.and_then(joined))
+                .collect::<Result<Vec<_>, _>>();
             r?;
-            lanes::all_ok(done).map(|(_, reports)| reports)
+            lanes::all_ok(done?).map(|(_, reports)| reports)
         })
     }
 
@@ -605,6 +635,8 @@ impl<'s> Control<'s> {
 
     /// Wait for every job in hand, keeping the first error.
     fn drain(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
+        // The lanes are done: what they took in since the last step.
+        self.report_progress();
         let mut first = Ok(());
         while book::lock(book).pending > 0 {
             let Ok(r) = self.results.recv() else { break };

@@ -76,11 +76,11 @@ pub struct LaneReport {
 }
 
 /// The lanes a file sender asks for when its peer is `peer_local` (on
-/// this host: loopback, or one of this host's addresses). A file receiver
-/// runs its data path on one thread, and a sender on every core beside it
-/// starves it: a loopback send on two lanes ran at 0.8 of one lane's rate
-/// on two cores. So `auto` then takes half the cores. (Bench receivers run
-/// lanes: `bench --net` keeps every core.)
+/// this host: loopback, or one of this host's addresses). The receiver's
+/// lanes share this host's cores, and a sender on every core beside them
+/// starves them (on two cores a loopback send on two lanes ran at 0.8 of
+/// one lane's rate), so `auto` then takes half the cores. (`bench --net`,
+/// whose receiver does less per byte, keeps every core.)
 pub fn for_peer(want: Lanes, peer_local: bool) -> Lanes {
     match want {
         Lanes::Auto if peer_local => {
@@ -243,7 +243,7 @@ pub fn run<T: Send, R: Send>(
         let handles: Vec<_> = lanes
             .iter()
             .zip(parts)
-            .map(|(lane, part)| spawn(scope, lane, part, work))
+            .map(|(lane, part)| spawn(scope, lane, part, work).expect("spawning a lane thread"))
             .collect();
         handles
             .into_iter()
@@ -260,11 +260,10 @@ pub fn spawn<'scope, T: Send + 'scope, R: Send + 'scope>(
     lane: &'scope Lane,
     part: T,
     work: &'scope (dyn Fn(&Lane, T) -> R + Sync),
-) -> std::thread::ScopedJoinHandle<'scope, (R, LaneReport)> {
+) -> std::io::Result<std::thread::ScopedJoinHandle<'scope, (R, LaneReport)>> {
     std::thread::Builder::new()
         .name(format!("urmove-lane-{}", lane.index))
         .spawn_scoped(scope, move || on_lane(lane, part, work))
-        .expect("spawning a lane thread")
 }
 
 /// `work` on this thread for `lane`, pinned to its core if it has one;
