@@ -157,6 +157,13 @@ impl<'s> Book<'s> {
         self.pending >= FINALIZE_BACKLOG_MAX
     }
 
+    /// Whether file `index` is still being received (blocks may come).
+    pub(super) fn receiving(&self, index: usize) -> bool {
+        self.files[index]
+            .as_ref()
+            .is_some_and(|f| f.state == FileState::Receiving)
+    }
+
     /// Files are written and wait only for the sender's digest.
     pub(super) fn awaits_peer(&self) -> bool {
         self.files

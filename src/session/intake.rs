@@ -209,7 +209,22 @@ impl<'a> Intake<'a> {
                 failure.get_or_insert(e);
             }
         }
+        self.empty_done_slots(&mut book);
         failure.map_or(Ok(()), Err)
+    }
+
+    /// Empty the slots of files no longer received (committed, rejected,
+    /// dropped) with no write in flight: a registration holds its file,
+    /// and a rejected part's space comes back only when it is let go.
+    fn empty_done_slots(&mut self, book: &mut Book) {
+        let rx = &mut self.rx;
+        self.slots.retain(|s| {
+            if s.writes > 0 || book.receiving(s.index) {
+                return true;
+            }
+            rx.detach_file(s.slot);
+            false
+        });
     }
 
     /// One frame, checked (`check`): accepted, then written (or a hole, or

@@ -18,6 +18,7 @@ mod journal;
 mod landing;
 pub mod lanes;
 pub mod pull;
+mod pusher;
 pub mod receive;
 pub mod recv;
 pub mod secret;
