@@ -640,7 +640,11 @@ fn stamped_file(path: &Path, blocks: u64) {
     f.flush().unwrap();
 }
 
+/// Too heavy to run beside the timing tests on a small host (8 GiB of disk
+/// traffic): `cargo test --test integration -- --ignored` runs it alone, as
+/// CI does after the suite.
 #[test]
+#[ignore = "heavy: run alone with --ignored (CI does)"]
 fn uneven_work_one_4_gib_file_beside_10000_small_ones_on_lanes_both_sides() {
     use crate::transfer::{assert_same_tree, no_part_files};
     let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);

@@ -3,6 +3,11 @@
 //! The only room where `unsafe` is allowed. Every `unsafe` block carries a
 //! `// SAFETY:` comment naming why the kernel cannot touch freed memory.
 
+/// The integration tests' counting allocator, for the unit tests of loops
+/// that must not allocate (the same file: one allocator, two test crates).
+#[cfg(test)]
+#[path = "../../tests/alloc_count.rs"]
+pub(crate) mod alloc_count;
 pub mod arena;
 pub mod beneath;
 pub mod disk;

@@ -1080,6 +1080,17 @@ impl NetReceiver {
         self.streams.iter().any(|s| s.open)
     }
 
+    /// Frame buffers this receiver has.
+    pub fn buffer_count(&mut self) -> usize {
+        self.ring.arena().buf_count()
+    }
+
+    /// Events one [`poll`](Self::poll) hands over at most: a completion
+    /// each, and a frame without payload per stream twice over.
+    pub fn events_max(&self) -> usize {
+        self.batch.capacity() + 2 * self.streams.len()
+    }
+
     /// Return the buffer of a frame the caller is done with.
     pub fn give_back(&mut self, lease: Lease) {
         self.ring.arena().give_back(lease);

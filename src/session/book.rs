@@ -325,6 +325,8 @@ impl<'s> Book<'s> {
             super::receive::open_part(self.root, self.direct, self.rules, f)?;
             self.open_parts += 1;
         }
+        // Its room for writes in flight is done with (a tree holds many).
+        f.writing = Vec::new();
         let job = FinalJob::take(index as u32, f, self.rules);
         self.open_parts -= 1;
         self.pending += 1;
