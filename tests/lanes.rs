@@ -680,3 +680,93 @@ fn uneven_work_one_4_gib_file_beside_10000_small_ones_on_lanes_both_sides() {
     assert_same_tree(&top, &d.root.path().join("in/uneven"));
     assert!(no_part_files(d.root.path()));
 }
+
+/// A frame of `payload` at `offset` of file `file`, checksummed under `key`.
+fn frame_bytes(
+    key: &urmove::protocol::frame::FrameKey,
+    file: u32,
+    offset: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    use urmove::protocol::frame::FrameHeader;
+    [
+        &FrameHeader::for_payload(key, file, offset, payload, 0).encode()[..],
+        payload,
+    ]
+    .concat()
+}
+
+#[test]
+fn the_same_block_on_two_lanes_with_other_bytes_is_never_committed_as_verified() {
+    // A key holder sends each block of a file twice at once, on two
+    // streams the daemon receives on different lanes, once as the source
+    // holds it and once altered (each frame's checksum good). Whichever
+    // lane takes a block first wins; the file is committed only when the
+    // sender's digest names exactly the bytes that landed, else rejected.
+    use crate::util::{data_stream, hand_push, noise, sealed_replies, send_sealed};
+    use std::io::Write;
+    use urmove::protocol::control::Message;
+    use urmove::protocol::frame::content_terms;
+    use urmove::protocol::manifest::{Entry, EntryKind};
+    use urmove::protocol::seal::frame_key;
+    for round in 0..6 {
+        let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+        let good = noise(2 << 20, 5);
+        let mut evil = good.clone();
+        evil[10] ^= 1;
+        evil[(1 << 20) + 10] ^= 1;
+        let e = Entry {
+            path: "a".into(),
+            kind: EntryKind::File,
+            size: 2 << 20,
+            mode: 0o644,
+            mtime_s: 1_700_000_000,
+            mtime_ns: 0,
+            link: None,
+        };
+        let (mut ctl, keys) = hand_push(d.port, &d.key, vec![e], 2, 1 << 20).expect("ready");
+        let key = frame_key(&keys);
+        let mut s0 = data_stream(d.port, &keys, 0);
+        let mut s1 = data_stream(d.port, &keys, 1);
+        for b in 0..2usize {
+            let range = b << 20..(b + 1) << 20;
+            let (fg, fe) = (
+                frame_bytes(&key, 0, (b << 20) as u64, &good[range.clone()]),
+                frame_bytes(&key, 0, (b << 20) as u64, &evil[range]),
+            );
+            let racer = std::thread::spawn(move || {
+                s1.write_all(&fe).unwrap();
+                s1
+            });
+            s0.write_all(&fg).unwrap();
+            s1 = racer.join().unwrap();
+        }
+        s0.shutdown(std::net::Shutdown::Write).unwrap();
+        s1.shutdown(std::net::Shutdown::Write).unwrap();
+        // The digest names the source's bytes in even rounds, the altered
+        // ones in odd rounds.
+        let named = if round % 2 == 0 { &good } else { &evil };
+        send_sealed(
+            &mut ctl,
+            &Message::SourceDigests(vec![(0, content_terms(0, named))]),
+        );
+        let replies = sealed_replies(&mut ctl);
+        let acked = replies.iter().any(|m| matches!(m, Message::FileAck { .. }));
+        let landed = std::fs::read(d.root.path().join("hand/a")).ok();
+        match &landed {
+            Some(bytes) => assert!(
+                acked && bytes == named,
+                "round {round}: committed, acknowledged {acked}, as named: {}",
+                bytes == named
+            ),
+            // Not committed: the sender is told so, never acknowledged.
+            None => assert!(
+                !acked
+                    && replies
+                        .iter()
+                        .any(|m| matches!(m, Message::FileRejected { .. })),
+                "round {round}: neither committed nor rejected: {replies:?}"
+            ),
+        }
+    }
+}
