@@ -23,11 +23,17 @@ fn lane_ticks(pid: u32) -> Vec<(String, u64)> {
             continue;
         }
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        // Fields after the command's closing parenthesis: utime and stime
-        // are the 12th and 13th.
+        // Fields after the command's closing parenthesis: flags is the
+        // 7th, utime and stime the 12th and 13th.
         let rest = stat.rsplit_once(')').map_or("", |r| r.1);
         let f: Vec<&str> = rest.split_whitespace().collect();
         let tick = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        // An io_uring worker the kernel starts for a lane's ring bears the
+        // lane's name until it names itself (PF_IO_WORKER): not a lane.
+        const PF_IO_WORKER: u64 = 0x10;
+        if tick(6) & PF_IO_WORKER != 0 {
+            continue;
+        }
         out.push((comm, tick(11) + tick(12)));
     }
     out.sort();
