@@ -315,19 +315,30 @@ fn a_lane_whose_streams_all_die_hands_its_frames_to_the_other() {
 }
 
 fn lane_cut_after(after: u64) {
+    // Connection 1 is a data stream: with two streams on two lanes, its
+    // lane has no other.
+    let (v, err) = cut_one_stream(after, &[], "2");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert!(err.contains("data stream"), "{err}");
+    assert_eq!(v["lanes"].as_array().unwrap().len(), 2, "{v}");
+}
+
+/// `send -P 2 --lanes LANES` of a run tree to a daemon started with
+/// `daemon` args, through a proxy cutting connection 1 (a data stream)
+/// after `after` bytes: it completes, frames went again, the tree is
+/// identical and no part is left. Returns the JSON and stderr.
+fn cut_one_stream(after: u64, daemon: &[&str], lanes: &str) -> (serde_json::Value, String) {
     use crate::faults::{Fault, Proxy};
     use crate::transfer::{assert_same_tree, no_part_files};
     use std::sync::atomic::Ordering;
-    let d = Daemon::start();
-    // Connection 1 is a data stream: with two streams on two lanes, its
-    // lane has no other.
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), daemon);
     let proxy = Proxy::start(d.port, Fault::Cut { conn: 1, after });
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = crate::faults::make_run(src.path(), 48);
     let child = crate::faults::send_child(
         &d,
         proxy.port,
-        &["-P", "2", "--lanes", "2", "--block", "1M", "--json"],
+        &["-P", "2", "--lanes", lanes, "--block", "1M", "--json"],
         &[top.to_str().unwrap(), "127.0.0.1:in"],
     );
     let o = child.wait_with_output().unwrap();
@@ -342,13 +353,11 @@ fn lane_cut_after(after: u64) {
         "the fault never happened"
     );
     let v = json(&o);
-    assert_eq!(v["status"], "ok", "{v}");
     assert_eq!(v["files_verified"], 11, "{v}");
     assert!(v["frames_resent"].as_u64().unwrap() > 0, "{v}");
-    assert!(stderr(&o).contains("data stream"), "{}", stderr(&o));
-    assert_eq!(v["lanes"].as_array().unwrap().len(), 2, "{v}");
     assert_same_tree(&top, &d.root.path().join("in/run"));
     assert!(no_part_files(d.root.path()));
+    (v, stderr(&o))
 }
 
 #[test]
@@ -595,39 +604,11 @@ fn a_pull_is_received_on_two_lanes_and_on_more_lanes_than_cores() {
 
 #[test]
 fn a_receiving_lane_whose_only_stream_is_cut_leaves_the_rest_to_the_other() {
-    use crate::faults::{Fault, Proxy};
-    use crate::transfer::{assert_same_tree, no_part_files};
-    use std::sync::atomic::Ordering;
     for after in [4 << 20, 16 << 20] {
         // Two streams on the daemon's two lanes: connection 1's lane has
         // no other, and ends when it is cut; the sender (one lane) sends
         // its frames again on the stream left.
-        let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
-        let proxy = Proxy::start(d.port, Fault::Cut { conn: 1, after });
-        let src = tempfile::tempdir_in("/var/tmp").unwrap();
-        let top = crate::faults::make_run(src.path(), 48);
-        let child = crate::faults::send_child(
-            &d,
-            proxy.port,
-            &["-P", "2", "--lanes", "1", "--block", "1M", "--json"],
-            &[top.to_str().unwrap(), "127.0.0.1:in"],
-        );
-        let o = child.wait_with_output().unwrap();
-        assert!(
-            o.status.success(),
-            "cut after {after}: {}\n{}",
-            stderr(&o),
-            d.log()
-        );
-        assert!(
-            proxy.struck.load(Ordering::Relaxed),
-            "the fault never happened"
-        );
-        let v = json(&o);
-        assert_eq!(v["files_verified"], 11, "{v}");
-        assert!(v["frames_resent"].as_u64().unwrap() > 0, "{v}");
-        assert_same_tree(&top, &d.root.path().join("in/run"));
-        assert!(no_part_files(d.root.path()));
+        cut_one_stream(after, &["--lanes", "2"], "1");
     }
 }
 
