@@ -16,6 +16,7 @@ mod lanes;
 mod limits;
 mod linters;
 mod net;
+mod placement;
 mod plot;
 mod protocol_io;
 mod sealed;

@@ -441,10 +441,14 @@ pub fn hand_push_with(
     // The daemon may refuse the request before it reads the manifest.
     let _ = urmove::session::conn::send_msg(&mut ctl, &Message::Manifest(entries));
     let _ = urmove::session::conn::send_msg(&mut ctl, &Message::ManifestEnd);
-    match urmove::session::conn::recv_any(&mut ctl) {
-        Ok(Message::Ready) => Ok((ctl, keys)),
-        Ok(reply) => Err(reply),
-        Err(e) => panic!("no reply from the daemon: {e}"),
+    loop {
+        match urmove::session::conn::recv_any(&mut ctl) {
+            Ok(Message::Ready) => return Ok((ctl, keys)),
+            // Where the daemon writes each file (a hint for routing).
+            Ok(Message::Placement { .. }) => {}
+            Ok(reply) => return Err(reply),
+            Err(e) => panic!("no reply from the daemon: {e}"),
+        }
     }
 }
 

@@ -365,23 +365,53 @@ impl NetSender {
     /// go wherever a stream still takes them); with none live at all,
     /// `*next` (the frame is dropped and the caller sees the losses).
     pub fn idle_stream(&self, next: &mut u32, active: u32) -> Option<u32> {
+        self.idle_where(next, active, |_| true)
+            .unwrap_or(Some(*next % (self.queues.len() as u32).max(1)))
+    }
+
+    /// [`idle_stream`](Self::idle_stream) among the streams `want` names
+    /// (a route's class), as if they were all; with none of them live,
+    /// among all.
+    pub fn idle_stream_among(
+        &self,
+        next: &mut u32,
+        active: u32,
+        want: impl Fn(u32) -> bool,
+    ) -> Option<u32> {
+        self.idle_where(next, active, want)
+            .or_else(|()| self.idle_where(next, active, |_| true))
+            .unwrap_or(Some(*next % (self.queues.len() as u32).max(1)))
+    }
+
+    /// The stream for the next frame among those `want` names: the first
+    /// `active` first, then all; `Ok(None)` while one of them is live but
+    /// none can take it, `Err` when none is live.
+    fn idle_where(
+        &self,
+        next: &mut u32,
+        active: u32,
+        want: impl Fn(u32) -> bool,
+    ) -> Result<Option<u32>, ()> {
         let all = self.queues.len() as u32;
         for n in [active.min(all), all] {
             let mut any_live = false;
             for k in 0..n {
                 let s = (*next + k) % n;
                 let q = &self.queues[s as usize];
+                if !want(s) {
+                    continue;
+                }
                 any_live |= q.live;
                 if q.live && !q.busy && q.pending.is_empty() {
                     *next = (s + 1) % n;
-                    return Some(s);
+                    return Ok(Some(s));
                 }
             }
             if any_live {
-                return None;
+                return Ok(None);
             }
         }
-        Some(*next % all.max(1))
+        Err(())
     }
 
     /// Whether `stream` still takes frames.

@@ -206,6 +206,17 @@ pub enum Message {
     Alive {
         streams: Vec<(u64, bool)>,
     },
+    /// From the receiver, once, before the data (protocol 4): where it
+    /// writes each file, so the sender puts a file's frames on the streams
+    /// of the receiving lane whose ring drives that file's device. Each
+    /// stream's class (`streams`, by session number) and each entry's:
+    /// `entries` are runs (first entry, class) in ascending order, an
+    /// entry in the run that starts at or before it. Empty: no routing.
+    /// A hint, never a rule: a frame on any stream is received.
+    Placement {
+        streams: Vec<u16>,
+        entries: Vec<(u32, u16)>,
+    },
 }
 
 mod kind {
@@ -229,6 +240,7 @@ mod kind {
     pub const SKIPPED: u8 = 18;
     pub const HELD_WRONG: u8 = 19;
     pub const HELD_CHECKED: u8 = 20;
+    pub const PLACEMENT: u8 = 21;
 }
 
 /// Encode `m` with its length prefix.
@@ -361,6 +373,18 @@ pub fn encode(m: &Message) -> Vec<u8> {
             w.u8(kind::ALIVE).u16(streams.len() as u16);
             for (bytes, waiting) in streams {
                 w.u64(*bytes).u8(u8::from(*waiting));
+            }
+        }
+        Message::Placement { streams, entries } => {
+            assert!(streams.len() <= usize::from(STREAMS_MAX));
+            assert!(entries.len() as u32 <= LIST_PART_ITEMS_MAX);
+            w.u8(kind::PLACEMENT).u16(streams.len() as u16);
+            for c in streams {
+                w.u16(*c);
+            }
+            w.u32(entries.len() as u32);
+            for (first, c) in entries {
+                w.u32(*first).u16(*c);
             }
         }
     }
@@ -595,6 +619,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 .collect::<Result<_, DecodeError>>()?;
             Message::Alive { streams }
         }
+        kind::PLACEMENT => decode_placement(&mut r)?,
         k => {
             return Err(DecodeError::Invalid {
                 what: "message kind",
@@ -604,6 +629,33 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
     };
     r.finish()?;
     Ok(m)
+}
+
+/// A [`Message::Placement`] after its kind: at most [`STREAMS_MAX`]
+/// streams, runs in ascending entry order.
+fn decode_placement(r: &mut Reader<'_>) -> Result<Message, DecodeError> {
+    let n = r.u16()?;
+    if n > STREAMS_MAX {
+        return Err(DecodeError::TooLarge {
+            what: "stream count",
+            value: u64::from(n),
+            max: u64::from(STREAMS_MAX),
+        });
+    }
+    let streams = (0..n).map(|_| r.u16()).collect::<Result<_, _>>()?;
+    let count = list_len(r, "placement runs")?;
+    let mut entries: Vec<(u32, u16)> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let run = (r.u32()?, r.u16()?);
+        if entries.last().is_some_and(|last| last.0 >= run.0) {
+            return Err(DecodeError::Invalid {
+                what: "placement run (not ascending)",
+                value: u64::from(run.0),
+            });
+        }
+        entries.push(run);
+    }
+    Ok(Message::Placement { streams, entries })
 }
 
 /// A list's item count, within [`LIST_PART_ITEMS_MAX`] and within what
@@ -722,6 +774,14 @@ mod tests {
             Message::Alive {
                 streams: vec![(1, true), (2, false)],
             },
+            Message::Placement {
+                streams: vec![0, 1, 0, 1],
+                entries: vec![(0, 1), (5, 0)],
+            },
+            Message::Placement {
+                streams: vec![],
+                entries: vec![],
+            },
         ]
     }
 
@@ -740,6 +800,23 @@ mod tests {
                 at += used;
             }
         }
+    }
+
+    #[test]
+    fn a_placement_out_of_order_or_too_wide_is_refused() {
+        let mut w = Writer::default();
+        w.u8(kind::PLACEMENT).u16(1).u16(0).u32(2);
+        w.u32(5).u16(0).u32(5).u16(1);
+        assert!(matches!(
+            decode_body(&w.buf),
+            Err(DecodeError::Invalid { .. })
+        ));
+        let mut w = Writer::default();
+        w.u8(kind::PLACEMENT).u16(STREAMS_MAX + 1);
+        assert!(matches!(
+            decode_body(&w.buf),
+            Err(DecodeError::TooLarge { .. })
+        ));
     }
 
     #[test]

@@ -159,6 +159,9 @@ impl Incoming {
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         let plan = match plan.len() {
             1 => plan,
+            // Placed by device: each lane keeps the streams its files'
+            // frames come on.
+            _ if self.routed => lanes::near_nic(&plan, &fds),
             n => lanes::place_streams(n, &fds),
         };
         let start = LaneStart {

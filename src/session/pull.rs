@@ -13,6 +13,7 @@ use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
+use super::conn::send_msg;
 use super::held::{recv_verdict, Held};
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
@@ -86,32 +87,34 @@ pub fn run_pull(
     };
     let mut incoming = None;
     let mut root = Some(root);
-    let (ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl, key| {
-        let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
-        check_asked_for(&entries, paths)?;
-        let resume = (cfg.resume || cfg.checksum).then_some(Resume {
-            checksum: cfg.checksum,
-            key: *key,
-        });
-        let root = root.take().expect("the manifest arrives once");
-        let mut prepared = Incoming::prepare(
-            root,
-            String::new(),
-            entries,
-            u64::from(cfg.block_size),
-            cfg.direct,
-            rules.clone(),
-            resume,
-            &mut || {},
-        )?;
-        if resume.is_some() {
-            Held::send(ctl, prepared.take_have())?;
-            let wrong = recv_verdict(ctl, prepared.entries.len())?;
-            prepared.apply_verdict(&wrong)?;
-        }
-        incoming = Some(prepared);
-        Ok(())
-    })?;
+    let (ctl, streams, keys, super::send::Before { refused, .. }) =
+        open_session(cfg, req, &mut |ctl, key| {
+            let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+            check_asked_for(&entries, paths)?;
+            let resume = (cfg.resume || cfg.checksum).then_some(Resume {
+                checksum: cfg.checksum,
+                key: *key,
+            });
+            let root = root.take().expect("the manifest arrives once");
+            let mut prepared = Incoming::prepare(
+                root,
+                String::new(),
+                entries,
+                u64::from(cfg.block_size),
+                cfg.direct,
+                rules.clone(),
+                resume,
+                &mut || {},
+            )?;
+            if resume.is_some() {
+                Held::send(ctl, prepared.take_have())?;
+                let wrong = recv_verdict(ctl, prepared.entries.len())?;
+                prepared.apply_verdict(&wrong)?;
+            }
+            send_msg(ctl, &prepared.place(&engine.0).message())?;
+            incoming = Some(prepared);
+            Ok(())
+        })?;
     let mut incoming = incoming.expect("prepared before the streams opened");
     let total = incoming.bytes_missing();
     let skipped_bytes = incoming.file_bytes().saturating_sub(total);

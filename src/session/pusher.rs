@@ -28,6 +28,7 @@ use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::held::Held;
 use super::lanes::Lane;
+use super::route::Route;
 use super::source::{Announce, ControlAnnounce, Opener, PushParams, Sources, SENT_RECORDS_MAX};
 use super::tree::Tree;
 use super::work::{Idle, Piece, Work};
@@ -346,10 +347,10 @@ pub(super) fn push_lane(
         if p.handed_over {
             break;
         }
-        match work.idle(&mut p.idle) {
+        match work.idle(lane.index, &mut p.idle) {
             Idle::Work => {}
             Idle::Done if !p.busy() => {
-                work.leave();
+                work.leave(lane.index);
                 break;
             }
             // Others work on, or this lane still sends frames of its own
@@ -375,6 +376,10 @@ struct Pusher<'a> {
     announce: &'a mut dyn Announce,
     work: &'a Work,
     lane: &'a Lane,
+    /// Where the receiver writes each file, and the class of each of this
+    /// lane's streams on it: a frame goes on a stream of its file's class.
+    route: &'a Route,
+    classes: Vec<usize>,
     /// The session's streams in all (this lane has its share of them).
     streams_all: u32,
     /// This lane's streams.
@@ -433,6 +438,12 @@ impl<'a> Pusher<'a> {
             announce,
             work,
             lane,
+            route: from.route,
+            classes: lane
+                .streams
+                .iter()
+                .map(|&s| from.route.of_stream(s))
+                .collect(),
             streams_all: all.len() as u32,
             tx,
             block: u64::from(params.block_size),
@@ -519,11 +530,38 @@ impl<'a> Pusher<'a> {
     fn dispatch(&mut self) {
         let active = self.counters.active_streams(self.streams_all);
         let active = self.lane.active_of(active);
+        if self.route.is_routed() {
+            return self.dispatch_routed(active);
+        }
         while !self.ready.is_empty() {
             let Some(st) = self.tx.idle_stream(&mut self.next_stream, active) else {
                 return;
             };
             let (lease, h, r) = self.ready.pop_front().expect("not empty");
+            self.ledger.record(st, r);
+            self.tx.queue(st, lease, &h);
+        }
+    }
+
+    /// [`dispatch`](Self::dispatch) on a route: each ready frame, oldest
+    /// first, on a stream of its file's class that can take it (on any
+    /// stream when its class has none live here); a frame whose class's
+    /// streams are all busy waits, and those after it go on.
+    fn dispatch_routed(&mut self, active: u32) {
+        let mut i = 0;
+        while i < self.ready.len() {
+            let class = self.route.of_entry(self.ready[i].2.entry as usize);
+            let classes = &self.classes;
+            let stream = self
+                .tx
+                .idle_stream_among(&mut self.next_stream, active, |s| {
+                    classes[s as usize] == class
+                });
+            let Some(st) = stream else {
+                i += 1;
+                continue;
+            };
+            let (lease, h, r) = self.ready.remove(i).expect("a frame at i");
             self.ledger.record(st, r);
             self.tx.queue(st, lease, &h);
         }
@@ -570,7 +608,7 @@ impl<'a> Pusher<'a> {
             return Ok(Some(c));
         }
         loop {
-            let Some(piece) = self.work.take() else {
+            let Some(piece) = self.work.take(self.lane.index) else {
                 return Ok(None);
             };
             match (self.open)(piece.entry) {
@@ -896,7 +934,9 @@ impl<'a> Pusher<'a> {
         }
         self.close_sources(true)?;
         let frames = self.ledger.take_undelivered();
-        if self.ledger.overflowed.iter().any(|&o| o) || !self.work.hand_over(frames, self.idle) {
+        if self.ledger.overflowed.iter().any(|&o| o)
+            || !self.work.hand_over(self.lane.index, frames, self.idle)
+        {
             return Err(SessionError::io(
                 format!(
                     "every data stream was lost: the receiver stopped taking data or closed them (last, stream {last})"
@@ -1015,7 +1055,7 @@ impl<'a> Pusher<'a> {
         let mut watch = StallWatch::new(self.fds.len(), self.params.timeout / 2);
         while !acks.all() && !acks.ended.load(Ordering::Acquire) {
             self.check_stop(stop)?;
-            if self.handed_over || self.work.has_more_now() {
+            if self.handed_over || self.work.has_more_now(self.lane.index) {
                 // Pieces or frames another lane could not send: run again.
                 return Ok(());
             }

@@ -325,6 +325,9 @@ pub(crate) struct Incoming {
     pub(crate) journal_bytes: u64,
     /// The sender's summary, when it sent one while data flowed (pull).
     pub(crate) peer_summary: Option<(u64, u64, bool)>,
+    /// Files are placed on lanes by device ([`Incoming::place`]): the
+    /// streams stay on the lanes planned, whatever core they arrive on.
+    pub(crate) routed: bool,
 }
 
 impl Incoming {
@@ -367,6 +370,7 @@ impl Incoming {
             lost_streams: Vec::new(),
             journal_bytes: 0,
             peer_summary: None,
+            routed: false,
         };
         let mut made_dir = String::new();
         for (i, e) in entries.iter().enumerate() {
@@ -637,6 +641,21 @@ impl Incoming {
     }
 
     /// Files complete under their final names before any data came.
+    /// The route of the files still to receive over `lanes`: the devices
+    /// their directories sit on, each driven by its own lanes (see
+    /// `route`). Once routed, [`receive`](Self::receive) keeps the streams
+    /// on the lanes planned.
+    pub(crate) fn place(&mut self, lanes: &[super::lanes::Lane]) -> super::route::Route {
+        let dirs = self.files.iter().enumerate().filter_map(|(i, f)| {
+            let f = f.as_ref().filter(|f| f.state == FileState::Receiving)?;
+            let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
+            Some((i, dir.to_string()))
+        });
+        let route = super::route::plan_for(&self.root, lanes, self.entries.len(), dirs);
+        self.routed = route.is_routed();
+        route
+    }
+
     pub(crate) fn complete_before(&self) -> &[u32] {
         &self.complete_before
     }

@@ -1247,6 +1247,9 @@ fn push_session(
         buffers,
         req.block_size as usize,
     )?;
+    // Each device under the root its own lanes and streams: the sender
+    // is told which files go on which streams.
+    send_msg(s, &incoming.place(&pool.0).message())?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     for (file_index, digest) in incoming.take_done_at_start() {
@@ -1555,6 +1558,8 @@ fn pull_session(
         };
         send_msg(s, &m)?;
     }
+    let placement = recv_placement(s)?;
+    let route = super::route::Route::from_placement(placement, tree.entries.len(), req.streams)?;
     let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
     let local = crate::datapath::topology::is_this_host(peer.ip());
@@ -1570,6 +1575,7 @@ fn pull_session(
         acked: None,
         open: &open,
         announce_on: s,
+        route: &route,
     };
     let pushed = push_data(&params, &from, &plan, &streams, &counters, &stop, txs)?;
     for st in &streams {
@@ -1594,6 +1600,17 @@ fn pull_session(
         },
     )?;
     Ok((files, bytes))
+}
+
+/// The client's placement of a pull (its devices, see `route`).
+fn recv_placement(s: &mut Control) -> Result<super::route::Placement, SessionError> {
+    match recv_msg(s)? {
+        Message::Placement { streams, entries } => Ok((streams, entries)),
+        _ => Err(SessionError::local(
+            ErrorCode::Malformed,
+            "expected the client's placement of its files",
+        )),
+    }
 }
 
 /// `bench --net` on the daemon's side: take frames on every stream, check

@@ -28,6 +28,7 @@ use crate::protocol::manifest::EntryKind;
 use super::conn::{recv_msg, send_msg, Control};
 use super::held::Held;
 use super::lanes::{self, LaneReport, Lanes};
+use super::route::Route;
 use super::source::{open_source, prepare_senders, push_data, Acks, PushParams, Sources};
 use super::tree::{scan, Skipped, Tree};
 pub(crate) use super::watch::{drive, Expect};
@@ -352,10 +353,11 @@ pub(crate) fn open_session(
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
     between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
-    let mut refused = Vec::new();
+    let mut before = Before::default();
     loop {
         match recv_msg(&mut ctl)? {
             Message::Ready => break,
+            Message::Placement { streams, entries } => before.placement = (streams, entries),
             // The receiver is still preparing (a large manifest).
             Message::Alive { .. } => {}
             // An entry the receiver will not create (its link policy).
@@ -363,7 +365,7 @@ pub(crate) fn open_session(
                 file_index,
                 path,
                 reason,
-            } => refused.push((file_index, path, reason)),
+            } => before.refused.push((file_index, path, reason)),
             _ => {
                 return Err(SessionError::Protocol(
                     "expected the receiver to be ready".into(),
@@ -382,7 +384,7 @@ pub(crate) fn open_session(
         tcp::pace(&fds, rate, carrying.into())
             .map_err(|e| SessionError::io("pacing the data streams", e))?;
     }
-    Ok((ctl, streams, keys, refused))
+    Ok((ctl, streams, keys, before))
 }
 
 /// Data streams connected at once: a round trip for four instead of one
@@ -439,7 +441,16 @@ fn open_stream(cfg: &SendConfig, keys: &SessionKeys, i: u16) -> Result<TcpStream
 
 /// A session ready for data: the control connection, the data streams,
 /// the keys, and the entries the receiver said it will not create.
-pub(crate) type Opened = (Control, Vec<TcpStream>, SessionKeys, Vec<Refused>);
+pub(crate) type Opened = (Control, Vec<TcpStream>, SessionKeys, Before);
+
+/// What the receiver said before the data: the entries it will not create,
+/// and its placement (each stream's class and runs of entries' classes;
+/// empty: no routing).
+#[derive(Debug, Default)]
+pub(crate) struct Before {
+    pub(crate) refused: Vec<Refused>,
+    pub(crate) placement: super::route::Placement,
+}
 
 /// An entry the other side will not move: (entry or `UNLISTED`, path, why).
 pub(crate) type Refused = (u32, String, String);
@@ -544,7 +555,7 @@ pub fn run_send(
     let mut held = Held::default();
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
-    let (mut ctl, streams, keys, refused) = open_session(cfg, req, &mut |ctl, key| {
+    let (mut ctl, streams, keys, before) = open_session(cfg, req, &mut |ctl, key| {
         send_manifest(ctl, &tree.entries)?;
         if cfg.resume || cfg.checksum {
             held = Held::receive(ctl, &tree.entries, block, &mut |_| Ok(()))?;
@@ -553,6 +564,8 @@ pub fn run_send(
         Ok(())
     })?;
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
+    let refused = before.refused;
+    let route = Route::from_placement(before.placement, tree.entries.len(), cfg.streams)?;
     let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
     if cfg.resume || cfg.checksum {
@@ -590,6 +603,7 @@ pub fn run_send(
                     acked: Some(acked),
                     open: &open,
                     announce_on: &announce_on,
+                    route: &route,
                 };
                 push_data(&params, &from, &plan, &streams, counters, stop, txs)
             },

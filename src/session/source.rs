@@ -28,6 +28,7 @@ use super::held::Held;
 use super::lanes::{self, Lane, LaneReport, Lanes};
 use super::pusher::{push_lane, ANOTHER_LANE_FAILED};
 pub(crate) use super::pusher::{Acks, Sent};
+use super::route::Route;
 use super::tree::Tree;
 use super::work::Work;
 use super::SessionError;
@@ -166,6 +167,8 @@ pub(crate) struct Sources<'a> {
     pub(crate) acked: Option<&'a Acks>,
     pub(crate) open: &'a Opener<'a>,
     pub(crate) announce_on: &'a Control,
+    /// Where the receiver writes each file (its placement by device).
+    pub(crate) route: &'a Route,
 }
 
 /// Read every file block by block into frame buffers and hand the frames
@@ -184,10 +187,10 @@ pub(crate) fn push_data(
     stop: &AtomicBool,
     txs: Vec<NetSender>,
 ) -> Result<Pushed, SessionError> {
-    let work = Work::new(
+    let work = Work::routed(
         from.tree,
         from.held,
-        plan.len(),
+        (plan, from.route),
         u64::from(params.block_size),
     );
     let fds = super::send::fds_of(streams);

@@ -15,6 +15,8 @@ use std::time::Instant;
 use crate::protocol::manifest::EntryKind;
 
 use super::held::Held;
+use super::lanes::Lane;
+use super::route::Route;
 use super::source::Sent;
 use super::tree::Tree;
 
@@ -43,7 +45,14 @@ struct FileShare {
 /// What lanes hand each other, under one lock.
 #[derive(Debug, Default)]
 struct Queue {
-    pieces: VecDeque<Piece>,
+    /// By class of the receiver's placement (one class without routing).
+    pieces: Vec<VecDeque<Piece>>,
+    /// Lanes not gone that serve each class: the pieces of a class none
+    /// serves any more are anyone's.
+    serving: Vec<usize>,
+    /// Each lane's next class to take from (classes in turn, so a lane
+    /// serving several keeps every device busy).
+    cursor: Vec<usize>,
     /// Frames of lanes left without streams: (the stream that carried
     /// them, the frame).
     orphans: Vec<(u32, Sent)>,
@@ -57,6 +66,10 @@ struct Queue {
 #[derive(Debug)]
 pub(crate) struct Work {
     queue: Mutex<Queue>,
+    /// Per lane, the classes it serves (its streams' classes).
+    serves: Vec<Vec<bool>>,
+    /// Each entry's class.
+    route: Route,
     files: Vec<FileShare>,
     /// Orphaned frames wait (read on every tick without the lock).
     orphaned: AtomicBool,
@@ -84,28 +97,45 @@ pub(crate) enum Idle {
 
 impl Work {
     /// The files of `tree` still to send (not held complete, not empty),
-    /// for `lanes` lanes reading `block`-byte blocks: whole files for one
-    /// lane, pieces of at most [`PIECE_BLOCKS`] blocks for several. Each
-    /// digest starts from what the receiver holds.
+    /// for `lanes` lanes reading `block`-byte blocks, without routing.
+    #[cfg(test)]
     pub(crate) fn new(tree: &Tree, held: &Held, lanes: usize, block: u64) -> Work {
+        let plan = super::lanes::place(lanes.max(1), lanes.max(1), &[], &[]);
+        Work::routed(tree, held, (&plan, &Route::none()), block)
+    }
+
+    /// The files of `tree` still to send (not held complete, not empty),
+    /// for the lanes of `plan` reading `block`-byte blocks: whole files for
+    /// one lane and one class, pieces of at most [`PIECE_BLOCKS`] blocks
+    /// otherwise, each in the queue of its class on `route`. Each digest
+    /// starts from what the receiver holds.
+    pub(crate) fn routed(
+        tree: &Tree,
+        held: &Held,
+        (plan, route): (&[Lane], &Route),
+        block: u64,
+    ) -> Work {
+        let lanes = plan.len().max(1);
         let files: Vec<FileShare> = tree.entries.iter().map(|_| FileShare::default()).collect();
         for (&i, (digest, _)) in &held.partial {
             files[i as usize].digest.store(*digest, Ordering::Relaxed);
         }
-        let piece = if lanes > 1 {
+        let piece = if lanes > 1 || route.is_routed() {
             PIECE_BLOCKS * block
         } else {
             u64::MAX
         };
-        let mut pieces = VecDeque::new();
+        let classes = route.classes();
+        let mut pieces = vec![VecDeque::new(); classes];
         for (i, e) in tree.entries.iter().enumerate() {
             if e.kind != EntryKind::File || e.size == 0 || held.complete.contains_key(&(i as u32)) {
                 continue;
             }
+            let queue = &mut pieces[route.of_entry(i)];
             let mut start = 0;
             while start < e.size {
                 let end = start.saturating_add(piece).min(e.size);
-                pieces.push_back(Piece {
+                queue.push_back(Piece {
                     entry: i,
                     start,
                     end,
@@ -115,20 +145,28 @@ impl Work {
             let n = e.size.div_ceil(piece.min(e.size)) as u32;
             files[i].pieces_left.store(n, Ordering::Relaxed);
         }
+        let serves: Vec<Vec<bool>> = plan.iter().map(|l| route.served_by(l)).collect();
+        let serving = (0..classes)
+            .map(|c| serves.iter().filter(|s| s[c]).count())
+            .collect();
         Work {
             queue: Mutex::new(Queue {
                 pieces,
+                serving,
+                cursor: vec![0; lanes],
                 orphans: Vec::new(),
                 alive: lanes,
                 busy: lanes,
             }),
+            serves,
+            route: route.clone(),
             files,
             orphaned: AtomicBool::new(false),
             handed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             paced: AtomicU64::new(0),
             start: Instant::now(),
-            lanes: lanes.max(1),
+            lanes,
         }
     }
 
@@ -136,15 +174,55 @@ impl Work {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The next piece to read (pieces of skipped files are passed over).
-    pub(crate) fn take(&self) -> Option<Piece> {
+    /// Whether `lane` takes pieces of `class`: it serves it, or no lane
+    /// left does.
+    fn takes(&self, q: &Queue, lane: usize, class: usize) -> bool {
+        self.serves[lane][class] || q.serving[class] == 0
+    }
+
+    /// Whether pieces `lane` may take wait in `q` (dropped files' aside).
+    fn pieces_for(&self, q: &Queue, lane: usize) -> bool {
+        (0..q.pieces.len()).any(|c| {
+            self.takes(q, lane, c) && q.pieces[c].iter().any(|p| !self.is_dropped(p.entry))
+        })
+    }
+
+    /// The next piece `lane` reads: from the classes it takes, in turn
+    /// (pieces of skipped files are passed over).
+    pub(crate) fn take(&self, lane: usize) -> Option<Piece> {
         let mut q = self.queue();
-        while let Some(p) = q.pieces.pop_front() {
-            if !self.is_dropped(p.entry) {
-                return Some(p);
+        let classes = q.pieces.len();
+        for k in 0..classes {
+            let c = (q.cursor[lane] + k) % classes;
+            if !self.takes(&q, lane, c) {
+                continue;
+            }
+            while let Some(p) = q.pieces[c].pop_front() {
+                if !self.is_dropped(p.entry) {
+                    q.cursor[lane] = (c + 1) % classes;
+                    return Some(p);
+                }
             }
         }
         None
+    }
+
+    /// Lane `lane` serves no class any more (it is gone).
+    fn unserve(&self, q: &mut Queue, lane: usize) {
+        for (c, &s) in self.serves[lane].iter().enumerate() {
+            if s {
+                q.serving[c] -= 1;
+                self.serves_gone(c, q);
+            }
+        }
+    }
+
+    /// A class nobody serves any more: its pieces are anyone's now, and
+    /// lanes waiting must look again.
+    fn serves_gone(&self, class: usize, q: &Queue) {
+        if q.serving[class] == 0 && !q.pieces[class].is_empty() {
+            self.handed.store(true, Ordering::Release);
+        }
     }
 
     /// The unread rest of a piece a lane cannot finish becomes a piece of
@@ -153,7 +231,7 @@ impl Work {
         self.files[rest.entry]
             .pieces_left
             .fetch_add(1, Ordering::AcqRel);
-        self.queue().pieces.push_front(rest);
+        self.queue().pieces[self.route.of_entry(rest.entry)].push_front(rest);
         self.handed.store(true, Ordering::Release);
     }
 
@@ -187,24 +265,26 @@ impl Work {
             .collect()
     }
 
-    /// Whether pieces or orphaned frames wait for a lane.
-    pub(crate) fn has_more(&self) -> bool {
+    /// Whether pieces `lane` may take or orphaned frames wait.
+    pub(crate) fn has_more(&self, lane: usize) -> bool {
         let q = self.queue();
-        !q.pieces.is_empty() || !q.orphans.is_empty()
+        self.pieces_for(&q, lane) || !q.orphans.is_empty()
     }
 
-    /// Whether orphaned frames or pieces wait (without the lock until a
-    /// lane handed work back: pieces appear after the start only then).
-    pub(crate) fn has_more_now(&self) -> bool {
-        self.handed.load(Ordering::Acquire) && self.has_more()
+    /// Whether orphaned frames or pieces `lane` may take wait (without the
+    /// lock until a lane handed work back or left a class unserved: pieces
+    /// appear after the start only then).
+    pub(crate) fn has_more_now(&self, lane: usize) -> bool {
+        self.handed.load(Ordering::Acquire) && self.has_more(lane)
     }
 
     /// Frames a lane left without streams still owes, for the others;
     /// false (and nothing handed over) when no other lane is left to take
     /// them. The lane (`idle`: it said so before) is gone either way.
-    pub(crate) fn hand_over(&self, frames: Vec<(u32, Sent)>, idle: bool) -> bool {
+    pub(crate) fn hand_over(&self, lane: usize, frames: Vec<(u32, Sent)>, idle: bool) -> bool {
         let mut q = self.queue();
         q.alive -= 1;
+        self.unserve(&mut q, lane);
         if !idle {
             q.busy -= 1;
         }
@@ -232,9 +312,9 @@ impl Work {
     /// work on when pieces or orphans wait, wait while other lanes work
     /// (one may yet lose its streams and hand its frames over), done when
     /// none does.
-    pub(crate) fn idle(&self, idle: &mut bool) -> Idle {
+    pub(crate) fn idle(&self, lane: usize, idle: &mut bool) -> Idle {
         let mut q = self.queue();
-        let more = q.pieces.iter().any(|p| !self.is_dropped(p.entry)) || !q.orphans.is_empty();
+        let more = self.pieces_for(&q, lane) || !q.orphans.is_empty();
         if more {
             if *idle {
                 q.busy += 1;
@@ -264,8 +344,10 @@ impl Work {
     }
 
     /// A lane done with the work leaves: it takes nothing handed over.
-    pub(crate) fn leave(&self) {
-        self.queue().alive -= 1;
+    pub(crate) fn leave(&self, lane: usize) {
+        let mut q = self.queue();
+        q.alive -= 1;
+        self.unserve(&mut q, lane);
     }
 
     /// Lanes sharing the work.
@@ -311,7 +393,7 @@ mod tests {
         let t = tree(&[100 << 20, 0, 5]);
         let w = Work::new(&t, &Held::default(), 1, block);
         assert_eq!(
-            w.take(),
+            w.take(0),
             Some(Piece {
                 entry: 0,
                 start: 0,
@@ -319,17 +401,17 @@ mod tests {
             })
         );
         assert_eq!(
-            w.take(),
+            w.take(0),
             Some(Piece {
                 entry: 2,
                 start: 0,
                 end: 5
             })
         );
-        assert_eq!(w.take(), None);
+        assert_eq!(w.take(0), None);
         let w = Work::new(&t, &Held::default(), 2, block);
         let mut pieces = Vec::new();
-        while let Some(p) = w.take() {
+        while let Some(p) = w.take(0) {
             pieces.push(p);
         }
         // 100 blocks in pieces of 4, then the small file.
@@ -345,8 +427,8 @@ mod tests {
         let mut held = Held::default();
         held.partial.insert(0, (7, vec![]));
         let w = Work::new(&t, &held, 2, 1 << 20);
-        let (a, b, c) = (w.take().unwrap(), w.take().unwrap(), w.take().unwrap());
-        assert!(w.take().is_none());
+        let (a, b, c) = (w.take(0).unwrap(), w.take(0).unwrap(), w.take(0).unwrap());
+        assert!(w.take(0).is_none());
         w.add_digest(a.entry, 10);
         assert_eq!(w.piece_done(a.entry), None);
         // A lane cuts its piece short: the rest is a piece of its own.
@@ -357,7 +439,7 @@ mod tests {
         w.add_digest(c.entry, 100);
         assert_eq!(w.piece_done(c.entry), None);
         assert_eq!(w.piece_done(b.entry), None);
-        let rest = w.take().unwrap();
+        let rest = w.take(0).unwrap();
         w.add_digest(rest.entry, 1000);
         assert_eq!(w.piece_done(rest.entry), Some(1117));
     }
@@ -368,38 +450,38 @@ mod tests {
         let w = Work::new(&t, &Held::default(), 2, 4096);
         assert!(w.drop_file(0) && !w.drop_file(0), "announced once");
         assert!(
-            w.take().is_none(),
+            w.take(0).is_none(),
             "a dropped file's pieces are passed over"
         );
         let frame = Sent::default();
         // Lane 0 runs out of work while lane 1 still sends: it waits.
         let mut idle0 = false;
-        assert_eq!(w.idle(&mut idle0), Idle::Wait);
+        assert_eq!(w.idle(0, &mut idle0), Idle::Wait);
         // Lane 1 loses its streams: lane 0 takes its frames.
         assert!(
-            w.hand_over(vec![(1, frame)], false),
+            w.hand_over(1, vec![(1, frame)], false),
             "one lane is still there"
         );
         assert_eq!(
-            w.idle(&mut idle0),
+            w.idle(0, &mut idle0),
             Idle::Work,
             "it must send the frames first"
         );
         assert_eq!(w.take_orphans().len(), 1);
-        assert_eq!(w.idle(&mut idle0), Idle::Done);
+        assert_eq!(w.idle(0, &mut idle0), Idle::Done);
         let w = Work::new(&t, &Held::default(), 1, 4096);
         assert!(
-            !w.hand_over(vec![(0, frame)], false),
+            !w.hand_over(0, vec![(0, frame)], false),
             "nobody is left to send them"
         );
         // A lane that lost its streams while idle is not counted twice.
         let w = Work::new(&t, &Held::default(), 2, 4096);
-        assert!(w.take().is_some());
+        assert!(w.take(0).is_some());
         let (mut idle0, mut idle1) = (false, false);
-        assert_eq!(w.idle(&mut idle0), Idle::Wait);
-        assert_eq!(w.idle(&mut idle1), Idle::Done);
-        assert!(w.hand_over(vec![], true));
-        assert_eq!(w.idle(&mut idle0), Idle::Done);
+        assert_eq!(w.idle(0, &mut idle0), Idle::Wait);
+        assert_eq!(w.idle(1, &mut idle1), Idle::Done);
+        assert!(w.hand_over(1, vec![], true));
+        assert_eq!(w.idle(0, &mut idle0), Idle::Done);
     }
 
     #[test]
@@ -407,30 +489,72 @@ mod tests {
         // Three lanes of a pull (no acknowledgements hold a lane back).
         let t = tree(&[1 << 20]);
         let w = Work::new(&t, &Held::default(), 3, 4096);
-        while w.take().is_some() {}
+        while w.take(0).is_some() {}
         let (mut a, mut c) = (false, false);
-        assert_eq!(w.idle(&mut a), Idle::Wait, "lane A read its share");
-        assert_eq!(w.idle(&mut c), Idle::Wait, "lane C read its share");
+        assert_eq!(w.idle(0, &mut a), Idle::Wait, "lane A read its share");
+        assert_eq!(w.idle(2, &mut c), Idle::Wait, "lane C read its share");
         // Lane B loses its streams; A takes its frames, counted busy first.
-        assert!(w.hand_over(vec![(1, Sent::default())], false));
-        assert_eq!(w.idle(&mut a), Idle::Work);
+        assert!(w.hand_over(1, vec![(1, Sent::default())], false));
+        assert_eq!(w.idle(0, &mut a), Idle::Work);
         assert_eq!(w.take_orphans().len(), 1);
         // C may not leave while A sends them: A could lose its streams too.
-        assert_eq!(w.idle(&mut c), Idle::Wait);
+        assert_eq!(w.idle(2, &mut c), Idle::Wait);
         // A does: C is still there to take them.
-        assert!(w.hand_over(vec![(2, Sent::default())], a));
-        assert_eq!(w.idle(&mut c), Idle::Work);
+        assert!(w.hand_over(0, vec![(2, Sent::default())], a));
+        assert_eq!(w.idle(2, &mut c), Idle::Work);
         assert_eq!(w.take_orphans().len(), 1);
-        assert_eq!(w.idle(&mut c), Idle::Done);
-        w.leave();
+        assert_eq!(w.idle(2, &mut c), Idle::Done);
+        w.leave(2);
         // Two lanes: Y is done and gone; X, idle, loses its last stream
         // while its own frames still go: nobody is left to take them.
         let w = Work::new(&t, &Held::default(), 2, 4096);
-        while w.take().is_some() {}
+        while w.take(0).is_some() {}
         let (mut x, mut y) = (false, false);
-        assert_eq!(w.idle(&mut x), Idle::Wait);
-        assert_eq!(w.idle(&mut y), Idle::Done);
-        w.leave();
-        assert!(!w.hand_over(vec![(0, Sent::default())], x));
+        assert_eq!(w.idle(0, &mut x), Idle::Wait);
+        assert_eq!(w.idle(1, &mut y), Idle::Done);
+        w.leave(1);
+        assert!(!w.hand_over(0, vec![(0, Sent::default())], x));
+    }
+
+    #[test]
+    fn a_lane_takes_only_its_devices_pieces_until_their_lanes_are_gone() {
+        use crate::protocol::control::Message;
+        // Entries 0 and 2 on class 0, 1 and 3 on class 1; streams 0, 2 of
+        // class 0, 1 and 3 of class 1 (the receiver's two lanes).
+        let t = tree(&[8 << 20, 8 << 20, 4 << 20, 4 << 20]);
+        let m = Message::Placement {
+            streams: vec![0, 1, 0, 1],
+            entries: vec![(0, 0), (1, 1), (2, 0), (3, 1)],
+        };
+        let Message::Placement { streams, entries } = m else {
+            unreachable!()
+        };
+        let route = Route::from_placement((streams, entries), 4, 4).unwrap();
+        let block = 1 << 20;
+        // One lane on every stream: pieces of both classes in turn.
+        let one = crate::session::lanes::place(1, 4, &[], &[]);
+        let w = Work::routed(&t, &Held::default(), (&one, &route), block);
+        let classes: Vec<usize> = std::iter::from_fn(|| w.take(0))
+            .map(|p| route.of_entry(p.entry))
+            .collect();
+        assert_eq!(&classes[..4], &[0, 1, 0, 1], "{classes:?}");
+        assert_eq!(classes.len(), 6, "pieces of 4 blocks: 2 + 2 + 1 + 1");
+        // Two lanes, each on one class's streams.
+        let two = crate::session::lanes::place(2, 4, &[], &[]);
+        let w = Work::routed(&t, &Held::default(), (&two, &route), block);
+        let mut taken = Vec::new();
+        while let Some(p) = w.take(0) {
+            taken.push(p.entry);
+        }
+        assert_eq!(taken, vec![0, 0, 2], "lane 0 takes class 0 only");
+        let mut idle0 = false;
+        assert_eq!(w.idle(0, &mut idle0), Idle::Wait, "class 1 is lane 1's");
+        assert!(!w.has_more(0));
+        // Lane 1 loses its streams: its class is anyone's now.
+        assert!(w.hand_over(1, vec![], false));
+        assert!(w.has_more_now(0));
+        assert_eq!(w.idle(0, &mut idle0), Idle::Work);
+        let rest: Vec<usize> = std::iter::from_fn(|| w.take(0)).map(|p| p.entry).collect();
+        assert_eq!(rest, vec![1, 1, 3]);
     }
 }

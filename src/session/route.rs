@@ -1,0 +1,260 @@
+//! Placement by device on the receiver: which receiving lane (and so which
+//! ring) writes each file, and the routing of a file's frames to that
+//! lane's streams by its sender.
+//!
+//! A receiver whose files go to several devices (several filesystems
+//! mounted under its root: RAID members, NVMe drives, targets) gives each
+//! device to one class of its lanes, and each class its own streams. It
+//! tells the sender, once, before the data ([`Message::Placement`]): each
+//! stream's class and each entry's. The sender puts a file's frames on the
+//! streams of its class, and its lanes take the pieces of the classes
+//! their streams serve, so each device is written by its own ring.
+//!
+//! A route is a hint, never a rule: a frame that arrives on any stream is
+//! received as always (a lost stream's frames go wherever a stream lives),
+//! and a file that lies is only slower.
+
+use std::collections::HashMap;
+
+use crate::datapath::beneath::Root;
+use crate::protocol::control::{ErrorCode, Message, LIST_PART_ITEMS_MAX};
+
+use super::lanes::{Lane, LANES_MAX};
+use super::SessionError;
+
+/// Each stream's class and each entry's, for the sender; no classes (one
+/// class, [`Route::none`]) when the receiver writes to one device, runs a
+/// single lane, or said nothing.
+/// A placement as it comes on the wire: each stream's class, and runs of
+/// entries' classes (first entry, class).
+pub(crate) type Placement = (Vec<u16>, Vec<(u32, u16)>);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// By session stream number.
+    streams: Vec<u16>,
+    /// By entry.
+    entries: Vec<u16>,
+    classes: usize,
+}
+
+impl Route {
+    /// No routing: every frame on any stream.
+    pub(crate) fn none() -> Route {
+        Route::default()
+    }
+
+    /// Classes (1 without routing).
+    pub(crate) fn classes(&self) -> usize {
+        self.classes.max(1)
+    }
+
+    pub(crate) fn is_routed(&self) -> bool {
+        self.classes > 1
+    }
+
+    /// The class of entry `entry`.
+    pub(crate) fn of_entry(&self, entry: usize) -> usize {
+        self.entries.get(entry).map_or(0, |&c| usize::from(c))
+    }
+
+    /// The class of stream `stream` (a session number).
+    pub(crate) fn of_stream(&self, stream: u32) -> usize {
+        self.streams
+            .get(stream as usize)
+            .map_or(0, |&c| usize::from(c))
+    }
+
+    /// Which classes `lane` serves (the classes of its streams).
+    pub(crate) fn served_by(&self, lane: &Lane) -> Vec<bool> {
+        let mut serves = vec![!self.is_routed(); self.classes()];
+        for &s in &lane.streams {
+            serves[self.of_stream(s)] = true;
+        }
+        serves
+    }
+
+    /// A sender's route from what its receiver said, for `entries` entries
+    /// and `streams` streams; a placement that does not fit the session
+    /// (a stream or entry it does not have, a class without a stream) is
+    /// the receiver's error.
+    pub(crate) fn from_placement(
+        (streams, runs): Placement,
+        entries: usize,
+        stream_count: u16,
+    ) -> Result<Route, SessionError> {
+        if streams.is_empty() && runs.is_empty() {
+            return Ok(Route::none());
+        }
+        let bad = |why: &str| {
+            SessionError::local(
+                ErrorCode::Malformed,
+                format!("the receiver's placement {why}"),
+            )
+        };
+        if streams.len() != usize::from(stream_count) {
+            return Err(bad("names another number of streams"));
+        }
+        let classes = streams
+            .iter()
+            .map(|&c| usize::from(c) + 1)
+            .max()
+            .unwrap_or(1);
+        if classes > usize::from(LANES_MAX) {
+            return Err(bad("has more classes than lanes"));
+        }
+        let mut per_entry = vec![0u16; entries];
+        for (k, &(first, class)) in runs.iter().enumerate() {
+            let end = runs.get(k + 1).map_or(entries, |r| r.0 as usize);
+            if first as usize >= entries || usize::from(class) >= classes {
+                return Err(bad("names an entry or class the session does not have"));
+            }
+            per_entry[first as usize..end.min(entries)].fill(class);
+        }
+        Ok(Route {
+            streams,
+            entries: per_entry,
+            classes,
+        })
+    }
+
+    /// The message that tells the sender (empty without routing; too many
+    /// runs for one message: no routing either).
+    pub(crate) fn message(&self) -> Message {
+        let mut runs: Vec<(u32, u16)> = Vec::new();
+        if self.is_routed() {
+            for (i, &c) in self.entries.iter().enumerate() {
+                if runs.last().is_none_or(|r| r.1 != c) {
+                    runs.push((i as u32, c));
+                }
+            }
+        }
+        if !self.is_routed() || runs.len() > LIST_PART_ITEMS_MAX as usize {
+            return Message::Placement {
+                streams: Vec::new(),
+                entries: Vec::new(),
+            };
+        }
+        Message::Placement {
+            streams: self.streams.clone(),
+            entries: runs,
+        }
+    }
+}
+
+/// A receiver's route for its `lanes` (streams placed as planned, not by
+/// the core they arrive on) and the files it writes, each `(entry, path of
+/// its directory under the root)`: the devices those directories sit on
+/// in order of first appearance, device `d` to class `d mod C` and lane
+/// `k` to class `k mod C`, `C` the fewer of lanes and devices. One device
+/// or one lane: no routing.
+pub(crate) fn plan_for(
+    root: &Root,
+    lanes: &[Lane],
+    entries: usize,
+    files: impl Iterator<Item = (usize, String)>,
+) -> Route {
+    if lanes.len() < 2 {
+        return Route::none();
+    }
+    let mut device_of_dir: HashMap<String, u64> = HashMap::new();
+    let mut devices: Vec<u64> = Vec::new();
+    let mut per_entry: Vec<(usize, usize)> = Vec::new();
+    for (entry, dir) in files {
+        let dev = match device_of_dir.get(&dir) {
+            Some(&d) => d,
+            None => {
+                let d = dir_device(root, &dir);
+                device_of_dir.insert(dir, d);
+                d
+            }
+        };
+        let class = devices.iter().position(|&x| x == dev).unwrap_or_else(|| {
+            devices.push(dev);
+            devices.len() - 1
+        });
+        per_entry.push((entry, class));
+    }
+    let c = lanes.len().min(devices.len());
+    if c < 2 {
+        return Route::none();
+    }
+    let mut entry_class = vec![0u16; entries];
+    for (entry, class) in per_entry {
+        entry_class[entry] = (class % c) as u16;
+    }
+    let stream_count = lanes.iter().map(|l| l.streams.len()).sum();
+    let mut streams = vec![0u16; stream_count];
+    for l in lanes {
+        for &s in &l.streams {
+            streams[s as usize] = (l.index % c) as u16;
+        }
+    }
+    Route {
+        streams,
+        entries: entry_class,
+        classes: c,
+    }
+}
+
+/// The device a directory under the root sits on (0 if it cannot be
+/// looked at: it then shares a class with others so placed).
+fn dir_device(root: &Root, dir: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let rel = if dir.is_empty() { "." } else { dir };
+    root.symlink_metadata(rel).map_or(0, |m| m.dev())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placement_round_trips_through_its_message_and_lies_are_refused() {
+        let route = Route {
+            streams: vec![0, 1, 0, 1],
+            entries: vec![0, 0, 1, 1, 1, 0],
+            classes: 2,
+        };
+        let Message::Placement { streams, entries } = route.message() else {
+            panic!("a placement")
+        };
+        assert_eq!(entries, vec![(0, 0), (2, 1), (5, 0)]);
+        let back = Route::from_placement((streams.clone(), entries.clone()), 6, 4).unwrap();
+        assert_eq!(back, route);
+        assert_eq!(back.of_entry(3), 1);
+        assert_eq!(back.of_stream(2), 0);
+        let lane = Lane {
+            index: 1,
+            streams: vec![1, 3],
+            cpu: None,
+        };
+        assert_eq!(back.served_by(&lane), vec![false, true]);
+        // Another stream count, an entry past the manifest, a class with
+        // no stream.
+        assert!(Route::from_placement((streams.clone(), entries.clone()), 6, 3).is_err());
+        assert!(Route::from_placement((streams.clone(), vec![(6, 0)]), 6, 4).is_err());
+        assert!(Route::from_placement((streams, vec![(0, 2)]), 6, 4).is_err());
+        let none = Route::from_placement((vec![], vec![]), 6, 4).unwrap();
+        assert!(!none.is_routed());
+        assert_eq!(none.served_by(&lane), vec![true]);
+        assert_eq!(
+            Route::none().message(),
+            Message::Placement {
+                streams: vec![],
+                entries: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn one_device_or_one_lane_is_not_routed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let lanes = crate::session::lanes::place(2, 4, &[], &[]);
+        let files = || vec![(0, String::new()), (1, "a".to_string())].into_iter();
+        assert!(!plan_for(&root, &lanes, 2, files()).is_routed());
+        assert!(!plan_for(&root, &lanes[..1], 2, files()).is_routed());
+    }
+}
