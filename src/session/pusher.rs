@@ -91,6 +91,11 @@ pub(crate) struct Sent {
     end: u64,
 }
 
+/// Records each stream's ledger holds from the start (40 KiB): it is
+/// pruned of what arrived when full, and grows only while more than half
+/// of that is still on its way.
+const LEDGER_RECORDS: usize = 1024;
+
 /// Frames each stream carried, for re-sending when a stream is lost.
 struct Ledger<'a> {
     sent: Vec<Vec<Sent>>,
@@ -203,7 +208,7 @@ impl Ledger<'_> {
                 self.sent[st].retain(|r| r.end > arrived && !acks.has(r.entry));
                 self.total -= before - self.sent[st].len();
             }
-            self.prune_at[st] = (self.sent[st].len() * 2).max(4096);
+            self.prune_at[st] = (self.sent[st].len() * 2).max(LEDGER_RECORDS);
         }
         if self.total >= self.records_max {
             self.overflowed[st] = true;
@@ -451,8 +456,8 @@ impl<'a> Pusher<'a> {
             ready: VecDeque::with_capacity(bufs),
             pacer: Pacer::new(params.rate_limit_bytes_per_s, work),
             ledger: Ledger {
-                sent: vec![Vec::new(); n],
-                prune_at: vec![4096; n],
+                sent: (0..n).map(|_| Vec::with_capacity(LEDGER_RECORDS)).collect(),
+                prune_at: vec![LEDGER_RECORDS; n],
                 overflowed: vec![false; n],
                 acked: from.acked,
                 ids: lane.streams.clone(),
@@ -488,25 +493,9 @@ impl<'a> Pusher<'a> {
 
     /// Read and queue everything, then hand every frame to the sockets.
     fn run(&mut self, stop: &AtomicBool) -> Result<(), SessionError> {
-        loop {
-            self.check_stop(stop)?;
-            if self.handed_over {
-                return Ok(());
-            }
-            self.issue_reads()?;
-            let in_flight = self.reads_max - self.free_tokens.len();
-            // The issue step opens the next file before it asks for a
-            // buffer, so an exhausted current file here means none is left.
-            let current_done = self.current.is_none_or(|c| self.sources[c].read_through());
-            if in_flight == 0 && current_done {
-                break;
-            }
-            self.tx.poll(true)?;
-            self.take_reads()?;
-            self.resend_lost()?;
-            self.dispatch();
-            self.close_sources(false)?;
-            self.announce.flush()?;
+        while self.read_tick(stop)? {}
+        if self.handed_over {
+            return Ok(());
         }
         self.close_sources(true)?;
         self.announce.flush()?;
@@ -518,6 +507,33 @@ impl<'a> Pusher<'a> {
             self.announce.flush()?;
         }
         Ok(())
+    }
+
+    /// One tick while pieces are read: reads issued, the sender polled,
+    /// finished reads made frames, lost streams repaired, frames handed to
+    /// streams, sources read through closed, announcements sent. False
+    /// once every piece is read and no read is in flight, or the lane
+    /// handed its work over.
+    fn read_tick(&mut self, stop: &AtomicBool) -> Result<bool, SessionError> {
+        self.check_stop(stop)?;
+        if self.handed_over {
+            return Ok(false);
+        }
+        self.issue_reads()?;
+        let in_flight = self.reads_max - self.free_tokens.len();
+        // The issue step opens the next file before it asks for a buffer,
+        // so an exhausted current file here means none is left.
+        let current_done = self.current.is_none_or(|c| self.sources[c].read_through());
+        if in_flight == 0 && current_done {
+            return Ok(false);
+        }
+        self.tx.poll(true)?;
+        self.take_reads()?;
+        self.resend_lost()?;
+        self.dispatch();
+        self.close_sources(false)?;
+        self.announce.flush()?;
+        Ok(true)
     }
 
     /// Frames wait here or in the sender.
@@ -1297,5 +1313,124 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("skip_held returns");
         assert_eq!((next, left), (size, 0));
+    }
+
+    struct Quiet;
+
+    impl Announce for Quiet {
+        fn digest(&mut self, _: u32, _: u64) {}
+        fn skipped(&mut self, _: u32, _: &str) {}
+        fn flush(&mut self) -> Result<(), SessionError> {
+            Ok(())
+        }
+    }
+
+    /// A connected loopback pair.
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (a, l.accept().unwrap().0)
+    }
+
+    #[test]
+    fn a_lanes_read_tick_allocates_nothing_while_a_file_streams_out() {
+        use crate::datapath::alloc_count::allocations_during;
+        use std::io::Read;
+        const BLOCK: u64 = 64 << 10;
+        // 2,048 frames: the ledger is pruned (at 1,024 records) in the
+        // middle, as the receiver says what it took.
+        const SIZE: u64 = 128 << 20;
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("big");
+        let data: Vec<u8> = (0..SIZE).map(|i| (i / BLOCK) as u8 ^ 0x5a).collect();
+        std::fs::write(&path, &data).unwrap();
+        let tree = super::super::tree::scan(std::slice::from_ref(&path)).unwrap();
+        let held = Held::default();
+        let acks = Acks::new(&tree, &held, 1, &[]);
+        let open = |_: usize| {
+            File::open(&path)
+                .map(|f| (f, false))
+                .map_err(|e| e.to_string())
+        };
+        let (ctl, _ctl_peer) = pair();
+        let ctl = super::super::conn::Control::new(ctl);
+        let route = Route::none();
+        let from = Sources {
+            tree: &tree,
+            held: &held,
+            acked: Some(&acks),
+            open: &open,
+            announce_on: &ctl,
+            route: &route,
+        };
+        let params = PushParams {
+            block_size: BLOCK as u32,
+            buffers: 8,
+            zerocopy: crate::datapath::net::ZeroCopy::Off,
+            rate_limit_bytes_per_s: None,
+            timeout: Duration::from_secs(10),
+            seal: None,
+            key: FrameKey { k0: 1, k1: 2 },
+        };
+        let (out, mut sink) = pair();
+        // A failure below must not leave the receiver waiting for ever.
+        sink.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let lane = Lane {
+            index: 0,
+            streams: vec![0],
+            cpu: None,
+        };
+        let work = Work::new(&tree, &held, 1, BLOCK);
+        let counters = WorkerCounters::default();
+        let stop = AtomicBool::new(false);
+        let tx = NetSender::prepare(1, 8, BLOCK as usize, params.zerocopy, 8).unwrap();
+        std::thread::scope(|scope| {
+            // The receiver: takes every byte and says how many (as its
+            // heartbeats do), which lets the ledger forget what arrived.
+            let acks = &acks;
+            let taken = scope.spawn(move || {
+                let mut buf = vec![0u8; 1 << 20];
+                let mut got = 0u64;
+                while let Ok(n @ 1..) = sink.read(&mut buf) {
+                    got += n as u64;
+                    acks.received[0].store(got, Ordering::Relaxed);
+                }
+                got
+            });
+            let mut quiet = Quiet;
+            let fds = [out.as_raw_fd()];
+            let mut p = Pusher::new(
+                &params,
+                &from,
+                (&lane, &fds),
+                &work,
+                &counters,
+                &mut quiet,
+                tx,
+            )
+            .unwrap();
+            let sent = |p: &Pusher| p.tx.stats().bytes;
+            while sent(&p) < SIZE / 4 {
+                assert!(p.read_tick(&stop).unwrap());
+            }
+            let ((), allocs) = allocations_during(|| {
+                while sent(&p) < SIZE * 3 / 4 {
+                    assert!(p.read_tick(&stop).unwrap());
+                }
+            });
+            assert_eq!(
+                allocs, 0,
+                "a read tick allocated while the file streamed out"
+            );
+            p.run(&stop).unwrap();
+            assert!(p.ledger.sent[0].len() < 1024, "the ledger was pruned");
+            drop(p);
+            out.shutdown(std::net::Shutdown::Write).unwrap();
+            let frames = SIZE / BLOCK;
+            assert_eq!(
+                taken.join().unwrap(),
+                SIZE + frames * FRAME_HEADER_LEN as u64
+            );
+        });
     }
 }
