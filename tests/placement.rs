@@ -185,6 +185,28 @@ fn assert_one_ring_per_device(rings: &HashMap<u32, u64>, devices: &[u64], what: 
     );
 }
 
+/// Watch the receiving process `pid` while `child` (the client) runs:
+/// the run verified both files, and each device took its file from one
+/// ring (the devices' counts since `before`).
+fn watch_receiver(
+    mut child: Child,
+    pid: u32,
+    (devices, before): (&TwoDevices, Vec<u64>),
+    (d, what): (&Daemon, &str),
+) {
+    let rings = ring_writes(pid, &mut child);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{what}: {}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 2, "{what}");
+    let took: Vec<u64> = devices
+        .written()
+        .iter()
+        .zip(&before)
+        .map(|(n, b)| n - b)
+        .collect();
+    assert_one_ring_per_device(&rings, &took, what);
+}
+
 fn same(a: &Path, b: &Path) {
     assert!(
         std::fs::read(a).unwrap() == std::fs::read(b).unwrap(),
@@ -206,23 +228,14 @@ fn a_push_to_two_devices_drives_each_from_its_own_ring_on_the_receiver() {
     // one (it routes each frame by its file).
     for lanes in ["2", "1"] {
         let before = devices.written();
-        let mut child = crate::faults::send_child(
+        let child = crate::faults::send_child(
             &d,
             d.port,
             &["-P", "4", "--lanes", lanes, "--json"],
             &[a.to_str().unwrap(), b.to_str().unwrap(), "127.0.0.1:"],
         );
-        let rings = ring_writes(d.pid(), &mut child);
-        let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
-        assert_eq!(json(&o)["files_verified"], 2);
-        let took: Vec<u64> = devices
-            .written()
-            .iter()
-            .zip(&before)
-            .map(|(n, b)| n - b)
-            .collect();
-        assert_one_ring_per_device(&rings, &took, &format!("sender on {lanes} lanes"));
+        let what = format!("sender on {lanes} lanes");
+        watch_receiver(child, d.pid(), (&devices, before), (&d, &what));
         same(&a.join("f"), &d.root.path().join("a/f"));
         same(&b.join("g"), &d.root.path().join("b/g"));
         for f in ["a/f", "b/g"] {
@@ -239,7 +252,7 @@ fn a_pull_to_two_devices_drives_each_from_its_own_ring_on_the_client() {
     let local = tempfile::tempdir_in("/var/tmp").unwrap();
     let devices = TwoDevices::under(local.path());
     let before = devices.written();
-    let mut child = urmove()
+    let child = urmove()
         .args(["pull", "-p", &d.port.to_string(), "-P", "4", "--lanes", "2"])
         .args(["--json", "--key-file"])
         .arg(&d.key)
@@ -249,17 +262,8 @@ fn a_pull_to_two_devices_drives_each_from_its_own_ring_on_the_client() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let rings = ring_writes(child.id(), &mut child);
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
-    assert_eq!(json(&o)["files_verified"], 2);
-    let took: Vec<u64> = devices
-        .written()
-        .iter()
-        .zip(&before)
-        .map(|(n, b)| n - b)
-        .collect();
-    assert_one_ring_per_device(&rings, &took, "pull");
+    let pid = child.id();
+    watch_receiver(child, pid, (&devices, before), (&d, "pull"));
     same(&d.root.path().join("a/f"), &local.path().join("a/f"));
     same(&d.root.path().join("b/g"), &local.path().join("b/g"));
 }

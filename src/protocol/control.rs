@@ -606,14 +606,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         }
         kind::HELD_CHECKED => Message::HeldChecked,
         kind::ALIVE => {
-            let n = r.u16()?;
-            if n > STREAMS_MAX {
-                return Err(DecodeError::TooLarge {
-                    what: "stream count",
-                    value: u64::from(n),
-                    max: u64::from(STREAMS_MAX),
-                });
-            }
+            let n = stream_count(&mut r)?;
             let streams = (0..n)
                 .map(|_| Ok((r.u64()?, r.u8()? != 0)))
                 .collect::<Result<_, DecodeError>>()?;
@@ -631,9 +624,8 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
     Ok(m)
 }
 
-/// A [`Message::Placement`] after its kind: at most [`STREAMS_MAX`]
-/// streams, runs in ascending entry order.
-fn decode_placement(r: &mut Reader<'_>) -> Result<Message, DecodeError> {
+/// A count of streams, at most [`STREAMS_MAX`].
+fn stream_count(r: &mut Reader<'_>) -> Result<u16, DecodeError> {
     let n = r.u16()?;
     if n > STREAMS_MAX {
         return Err(DecodeError::TooLarge {
@@ -642,6 +634,13 @@ fn decode_placement(r: &mut Reader<'_>) -> Result<Message, DecodeError> {
             max: u64::from(STREAMS_MAX),
         });
     }
+    Ok(n)
+}
+
+/// A [`Message::Placement`] after its kind: at most [`STREAMS_MAX`]
+/// streams, runs in ascending entry order.
+fn decode_placement(r: &mut Reader<'_>) -> Result<Message, DecodeError> {
+    let n = stream_count(r)?;
     let streams = (0..n).map(|_| r.u16()).collect::<Result<_, _>>()?;
     let count = list_len(r, "placement runs")?;
     let mut entries: Vec<(u32, u16)> = Vec::with_capacity(count);
