@@ -1423,7 +1423,9 @@ mod tests {
                 "a read tick allocated while the file streamed out"
             );
             p.run(&stop).unwrap();
-            assert!(p.ledger.sent[0].len() < 1024, "the ledger was pruned");
+            // Records of frames the receiver took were forgotten on the way.
+            let frames = (SIZE / BLOCK) as usize;
+            assert!(p.ledger.total < frames, "the ledger was never pruned");
             drop(p);
             out.shutdown(std::net::Shutdown::Write).unwrap();
             let frames = SIZE / BLOCK;

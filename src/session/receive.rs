@@ -640,22 +640,25 @@ impl Incoming {
         Ok(())
     }
 
-    /// Files complete under their final names before any data came.
-    /// The route of the files still to receive over `lanes`: the devices
-    /// their directories sit on, each driven by its own lanes (see
-    /// `route`). Once routed, [`receive`](Self::receive) keeps the streams
-    /// on the lanes planned.
-    pub(crate) fn place(&mut self, lanes: &[super::lanes::Lane]) -> super::route::Route {
+    /// The placement, for the sender, of the files still to receive over
+    /// `lanes`: the devices their directories sit on, each driven by its
+    /// own lanes (see `route`). Once routed, [`receive`](Self::receive)
+    /// keeps the streams on the lanes planned.
+    pub(crate) fn place(&mut self, lanes: &[super::lanes::Lane]) -> Message {
         let dirs = self.files.iter().enumerate().filter_map(|(i, f)| {
             let f = f.as_ref().filter(|f| f.state == FileState::Receiving)?;
             let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
             Some((i, dir.to_string()))
         });
         let route = super::route::plan_for(&self.root, lanes, self.entries.len(), dirs);
-        self.routed = route.is_routed();
-        route
+        // Routed only when the sender is told (a route too long for one
+        // message is not sent).
+        let message = route.message();
+        self.routed = matches!(&message, Message::Placement { streams, .. } if !streams.is_empty());
+        message
     }
 
+    /// Files complete under their final names before any data came.
     pub(crate) fn complete_before(&self) -> &[u32] {
         &self.complete_before
     }

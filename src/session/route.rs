@@ -22,13 +22,13 @@ use crate::protocol::control::{ErrorCode, Message, LIST_PART_ITEMS_MAX};
 use super::lanes::{Lane, LANES_MAX};
 use super::SessionError;
 
-/// Each stream's class and each entry's, for the sender; no classes (one
-/// class, [`Route::none`]) when the receiver writes to one device, runs a
-/// single lane, or said nothing.
 /// A placement as it comes on the wire: each stream's class, and runs of
 /// entries' classes (first entry, class).
 pub(crate) type Placement = (Vec<u16>, Vec<(u32, u16)>);
 
+/// Each stream's class and each entry's, for the sender; no classes (one
+/// class, [`Route::none`]) when the receiver writes to one device, runs a
+/// single lane, or said nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Route {
     /// By session stream number.
@@ -76,8 +76,9 @@ impl Route {
 
     /// A sender's route from what its receiver said, for `entries` entries
     /// and `streams` streams; a placement that does not fit the session
-    /// (a stream or entry it does not have, a class without a stream) is
-    /// the receiver's error.
+    /// (another stream count, an entry past the manifest, a class above
+    /// every stream's, runs out of order) is the receiver's error. (A
+    /// class between with no stream is nobody's to serve: anyone's.)
     pub(crate) fn from_placement(
         (streams, runs): Placement,
         entries: usize,
@@ -108,6 +109,9 @@ impl Route {
             let end = runs.get(k + 1).map_or(entries, |r| r.0 as usize);
             if first as usize >= entries || usize::from(class) >= classes {
                 return Err(bad("names an entry or class the session does not have"));
+            }
+            if end <= first as usize {
+                return Err(bad("has its runs out of order"));
             }
             per_entry[first as usize..end.min(entries)].fill(class);
         }

@@ -326,7 +326,14 @@ impl Work {
             q.busy -= 1;
             *idle = true;
         }
-        if q.busy == 0 {
+        // Pieces of a class another lane serves may wait still (handed
+        // back by a lane that lost its streams): that lane takes them, and
+        // this one stays to take what it might hand over in turn.
+        let left = q
+            .pieces
+            .iter()
+            .any(|c| c.iter().any(|p| !self.is_dropped(p.entry)));
+        if q.busy == 0 && !left {
             Idle::Done
         } else {
             Idle::Wait
@@ -556,5 +563,25 @@ mod tests {
         assert_eq!(w.idle(0, &mut idle0), Idle::Work);
         let rest: Vec<usize> = std::iter::from_fn(|| w.take(0)).map(|p| p.entry).collect();
         assert_eq!(rest, vec![1, 1, 3]);
+        // Three lanes: 0 and 2 on class 0, 1 on class 1. Lane 0 loses its
+        // streams mid-piece and hands the rest back while the others are
+        // idle: lane 1 may not leave, lane 2 must take it and could lose
+        // its streams too.
+        let three = crate::session::lanes::place(3, 3, &[], &[]);
+        let route = Route::from_placement((vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3).unwrap();
+        let w = Work::routed(&t, &Held::default(), (&three, &route), block);
+        let first = w.take(0).unwrap();
+        while w.take(2).is_some() {}
+        while w.take(1).is_some() {}
+        let (mut i1, mut i2) = (false, false);
+        assert_eq!(w.idle(1, &mut i1), Idle::Wait);
+        assert_eq!(w.idle(2, &mut i2), Idle::Wait);
+        w.split_off(Piece {
+            start: first.start + block,
+            ..first
+        });
+        assert!(w.hand_over(0, vec![], false));
+        assert_eq!(w.idle(1, &mut i1), Idle::Wait, "lane 2 serves class 0");
+        assert_eq!(w.idle(2, &mut i2), Idle::Work);
     }
 }
