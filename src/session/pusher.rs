@@ -1344,7 +1344,7 @@ mod tests {
         let path = dir.path().join("big");
         let data: Vec<u8> = (0..SIZE).map(|i| (i / BLOCK) as u8 ^ 0x5a).collect();
         std::fs::write(&path, &data).unwrap();
-        let tree = super::super::tree::scan(std::slice::from_ref(&path)).unwrap();
+        let tree = crate::session::tree::scan(std::slice::from_ref(&path)).unwrap();
         let held = Held::default();
         let acks = Acks::new(&tree, &held, 1, &[]);
         let open = |_: usize| {
@@ -1353,7 +1353,7 @@ mod tests {
                 .map_err(|e| e.to_string())
         };
         let (ctl, _ctl_peer) = pair();
-        let ctl = super::super::conn::Control::new(ctl);
+        let ctl = crate::session::conn::Control::new(ctl);
         let route = Route::none();
         let from = Sources {
             tree: &tree,
