@@ -111,7 +111,7 @@ pub fn run_pull(
                 let wrong = recv_verdict(ctl, prepared.entries.len())?;
                 prepared.apply_verdict(&wrong)?;
             }
-            send_msg(ctl, &prepared.place(&engine.0))?;
+            send_msg(ctl, &prepared.place(&engine.0, &mut || {}))?;
             incoming = Some(prepared);
             Ok(())
         })?;

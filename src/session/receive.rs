@@ -643,14 +643,19 @@ impl Incoming {
     /// The placement, for the sender, of the files still to receive over
     /// `lanes`: the devices their directories sit on, each driven by its
     /// own lanes (see `route`). Once routed, [`receive`](Self::receive)
-    /// keeps the streams on the lanes planned.
-    pub(crate) fn place(&mut self, lanes: &[super::lanes::Lane]) -> Message {
+    /// keeps the streams on the lanes planned. `tick` beats while it
+    /// looks.
+    pub(crate) fn place(
+        &mut self,
+        lanes: &[super::lanes::Lane],
+        tick: &mut dyn FnMut(),
+    ) -> Message {
         let dirs = self.files.iter().enumerate().filter_map(|(i, f)| {
             let f = f.as_ref().filter(|f| f.state == FileState::Receiving)?;
             let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
             Some((i, dir.to_string()))
         });
-        let route = super::route::plan_for(&self.root, lanes, self.entries.len(), dirs);
+        let route = super::route::plan_for(&self.root, lanes, self.entries.len(), dirs, tick);
         // Routed only when the sender is told (a route too long for one
         // message is not sent).
         let message = route.message();

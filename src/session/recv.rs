@@ -1249,7 +1249,8 @@ fn push_session(
     )?;
     // Each device under the root its own lanes and streams: the sender
     // is told which files go on which streams.
-    send_msg(s, &incoming.place(&pool.0))?;
+    let placement = incoming.place(&pool.0, &mut || beat.tick());
+    send_msg(s, &placement)?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     for (file_index, digest) in incoming.take_done_at_start() {

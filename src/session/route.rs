@@ -151,12 +151,14 @@ impl Route {
 /// its directory under the root)`: the devices those directories sit on
 /// in order of first appearance, device `d` to class `d mod C` and lane
 /// `k` to class `k mod C`, `C` the fewer of lanes and devices. One device
-/// or one lane: no routing.
+/// or one lane: no routing. `tick` runs every so many directories looked
+/// at (a heartbeat while a large tree is placed).
 pub(crate) fn plan_for(
     root: &Root,
     lanes: &[Lane],
     entries: usize,
     files: impl Iterator<Item = (usize, String)>,
+    tick: &mut dyn FnMut(),
 ) -> Route {
     if lanes.len() < 2 {
         return Route::none();
@@ -168,6 +170,9 @@ pub(crate) fn plan_for(
         let dev = match device_of_dir.get(&dir) {
             Some(&d) => d,
             None => {
+                if device_of_dir.len().is_multiple_of(1024) {
+                    tick();
+                }
                 let d = dir_device(root, &dir);
                 device_of_dir.insert(dir, d);
                 d
@@ -258,7 +263,7 @@ mod tests {
         let root = Root::open(dir.path()).unwrap();
         let lanes = crate::session::lanes::place(2, 4, &[], &[]);
         let files = || vec![(0, String::new()), (1, "a".to_string())].into_iter();
-        assert!(!plan_for(&root, &lanes, 2, files()).is_routed());
-        assert!(!plan_for(&root, &lanes[..1], 2, files()).is_routed());
+        assert!(!plan_for(&root, &lanes, 2, files(), &mut || {}).is_routed());
+        assert!(!plan_for(&root, &lanes[..1], 2, files(), &mut || {}).is_routed());
     }
 }
