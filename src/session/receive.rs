@@ -652,8 +652,7 @@ impl Incoming {
     ) -> Message {
         let dirs = self.files.iter().enumerate().filter_map(|(i, f)| {
             let f = f.as_ref().filter(|f| f.state == FileState::Receiving)?;
-            let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
-            Some((i, dir.to_string()))
+            Some((i, f.final_rel.rsplit_once('/').map_or("", |(d, _)| d)))
         });
         let route = super::route::plan_for(&self.root, lanes, self.entries.len(), dirs, tick);
         // Routed only when the sender is told (a route too long for one

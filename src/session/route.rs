@@ -153,36 +153,34 @@ impl Route {
 /// `k` to class `k mod C`, `C` the fewer of lanes and devices. One device
 /// or one lane: no routing. `tick` runs every so many directories looked
 /// at (a heartbeat while a large tree is placed).
-pub(crate) fn plan_for(
+pub(crate) fn plan_for<'f>(
     root: &Root,
     lanes: &[Lane],
     entries: usize,
-    files: impl Iterator<Item = (usize, String)>,
+    files: impl Iterator<Item = (usize, &'f str)>,
     tick: &mut dyn FnMut(),
 ) -> Route {
     if lanes.len() < 2 {
         return Route::none();
     }
-    let mut device_of_dir: HashMap<String, u64> = HashMap::new();
+    // Each directory's device, as its number in order of first appearance.
+    let mut device_of_dir: HashMap<&str, usize> = HashMap::new();
     let mut devices: Vec<u64> = Vec::new();
     let mut per_entry: Vec<(usize, usize)> = Vec::new();
+    let mut looked = 0usize;
     for (entry, dir) in files {
-        let dev = match device_of_dir.get(&dir) {
-            Some(&d) => d,
-            None => {
-                if device_of_dir.len().is_multiple_of(1024) {
-                    tick();
-                }
-                let d = dir_device(root, &dir);
-                device_of_dir.insert(dir, d);
-                d
+        let device = *device_of_dir.entry(dir).or_insert_with(|| {
+            if looked.is_multiple_of(1024) {
+                tick();
             }
-        };
-        let class = devices.iter().position(|&x| x == dev).unwrap_or_else(|| {
-            devices.push(dev);
-            devices.len() - 1
+            looked += 1;
+            let dev = dir_device(root, dir);
+            devices.iter().position(|&x| x == dev).unwrap_or_else(|| {
+                devices.push(dev);
+                devices.len() - 1
+            })
         });
-        per_entry.push((entry, class));
+        per_entry.push((entry, device));
     }
     let c = lanes.len().min(devices.len());
     if c < 2 {
@@ -262,7 +260,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("a")).unwrap();
         let root = Root::open(dir.path()).unwrap();
         let lanes = crate::session::lanes::place(2, 4, &[], &[]);
-        let files = || vec![(0, String::new()), (1, "a".to_string())].into_iter();
+        let files = || [(0, ""), (1, "a")].into_iter();
         assert!(!plan_for(&root, &lanes, 2, files(), &mut || {}).is_routed());
         assert!(!plan_for(&root, &lanes[..1], 2, files(), &mut || {}).is_routed());
     }

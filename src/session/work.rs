@@ -329,11 +329,12 @@ impl Work {
         // Pieces of a class another lane serves may wait still (handed
         // back by a lane that lost its streams): that lane takes them, and
         // this one stays to take what it might hand over in turn.
-        let left = q
-            .pieces
-            .iter()
-            .any(|c| c.iter().any(|p| !self.is_dropped(p.entry)));
-        if q.busy == 0 && !left {
+        let left = |q: &Queue| {
+            q.pieces
+                .iter()
+                .any(|c| c.iter().any(|p| !self.is_dropped(p.entry)))
+        };
+        if q.busy == 0 && !left(&q) {
             Idle::Done
         } else {
             Idle::Wait
