@@ -555,6 +555,62 @@ fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
     );
 }
 
+/// A pull's client says which entries it will not create before it places
+/// the rest; a key holder who names more refusals than the manifest has
+/// entries (to make the daemon keep them) is refused with the reason, and
+/// the daemon goes on serving.
+#[test]
+fn a_pull_client_refusing_more_entries_than_there_are_is_refused() {
+    use urmove::protocol::control::{Direction, ErrorCode, SessionRequest};
+    let d = Daemon::start();
+    std::fs::write(d.root.path().join("one"), b"one file").unwrap();
+    let (mut ctl, _keys) = handshake(d.port, &d.key);
+    send_msg(
+        &mut ctl,
+        &Message::Request(SessionRequest {
+            direction: Direction::Pull,
+            streams: 1,
+            block_size: 4096,
+            flags: 0,
+            path: "one".into(),
+        }),
+    )
+    .unwrap();
+    loop {
+        match recv_any(&mut ctl) {
+            Ok(Message::ManifestEnd) => break,
+            Ok(Message::Manifest(_) | Message::Alive { .. }) => {}
+            other => panic!("no manifest from the daemon: {other:?}"),
+        }
+    }
+    for _ in 0..1000 {
+        let m = Message::Skipped {
+            file_index: 0,
+            path: String::new(),
+            reason: "no".into(),
+        };
+        if send_msg(&mut ctl, &m).is_err() {
+            break;
+        }
+    }
+    let got = sealed_until_closed(&mut ctl);
+    assert!(
+        got.iter().any(|m| matches!(m, Message::Error { code: ErrorCode::Malformed, message } if message.contains("more entries refused"))),
+        "{got:?}"
+    );
+    // The daemon serves the next session.
+    let back = tempfile::tempdir().unwrap();
+    let o = urmove()
+        .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .arg("127.0.0.1:one")
+        .arg(back.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(back.path().join("one")).unwrap(), b"one file");
+}
+
 /// What the daemon sends until it closes (or, still silent after a few
 /// seconds, nothing more).
 fn sealed_until_closed(c: &mut Control) -> Vec<Message> {

@@ -1,9 +1,10 @@
 //! Placement by device: a receiver whose files go to two filesystems on two
-//! loop devices drives each device from its own lane's ring. Checked with
-//! the kernel's counters: each device's written sectors (`/sys/block`),
-//! and each ring's written bytes (`/proc/PID/task/TID/io` of the lane
-//! thread that made the ring and of its io_uring workers, which the kernel
-//! names `iou-wrk-<that thread>`).
+//! loop devices drives each device from its own lane's ring, and so does a
+//! sender whose sources sit on two devices (when its receiver gave no
+//! placement of its own). Checked with the kernel's counters: each
+//! device's sectors (`/sys/block`), and each ring's bytes
+//! (`/proc/PID/task/TID/io` of the lane thread that made the ring and of
+//! its io_uring workers, which the kernel names `iou-wrk-<that thread>`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,14 @@ impl TwoDevices {
             .map(|f| f.dev.sectors().1 * 512 / MIB)
             .collect()
     }
+
+    /// MiB each device had read so far.
+    fn read(&self) -> Vec<u64> {
+        self.fs
+            .iter()
+            .map(|f| f.dev.sectors().0 * 512 / MIB)
+            .collect()
+    }
 }
 
 impl Drop for TwoDevices {
@@ -93,15 +102,31 @@ fn sources(top: &Path) {
     }
 }
 
-/// Bytes each ring of `pid` wrote, by the thread that made it: a lane's
-/// own writes and its io_uring workers' (`iou-wrk-<lane>`), the most seen
+/// The counters of `/proc/PID/task/TID/io` a ring is watched by.
+#[derive(Clone, Copy)]
+enum Io {
+    Read,
+    Write,
+}
+
+impl Io {
+    fn field(self) -> &'static str {
+        match self {
+            Io::Read => "read_bytes: ",
+            Io::Write => "write_bytes: ",
+        }
+    }
+}
+
+/// Bytes each ring of `pid` read or wrote, by the thread that made it: a
+/// lane's own and its io_uring workers' (`iou-wrk-<lane>`), the most seen
 /// of each thread while `child` ran (a worker's count is lost when it
 /// exits: the totals may fall short, never over).
-fn ring_writes(pid: u32, child: &mut Child) -> HashMap<u32, u64> {
+fn ring_io(pid: u32, child: &mut Child, io: Io) -> HashMap<u32, u64> {
     let mut seen: HashMap<u32, (u32, u64)> = HashMap::new();
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(120) {
-        for (tid, owner, bytes) in thread_writes(pid) {
+        for (tid, owner, bytes) in thread_io(pid, io) {
             let e = seen.entry(tid).or_insert((owner, 0));
             e.1 = e.1.max(bytes);
         }
@@ -115,9 +140,9 @@ fn ring_writes(pid: u32, child: &mut Child) -> HashMap<u32, u64> {
     rings
 }
 
-/// (thread, the ring's maker, write_bytes) of the lane threads of `pid`
+/// (thread, the ring's maker, its `io` bytes) of the lane threads of `pid`
 /// and of their io_uring workers.
-fn thread_writes(pid: u32) -> Vec<(u32, u32, u64)> {
+fn thread_io(pid: u32, io: Io) -> Vec<(u32, u32, u64)> {
     let mut out = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -134,10 +159,10 @@ fn thread_writes(pid: u32) -> Vec<(u32, u32, u64)> {
             None if comm.starts_with("urmove-lane-") && !is_io_worker(&t.path()) => tid,
             None => continue,
         };
-        let io = std::fs::read_to_string(t.path().join("io")).unwrap_or_default();
-        let bytes = io
+        let counts = std::fs::read_to_string(t.path().join("io")).unwrap_or_default();
+        let bytes = counts
             .lines()
-            .find_map(|l| l.strip_prefix("write_bytes: "))
+            .find_map(|l| l.strip_prefix(io.field()))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
         out.push((tid, owner, bytes));
@@ -158,9 +183,10 @@ fn is_io_worker(task: &Path) -> bool {
     flags.is_none_or(|f| f & PF_IO_WORKER != 0)
 }
 
-/// Each device was written by one ring: two rings wrote, each no more than
-/// the smaller or the larger device took (a ring that wrote some of each
-/// file would exceed the smaller), and together nearly all of the data.
+/// Each device was read or written by one ring: two rings did, each no
+/// more than the smaller or the larger device took (a ring that wrote some
+/// of each file would exceed the smaller), and together nearly all of the
+/// data.
 fn assert_one_ring_per_device(rings: &HashMap<u32, u64>, devices: &[u64], what: &str) {
     let mut r: Vec<u64> = rings.values().map(|b| b / MIB).collect();
     r.sort_unstable();
@@ -174,7 +200,7 @@ fn assert_one_ring_per_device(rings: &HashMap<u32, u64>, devices: &[u64], what: 
     for (ring, dev) in r.iter().zip(&d) {
         assert!(
             *ring <= dev + dev / 20,
-            "{what}: a ring wrote {ring} MiB, its device took {dev} (rings {r:?}, devices {d:?})"
+            "{what}: a ring moved {ring} MiB, its device took {dev} (rings {r:?}, devices {d:?})"
         );
     }
     let all: u64 = r.iter().sum();
@@ -194,7 +220,7 @@ fn watch_receiver(
     (devices, before): (&TwoDevices, Vec<u64>),
     (d, what): (&Daemon, &str),
 ) {
-    let rings = ring_writes(pid, &mut child);
+    let rings = ring_io(pid, &mut child, Io::Write);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{what}: {}\n{}", stderr(&o), d.log());
     assert_eq!(json(&o)["files_verified"], 2, "{what}");
@@ -264,6 +290,84 @@ fn a_pull_to_two_devices_drives_each_from_its_own_ring_on_the_client() {
         .unwrap();
     let pid = child.id();
     watch_receiver(child, pid, (&devices, before), (&d, "pull"));
+    same(&d.root.path().join("a/f"), &local.path().join("a/f"));
+    same(&d.root.path().join("b/g"), &local.path().join("b/g"));
+}
+
+/// Watch the sending process `pid` while `child` (the client) runs: the
+/// run verified both files, and each source device was read by one ring
+/// (the devices' counts since `before`).
+fn watch_sender(
+    mut child: Child,
+    pid: u32,
+    (devices, before): (&TwoDevices, Vec<u64>),
+    (d, what): (&Daemon, &str),
+) {
+    let rings = ring_io(pid, &mut child, Io::Read);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{what}: {}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 2, "{what}");
+    let took: Vec<u64> = devices
+        .read()
+        .iter()
+        .zip(&before)
+        .map(|(n, b)| n - b)
+        .collect();
+    assert_one_ring_per_device(&rings, &took, what);
+}
+
+/// The kernel's cached pages of every file dropped: a source is read from
+/// its device.
+fn drop_caches() {
+    let _ = Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
+#[test]
+fn a_push_from_two_devices_reads_each_with_its_own_ring_on_the_sender() {
+    require!(can_loop("xfs"), "needs root, losetup and mkfs.xfs");
+    // One receiving lane: the receiver gives no placement, the sender
+    // places by its own devices.
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "1"]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let devices = TwoDevices::under(src.path());
+    sources(src.path());
+    drop_caches();
+    let (a, b) = (src.path().join("a"), src.path().join("b"));
+    let before = devices.read();
+    let child = crate::faults::send_child(
+        &d,
+        d.port,
+        &["-P", "4", "--lanes", "2", "--json"],
+        &[a.to_str().unwrap(), b.to_str().unwrap(), "127.0.0.1:"],
+    );
+    let pid = child.id();
+    watch_sender(child, pid, (&devices, before), (&d, "push"));
+    same(&a.join("f"), &d.root.path().join("a/f"));
+    same(&b.join("g"), &d.root.path().join("b/g"));
+}
+
+#[test]
+fn a_pull_from_two_devices_reads_each_with_its_own_ring_on_the_daemon() {
+    require!(can_loop("xfs"), "needs root, losetup and mkfs.xfs");
+    let d = Daemon::start_full(&[], "127.0.0.1", Path::new("/var/tmp"), &["--lanes", "2"]);
+    let devices = TwoDevices::under(d.root.path());
+    sources(d.root.path());
+    drop_caches();
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let before = devices.read();
+    // One receiving lane on the client: the daemon places by its devices.
+    let child = urmove()
+        .args(["pull", "-p", &d.port.to_string(), "-P", "4", "--lanes", "1"])
+        .args(["--json", "--key-file"])
+        .arg(&d.key)
+        .args(["127.0.0.1:a", "127.0.0.1:b"])
+        .arg(local.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    watch_sender(child, d.pid(), (&devices, before), (&d, "pull"));
     same(&d.root.path().join("a/f"), &local.path().join("a/f"));
     same(&d.root.path().join("b/g"), &local.path().join("b/g"));
 }

@@ -156,6 +156,11 @@ impl Incoming {
         peer: &Peer,
         out: &mut dyn Landing,
     ) -> Result<Vec<LaneReport>, SessionError> {
+        // Files complete before any data came (empty, or journaled whole)
+        // are acknowledged first.
+        for (file_index, digest) in self.take_done_at_start() {
+            out.committed(file_index, digest)?;
+        }
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
         let plan = match plan.len() {
             1 => plan,

@@ -21,6 +21,7 @@ pub mod pull;
 mod pusher;
 pub mod receive;
 pub mod recv;
+mod roles;
 mod route;
 pub mod secret;
 pub mod send;

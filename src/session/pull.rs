@@ -13,10 +13,9 @@ use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
-use super::conn::send_msg;
-use super::held::{recv_verdict, Held};
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
+use super::roles::{accept, differed, Before, Refused};
 use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
 use super::SessionError;
 
@@ -87,34 +86,28 @@ pub fn run_pull(
     };
     let mut incoming = None;
     let mut root = Some(root);
-    let (ctl, streams, keys, super::send::Before { refused, .. }) =
-        open_session(cfg, req, &mut |ctl, key| {
-            let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
-            check_asked_for(&entries, paths)?;
-            let resume = (cfg.resume || cfg.checksum).then_some(Resume {
-                checksum: cfg.checksum,
-                key: *key,
-            });
-            let root = root.take().expect("the manifest arrives once");
-            let mut prepared = Incoming::prepare(
-                root,
-                String::new(),
-                entries,
-                u64::from(cfg.block_size),
-                cfg.direct,
-                rules.clone(),
-                resume,
-                &mut || {},
-            )?;
-            if resume.is_some() {
-                Held::send(ctl, prepared.take_have())?;
-                let wrong = recv_verdict(ctl, prepared.entries.len())?;
-                prepared.apply_verdict(&wrong)?;
-            }
-            send_msg(ctl, &prepared.place(&engine.0, &mut || {}))?;
-            incoming = Some(prepared);
-            Ok(())
-        })?;
+    let (ctl, streams, keys, Before { refused, .. }) = open_session(cfg, req, &mut |ctl, key| {
+        let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+        check_asked_for(&entries, paths)?;
+        let resume = (cfg.resume || cfg.checksum).then_some(Resume {
+            checksum: cfg.checksum,
+            key: *key,
+        });
+        let root = root.take().expect("the manifest arrives once");
+        let mut prepared = Incoming::prepare(
+            root,
+            String::new(),
+            entries,
+            u64::from(cfg.block_size),
+            cfg.direct,
+            rules.clone(),
+            resume,
+            &mut || {},
+        )?;
+        accept(ctl, &mut prepared, &engine.0, &mut || {})?;
+        incoming = Some(prepared);
+        Ok(())
+    })?;
     let mut incoming = incoming.expect("prepared before the streams opened");
     let total = incoming.bytes_missing();
     let skipped_bytes = incoming.file_bytes().saturating_sub(total);
@@ -125,8 +118,7 @@ pub fn run_pull(
             "resuming: {complete_before} files complete here already (checked against the sources); {total} bytes to fetch"
         ));
     }
-    let at_start = incoming.take_done_at_start().len() as u64;
-    let files_done = Arc::new(AtomicU64::new(complete_before + at_start));
+    let files_done = Arc::new(AtomicU64::new(complete_before));
     obs.files(Arc::clone(&files_done), files);
     let key = crate::protocol::seal::frame_key(&keys);
     let open = cfg
@@ -162,9 +154,9 @@ pub fn run_pull(
     report.command = "pull";
     report.files = files;
     report.bytes_skipped = skipped_bytes;
-    report.files_verified = complete_before + at_start + landed.0;
+    report.files_verified = complete_before + landed.0;
     report.skip(&incoming.entries, &refused);
-    let skipped: Vec<super::send::Refused> = incoming
+    let skipped: Vec<Refused> = incoming
         .skipped
         .iter()
         .map(|(i, why)| (*i, String::new(), why.clone()))
@@ -200,15 +192,9 @@ fn settle_pull(
         Some(s) => Some(s),
         None => wait_summary(rx),
     };
-    if !rejected.is_empty() {
-        let name = &incoming.entries[rejected[0] as usize].path;
-        return Err(SessionError::local(
-            ErrorCode::Io,
-            format!(
-                "{} files arrived different from their sources and were not committed (first: {name}); altered on the path or at the source: fetch again, with --encrypt on untrusted paths",
-                rejected.len()
-            ),
-        ));
+    if let Some(&first) = rejected.first() {
+        let name = &incoming.entries[first as usize].path;
+        return Err(differed(rejected.len(), name, ("at the source", "fetch")));
     }
     match summary {
         Some((_, _, true)) => {}

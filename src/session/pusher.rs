@@ -136,7 +136,7 @@ impl Acks {
         tree: &Tree,
         held: &Held,
         streams: u16,
-        refused: &[super::send::Refused],
+        refused: &[super::roles::Refused],
     ) -> Acks {
         let acked: Vec<AtomicBool> = tree
             .entries

@@ -593,6 +593,11 @@ impl Incoming {
         std::mem::take(&mut self.have)
     }
 
+    /// Whether the session continues from what this side holds.
+    pub(crate) fn resuming(&self) -> bool {
+        self.resume.is_some()
+    }
+
     /// Entries this side refused to create: (entry, why).
     pub(crate) fn take_refused(&mut self) -> Vec<(u32, String)> {
         let refused = std::mem::take(&mut self.refused);

@@ -24,7 +24,6 @@ use crate::protocol::manifest::check_path;
 
 use super::admit::{refuse_now, Backoff, PerAddress, Throttled};
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
-use super::held::{recv_verdict, Held};
 use super::landing::Pace;
 use super::receive::{join, recv_manifest, Incoming, LinkPolicy, Resume, Rules};
 use super::SessionError;
@@ -1225,20 +1224,6 @@ fn push_session(
         resume,
         &mut || beat.tick(),
     )?;
-    if resume.is_some() {
-        Held::send(s, incoming.take_have())?;
-        let wrong = recv_verdict(s, incoming.entries.len())?;
-        incoming.apply_verdict(&wrong)?;
-    }
-    for (file_index, reason) in incoming.take_refused() {
-        let path = String::new();
-        let m = Message::Skipped {
-            file_index,
-            path,
-            reason,
-        };
-        send_msg(s, &m)?;
-    }
     // Ring and registered buffers first: they are ready when the first
     // frame comes, however long the streams take to connect.
     let pool = super::landing::prepare_receivers(
@@ -1247,15 +1232,11 @@ fn push_session(
         buffers,
         req.block_size as usize,
     )?;
-    // Each device under the root its own lanes and streams: the sender
-    // is told which files go on which streams.
-    let placement = incoming.place(&pool.0, &mut || beat.tick());
-    send_msg(s, &placement)?;
+    // What is held (resume), what is refused, and each device under the
+    // root its own lanes and streams: the sender is told.
+    super::roles::accept(s, &mut incoming, &pool.0, &mut || beat.tick())?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-    for (file_index, digest) in incoming.take_done_at_start() {
-        send_msg(s, &Message::FileAck { file_index, digest })?;
-    }
     // Receive: frames into registered buffers, checked, written, committed
     // on the sender's digest; a heartbeat while nothing else goes out.
     let mut out = DaemonLanding {
@@ -1534,23 +1515,23 @@ fn pull_session(
     registry: &Registry,
     peer: SocketAddr,
 ) -> Result<(u64, u64), SessionError> {
+    use super::roles::{hear, offer, Until};
     use super::source::{open_source_beneath, push_data, Sources};
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let tree = super::tree::scan_beneath(&root, &paths)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
-    super::send::send_manifest(s, &tree.entries)?;
     let block = u64::from(req.block_size);
-    let mut held = Held::default();
-    if req.has(REQ_RESUME) {
-        held = Held::receive(s, &tree.entries, block, &mut |b| memory.reserve(b))?;
-        let local = |i: usize| {
-            open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off)
-                .map(|(f, _)| f)
-        };
-        held.verify(s, (&tree, block, &frame_key(keys)), &local)?;
-    }
+    let local = |i: usize| {
+        open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f)
+    };
+    let key = frame_key(keys);
+    let resume = req.has(REQ_RESUME).then_some(&key);
+    let held = offer(s, (&tree, block), resume, &local, &mut |b| {
+        memory.reserve(b)
+    })?;
+    // The client is told what this side's scan left out.
     for (file_index, path, reason) in tree.skipped_refs() {
         let m = Message::Skipped {
             file_index,
@@ -1559,13 +1540,15 @@ fn pull_session(
         };
         send_msg(s, &m)?;
     }
-    let placement = recv_placement(s)?;
-    let route = super::route::Route::from_placement(placement, tree.entries.len(), req.streams)?;
     let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
-    let local = crate::datapath::topology::is_this_host(peer.ip());
-    let want = super::lanes::for_peer(cfg.lanes, local);
+    let on_host = crate::datapath::topology::is_this_host(peer.ip());
+    let want = super::lanes::for_peer(cfg.lanes, on_host);
     let (plan, txs) = super::source::prepare_senders(want, req.streams, req.streams, &params)?;
+    let entries = tree.entries.len();
+    let before = hear(s, Until::Placement { entries })?;
+    let shape = (entries, req.streams);
+    let route = super::route::for_source(before.placement, shape, &plan, tree.devices())?;
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
@@ -1601,17 +1584,6 @@ fn pull_session(
         },
     )?;
     Ok((files, bytes))
-}
-
-/// The client's placement of a pull (its devices, see `route`).
-fn recv_placement(s: &mut Control) -> Result<super::route::Placement, SessionError> {
-    match recv_msg(s)? {
-        Message::Placement { streams, entries } => Ok((streams, entries)),
-        _ => Err(SessionError::local(
-            ErrorCode::Malformed,
-            "expected the client's placement of its files",
-        )),
-    }
 }
 
 /// `bench --net` on the daemon's side: take frames on every stream, check

@@ -1,6 +1,5 @@
-//! Placement by device on the receiver: which receiving lane (and so which
-//! ring) writes each file, and the routing of a file's frames to that
-//! lane's streams by its sender.
+//! Placement by device: which lane (and so which ring) reads or writes
+//! each file, and the routing of a file's frames to that lane's streams.
 //!
 //! A receiver whose files go to several devices (several filesystems
 //! mounted under its root: RAID members, NVMe drives, targets) gives each
@@ -9,6 +8,12 @@
 //! stream's class and each entry's. The sender puts a file's frames on the
 //! streams of its class, and its lanes take the pieces of the classes
 //! their streams serve, so each device is written by its own ring.
+//!
+//! A receiver that gave no placement (one device, one lane) leaves the
+//! sender free to place by its own devices ([`for_source`]): the sources'
+//! devices get classes of the sender's lanes in the same way, so each
+//! source device is read by its own ring. The receiver's devices come
+//! first: where both have several, the receiver's placement rules.
 //!
 //! A route is a hint, never a rule: a frame that arrives on any stream is
 //! received as always (a lost stream's frames go wherever a stream lives),
@@ -148,11 +153,9 @@ impl Route {
 
 /// A receiver's route for its `lanes` (streams placed as planned, not by
 /// the core they arrive on) and the files it writes, each `(entry, path of
-/// its directory under the root)`: the devices those directories sit on
-/// in order of first appearance, device `d` to class `d mod C` and lane
-/// `k` to class `k mod C`, `C` the fewer of lanes and devices. One device
-/// or one lane: no routing. `tick` runs every so many directories looked
-/// at (a heartbeat while a large tree is placed).
+/// its directory under the root)`: [`by_device`] of the devices those
+/// directories sit on. `tick` runs every so many directories looked at (a
+/// heartbeat while a large tree is placed).
 pub(crate) fn plan_for<'f>(
     root: &Root,
     lanes: &[Lane],
@@ -163,25 +166,54 @@ pub(crate) fn plan_for<'f>(
     if lanes.len() < 2 {
         return Route::none();
     }
-    // Each directory's device, as its number in order of first appearance.
-    let mut device_of_dir: HashMap<&str, usize> = HashMap::new();
-    let mut devices: Vec<u64> = Vec::new();
-    let mut per_entry: Vec<(usize, usize)> = Vec::new();
+    // Each directory looked at once.
+    let mut device_of_dir: HashMap<&str, u64> = HashMap::new();
     let mut looked = 0usize;
-    for (entry, dir) in files {
+    let devices = files.map(|(entry, dir)| {
         let device = *device_of_dir.entry(dir).or_insert_with(|| {
             if looked.is_multiple_of(1024) {
                 tick();
             }
             looked += 1;
-            let dev = dir_device(root, dir);
-            devices.iter().position(|&x| x == dev).unwrap_or_else(|| {
+            dir_device(root, dir)
+        });
+        (entry, device)
+    });
+    by_device(lanes, entries, devices)
+}
+
+/// A sender's route: its receiver's placement when it gave one (the
+/// receiver's devices are written by their own rings; see
+/// [`Route::from_placement`]), else its own `files`' devices, each
+/// `(entry, st_dev of its source)`, read each by its own lanes
+/// ([`by_device`] over this side's `lanes`).
+pub(crate) fn for_source(
+    placement: Placement,
+    (entries, stream_count): (usize, u16),
+    lanes: &[Lane],
+    files: impl Iterator<Item = (usize, u64)>,
+) -> Result<Route, SessionError> {
+    if !placement.0.is_empty() || !placement.1.is_empty() || lanes.len() < 2 {
+        return Route::from_placement(placement, entries, stream_count);
+    }
+    Ok(by_device(lanes, entries, files))
+}
+
+/// The route of files on devices, each `(entry, device)`: the devices
+/// numbered in order of first appearance, device `d` to class `d mod C`
+/// and lane `k` (with its streams) to class `k mod C`, `C` the fewer of
+/// lanes and devices. One device or one lane: no routing.
+fn by_device(lanes: &[Lane], entries: usize, files: impl Iterator<Item = (usize, u64)>) -> Route {
+    let mut devices: Vec<u64> = Vec::new();
+    let per_entry: Vec<(usize, usize)> = files
+        .map(|(entry, dev)| {
+            let d = devices.iter().position(|&x| x == dev).unwrap_or_else(|| {
                 devices.push(dev);
                 devices.len() - 1
-            })
-        });
-        per_entry.push((entry, device));
-    }
+            });
+            (entry, d)
+        })
+        .collect();
     let c = lanes.len().min(devices.len());
     if c < 2 {
         return Route::none();
@@ -263,5 +295,36 @@ mod tests {
         let files = || [(0, ""), (1, "a")].into_iter();
         assert!(!plan_for(&root, &lanes, 2, files(), &mut || {}).is_routed());
         assert!(!plan_for(&root, &lanes[..1], 2, files(), &mut || {}).is_routed());
+    }
+
+    #[test]
+    fn a_sender_places_by_its_own_devices_only_when_its_receiver_did_not() {
+        let lanes = crate::session::lanes::place(2, 4, &[], &[]);
+        // Entries 0 and 2 on device 7, 1 on device 9, 3 not a file.
+        let files = || [(0, 7u64), (1, 9), (2, 7)].into_iter();
+        let own = for_source((vec![], vec![]), (4, 4), &lanes, files()).unwrap();
+        assert!(own.is_routed());
+        assert_eq!(own.classes(), 2);
+        assert_eq!(own.of_entry(0), own.of_entry(2));
+        assert_ne!(own.of_entry(0), own.of_entry(1));
+        // Each lane's streams carry its class, and each lane serves one.
+        for l in &lanes {
+            let serves = own.served_by(l);
+            assert_eq!(serves.iter().filter(|&&s| s).count(), 1, "{serves:?}");
+            assert!(l.streams.iter().all(|&s| own.of_stream(s) == l.index % 2));
+        }
+        // One lane, or one device: no routing.
+        assert!(!for_source((vec![], vec![]), (4, 4), &lanes[..1], files())
+            .unwrap()
+            .is_routed());
+        let one = [(0, 7u64), (2, 7)].into_iter();
+        assert!(!for_source((vec![], vec![]), (4, 4), &lanes, one)
+            .unwrap()
+            .is_routed());
+        // The receiver's placement rules, and is checked as ever.
+        let theirs = (vec![1, 0, 1, 0], vec![(0, 1), (1, 0)]);
+        let r = for_source(theirs, (4, 4), &lanes, files()).unwrap();
+        assert_eq!((r.of_entry(0), r.of_entry(1), r.of_stream(0)), (1, 0, 1));
+        assert!(for_source((vec![0, 1], vec![]), (4, 4), &lanes, files()).is_err());
     }
 }

@@ -13,8 +13,7 @@ use crate::datapath::net::{SendStats, ZeroCopy};
 use crate::datapath::tcp::{self, Congestion, PathReport};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, Message, SessionRequest, MANIFEST_PART_ENTRIES_MAX, REQ_CHECKSUM,
-    REQ_ENCRYPT, REQ_RESUME,
+    Direction, ErrorCode, Message, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
 };
 use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
@@ -28,7 +27,9 @@ use crate::protocol::manifest::EntryKind;
 use super::conn::{recv_msg, send_msg, Control};
 use super::held::Held;
 use super::lanes::{self, LaneReport, Lanes};
-use super::route::Route;
+use super::roles::Refused;
+use super::roles::{differed, hear, offer, Before, Until};
+use super::route;
 use super::source::{open_source, prepare_senders, push_data, Acks, PushParams, Sources};
 use super::tree::{scan, Skipped, Tree};
 pub(crate) use super::watch::{drive, Expect};
@@ -308,17 +309,6 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
     ))
 }
 
-/// Send a manifest in parts, then its end.
-pub(crate) fn send_manifest(
-    ctl: &mut Control,
-    entries: &[crate::protocol::manifest::Entry],
-) -> Result<(), SessionError> {
-    for part in entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
-        send_msg(ctl, &Message::Manifest(part.to_vec()))?;
-    }
-    send_msg(ctl, &Message::ManifestEnd)
-}
-
 /// Connect, authenticate, ask for `req`, run `between` (sending or
 /// receiving the manifest; it is given the session's frame key), wait
 /// until the daemon is ready, and open the data streams, each proving it
@@ -353,26 +343,8 @@ pub(crate) fn open_session(
     let streams_n = req.streams;
     send_msg(&mut ctl, &Message::Request(req))?;
     between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
-    let mut before = Before::default();
-    loop {
-        match recv_msg(&mut ctl)? {
-            Message::Ready => break,
-            Message::Placement { streams, entries } => before.placement = (streams, entries),
-            // The receiver is still preparing (a large manifest).
-            Message::Alive { .. } => {}
-            // An entry the receiver will not create (its link policy).
-            Message::Skipped {
-                file_index,
-                path,
-                reason,
-            } => before.refused.push((file_index, path, reason)),
-            _ => {
-                return Err(SessionError::Protocol(
-                    "expected the receiver to be ready".into(),
-                ))
-            }
-        }
-    }
+    // The receiver's refusals and placement, until it is ready.
+    let before = hear(&mut ctl, Until::Ready)?;
     let streams = open_streams(cfg, &keys, streams_n)?;
     if let Some(rate) = cfg.rate_limit_bytes_per_s {
         let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
@@ -442,18 +414,6 @@ fn open_stream(cfg: &SendConfig, keys: &SessionKeys, i: u16) -> Result<TcpStream
 /// A session ready for data: the control connection, the data streams,
 /// the keys, and the entries the receiver said it will not create.
 pub(crate) type Opened = (Control, Vec<TcpStream>, SessionKeys, Before);
-
-/// What the receiver said before the data: the entries it will not create,
-/// and its placement (each stream's class and runs of entries' classes;
-/// empty: no routing).
-#[derive(Debug, Default)]
-pub(crate) struct Before {
-    pub(crate) refused: Vec<Refused>,
-    pub(crate) placement: super::route::Placement,
-}
-
-/// An entry the other side will not move: (entry or `UNLISTED`, path, why).
-pub(crate) type Refused = (u32, String, String);
 
 /// This side's buffers (`per_stream` a stream plus `extra`) fitted to its
 /// locked-memory limit, saying what was lowered: the configuration with
@@ -555,20 +515,24 @@ pub fn run_send(
     let mut held = Held::default();
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
+    let resume = cfg.resume || cfg.checksum;
     let (mut ctl, streams, keys, before) = open_session(cfg, req, &mut |ctl, key| {
-        send_manifest(ctl, &tree.entries)?;
-        if cfg.resume || cfg.checksum {
-            held = Held::receive(ctl, &tree.entries, block, &mut |_| Ok(()))?;
-            held.verify(ctl, (&tree, block, key), &local)?;
-        }
+        held = offer(
+            ctl,
+            (&tree, block),
+            resume.then_some(key),
+            &local,
+            &mut |_| Ok(()),
+        )?;
         Ok(())
     })?;
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let refused = before.refused;
-    let route = Route::from_placement(before.placement, tree.entries.len(), cfg.streams)?;
+    let shape = (tree.entries.len(), cfg.streams);
+    let route = route::for_source(before.placement, shape, &plan, tree.devices())?;
     let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
     let skipped = held.bytes(&tree, block);
-    if cfg.resume || cfg.checksum {
+    if resume {
         obs.info(&format!(
             "resuming: {} files complete (checked against the sources), {} partly there; {} bytes to send",
             held.complete.len(),
@@ -763,13 +727,8 @@ fn check_acks(
             .entries
             .get(i as usize)
             .map_or("?", |e| e.path.as_str());
-        return Err(SessionError::local(
-            ErrorCode::Io,
-            format!(
-                "{} files arrived different from their sources and were not committed (first: {name}); altered on the path or on the receiver: send again, with --encrypt on untrusted paths",
-                got.rejected.len()
-            ),
-        ));
+        let count = got.rejected.len();
+        return Err(differed(count, name, ("on the receiver", "send")));
     }
     if report.files_verified + report.listed_files_skipped != report.files {
         return Err(SessionError::local(

@@ -51,8 +51,16 @@ impl Tree {
             .count()
     }
 
+    /// Each file's device: (entry, st_dev of its source), for placement.
+    pub(crate) fn devices(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.ids
+            .iter()
+            .enumerate()
+            .filter_map(|(i, id)| id.map(|id| (i, id.dev)))
+    }
+
     /// What the scan left out, as the session reports skipped entries.
-    pub(crate) fn skipped_refs(&self) -> Vec<super::send::Refused> {
+    pub(crate) fn skipped_refs(&self) -> Vec<super::roles::Refused> {
         self.skipped
             .iter()
             .map(|s| (UNLISTED, s.path.clone(), s.reason.clone()))

@@ -1,0 +1,169 @@
+//! The two roles of a transfer, each one piece of code whichever end plays
+//! it: the source (`send`, and the daemon's side of a `pull`) and the sink
+//! (the daemon's side of a push, and `pull`). Client and daemon differ only
+//! in how they come by the control connection and the data streams (a
+//! client connects them, a daemon accepts and collects them), and in that
+//! the daemon, source or sink, ends the session with its summary.
+//!
+//! After the request, on the control connection, in this order:
+//!
+//! 1. the source sends its manifest ([`offer`]);
+//! 2. when resuming, the sink says what it holds, the source checks it
+//!    against its files and says what was wrong ([`offer`], [`accept`]);
+//! 3. the sink says which entries it will not create and where it writes
+//!    each file, its placement by device ([`accept`]); the source hears
+//!    both ([`hear`]) and routes its frames (`route::for_source`);
+//! 4. the data streams (then `Ready`, from the daemon);
+//! 5. the data: the source's lanes (`source::push_data`), the sink's
+//!    (`Incoming::receive`), whose `Landing` acknowledges each file;
+//! 6. the summary: the daemon's, checked by the client ([`differed`] when
+//!    files arrived changed).
+
+use std::fs::File;
+
+use crate::protocol::control::{ErrorCode, Message, MANIFEST_PART_ENTRIES_MAX};
+use crate::protocol::frame::FrameKey;
+use crate::protocol::manifest::Entry;
+
+use super::conn::{recv_msg, send_msg, Control};
+use super::held::{recv_verdict, Held};
+use super::lanes::Lane;
+use super::receive::Incoming;
+use super::route::Placement;
+use super::tree::Tree;
+use super::SessionError;
+
+/// An entry the other side will not move: (entry or `UNLISTED`, path, why).
+pub(crate) type Refused = (u32, String, String);
+
+/// What the sink said before the data: the entries it will not create,
+/// and its placement (each stream's class and runs of entries' classes;
+/// empty: no routing).
+#[derive(Debug, Default)]
+pub(crate) struct Before {
+    pub(crate) refused: Vec<Refused>,
+    pub(crate) placement: Placement,
+}
+
+/// Send a manifest in parts, then its end.
+pub(crate) fn send_manifest(ctl: &mut Control, entries: &[Entry]) -> Result<(), SessionError> {
+    for part in entries.chunks(MANIFEST_PART_ENTRIES_MAX as usize) {
+        send_msg(ctl, &Message::Manifest(part.to_vec()))?;
+    }
+    send_msg(ctl, &Message::ManifestEnd)
+}
+
+/// The source's part of the setup: send `tree`'s manifest and, when
+/// resuming (with the session's frame key), take what the sink holds
+/// (memory for its ranges asked of `reserve`), check it against the files
+/// as `local` opens them (the page cache will do) and tell the sink what
+/// was wrong. What is held and right comes back.
+pub(crate) fn offer(
+    ctl: &mut Control,
+    (tree, block): (&Tree, u64),
+    resume: Option<&FrameKey>,
+    local: &dyn Fn(usize) -> Result<File, String>,
+    reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
+) -> Result<Held, SessionError> {
+    send_manifest(ctl, &tree.entries)?;
+    let Some(key) = resume else {
+        return Ok(Held::default());
+    };
+    let mut held = Held::receive(ctl, &tree.entries, block, reserve)?;
+    held.verify(ctl, (tree, block, key), local)?;
+    Ok(held)
+}
+
+/// Until when the source listens to the sink before the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Until {
+    /// A client: until the daemon's `Ready` (its placement comes before).
+    Ready,
+    /// A daemon: until the client's placement, for a manifest of
+    /// `entries` (no more refusals than it has are taken).
+    Placement { entries: usize },
+}
+
+/// The source hears what the sink says before the data (see [`Before`]):
+/// heartbeats while the sink prepares, entries it refuses, its placement;
+/// until `until`. (A client is told there what a daemon source's scan
+/// left out too.)
+pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionError> {
+    let mut before = Before::default();
+    loop {
+        match recv_msg(ctl)? {
+            Message::Ready if until == Until::Ready => return Ok(before),
+            Message::Placement { streams, entries } => {
+                before.placement = (streams, entries);
+                if until != Until::Ready {
+                    return Ok(before);
+                }
+            }
+            Message::Alive { .. } => {}
+            Message::Skipped {
+                file_index,
+                path,
+                reason,
+            } => {
+                if matches!(until, Until::Placement { entries } if before.refused.len() >= entries)
+                {
+                    return Err(SessionError::local(
+                        ErrorCode::Malformed,
+                        "more entries refused than the manifest has",
+                    ));
+                }
+                before.refused.push((file_index, path, reason));
+            }
+            _ => {
+                return Err(SessionError::Protocol(match until {
+                    Until::Ready => "expected the receiver to be ready".into(),
+                    Until::Placement { .. } => {
+                        "expected the receiver's placement of its files".into()
+                    }
+                }))
+            }
+        }
+    }
+}
+
+/// The sink's part of the setup, once `incoming` is prepared from the
+/// source's manifest: when resuming, say what is held and apply the
+/// source's verdict on it; then say which entries this side will not
+/// create and place the files still to come on `lanes` (see
+/// `Incoming::place`; `tick` beats while it looks).
+pub(crate) fn accept(
+    ctl: &mut Control,
+    incoming: &mut Incoming,
+    lanes: &[Lane],
+    tick: &mut dyn FnMut(),
+) -> Result<(), SessionError> {
+    if incoming.resuming() {
+        Held::send(ctl, incoming.take_have())?;
+        let wrong = recv_verdict(ctl, incoming.entries.len())?;
+        incoming.apply_verdict(&wrong)?;
+    }
+    for (file_index, reason) in incoming.take_refused() {
+        let path = String::new();
+        let m = Message::Skipped {
+            file_index,
+            path,
+            reason,
+        };
+        send_msg(ctl, &m)?;
+    }
+    let placement = incoming.place(lanes, tick);
+    send_msg(ctl, &placement)
+}
+
+/// The error of a session in which `count` files arrived different from
+/// their sources (`first` the first of them) and were not committed:
+/// `fault` says where else than on the path they may have been altered,
+/// `again` the command that moves them again.
+pub(crate) fn differed(count: usize, first: &str, (fault, again): (&str, &str)) -> SessionError {
+    SessionError::local(
+        ErrorCode::Io,
+        format!(
+            "{count} files arrived different from their sources and were not committed (first: {first}); altered on the path or {fault}: {again} again, with --encrypt on untrusted paths"
+        ),
+    )
+}
