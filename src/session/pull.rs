@@ -57,6 +57,62 @@ pub fn run_pull(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
+    let req = pull_request(cfg, paths)?;
+    let rules = client_rules(cfg)?;
+    // This side's buffers are registered before the daemon hears of us.
+    let (cfg, fitted) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
+    let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
+        super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)
+    })?;
+    std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
+    let root = Root::open_for_writing(local)
+        .map_err(|e| SessionError::io(local.display().to_string(), e))?;
+    let mut pull = open_pull(cfg, req, (root, rules, paths), &engine.0)?;
+    let total = pull.incoming.bytes_missing();
+    let complete_before = pull.incoming.complete_before().len() as u64;
+    if cfg.resume || cfg.checksum {
+        obs.info(&format!(
+            "resuming: {complete_before} files complete here already (checked against the sources); {total} bytes to fetch"
+        ));
+    }
+    let files_done = Arc::new(AtomicU64::new(complete_before));
+    obs.files(Arc::clone(&files_done), pull.incoming.file_count() as u64);
+    let expect = Expect::transfer(total, false);
+    let (data, mut report, landed) =
+        pull.receive(cfg, engine, (expect, &files_done), interrupt, obs)?;
+    report.command = "pull";
+    report.files = pull.incoming.file_count() as u64;
+    report.bytes_skipped = pull.incoming.file_bytes().saturating_sub(total);
+    report.files_verified = complete_before + landed.committed;
+    report.skip(&pull.incoming.entries, &pull.refused);
+    let skipped: Vec<Refused> = pull
+        .incoming
+        .skipped
+        .iter()
+        .map(|(i, why)| (*i, String::new(), why.clone()))
+        .collect();
+    report.skip(&pull.incoming.entries, &skipped);
+    match data {
+        Ok(lanes) => report.lanes = lanes,
+        Err(e) => {
+            report.fail(&e, interrupt.load(Ordering::Relaxed));
+            return Ok(report);
+        }
+    }
+    let outcome = settle_pull(&landed.events, &mut pull.incoming, &landed.rejected);
+    let _ = pull.ctl.tcp().shutdown(std::net::Shutdown::Both);
+    let _ = landed.reader.join();
+    report.close();
+    match outcome {
+        Ok(()) => report.settle_status(),
+        Err(e) => report.fail(&e, false),
+    }
+    Ok(report)
+}
+
+/// The request of a pull of `paths`, each checked as a receiver checks a
+/// path, all within one request.
+fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, SessionError> {
     for p in paths {
         check_path(p)
             .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
@@ -68,22 +124,34 @@ pub fn run_pull(
             "too many paths for one pull",
         ));
     }
-    let rules = client_rules(cfg)?;
-    // This side's buffers are registered before the daemon hears of us.
-    let (cfg, fitted) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
-    let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
-        super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)
-    })?;
-    std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let root = Root::open_for_writing(local)
-        .map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let req = SessionRequest {
+    Ok(SessionRequest {
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
         flags: cfg.flags(),
         path: joined,
-    };
+    })
+}
+
+/// A pull set up for its data: the files prepared under the local root,
+/// the connections and keys, and the entries the daemon's scan left out.
+struct Pull {
+    incoming: Incoming,
+    ctl: super::conn::Control,
+    streams: Vec<std::net::TcpStream>,
+    keys: crate::protocol::handshake::SessionKeys,
+    refused: Vec<Refused>,
+}
+
+/// Open a pull session for `req`: the daemon's manifest (only what was
+/// asked for) prepared under `root` with `rules`, and the sink's part of
+/// the setup (see `roles::accept`) over this side's `lanes`.
+fn open_pull(
+    cfg: &SendConfig,
+    req: SessionRequest,
+    (root, rules, paths): (Root, Rules, &[String]),
+    lanes: &[super::lanes::Lane],
+) -> Result<Pull, SessionError> {
     let mut incoming = None;
     let mut root = Some(root);
     let (ctl, streams, keys, Before { refused, .. }) = open_session(cfg, req, &mut |ctl, key| {
@@ -94,91 +162,97 @@ pub fn run_pull(
             key: *key,
         });
         let root = root.take().expect("the manifest arrives once");
+        let block = u64::from(cfg.block_size);
+        let (rules, tick) = (rules.clone(), &mut || {});
         let mut prepared = Incoming::prepare(
             root,
             String::new(),
             entries,
-            u64::from(cfg.block_size),
+            block,
             cfg.direct,
-            rules.clone(),
+            rules,
             resume,
-            &mut || {},
+            tick,
         )?;
-        accept(ctl, &mut prepared, &engine.0, &mut || {})?;
+        accept(ctl, &mut prepared, lanes, &mut || {})?;
         incoming = Some(prepared);
         Ok(())
     })?;
-    let mut incoming = incoming.expect("prepared before the streams opened");
-    let total = incoming.bytes_missing();
-    let skipped_bytes = incoming.file_bytes().saturating_sub(total);
-    let files = incoming.file_count() as u64;
-    let complete_before = incoming.complete_before().len() as u64;
-    if cfg.resume || cfg.checksum {
-        obs.info(&format!(
-            "resuming: {complete_before} files complete here already (checked against the sources); {total} bytes to fetch"
-        ));
-    }
-    let files_done = Arc::new(AtomicU64::new(complete_before));
-    obs.files(Arc::clone(&files_done), files);
-    let key = crate::protocol::seal::frame_key(&keys);
-    let open = cfg
-        .encrypt
-        .then_some((keys, crate::protocol::seal::Direction::ServerToClient));
-    let pace = Pace {
-        timeout: cfg.timeout,
-        min_rate_bytes_per_s: super::MIN_RATE_BYTES_PER_S,
-    };
-    let (reader, peer) = super::conn::spawn_peer_reader(&ctl)?;
-    // The data thread reads the peer's events; this one its summary after.
-    let peer = std::sync::Mutex::new(peer);
-    let mut landed = (0u64, Vec::new());
-    let (data, mut report) = drive(
-        cfg,
-        Expect::transfer(total, false),
-        &streams,
-        interrupt,
-        obs,
-        |counters, _stop| {
+    Ok(Pull {
+        incoming: incoming.expect("prepared before the streams opened"),
+        ctl,
+        streams,
+        keys,
+        refused,
+    })
+}
+
+/// What a pull's lanes leave for its end: files committed and rejected,
+/// the daemon's events still to read and their reader.
+struct Landed {
+    committed: u64,
+    rejected: Vec<u32>,
+    events: mpsc::Receiver<PeerEvent>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+/// What a pull's data phase comes back with: the lanes' outcome, the
+/// report of the run, and what was landed.
+type Received = (
+    Result<Vec<super::lanes::LaneReport>, SessionError>,
+    SendReport,
+    Landed,
+);
+
+impl Pull {
+    /// Receive the data on `engine`'s lanes while the daemon's events are
+    /// read on another thread (the data thread takes them; this one the
+    /// summary after).
+    fn receive(
+        &mut self,
+        cfg: &SendConfig,
+        engine: (
+            Vec<super::lanes::Lane>,
+            Vec<crate::datapath::net::NetReceiver>,
+        ),
+        (expect, files_done): (Expect, &AtomicU64),
+        interrupt: &AtomicBool,
+        obs: &mut dyn SendObserver,
+    ) -> Result<Received, SessionError> {
+        let key = crate::protocol::seal::frame_key(&self.keys);
+        let open = cfg.encrypt.then(|| {
+            let dir = crate::protocol::seal::Direction::ServerToClient;
+            (self.keys.clone(), dir)
+        });
+        let pace = Pace {
+            timeout: cfg.timeout,
+            min_rate_bytes_per_s: super::MIN_RATE_BYTES_PER_S,
+        };
+        let (reader, peer) = super::conn::spawn_peer_reader(&self.ctl)?;
+        let peer = std::sync::Mutex::new(peer);
+        let mut landed = (0u64, Vec::new());
+        let (incoming, streams) = (&mut self.incoming, &self.streams);
+        let (data, report) = drive(cfg, expect, streams, interrupt, obs, |counters, _stop| {
             let mut out = PullLanding {
                 counters,
-                files_done: &files_done,
+                files_done,
                 committed: 0,
                 rejected: Vec::new(),
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
-            let r = incoming.receive(&streams, engine, pace, (&key, &open), &peer, &mut out);
+            let r = incoming.receive(streams, engine, pace, (&key, &open), &peer, &mut out);
             landed = (out.committed, out.rejected);
             r
-        },
-    );
-    report.command = "pull";
-    report.files = files;
-    report.bytes_skipped = skipped_bytes;
-    report.files_verified = complete_before + landed.0;
-    report.skip(&incoming.entries, &refused);
-    let skipped: Vec<Refused> = incoming
-        .skipped
-        .iter()
-        .map(|(i, why)| (*i, String::new(), why.clone()))
-        .collect();
-    report.skip(&incoming.entries, &skipped);
-    match data {
-        Ok(lanes) => report.lanes = lanes,
-        Err(e) => {
-            report.fail(&e, interrupt.load(Ordering::Relaxed));
-            return Ok(report);
-        }
+        });
+        let peer = peer.into_inner().unwrap_or_else(|p| p.into_inner());
+        let landed = Landed {
+            committed: landed.0,
+            rejected: landed.1,
+            events: peer.events,
+            reader,
+        };
+        Ok((data, report, landed))
     }
-    let peer = peer.into_inner().unwrap_or_else(|p| p.into_inner());
-    let outcome = settle_pull(&peer.events, &mut incoming, &landed.1);
-    let _ = ctl.tcp().shutdown(std::net::Shutdown::Both);
-    let _ = reader.join();
-    report.close();
-    match outcome {
-        Ok(()) => report.settle_status(),
-        Err(e) => report.fail(&e, false),
-    }
-    Ok(report)
 }
 
 /// The daemon's summary (it sent every file), no file rejected, and the

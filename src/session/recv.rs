@@ -1182,9 +1182,9 @@ fn control_session(
     push_session(s, &req, buffers, &keys, cfg, registry, peer, log)
 }
 
-/// A push: the manifest, the files prepared beneath the root, what a resume
-/// holds (checked by the sender), then the data until every file is
-/// committed (or rejected, or skipped by the sender), then the summary.
+/// A push on the daemon's side: the manifest prepared under the root (see
+/// [`prepare_push`]), the sink's part of the setup (`roles::accept`), the
+/// data streams collected, then the data received and its summary sent.
 #[allow(clippy::too_many_arguments)]
 fn push_session(
     s: &mut Control,
@@ -1196,34 +1196,8 @@ fn push_session(
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
-    let dest = match req.path.as_str() {
-        "" | "." => String::new(),
-        p => {
-            check_path(p)
-                .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
-            p.to_string()
-        }
-    };
-    let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
-    let entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
-    memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
-    let resume = req.has(REQ_RESUME).then_some(Resume {
-        checksum: req.has(REQ_CHECKSUM),
-        key: frame_key(keys),
-    });
-    let _claims = claim_names(registry, &dest, &entries)?;
-    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
-    let mut beat = super::conn::Beat::new(s)?;
-    let mut incoming = Incoming::prepare(
-        root,
-        dest,
-        entries,
-        u64::from(req.block_size),
-        cfg.direct,
-        registry.rules.clone(),
-        resume,
-        &mut || beat.tick(),
-    )?;
+    let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
+    let incoming = &mut prepared.incoming;
     // Ring and registered buffers first: they are ready when the first
     // frame comes, however long the streams take to connect.
     let pool = super::landing::prepare_receivers(
@@ -1234,7 +1208,8 @@ fn push_session(
     )?;
     // What is held (resume), what is refused, and each device under the
     // root its own lanes and streams: the sender is told.
-    super::roles::accept(s, &mut incoming, &pool.0, &mut || beat.tick())?;
+    let mut beat = super::conn::Beat::new(s)?;
+    super::roles::accept(s, incoming, &pool.0, &mut || beat.tick())?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     // Receive: frames into registered buffers, checked, written, committed
@@ -1259,28 +1234,78 @@ fn push_session(
         min_rate_bytes_per_s: cfg.limits.min_rate_bytes_per_s,
     };
     let (reader, peer) = super::conn::spawn_peer_reader(s)?;
+    let key = frame_key(keys);
     let received = incoming
-        .receive(
-            &streams,
-            pool,
-            pace,
-            (&frame_key(keys), &open),
-            &peer,
-            &mut out,
-        )
+        .receive(&streams, pool, pace, (&key, &open), &peer, &mut out)
         .and_then(|_lanes| incoming.finish());
-    let summary = received.as_ref().map(|(files, bytes)| Message::Summary {
-        files: *files,
-        bytes: *bytes,
-        ok: true,
-    });
-    if let Ok(m) = &summary {
-        send_msg(s, m)?;
+    if let Ok((files, bytes)) = &received {
+        let (files, bytes) = (*files, *bytes);
+        send_msg(
+            s,
+            &Message::Summary {
+                files,
+                bytes,
+                ok: true,
+            },
+        )?;
     }
     // The reader ends when its side of the connection does.
     let _ = s.tcp().shutdown(std::net::Shutdown::Read);
     let _ = reader.join();
     received
+}
+
+/// A push's files prepared on the daemon: their names claimed from other
+/// sessions and their memory counted for as long as it runs.
+struct PreparedPush<'r> {
+    incoming: Incoming,
+    _claims: Claims<'r>,
+    _memory: ManifestMemory<'r>,
+}
+
+/// Take a push's manifest (within the daemon's limits), claim its names
+/// under the destination, and prepare its files under the root (a
+/// heartbeat while a large tree is prepared).
+fn prepare_push<'r>(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &'r Registry,
+) -> Result<PreparedPush<'r>, SessionError> {
+    let dest = match req.path.as_str() {
+        "" | "." => String::new(),
+        p => {
+            check_path(p)
+                .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
+            p.to_string()
+        }
+    };
+    let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
+    let entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
+    memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
+    let resume = req.has(REQ_RESUME).then_some(Resume {
+        checksum: req.has(REQ_CHECKSUM),
+        key: frame_key(keys),
+    });
+    let claims = claim_names(registry, &dest, &entries)?;
+    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let mut beat = super::conn::Beat::new(s)?;
+    let incoming = Incoming::prepare(
+        root,
+        dest,
+        entries,
+        u64::from(req.block_size),
+        cfg.direct,
+        registry.rules.clone(),
+        resume,
+        &mut || beat.tick(),
+    )?;
+    Ok(PreparedPush {
+        incoming,
+        _claims: claims,
+        _memory: memory,
+    })
 }
 
 /// What the receive loop of a push reports: `Net In` lines and metrics,
@@ -1515,31 +1540,15 @@ fn pull_session(
     registry: &Registry,
     peer: SocketAddr,
 ) -> Result<(u64, u64), SessionError> {
-    use super::roles::{hear, offer, Until};
+    use super::roles::{hear, Until};
     use super::source::{open_source_beneath, push_data, Sources};
-    let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
-    let paths: Vec<&str> = req.path.split('\0').collect();
-    let tree = super::tree::scan_beneath(&root, &paths)?;
-    let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
-    memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
-    let block = u64::from(req.block_size);
-    let local = |i: usize| {
-        open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f)
-    };
-    let key = frame_key(keys);
-    let resume = req.has(REQ_RESUME).then_some(&key);
-    let held = offer(s, (&tree, block), resume, &local, &mut |b| {
-        memory.reserve(b)
-    })?;
-    // The client is told what this side's scan left out.
-    for (file_index, path, reason) in tree.skipped_refs() {
-        let m = Message::Skipped {
-            file_index,
-            path,
-            reason,
-        };
-        send_msg(s, &m)?;
-    }
+    // (The memory stays counted until the session ends.)
+    let OfferedPull {
+        root,
+        tree,
+        held,
+        _memory,
+    } = offer_pull(s, req, keys, cfg, registry)?;
     let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
     let on_host = crate::datapath::topology::is_this_host(peer.ip());
@@ -1584,6 +1593,56 @@ fn pull_session(
         },
     )?;
     Ok((files, bytes))
+}
+
+/// A pull's sources as offered: the root, the tree scanned beneath it,
+/// what the client holds and is right, and the memory they are counted in.
+struct OfferedPull<'r> {
+    root: Root,
+    tree: super::tree::Tree,
+    held: super::held::Held,
+    _memory: ManifestMemory<'r>,
+}
+
+/// Scan the requested paths beneath the root (within the daemon's memory
+/// limit), offer their manifest (`roles::offer`: when resuming, what the
+/// client holds is checked against the files), and tell the client what
+/// the scan left out.
+fn offer_pull<'r>(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &'r Registry,
+) -> Result<OfferedPull<'r>, SessionError> {
+    use super::source::open_source_beneath;
+    let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let paths: Vec<&str> = req.path.split('\0').collect();
+    let tree = super::tree::scan_beneath(&root, &paths)?;
+    let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
+    memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
+    let block = u64::from(req.block_size);
+    let local = |i: usize| {
+        open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f)
+    };
+    let key = frame_key(keys);
+    let resume = req.has(REQ_RESUME).then_some(&key);
+    let reserve = &mut |b| memory.reserve(b);
+    let held = super::roles::offer(s, (&tree, block), resume, &local, reserve)?;
+    for (file_index, path, reason) in tree.skipped_refs() {
+        let m = Message::Skipped {
+            file_index,
+            path,
+            reason,
+        };
+        send_msg(s, &m)?;
+    }
+    Ok(OfferedPull {
+        root,
+        tree,
+        held,
+        _memory: memory,
+    })
 }
 
 /// `bench --net` on the daemon's side: take frames on every stream, check

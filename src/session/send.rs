@@ -494,7 +494,54 @@ pub fn run_send(
     let tree = scan(&cfg.sources)?;
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
-    let ((plan, txs), buffers) = register_fitted(*fitted, obs, |n| {
+    let mut push = open_push(cfg, &tree, *fitted, obs)?;
+    let skipped = push.held.bytes(&tree, u64::from(cfg.block_size));
+    if cfg.resume || cfg.checksum {
+        obs.info(&format!(
+            "resuming: {} files complete (checked against the sources), {} partly there; {} bytes to send",
+            push.held.complete.len(),
+            push.held.partial.len(),
+            tree.file_bytes().saturating_sub(skipped)
+        ));
+    }
+    let acks = Acks::new(&tree, &push.held, cfg.streams, &push.refused);
+    obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
+    let expect = Expect::transfer(tree.file_bytes().saturating_sub(skipped), true);
+    let (data, mut report, receipts) = push.transfer(cfg, expect, &acks, interrupt, obs)?;
+    report.files = tree.file_count() as u64;
+    report.bytes_skipped = skipped;
+    report.skip(&tree.entries, &tree.skipped_refs());
+    report.skip(&tree.entries, &push.refused);
+    let interrupted = interrupt.load(Ordering::Relaxed);
+    settle_push(&push, (data, receipts), interrupted, &mut report, obs);
+    Ok(report)
+}
+
+/// A push set up for its data: the sources, what the receiver holds and
+/// refuses, the route of each file's frames, the connections, and this
+/// side's lanes with their senders.
+struct Push<'t> {
+    tree: &'t Tree,
+    held: Held,
+    refused: Vec<Refused>,
+    route: route::Route,
+    ctl: Control,
+    streams: Vec<TcpStream>,
+    params: PushParams,
+    plan: Vec<lanes::Lane>,
+    txs: Vec<crate::datapath::net::NetSender>,
+}
+
+/// Set up a push of `tree` with `buffers` registered first (see
+/// [`register_fitted`]): the session opened, the manifest offered (and,
+/// resuming, what the receiver holds checked), the frames keyed and routed.
+fn open_push<'t>(
+    cfg: &SendConfig,
+    tree: &'t Tree,
+    buffers: usize,
+    obs: &mut dyn SendObserver,
+) -> Result<Push<'t>, SessionError> {
+    let ((plan, txs), buffers) = register_fitted(buffers, obs, |n| {
         let carrying = if cfg.auto_streams {
             AUTO_START
         } else {
@@ -503,7 +550,6 @@ pub fn run_send(
         let want = lanes::for_peer(cfg.lanes, lanes::host_is_local(&cfg.host, cfg.port));
         prepare_senders(want, cfg.streams, carrying, &push_params(cfg, n))
     })?;
-    let mut params = push_params(cfg, buffers);
     let req = SessionRequest {
         direction: Direction::Push,
         streams: cfg.streams,
@@ -512,106 +558,108 @@ pub fn run_send(
         path: cfg.dest.clone(),
     };
     let block = u64::from(cfg.block_size);
-    let mut held = Held::default();
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
     let resume = cfg.resume || cfg.checksum;
-    let (mut ctl, streams, keys, before) = open_session(cfg, req, &mut |ctl, key| {
-        held = offer(
-            ctl,
-            (&tree, block),
-            resume.then_some(key),
-            &local,
-            &mut |_| Ok(()),
-        )?;
+    let mut held = Held::default();
+    let (ctl, streams, keys, before) = open_session(cfg, req, &mut |ctl, key| {
+        let key = resume.then_some(key);
+        held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
         Ok(())
     })?;
+    let mut params = push_params(cfg, buffers);
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
-    let refused = before.refused;
     let shape = (tree.entries.len(), cfg.streams);
     let route = route::for_source(before.placement, shape, &plan, tree.devices())?;
-    let open = |i: usize| open_source(&tree.sources[i], tree.ids[i], cfg.direct);
-    let skipped = held.bytes(&tree, block);
-    if resume {
-        obs.info(&format!(
-            "resuming: {} files complete (checked against the sources), {} partly there; {} bytes to send",
-            held.complete.len(),
-            held.partial.len(),
-            tree.file_bytes().saturating_sub(skipped)
-        ));
-    }
-    let acks_state = Acks::new(&tree, &held, cfg.streams, &refused);
-    obs.files(Arc::clone(&acks_state.files_done), tree.file_count() as u64);
-    // Acknowledgements are read while the data flows: a receiver that
-    // finishes many files must never block on a full control socket.
-    let mut reader = ctl.try_clone()?;
-    reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
-    let announce_on = ctl.try_clone()?;
-    let (data, mut report, acks) = std::thread::scope(|scope| {
-        let acked = &acks_state;
-        let acks = scope.spawn(move || {
-            let r = read_acks(&mut reader, acked);
-            acked.ended.store(true, Ordering::Release);
-            r
-        });
-        let (data, report) = drive(
-            cfg,
-            Expect::transfer(tree.file_bytes().saturating_sub(skipped), true),
-            &streams,
-            interrupt,
-            obs,
-            |counters, stop| {
-                let from = Sources {
-                    tree: &tree,
-                    held: &held,
-                    acked: Some(acked),
-                    open: &open,
-                    announce_on: &announce_on,
-                    route: &route,
-                };
-                push_data(&params, &from, &plan, &streams, counters, stop, txs)
-            },
-        );
-        if let Err(e) = &data {
-            // Tell the receiver, which keeps only .part files (and ends the
-            // session, so the reader returns).
-            let _ = send_msg(
-                &mut ctl,
-                &Message::Error {
+    Ok(Push {
+        tree,
+        held,
+        refused: before.refused,
+        route,
+        ctl,
+        streams,
+        params,
+        plan,
+        txs,
+    })
+}
+
+/// What a push's data phase comes back with: the lanes' outcome, the
+/// report of the run, and the receiver's acknowledgements.
+type Moved = (
+    Result<super::source::Pushed, SessionError>,
+    SendReport,
+    Result<Receipts, SessionError>,
+);
+
+impl Push<'_> {
+    /// Move the data on the lanes while another thread reads the
+    /// acknowledgements into `acked` (a receiver that finishes many files
+    /// must never block on a full control socket); a failure is told to the
+    /// receiver, which keeps only `.part` files.
+    fn transfer(
+        &mut self,
+        cfg: &SendConfig,
+        expect: Expect,
+        acked: &Acks,
+        interrupt: &AtomicBool,
+        obs: &mut dyn SendObserver,
+    ) -> Result<Moved, SessionError> {
+        let mut reader = self.ctl.try_clone()?;
+        reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
+        let announce_on = self.ctl.try_clone()?;
+        let txs = std::mem::take(&mut self.txs);
+        let open = |i: usize| open_source(&self.tree.sources[i], self.tree.ids[i], cfg.direct);
+        Ok(std::thread::scope(|scope| {
+            let acks = scope.spawn(move || {
+                let r = read_acks(&mut reader, acked);
+                acked.ended.store(true, Ordering::Release);
+                r
+            });
+            let from = Sources {
+                tree: self.tree,
+                held: &self.held,
+                acked: Some(acked),
+                open: &open,
+                announce_on: &announce_on,
+                route: &self.route,
+            };
+            let (data, report) = drive(cfg, expect, &self.streams, interrupt, obs, |c, stop| {
+                push_data(&self.params, &from, &self.plan, &self.streams, c, stop, txs)
+            });
+            if let Err(e) = &data {
+                // (It ends the session, so the reader returns.)
+                let m = Message::Error {
                     code: e.code(),
                     message: e.to_string(),
-                },
-            );
-        }
-        let acks = acks.join().unwrap_or_else(|_| {
-            Err(SessionError::Protocol(
-                "the acknowledgement reader panicked".into(),
-            ))
-        });
-        (data, report, acks)
-    });
-    report.files = tree.file_count() as u64;
-    report.bytes_skipped = skipped;
-    report.skip(&tree.entries, &tree.skipped_refs());
-    report.skip(&tree.entries, &refused);
-    let digests = match data {
-        Ok(pushed) => {
-            note_zero_copy(&mut report, &pushed.stats, obs);
-            for l in &pushed.lost {
-                obs.notice(&format!(
-                    "data {l}; its frames went again on the other streams"
-                ));
+                };
+                let _ = send_msg(&mut self.ctl, &m);
             }
-            report.frames_resent = pushed.resent;
-            report.lanes = pushed.lanes;
-            let skipped: Vec<Refused> = pushed
-                .skipped
-                .iter()
-                .map(|(i, why)| (*i, String::new(), why.clone()))
-                .collect();
-            report.skip(&tree.entries, &skipped);
-            pushed.digests
-        }
+            let acks = acks.join().unwrap_or_else(|_| {
+                Err(SessionError::Protocol(
+                    "the acknowledgement reader panicked".into(),
+                ))
+            });
+            (data, report, acks)
+        }))
+    }
+}
+
+/// The outcome of a push in its report: what the lanes did, then every
+/// file acknowledged with a digest that must match ours.
+fn settle_push(
+    push: &Push<'_>,
+    (data, acks): (
+        Result<super::source::Pushed, SessionError>,
+        Result<Receipts, SessionError>,
+    ),
+    interrupted: bool,
+    report: &mut SendReport,
+    obs: &mut dyn SendObserver,
+) {
+    let tree = push.tree;
+    let pushed = match data {
+        Ok(pushed) => pushed,
         Err(e) => {
             // The receiver's reason (no space, a failed write) is the one
             // to report: the lost streams only follow from it.
@@ -619,16 +667,29 @@ pub fn run_send(
                 Err(refused @ SessionError::Refused { .. }) if e.is_connection_loss() => refused,
                 _ => e,
             };
-            report.fail(&e, interrupt.load(Ordering::Relaxed));
-            return Ok(report);
+            report.fail(&e, interrupted);
+            return;
         }
     };
-    // Every file is acknowledged with a digest that must match ours.
+    note_zero_copy(report, &pushed.stats, obs);
+    for l in &pushed.lost {
+        obs.notice(&format!(
+            "data {l}; its frames went again on the other streams"
+        ));
+    }
+    report.frames_resent = pushed.resent;
+    report.lanes = pushed.lanes;
+    let skipped: Vec<Refused> = pushed
+        .skipped
+        .iter()
+        .map(|(i, why)| (*i, String::new(), why.clone()))
+        .collect();
+    report.skip(&tree.entries, &skipped);
     report.close();
-    if let Err(e) = acks.and_then(|acks| check_acks(&tree, &digests, &held, &acks, &mut report)) {
+    let checked = acks.and_then(|a| check_acks(tree, &pushed.digests, &push.held, &a, report));
+    if let Err(e) = checked {
         report.fail(&e, false);
     }
-    Ok(report)
 }
 
 /// The descriptors of `streams`.
