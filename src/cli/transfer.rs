@@ -631,7 +631,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         .key_file
         .clone()
         .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
-    let block = a.bs.unwrap_or(4 << 20);
+    let block = a.bs.unwrap_or(crate::session::bench_net::FRAME_DEFAULT);
     check_block("--bs", block)?;
     if a.rate_limit.is_some_and(|r| r <= 0.0) {
         return Err(usage("--rate-limit must be above zero".into()));

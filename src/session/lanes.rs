@@ -75,32 +75,6 @@ pub struct LaneReport {
     pub bytes: u64,
 }
 
-/// The lanes a file sender asks for when its peer is `peer_local` (on
-/// this host: loopback, or one of this host's addresses). The receiver's
-/// lanes share this host's cores, and a sender on every core beside them
-/// starves them (on two cores a loopback send on two lanes ran at 0.8 of
-/// one lane's rate), so `auto` then takes half the cores. (`bench --net`,
-/// whose receiver does less per byte, keeps every core.)
-pub fn for_peer(want: Lanes, peer_local: bool) -> Lanes {
-    match want {
-        Lanes::Auto if peer_local => {
-            let half = (topology::usable_cpus().len() / 2).max(1);
-            Lanes::Count(half.min(usize::from(LANES_MAX)) as u16)
-        }
-        other => other,
-    }
-}
-
-/// Whether `host:port` names this host (see [`for_peer`]).
-pub fn host_is_local(host: &str, port: u16) -> bool {
-    use std::net::ToSocketAddrs;
-    (host, port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .is_some_and(|a| topology::is_this_host(a.ip()))
-}
-
 /// How many lanes a side runs for `streams` streams and `buffers` frame
 /// buffers: `lanes` (auto: the usable cores), at most one per stream and
 /// at least [`super::BUFFERS_MIN`] buffers each.
@@ -372,21 +346,11 @@ mod tests {
     }
 
     #[test]
-    fn a_sender_beside_its_receiver_takes_half_the_cores() {
+    fn this_hosts_own_addresses_are_told_from_others() {
         assert!(topology::is_this_host("127.0.0.1".parse().unwrap()));
         assert!(topology::is_this_host("::1".parse().unwrap()));
         // TEST-NET-1 is nobody's address: no socket binds to it here.
         assert!(!topology::is_this_host("192.0.2.1".parse().unwrap()));
-        assert!(host_is_local("localhost", 7878));
-        let cores = topology::usable_cpus().len();
-        let half = (cores / 2).max(1) as u16;
-        assert_eq!(for_peer(Lanes::Auto, true), Lanes::Count(half));
-        assert_eq!(for_peer(Lanes::Auto, false), Lanes::Auto);
-        assert_eq!(
-            for_peer(Lanes::Count(3), true),
-            Lanes::Count(3),
-            "a count is kept"
-        );
     }
 
     #[test]

@@ -154,30 +154,31 @@ fn open_pull(
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
     let mut root = Some(root);
-    let (ctl, streams, keys, Before { refused, .. }) = open_session(cfg, req, &mut |ctl, key| {
-        let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
-        check_asked_for(&entries, paths)?;
-        let resume = (cfg.resume || cfg.checksum).then_some(Resume {
-            checksum: cfg.checksum,
-            key: *key,
-        });
-        let root = root.take().expect("the manifest arrives once");
-        let block = u64::from(cfg.block_size);
-        let (rules, tick) = (rules.clone(), &mut || {});
-        let mut prepared = Incoming::prepare(
-            root,
-            String::new(),
-            entries,
-            block,
-            cfg.direct,
-            rules,
-            resume,
-            tick,
-        )?;
-        accept(ctl, &mut prepared, lanes, &mut || {})?;
-        incoming = Some(prepared);
-        Ok(())
-    })?;
+    let (ctl, streams, keys, Before { refused, .. }) =
+        open_session(cfg, req, lanes.len(), &mut |ctl, key| {
+            let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+            check_asked_for(&entries, paths)?;
+            let resume = (cfg.resume || cfg.checksum).then_some(Resume {
+                checksum: cfg.checksum,
+                key: *key,
+            });
+            let root = root.take().expect("the manifest arrives once");
+            let block = u64::from(cfg.block_size);
+            let (rules, tick) = (rules.clone(), &mut || {});
+            let mut prepared = Incoming::prepare(
+                root,
+                String::new(),
+                entries,
+                block,
+                cfg.direct,
+                rules,
+                resume,
+                tick,
+            )?;
+            accept(ctl, &mut prepared, lanes, &mut || {})?;
+            incoming = Some(prepared);
+            Ok(())
+        })?;
     Ok(Pull {
         incoming: incoming.expect("prepared before the streams opened"),
         ctl,

@@ -655,9 +655,11 @@ impl Incoming {
         lanes: &[super::lanes::Lane],
         tick: &mut dyn FnMut(),
     ) -> Message {
+        let entries = &self.entries;
         let dirs = self.files.iter().enumerate().filter_map(|(i, f)| {
             let f = f.as_ref().filter(|f| f.state == FileState::Receiving)?;
-            Some((i, f.final_rel.rsplit_once('/').map_or("", |(d, _)| d)))
+            let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
+            Some((i, dir, entries[i].size))
         });
         let route = super::route::plan_for(&self.root, lanes, self.entries.len(), dirs, tick);
         // Routed only when the sender is told (a route too long for one

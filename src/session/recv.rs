@@ -1169,7 +1169,7 @@ fn control_session(
     }
     if req.direction == Direction::Pull {
         let id = registry.stats.begin(peer, "send");
-        let r = pull_session(s, &req, buffers, &keys, cfg, registry, peer);
+        let r = pull_session(s, &req, buffers, &keys, cfg, registry);
         registry.stats.end(id);
         return r;
     }
@@ -1198,18 +1198,19 @@ fn push_session(
 ) -> Result<(u64, u64), SessionError> {
     let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
     let incoming = &mut prepared.incoming;
-    // Ring and registered buffers first: they are ready when the first
-    // frame comes, however long the streams take to connect.
+    super::roles::settle_held(s, incoming)?;
+    // Ring and registered buffers before the streams: they are ready when
+    // the first frame comes, however long the streams take to connect.
     let pool = super::landing::prepare_receivers(
         cfg.lanes,
         req.streams,
         buffers,
         req.block_size as usize,
     )?;
-    // What is held (resume), what is refused, and each device under the
-    // root its own lanes and streams: the sender is told.
+    // What is refused, and each device under the root its own lanes and
+    // streams: the sender is told.
     let mut beat = super::conn::Beat::new(s)?;
-    super::roles::accept(s, incoming, &pool.0, &mut || beat.tick())?;
+    super::roles::place(s, incoming, &pool.0, &mut || beat.tick())?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     // Receive: frames into registered buffers, checked, written, committed
@@ -1538,7 +1539,6 @@ fn pull_session(
     keys: &SessionKeys,
     cfg: &RecvConfig,
     registry: &Registry,
-    peer: SocketAddr,
 ) -> Result<(u64, u64), SessionError> {
     use super::roles::{hear, Until};
     use super::source::{open_source_beneath, push_data, Sources};
@@ -1549,15 +1549,14 @@ fn pull_session(
         held,
         _memory,
     } = offer_pull(s, req, keys, cfg, registry)?;
-    let params = daemon_push_params(req, buffers, keys, cfg);
-    // Ring and buffers before the streams connect (ready for their data).
-    let on_host = crate::datapath::topology::is_this_host(peer.ip());
-    let want = super::lanes::for_peer(cfg.lanes, on_host);
-    let (plan, txs) = super::source::prepare_senders(want, req.streams, req.streams, &params)?;
     let entries = tree.entries.len();
     let before = hear(s, Until::Placement { entries })?;
+    let params = daemon_push_params(req, buffers, keys, cfg);
+    // Ring and buffers before the streams connect (ready for their data).
+    let (plan, txs) = super::source::prepare_senders(cfg.lanes, req.streams, req.streams, &params)?;
     let shape = (entries, req.streams);
-    let route = super::route::for_source(before.placement, shape, &plan, tree.devices())?;
+    let files = tree.to_send(&held);
+    let route = super::route::for_source(before.placement, shape, &plan, files)?;
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();

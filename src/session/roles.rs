@@ -9,9 +9,10 @@
 //!
 //! 1. the source sends its manifest ([`offer`]);
 //! 2. when resuming, the sink says what it holds, the source checks it
-//!    against its files and says what was wrong ([`offer`], [`accept`]);
+//!    against its files and says what was wrong ([`offer`],
+//!    [`settle_held`]);
 //! 3. the sink says which entries it will not create and where it writes
-//!    each file, its placement by device ([`accept`]); the source hears
+//!    each file, its placement by device ([`place`]); the source hears
 //!    both ([`hear`]) and routes its frames (`route::for_source`);
 //! 4. the data streams (then `Ready`, from the daemon);
 //! 5. the data: the source's lanes (`source::push_data`), the sink's
@@ -85,63 +86,86 @@ pub(crate) enum Until {
 }
 
 /// The source hears what the sink says before the data (see [`Before`]):
-/// heartbeats while the sink prepares, entries it refuses, its placement;
-/// until `until`. (A client is told there what a daemon source's scan
-/// left out too.)
+/// until `until`, the entries it refuses and its placement. A daemon beats
+/// while it prepares (a client is told there what a daemon source's scan
+/// left out too); a client has no reason to, and its refusals are only
+/// counted (the daemon has nothing to do with them), no more of them than
+/// its manifest has entries.
 pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionError> {
     let mut before = Before::default();
+    let mut refusals = 0usize;
     loop {
-        match recv_msg(ctl)? {
-            Message::Ready if until == Until::Ready => return Ok(before),
-            Message::Placement { streams, entries } => {
+        match (until, recv_msg(ctl)?) {
+            (Until::Ready, Message::Ready) => return Ok(before),
+            (_, Message::Placement { streams, entries }) => {
                 before.placement = (streams, entries);
                 if until != Until::Ready {
                     return Ok(before);
                 }
             }
-            Message::Alive { .. } => {}
-            Message::Skipped {
-                file_index,
-                path,
-                reason,
-            } => {
-                if matches!(until, Until::Placement { entries } if before.refused.len() >= entries)
-                {
+            (Until::Ready, Message::Alive { .. }) => {}
+            (
+                Until::Ready,
+                Message::Skipped {
+                    file_index,
+                    path,
+                    reason,
+                },
+            ) => before.refused.push((file_index, path, reason)),
+            (Until::Placement { entries }, Message::Skipped { .. }) => {
+                refusals += 1;
+                if refusals > entries {
                     return Err(SessionError::local(
                         ErrorCode::Malformed,
                         "more entries refused than the manifest has",
                     ));
                 }
-                before.refused.push((file_index, path, reason));
             }
-            _ => {
-                return Err(SessionError::Protocol(match until {
-                    Until::Ready => "expected the receiver to be ready".into(),
-                    Until::Placement { .. } => {
-                        "expected the receiver's placement of its files".into()
-                    }
-                }))
+            (Until::Ready, _) => {
+                return Err(SessionError::Protocol(
+                    "expected the receiver to be ready".into(),
+                ))
+            }
+            (Until::Placement { .. }, _) => {
+                return Err(SessionError::local(
+                    ErrorCode::Malformed,
+                    "expected the client's placement of its files",
+                ))
             }
         }
     }
 }
 
 /// The sink's part of the setup, once `incoming` is prepared from the
-/// source's manifest: when resuming, say what is held and apply the
-/// source's verdict on it; then say which entries this side will not
-/// create and place the files still to come on `lanes` (see
-/// `Incoming::place`; `tick` beats while it looks).
+/// source's manifest: [`settle_held`], then [`place`].
 pub(crate) fn accept(
     ctl: &mut Control,
     incoming: &mut Incoming,
     lanes: &[Lane],
     tick: &mut dyn FnMut(),
 ) -> Result<(), SessionError> {
+    settle_held(ctl, incoming)?;
+    place(ctl, incoming, lanes, tick)
+}
+
+/// When resuming, say what is held and apply the source's verdict on it.
+pub(crate) fn settle_held(ctl: &mut Control, incoming: &mut Incoming) -> Result<(), SessionError> {
     if incoming.resuming() {
         Held::send(ctl, incoming.take_have())?;
         let wrong = recv_verdict(ctl, incoming.entries.len())?;
         incoming.apply_verdict(&wrong)?;
     }
+    Ok(())
+}
+
+/// Say which entries this side will not create, and place the files still
+/// to come on `lanes` (see `Incoming::place`; `tick` beats while it looks).
+pub(crate) fn place(
+    ctl: &mut Control,
+    incoming: &mut Incoming,
+    lanes: &[Lane],
+    tick: &mut dyn FnMut(),
+) -> Result<(), SessionError> {
     for (file_index, reason) in incoming.take_refused() {
         let path = String::new();
         let m = Message::Skipped {

@@ -153,14 +153,14 @@ impl Route {
 
 /// A receiver's route for its `lanes` (streams placed as planned, not by
 /// the core they arrive on) and the files it writes, each `(entry, path of
-/// its directory under the root)`: [`by_device`] of the devices those
-/// directories sit on. `tick` runs every so many directories looked at (a
+/// its directory under the root, its bytes)`: [`by_device`] of the devices
+/// those directories sit on. `tick` runs every so many directories looked at (a
 /// heartbeat while a large tree is placed).
 pub(crate) fn plan_for<'f>(
     root: &Root,
     lanes: &[Lane],
     entries: usize,
-    files: impl Iterator<Item = (usize, &'f str)>,
+    files: impl Iterator<Item = (usize, &'f str, u64)>,
     tick: &mut dyn FnMut(),
 ) -> Route {
     if lanes.len() < 2 {
@@ -169,7 +169,7 @@ pub(crate) fn plan_for<'f>(
     // Each directory looked at once.
     let mut device_of_dir: HashMap<&str, u64> = HashMap::new();
     let mut looked = 0usize;
-    let devices = files.map(|(entry, dir)| {
+    let devices = files.map(|(entry, dir, bytes)| {
         let device = *device_of_dir.entry(dir).or_insert_with(|| {
             if looked.is_multiple_of(1024) {
                 tick();
@@ -177,7 +177,7 @@ pub(crate) fn plan_for<'f>(
             looked += 1;
             dir_device(root, dir)
         });
-        (entry, device)
+        (entry, device, bytes)
     });
     by_device(lanes, entries, devices)
 }
@@ -185,13 +185,13 @@ pub(crate) fn plan_for<'f>(
 /// A sender's route: its receiver's placement when it gave one (the
 /// receiver's devices are written by their own rings; see
 /// [`Route::from_placement`]), else its own `files`' devices, each
-/// `(entry, st_dev of its source)`, read each by its own lanes
+/// `(entry, st_dev of its source, its bytes)`, read each by its own lanes
 /// ([`by_device`] over this side's `lanes`).
 pub(crate) fn for_source(
     placement: Placement,
     (entries, stream_count): (usize, u16),
     lanes: &[Lane],
-    files: impl Iterator<Item = (usize, u64)>,
+    files: impl Iterator<Item = (usize, u64, u64)>,
 ) -> Result<Route, SessionError> {
     if !placement.0.is_empty() || !placement.1.is_empty() || lanes.len() < 2 {
         return Route::from_placement(placement, entries, stream_count);
@@ -199,28 +199,46 @@ pub(crate) fn for_source(
     Ok(by_device(lanes, entries, files))
 }
 
-/// The route of files on devices, each `(entry, device)`: the devices
-/// numbered in order of first appearance, device `d` to class `d mod C`
-/// and lane `k` (with its streams) to class `k mod C`, `C` the fewer of
-/// lanes and devices. One device or one lane: no routing.
-fn by_device(lanes: &[Lane], entries: usize, files: impl Iterator<Item = (usize, u64)>) -> Route {
-    let mut devices: Vec<u64> = Vec::new();
+/// The route of files on devices, each `(entry, device, bytes)`: the
+/// devices that hold a fair share of the bytes (see [`SHARE_MIN`]) numbered
+/// in order of first appearance, device `d` to class `d mod C` and lane `k`
+/// (with its streams) to class `k mod C`, `C` the fewer of lanes and such
+/// devices; the files of the others go with the first. Fewer than two such
+/// devices, or one lane: no routing.
+fn by_device(
+    lanes: &[Lane],
+    entries: usize,
+    files: impl Iterator<Item = (usize, u64, u64)>,
+) -> Route {
+    let mut devices: Vec<(u64, u64)> = Vec::new();
     let per_entry: Vec<(usize, usize)> = files
-        .map(|(entry, dev)| {
-            let d = devices.iter().position(|&x| x == dev).unwrap_or_else(|| {
-                devices.push(dev);
+        .map(|(entry, dev, bytes)| {
+            let d = devices.iter().position(|x| x.0 == dev).unwrap_or_else(|| {
+                devices.push((dev, 0));
                 devices.len() - 1
             });
+            devices[d].1 += bytes;
             (entry, d)
         })
         .collect();
-    let c = lanes.len().min(devices.len());
+    let total: u64 = devices.iter().map(|d| d.1).sum();
+    let fair = |bytes: u64| bytes.saturating_mul(SHARE_MIN * lanes.len() as u64) >= total;
+    // Each device's number among those of a fair share (others: the first).
+    let mut rank = vec![0usize; devices.len()];
+    let mut fairs = 0;
+    for (d, &(_, bytes)) in devices.iter().enumerate() {
+        if fair(bytes) {
+            rank[d] = fairs;
+            fairs += 1;
+        }
+    }
+    let c = lanes.len().min(fairs);
     if c < 2 {
         return Route::none();
     }
     let mut entry_class = vec![0u16; entries];
-    for (entry, class) in per_entry {
-        entry_class[entry] = (class % c) as u16;
+    for (entry, d) in per_entry {
+        entry_class[entry] = (rank[d] % c) as u16;
     }
     let stream_count = lanes.iter().map(|l| l.streams.len()).sum();
     let mut streams = vec![0u16; stream_count];
@@ -235,6 +253,12 @@ fn by_device(lanes: &[Lane], entries: usize, files: impl Iterator<Item = (usize,
         classes: c,
     }
 }
+
+/// A device is driven by its own lanes when it holds at least
+/// 1 / (`SHARE_MIN` x lanes) of the bytes to move: a device with a few small
+/// files would otherwise hold a lane, and its streams, idle for the whole
+/// transfer while the others move everything.
+const SHARE_MIN: u64 = 4;
 
 /// The device a directory under the root sits on (0 if it cannot be
 /// looked at: it then shares a class with others so placed).
@@ -292,7 +316,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("a")).unwrap();
         let root = Root::open(dir.path()).unwrap();
         let lanes = crate::session::lanes::place(2, 4, &[], &[]);
-        let files = || [(0, ""), (1, "a")].into_iter();
+        let files = || [(0, "", 10), (1, "a", 10)].into_iter();
         assert!(!plan_for(&root, &lanes, 2, files(), &mut || {}).is_routed());
         assert!(!plan_for(&root, &lanes[..1], 2, files(), &mut || {}).is_routed());
     }
@@ -301,7 +325,7 @@ mod tests {
     fn a_sender_places_by_its_own_devices_only_when_its_receiver_did_not() {
         let lanes = crate::session::lanes::place(2, 4, &[], &[]);
         // Entries 0 and 2 on device 7, 1 on device 9, 3 not a file.
-        let files = || [(0, 7u64), (1, 9), (2, 7)].into_iter();
+        let files = || [(0, 7u64, 100), (1, 9, 100), (2, 7, 100)].into_iter();
         let own = for_source((vec![], vec![]), (4, 4), &lanes, files()).unwrap();
         assert!(own.is_routed());
         assert_eq!(own.classes(), 2);
@@ -317,8 +341,18 @@ mod tests {
         assert!(!for_source((vec![], vec![]), (4, 4), &lanes[..1], files())
             .unwrap()
             .is_routed());
-        let one = [(0, 7u64), (2, 7)].into_iter();
+        let one = [(0, 7u64, 100), (2, 7, 100)].into_iter();
         assert!(!for_source((vec![], vec![]), (4, 4), &lanes, one)
+            .unwrap()
+            .is_routed());
+        // A device with a small share of the bytes (below 1/8 with two
+        // lanes) gets no lane of its own: its files go with the first.
+        let small = || [(0, 7u64, 1000), (1, 9, 100), (2, 5, 1000)].into_iter();
+        let r = for_source((vec![], vec![]), (4, 4), &lanes, small()).unwrap();
+        assert!(r.is_routed());
+        assert_eq!((r.of_entry(0), r.of_entry(1), r.of_entry(2)), (0, 0, 1));
+        let lopsided = [(0, 7u64, 1000), (1, 9, 100)].into_iter();
+        assert!(!for_source((vec![], vec![]), (4, 4), &lanes, lopsided)
             .unwrap()
             .is_routed());
         // The receiver's placement rules, and is checked as ever.

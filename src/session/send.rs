@@ -312,10 +312,12 @@ fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
 /// Connect, authenticate, ask for `req`, run `between` (sending or
 /// receiving the manifest; it is given the session's frame key), wait
 /// until the daemon is ready, and open the data streams, each proving it
-/// belongs to the session.
+/// belongs to the session, each from the core of the lane of `lanes` that
+/// will carry it (see [`open_streams`]).
 pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
+    lanes: usize,
     between: &mut dyn FnMut(&mut Control, &FrameKey) -> Result<(), SessionError>,
 ) -> Result<Opened, SessionError> {
     let mut ctl = Control::new(connect(cfg)?);
@@ -345,7 +347,7 @@ pub(crate) fn open_session(
     between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
     // The receiver's refusals and placement, until it is ready.
     let before = hear(&mut ctl, Until::Ready)?;
-    let streams = open_streams(cfg, &keys, streams_n)?;
+    let streams = open_streams(cfg, &keys, streams_n, lanes)?;
     if let Some(rate) = cfg.rate_limit_bytes_per_s {
         let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
         let carrying = if cfg.auto_streams {
@@ -366,11 +368,20 @@ pub(crate) fn open_session(
 const CONNECT_AT_ONCE: usize = 4;
 
 /// Connect data streams `0..n` in parallel, each set up (`--sock-buf`,
-/// `--cc`) and proving it belongs to the session; in index order.
+/// `--cc`) and proving it belongs to the session; in index order. With
+/// several `lanes`, stream `i` is connected from a thread on the core its
+/// lane (`i mod lanes`) will be pinned to: a receiver on this host places
+/// the stream by the core its packets came in on (`SO_INCOMING_CPU`, on
+/// loopback the sender's), so it lands on the receiving lane beside the
+/// lane that carries it, as its data will. (From an unpinned thread the
+/// placement fell either way: `bench --net -P 4` on two lanes ran at 38
+/// or at 52 Gbit/s.) Over a NIC the receiver's interrupt core decides and
+/// this changes nothing.
 fn open_streams(
     cfg: &SendConfig,
     keys: &SessionKeys,
     n: u16,
+    lanes: usize,
 ) -> Result<Vec<TcpStream>, SessionError> {
     let all: Vec<u16> = (0..n).collect();
     let mut streams = Vec::with_capacity(all.len());
@@ -378,7 +389,14 @@ fn open_streams(
         let opened: Vec<Result<TcpStream, SessionError>> = std::thread::scope(|scope| {
             let each: Vec<_> = group
                 .iter()
-                .map(|&i| scope.spawn(move || open_stream(cfg, keys, i)))
+                .map(|&i| {
+                    scope.spawn(move || {
+                        if lanes > 1 {
+                            let _ = crate::datapath::topology::pin_worker(usize::from(i) % lanes);
+                        }
+                        open_stream(cfg, keys, i)
+                    })
+                })
                 .collect();
             each.into_iter()
                 .map(|h| h.join().expect("a connecting thread panicked"))
@@ -547,8 +565,7 @@ fn open_push<'t>(
         } else {
             cfg.streams
         };
-        let want = lanes::for_peer(cfg.lanes, lanes::host_is_local(&cfg.host, cfg.port));
-        prepare_senders(want, cfg.streams, carrying, &push_params(cfg, n))
+        prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
     let req = SessionRequest {
         direction: Direction::Push,
@@ -562,7 +579,7 @@ fn open_push<'t>(
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
     let resume = cfg.resume || cfg.checksum;
     let mut held = Held::default();
-    let (ctl, streams, keys, before) = open_session(cfg, req, &mut |ctl, key| {
+    let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
         let key = resume.then_some(key);
         held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
         Ok(())
@@ -570,7 +587,7 @@ fn open_push<'t>(
     let mut params = push_params(cfg, buffers);
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let shape = (tree.entries.len(), cfg.streams);
-    let route = route::for_source(before.placement, shape, &plan, tree.devices())?;
+    let route = route::for_source(before.placement, shape, &plan, tree.to_send(&held))?;
     Ok(Push {
         tree,
         held,

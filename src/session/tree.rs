@@ -51,12 +51,18 @@ impl Tree {
             .count()
     }
 
-    /// Each file's device: (entry, st_dev of its source), for placement.
-    pub(crate) fn devices(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.ids
-            .iter()
-            .enumerate()
-            .filter_map(|(i, id)| id.map(|id| (i, id.dev)))
+    /// The files still to send, for placement: (entry, st_dev of its
+    /// source, its size), neither empty nor complete on the receiver
+    /// (`held`).
+    pub(crate) fn to_send<'a>(
+        &'a self,
+        held: &'a super::held::Held,
+    ) -> impl Iterator<Item = (usize, u64, u64)> + 'a {
+        self.ids.iter().enumerate().filter_map(move |(i, id)| {
+            let size = self.entries[i].size;
+            let done = size == 0 || held.complete.contains_key(&(i as u32));
+            id.filter(|_| !done).map(|id| (i, id.dev, size))
+        })
     }
 
     /// What the scan left out, as the session reports skipped entries.
