@@ -557,10 +557,10 @@ fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
 
 /// A pull's client says which entries it will not create before it places
 /// the rest; a key holder who names more refusals than the manifest has
-/// entries (to make the daemon keep them) is refused with the reason, and
+/// entries, or beats instead of placing, is refused with the reason, and
 /// the daemon goes on serving.
 #[test]
-fn a_pull_client_refusing_more_entries_than_there_are_is_refused() {
+fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
     use urmove::protocol::control::{Direction, ErrorCode, SessionRequest};
     let d = Daemon::start();
     std::fs::write(d.root.path().join("one"), b"one file").unwrap();
@@ -596,6 +596,33 @@ fn a_pull_client_refusing_more_entries_than_there_are_is_refused() {
     let got = sealed_until_closed(&mut ctl);
     assert!(
         got.iter().any(|m| matches!(m, Message::Error { code: ErrorCode::Malformed, message } if message.contains("more entries refused"))),
+        "{got:?}"
+    );
+    // Nor does a client hold the session with heartbeats instead of its
+    // placement (it has nothing to prepare that long).
+    let (mut ctl, _keys) = handshake(d.port, &d.key);
+    send_msg(
+        &mut ctl,
+        &Message::Request(SessionRequest {
+            direction: Direction::Pull,
+            streams: 1,
+            block_size: 4096,
+            flags: 0,
+            path: "one".into(),
+        }),
+    )
+    .unwrap();
+    loop {
+        match recv_any(&mut ctl) {
+            Ok(Message::ManifestEnd) => break,
+            Ok(Message::Manifest(_) | Message::Alive { .. }) => {}
+            other => panic!("no manifest from the daemon: {other:?}"),
+        }
+    }
+    let _ = send_msg(&mut ctl, &Message::Alive { streams: vec![] });
+    let got = sealed_until_closed(&mut ctl);
+    assert!(
+        got.iter().any(|m| matches!(m, Message::Error { code: ErrorCode::Malformed, message } if message.contains("placement"))),
         "{got:?}"
     );
     // The daemon serves the next session.
