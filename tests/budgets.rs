@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::net::Shutdown;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use urmove::protocol::control::{encode, ErrorCode, Message};
@@ -228,21 +228,29 @@ fn parts_and_journals_older_than_part_max_age_are_removed_and_nothing_else() {
     std::fs::write(&far, b"not the daemon's").unwrap();
     age(&far, 30);
     let root = d.root.path();
-    let dir = root.join("run/sub");
-    std::fs::create_dir_all(&dir).unwrap();
     // A link out of the root is never followed.
     std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
-    let old_part = dir.join("a.urmove.part");
-    let old_journal = dir.join("a.urmove.journal");
-    let old_tmp = root.join("b.urmove.journal.tmp");
-    let fresh = dir.join("c.urmove.part");
-    let old_data = dir.join("d.dat");
+    // The tree is made and aged beside the root and renamed in at once, so
+    // no sweep sees it half aged.
+    let staging = tempfile::tempdir_in("/var/tmp").unwrap();
+    let [old_part, old_journal, old_tmp, fresh, old_data] = [
+        "run/sub/a.urmove.part",
+        "run/sub/a.urmove.journal",
+        "run/b.urmove.journal.tmp",
+        "run/sub/c.urmove.part",
+        "run/sub/d.dat",
+    ]
+    .map(PathBuf::from);
+    std::fs::create_dir_all(staging.path().join("run/sub")).unwrap();
     for p in [&old_part, &old_journal, &old_tmp, &fresh, &old_data] {
-        std::fs::write(p, b"x").unwrap();
+        std::fs::write(staging.path().join(p), b"x").unwrap();
     }
     for p in [&old_part, &old_journal, &old_tmp, &old_data] {
-        age(p, 8);
+        age(&staging.path().join(p), 8);
     }
+    std::fs::rename(staging.path().join("run"), root.join("run")).unwrap();
+    let [old_part, old_journal, old_tmp, fresh, old_data] =
+        [old_part, old_journal, old_tmp, fresh, old_data].map(|p| root.join(p));
     let made = Instant::now();
     let log = log_until(&d, "removed 3 part files", Duration::from_secs(4));
     assert!(log.contains("removed 3 part files and journals"), "{log}");
