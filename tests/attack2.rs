@@ -510,6 +510,7 @@ fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
     send_msg(
         &mut ctl,
         &Message::Request(SessionRequest {
+            owner: [0; 32],
             direction: Direction::Pull,
             streams: 1,
             block_size: 4096,
@@ -568,6 +569,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
     send_msg(
         &mut ctl,
         &Message::Request(SessionRequest {
+            owner: [0; 32],
             direction: Direction::Pull,
             streams: 1,
             block_size: 4096,
@@ -604,6 +606,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
     send_msg(
         &mut ctl,
         &Message::Request(SessionRequest {
+            owner: [0; 32],
             direction: Direction::Pull,
             streams: 1,
             block_size: 4096,

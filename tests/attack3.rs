@@ -361,10 +361,12 @@ fn a_resume_never_counts_a_file_with_a_forged_equal_digest_as_held() {
     std::fs::create_dir_all(&theirs).unwrap();
     std::fs::write(theirs.join("data.bin"), &forged).unwrap();
     set_mtime(&theirs.join("data.bin"), MTIME);
+    // The key holder is another client, with a state directory of its own.
+    let state = tmp();
     let o = output_within(
         send_cmd(
             &d,
-            &[],
+            &["--state-dir", state.path().to_str().unwrap()],
             &[
                 theirs.join("data.bin").as_os_str(),
                 "127.0.0.1:hand".as_ref(),

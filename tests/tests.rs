@@ -2,6 +2,7 @@
 
 mod util;
 
+mod admin;
 mod alloc_count;
 mod attack2;
 mod attack3;

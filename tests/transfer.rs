@@ -353,7 +353,7 @@ fn one_large_file_uses_every_stream_and_human_output_has_interval_lines() {
             .any(|l| l.contains("Net Out:") && l.contains("Avg:") && l.contains('%')),
         "{out}"
     );
-    assert!(out.contains("1 of 1 files verified"), "{out}");
+    assert!(out.contains("1 of 1 file verified"), "{out}");
     std::thread::sleep(Duration::from_millis(100));
     let log = d.log();
     assert!(

@@ -181,15 +181,12 @@ fn send_progress_lines_none_quiet_and_bar() {
     let o = d.send(&extra, &[&top, "127.0.0.1:b"]);
     let out = sent(&o, &extra);
     assert!(out.starts_with(summary), "{out}");
-    assert!(
-        out.lines().nth(1).unwrap().starts_with("resumed: "),
-        "{out}"
-    );
+    assert!(out.lines().nth(1).unwrap().starts_with("skipped "), "{out}");
     assert_eq!(out.lines().count(), 2, "{out}");
-    assert!(!stderr(&o).contains("resuming"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("the receiver holds"), "{}", stderr(&o));
     let o = d.send(&["--resume"], &[&top, "127.0.0.1:b"]);
     assert!(
-        stderr(&o).contains("resuming: 3 files complete"),
+        stderr(&o).contains("the receiver holds 3 files unchanged since an earlier run"),
         "{}",
         stderr(&o)
     );

@@ -629,7 +629,10 @@ fn a_frame_altered_on_the_path_with_a_matching_checksum_is_never_committed() {
         &args,
     );
     assert_eq!(o.status.code(), Some(0), "{}", both(&o));
-    assert_eq!(n(&json(&o), "files_verified"), 5);
+    // The altered file verified now; the others unchanged since the first run.
+    let v = json(&o);
+    assert!(n(&v, "files_verified") >= 1, "{v}");
+    assert_eq!(n(&v, "files_verified") + n(&v, "files_unchanged"), 5, "{v}");
     assert_same_tree(&top, &d.root.path().join("in/t"));
 }
 

@@ -477,15 +477,23 @@ pub enum LogFormatArg {
 /// stopped.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// Continue an interrupted transfer: files already complete at the
-    /// destination (size, mtime and stored digest match) are skipped, and
-    /// partial files continue from the blocks the receiver's journal holds.
-    #[arg(long)]
+    /// Accepted for scripts written before every run resumed: it changes
+    /// nothing (see --ignore-times).
+    #[arg(long, conflicts_with = "ignore_times")]
     pub resume: bool,
 
-    /// Compare finished files by content (both sides read them) instead of
-    /// size and mtime; implies --resume.
-    #[arg(long)]
+    /// Send everything again: no file is skipped as already there and no
+    /// part file continued. Without it every run picks up where the last
+    /// stopped: files the receiver holds untouched since an earlier run
+    /// committed them (size, mtime and its stamp match) are skipped, as
+    /// rsync's quick check skips them, and part files continue from the
+    /// blocks its journal holds.
+    #[arg(short = 'I', long)]
+    pub ignore_times: bool,
+
+    /// Compare the files the receiver holds by content (both sides read
+    /// them) instead of by size, mtime and stamp.
+    #[arg(long, conflicts_with = "ignore_times")]
     pub checksum: bool,
 
     /// End the transfer when the peer takes or sends nothing for this long
@@ -555,6 +563,14 @@ pub struct SendArgs {
     /// Pre-shared key (the same file as the receiver's).
     #[arg(long, value_name = "FILE")]
     pub key_file: PathBuf,
+
+    /// Keep this side's own state here: the secret behind the token the
+    /// receiver stamps this client's files with, so a re-run skips them
+    /// unread (and never another key holder's) [default:
+    /// $XDG_STATE_HOME/urmove or ~/.local/state/urmove; /var/lib/urmove as
+    /// root].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 
     /// O_DIRECT for reading sources: auto, required, or off.
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]

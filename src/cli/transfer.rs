@@ -448,10 +448,13 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         rate_limit_bytes_per_s: a.rate_limit,
         congestion: a.cc.clone(),
         lanes: a.lanes,
-        resume: a.resume.resume,
+        resume: !a.resume.ignore_times,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,
         encrypt: a.resume.encrypt,
+        state_dir: a
+            .state_dir
+            .unwrap_or_else(crate::session::secret::default_state_dir),
         ..SendConfig::to(host, a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
@@ -476,9 +479,13 @@ fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bo
 /// lanes (threads with a ring each) that carried them, when more than one.
 fn streams_text(r: &SendReport) -> String {
     let streams = if r.streams_auto {
-        format!("{} streams (-P auto, {} open)", r.streams, r.streams_opened)
+        format!(
+            "{} (-P auto, {} open)",
+            units::count(r.streams.into(), "stream"),
+            r.streams_opened
+        )
     } else {
-        format!("{} streams", r.streams)
+        units::count(r.streams.into(), "stream")
     };
     match r.lanes.len() {
         0 | 1 => streams,
@@ -584,9 +591,13 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             } else {
                 ("sent", "verified by the receiver")
             };
+            let unchanged = match r.files_unchanged {
+                0 => String::new(),
+                n => format!(", {n} unchanged"),
+            };
             p.out.line(&format!(
-                "{verb} {} files, {} ({}) in {}: {}, min interval {}, {}; {} of {} files {checked}",
-                r.files,
+                "{verb} {}, {} ({}) in {}: {}, min interval {}, {}; {} of {} {checked}{unchanged}",
+                units::count(r.files, "file"),
                 units::bytes_decimal(r.bytes),
                 units::bytes_binary(r.bytes),
                 units::duration_s(r.elapsed_s),
@@ -594,21 +605,12 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
                 streams_text(r),
                 r.files_verified,
-                r.files
+                units::count(r.files, "file"),
             ));
         }
     }
     if p.format == Format::Human && r.bytes_skipped > 0 {
-        let what = if r.bytes == 0 && r.status == "ok" {
-            "nothing to send: every file was complete already"
-        } else {
-            "already there"
-        };
-        p.out.line(&format!(
-            "resumed: {} ({}) skipped, {what}",
-            units::bytes_decimal(r.bytes_skipped),
-            units::bytes_binary(r.bytes_skipped)
-        ));
+        p.out.line(&held_summary(r));
     }
     for s in &r.skipped {
         render::warn(&format!("skipped {}: {}", s.path, s.reason));
@@ -622,6 +624,32 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     if let Some(e) = &r.error {
         render::error(e);
     }
+}
+
+/// What a run found at the receiver and did not send again, and why.
+fn held_summary(r: &SendReport) -> String {
+    let held = crate::session::send::held_text((
+        r.files_unchanged,
+        r.files_found_complete,
+        r.files_continued,
+    ));
+    let nothing = match r.bytes == 0 && r.status == "ok" {
+        true => "; nothing else to send",
+        false => "",
+    };
+    let hint = match r.files_unchanged {
+        0 => "",
+        _ => " (--checksum compares them by content, --ignore-times sends them again)",
+    };
+    let place = match r.command {
+        "pull" => "here",
+        _ => "at the receiver",
+    };
+    format!(
+        "skipped {} ({}) already {place}: {held}{nothing}{hint}",
+        units::bytes_decimal(r.bytes_skipped),
+        units::bytes_binary(r.bytes_skipped),
+    )
 }
 
 pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
@@ -708,7 +736,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         interval: a.interval,
         congestion: a.cc.clone(),
         lanes: a.lanes,
-        resume: a.resume.resume,
+        resume: !a.resume.ignore_times,
         checksum: a.resume.checksum,
         timeout: a.resume.timeout,
         encrypt: a.resume.encrypt,

@@ -30,6 +30,14 @@ fn scaled(v: f64, base: f64, names: &[&str]) -> String {
     format!("{v:.digits$} {}", names[i])
 }
 
+/// `n` things, singular for one: "1 file", "3 files".
+pub fn count(n: u64, thing: &str) -> String {
+    match n {
+        1 => format!("1 {thing}"),
+        _ => format!("{n} {thing}s"),
+    }
+}
+
 /// `2.15 GB` (decimal).
 pub fn bytes_decimal(bytes: u64) -> String {
     scaled(bytes as f64, 1000.0, &["B", "kB", "MB", "GB", "TB", "PB"])

@@ -57,6 +57,10 @@ pub struct SessionRequest {
     pub flags: u32,
     /// Destination directory (push) or source path (pull), under the root.
     pub path: String,
+    /// Who the client is across runs (a MAC of its state directory's
+    /// secret; zeros when it has none): a push's files are stamped for it,
+    /// and only its own are skipped unread when it runs again.
+    pub owner: [u8; 32],
 }
 
 impl SessionRequest {
@@ -69,9 +73,18 @@ impl SessionRequest {
 /// when a session resumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HaveItem {
-    /// The file is complete under its final name (size, mtime and stored
-    /// digest match, or the content matched with `--checksum`).
+    /// The file is complete under its final name, its content read again
+    /// now (its stamp matched but the file was touched since, or
+    /// `--checksum`); `digest` is keyed with the session, for the sender
+    /// to compare with its source's.
     Complete { file_index: u32, digest: u64 },
+    /// The file is complete under its final name and untouched since it
+    /// was committed (its authenticated stamp names this size and mtime,
+    /// and its ctime is no later than the stamp): not read again, as
+    /// rsync's quick check. `digest` is the plain digest it was committed
+    /// with. The sender skips it without reading its source, and never
+    /// calls it verified.
+    Unchanged { file_index: u32, digest: u64 },
     /// These blocks (first block, count) are written and verified; their
     /// digest is `digest`. A file's ranges may span several items.
     Partial {
@@ -84,9 +97,9 @@ pub enum HaveItem {
 impl HaveItem {
     pub fn file_index(&self) -> u32 {
         match self {
-            HaveItem::Complete { file_index, .. } | HaveItem::Partial { file_index, .. } => {
-                *file_index
-            }
+            HaveItem::Complete { file_index, .. }
+            | HaveItem::Unchanged { file_index, .. }
+            | HaveItem::Partial { file_index, .. } => *file_index,
         }
     }
 }
@@ -271,7 +284,8 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u16(r.streams)
                 .u32(r.block_size)
                 .u32(r.flags)
-                .str16(&r.path);
+                .str16(&r.path)
+                .bytes(&r.owner);
         }
         Message::Manifest(entries) => {
             assert!(entries.len() as u32 <= MANIFEST_PART_ENTRIES_MAX);
@@ -317,6 +331,9 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 match it {
                     HaveItem::Complete { file_index, digest } => {
                         w.u8(0).u32(*file_index).u64(*digest);
+                    }
+                    HaveItem::Unchanged { file_index, digest } => {
+                        w.u8(2).u32(*file_index).u64(*digest);
                     }
                     HaveItem::Partial {
                         file_index,
@@ -487,6 +504,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 block_size,
                 flags,
                 path,
+                owner: r.array()?,
             })
         }
         kind::MANIFEST => {
@@ -544,6 +562,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 let digest = r.u64()?;
                 items.push(match tag {
                     0 => HaveItem::Complete { file_index, digest },
+                    2 => HaveItem::Unchanged { file_index, digest },
                     1 => {
                         let n = r.u32()?;
                         if n > ranges_left {
@@ -706,6 +725,7 @@ mod tests {
                 session_id: [5; 16],
             }),
             Message::Request(SessionRequest {
+                owner: [3; 32],
                 direction: Direction::Push,
                 streams: 4,
                 block_size: 4 << 20,
@@ -750,6 +770,10 @@ mod tests {
                     file_index: 2,
                     digest: 8,
                     ranges: vec![(0, 3), (9, 1)],
+                },
+                HaveItem::Unchanged {
+                    file_index: 3,
+                    digest: 9,
                 },
             ]),
             Message::HaveEnd,
@@ -843,6 +867,7 @@ mod tests {
         // Zero or too many streams, zero block size.
         for (streams, bs) in [(0u16, 1u32), (STREAMS_MAX + 1, 1), (1, 0)] {
             let b = encode(&Message::Request(SessionRequest {
+                owner: [0; 32],
                 direction: Direction::Pull,
                 streams,
                 block_size: bs,

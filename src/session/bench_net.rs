@@ -65,6 +65,7 @@ pub fn run_bench_net(
     let mut params = push_params(cfg, buffers);
     txs.iter_mut().for_each(fill_bench_buffers);
     let req = SessionRequest {
+        owner: [0; 32],
         direction: Direction::Bench,
         streams: cfg.streams,
         block_size: cfg.block_size,
@@ -139,6 +140,7 @@ fn run_bench_net_reverse(
         bench_receivers(cfg.lanes, cfg.streams, n, cfg.block_size)
     })?;
     let req = SessionRequest {
+        owner: [0; 32],
         direction: Direction::BenchReverse,
         streams: cfg.streams,
         block_size: cfg.block_size,

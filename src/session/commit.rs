@@ -30,6 +30,7 @@ pub(crate) struct FinalJob {
     mtime: SystemTime,
     final_rel: String,
     secret: Secret,
+    owner: Option<[u8; 32]>,
 }
 
 impl FinalJob {
@@ -47,6 +48,7 @@ impl FinalJob {
             mtime: f.mtime,
             final_rel: f.final_rel.clone(),
             secret: rules.secret.clone(),
+            owner: rules.owner,
         }
     }
 
@@ -96,7 +98,7 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
     // Before the mode: a read-only mode would forbid setting the stamp.
     // Without a stamp a later resume sends the file again: not an error.
-    let _ = journal::stamp(part, job.digest, &job.secret);
+    let _ = journal::stamp(part, job.digest, (&job.secret, job.owner));
     part.set_permissions(std::fs::Permissions::from_mode(job.mode))
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
     part.sync_all()
@@ -128,7 +130,7 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
         return Ok(());
     }
     let _ = file.set_times(std::fs::FileTimes::new().set_modified(f.mtime));
-    let _ = journal::stamp(&file, f.digest, &rules.secret);
+    let _ = journal::stamp(&file, f.digest, (&rules.secret, rules.owner));
     let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));
     Ok(())
 }

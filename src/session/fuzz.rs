@@ -210,6 +210,10 @@ mod tests {
                 file_index: 1,
                 digest: 4,
             },
+            HaveItem::Unchanged {
+                file_index: 2,
+                digest: 6,
+            },
             HaveItem::Partial {
                 file_index: 0,
                 digest: 5,

@@ -3,7 +3,7 @@
 //! `Have` list, each item checked against the manifest and the sources
 //! under the session's key, and the verdict the receiver takes back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 
 use crate::protocol::control::{ErrorCode, HaveItem, Message};
@@ -22,6 +22,12 @@ pub(crate) struct Held {
     pub(crate) complete: HashMap<u32, u64>,
     /// Files partly there: entry -> (digest of the blocks held, block ranges).
     pub(crate) partial: HashMap<u32, (u64, Vec<(u64, u64)>)>,
+    /// Those of `complete` the receiver knows by their stamp alone
+    /// (untouched since their commit): neither side read them.
+    pub(crate) unchanged: HashSet<u32>,
+    /// `--checksum`: every complete file is compared by content, so none
+    /// may be called unchanged.
+    by_content: bool,
 }
 
 impl Held {
@@ -40,15 +46,19 @@ impl Held {
         complete + partial
     }
 
-    /// Take `Have` parts until their end, each checked against the manifest;
+    /// Take `Have` parts until their end, each checked against the manifest
+    /// (`by_content`: `--checksum`, no file may be unchanged by its stamp);
     /// the ranges kept are memory `reserve` is asked for (and may refuse).
     pub(crate) fn receive(
         ctl: &mut Control,
-        tree_entries: &[Entry],
-        block: u64,
+        (tree_entries, block): (&[Entry], u64),
+        by_content: bool,
         reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
     ) -> Result<Held, SessionError> {
-        let mut held = Held::default();
+        let mut held = Held {
+            by_content,
+            ..Held::default()
+        };
         loop {
             let items = match recv_msg(ctl)? {
                 Message::Have(items) => items,
@@ -97,9 +107,17 @@ impl Held {
             ))
         };
         match it {
-            HaveItem::Complete { digest, .. } => {
+            HaveItem::Unchanged { .. } if self.by_content => {
+                return Err(SessionError::Protocol(format!(
+                    "the receiver called entry {i} unchanged by its stamp under --checksum"
+                )));
+            }
+            HaveItem::Complete { digest, .. } | HaveItem::Unchanged { digest, .. } => {
                 if self.partial.contains_key(&i) {
                     return Err(both());
+                }
+                if matches!(it, HaveItem::Unchanged { .. }) {
+                    self.unchanged.insert(i);
                 }
                 self.complete.insert(i, digest);
             }
@@ -158,9 +176,11 @@ impl Held {
         use crate::protocol::control::LIST_PART_ITEMS_MAX;
         let mut beat = super::conn::Beat::new(ctl)?;
         let mut wrong = Vec::new();
+        // Unchanged files are taken as the receiver's stamp has them.
         let mut items: Vec<u32> = self
             .complete
             .keys()
+            .filter(|i| !self.unchanged.contains(i))
             .chain(self.partial.keys())
             .copied()
             .collect();
@@ -202,7 +222,7 @@ impl Held {
             for piece in split_have(it) {
                 let n = match &piece {
                     HaveItem::Partial { ranges, .. } => ranges.len() as u32,
-                    HaveItem::Complete { .. } => 0,
+                    HaveItem::Complete { .. } | HaveItem::Unchanged { .. } => 0,
                 };
                 if part.len() as u32 >= LIST_PART_ITEMS_MAX
                     || ranges_in_part + n > HAVE_PART_RANGES_MAX

@@ -402,6 +402,7 @@ mod tests {
             link: None,
         }];
         let rules = Rules {
+            owner: None,
             secret: Secret::from_bytes([7; 32]),
             keep_setid: false,
             unsafe_links: Default::default(),

@@ -28,6 +28,8 @@ pub const JOURNAL_SUFFIX: &str = ".urmove.journal";
 const JOURNAL_MAGIC: [u8; 4] = *b"URMJ";
 const STAMP_MAGIC: [u8; 4] = *b"URMS";
 const VERSION: u16 = 3;
+/// Stamps from before 4 carry no time: their files are read again.
+const STAMP_VERSION: u16 = 4;
 const XATTR: &CStr = c"user.urmove";
 const MAC_LEN: usize = 32;
 /// Bytes read at once when hashing a file's content.
@@ -301,33 +303,82 @@ pub fn remove(root: &Root, final_rel: &str) {
     let _ = root.unlink(&format!("{rel}.tmp"));
 }
 
-fn stamp_body(id: FileId, size: u64, mtime_s: i64, mtime_ns: u32, digest: u64) -> Vec<u8> {
-    let mut w = Writer::default();
-    w.bytes(&STAMP_MAGIC)
-        .u16(VERSION)
-        .u64(id.dev)
-        .u64(id.ino)
-        .u64(size)
-        .i64(mtime_s)
-        .u32(mtime_ns)
-        .u64(digest);
-    w.buf
+/// What a stamp binds: the file (device and inode), the size and mtime
+/// it was committed with, when the stamp was written, for whom (the
+/// receiver's MAC of the client's owner token, or zeros) and the digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StampBody {
+    id: FileId,
+    size: u64,
+    mtime: (i64, u32),
+    at: (i64, u32),
+    owner: [u8; 32],
+    digest: u64,
+}
+
+impl StampBody {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.bytes(&STAMP_MAGIC)
+            .u16(STAMP_VERSION)
+            .u64(self.id.dev)
+            .u64(self.id.ino)
+            .u64(self.size)
+            .i64(self.mtime.0)
+            .u32(self.mtime.1)
+            .i64(self.at.0)
+            .u32(self.at.1)
+            .bytes(&self.owner)
+            .u64(self.digest);
+        w.buf
+    }
+
+    fn decode(bytes: &[u8]) -> Option<StampBody> {
+        let mut r = Reader::new(bytes);
+        if r.array::<4>().ok()? != STAMP_MAGIC || r.u16().ok()? != STAMP_VERSION {
+            return None;
+        }
+        let id = FileId {
+            dev: r.u64().ok()?,
+            ino: r.u64().ok()?,
+        };
+        let body = StampBody {
+            id,
+            size: r.u64().ok()?,
+            mtime: (r.i64().ok()?, r.u32().ok()?),
+            at: (r.i64().ok()?, r.u32().ok()?),
+            owner: r.array().ok()?,
+            digest: r.u64().ok()?,
+        };
+        r.finish().ok()?;
+        Some(body)
+    }
 }
 
 /// Record on a finished file (its size and mtime already final) its
-/// digest, bound to the file itself and authenticated with `secret`.
-/// Filesystems without user xattrs simply get no stamp (a later resume
-/// then sends the file again).
-pub fn stamp(file: &File, digest: u64, secret: &Secret) -> std::io::Result<()> {
+/// digest, bound to the file itself, to this moment and to `owner` (see
+/// [`Rules::owner`](super::receive::Rules::owner)), authenticated with
+/// `secret`. Filesystems without user xattrs simply get no stamp (a later
+/// run then sends the file again).
+pub fn stamp(
+    file: &File,
+    digest: u64,
+    (secret, owner): (&Secret, Option<[u8; 32]>),
+) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata()?;
-    let mut body = stamp_body(
-        FileId::of(file)?,
-        m.len(),
-        m.mtime(),
-        m.mtime_nsec() as u32,
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut body = StampBody {
+        id: FileId::of(file)?,
+        size: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec() as u32),
+        at: (now.as_secs() as i64, now.subsec_nanos()),
+        owner: owner.unwrap_or_default(),
         digest,
-    );
+    }
+    .encode();
     let mac = secret.mac(&[b"urmove stamp", &body]);
     body.extend_from_slice(&mac);
     match sys::set_xattr(file, XATTR, &body) {
@@ -336,27 +387,49 @@ pub fn stamp(file: &File, digest: u64, secret: &Secret) -> std::io::Result<()> {
     }
 }
 
-/// The digest stamped on `file`, when the stamp is ours, is for this very
-/// file (device and inode), and the file still has the size and mtime it
-/// was stamped with, which must be `id`'s.
-pub fn stamped_digest(file: &File, id: &Identity, secret: &Secret) -> Option<u64> {
+/// A file's stamp, when it is ours, for this very file (device and
+/// inode), and the file still has the size and mtime it was stamped with,
+/// which must be `id`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamped {
+    /// The plain digest the file was committed with.
+    pub digest: u64,
+    /// Nothing changed the inode since its commit (its ctime is no later
+    /// than [`STAMP_SETTLE`] after the stamp): its bytes are the ones the
+    /// digest is of, unless someone set the clock back.
+    pub untouched: bool,
+    /// For whom it was committed (zeros: nobody in particular).
+    pub owner: [u8; 32],
+}
+
+/// How long after its stamp a file's commit may still change its inode
+/// (the mode, the sync and the rename that follow the stamp).
+pub const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `file`'s stamp (see [`Stamped`]), if it holds.
+pub fn stamped(file: &File, id: &Identity, secret: &Secret) -> Option<Stamped> {
     use std::os::unix::fs::MetadataExt;
     let bytes = sys::get_xattr(file, XATTR)?;
     let body = bytes.len().checked_sub(MAC_LEN)?;
     let mac: [u8; MAC_LEN] = bytes[body..].try_into().ok()?;
-    let digest = Reader::new(&bytes[body.checked_sub(8)?..body]).u64().ok()?;
+    let got = StampBody::decode(&bytes[..body])?;
     let m = file.metadata().ok()?;
-    if (m.len(), m.mtime(), m.mtime_nsec() as u32) != (id.size, id.mtime_s, id.mtime_ns) {
-        return None;
-    }
-    let want = stamp_body(
-        FileId::of(file).ok()?,
-        id.size,
-        id.mtime_s,
-        id.mtime_ns,
-        digest,
-    );
-    (want == bytes[..body] && secret.verify(&[b"urmove stamp", &want], &mac)).then_some(digest)
+    let now_is = (m.len(), m.mtime(), m.mtime_nsec() as u32);
+    let want = StampBody {
+        id: FileId::of(file).ok()?,
+        size: id.size,
+        mtime: (id.mtime_s, id.mtime_ns),
+        ..got
+    };
+    let ours = now_is == (id.size, id.mtime_s, id.mtime_ns)
+        && want == got
+        && secret.verify(&[b"urmove stamp", &bytes[..body]], &mac);
+    let settled = (got.at.0 + STAMP_SETTLE.as_secs() as i64, got.at.1);
+    ours.then_some(Stamped {
+        digest: got.digest,
+        untouched: (m.ctime(), m.ctime_nsec() as u32) <= settled,
+        owner: got.owner,
+    })
 }
 
 /// Both digests of bytes held on disk: the plain one (the sum frames and
@@ -487,25 +560,39 @@ mod tests {
             block: 4096,
             ..id()
         };
-        if stamp(&a, 99, &secret).is_err() || sys::get_xattr(&a, XATTR).is_none() {
+        let owner = Some([7u8; 32]);
+        if stamp(&a, 99, (&secret, owner)).is_err() || sys::get_xattr(&a, XATTR).is_none() {
             eprintln!("skipped: no user xattrs here");
             return;
         }
-        assert_eq!(stamped_digest(&a, &want, &secret), Some(99));
+        let fresh = Stamped {
+            digest: 99,
+            untouched: true,
+            owner: [7u8; 32],
+        };
+        assert_eq!(stamped(&a, &want, &secret), Some(fresh));
         // Copied onto another file of the same size and mtime: not trusted.
         let copied = sys::get_xattr(&a, XATTR).unwrap();
         sys::set_xattr(&b, XATTR, &copied).unwrap();
-        assert_eq!(stamped_digest(&b, &want, &secret), None);
+        assert_eq!(stamped(&b, &want, &secret), None);
         // Another secret, or another identity: not trusted.
-        assert_eq!(
-            stamped_digest(&a, &want, &Secret::ephemeral().unwrap()),
-            None
-        );
+        assert_eq!(stamped(&a, &want, &Secret::ephemeral().unwrap()), None);
         let other = Identity {
             mtime_ns: 8,
             ..want
         };
-        assert_eq!(stamped_digest(&a, &other, &secret), None);
+        assert_eq!(stamped(&a, &other, &secret), None);
+        // Written in place with its mtime put back: the stamp holds, but
+        // the file is no longer untouched (its ctime moved on).
+        std::thread::sleep(STAMP_SETTLE + std::time::Duration::from_millis(50));
+        std::fs::write(&pa, b"HELLO").unwrap();
+        a.set_times(std::fs::FileTimes::new().set_modified(t))
+            .unwrap();
+        let touched = Stamped {
+            untouched: false,
+            ..fresh
+        };
+        assert_eq!(stamped(&a, &want, &secret), Some(touched));
     }
 
     #[test]

@@ -70,9 +70,11 @@ pub fn run_pull(
     let mut pull = open_pull(cfg, req, (root, rules, paths), &engine.0)?;
     let total = pull.incoming.bytes_missing();
     let complete_before = pull.incoming.complete_before().len() as u64;
-    if cfg.resume || cfg.checksum {
+    let kept = pull.incoming.held_counts();
+    if kept != (0, 0, 0) {
         obs.info(&format!(
-            "resuming: {complete_before} files complete here already (checked against the sources); {total} bytes to fetch"
+            "this side holds {}; {total} bytes to fetch",
+            super::send::held_text(kept).replace("the receiver's", "its")
         ));
     }
     let files_done = Arc::new(AtomicU64::new(complete_before));
@@ -83,7 +85,12 @@ pub fn run_pull(
     report.command = "pull";
     report.files = pull.incoming.file_count() as u64;
     report.bytes_skipped = pull.incoming.file_bytes().saturating_sub(total);
-    report.files_verified = complete_before + landed.committed;
+    (
+        report.files_unchanged,
+        report.files_found_complete,
+        report.files_continued,
+    ) = kept;
+    report.files_verified = complete_before - kept.0 + landed.committed;
     report.skip(&pull.incoming.entries, &pull.refused);
     let skipped: Vec<Refused> = pull
         .incoming
@@ -125,6 +132,7 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
         ));
     }
     Ok(SessionRequest {
+        owner: [0; 32],
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
@@ -340,6 +348,7 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
     let secret = super::secret::Secret::load_or_create(&cfg.state_dir)
         .map_err(|e| SessionError::io("the state directory (--state-dir)", e))?;
     Ok(Rules {
+        owner: Some(secret.mac(&[b"urmove owner", b"this side"])),
         secret,
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,

@@ -59,6 +59,13 @@ pub struct Rules {
     pub claims: InodeClaims,
     /// Journal bytes all sessions of the process may write per second.
     pub journal_budget: Arc<JournalBudget>,
+    /// Whom this session commits its files for, in their stamps: on a
+    /// daemon, its MAC of the client's owner token (a secret of the
+    /// client's state directory, sent sealed), so a file another key
+    /// holder committed under the same name, size and mtime is never
+    /// skipped unread; on a pull's client, its own. `None` (a client
+    /// without a state directory): every held file is read again.
+    pub owner: Option<[u8; 32]>,
 }
 
 /// A token bucket of journal bytes per second, shared by every session of
@@ -296,6 +303,14 @@ pub(crate) fn mtime_of(e: &Entry) -> SystemTime {
     }
 }
 
+/// A file found complete under its final name before any data.
+enum HeldFile {
+    /// Untouched since its commit (its stamp says so): its plain digest.
+    Unchanged(u64),
+    /// Read again now: both digests of its bytes.
+    Read(journal::HeldDigest),
+}
+
 /// A manifest being received beneath a root.
 pub(crate) struct Incoming {
     pub(crate) root: Root,
@@ -314,6 +329,8 @@ pub(crate) struct Incoming {
     refused: Vec<(u32, String)>,
     /// Files complete under their final names before any data came.
     complete_before: Vec<u32>,
+    /// Those of them complete by their stamp alone (not read again).
+    unchanged: Vec<u32>,
     /// Entries the sender dropped (or this side refused), with the reason.
     pub(crate) skipped: Vec<(u32, String)>,
     /// Files whose content differed from the sender's digest.
@@ -363,6 +380,7 @@ impl Incoming {
             have: Vec::new(),
             refused: Vec::new(),
             complete_before: Vec::new(),
+            unchanged: Vec::new(),
             skipped: Vec::new(),
             rejected: Vec::new(),
             done_files: 0,
@@ -466,13 +484,25 @@ impl Incoming {
         tick: &mut dyn FnMut(),
     ) -> Result<(), SessionError> {
         if let Some(r) = self.resume {
-            if let Some(d) = self.held_complete(f, r, tick) {
+            if let Some(held) = self.held_complete(f, r, tick) {
                 f.state = FileState::HeldComplete;
-                f.digest = d.plain;
                 f.received = f.size;
-                self.have.push(HaveItem::Complete {
-                    file_index: i,
-                    digest: d.keyed,
+                self.have.push(match held {
+                    HeldFile::Unchanged(plain) => {
+                        self.unchanged.push(i);
+                        f.digest = plain;
+                        HaveItem::Unchanged {
+                            file_index: i,
+                            digest: plain,
+                        }
+                    }
+                    HeldFile::Read(d) => {
+                        f.digest = d.plain;
+                        HaveItem::Complete {
+                            file_index: i,
+                            digest: d.keyed,
+                        }
+                    }
                 });
                 return Ok(());
             }
@@ -507,16 +537,13 @@ impl Incoming {
         Ok(())
     }
 
-    /// The digests of `f`'s final file when it is complete already: of the
-    /// bytes on disk, read again now, for a file whose stamp (ours, on this
-    /// very file, for this size and mtime) has the same plain digest, or
-    /// with `--checksum` for any file of the right size.
-    fn held_complete(
-        &self,
-        f: &RecvFile,
-        r: Resume,
-        tick: &mut dyn FnMut(),
-    ) -> Option<journal::HeldDigest> {
+    /// `f`'s final file when it is complete already: unchanged when its
+    /// stamp (ours, on this very file, for this size and mtime) says
+    /// nothing touched it since its commit for this session's owner;
+    /// otherwise read again now, and
+    /// complete when its bytes have the stamped digest, or with
+    /// `--checksum` for any file of the right size.
+    fn held_complete(&self, f: &RecvFile, r: Resume, tick: &mut dyn FnMut()) -> Option<HeldFile> {
         use std::os::unix::fs::MetadataExt;
         let file = self
             .root
@@ -531,14 +558,18 @@ impl Incoming {
         if !m.is_file() || m.nlink() != 1 || m.len() != f.size {
             return None;
         }
-        let stamped = match r.checksum {
+        let stamp = match r.checksum {
             true => None,
-            false => Some(journal::stamped_digest(&file, &f.id, &self.rules.secret)?),
+            false => Some(journal::stamped(&file, &f.id, &self.rules.secret)?),
         };
+        let ours = |s: &journal::Stamped| self.rules.owner == Some(s.owner);
+        if let Some(s) = stamp.filter(|s| s.untouched && ours(s)) {
+            return Some(HeldFile::Unchanged(s.digest));
+        }
         let on_disk = journal::content_digests(&file, f.size, &r.key, tick).ok()?;
-        stamped
-            .is_none_or(|d| d == on_disk.plain)
-            .then_some(on_disk)
+        stamp
+            .is_none_or(|s| s.digest == on_disk.plain)
+            .then_some(HeldFile::Read(on_disk))
     }
 
     /// Continue `f`'s part file from its journal, when both are ours and
@@ -642,6 +673,7 @@ impl Incoming {
                 _ => {}
             }
         }
+        self.unchanged.retain(|i| !wrong.contains(i));
         Ok(())
     }
 
@@ -672,6 +704,19 @@ impl Incoming {
     /// Files complete under their final names before any data came.
     pub(crate) fn complete_before(&self) -> &[u32] {
         &self.complete_before
+    }
+
+    /// What this side held before any data: (unchanged by their stamp,
+    /// found complete by content, part files continued). Before any data
+    /// only.
+    pub(crate) fn held_counts(&self) -> (u64, u64, u64) {
+        let continued = self
+            .files
+            .iter()
+            .flatten()
+            .filter(|f| f.state == FileState::Receiving && f.received > 0)
+            .count();
+        super::send::held_counts(self.complete_before.len(), self.unchanged.len(), continued)
     }
 
     /// Bytes still to come (not complete, not journaled).

@@ -869,6 +869,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         .map_err(|e| SessionError::io("--state-dir", e))?;
     Ok(Rules {
         secret,
+        owner: None,
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
@@ -876,6 +877,16 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
             super::receive::JOURNAL_BYTES_PER_S,
         )),
     })
+}
+
+/// `rules` for a push by the client whose owner token is `token` (zeros:
+/// a client without one, whose files are always read again on a re-run).
+fn owned_by(rules: &Rules, token: &[u8; 32]) -> Rules {
+    let owner = (*token != [0; 32]).then(|| rules.secret.mac(&[b"urmove owner", token]));
+    Rules {
+        owner,
+        ..rules.clone()
+    }
 }
 
 /// The registered memory all sessions may hold: `max_buffer_memory`,
@@ -1298,7 +1309,7 @@ fn prepare_push<'r>(
         entries,
         u64::from(req.block_size),
         cfg.direct,
-        registry.rules.clone(),
+        owned_by(&registry.rules, &req.owner),
         resume,
         &mut || beat.tick(),
     )?;
@@ -1625,7 +1636,7 @@ fn offer_pull<'r>(
         open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f)
     };
     let key = frame_key(keys);
-    let resume = req.has(REQ_RESUME).then_some(&key);
+    let resume = req.has(REQ_RESUME).then_some((&key, req.has(REQ_CHECKSUM)));
     let reserve = &mut |b| memory.reserve(b);
     let held = super::roles::offer(s, (&tree, block), resume, &local, reserve)?;
     for (file_index, path, reason) in tree.skipped_refs() {

@@ -55,22 +55,23 @@ pub(crate) fn send_manifest(ctl: &mut Control, entries: &[Entry]) -> Result<(), 
 }
 
 /// The source's part of the setup: send `tree`'s manifest and, when
-/// resuming (with the session's frame key), take what the sink holds
+/// resuming (with the session's frame key, and whether `--checksum` asks
+/// for every held file's content), take what the sink holds
 /// (memory for its ranges asked of `reserve`), check it against the files
 /// as `local` opens them (the page cache will do) and tell the sink what
 /// was wrong. What is held and right comes back.
 pub(crate) fn offer(
     ctl: &mut Control,
     (tree, block): (&Tree, u64),
-    resume: Option<&FrameKey>,
+    resume: Option<(&FrameKey, bool)>,
     local: &dyn Fn(usize) -> Result<File, String>,
     reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
 ) -> Result<Held, SessionError> {
     send_manifest(ctl, &tree.entries)?;
-    let Some(key) = resume else {
+    let Some((key, by_content)) = resume else {
         return Ok(Held::default());
     };
-    let mut held = Held::receive(ctl, &tree.entries, block, reserve)?;
+    let mut held = Held::receive(ctl, (&tree.entries, block), by_content, reserve)?;
     held.verify(ctl, (tree, block, key), local)?;
     Ok(held)
 }

@@ -99,21 +99,31 @@ impl Secret {
         Ok(Secret { bytes })
     }
 
+    /// Write a fresh secret to a temporary name and link it to `path`, so
+    /// nobody ever reads it half written; `AlreadyExists` when another
+    /// process made one first (that one is read instead).
     fn create(path: &Path) -> std::io::Result<Secret> {
         let s = Self::ephemeral()?;
+        let mut tag = [0u8; 8];
+        crate::datapath::sys::random_bytes(&mut tag)?;
+        let tmp = path.with_extension(format!("tmp.{:016x}", u64::from_le_bytes(tag)));
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => e,
-                _ => refuse(path, e),
-            })?;
-        f.write_all(&s.bytes)
+            .open(&tmp)
+            .map_err(|e| refuse(&tmp, e))?;
+        let linked = f
+            .write_all(&s.bytes)
             .and_then(|()| f.sync_all())
-            .map_err(|e| refuse(path, e))?;
+            .and_then(|()| std::fs::hard_link(&tmp, path));
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(e),
+            Err(e) => return Err(refuse(path, e)),
+            Ok(()) => {}
+        }
         if let Some(dir) = path.parent() {
             let _ = File::open(dir).and_then(|d| d.sync_all());
         }
@@ -129,6 +139,13 @@ impl Secret {
     pub fn verify(&self, parts: &[&[u8]], tag: &[u8; 32]) -> bool {
         verify(&self.bytes, parts, tag)
     }
+}
+
+/// The token a client sends with its pushes, to have the files committed
+/// for it (see [`Rules::owner`](super::receive::Rules::owner)): a MAC of
+/// its secret in `dir`, made there at first use.
+pub fn owner_token(dir: &Path) -> std::io::Result<[u8; 32]> {
+    Ok(Secret::load_or_create(dir)?.mac(&[b"urmove owner token"]))
 }
 
 /// Where a process keeps its state when not told: `$STATE_DIRECTORY`
@@ -184,5 +201,24 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", &path).unwrap();
         assert!(Secret::load_or_create(&state).is_err());
+    }
+
+    #[test]
+    fn processes_making_the_secret_at_once_all_get_the_same_one() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let state = dir.path().join("state");
+            let macs: Vec<[u8; 32]> = std::thread::scope(|s| {
+                let runs: Vec<_> = (0..8)
+                    .map(|_| s.spawn(|| Secret::load_or_create(&state).map(|k| k.mac(&[b"x"]))))
+                    .collect();
+                runs.into_iter()
+                    .map(|r| r.join().unwrap().expect("never half written"))
+                    .collect()
+            });
+            assert!(macs.windows(2).all(|w| w[0] == w[1]));
+            let names = std::fs::read_dir(&state).unwrap().count();
+            assert_eq!(names, 1, "a temporary was left");
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coord::Interval;
+use crate::coord::{units, Interval};
 use crate::datapath::net::{SendStats, ZeroCopy};
 use crate::datapath::tcp::{self, Congestion, PathReport};
 use crate::datapath::{sys, DirectMode};
@@ -54,7 +54,8 @@ pub struct SendConfig {
     pub connect_timeout: Duration,
     /// Pace the data to at most this many bytes per second in total.
     pub rate_limit_bytes_per_s: Option<f64>,
-    /// Continue from what the receiver holds; skip finished files.
+    /// Continue from what the receiver holds; skip finished files (the
+    /// default; `--ignore-times` turns it off).
     pub resume: bool,
     /// With `resume`: compare finished files by content.
     pub checksum: bool,
@@ -76,7 +77,7 @@ pub struct SendConfig {
 impl SendConfig {
     /// A configuration for `host:port` with `key` and the defaults: 4
     /// streams, 4 MiB blocks, zero-copy and O_DIRECT where they pay,
-    /// 1 s intervals, no rate limit.
+    /// 1 s intervals, no rate limit, resuming.
     pub fn to(host: String, port: u16, key: Key) -> Self {
         SendConfig {
             host,
@@ -92,7 +93,7 @@ impl SendConfig {
             sock_buf: None,
             connect_timeout: Duration::from_secs(10),
             rate_limit_bytes_per_s: None,
-            resume: false,
+            resume: true,
             checksum: false,
             encrypt: false,
             timeout: Duration::from_secs(60),
@@ -158,7 +159,19 @@ pub struct SendReport {
     pub bytes: u64,
     pub bytes_skipped: u64,
     pub files: u64,
+    /// Files whose bytes the receiver's digest of what it holds matched
+    /// with this side's digest of the source, in this run.
     pub files_verified: u64,
+    /// Files the receiver held complete and untouched since an earlier run
+    /// committed them (its stamp names their size and mtime): skipped
+    /// without reading either side, as rsync's quick check; counted apart
+    /// from the verified ones (`--checksum` compares them by content).
+    pub files_unchanged: u64,
+    /// Files the receiver held complete and read again to show it (they
+    /// are among the verified ones).
+    pub files_found_complete: u64,
+    /// Part files continued from the blocks the receiver held.
+    pub files_continued: u64,
     /// Entries that could not be moved (and why); the rest was verified.
     pub files_skipped: u64,
     pub skipped: Vec<Skipped>,
@@ -514,11 +527,16 @@ pub fn run_send(
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
     let skipped = push.held.bytes(&tree, u64::from(cfg.block_size));
-    if cfg.resume || cfg.checksum {
+    let held = &push.held;
+    let kept = held_counts(
+        held.complete.len(),
+        held.unchanged.len(),
+        held.partial.len(),
+    );
+    if kept != (0, 0, 0) {
         obs.info(&format!(
-            "resuming: {} files complete (checked against the sources), {} partly there; {} bytes to send",
-            push.held.complete.len(),
-            push.held.partial.len(),
+            "the receiver holds {}; {} bytes to send",
+            held_text(kept),
             tree.file_bytes().saturating_sub(skipped)
         ));
     }
@@ -528,11 +546,49 @@ pub fn run_send(
     let (data, mut report, receipts) = push.transfer(cfg, expect, &acks, interrupt, obs)?;
     report.files = tree.file_count() as u64;
     report.bytes_skipped = skipped;
+    (
+        report.files_unchanged,
+        report.files_found_complete,
+        report.files_continued,
+    ) = kept;
     report.skip(&tree.entries, &tree.skipped_refs());
     report.skip(&tree.entries, &push.refused);
     let interrupted = interrupt.load(Ordering::Relaxed);
     settle_push(&push, (data, receipts), interrupted, &mut report, obs);
     Ok(report)
+}
+
+/// What a receiver held before the data, from `complete` files
+/// (`unchanged` of them by their stamp) and `partial` ones: (unchanged,
+/// found complete by content, continued).
+pub(crate) fn held_counts(complete: usize, unchanged: usize, partial: usize) -> (u64, u64, u64) {
+    let u = unchanged as u64;
+    (u, complete as u64 - u, partial as u64)
+}
+
+/// `(unchanged, found complete, continued)` in words, the empty ones left
+/// out: what a resumed run skips and why.
+pub fn held_text((unchanged, found, continued): (u64, u64, u64)) -> String {
+    let mut parts = Vec::new();
+    if unchanged > 0 {
+        parts.push(format!(
+            "{} unchanged since an earlier run (size, mtime and the receiver's stamp match)",
+            units::count(unchanged, "file")
+        ));
+    }
+    if found > 0 {
+        parts.push(format!(
+            "{} complete by content",
+            units::count(found, "file")
+        ));
+    }
+    if continued > 0 {
+        parts.push(format!(
+            "{} in part (continued)",
+            units::count(continued, "file")
+        ));
+    }
+    parts.join(", ")
 }
 
 /// A push set up for its data: the sources, what the receiver holds and
@@ -567,7 +623,14 @@ fn open_push<'t>(
         };
         prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
+    let owner = super::secret::owner_token(&cfg.state_dir).unwrap_or_else(|e| {
+        obs.info(&format!(
+            "no state directory ({e}): the files the receiver holds are read again to compare"
+        ));
+        [0; 32]
+    });
     let req = SessionRequest {
+        owner,
         direction: Direction::Push,
         streams: cfg.streams,
         block_size: cfg.block_size,
@@ -580,7 +643,7 @@ fn open_push<'t>(
     let resume = cfg.resume || cfg.checksum;
     let mut held = Held::default();
     let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
-        let key = resume.then_some(key);
+        let key = resume.then_some((key, cfg.checksum));
         held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
         Ok(())
     })?;
@@ -775,11 +838,13 @@ fn check_acks(
     report: &mut SendReport,
 ) -> Result<(), SessionError> {
     let mut acked = vec![false; tree.entries.len()];
-    // Files complete before the session count as verified: their digest
-    // on the receiver equalled this side's digest of the source.
+    // Files complete before the session count as verified when their
+    // digest on the receiver equalled this side's digest of the source;
+    // those it knew by their stamp alone are unchanged (counted so
+    // before the data).
     for &i in held.complete.keys() {
         acked[i as usize] = true;
-        report.files_verified += 1;
+        report.files_verified += u64::from(!held.unchanged.contains(&i));
     }
     for &(file_index, digest) in &got.acks {
         let i = file_index as usize;
@@ -808,7 +873,8 @@ fn check_acks(
         let count = got.rejected.len();
         return Err(differed(count, name, ("on the receiver", "send")));
     }
-    if report.files_verified + report.listed_files_skipped != report.files {
+    if report.files_verified + report.files_unchanged + report.listed_files_skipped != report.files
+    {
         return Err(SessionError::local(
             ErrorCode::Io,
             format!(

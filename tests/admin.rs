@@ -1,0 +1,228 @@
+//! What an admin with rsync habits expects: a cron job re-running the
+//! same `send` moves nothing and says why, `--ignore-times` sends it all
+//! again, a file changed behind urmove's back is sent again, and a file
+//! another key holder committed under the same name, size and mtime is
+//! never skipped unread.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use crate::faults::make_run;
+use crate::transfer::Daemon;
+use crate::util::{json, stderr, stdout};
+
+/// Bytes the daemon's process has read through syscalls so far (`rchar`
+/// in /proc/PID/io: page cache reads count too).
+fn read_chars(d: &Daemon) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{}/io", d.pid())).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("rchar in /proc/PID/io")
+}
+
+fn files_bytes(top: &Path) -> u64 {
+    std::fs::read_dir(top)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+fn same_files(a: &Path, b: &Path) {
+    for e in std::fs::read_dir(a).unwrap() {
+        let e = e.unwrap();
+        let theirs = std::fs::read(b.join(e.file_name())).unwrap();
+        assert!(
+            std::fs::read(e.path()).unwrap() == theirs,
+            "{} differs",
+            e.path().display()
+        );
+    }
+}
+
+#[test]
+fn a_cron_rerun_moves_nothing_reads_nothing_and_says_why() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 24);
+    let total = files_bytes(&top);
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let o = d.send(&["--json"], &args);
+    let v = json(&o);
+    assert_eq!(
+        (v["status"].as_str(), v["bytes"].as_u64()),
+        (Some("ok"), Some(total)),
+        "{v}"
+    );
+    assert_eq!(v["files_verified"], 11, "{v}");
+    let ino = |name: &str| {
+        std::os::unix::fs::MetadataExt::ino(
+            &std::fs::metadata(d.root.path().join("in/run").join(name)).unwrap(),
+        )
+    };
+    let before = ino("big.dat");
+
+    // The same command again, as cron runs it: nothing crosses, nothing is
+    // read on the receiver, and the summary says what was skipped and why.
+    let read_before = read_chars(&d);
+    let o = d.send(&[], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = read_chars(&d) - read_before;
+    assert!(
+        read < total / 20,
+        "the receiver read {read} of {total} bytes for a re-run"
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("0 of 11 files verified by the receiver, 11 unchanged"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "11 files unchanged since an earlier run (size, mtime and the receiver's stamp match)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("--ignore-times sends them again"), "{out}");
+    assert_eq!(ino("big.dat"), before, "the file was replaced");
+    let v = json(&d.send(&["--json"], &args));
+    assert_eq!(v["bytes"], 0, "{v}");
+    assert_eq!(v["bytes_skipped"], total, "{v}");
+    assert_eq!(
+        (v["files_unchanged"].as_u64(), v["files_verified"].as_u64()),
+        (Some(11), Some(0))
+    );
+
+    // --ignore-times sends everything again; --resume is still accepted.
+    let v = json(&d.send(&["--json", "-I"], &args));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_verified"].as_u64()),
+        (Some(total), Some(11))
+    );
+    let v = json(&d.send(&["--json", "--resume"], &args));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
+        (Some(0), Some(11))
+    );
+    // --checksum reads both sides and calls them verified, not unchanged.
+    let v = json(&d.send(&["--json", "--checksum"], &args));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_verified"].as_u64()),
+        (Some(0), Some(11))
+    );
+    assert_eq!(v["files_found_complete"], 11, "{v}");
+    same_files(&top, &d.root.path().join("in/run"));
+}
+
+#[test]
+fn a_file_changed_behind_urmoves_back_is_sent_again_on_a_rerun() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 2);
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    assert_eq!(json(&d.send(&["--json"], &args))["status"], "ok");
+    // Past the stamp's settling time, s3 is changed in place on the
+    // receiver and its mtime put back: size and mtime cannot see it.
+    std::thread::sleep(Duration::from_secs(6));
+    let theirs = d.root.path().join("in/run/s3");
+    let mtime = std::fs::metadata(&theirs).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&theirs).unwrap();
+    bytes[500] ^= 0xFF;
+    std::fs::write(&theirs, &bytes).unwrap();
+    let f = std::fs::File::options().write(true).open(&theirs).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(mtime))
+        .unwrap();
+    let v = json(&d.send(&["--json"], &args));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_unchanged"], 10, "{v}");
+    assert_eq!(v["files_verified"], 1, "{v}");
+    assert_eq!(
+        v["bytes"],
+        std::fs::metadata(top.join("s3")).unwrap().len(),
+        "{v}"
+    );
+    same_files(&top, &d.root.path().join("in/run"));
+}
+
+#[test]
+fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unread() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (mine, theirs) = (src.path().join("mine"), src.path().join("theirs"));
+    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for (dir, byte) in [(&mine, b'm'), (&theirs, b't')] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("data.bin"), vec![byte; 300_000]).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(dir.join("data.bin"))
+            .unwrap();
+        f.set_times(std::fs::FileTimes::new().set_modified(t))
+            .unwrap();
+    }
+    // The other key holder is another client: its own state directory.
+    let other_state = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = |dir: &Path| dir.join("data.bin").to_str().unwrap().to_string();
+    let o = d.send(
+        &[
+            "--json",
+            "--state-dir",
+            other_state.path().to_str().unwrap(),
+        ],
+        &[&file(&theirs), "127.0.0.1:shared"],
+    );
+    assert_eq!(json(&o)["status"], "ok");
+    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared"]));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_unchanged"], 0, "{v}");
+    assert_eq!(v["files_verified"], 1, "{v}");
+    let landed = std::fs::read(d.root.path().join("shared/data.bin")).unwrap();
+    assert!(
+        landed == vec![b'm'; 300_000],
+        "the other key holder's bytes stayed"
+    );
+    // And now it is this client's: its re-run skips it unread.
+    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared"]));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
+        (Some(0), Some(1))
+    );
+}
+
+#[test]
+fn a_pull_run_again_fetches_nothing_and_says_why() {
+    let d = Daemon::start();
+    let top = make_run(&d.root.path().join("out"), 3);
+    assert!(top.exists());
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let pull = |extra: &[&str]| {
+        crate::util::urmove()
+            .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .args(extra)
+            .args(["127.0.0.1:out/run", local.path().to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let v = json(&pull(&["--json"]));
+    assert_eq!(
+        (v["status"].as_str(), v["files_verified"].as_u64()),
+        (Some("ok"), Some(11))
+    );
+    let o = pull(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("11 unchanged"), "{out}");
+    assert!(
+        out.contains("already here: 11 files unchanged since an earlier run"),
+        "{out}"
+    );
+    let v = json(&pull(&["--json"]));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
+        (Some(0), Some(11))
+    );
+    let v = json(&pull(&["--json", "--ignore-times"]));
+    assert_eq!(v["bytes"].as_u64(), Some(files_bytes(&top)), "{v}");
+    same_files(&top, &local.path().join("run"));
+}
