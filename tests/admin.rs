@@ -187,6 +187,18 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
         (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
         (Some(0), Some(1))
     );
+    // A third client with the same bytes: read, found complete, sent
+    // nothing; then stamped for it, so its own re-run reads nothing.
+    let third = tempfile::tempdir_in("/var/tmp").unwrap();
+    let as_third = ["--json", "--state-dir", third.path().to_str().unwrap()];
+    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared"]));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_found_complete"].as_u64()),
+        (Some(0), Some(1)),
+        "{v}"
+    );
+    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared"]));
+    assert_eq!(v["files_unchanged"], 1, "{v}");
 }
 
 #[test]

@@ -111,8 +111,10 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
     Ok((job.index, job.digest))
 }
 
-/// A file the sender found complete here (`--checksum`: by content): give
-/// it the source's mode and mtime and a stamp of its own, through no link.
+/// A file the sender found complete here by its content (read again: its
+/// stamp was another client's, older, or touched since, or `--checksum`):
+/// give it the source's mode and mtime and a stamp for this session's
+/// owner, through no link, so its next run need not read it.
 pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<(), SessionError> {
     use std::os::unix::fs::PermissionsExt;
     let file = root

@@ -28,8 +28,10 @@ pub const JOURNAL_SUFFIX: &str = ".urmove.journal";
 const JOURNAL_MAGIC: [u8; 4] = *b"URMJ";
 const STAMP_MAGIC: [u8; 4] = *b"URMS";
 const VERSION: u16 = 3;
-/// Stamps from before 4 carry no time: their files are read again.
+/// Stamps of version 3 carry no time and no owner: their files are read
+/// again (and stamped anew when they are complete).
 const STAMP_VERSION: u16 = 4;
+const STAMP_BEFORE_TIME: u16 = 3;
 const XATTR: &CStr = c"user.urmove";
 const MAC_LEN: usize = 32;
 /// Bytes read at once when hashing a file's content.
@@ -335,19 +337,27 @@ impl StampBody {
 
     fn decode(bytes: &[u8]) -> Option<StampBody> {
         let mut r = Reader::new(bytes);
-        if r.array::<4>().ok()? != STAMP_MAGIC || r.u16().ok()? != STAMP_VERSION {
-            return None;
-        }
+        let version = match (r.array::<4>().ok()?, r.u16().ok()?) {
+            (STAMP_MAGIC, v @ (STAMP_BEFORE_TIME | STAMP_VERSION)) => v,
+            _ => return None,
+        };
         let id = FileId {
             dev: r.u64().ok()?,
             ino: r.u64().ok()?,
         };
+        let (size, mtime) = (r.u64().ok()?, (r.i64().ok()?, r.u32().ok()?));
+        // A stamp of before carries no time and no owner: its file is
+        // never untouched, and is read again.
+        let (at, owner) = match version {
+            STAMP_VERSION => ((r.i64().ok()?, r.u32().ok()?), r.array().ok()?),
+            _ => ((i64::MIN, 0), [0; 32]),
+        };
         let body = StampBody {
             id,
-            size: r.u64().ok()?,
-            mtime: (r.i64().ok()?, r.u32().ok()?),
-            at: (r.i64().ok()?, r.u32().ok()?),
-            owner: r.array().ok()?,
+            size,
+            mtime,
+            at,
+            owner,
             digest: r.u64().ok()?,
         };
         r.finish().ok()?;
@@ -593,6 +603,21 @@ mod tests {
             ..fresh
         };
         assert_eq!(stamped(&a, &want, &secret), Some(touched));
+        // A stamp of version 3 (no time, no owner) holds, never untouched.
+        let mut w = Writer::default();
+        let id_a = FileId::of(&a).unwrap();
+        w.bytes(&STAMP_MAGIC).u16(STAMP_BEFORE_TIME);
+        w.u64(id_a.dev).u64(id_a.ino).u64(5).i64(want.mtime_s);
+        w.u32(want.mtime_ns).u64(42);
+        let mac = secret.mac(&[b"urmove stamp", &w.buf]);
+        w.bytes(&mac);
+        sys::set_xattr(&a, XATTR, &w.buf).unwrap();
+        let old = Stamped {
+            digest: 42,
+            untouched: false,
+            owner: [0; 32],
+        };
+        assert_eq!(stamped(&a, &want, &secret), Some(old));
     }
 
     #[test]

@@ -330,7 +330,7 @@ pub(crate) struct Incoming {
     /// Files complete under their final names before any data came.
     complete_before: Vec<u32>,
     /// Those of them complete by their stamp alone (not read again).
-    unchanged: Vec<u32>,
+    unchanged: HashSet<u32>,
     /// Entries the sender dropped (or this side refused), with the reason.
     pub(crate) skipped: Vec<(u32, String)>,
     /// Files whose content differed from the sender's digest.
@@ -380,7 +380,7 @@ impl Incoming {
             have: Vec::new(),
             refused: Vec::new(),
             complete_before: Vec::new(),
-            unchanged: Vec::new(),
+            unchanged: HashSet::new(),
             skipped: Vec::new(),
             rejected: Vec::new(),
             done_files: 0,
@@ -489,7 +489,7 @@ impl Incoming {
                 f.received = f.size;
                 self.have.push(match held {
                     HeldFile::Unchanged(plain) => {
-                        self.unchanged.push(i);
+                        self.unchanged.insert(i);
                         f.digest = plain;
                         HaveItem::Unchanged {
                             file_index: i,
@@ -640,7 +640,6 @@ impl Incoming {
     /// `wrong` differ from the sources and are forgotten (sent again); the
     /// rest counts as held (complete files are done).
     pub(crate) fn apply_verdict(&mut self, wrong: &HashSet<u32>) -> Result<(), SessionError> {
-        let checksum = self.resume.is_some_and(|r| r.checksum);
         for i in 0..self.files.len() {
             let Some(f) = self.files[i].as_mut() else {
                 continue;
@@ -655,7 +654,9 @@ impl Incoming {
                     f.state = FileState::Done;
                     self.complete_before.push(i as u32);
                     self.done_files += 1;
-                    if checksum {
+                    // Read and found right: stamped for this owner, so the
+                    // next run need not read it.
+                    if !self.unchanged.contains(&(i as u32)) {
                         super::commit::settle_held(&self.root, f, &self.rules)?;
                     }
                 }
