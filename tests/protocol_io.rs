@@ -58,6 +58,11 @@ fn keygen_writes_an_owner_only_key_and_never_overwrites() {
     let k = key.to_str().unwrap();
     let o = run(&["keygen", k]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let said = crate::util::stdout(&o);
+    assert!(
+        said.contains(&format!("wrote a new 256-bit key to {k} (mode 0600)")),
+        "{said}"
+    );
     let meta = std::fs::metadata(&key).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let text = std::fs::read_to_string(&key).unwrap();
@@ -65,7 +70,11 @@ fn keygen_writes_an_owner_only_key_and_never_overwrites() {
 
     let o = run(&["keygen", k]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("exists: urmove never overwrites a key"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(
         std::fs::read_to_string(&key).unwrap(),
         text,

@@ -19,10 +19,20 @@ pub fn keygen(path: &Path) -> anyhow::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating key file {}", path.display()))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+                "key file {} exists: urmove never overwrites a key (remove it first to make a new one)",
+                path.display()
+            ),
+            _ => anyhow::Error::new(e).context(format!("creating key file {}", path.display())),
+        })?;
     f.write_all(format_key(&key).as_bytes())
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing key file {}", path.display()))?;
+    println!(
+        "urmove keygen: wrote a new 256-bit key to {} (mode 0600); copy it to the other host, kept 0600, and give both sides --key-file",
+        path.display()
+    );
     Ok(())
 }
 
