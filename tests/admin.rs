@@ -238,3 +238,83 @@ fn a_pull_run_again_fetches_nothing_and_says_why() {
     assert_eq!(v["bytes"].as_u64(), Some(files_bytes(&top)), "{v}");
     same_files(&top, &local.path().join("run"));
 }
+
+/// Bytes free on the filesystem holding `p`, for this user.
+fn free_on(p: &Path) -> u64 {
+    let o = std::process::Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(p)
+        .output()
+        .unwrap();
+    stdout(&o).lines().nth(1).unwrap().trim().parse().unwrap()
+}
+
+/// Every name under `dir`, however deep.
+fn names_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        out.push(p.display().to_string());
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(names_under(&p));
+        }
+    }
+    out
+}
+
+#[test]
+fn what_the_receiver_has_no_room_for_is_refused_before_any_part_file_and_holes_need_none() {
+    crate::require!(crate::util::can_loop("ext4"), "needs root and loop devices");
+    let fs = crate::util::LoopFs::new("ext4", 96, 4096, false).unwrap();
+    let d = Daemon::start_full(&[], "127.0.0.1", fs.path(), &[]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = make_run(src.path(), 24);
+    // Leave 12 MiB free: the 24 MiB file cannot fit.
+    let fill = free_on(fs.path()) - (12 << 20);
+    std::fs::write(fs.path().join("filler"), vec![7u8; fill as usize]).unwrap();
+    let o = d.send(&["--json"], &[top.to_str().unwrap(), "127.0.0.1:in"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["status"], "no_space", "{v}");
+    let err = v["error"].as_str().unwrap();
+    assert!(
+        err.contains("need 26.")
+            && err.contains("MiB) of data")
+            && err.contains("MiB) free; nothing was written"),
+        "the numbers: {err}"
+    );
+    let left = names_under(d.root.path());
+    assert!(!left.iter().any(|n| n.contains(".urmove.")), "{left:?}");
+    assert!(!d.root.path().join("in/run/big.dat").exists());
+
+    // A sparse file of 200 MiB holding 1 MiB of data fits in the 12.
+    let sparse = src.path().join("sparse.img");
+    let f = std::fs::File::create(&sparse).unwrap();
+    f.set_len(200 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &vec![9u8; 1 << 20], 100 << 20).unwrap();
+    drop(f);
+    let o = d.send(&["--json"], &[sparse.to_str().unwrap(), "127.0.0.1:in"]);
+    assert_eq!(json(&o)["status"], "ok", "{}", stderr(&o));
+    let got = std::fs::read(d.root.path().join("in/sparse.img")).unwrap();
+    assert!(
+        got == std::fs::read(&sparse).unwrap(),
+        "the sparse file differs"
+    );
+
+    // A pull into a place without room: refused the same way, on this side.
+    let far = Daemon::start();
+    let top = make_run(&far.root.path().join("out"), 24);
+    assert!(top.exists());
+    let local = fs.path().join("local");
+    let o = crate::util::urmove()
+        .args(["pull", "-p", &far.port.to_string(), "--key-file"])
+        .arg(&far.key)
+        .args(["--json", "127.0.0.1:out/run", local.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["status"], "no_space", "{v}");
+    let left = names_under(&local);
+    assert!(!left.iter().any(|n| n.contains(".urmove.")), "{left:?}");
+}

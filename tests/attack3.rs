@@ -50,6 +50,7 @@ fn entry(path: &str, kind: EntryKind, size: u64, mode: u32) -> Entry {
         path: path.into(),
         kind,
         size,
+        data: 0,
         mode,
         mtime_s: MTIME,
         mtime_ns: 0,

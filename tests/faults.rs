@@ -522,12 +522,21 @@ fn a_full_filesystem_names_the_file_finalizes_nothing_and_resume_finishes_later(
     let mut d = Daemon::start_full(&[], "127.0.0.1", fs.path(), &[]);
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = make_run(src.path(), 24);
-    // Leave 12 MiB free: the 24 MiB file cannot fit.
+    // The tree fits when the send starts (so it is not refused before the
+    // data); a quarter of the way, the disk is filled.
     let filler = fs.path().join("filler");
-    let fill = free_bytes(fs.path()) - (12 << 20);
-    std::fs::write(&filler, vec![7u8; fill as usize]).unwrap();
     let args = [top.to_str().unwrap(), "127.0.0.1:in"];
-    let o = d.send(&["--block", "1M", "--json"], &args);
+    let send = send_child(
+        &d,
+        d.port,
+        &["--block", "1M", "--json", "--rate-limit", "40MB", "-P", "2"],
+        &args,
+    );
+    wait_for_percent(&d, 25.0);
+    let fill = free_bytes(fs.path()).saturating_sub(1 << 20);
+    // The transfer may take the last of it first: full either way.
+    let _ = std::fs::write(&filler, vec![7u8; fill as usize]);
+    let o = send.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(v["status"], "no_space", "{v}");

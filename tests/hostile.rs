@@ -103,6 +103,7 @@ fn file_entry(path: &str, size: u64) -> Entry {
         path: path.into(),
         kind: EntryKind::File,
         size,
+        data: 0,
         mode: 0o644,
         mtime_s: 1_600_000_000,
         mtime_ns: 0,

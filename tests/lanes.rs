@@ -706,6 +706,7 @@ fn the_same_block_on_two_lanes_with_other_bytes_is_never_committed_as_verified()
             path: "a".into(),
             kind: EntryKind::File,
             size: 2 << 20,
+            data: 0,
             mode: 0o644,
             mtime_s: 1_700_000_000,
             mtime_ns: 0,

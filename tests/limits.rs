@@ -45,7 +45,13 @@ impl Recv {
     fn start_full(wrapper: &[&str], extra: &[&str], env: &[(&str, &str)], metrics: bool) -> Recv {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
-        assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+        assert!(urmove()
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success());
         let root = tempfile::tempdir_in("/var/tmp").unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((w, rest)) => {
@@ -216,6 +222,7 @@ fn file_entry(path: &str, size: u64) -> Entry {
         path: path.into(),
         kind: EntryKind::File,
         size,
+        data: 0,
         mode: 0o644,
         mtime_s: 1_600_000_000,
         mtime_ns: 0,
@@ -615,7 +622,13 @@ fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
 fn bad_limits_are_refused_alike_from_the_command_line_and_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
-    assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+    assert!(urmove()
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap()
+        .status
+        .success());
     let base = format!(
         "listen = \"127.0.0.1:0\"\nroot = \"{}\"\nkey_file = \"{}\"\n",
         dir.path().display(),

@@ -86,6 +86,7 @@ fn one_file(size: u64) -> Vec<Entry> {
         path: "f".into(),
         kind: EntryKind::File,
         size,
+        data: 0,
         mode: 0o644,
         mtime_s: 1_600_000_000,
         mtime_ns: 0,

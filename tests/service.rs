@@ -174,7 +174,13 @@ fn value(samples: &[(String, f64)], series: &str) -> f64 {
 
 fn keygen(dir: &Path) -> PathBuf {
     let key = dir.join("key");
-    assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+    assert!(urmove()
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap()
+        .status
+        .success());
     key
 }
 

@@ -140,7 +140,13 @@ impl Daemon {
     pub fn start_full(wrapper: &[&str], ip: &str, parent: &Path, extra: &[&str]) -> Daemon {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
-        assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+        assert!(urmove()
+            .arg("keygen")
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success());
         let root = tempfile::tempdir_in(parent).unwrap();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, port, log) = spawn_recv(wrapper, ip, root.path(), &key, &extra);
@@ -820,6 +826,7 @@ fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
         path: "f".into(),
         kind: EntryKind::File,
         size: 100_000,
+        data: 0,
         mode: 0o644,
         mtime_s: 1_600_000_000,
         mtime_ns: 0,
@@ -1037,6 +1044,7 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
         path: "f".into(),
         kind: EntryKind::File,
         size,
+        data: 0,
         mode: 0o644,
         mtime_s: 0,
         mtime_ns: 0,
@@ -1074,6 +1082,7 @@ fn a_symlink_cannot_climb_out_through_a_linked_parent() {
         path: path.into(),
         kind: EntryKind::Symlink,
         size: 0,
+        data: 0,
         mode: 0o777,
         mtime_s: 0,
         mtime_ns: 0,
@@ -1098,6 +1107,7 @@ fn a_symlink_cannot_climb_out_through_a_linked_parent() {
         path: path.into(),
         kind: EntryKind::File,
         size: 1,
+        data: 0,
         mode: 0o644,
         mtime_s: 0,
         mtime_ns: 0,

@@ -1265,7 +1265,13 @@ fn nobody_dirs() -> NobodyDirs {
         base.path().join("root"),
         base.path().join("state"),
     );
-    assert!(urmove().arg("keygen").arg(&key).status().unwrap().success());
+    assert!(urmove()
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap()
+        .status
+        .success());
     std::fs::create_dir(&root).unwrap();
     std::fs::create_dir(&state).unwrap();
     chown_nobody(base.path());

@@ -91,6 +91,23 @@ pub fn free_bytes(path: &Path) -> io::Result<Option<u64>> {
     Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
 }
 
+/// [`free_bytes`] of the filesystem holding the open file `fd`.
+pub fn free_bytes_fd(fd: &impl AsRawFd) -> io::Result<Option<u64>> {
+    let mut st = MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: the descriptor is open for the call and `st` is a valid,
+    // writable buffer.
+    let rc = unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatvfs returned 0, so the buffer is initialised.
+    let st = unsafe { st.assume_init() };
+    if st.f_blocks == 0 {
+        return Ok(None);
+    }
+    Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
+}
+
 /// The running kernel's release string, as `uname -r` prints it.
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")

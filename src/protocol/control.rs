@@ -736,6 +736,7 @@ mod tests {
                 path: "run42/a.dat".into(),
                 kind: EntryKind::File,
                 size: 123,
+                data: 0,
                 mode: 0o640,
                 mtime_s: 1_700_000_000,
                 mtime_ns: 5,

@@ -760,6 +760,7 @@ mod tests {
             path: path.into(),
             kind,
             size,
+            data: 0,
             mode: if kind == EntryKind::Dir { 0o755 } else { 0o644 },
             mtime_s: 1_700_000_000,
             mtime_ns: 250_000_000,

@@ -36,6 +36,9 @@ pub struct Entry {
     pub kind: EntryKind,
     /// Bytes (files only; 0 otherwise).
     pub size: u64,
+    /// Bytes of the file that hold data (its allocated blocks, at most its
+    /// size): the room a receiver must have for it, holes needing none.
+    pub data: u64,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
     pub mtime_s: i64,
@@ -183,6 +186,11 @@ pub fn encode_entry(w: &mut Writer, e: &Entry) {
         .i64(e.mtime_s)
         .u32(e.mtime_ns)
         .u64(if e.kind == EntryKind::File { e.size } else { 0 })
+        .u64(if e.kind == EntryKind::File {
+            e.data.min(e.size)
+        } else {
+            0
+        })
         .str16(&e.path)
         .str16(e.link.as_deref().unwrap_or(""));
 }
@@ -223,6 +231,13 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
             value: size,
         });
     }
+    let data = r.u64()?;
+    if data > size {
+        return Err(DecodeError::Invalid {
+            what: "data bytes above the size",
+            value: data,
+        });
+    }
     let path = r.str16("path", PATH_LEN_MAX)?.to_string();
     let link = r.str16("symlink target", PATH_LEN_MAX)?;
     if kind != EntryKind::Symlink && !link.is_empty() {
@@ -236,6 +251,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         path,
         kind,
         size,
+        data,
         mode,
         mtime_s,
         mtime_ns,
@@ -249,23 +265,32 @@ mod tests {
 
     #[test]
     fn sizes_and_targets_only_where_they_belong() {
-        let enc = |kind: EntryKind, size: u64, link: Option<&str>| {
+        let enc_data = |kind: EntryKind, (size, data): (u64, u64), link: Option<&str>| {
             let mut w = Writer::default();
             w.u8(kind as u8)
                 .u32(0o755)
                 .i64(0)
                 .u32(0)
                 .u64(size)
+                .u64(data)
                 .str16("d")
                 .str16(link.unwrap_or(""));
             w.buf
         };
+        let enc = |kind, size, link| enc_data(kind, (size, 0), link);
         let dec = |b: Vec<u8>| decode_entry(&mut Reader::new(&b));
         assert!(dec(enc(EntryKind::Dir, 0, None)).is_ok());
         assert!(dec(enc(EntryKind::Dir, 5, None)).is_err());
         assert!(dec(enc(EntryKind::Symlink, 5, Some("x"))).is_err());
         assert!(dec(enc(EntryKind::File, 0, Some("x"))).is_err());
         assert!(dec(enc(EntryKind::Symlink, 0, Some("x"))).is_ok());
+        // Data bytes: at most the size, and none but in a file.
+        assert_eq!(
+            dec(enc_data(EntryKind::File, (9, 4), None)).unwrap().data,
+            4
+        );
+        assert!(dec(enc_data(EntryKind::File, (9, 10), None)).is_err());
+        assert!(dec(enc_data(EntryKind::Dir, (0, 1), None)).is_err());
     }
 
     #[test]
@@ -324,6 +349,7 @@ mod tests {
             path: "d/f".into(),
             kind: EntryKind::Symlink,
             size: 0,
+            data: 0,
             mode: 0o777,
             mtime_s: -5,
             mtime_ns: 7,

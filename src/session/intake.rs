@@ -396,6 +396,7 @@ mod tests {
             path: "big".into(),
             kind: EntryKind::File,
             size: BLOCK * BLOCKS,
+            data: 0,
             mode: 0o644,
             mtime_s: 0,
             mtime_ns: 0,

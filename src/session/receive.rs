@@ -303,6 +303,21 @@ pub(crate) fn mtime_of(e: &Entry) -> SystemTime {
     }
 }
 
+/// The refusal of files needing `bytes` on a filesystem with `free`.
+fn no_room(dir: &str, bytes: u64, free: u64) -> SessionError {
+    use crate::coord::units::{bytes_binary, bytes_decimal};
+    SessionError::local(
+        ErrorCode::NoSpace,
+        format!(
+            "no room: the files still to come under {dir} need {} ({}) of data, its filesystem has {} ({}) free; nothing was written (free space there, or send less)",
+            bytes_decimal(bytes),
+            bytes_binary(bytes),
+            bytes_decimal(free),
+            bytes_binary(free)
+        ),
+    )
+}
+
 /// A file found complete under its final name before any data.
 enum HeldFile {
     /// Untouched since its commit (its stamp says so): its plain digest.
@@ -675,6 +690,44 @@ impl Incoming {
             }
         }
         self.unchanged.retain(|i| !wrong.contains(i));
+        Ok(())
+    }
+
+    /// Refuse, before any part file exists, files the filesystems under
+    /// them cannot hold: per filesystem, the data bytes still to come (each
+    /// file's data bytes as the sender counted them, holes needing none,
+    /// less what is held of it) against what it has free for this user.
+    pub(crate) fn check_space(&self) -> Result<(), SessionError> {
+        use std::collections::HashMap;
+        use std::os::unix::fs::MetadataExt;
+        // st_dev -> (a directory on it, bytes still to come there).
+        let mut need: HashMap<u64, (&str, u64)> = HashMap::new();
+        let mut dev_of: HashMap<&str, u64> = HashMap::new();
+        for (i, f) in self.files.iter().enumerate() {
+            let Some(f) = f.as_ref().filter(|f| f.state == FileState::Receiving) else {
+                continue;
+            };
+            let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
+            let dev = *dev_of.entry(dir).or_insert_with(|| {
+                let rel = if dir.is_empty() { "." } else { dir };
+                self.root.symlink_metadata(rel).map_or(0, |m| m.dev())
+            });
+            let data = self.entries[i].data.min(f.size - f.received.min(f.size));
+            need.entry(dev).or_insert((dir, 0)).1 += data;
+        }
+        for (dir, bytes) in need.into_values() {
+            let rel = if dir.is_empty() { "." } else { dir };
+            let fd = self
+                .root
+                .openat(rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+                .map_err(|e| SessionError::io(rel.to_string(), e))?;
+            let free = crate::datapath::sys::free_bytes_fd(&fd)
+                .map_err(|e| SessionError::io(rel.to_string(), e))?;
+            match free {
+                Some(free) if free < bytes => return Err(no_room(rel, bytes, free)),
+                _ => {}
+            }
+        }
         Ok(())
     }
 

@@ -159,14 +159,16 @@ pub(crate) fn settle_held(ctl: &mut Control, incoming: &mut Incoming) -> Result<
     Ok(())
 }
 
-/// Say which entries this side will not create, and place the files still
-/// to come on `lanes` (see `Incoming::place`; `tick` beats while it looks).
+/// Refuse what the filesystems cannot hold (`Incoming::check_space`), say
+/// which entries this side will not create, and place the files still to
+/// come on `lanes` (see `Incoming::place`; `tick` beats while it looks).
 pub(crate) fn place(
     ctl: &mut Control,
     incoming: &mut Incoming,
     lanes: &[Lane],
     tick: &mut dyn FnMut(),
 ) -> Result<(), SessionError> {
+    incoming.check_space()?;
     for (file_index, reason) in incoming.take_refused() {
         let path = String::new();
         let m = Message::Skipped {

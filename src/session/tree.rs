@@ -127,6 +127,11 @@ fn entry_from(
         path: path.to_string(),
         kind,
         size: if kind == EntryKind::File { m.len() } else { 0 },
+        data: if kind == EntryKind::File {
+            m.len().min(m.blocks().saturating_mul(512))
+        } else {
+            0
+        },
         mode: m.permissions().mode() & 0o7777,
         mtime_s: m.mtime(),
         mtime_ns: m.mtime_nsec() as u32,

@@ -386,6 +386,7 @@ mod tests {
                 path: format!("f{i}"),
                 kind: EntryKind::File,
                 size,
+                data: 0,
                 mode: 0o644,
                 mtime_s: 0,
                 mtime_ns: 0,
