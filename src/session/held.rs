@@ -303,3 +303,55 @@ fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u64)]) -> u64 {
         })
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::manifest::EntryKind;
+
+    fn file(size: u64) -> Entry {
+        Entry {
+            path: "f".into(),
+            kind: EntryKind::File,
+            size,
+            data: size,
+            mode: 0o644,
+            mtime_s: 0,
+            mtime_ns: 0,
+            link: None,
+        }
+    }
+
+    #[test]
+    fn unchanged_files_are_kept_apart_and_refused_under_checksum() {
+        let entries = [file(10), file(20)];
+        let unchanged = |i| HaveItem::Unchanged {
+            file_index: i,
+            digest: 5,
+        };
+        let mut held = Held::default();
+        held.add(unchanged(0), &entries, 4096).unwrap();
+        held.add(
+            HaveItem::Complete {
+                file_index: 1,
+                digest: 6,
+            },
+            &entries,
+            4096,
+        )
+        .unwrap();
+        assert_eq!(held.complete.len(), 2);
+        assert_eq!(held.unchanged, HashSet::from([0]));
+        // With --checksum every held file is compared by content.
+        let mut by_content = Held {
+            by_content: true,
+            ..Held::default()
+        };
+        let e = by_content.add(unchanged(0), &entries, 4096).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unchanged by its stamp under --checksum"),
+            "{e}"
+        );
+    }
+}
