@@ -318,3 +318,37 @@ fn what_the_receiver_has_no_room_for_is_refused_before_any_part_file_and_holes_n
     let left = names_under(&local);
     assert!(!left.iter().any(|n| n.contains(".urmove.")), "{left:?}");
 }
+
+#[test]
+fn stamped_files_swapped_by_renaming_their_directories_are_read_and_sent_again() {
+    // Two files of the same size and mtime in two directories; a local
+    // user of the root swaps the directories (no file's ctime moves).
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("t");
+    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for (dir, byte) in [("a", b'a'), ("b", b'b')] {
+        std::fs::create_dir_all(top.join(dir)).unwrap();
+        let p = top.join(dir).join("x");
+        std::fs::write(&p, vec![byte; 100_000]).unwrap();
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_modified(t))
+            .unwrap();
+    }
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    assert_eq!(json(&d.send(&["--json"], &args))["status"], "ok");
+    let got = d.root.path().join("in/t");
+    std::fs::rename(got.join("a"), got.join("c")).unwrap();
+    std::fs::rename(got.join("b"), got.join("a")).unwrap();
+    std::fs::rename(got.join("c"), got.join("b")).unwrap();
+    let v = json(&d.send(&["--json"], &args));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_unchanged"], 0, "{v}");
+    for dir in ["a", "b"] {
+        let theirs = std::fs::read(got.join(dir).join("x")).unwrap();
+        assert!(
+            theirs == std::fs::read(top.join(dir).join("x")).unwrap(),
+            "{dir}/x holds the other's bytes"
+        );
+    }
+}

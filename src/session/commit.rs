@@ -96,9 +96,14 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("truncating"), e))?;
     part.set_times(std::fs::FileTimes::new().set_modified(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
+    // The long sync before the stamp: what follows it (mode, a metadata
+    // sync, the rename) is quick, well within the stamp's settling time.
+    part.sync_all()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
     // Before the mode: a read-only mode would forbid setting the stamp.
     // Without a stamp a later resume sends the file again: not an error.
-    let _ = journal::stamp(part, job.digest, (&job.secret, job.owner));
+    let named = (part, job.final_rel.as_str());
+    let _ = journal::stamp(named, job.digest, (&job.secret, job.owner));
     part.set_permissions(std::fs::Permissions::from_mode(job.mode))
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
     part.sync_all()
@@ -124,15 +129,23 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
             0,
         )
         .map_err(|e| SessionError::io(f.final_rel.clone(), e))?;
-    // One name only: never a mode or a stamp through a hardlink.
-    if !file
-        .metadata()
-        .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 1 && m.is_file())
-    {
+    // One name only: never a mode or a stamp through a hardlink. And only
+    // the very file that was read, unchanged since (same inode and
+    // ctime), ours and writable by nobody else, so nothing renamed into
+    // place or written meanwhile is stamped as what was read.
+    let same = file.metadata().is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        let seen = FileId::of(&file)
+            .ok()
+            .map(|id| (id, (m.ctime(), m.ctime_nsec())));
+        super::receive::is_own_file(&m) && m.mode() & 0o022 == 0 && seen == f.held_seen
+    });
+    if !same {
         return Ok(());
     }
     let _ = file.set_times(std::fs::FileTimes::new().set_modified(f.mtime));
-    let _ = journal::stamp(&file, f.digest, (&rules.secret, rules.owner));
+    let named = (&file, f.final_rel.as_str());
+    let _ = journal::stamp(named, f.digest, (&rules.secret, rules.owner));
     let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));
     Ok(())
 }

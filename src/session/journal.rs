@@ -366,12 +366,13 @@ impl StampBody {
 }
 
 /// Record on a finished file (its size and mtime already final) its
-/// digest, bound to the file itself, to this moment and to `owner` (see
+/// digest, bound to the file itself, to `rel` (the name it has or is
+/// about to get under the root), to this moment and to `owner` (see
 /// [`Rules::owner`](super::receive::Rules::owner)), authenticated with
 /// `secret`. Filesystems without user xattrs simply get no stamp (a later
 /// run then sends the file again).
 pub fn stamp(
-    file: &File,
+    (file, rel): (&File, &str),
     digest: u64,
     (secret, owner): (&Secret, Option<[u8; 32]>),
 ) -> std::io::Result<()> {
@@ -389,7 +390,9 @@ pub fn stamp(
         digest,
     }
     .encode();
-    let mac = secret.mac(&[b"urmove stamp", &body]);
+    // The path is bound by the MAC alone: a stamped file moved to another
+    // name (its directory renamed) no longer holds.
+    let mac = secret.mac(&[b"urmove stamp", rel.as_bytes(), b"\0", &body]);
     body.extend_from_slice(&mac);
     match sys::set_xattr(file, XATTR, &body) {
         Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Ok(()),
@@ -416,8 +419,9 @@ pub struct Stamped {
 /// (the mode, the sync and the rename that follow the stamp).
 pub const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// `file`'s stamp (see [`Stamped`]), if it holds.
-pub fn stamped(file: &File, id: &Identity, secret: &Secret) -> Option<Stamped> {
+/// `file`'s stamp (see [`Stamped`]), if it holds for it under the name
+/// `rel`.
+pub fn stamped((file, rel): (&File, &str), id: &Identity, secret: &Secret) -> Option<Stamped> {
     use std::os::unix::fs::MetadataExt;
     let bytes = sys::get_xattr(file, XATTR)?;
     let body = bytes.len().checked_sub(MAC_LEN)?;
@@ -431,9 +435,15 @@ pub fn stamped(file: &File, id: &Identity, secret: &Secret) -> Option<Stamped> {
         mtime: (id.mtime_s, id.mtime_ns),
         ..got
     };
-    let ours = now_is == (id.size, id.mtime_s, id.mtime_ns)
-        && want == got
-        && secret.verify(&[b"urmove stamp", &bytes[..body]], &mac);
+    let mac_ok = match got.owner == [0; 32] && got.at.0 == i64::MIN {
+        // Version 3 bound no name.
+        true => secret.verify(&[b"urmove stamp", &bytes[..body]], &mac),
+        false => secret.verify(
+            &[b"urmove stamp", rel.as_bytes(), b"\0", &bytes[..body]],
+            &mac,
+        ),
+    };
+    let ours = now_is == (id.size, id.mtime_s, id.mtime_ns) && want == got && mac_ok;
     let settled = (got.at.0 + STAMP_SETTLE.as_secs() as i64, got.at.1);
     ours.then_some(Stamped {
         digest: got.digest,
@@ -571,7 +581,7 @@ mod tests {
             ..id()
         };
         let owner = Some([7u8; 32]);
-        if stamp(&a, 99, (&secret, owner)).is_err() || sys::get_xattr(&a, XATTR).is_none() {
+        if stamp((&a, "a"), 99, (&secret, owner)).is_err() || sys::get_xattr(&a, XATTR).is_none() {
             eprintln!("skipped: no user xattrs here");
             return;
         }
@@ -580,18 +590,23 @@ mod tests {
             untouched: true,
             owner: [7u8; 32],
         };
-        assert_eq!(stamped(&a, &want, &secret), Some(fresh));
+        assert_eq!(stamped((&a, "a"), &want, &secret), Some(fresh));
+        // Under another name (its directory renamed): not trusted.
+        assert_eq!(stamped((&a, "b"), &want, &secret), None);
         // Copied onto another file of the same size and mtime: not trusted.
         let copied = sys::get_xattr(&a, XATTR).unwrap();
         sys::set_xattr(&b, XATTR, &copied).unwrap();
-        assert_eq!(stamped(&b, &want, &secret), None);
+        assert_eq!(stamped((&b, "a"), &want, &secret), None);
         // Another secret, or another identity: not trusted.
-        assert_eq!(stamped(&a, &want, &Secret::ephemeral().unwrap()), None);
+        assert_eq!(
+            stamped((&a, "a"), &want, &Secret::ephemeral().unwrap()),
+            None
+        );
         let other = Identity {
             mtime_ns: 8,
             ..want
         };
-        assert_eq!(stamped(&a, &other, &secret), None);
+        assert_eq!(stamped((&a, "a"), &other, &secret), None);
         // Written in place with its mtime put back: the stamp holds, but
         // the file is no longer untouched (its ctime moved on).
         std::thread::sleep(STAMP_SETTLE + std::time::Duration::from_millis(50));
@@ -602,7 +617,7 @@ mod tests {
             untouched: false,
             ..fresh
         };
-        assert_eq!(stamped(&a, &want, &secret), Some(touched));
+        assert_eq!(stamped((&a, "a"), &want, &secret), Some(touched));
         // A stamp of version 3 (no time, no owner) holds, never untouched.
         let mut w = Writer::default();
         let id_a = FileId::of(&a).unwrap();
@@ -617,7 +632,7 @@ mod tests {
             untouched: false,
             owner: [0; 32],
         };
-        assert_eq!(stamped(&a, &want, &secret), Some(old));
+        assert_eq!(stamped((&a, "a"), &want, &secret), Some(old));
     }
 
     #[test]

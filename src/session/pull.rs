@@ -348,7 +348,13 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
     let secret = super::secret::Secret::load_or_create(&cfg.state_dir)
         .map_err(|e| SessionError::io("the state directory (--state-dir)", e))?;
     Ok(Rules {
-        owner: Some(secret.mac(&[b"urmove owner", b"this side"])),
+        // Files pulled from one daemon are not taken for another's.
+        owner: Some(secret.mac(&[
+            b"urmove owner: pulled from",
+            cfg.host.as_bytes(),
+            b"\0",
+            &cfg.port.to_le_bytes(),
+        ])),
         secret,
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,

@@ -229,12 +229,16 @@ pub(crate) struct RecvFile {
     /// The part was continued from an earlier session: blocks it has not
     /// written in this one may hold old bytes (holes are punched).
     pub(crate) stale: bool,
+    /// The final file found complete by reading it: its identity and
+    /// ctime when read (only that file, unchanged, is stamped later).
+    pub(crate) held_seen: Option<(FileId, (i64, i64))>,
 }
 
 impl RecvFile {
     fn new(e: &Entry, final_rel: String, block: u64, rules: &Rules) -> Self {
         let words = e.size.div_ceil(block).div_ceil(64) as usize;
         RecvFile {
+            held_seen: None,
             part: None,
             part_id: None,
             final_rel,
@@ -322,8 +326,9 @@ fn no_room(dir: &str, bytes: u64, free: u64) -> SessionError {
 enum HeldFile {
     /// Untouched since its commit (its stamp says so): its plain digest.
     Unchanged(u64),
-    /// Read again now: both digests of its bytes.
-    Read(journal::HeldDigest),
+    /// Read again now: both digests of its bytes, and the file's identity
+    /// and ctime before it was read.
+    Read(journal::HeldDigest, (FileId, (i64, i64))),
 }
 
 /// A manifest being received beneath a root.
@@ -511,7 +516,8 @@ impl Incoming {
                             digest: plain,
                         }
                     }
-                    HeldFile::Read(d) => {
+                    HeldFile::Read(d, seen) => {
+                        f.held_seen = Some(seen);
                         f.digest = d.plain;
                         HaveItem::Complete {
                             file_index: i,
@@ -575,8 +581,13 @@ impl Incoming {
         }
         let stamp = match r.checksum {
             true => None,
-            false => Some(journal::stamped(&file, &f.id, &self.rules.secret)?),
+            false => Some(journal::stamped(
+                (&file, &f.final_rel),
+                &f.id,
+                &self.rules.secret,
+            )?),
         };
+        let seen = (FileId::of(&file).ok()?, (m.ctime(), m.ctime_nsec()));
         let ours = |s: &journal::Stamped| self.rules.owner == Some(s.owner);
         if let Some(s) = stamp.filter(|s| s.untouched && ours(s)) {
             return Some(HeldFile::Unchanged(s.digest));
@@ -584,7 +595,7 @@ impl Incoming {
         let on_disk = journal::content_digests(&file, f.size, &r.key, tick).ok()?;
         stamp
             .is_none_or(|s| s.digest == on_disk.plain)
-            .then_some(HeldFile::Read(on_disk))
+            .then_some(HeldFile::Read(on_disk, seen))
     }
 
     /// Continue `f`'s part file from its journal, when both are ours and
@@ -713,7 +724,8 @@ impl Incoming {
                 self.root.symlink_metadata(rel).map_or(0, |m| m.dev())
             });
             let data = self.entries[i].data.min(f.size - f.received.min(f.size));
-            need.entry(dev).or_insert((dir, 0)).1 += data;
+            let at = need.entry(dev).or_insert((dir, 0));
+            at.1 = at.1.saturating_add(data);
         }
         for (dir, bytes) in need.into_values() {
             let rel = if dir.is_empty() { "." } else { dir };

@@ -141,11 +141,15 @@ impl Secret {
     }
 }
 
-/// The token a client sends with its pushes, to have the files committed
-/// for it (see [`Rules::owner`](super::receive::Rules::owner)): a MAC of
-/// its secret in `dir`, made there at first use.
-pub fn owner_token(dir: &Path) -> std::io::Result<[u8; 32]> {
-    Ok(Secret::load_or_create(dir)?.mac(&[b"urmove owner token"]))
+/// The token a client sends with its pushes to `host`:`port`, to have the
+/// files committed for it (see
+/// [`Rules::owner`](super::receive::Rules::owner)): a MAC of its secret in
+/// `dir` (made there at first use) and of the receiver's address, so a
+/// receiver learns only the token meant for itself.
+pub fn owner_token(dir: &Path, (host, port): (&str, u16)) -> std::io::Result<[u8; 32]> {
+    let port = port.to_le_bytes();
+    let parts: [&[u8]; 4] = [b"urmove owner token", host.as_bytes(), b"\0", &port];
+    Ok(Secret::load_or_create(dir)?.mac(&parts))
 }
 
 /// Where a process keeps its state when not told: `$STATE_DIRECTORY`

@@ -623,7 +623,8 @@ fn open_push<'t>(
         };
         prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
-    let owner = super::secret::owner_token(&cfg.state_dir).unwrap_or_else(|e| {
+    let at = (cfg.host.as_str(), cfg.port);
+    let owner = super::secret::owner_token(&cfg.state_dir, at).unwrap_or_else(|e| {
         obs.info(&format!(
             "no state directory ({e}): the files the receiver holds are read again to compare"
         ));
