@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use crate::faults::make_run;
-use crate::transfer::Daemon;
+use crate::faults::{free_bytes, make_run, tree_bytes};
+use crate::transfer::{assert_same_tree, Daemon};
 use crate::util::{json, stderr, stdout};
 
 /// Bytes the daemon's process has read through syscalls so far (`rchar`
@@ -21,31 +21,12 @@ fn read_chars(d: &Daemon) -> u64 {
         .expect("rchar in /proc/PID/io")
 }
 
-fn files_bytes(top: &Path) -> u64 {
-    std::fs::read_dir(top)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum()
-}
-
-fn same_files(a: &Path, b: &Path) {
-    for e in std::fs::read_dir(a).unwrap() {
-        let e = e.unwrap();
-        let theirs = std::fs::read(b.join(e.file_name())).unwrap();
-        assert!(
-            std::fs::read(e.path()).unwrap() == theirs,
-            "{} differs",
-            e.path().display()
-        );
-    }
-}
-
 #[test]
 fn a_cron_rerun_moves_nothing_reads_nothing_and_says_why() {
     let d = Daemon::start();
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = make_run(src.path(), 24);
-    let total = files_bytes(&top);
+    let total = tree_bytes(&top);
     let args = [top.to_str().unwrap(), "127.0.0.1:in"];
     let o = d.send(&["--json"], &args);
     let v = json(&o);
@@ -111,7 +92,7 @@ fn a_cron_rerun_moves_nothing_reads_nothing_and_says_why() {
         (Some(0), Some(11))
     );
     assert_eq!(v["files_found_complete"], 11, "{v}");
-    same_files(&top, &d.root.path().join("in/run"));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
 }
 
 #[test]
@@ -141,7 +122,7 @@ fn a_file_changed_behind_urmoves_back_is_sent_again_on_a_rerun() {
         std::fs::metadata(top.join("s3")).unwrap().len(),
         "{v}"
     );
-    same_files(&top, &d.root.path().join("in/run"));
+    assert_same_tree(&top, &d.root.path().join("in/run"));
 }
 
 #[test]
@@ -235,18 +216,8 @@ fn a_pull_run_again_fetches_nothing_and_says_why() {
         (Some(0), Some(11))
     );
     let v = json(&pull(&["--json", "--ignore-times"]));
-    assert_eq!(v["bytes"].as_u64(), Some(files_bytes(&top)), "{v}");
-    same_files(&top, &local.path().join("run"));
-}
-
-/// Bytes free on the filesystem holding `p`, for this user.
-fn free_on(p: &Path) -> u64 {
-    let o = std::process::Command::new("df")
-        .args(["-B1", "--output=avail"])
-        .arg(p)
-        .output()
-        .unwrap();
-    stdout(&o).lines().nth(1).unwrap().trim().parse().unwrap()
+    assert_eq!(v["bytes"].as_u64(), Some(tree_bytes(&top)), "{v}");
+    assert_same_tree(&top, &local.path().join("run"));
 }
 
 /// Every name under `dir`, however deep.
@@ -270,7 +241,7 @@ fn what_the_receiver_has_no_room_for_is_refused_before_any_part_file_and_holes_n
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = make_run(src.path(), 24);
     // Leave 12 MiB free: the 24 MiB file cannot fit.
-    let fill = free_on(fs.path()) - (12 << 20);
+    let fill = free_bytes(fs.path()) - (12 << 20);
     std::fs::write(fs.path().join("filler"), vec![7u8; fill as usize]).unwrap();
     let o = d.send(&["--json"], &[top.to_str().unwrap(), "127.0.0.1:in"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

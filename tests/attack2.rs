@@ -194,13 +194,7 @@ fn pull_cmd(port: u16, key: &Path, state: &Path, what: &str, local: &Path) -> Co
 fn a_hostile_daemon_cannot_make_a_pull_write_outside_what_was_asked_for() {
     let work = tmp();
     let key = work.path().join("key");
-    assert!(urmove()
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    crate::util::keygen(&key);
     let home = work.path().join("home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::set_permissions(home.join(".ssh"), PermissionsExt::from_mode(0o700)).unwrap();
@@ -351,13 +345,7 @@ fn a_part_file_planted_by_a_local_user_is_never_adopted() {
 fn a_state_dir_reached_through_a_symlinked_parent_never_lands_beneath_the_root() {
     let work = tmp();
     let key = work.path().join("key");
-    assert!(urmove()
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    crate::util::keygen(&key);
     let root = work.path().join("root");
     std::fs::create_dir(&root).unwrap();
     std::os::unix::fs::symlink("root", work.path().join("link")).unwrap();

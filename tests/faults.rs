@@ -27,7 +27,7 @@ pub fn make_run(dir: &Path, big_mib: usize) -> PathBuf {
     top
 }
 
-fn tree_bytes(top: &Path) -> u64 {
+pub(crate) fn tree_bytes(top: &Path) -> u64 {
     std::fs::read_dir(top)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
@@ -506,7 +506,7 @@ fn a_source_that_grows_during_the_send_is_reported() {
 }
 
 /// Bytes free on the filesystem holding `p`.
-fn free_bytes(p: &Path) -> u64 {
+pub(crate) fn free_bytes(p: &Path) -> u64 {
     let o = std::process::Command::new("df")
         .args(["-B1", "--output=avail"])
         .arg(p)

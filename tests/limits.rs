@@ -45,13 +45,7 @@ impl Recv {
     fn start_full(wrapper: &[&str], extra: &[&str], env: &[(&str, &str)], metrics: bool) -> Recv {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
-        assert!(urmove()
-            .arg("keygen")
-            .arg(&key)
-            .output()
-            .unwrap()
-            .status
-            .success());
+        crate::util::keygen(&key);
         let root = tempfile::tempdir_in("/var/tmp").unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((w, rest)) => {
@@ -622,13 +616,7 @@ fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
 fn bad_limits_are_refused_alike_from_the_command_line_and_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
-    assert!(urmove()
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    crate::util::keygen(&key);
     let base = format!(
         "listen = \"127.0.0.1:0\"\nroot = \"{}\"\nkey_file = \"{}\"\n",
         dir.path().display(),

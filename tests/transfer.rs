@@ -140,13 +140,7 @@ impl Daemon {
     pub fn start_full(wrapper: &[&str], ip: &str, parent: &Path, extra: &[&str]) -> Daemon {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
-        assert!(urmove()
-            .arg("keygen")
-            .arg(&key)
-            .output()
-            .unwrap()
-            .status
-            .success());
+        crate::util::keygen(&key);
         let root = tempfile::tempdir_in(parent).unwrap();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let (child, port, log) = spawn_recv(wrapper, ip, root.path(), &key, &extra);

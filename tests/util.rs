@@ -37,6 +37,16 @@ pub fn run(args: &[&str]) -> Output {
     urmove().args(args).output().expect("running urmove")
 }
 
+/// `urmove keygen KEY`, which must succeed (its line kept to itself).
+pub fn keygen(key: &Path) {
+    let o = urmove()
+        .arg("keygen")
+        .arg(key)
+        .output()
+        .expect("running urmove");
+    assert!(o.status.success(), "keygen: {}", stderr(&o));
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -1265,13 +1265,7 @@ fn nobody_dirs() -> NobodyDirs {
         base.path().join("root"),
         base.path().join("state"),
     );
-    assert!(urmove()
-        .arg("keygen")
-        .arg(&key)
-        .output()
-        .unwrap()
-        .status
-        .success());
+    crate::util::keygen(&key);
     std::fs::create_dir(&root).unwrap();
     std::fs::create_dir(&state).unwrap();
     chown_nobody(base.path());
