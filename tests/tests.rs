@@ -12,6 +12,7 @@ mod datapath;
 mod disk;
 mod disk_devices;
 mod faults;
+mod fidelity;
 mod hostile;
 mod lanes;
 mod limits;

@@ -605,6 +605,37 @@ pub struct SendArgs {
 
     #[command(flatten)]
     pub resume: ResumeArgs,
+
+    #[command(flatten)]
+    pub tree: TreeArgs,
+}
+
+/// What of the sources goes, as rsync's filter options choose it.
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    /// Leave out entries matching PATTERN (repeatable; rsync's rules: a
+    /// name pattern such as '*.tmp' matches at any depth, a leading / anchors
+    /// it at the top, a trailing / matches directories only, ** crosses
+    /// directories). --include and --exclude rules are tried in the order
+    /// given, the first match deciding.
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+
+    /// Send entries matching PATTERN even if a later --exclude matches them
+    /// (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub include: Vec<String>,
+
+    /// Read --exclude patterns from FILE, one per line (blank lines and
+    /// lines starting with # or ; skipped; "+ PATTERN" includes).
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
+
+    /// Show what would be sent (each file and its size, the total, what is
+    /// excluded or cannot be moved) and send nothing: the receiver is not
+    /// contacted.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,8 @@
 pub mod args;
 pub mod config;
 mod demo;
+mod dry_run;
+mod filters;
 pub mod keys;
 pub mod parse;
 pub mod plot;
@@ -20,7 +22,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 
 use crate::bench::disk::MinRate;
 use crate::bench::sweep::{run_sweep, SweepSpec};
@@ -50,7 +51,10 @@ pub(crate) enum Failure {
 /// Parse, run, and map the result to an exit code (the binary's whole main).
 pub fn main() -> ExitCode {
     sys::ignore_sigxfsz();
-    let cli = match Cli::try_parse() {
+    let parsed = <Cli as clap::CommandFactory>::command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m).map(|c| (c, m)));
+    let (cli, matches) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -60,7 +64,9 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(a) => bench(a),
         Command::Recv(a) => transfer::recv(a),
-        Command::Send(a) => transfer::send(a),
+        Command::Send(a) => {
+            filters::of(matches.subcommand_matches("send")).and_then(|f| transfer::send(a, f))
+        }
         Command::Demo(a) => demo::demo(a),
         Command::Pull(a) => transfer::pull(a),
         Command::Tune(a) => tune::tune(a),

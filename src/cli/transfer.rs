@@ -402,7 +402,7 @@ impl SendObserver for SendPrinter {
     }
 }
 
-pub fn send(a: SendArgs) -> Result<u8, Failure> {
+pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let (target, sources) = a.args.split_last().expect("clap requires two or more");
     let (host, dest) = split_target(target).ok_or_else(|| {
@@ -455,8 +455,12 @@ pub fn send(a: SendArgs) -> Result<u8, Failure> {
         state_dir: a
             .state_dir
             .unwrap_or_else(crate::session::secret::default_state_dir),
+        filter,
         ..SendConfig::to(host, a.port, key)
     };
+    if a.tree.dry_run {
+        return super::dry_run::show(&cfg, format);
+    }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;
@@ -611,6 +615,12 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     }
     if p.format == Format::Human && r.bytes_skipped > 0 {
         p.out.line(&held_summary(r));
+    }
+    if p.format == Format::Human && r.files_excluded > 0 {
+        p.out.line(&format!(
+            "left out {} matching --exclude (nothing beneath an excluded directory was looked at)",
+            units::count(r.files_excluded, "entry")
+        ));
     }
     for s in &r.skipped {
         render::warn(&format!("skipped {}: {}", s.path, s.reason));

@@ -34,7 +34,10 @@ fn scaled(v: f64, base: f64, names: &[&str]) -> String {
 pub fn count(n: u64, thing: &str) -> String {
     match n {
         1 => format!("1 {thing}"),
-        _ => format!("{n} {thing}s"),
+        _ => match thing.strip_suffix('y') {
+            Some(stem) => format!("{n} {stem}ies"),
+            None => format!("{n} {thing}s"),
+        },
     }
 }
 

@@ -51,8 +51,9 @@ impl FileId {
     }
 }
 
+/// A name as the kernel takes it: its bytes ([`crate::protocol::names`]).
 fn cstr(s: &str) -> io::Result<CString> {
-    CString::new(s)
+    CString::new(crate::protocol::names::to_bytes(s).into_owned())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
@@ -340,14 +341,7 @@ impl Root {
         // /proc name reads that directory and no other.
         let mut names = Vec::new();
         for e in std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))? {
-            let name = e?.file_name();
-            let name = name.into_string().map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{rel}: a name is not UTF-8"),
-                )
-            })?;
-            names.push(name);
+            names.push(crate::protocol::names::from_os(&e?.file_name()));
         }
         names.sort();
         Ok(names)
@@ -371,12 +365,7 @@ impl Root {
             return Err(io::Error::last_os_error());
         }
         buf.truncate(n as usize);
-        String::from_utf8(buf).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{rel}: link target is not UTF-8"),
-            )
-        })
+        Ok(crate::protocol::names::from_bytes(&buf))
     }
 
     /// Remove the file `rel` beneath the root (not following a final symlink).

@@ -284,7 +284,7 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u16(r.streams)
                 .u32(r.block_size)
                 .u32(r.flags)
-                .str16(&r.path)
+                .name16(&r.path)
                 .bytes(&r.owner);
         }
         Message::Manifest(entries) => {
@@ -372,7 +372,7 @@ pub fn encode(m: &Message) -> Vec<u8> {
             let text: String = reason.chars().take(ERROR_TEXT_MAX / 4).collect();
             w.u8(kind::SKIPPED)
                 .u32(*file_index)
-                .str16(path)
+                .name16(path)
                 .str16(&text);
         }
         Message::HeldWrong(items) => {
@@ -497,7 +497,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     value: u64::from(flags),
                 });
             }
-            let path = r.str16("path", super::manifest::PATH_LEN_MAX)?.to_string();
+            let path = r.name16("path", super::manifest::PATH_LEN_MAX)?;
             Message::Request(SessionRequest {
                 direction,
                 streams,
@@ -615,7 +615,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         },
         kind::SKIPPED => Message::Skipped {
             file_index: r.u32()?,
-            path: r.str16("path", super::manifest::PATH_LEN_MAX)?.to_string(),
+            path: r.name16("path", super::manifest::PATH_LEN_MAX)?,
             reason: r.str16("skip reason", ERROR_TEXT_MAX)?.to_string(),
         },
         kind::HELD_WRONG => {

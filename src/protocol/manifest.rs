@@ -103,8 +103,9 @@ pub fn check_path(path: &str) -> Result<(), PathError> {
     if path.is_empty() {
         return Err(PathError::Empty);
     }
-    if path.len() > PATH_LEN_MAX {
-        return Err(PathError::TooLong { len: path.len() });
+    let len = super::names::byte_len(path);
+    if len > PATH_LEN_MAX {
+        return Err(PathError::TooLong { len });
     }
     if path.starts_with('/') {
         return Err(PathError::Absolute);
@@ -116,8 +117,10 @@ pub fn check_path(path: &str) -> Result<(), PathError> {
         match c {
             ".." => return Err(PathError::DotDot),
             "" | "." => return Err(PathError::NotNormal),
-            c if c.len() > COMPONENT_LEN_MAX => {
-                return Err(PathError::ComponentTooLong { len: c.len() })
+            c if super::names::byte_len(c) > COMPONENT_LEN_MAX => {
+                return Err(PathError::ComponentTooLong {
+                    len: super::names::byte_len(c),
+                })
             }
             c if is_reserved(c) => return Err(PathError::Reserved),
             _ => {}
@@ -132,7 +135,7 @@ pub fn link_stays_beneath(link_path: &str, target: &str) -> bool {
     if target.is_empty()
         || target.starts_with('/')
         || target.contains('\0')
-        || target.len() > PATH_LEN_MAX
+        || super::names::byte_len(target) > PATH_LEN_MAX
     {
         return false;
     }
@@ -169,10 +172,9 @@ pub fn link_stays_beneath(link_path: &str, target: &str) -> bool {
 pub fn check_entry(e: &Entry) -> Result<(), PathError> {
     check_path(&e.path)?;
     if e.kind == EntryKind::Symlink {
-        let ok = e
-            .link
-            .as_deref()
-            .is_some_and(|t| !t.is_empty() && !t.contains('\0') && t.len() <= PATH_LEN_MAX);
+        let ok = e.link.as_deref().is_some_and(|t| {
+            !t.is_empty() && !t.contains('\0') && super::names::byte_len(t) <= PATH_LEN_MAX
+        });
         if !ok {
             return Err(PathError::BadLinkTarget);
         }
@@ -191,8 +193,8 @@ pub fn encode_entry(w: &mut Writer, e: &Entry) {
         } else {
             0
         })
-        .str16(&e.path)
-        .str16(e.link.as_deref().unwrap_or(""));
+        .name16(&e.path)
+        .name16(e.link.as_deref().unwrap_or(""));
 }
 
 /// Decode one entry. Paths are length-checked here and must still pass
@@ -238,15 +240,15 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
             value: data,
         });
     }
-    let path = r.str16("path", PATH_LEN_MAX)?.to_string();
-    let link = r.str16("symlink target", PATH_LEN_MAX)?;
+    let path = r.name16("path", PATH_LEN_MAX)?;
+    let link = r.name16("symlink target", PATH_LEN_MAX)?;
     if kind != EntryKind::Symlink && !link.is_empty() {
         return Err(DecodeError::Invalid {
             what: "symlink target of an entry that is no symlink",
             value: link.len() as u64,
         });
     }
-    let link = (kind == EntryKind::Symlink).then(|| link.to_string());
+    let link = (kind == EntryKind::Symlink).then_some(link);
     Ok(Entry {
         path,
         kind,

@@ -12,5 +12,6 @@ pub mod frame;
 pub mod fuzz;
 pub mod handshake;
 pub mod manifest;
+pub mod names;
 pub mod seal;
 pub mod wire;

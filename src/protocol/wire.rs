@@ -77,6 +77,18 @@ impl Writer {
         assert!(s.len() <= u16::MAX as usize, "string too long for the wire");
         self.u16(s.len() as u16).bytes(s.as_bytes())
     }
+    /// A file name or path with a u16 length: its bytes as the filesystem
+    /// has them ([`super::names`]), UTF-8 or not.
+    pub fn name16(&mut self, s: &str) -> &mut Self {
+        let b = super::names::to_bytes(s);
+        assert!(b.len() <= u16::MAX as usize, "name too long for the wire");
+        self.u16(b.len() as u16).bytes(&b)
+    }
+    /// A u16-length byte string.
+    pub fn bytes16(&mut self, b: &[u8]) -> &mut Self {
+        assert!(b.len() <= u16::MAX as usize, "value too long for the wire");
+        self.u16(b.len() as u16).bytes(b)
+    }
 }
 
 /// Reads little-endian values from a slice, with bounds checks.
@@ -140,6 +152,25 @@ impl<'a> Reader<'a> {
             });
         }
         std::str::from_utf8(self.take(len)?).map_err(|_| DecodeError::NotUtf8 { what })
+    }
+
+    /// A u16-length file name or path of at most `max` bytes, any bytes
+    /// (held as [`super::names`] says).
+    pub fn name16(&mut self, what: &'static str, max: usize) -> Result<String, DecodeError> {
+        Ok(super::names::from_bytes(self.bytes16(what, max)?))
+    }
+
+    /// A u16-length byte string of at most `max` bytes.
+    pub fn bytes16(&mut self, what: &'static str, max: usize) -> Result<&'a [u8], DecodeError> {
+        let len = self.u16()? as usize;
+        if len > max {
+            return Err(DecodeError::TooLarge {
+                what,
+                value: len as u64,
+                max: max as u64,
+            });
+        }
+        self.take(len)
     }
 
     /// Fail unless every byte was consumed.

@@ -11,6 +11,7 @@ pub mod bench_net;
 mod book;
 mod commit;
 pub mod conn;
+pub mod filter;
 pub mod fuzz;
 mod held;
 mod intake;

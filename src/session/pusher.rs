@@ -1344,7 +1344,8 @@ mod tests {
         let path = dir.path().join("big");
         let data: Vec<u8> = (0..SIZE).map(|i| (i / BLOCK) as u8 ^ 0x5a).collect();
         std::fs::write(&path, &data).unwrap();
-        let tree = crate::session::tree::scan(std::slice::from_ref(&path)).unwrap();
+        let tree =
+            crate::session::tree::scan(std::slice::from_ref(&path), &Default::default()).unwrap();
         let held = Held::default();
         let acks = Acks::new(&tree, &held, 1, &[]);
         let open = |_: usize| {

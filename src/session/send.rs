@@ -72,6 +72,8 @@ pub struct SendConfig {
     pub auto_streams: bool,
     /// Threads of this side's data path (`--lanes`), each with its ring.
     pub lanes: Lanes,
+    /// What of the sources is left out (`--exclude`, `--include`).
+    pub filter: super::filter::Filter,
 }
 
 impl SendConfig {
@@ -101,6 +103,7 @@ impl SendConfig {
             congestion: Congestion::Auto,
             auto_streams: false,
             lanes: Lanes::Auto,
+            filter: super::filter::Filter::default(),
         }
     }
 
@@ -175,6 +178,8 @@ pub struct SendReport {
     /// Entries that could not be moved (and why); the rest was verified.
     pub files_skipped: u64,
     pub skipped: Vec<Skipped>,
+    /// Entries `--exclude` left out (an excluded directory counts once).
+    pub files_excluded: u64,
     /// Regular files of the manifest among them (the rest was never listed).
     #[serde(skip)]
     pub(crate) listed_files_skipped: u64,
@@ -522,7 +527,16 @@ pub fn run_send(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
-    let tree = scan(&cfg.sources)?;
+    let tree = scan(&cfg.sources, &cfg.filter)?;
+    if tree.entries.is_empty() && tree.excluded > 0 {
+        return Err(SessionError::local(
+            crate::protocol::control::ErrorCode::BadRequest,
+            format!(
+                "nothing to send: --exclude left out all {} of the sources",
+                units::count(tree.excluded, "entry")
+            ),
+        ));
+    }
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
@@ -553,6 +567,7 @@ pub fn run_send(
     ) = kept;
     report.skip(&tree.entries, &tree.skipped_refs());
     report.skip(&tree.entries, &push.refused);
+    report.files_excluded = tree.excluded;
     let interrupted = interrupt.load(Ordering::Relaxed);
     settle_push(&push, (data, receipts), interrupted, &mut report, obs);
     Ok(report)

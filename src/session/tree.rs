@@ -1,10 +1,10 @@
 //! The sender's view of its sources: files, directory trees and symlinks
 //! turned into a manifest, as `cp -r SRC DEST/` would copy them (a
 //! directory is copied as itself, under its own name). One entry that
-//! cannot be moved (a FIFO, a socket, a device node, a name that is not
-//! UTF-8 or is reserved, a directory that cannot be listed, something that
-//! vanished while walked) is left out and named with its reason; the rest
-//! goes on.
+//! cannot be moved (a FIFO, a socket, a device node, a reserved name, a
+//! directory that cannot be listed, something that vanished while walked)
+//! is left out and named with its reason; the rest goes on. Names are
+//! carried as bytes, UTF-8 or not ([`names`]).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use crate::datapath::beneath::FileId;
 use crate::protocol::control::UNLISTED;
 use crate::protocol::manifest::{check_path, is_reserved, Entry, EntryKind};
+use crate::protocol::names;
+
+use super::filter::Filter;
 
 use super::SessionError;
 
@@ -33,6 +36,9 @@ pub struct Tree {
     pub ids: Vec<Option<FileId>>,
     /// What the scan left out.
     pub skipped: Vec<Skipped>,
+    /// Entries `--exclude` left out (a directory counts once, with nothing
+    /// beneath it walked).
+    pub excluded: u64,
 }
 
 impl Tree {
@@ -85,7 +91,7 @@ impl Tree {
 
     fn skip(&mut self, path: &str, reason: impl Into<String>) {
         self.skipped.push(Skipped {
-            path: path.to_string(),
+            path: names::shown(path).into_owned(),
             reason: reason.into(),
         });
     }
@@ -139,7 +145,7 @@ fn entry_from(
     })
 }
 
-fn walk(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
+fn walk(tree: &mut Tree, f: &Filter, rel: &str, source: &Path) -> Result<(), SessionError> {
     let m = match std::fs::symlink_metadata(source) {
         Ok(m) => m,
         Err(e) => {
@@ -147,8 +153,12 @@ fn walk(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
             return Ok(());
         }
     };
+    if !f.admits(rel, m.is_dir()) {
+        tree.excluded += 1;
+        return Ok(());
+    }
     let e = entry_from(rel, &m, || {
-        std::fs::read_link(source).map(|t| t.to_string_lossy().into_owned())
+        std::fs::read_link(source).map(|t| names::from_os(t.as_os_str()))
     });
     let e = match e {
         Ok(e) => e,
@@ -160,12 +170,17 @@ fn walk(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
     let is_dir = e.kind == EntryKind::Dir;
     tree.push(e, source.to_path_buf(), &m);
     if is_dir {
-        walk_children(tree, rel, source)?;
+        walk_children(tree, f, rel, source)?;
     }
     Ok(())
 }
 
-fn walk_children(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), SessionError> {
+fn walk_children(
+    tree: &mut Tree,
+    f: &Filter,
+    rel: &str,
+    source: &Path,
+) -> Result<(), SessionError> {
     let listed = std::fs::read_dir(source).and_then(|d| d.collect::<Result<Vec<_>, _>>());
     let mut children = match listed {
         Ok(c) => c,
@@ -176,43 +191,39 @@ fn walk_children(tree: &mut Tree, rel: &str, source: &Path) -> Result<(), Sessio
     };
     children.sort_by_key(|c| c.file_name());
     for c in children {
-        let name = c.file_name();
-        let Some(name) = name.to_str() else {
-            let shown = format!("{rel}/{}", name.to_string_lossy());
-            tree.skip(&shown, "its name is not UTF-8: not moved");
-            continue;
-        };
-        walk(tree, &format!("{rel}/{name}"), &c.path())?;
+        let name = names::from_os(&c.file_name());
+        walk(tree, f, &format!("{rel}/{name}"), &c.path())?;
     }
     Ok(())
 }
 
 /// Build the manifest of `sources` (files, directories, symlinks; a
-/// directory is copied as itself, recursively).
-pub fn scan(sources: &[PathBuf]) -> Result<Tree, SessionError> {
+/// directory is copied as itself, recursively), without what `filter`
+/// excludes.
+pub fn scan(sources: &[PathBuf], filter: &Filter) -> Result<Tree, SessionError> {
     let mut tree = Tree::default();
     for s in sources {
         let trimmed = s.components().as_path();
-        let name = trimmed
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| {
-                SessionError::local(
-                    crate::protocol::control::ErrorCode::BadRequest,
-                    format!(
-                        "{}: cannot name this source (give a file or directory)",
-                        s.display()
-                    ),
-                )
-            })?;
+        let name = trimmed.file_name().map(names::from_os).ok_or_else(|| {
+            SessionError::local(
+                crate::protocol::control::ErrorCode::BadRequest,
+                format!(
+                    "{}: cannot name this source (give a file or directory)",
+                    s.display()
+                ),
+            )
+        })?;
         if tree.entries.iter().any(|e| e.path == name) {
             return Err(SessionError::local(
                 crate::protocol::control::ErrorCode::BadRequest,
-                format!("two sources are named {name}: they would land on the same path"),
+                format!(
+                    "two sources are named {}: they would land on the same path",
+                    names::shown(&name)
+                ),
             ));
         }
         std::fs::symlink_metadata(s).map_err(|e| SessionError::io(s.display().to_string(), e))?;
-        walk(&mut tree, name, s)?;
+        walk(&mut tree, filter, &name, s)?;
     }
     Ok(tree)
 }
@@ -277,7 +288,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn special_files_and_bad_names_are_skipped_with_a_reason_and_the_rest_scanned() {
+    fn special_files_and_reserved_names_are_skipped_with_a_reason_and_the_rest_scanned() {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let top = dir.path().join("top");
         std::fs::create_dir(&top).unwrap();
@@ -286,22 +297,22 @@ mod tests {
         let _sock = std::os::unix::net::UnixListener::bind(top.join("sock")).unwrap();
         let bad = std::ffi::OsStr::from_bytes_lossless(b"bad\xff");
         std::fs::write(top.join(bad), b"b").unwrap();
-        let tree = scan(&[top]).unwrap();
+        let tree = scan(&[top], &Filter::default()).unwrap();
         let paths: Vec<&str> = tree.entries.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(paths, ["top", "top/a"]);
+        let bad_name = format!("top/{}", names::from_bytes(b"bad\xff"));
+        assert_eq!(paths, ["top", "top/a", &bad_name]);
         let why: Vec<(&str, &str)> = tree
             .skipped
             .iter()
             .map(|s| (s.path.as_str(), s.reason.as_str()))
             .collect();
-        assert_eq!(why.len(), 3, "{why:?}");
+        assert_eq!(why.len(), 2, "{why:?}");
         assert!(why
             .iter()
             .any(|(p, r)| *p == "top/sock" && r.contains("socket")));
         assert!(why
             .iter()
             .any(|(p, r)| *p == "top/x.urmove.part" && r.contains("reserved")));
-        assert!(why.iter().any(|(_, r)| r.contains("UTF-8")));
     }
 
     trait Lossless {

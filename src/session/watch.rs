@@ -218,6 +218,7 @@ impl Watch {
             files_found_complete: 0,
             files_continued: 0,
             files_skipped: 0,
+            files_excluded: 0,
             skipped: Vec::new(),
             listed_files_skipped: 0,
             elapsed_s: secs,
