@@ -70,6 +70,7 @@ fn entry(path: &str, kind: EntryKind, size: u64, mode: u32) -> Entry {
         mtime_s: 1_700_000_000,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     }
 }
 

@@ -55,6 +55,7 @@ fn entry(path: &str, kind: EntryKind, size: u64, mode: u32) -> Entry {
         mtime_s: MTIME,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     }
 }
 

@@ -28,6 +28,7 @@ fn file(path: &str, size: u64) -> Entry {
         mtime_s: 1_600_000_000,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     }
 }
 

@@ -223,3 +223,243 @@ fn a_dry_run_lists_files_and_sizes_and_writes_nothing_anywhere() {
         .cloned();
     assert_eq!(big.map(|e| e["size"].clone()), Some(1_500_000.into()));
 }
+
+fn uid_gid(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.uid(), m.gid())
+}
+
+fn ino_links(p: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.ino(), m.nlink())
+}
+
+/// A tree owned by others: a file by nobody:nogroup, one by a uid and gid
+/// no name stands for, a directory and a symlink by nobody.
+fn owned_tree(parent: &Path) -> PathBuf {
+    let top = parent.join("run");
+    std::fs::create_dir_all(top.join("d")).unwrap();
+    std::fs::write(top.join("d/by-nobody"), b"n").unwrap();
+    std::fs::write(top.join("by-number"), b"x").unwrap();
+    std::os::unix::fs::symlink("by-number", top.join("link")).unwrap();
+    let nobody = (65534, 65534);
+    std::os::unix::fs::lchown(top.join("d/by-nobody"), Some(nobody.0), Some(nobody.1)).unwrap();
+    std::os::unix::fs::lchown(top.join("by-number"), Some(43_210), Some(43_211)).unwrap();
+    std::os::unix::fs::lchown(top.join("link"), Some(nobody.0), Some(nobody.1)).unwrap();
+    std::os::unix::fs::lchown(top.join("d"), Some(nobody.0), Some(nobody.1)).unwrap();
+    top
+}
+
+#[test]
+fn a_receiver_running_as_root_keeps_owners_by_name_or_number() {
+    if !crate::util::is_root() {
+        eprintln!("skipped: owners are kept only by a receiver running as root");
+        return;
+    }
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = owned_tree(src.path());
+    for (flags, dest) in [(&[][..], "byname"), (&["--numeric-ids"][..], "bynumber")] {
+        let o = d.send(
+            flags,
+            &[top.to_str().unwrap(), &format!("127.0.0.1:{dest}")],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let got = d.root.path().join(dest).join("run");
+        for p in ["d/by-nobody", "by-number", "link", "d"] {
+            assert_eq!(uid_gid(&got.join(p)), uid_gid(&top.join(p)), "{dest}/{p}");
+        }
+        assert_same_tree(&top, &got);
+    }
+}
+
+#[test]
+fn hard_links_arrive_as_links_with_h_and_as_copies_without() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(top.join("sub")).unwrap();
+    std::fs::write(top.join("a"), crate::util::noise(200_000, 9)).unwrap();
+    std::fs::hard_link(top.join("a"), top.join("sub/a2")).unwrap();
+    std::fs::hard_link(top.join("a"), top.join("z3")).unwrap();
+    std::fs::write(top.join("single"), b"one").unwrap();
+    let args = |dest: &str| {
+        [
+            top.to_str().unwrap().to_string(),
+            format!("127.0.0.1:{dest}"),
+        ]
+    };
+    let a = args("linked");
+    let v = json(&d.send(&["--json", "-H"], &[&a[0], &a[1]]));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(
+        (v["files"].as_u64(), v["hard_links"].as_u64()),
+        (Some(2), Some(2)),
+        "{v}"
+    );
+    assert_eq!(v["bytes"], 200_003, "the linked file crossed once: {v}");
+    let got = d.root.path().join("linked/run");
+    let (ino, links) = ino_links(&got.join("a"));
+    assert_eq!(links, 3);
+    assert_eq!(ino_links(&got.join("sub/a2")).0, ino);
+    assert_eq!(ino_links(&got.join("z3")).0, ino);
+    assert_eq!(
+        std::fs::read(got.join("z3")).unwrap(),
+        std::fs::read(top.join("a")).unwrap()
+    );
+    // Run again: still linked, still right.
+    let v = json(&d.send(&["--json", "-H"], &[&a[0], &a[1]]));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(ino_links(&got.join("z3")), (ino_links(&got.join("a")).0, 3));
+    assert_eq!(
+        std::fs::read(got.join("sub/a2")).unwrap(),
+        std::fs::read(top.join("a")).unwrap()
+    );
+    // Without -H each name is a file of its own.
+    let c = args("copied");
+    let v = json(&d.send(&["--json"], &[&c[0], &c[1]]));
+    assert_eq!(
+        (v["files"].as_u64(), v["bytes"].as_u64()),
+        (Some(4), Some(600_003)),
+        "{v}"
+    );
+    assert_eq!(ino_links(&d.root.path().join("copied/run/z3")).1, 1);
+}
+
+fn xattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let o = std::process::Command::new("getfattr")
+        .args(["--absolute-names", "--only-values", "-n", name])
+        .arg(p)
+        .output()
+        .unwrap();
+    o.status.success().then_some(o.stdout)
+}
+
+#[test]
+fn extended_attributes_and_acls_travel_on_request_and_security_ones_never() {
+    if !crate::util::have("setfattr") || !crate::util::have("setfacl") {
+        eprintln!("skipped: needs setfattr and setfacl (the attr and acl packages)");
+        return;
+    }
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(top.join("dir")).unwrap();
+    std::fs::write(top.join("f"), b"data").unwrap();
+    let sh = |args: &[&str]| {
+        let o = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let f = top.join("f");
+    let dir = top.join("dir");
+    sh(&[
+        "setfattr",
+        "-n",
+        "user.instrument",
+        "-v",
+        "ALMA-B6",
+        f.to_str().unwrap(),
+    ]);
+    sh(&[
+        "setfattr",
+        "-n",
+        "user.run",
+        "-v",
+        "42",
+        dir.to_str().unwrap(),
+    ]);
+    sh(&[
+        "setfattr",
+        "-n",
+        "security.capability",
+        "-v",
+        "0sAQAAAgAgAAAAAAAAAAAAAAAAAAA=",
+        f.to_str().unwrap(),
+    ]);
+    sh(&["setfacl", "-m", "u:nobody:r", f.to_str().unwrap()]);
+    sh(&["setfacl", "-d", "-m", "u:nobody:rx", dir.to_str().unwrap()]);
+    let o = d.send(&["-X", "-A"], &[top.to_str().unwrap(), "127.0.0.1:xa"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = d.root.path().join("xa/run");
+    assert_eq!(
+        xattr(&got.join("f"), "user.instrument").as_deref(),
+        Some(&b"ALMA-B6"[..])
+    );
+    assert_eq!(
+        xattr(&got.join("dir"), "user.run").as_deref(),
+        Some(&b"42"[..])
+    );
+    assert_eq!(
+        xattr(&got.join("f"), "security.capability"),
+        None,
+        "file capabilities must never travel"
+    );
+    for (p, acl) in [
+        ("f", "system.posix_acl_access"),
+        ("dir", "system.posix_acl_default"),
+    ] {
+        assert_eq!(
+            xattr(&got.join(p), acl),
+            xattr(&top.join(p), acl),
+            "{p} {acl}"
+        );
+        assert!(xattr(&got.join(p), acl).is_some(), "{p} {acl}");
+    }
+    // Without -X and -A none of them go.
+    let o = d.send(&[], &[top.to_str().unwrap(), "127.0.0.1:plain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plain = d.root.path().join("plain/run");
+    assert_eq!(xattr(&plain.join("f"), "user.instrument"), None);
+    assert_eq!(xattr(&plain.join("f"), "system.posix_acl_access"), None);
+}
+
+#[test]
+fn delete_removes_only_the_receivers_extras_inside_the_directories_sent() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(top.join("keep")).unwrap();
+    std::fs::write(top.join("keep/a"), b"a").unwrap();
+    std::fs::write(top.join("b"), b"b").unwrap();
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    assert!(d.send(&[], &args).status.success());
+    let got = d.root.path().join("in/run");
+    // Extras: a file, a directory tree, a symlink to something outside
+    // (removed as itself, never followed), a part file of another session
+    // (never touched), and a neighbour of the tree (not under it).
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(outside.path().join("precious"), b"p").unwrap();
+    std::fs::write(got.join("old.dat"), b"o").unwrap();
+    std::fs::create_dir_all(got.join("keep/stale/deep")).unwrap();
+    std::fs::write(got.join("keep/stale/deep/x"), b"x").unwrap();
+    std::os::unix::fs::symlink(outside.path(), got.join("to-outside")).unwrap();
+    std::fs::write(got.join("c.urmove.part"), b"someone else's").unwrap();
+    std::fs::write(d.root.path().join("in/neighbour"), b"n").unwrap();
+
+    // Without --delete nothing goes.
+    assert!(d.send(&[], &args).status.success());
+    assert!(got.join("old.dat").exists());
+    let o = d.send(&["--delete"], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("deleted old.dat") || out.contains("deleted run/old.dat"),
+        "{out}"
+    );
+    assert!(out.contains("--delete removed 5 entries"), "{out}");
+    assert_eq!(names_under(&got), ["b", "c.urmove.part", "keep", "keep/a"],);
+    assert!(outside.path().join("precious").exists());
+    assert!(d.root.path().join("in/neighbour").exists());
+    assert_same_tree(&top.join("keep"), &got.join("keep"));
+    let v = json(&d.send(&["--delete", "--json"], &args));
+    assert_eq!(v["files_deleted"], 0, "{v}");
+}

@@ -711,6 +711,7 @@ fn the_same_block_on_two_lanes_with_other_bytes_is_never_committed_as_verified()
             mtime_s: 1_700_000_000,
             mtime_ns: 0,
             link: None,
+            ..Default::default()
         };
         let (mut ctl, keys) = hand_push(d.port, &d.key, vec![e], 2, 1 << 20).expect("ready");
         let key = frame_key(&keys);

@@ -91,6 +91,7 @@ fn one_file(size: u64) -> Vec<Entry> {
         mtime_s: 1_600_000_000,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     }]
 }
 

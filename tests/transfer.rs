@@ -825,6 +825,7 @@ fn every_malformed_frame_class_ends_its_session_with_a_clear_error() {
         mtime_s: 1_600_000_000,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     };
     let block = crate::util::noise(65536, 1);
     // Each case is made under its session's frame key.
@@ -1043,6 +1044,7 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
         mtime_s: 0,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     };
     let code = |r: Result<(crate::util::Control, TcpStream), Message>| match r {
         Err(Message::Error { code, .. }) => code,
@@ -1081,6 +1083,7 @@ fn a_symlink_cannot_climb_out_through_a_linked_parent() {
         mtime_s: 0,
         mtime_ns: 0,
         link: Some(target.into()),
+        ..Default::default()
     };
     // x -> . makes x/ the root itself; x/l -> .. would then name the
     // root's parent although it looks one level deep.
@@ -1106,6 +1109,7 @@ fn a_symlink_cannot_climb_out_through_a_linked_parent() {
         mtime_s: 0,
         mtime_ns: 0,
         link: None,
+        ..Default::default()
     };
     let r = hand_session_with(&d, vec![file("d/f")], 1, 65536);
     assert!(matches!(r, Err(Message::Error { .. })), "wrote through d");

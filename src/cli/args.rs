@@ -631,6 +631,34 @@ pub struct TreeArgs {
     #[arg(long, value_name = "FILE")]
     pub exclude_from: Vec<PathBuf>,
 
+    /// Keep hard links: a file's further names under the sources arrive as
+    /// hard links to its first (rsync's -H), not as copies.
+    #[arg(short = 'H', long)]
+    pub hard_links: bool,
+
+    /// Carry extended attributes in the user.* namespace (rsync's -X); the
+    /// receiver sets them on each file and directory it commits.
+    #[arg(short = 'X', long)]
+    pub xattrs: bool,
+
+    /// Carry POSIX ACLs (rsync's -A): system.posix_acl_access, and the
+    /// default ACL of directories.
+    #[arg(short = 'A', long)]
+    pub acls: bool,
+
+    /// Give entries their owner and group by number, not by name (rsync's
+    /// --numeric-ids). Owners are kept only where the receiving side runs
+    /// as root; otherwise its files belong to it.
+    #[arg(long)]
+    pub numeric_ids: bool,
+
+    /// After the transfer, remove what the receiver holds under the
+    /// directories sent that the sources do not have (rsync's --delete):
+    /// only inside those directories, never urmove's part files; the
+    /// summary lists what was removed.
+    #[arg(long)]
+    pub delete: bool,
+
     /// Show what would be sent (each file and its size, the total, what is
     /// excluded or cannot be moved) and send nothing: the receiver is not
     /// contacted.

@@ -38,14 +38,14 @@ fn kind_name(k: EntryKind) -> &'static str {
         EntryKind::File => "file",
         EntryKind::Dir => "dir",
         EntryKind::Symlink => "symlink",
+        EntryKind::HardLink => "hard link",
     }
 }
 
 /// List what `cfg` would send; exit 0, or 23 when some entries could not
 /// be moved (as the real run would).
 pub(crate) fn show(cfg: &SendConfig, format: Format) -> Result<u8, Failure> {
-    let tree =
-        scan(&cfg.sources, &cfg.filter).map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
+    let tree = scan(&cfg.sources, &cfg.scan).map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
     let entries: Vec<Listed> = tree
         .entries
         .iter()

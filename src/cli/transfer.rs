@@ -455,7 +455,14 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         state_dir: a
             .state_dir
             .unwrap_or_else(crate::session::secret::default_state_dir),
-        filter,
+        scan: crate::session::tree::ScanRules {
+            filter,
+            hard_links: a.tree.hard_links,
+            xattrs: a.tree.xattrs,
+            acls: a.tree.acls,
+        },
+        numeric_ids: a.tree.numeric_ids,
+        delete: a.tree.delete,
         ..SendConfig::to(host, a.port, key)
     };
     if a.tree.dry_run {
@@ -615,6 +622,17 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     }
     if p.format == Format::Human && r.bytes_skipped > 0 {
         p.out.line(&held_summary(r));
+    }
+    if p.format == Format::Human && r.files_deleted > 0 {
+        for d in &r.deleted {
+            // The receiver's text: its control characters written out.
+            p.out
+                .line(&format!("deleted {}", super::service::escape_controls(d)));
+        }
+        p.out.line(&format!(
+            "--delete removed {} the sources do not have from the receiver",
+            units::count(r.files_deleted, "entry")
+        ));
     }
     if p.format == Format::Human && r.files_excluded > 0 {
         p.out.line(&format!(

@@ -368,6 +368,90 @@ impl Root {
         Ok(crate::protocol::names::from_bytes(&buf))
     }
 
+    /// Give `rel` (a symlink itself, not what it points to) owner `uid`
+    /// and group `gid`.
+    pub fn lchown(&self, rel: &str, uid: u32, gid: u32) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        // SAFETY: `name` is NUL-terminated; fchownat reads it only.
+        let rc = unsafe {
+            libc::fchownat(
+                parent.as_raw_fd(),
+                name.as_ptr(),
+                uid,
+                gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Make `rel` another name of the regular file at `existing` (both
+    /// beneath the root, neither through a symlink), replacing a file (not
+    /// a directory) at `rel`. The file is opened first and linked by its
+    /// descriptor, so what is linked is the file checked, whatever is
+    /// renamed meanwhile; with `expect`, it must be that file. Returns the
+    /// file's identity.
+    pub fn hard_link(
+        &self,
+        existing: &str,
+        rel: &str,
+        expect: Option<FileId>,
+    ) -> io::Result<FileId> {
+        let fd = self.openat(existing, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let file = File::from(fd);
+        let m = file.metadata()?;
+        if !m.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{existing}: not a regular file, so not linked"),
+            ));
+        }
+        let id = FileId::of(&file)?;
+        if expect.is_some_and(|want| want != id) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{existing}: replaced since it was committed, so not linked"),
+            ));
+        }
+        let (parent, name) = self.parent(rel)?;
+        match stat_at(&parent, &name) {
+            Ok(there) if there == id => return Ok(id),
+            Ok(_) => self.unlink(rel)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let by_fd = cstr(&format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        // SAFETY: both names are NUL-terminated; linkat reads them only.
+        // Following the /proc link names the open file itself.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                by_fd.as_ptr(),
+                parent.as_raw_fd(),
+                name.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(id)
+    }
+
+    /// Remove the empty directory `rel` beneath the root.
+    pub fn remove_dir(&self, rel: &str) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        // SAFETY: `name` is NUL-terminated; unlinkat reads it only.
+        let rc = unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Remove the file `rel` beneath the root (not following a final symlink).
     pub fn unlink(&self, rel: &str) -> io::Result<()> {
         let (parent, name) = self.parent(rel)?;

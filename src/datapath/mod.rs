@@ -14,6 +14,7 @@ pub mod disk;
 pub mod error;
 pub mod file;
 pub mod host;
+pub mod ids;
 pub mod net;
 pub mod ring;
 pub mod signature;

@@ -34,7 +34,13 @@ pub const REQ_RESUME: u32 = 1;
 pub const REQ_CHECKSUM: u32 = 2;
 /// Request flag: seal every data frame with AES-256-GCM.
 pub const REQ_ENCRYPT: u32 = 4;
-const REQ_KNOWN: u32 = REQ_RESUME | REQ_CHECKSUM | REQ_ENCRYPT;
+/// Request flag: a receiver running as root gives entries the sender's
+/// owner and group by number, not by name (`--numeric-ids`).
+pub const REQ_NUMERIC_IDS: u32 = 8;
+/// Request flag: after the transfer, remove what the receiver holds under
+/// the manifest's directories that the manifest does not list (`--delete`).
+pub const REQ_DELETE: u32 = 16;
+const REQ_KNOWN: u32 = REQ_RESUME | REQ_CHECKSUM | REQ_ENCRYPT | REQ_NUMERIC_IDS | REQ_DELETE;
 
 /// Push (send to the daemon), pull (fetch from it), or a network benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +218,10 @@ pub enum Message {
     HeldWrong(Vec<u32>),
     /// The sender checked everything `Have` named against its sources.
     HeldChecked,
+    /// From the receiver of a `--delete` push, before its summary: part of
+    /// what it removed (paths under the destination), as rsync's
+    /// "deleting" lines.
+    Deleted(Vec<String>),
     /// A heartbeat from the receiver: alive, and per data stream the bytes
     /// it delivered so far and whether a receive waits on it (so the sender
     /// can tell a stream whose bytes left its socket but never arrived from
@@ -254,6 +264,7 @@ mod kind {
     pub const HELD_WRONG: u8 = 19;
     pub const HELD_CHECKED: u8 = 20;
     pub const PLACEMENT: u8 = 21;
+    pub const DELETED: u8 = 22;
 }
 
 /// Encode `m` with its length prefix.
@@ -380,6 +391,13 @@ pub fn encode(m: &Message) -> Vec<u8> {
             w.u8(kind::HELD_WRONG).u32(items.len() as u32);
             for i in items {
                 w.u32(*i);
+            }
+        }
+        Message::Deleted(paths) => {
+            assert!(paths.len() as u32 <= LIST_PART_ITEMS_MAX);
+            w.u8(kind::DELETED).u32(paths.len() as u32);
+            for p in paths {
+                w.name16(p);
             }
         }
         Message::HeldChecked => {
@@ -624,6 +642,13 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::HeldWrong(items)
         }
         kind::HELD_CHECKED => Message::HeldChecked,
+        kind::DELETED => {
+            let count = list_len(&mut r, "deleted paths")?;
+            let paths = (0..count)
+                .map(|_| r.name16("path", super::manifest::PATH_LEN_MAX))
+                .collect::<Result<_, _>>()?;
+            Message::Deleted(paths)
+        }
         kind::ALIVE => {
             let n = stream_count(&mut r)?;
             let streams = (0..n)
@@ -741,6 +766,7 @@ mod tests {
                 mtime_s: 1_700_000_000,
                 mtime_ns: 5,
                 link: None,
+                ..Default::default()
             }]),
             Message::ManifestEnd,
             Message::Ready,

@@ -25,6 +25,7 @@ use super::manifest::{
     check_entry, check_path, decode_entry, encode_entry, link_stays_beneath, Entry, EntryKind,
     COMPONENT_LEN_MAX, PATH_LEN_MAX,
 };
+use super::names;
 use super::wire::{Reader, Writer};
 
 // ---------------------------------------------------------------- frames --
@@ -594,9 +595,15 @@ pub fn manifest(data: &[u8]) {
 /// The checks on one decoded entry.
 fn manifest_entry(e: &Entry) {
     assert!(e.mode <= 0o7777 && e.mtime_ns < 1_000_000_000, "{e:?}");
-    assert!(e.path.len() <= PATH_LEN_MAX);
-    assert_eq!(e.link.is_some(), e.kind == EntryKind::Symlink);
-    assert!(e.link.as_ref().is_none_or(|l| l.len() <= PATH_LEN_MAX));
+    assert!(names::byte_len(&e.path) <= PATH_LEN_MAX);
+    assert_eq!(
+        e.link.is_some(),
+        matches!(e.kind, EntryKind::Symlink | EntryKind::HardLink)
+    );
+    assert!(e
+        .link
+        .as_ref()
+        .is_none_or(|l| names::byte_len(l) <= PATH_LEN_MAX));
 
     let path_ok = check_path(&e.path).is_ok();
     assert_eq!(path_ok, path_is_safe(&e.path), "check_path({:?})", e.path);
@@ -617,9 +624,14 @@ fn manifest_entry(e: &Entry) {
         .link
         .as_deref()
         .is_some_and(|t| !t.is_empty() && !t.contains('\0'));
+    let linked_ok = match e.kind {
+        EntryKind::Symlink => target_ok,
+        EntryKind::HardLink => e.link.as_deref().is_some_and(|l| check_path(l).is_ok()),
+        _ => true,
+    };
     assert_eq!(
         check_entry(e).is_ok(),
-        path_ok && (e.kind != EntryKind::Symlink || target_ok),
+        path_ok && linked_ok,
         "check_entry({e:?})"
     );
 }
@@ -628,7 +640,7 @@ fn manifest_entry(e: &Entry) {
 fn path_is_safe(path: &str) -> bool {
     let components: Vec<Component<'_>> = Path::new(path).components().collect();
     !path.is_empty()
-        && path.len() <= PATH_LEN_MAX
+        && names::byte_len(path) <= PATH_LEN_MAX
         && !path.contains('\0')
         // std drops empty and inner `.` components: a normal path keeps
         // every `/`-separated piece as one name.
@@ -636,7 +648,7 @@ fn path_is_safe(path: &str) -> bool {
         && components.iter().all(|c| match c {
             Component::Normal(name) => {
                 let name = name.to_string_lossy();
-                name.len() <= COMPONENT_LEN_MAX
+                names::byte_len(&name) <= COMPONENT_LEN_MAX
                     && !crate::protocol::manifest::RESERVED_SUFFIXES
                         .iter()
                         .any(|s| name.ends_with(s))
@@ -765,6 +777,7 @@ mod tests {
             mtime_s: 1_700_000_000,
             mtime_ns: 250_000_000,
             link: link.map(String::from),
+            ..Default::default()
         }
     }
 

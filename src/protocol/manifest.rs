@@ -21,15 +21,52 @@ pub fn is_reserved(name: &str) -> bool {
     RESERVED_SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EntryKind {
+    #[default]
     File = 0,
     Dir = 1,
     Symlink = 2,
+    /// Another name of a file earlier in the manifest (`send -H`): `link`
+    /// holds that file's path.
+    HardLink = 3,
+}
+
+/// Longest user or group name on the wire.
+pub const OWNER_NAME_MAX: usize = 64;
+/// Most extended attributes of one entry.
+pub const XATTRS_MAX: usize = 64;
+/// Longest extended attribute name (XATTR_NAME_MAX).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value carried (a larger one is left out).
+pub const XATTR_VALUE_MAX: usize = 65_535;
+
+/// Whether extended attribute `name` is a POSIX ACL (`-A`).
+pub fn is_acl(name: &str) -> bool {
+    name == "system.posix_acl_access" || name == "system.posix_acl_default"
+}
+
+/// Whether extended attribute `name` is carried at all (`-X`, `-A`): the
+/// user namespace (urmove's own stamp aside) and POSIX ACLs, never
+/// security.* (file capabilities, SELinux labels) or trusted.*.
+pub fn is_carried_xattr(name: &str) -> bool {
+    let own = name == "user.urmove" || name.starts_with("user.urmove.");
+    (name.starts_with("user.") && !own) || is_acl(name)
+}
+
+/// Who owns an entry on the sending side: its numbers, and its names
+/// where that side knows them (empty otherwise), so a receiver running as
+/// root can give it the same owner by name (or by number, `--numeric-ids`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    pub group: String,
 }
 
 /// One file, directory or symlink to move.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Entry {
     /// Relative path under the destination, `/`-separated.
     pub path: String,
@@ -43,8 +80,24 @@ pub struct Entry {
     pub mode: u32,
     pub mtime_s: i64,
     pub mtime_ns: u32,
-    /// Target of a symlink.
+    /// Target of a symlink; for a hard link, the path of its file.
     pub link: Option<String>,
+    pub owner: Owner,
+    /// Extended attributes (`send -X`, `-A`): name and value.
+    pub xattrs: Vec<(String, Vec<u8>)>,
+}
+
+impl Entry {
+    /// Bytes of text the entry holds (paths, names, attributes): what a
+    /// receiver bounds a manifest by.
+    pub fn text_len(&self) -> usize {
+        let xattrs: usize = self.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum();
+        self.path.len()
+            + self.link.as_ref().map_or(0, String::len)
+            + self.owner.user.len()
+            + self.owner.group.len()
+            + xattrs
+    }
 }
 
 /// Why a path is refused.
@@ -171,6 +224,9 @@ pub fn link_stays_beneath(link_path: &str, target: &str) -> bool {
 /// when it writes.
 pub fn check_entry(e: &Entry) -> Result<(), PathError> {
     check_path(&e.path)?;
+    if e.kind == EntryKind::HardLink {
+        return check_path(e.link.as_deref().unwrap_or("")).map_err(|_| PathError::BadLinkTarget);
+    }
     if e.kind == EntryKind::Symlink {
         let ok = e.link.as_deref().is_some_and(|t| {
             !t.is_empty() && !t.contains('\0') && super::names::byte_len(t) <= PATH_LEN_MAX
@@ -194,7 +250,16 @@ pub fn encode_entry(w: &mut Writer, e: &Entry) {
             0
         })
         .name16(&e.path)
-        .name16(e.link.as_deref().unwrap_or(""));
+        .name16(e.link.as_deref().unwrap_or(""))
+        .u32(e.owner.uid)
+        .u32(e.owner.gid)
+        .str16(&e.owner.user)
+        .str16(&e.owner.group);
+    let xattrs = &e.xattrs[..e.xattrs.len().min(XATTRS_MAX)];
+    w.u16(xattrs.len() as u16);
+    for (name, value) in xattrs {
+        w.str16(name).bytes16(value);
+    }
 }
 
 /// Decode one entry. Paths are length-checked here and must still pass
@@ -204,6 +269,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         0 => EntryKind::File,
         1 => EntryKind::Dir,
         2 => EntryKind::Symlink,
+        3 => EntryKind::HardLink,
         k => {
             return Err(DecodeError::Invalid {
                 what: "entry kind",
@@ -242,13 +308,20 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
     }
     let path = r.name16("path", PATH_LEN_MAX)?;
     let link = r.name16("symlink target", PATH_LEN_MAX)?;
-    if kind != EntryKind::Symlink && !link.is_empty() {
+    let linked = matches!(kind, EntryKind::Symlink | EntryKind::HardLink);
+    if !linked && !link.is_empty() {
         return Err(DecodeError::Invalid {
-            what: "symlink target of an entry that is no symlink",
+            what: "symlink target of an entry that is no link",
             value: link.len() as u64,
         });
     }
-    let link = (kind == EntryKind::Symlink).then_some(link);
+    let link = linked.then_some(link);
+    let owner = Owner {
+        uid: r.u32()?,
+        gid: r.u32()?,
+        user: r.str16("user name", OWNER_NAME_MAX)?.to_string(),
+        group: r.str16("group name", OWNER_NAME_MAX)?.to_string(),
+    };
     Ok(Entry {
         path,
         kind,
@@ -258,7 +331,27 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         mtime_s,
         mtime_ns,
         link,
+        owner,
+        xattrs: decode_xattrs(r)?,
     })
+}
+
+fn decode_xattrs(r: &mut Reader<'_>) -> Result<Vec<(String, Vec<u8>)>, DecodeError> {
+    let count = r.u16()? as usize;
+    if count > XATTRS_MAX {
+        return Err(DecodeError::TooLarge {
+            what: "extended attributes",
+            value: count as u64,
+            max: XATTRS_MAX as u64,
+        });
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name = r.str16("attribute name", XATTR_NAME_MAX)?.to_string();
+        let value = r.bytes16("attribute value", XATTR_VALUE_MAX)?.to_vec();
+        out.push((name, value));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -276,7 +369,12 @@ mod tests {
                 .u64(size)
                 .u64(data)
                 .str16("d")
-                .str16(link.unwrap_or(""));
+                .str16(link.unwrap_or(""))
+                .u32(0)
+                .u32(0)
+                .str16("")
+                .str16("")
+                .u16(0);
             w.buf
         };
         let enc = |kind, size, link| enc_data(kind, (size, 0), link);
@@ -293,6 +391,41 @@ mod tests {
         );
         assert!(dec(enc_data(EntryKind::File, (9, 10), None)).is_err());
         assert!(dec(enc_data(EntryKind::Dir, (0, 1), None)).is_err());
+    }
+
+    #[test]
+    fn owners_attributes_hard_links_and_byte_names_round_trip() {
+        let e = Entry {
+            path: super::super::names::from_bytes(b"run/r\xe9sum\xe9"),
+            kind: EntryKind::HardLink,
+            link: Some("run/first".into()),
+            owner: Owner {
+                uid: 1234,
+                gid: 99,
+                user: "alma".into(),
+                group: "obs".into(),
+            },
+            xattrs: vec![("user.a".into(), vec![0, 1, 255])],
+            ..Default::default()
+        };
+        let mut w = Writer::default();
+        encode_entry(&mut w, &e);
+        assert_eq!(decode_entry(&mut Reader::new(&w.buf)), Ok(e.clone()));
+        assert_eq!(check_entry(&e), Ok(()));
+        let up = Entry {
+            link: Some("../etc/passwd".into()),
+            ..e.clone()
+        };
+        assert_eq!(check_entry(&up), Err(PathError::BadLinkTarget));
+        // Too many attributes are refused, not truncated silently on decode.
+        let mut w = Writer::default();
+        encode_entry(&mut w, &Entry::default());
+        let n = w.buf.len();
+        w.buf[n - 2..].copy_from_slice(&((XATTRS_MAX + 1) as u16).to_le_bytes());
+        assert!(decode_entry(&mut Reader::new(&w.buf)).is_err());
+        assert!(is_carried_xattr("user.x") && is_carried_xattr("system.posix_acl_access"));
+        assert!(!is_carried_xattr("user.urmove") && !is_carried_xattr("security.capability"));
+        assert!(!is_carried_xattr("trusted.x") && !is_carried_xattr("user.urmove.part"));
     }
 
     #[test]
@@ -356,6 +489,7 @@ mod tests {
             mtime_s: -5,
             mtime_ns: 7,
             link: Some("../g".into()),
+            ..Default::default()
         };
         let mut w = Writer::default();
         encode_entry(&mut w, &e);

@@ -31,6 +31,7 @@ pub(crate) struct FinalJob {
     final_rel: String,
     secret: Secret,
     owner: Option<[u8; 32]>,
+    dress: super::receive::Dress,
 }
 
 impl FinalJob {
@@ -49,6 +50,7 @@ impl FinalJob {
             final_rel: f.final_rel.clone(),
             secret: rules.secret.clone(),
             owner: rules.owner,
+            dress: std::mem::take(&mut f.dress),
         }
     }
 
@@ -96,6 +98,9 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("truncating"), e))?;
     part.set_times(std::fs::FileTimes::new().set_modified(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
+    job.dress.put_on(part).map_err(|e| {
+        SessionError::local(super::ErrorCode::Io, format!("{}: {e}", job.final_rel))
+    })?;
     // The long sync before the stamp: what follows it (mode, a metadata
     // sync, the rename) is quick, well within the stamp's settling time.
     part.sync_all()

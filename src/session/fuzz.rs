@@ -104,6 +104,7 @@ fn have(data: &[u8]) {
             mtime_s: 0,
             mtime_ns: 0,
             link: None,
+            ..Default::default()
         });
         tree.sources.push(format!("f{i}").into());
         tree.ids.push(None);

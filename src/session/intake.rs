@@ -401,9 +401,11 @@ mod tests {
             mtime_s: 0,
             mtime_ns: 0,
             link: None,
+            ..Default::default()
         }];
         let rules = Rules {
             owner: None,
+            owners: Default::default(),
             secret: Secret::from_bytes([7; 32]),
             keep_setid: false,
             unsafe_links: Default::default(),

@@ -18,6 +18,7 @@ mod intake;
 mod journal;
 mod landing;
 pub mod lanes;
+mod prune;
 pub mod pull;
 mod pusher;
 pub mod receive;

@@ -356,6 +356,7 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
             &cfg.port.to_le_bytes(),
         ])),
         secret,
+        owners: super::receive::Owners::for_this_process(cfg.numeric_ids),
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,
         claims: Arc::default(),

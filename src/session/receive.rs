@@ -66,6 +66,57 @@ pub struct Rules {
     /// skipped unread; on a pull's client, its own. `None` (a client
     /// without a state directory): every held file is read again.
     pub owner: Option<[u8; 32]>,
+    /// Whether entries get the sender's owner and group.
+    pub owners: Owners,
+}
+
+/// Whose files a receiver makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Owners {
+    /// Its own (it does not run as root, or was told not to).
+    #[default]
+    Own,
+    /// The sender's, found here by their names (by number when a name is
+    /// unknown here or was not sent), as rsync run as root does.
+    ByName,
+    /// The sender's, by number (`--numeric-ids`).
+    ByNumber,
+}
+
+impl Owners {
+    /// What a receiver running as this process gives, `numeric` asked.
+    pub fn for_this_process(numeric: bool) -> Owners {
+        match (crate::datapath::sys::effective_uid() == 0, numeric) {
+            (false, _) => Owners::Own,
+            (true, false) => Owners::ByName,
+            (true, true) => Owners::ByNumber,
+        }
+    }
+}
+
+/// What a receiver gives an entry besides its bytes, mode and mtime: its
+/// owner and group (when [`Owners`] says so) and the extended attributes
+/// it may carry ([`crate::protocol::manifest::is_carried_xattr`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Dress {
+    pub(crate) owner: Option<(u32, u32)>,
+    pub(crate) xattrs: Vec<(String, Vec<u8>)>,
+}
+
+impl Dress {
+    /// Give an open file or directory its dress: the owner first (a chown
+    /// drops setuid bits, and the mode is set after), then the attributes.
+    pub(crate) fn put_on(&self, file: &File) -> Result<(), String> {
+        use crate::datapath::ids;
+        if let Some((uid, gid)) = self.owner {
+            ids::fchown(file, uid, gid).map_err(|e| format!("giving it owner {uid}:{gid}: {e}"))?;
+        }
+        for (name, value) in &self.xattrs {
+            ids::set(file, name, value)
+                .map_err(|e| format!("setting its extended attribute {name}: {e}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A token bucket of journal bytes per second, shared by every session of
@@ -106,6 +157,34 @@ impl JournalBudget {
 pub const JOURNAL_BYTES_PER_S: u64 = 64 << 20;
 
 impl Rules {
+    /// What entry `e` is given besides its bytes.
+    pub(crate) fn dress(&self, e: &Entry) -> Dress {
+        use crate::datapath::ids;
+        let o = &e.owner;
+        let by_name = |name: &str, find: fn(&str) -> Option<u32>, n: u32| {
+            (!name.is_empty())
+                .then(|| find(name))
+                .flatten()
+                .unwrap_or(n)
+        };
+        let owner = match self.owners {
+            Owners::Own => None,
+            Owners::ByNumber => Some((o.uid, o.gid)),
+            Owners::ByName => Some((
+                by_name(&o.user, ids::uid_of, o.uid),
+                by_name(&o.group, ids::gid_of, o.gid),
+            )),
+        };
+        let xattrs = e
+            .xattrs
+            .iter()
+            .filter(|(n, _)| crate::protocol::manifest::is_carried_xattr(n))
+            .filter(|(n, _)| n != "system.posix_acl_default" || e.kind == EntryKind::Dir)
+            .cloned()
+            .collect();
+        Dress { owner, xattrs }
+    }
+
     /// The permission bits to give an entry of `mode`.
     pub(crate) fn mode(&self, mode: u32) -> u32 {
         if self.keep_setid {
@@ -149,10 +228,7 @@ pub(crate) fn recv_manifest(
                 ))
             }
         };
-        let text: u64 = part
-            .iter()
-            .map(|e| (e.path.len() + e.link.as_ref().map_or(0, String::len)) as u64)
-            .sum();
+        let text: u64 = part.iter().map(|e| e.text_len() as u64).sum();
         text_bytes += text;
         if text_bytes > MANIFEST_TEXT_BYTES_MAX {
             return Err(SessionError::local(
@@ -232,12 +308,15 @@ pub(crate) struct RecvFile {
     /// The final file found complete by reading it: its identity and
     /// ctime when read (only that file, unchanged, is stamped later).
     pub(crate) held_seen: Option<(FileId, (i64, i64))>,
+    /// Owner and attributes to give it when committed.
+    pub(crate) dress: Dress,
 }
 
 impl RecvFile {
     fn new(e: &Entry, final_rel: String, block: u64, rules: &Rules) -> Self {
         let words = e.size.div_ceil(block).div_ceil(64) as usize;
         RecvFile {
+            dress: rules.dress(e),
             held_seen: None,
             part: None,
             part_id: None,
@@ -440,6 +519,8 @@ impl Incoming {
                 self.make_symlink(i, e, &rel)?;
                 Ok(None)
             }
+            // Linked once every file is committed (`finish`).
+            EntryKind::HardLink => Ok(None),
             EntryKind::File => {
                 // The file's directory: made (beneath, through no link)
                 // once per directory, so a bad path fails before any data.
@@ -494,7 +575,13 @@ impl Incoming {
         }
         self.root
             .symlink(target, rel)
-            .map_err(|err| SessionError::io(rel.to_string(), err))
+            .map_err(|err| SessionError::io(rel.to_string(), err))?;
+        if let Some((uid, gid)) = self.rules.dress(e).owner {
+            self.root
+                .lchown(rel, uid, gid)
+                .map_err(|err| SessionError::io(format!("giving {rel} its owner"), err))?;
+        }
+        Ok(())
     }
 
     fn prepare_file(
@@ -846,14 +933,50 @@ impl Incoming {
                 ),
             ));
         }
+        self.make_hard_links()?;
         self.sync_dirs()?;
         self.settle_dirs();
         Ok((self.done_files as u64, self.bytes))
     }
 
+    /// Give committed files their further names (`-H`): each link names
+    /// the file this session committed or found held at its first name,
+    /// checked by identity, through no symlink. A first name the sender
+    /// skipped gets no links.
+    fn make_hard_links(&self) -> Result<(), SessionError> {
+        let by_path: std::collections::HashMap<&str, usize> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.path.as_str(), i))
+            .collect();
+        for e in self
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::HardLink)
+        {
+            let first = e.link.as_deref().unwrap_or_default();
+            let Some(f) = by_path.get(first).and_then(|&i| self.files[i].as_ref()) else {
+                continue;
+            };
+            let expect = match f.state {
+                FileState::Done => f.part_id.or(f.held_seen.map(|(id, _)| id)),
+                FileState::HeldComplete => f.held_seen.map(|(id, _)| id),
+                _ => continue,
+            };
+            let rel = join(&self.dest, &e.path);
+            self.root
+                .hard_link(&f.final_rel, &rel, expect)
+                .map_err(|err| {
+                    SessionError::io(format!("linking {rel} to {}", f.final_rel), err)
+                })?;
+        }
+        Ok(())
+    }
+
     /// Make the renames durable: sync every directory that gained an entry
     /// (once each) before the summary says the session is done.
-    fn sync_dirs(&self) -> Result<(), SessionError> {
+    pub(crate) fn sync_dirs(&self) -> Result<(), SessionError> {
         let mut dirs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         for e in &self.entries {
             let rel = join(&self.dest, &e.path);
@@ -876,7 +999,7 @@ impl Incoming {
 
     /// Directories' mode and mtime, deepest first, through no symlink and
     /// never on the root itself (whatever a planted link made it look like).
-    fn settle_dirs(&self) {
+    pub(crate) fn settle_dirs(&self) {
         use std::os::unix::fs::PermissionsExt;
         let root_id = self.root.id().ok();
         for e in self
@@ -896,6 +1019,7 @@ impl Incoming {
             if root_id.is_none() || FileId::of(&d).ok() == root_id {
                 continue;
             }
+            let _ = self.rules.dress(e).put_on(&d);
             let _ = d.set_permissions(std::fs::Permissions::from_mode(self.rules.mode(e.mode)));
             let _ = d.set_times(std::fs::FileTimes::new().set_modified(mtime_of(e)));
         }
@@ -1051,7 +1175,21 @@ fn check_entries(entries: &[Entry], block: u64) -> Result<(), SessionError> {
         ));
     }
     let mut paths = HashSet::with_capacity(entries.len());
+    let mut files = HashSet::new();
     for e in entries {
+        let first = e.link.as_deref().unwrap_or_default();
+        if e.kind == EntryKind::HardLink && !files.contains(first) {
+            return Err(SessionError::local(
+                ErrorCode::BadRequest,
+                format!(
+                    "{}: a hard link to {first}, which is no file listed before it",
+                    e.path
+                ),
+            ));
+        }
+        if e.kind == EntryKind::File {
+            files.insert(e.path.as_str());
+        }
         if !paths.insert(e.path.as_str()) {
             return Err(SessionError::local(
                 ErrorCode::BadRequest,

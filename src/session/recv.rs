@@ -870,6 +870,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
     Ok(Rules {
         secret,
         owner: None,
+        owners: super::receive::Owners::Own,
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
@@ -881,10 +882,15 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
 
 /// `rules` for a push by the client whose owner token is `token` (zeros:
 /// a client without one, whose files are always read again on a re-run).
-fn owned_by(rules: &Rules, token: &[u8; 32]) -> Rules {
+/// Owners are the sender's where this daemon runs as root.
+fn owned_by(rules: &Rules, req: &SessionRequest) -> Rules {
+    let token = &req.owner;
     let owner = (*token != [0; 32]).then(|| rules.secret.mac(&[b"urmove owner", token]));
     Rules {
         owner,
+        owners: super::receive::Owners::for_this_process(
+            req.has(crate::protocol::control::REQ_NUMERIC_IDS),
+        ),
         ..rules.clone()
     }
 }
@@ -1252,6 +1258,9 @@ fn push_session(
         .and_then(|_lanes| incoming.finish());
     if let Ok((files, bytes)) = &received {
         let (files, bytes) = (*files, *bytes);
+        if req.has(crate::protocol::control::REQ_DELETE) {
+            delete_extras(s, incoming, log)?;
+        }
         send_msg(
             s,
             &Message::Summary {
@@ -1265,6 +1274,36 @@ fn push_session(
     let _ = s.tcp().shutdown(std::net::Shutdown::Read);
     let _ = reader.join();
     received
+}
+
+/// `--delete`, once every file is committed: remove the extras under the
+/// manifest's directories and tell the sender what went (failures are
+/// logged, and end the session with an error naming them, the files
+/// being committed already).
+fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), SessionError> {
+    let pruned = super::prune::prune(&incoming.root, &incoming.dest, &incoming.entries);
+    // What was removed changed its directories: durable, and their mtimes
+    // the sender's again.
+    incoming.sync_dirs()?;
+    incoming.settle_dirs();
+    for f in &pruned.failed {
+        log(Level::Warn, &format!("--delete could not remove {f}"));
+    }
+    for part in pruned.deleted.chunks(1024) {
+        send_msg(s, &Message::Deleted(part.to_vec()))?;
+    }
+    if !pruned.failed.is_empty() {
+        let shown: Vec<&str> = pruned.failed.iter().take(5).map(String::as_str).collect();
+        return Err(SessionError::local(
+            ErrorCode::Io,
+            format!(
+                "--delete could not remove {} of the receiver's extra entries: {}",
+                pruned.failed.len(),
+                shown.join("; ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A push's files prepared on the daemon: their names claimed from other
@@ -1309,7 +1348,7 @@ fn prepare_push<'r>(
         entries,
         u64::from(req.block_size),
         cfg.direct,
-        owned_by(&registry.rules, &req.owner),
+        owned_by(&registry.rules, req),
         resume,
         &mut || beat.tick(),
     )?;

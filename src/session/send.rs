@@ -72,8 +72,14 @@ pub struct SendConfig {
     pub auto_streams: bool,
     /// Threads of this side's data path (`--lanes`), each with its ring.
     pub lanes: Lanes,
-    /// What of the sources is left out (`--exclude`, `--include`).
-    pub filter: super::filter::Filter,
+    /// What of the sources goes, and what is carried besides the bytes
+    /// (`--exclude`, `-H`, `-X`, `-A`).
+    pub scan: super::tree::ScanRules,
+    /// Owners by number (`--numeric-ids`).
+    pub numeric_ids: bool,
+    /// Remove the receiver's extra entries under the manifest's
+    /// directories (`--delete`).
+    pub delete: bool,
 }
 
 impl SendConfig {
@@ -103,7 +109,9 @@ impl SendConfig {
             congestion: Congestion::Auto,
             auto_streams: false,
             lanes: Lanes::Auto,
-            filter: super::filter::Filter::default(),
+            scan: super::tree::ScanRules::default(),
+            numeric_ids: false,
+            delete: false,
         }
     }
 
@@ -118,6 +126,12 @@ impl SendConfig {
         }
         if self.encrypt {
             f |= REQ_ENCRYPT;
+        }
+        if self.numeric_ids {
+            f |= crate::protocol::control::REQ_NUMERIC_IDS;
+        }
+        if self.delete {
+            f |= crate::protocol::control::REQ_DELETE;
         }
         f
     }
@@ -180,6 +194,13 @@ pub struct SendReport {
     pub skipped: Vec<Skipped>,
     /// Entries `--exclude` left out (an excluded directory counts once).
     pub files_excluded: u64,
+    /// Further names sent as hard links (`-H`).
+    pub hard_links: u64,
+    /// What `--delete` removed on the receiver (paths under DEST; an
+    /// extra directory counts with everything in it).
+    pub files_deleted: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
     /// Regular files of the manifest among them (the rest was never listed).
     #[serde(skip)]
     pub(crate) listed_files_skipped: u64,
@@ -527,7 +548,7 @@ pub fn run_send(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
-    let tree = scan(&cfg.sources, &cfg.filter)?;
+    let tree = scan(&cfg.sources, &cfg.scan)?;
     if tree.entries.is_empty() && tree.excluded > 0 {
         return Err(SessionError::local(
             crate::protocol::control::ErrorCode::BadRequest,
@@ -568,6 +589,7 @@ pub fn run_send(
     report.skip(&tree.entries, &tree.skipped_refs());
     report.skip(&tree.entries, &push.refused);
     report.files_excluded = tree.excluded;
+    report.hard_links = tree.hard_links() as u64;
     let interrupted = interrupt.load(Ordering::Relaxed);
     settle_push(&push, (data, receipts), interrupted, &mut report, obs);
     Ok(report)
@@ -799,7 +821,13 @@ pub(crate) fn fds_of(streams: &[TcpStream]) -> Vec<i32> {
 struct Receipts {
     acks: Vec<(u32, u64)>,
     rejected: Vec<(u32, u64)>,
+    /// What a `--delete` push removed (at most [`DELETED_KEPT`] named).
+    deleted: Vec<String>,
+    deleted_count: u64,
 }
+
+/// Paths of a `--delete` kept for the report; the rest are counted.
+const DELETED_KEPT: usize = 100_000;
 
 /// Read acknowledgements until the receiver's summary. Each acknowledged
 /// (or rejected) entry is marked in `state` (its frames need not be kept
@@ -828,6 +856,11 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                     w.store(waiting, Ordering::Relaxed);
                 }
             }
+            Message::Deleted(paths) => {
+                got.deleted_count += paths.len() as u64;
+                let room = DELETED_KEPT.saturating_sub(got.deleted.len());
+                got.deleted.extend(paths.into_iter().take(room));
+            }
             Message::Summary { ok: true, .. } => return Ok(got),
             Message::Summary { .. } => {
                 return Err(SessionError::local(
@@ -853,6 +886,8 @@ fn check_acks(
     got: &Receipts,
     report: &mut SendReport,
 ) -> Result<(), SessionError> {
+    report.deleted = got.deleted.clone();
+    report.files_deleted = got.deleted_count;
     let mut acked = vec![false; tree.entries.len()];
     // Files complete before the session count as verified when their
     // digest on the receiver equalled this side's digest of the source;

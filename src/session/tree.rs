@@ -39,6 +39,33 @@ pub struct Tree {
     /// Entries `--exclude` left out (a directory counts once, with nothing
     /// beneath it walked).
     pub excluded: u64,
+    /// Files with more than one name, by identity: the path of the first
+    /// name met (`-H`).
+    first_names: std::collections::HashMap<FileId, String>,
+    /// User and group names met, by number.
+    users: std::collections::HashMap<u32, String>,
+    groups: std::collections::HashMap<u32, String>,
+}
+
+/// What a scan carries besides the tree itself.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRules {
+    /// `--exclude`, `--include`.
+    pub filter: Filter,
+    /// `-H`: a file's further names are sent as hard links to its first.
+    pub hard_links: bool,
+    /// `-X`: the user.* extended attributes.
+    pub xattrs: bool,
+    /// `-A`: POSIX ACLs (system.posix_acl_access and _default).
+    pub acls: bool,
+}
+
+impl ScanRules {
+    /// Whether extended attribute `name` is carried.
+    pub fn carries(&self, name: &str) -> bool {
+        use crate::protocol::manifest::{is_acl, is_carried_xattr};
+        is_carried_xattr(name) && if is_acl(name) { self.acls } else { self.xattrs }
+    }
 }
 
 impl Tree {
@@ -79,6 +106,50 @@ impl Tree {
             .collect()
     }
 
+    /// Fill in what the metadata alone does not say: the owner's names,
+    /// and under `-H` whether a file is a further name of one already met.
+    fn dress(&mut self, e: &mut Entry, m: &std::fs::Metadata, rules: &ScanRules) {
+        let user = self
+            .users
+            .entry(m.uid())
+            .or_insert_with(|| known_name(crate::datapath::ids::user_name(m.uid())));
+        let group = self
+            .groups
+            .entry(m.gid())
+            .or_insert_with(|| known_name(crate::datapath::ids::group_name(m.gid())));
+        e.owner = crate::protocol::manifest::Owner {
+            uid: m.uid(),
+            gid: m.gid(),
+            user: user.clone(),
+            group: group.clone(),
+        };
+        if !(rules.hard_links && e.kind == EntryKind::File && m.nlink() > 1) {
+            return;
+        }
+        let id = FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        };
+        match self.first_names.get(&id) {
+            Some(first) => {
+                e.kind = EntryKind::HardLink;
+                e.link = Some(first.clone());
+                (e.size, e.data) = (0, 0);
+            }
+            None => {
+                self.first_names.insert(id, e.path.clone());
+            }
+        }
+    }
+
+    /// Regular files that are further names of another (`-H`).
+    pub fn hard_links(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::HardLink)
+            .count()
+    }
+
     fn push(&mut self, e: Entry, source: PathBuf, m: &std::fs::Metadata) {
         let id = (e.kind == EntryKind::File).then(|| FileId {
             dev: m.dev(),
@@ -95,6 +166,12 @@ impl Tree {
             reason: reason.into(),
         });
     }
+}
+
+/// A user or group name that fits the wire, else none (the number is sent).
+fn known_name(name: Option<String>) -> String {
+    name.filter(|n| n.len() <= crate::protocol::manifest::OWNER_NAME_MAX)
+        .unwrap_or_default()
 }
 
 /// The kind of entry `ft` makes, or why it is not moved.
@@ -142,10 +219,11 @@ fn entry_from(
         mtime_s: m.mtime(),
         mtime_ns: m.mtime_nsec() as u32,
         link,
+        ..Default::default()
     })
 }
 
-fn walk(tree: &mut Tree, f: &Filter, rel: &str, source: &Path) -> Result<(), SessionError> {
+fn walk(tree: &mut Tree, f: &ScanRules, rel: &str, source: &Path) -> Result<(), SessionError> {
     let m = match std::fs::symlink_metadata(source) {
         Ok(m) => m,
         Err(e) => {
@@ -153,20 +231,25 @@ fn walk(tree: &mut Tree, f: &Filter, rel: &str, source: &Path) -> Result<(), Ses
             return Ok(());
         }
     };
-    if !f.admits(rel, m.is_dir()) {
+    if !f.filter.admits(rel, m.is_dir()) {
         tree.excluded += 1;
         return Ok(());
     }
     let e = entry_from(rel, &m, || {
         std::fs::read_link(source).map(|t| names::from_os(t.as_os_str()))
     });
-    let e = match e {
+    let mut e = match e {
         Ok(e) => e,
         Err(why) => {
             tree.skip(rel, why);
             return Ok(());
         }
     };
+    tree.dress(&mut e, &m, f);
+    if let Err(why) = add_xattrs(&mut e, source, f) {
+        tree.skip(rel, why);
+        return Ok(());
+    }
     let is_dir = e.kind == EntryKind::Dir;
     tree.push(e, source.to_path_buf(), &m);
     if is_dir {
@@ -177,7 +260,7 @@ fn walk(tree: &mut Tree, f: &Filter, rel: &str, source: &Path) -> Result<(), Ses
 
 fn walk_children(
     tree: &mut Tree,
-    f: &Filter,
+    f: &ScanRules,
     rel: &str,
     source: &Path,
 ) -> Result<(), SessionError> {
@@ -197,10 +280,30 @@ fn walk_children(
     Ok(())
 }
 
+/// The extended attributes `rules` carry, read from `source` (not on
+/// symlinks, which Linux gives no user attributes). Err: why the entry
+/// cannot be sent as asked.
+fn add_xattrs(e: &mut Entry, source: &Path, rules: &ScanRules) -> Result<(), String> {
+    use crate::protocol::manifest::{XATTRS_MAX, XATTR_VALUE_MAX};
+    if !(rules.xattrs || rules.acls) || e.kind == EntryKind::Symlink {
+        return Ok(());
+    }
+    let mut attrs = crate::datapath::ids::list(source, |n| rules.carries(n), XATTR_VALUE_MAX)
+        .map_err(|err| format!("its extended attributes cannot be read: {err}"))?;
+    if attrs.len() > XATTRS_MAX {
+        return Err(format!(
+            "it has {} extended attributes to carry, more than {XATTRS_MAX}",
+            attrs.len()
+        ));
+    }
+    attrs.sort();
+    e.xattrs = attrs;
+    Ok(())
+}
+
 /// Build the manifest of `sources` (files, directories, symlinks; a
-/// directory is copied as itself, recursively), without what `filter`
-/// excludes.
-pub fn scan(sources: &[PathBuf], filter: &Filter) -> Result<Tree, SessionError> {
+/// directory is copied as itself, recursively), as `rules` say.
+pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionError> {
     let mut tree = Tree::default();
     for s in sources {
         let trimmed = s.components().as_path();
@@ -260,10 +363,11 @@ fn walk_beneath(root: &crate::datapath::beneath::Root, tree: &mut Tree, rel: &st
         Ok(m) => m,
         Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
     };
-    let e = match entry_from(rel, &m, || root.read_link(source)) {
+    let mut e = match entry_from(rel, &m, || root.read_link(source)) {
         Ok(e) => e,
         Err(why) => return tree.skip(rel, why),
     };
+    tree.dress(&mut e, &m, &ScanRules::default());
     let kind = e.kind;
     tree.push(e, PathBuf::from(source), &m);
     if kind != EntryKind::Dir {
@@ -297,7 +401,7 @@ mod tests {
         let _sock = std::os::unix::net::UnixListener::bind(top.join("sock")).unwrap();
         let bad = std::ffi::OsStr::from_bytes_lossless(b"bad\xff");
         std::fs::write(top.join(bad), b"b").unwrap();
-        let tree = scan(&[top], &Filter::default()).unwrap();
+        let tree = scan(&[top], &ScanRules::default()).unwrap();
         let paths: Vec<&str> = tree.entries.iter().map(|e| e.path.as_str()).collect();
         let bad_name = format!("top/{}", names::from_bytes(b"bad\xff"));
         assert_eq!(paths, ["top", "top/a", &bad_name]);

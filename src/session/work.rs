@@ -391,6 +391,7 @@ mod tests {
                 mtime_s: 0,
                 mtime_ns: 0,
                 link: None,
+                ..Default::default()
             });
         }
         t
