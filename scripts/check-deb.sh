@@ -54,6 +54,8 @@ check_installed() {
     fail "systemd-analyze verify: $got"
   ! grep -q urmove-recv <<<"$got" || fail "systemd-analyze verify warns: $got"
   ok "systemd-analyze verify urmove-recv.service"
+  ! grep -rqs '^path-exclude.*/usr/share/man' /etc/dpkg/dpkg.cfg.d ||
+    fail "dpkg here excludes /usr/share/man (/etc/dpkg/dpkg.cfg.d): the pages cannot be checked"
   for page in urmove urmove-recv; do
     f=$(man -w "$page") || fail "man -w $page finds no page"
     zcat "$f" | grep -q '^\.SH FILES' || fail "$f has no FILES section"
