@@ -24,7 +24,7 @@ done
 user_before=0
 getent passwd urmove >/dev/null && user_before=1
 
-deb=$(scripts/build-deb.sh "$@" | tail -n 1)
+deb=$(scripts/build-deb.sh "$@" | tail -n 1) || fail "scripts/build-deb.sh $* failed"
 [ -f "$deb" ] || fail "build-deb.sh made no .deb ($deb)"
 version=$(dpkg-deb -f "$deb" Version)
 ok "built $deb ($version)"

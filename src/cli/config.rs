@@ -609,6 +609,20 @@ mod tests {
     }
 
     #[test]
+    fn recv_help_names_every_key() {
+        use clap::CommandFactory;
+        let cmd = crate::cli::args::Cli::command();
+        let help = cmd.find_subcommand("recv").unwrap().get_after_help();
+        let help = help.map(|h| h.to_string()).unwrap_or_default();
+        let named: Vec<&str> = help
+            .split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .collect();
+        for (key, _) in KEYS {
+            assert!(named.contains(key), "recv --help does not name {key}");
+        }
+    }
+
+    #[test]
     fn every_key_of_the_shipped_file_is_in_the_table() {
         let text = include_str!("../../tuning/urmove.toml");
         let shipped: Vec<&str> = text
