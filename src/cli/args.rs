@@ -320,7 +320,7 @@ pub enum ZeroCopyArg {
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-pull_only, cc, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
+pull_only, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {

@@ -83,6 +83,39 @@ struct RecvFile {
     part_max_age: Option<Spanned<Amount>>,
 }
 
+/// Every key of the file (each a field of [`RecvFile`], and the `recv`
+/// option of that name), with its default as it would be written in the
+/// file, or `None` where there is none to write (required, off, or worked
+/// out from other settings). `urmove man` lists them from here, with each
+/// option's help; the tests hold this table to the parser and the defaults.
+pub const KEYS: &[(&str, Option<&str>)] = &[
+    ("listen", Some("\"0.0.0.0:7878\"")),
+    ("root", None),
+    ("key_file", None),
+    ("direct", Some("\"auto\"")),
+    ("interval", Some("\"5s\"")),
+    ("handshake_timeout", Some("\"10s\"")),
+    ("timeout", Some("\"60s\"")),
+    ("max_sessions", Some("64")),
+    ("max_connections", Some("1024")),
+    ("max_unauthenticated_per_address", None),
+    ("max_streams", Some("64")),
+    ("max_files", Some("10000000")),
+    ("max_buffer_memory", Some("\"4G\"")),
+    ("require_encryption", Some("false")),
+    ("metrics", None),
+    ("log_format", Some("\"text\"")),
+    ("state_dir", None),
+    ("unsafe_links", Some("\"keep\"")),
+    ("keep_setid", Some("false")),
+    ("pull_only", Some("false")),
+    ("cc", Some("\"auto\"")),
+    ("lanes", Some("\"auto\"")),
+    ("max_manifest_memory", Some("\"1G\"")),
+    ("min_rate", Some("\"8kbit\"")),
+    ("part_max_age", Some("\"7d\"")),
+];
+
 /// A refusal naming the file, the line and the reason.
 fn at(path: &Path, text: &str, span: Range<usize>, reason: impl std::fmt::Display) -> String {
     let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
@@ -545,6 +578,63 @@ mod tests {
         );
         assert_eq!(d.handshake_timeout, Duration::from_secs(10));
         assert_eq!(d.timeout, Duration::from_secs(60));
+    }
+
+    /// The fields the parser takes, from serde's refusal of an unknown one
+    /// ("unknown field `x`, expected one of `listen`, `root`, ...").
+    fn parsed_keys() -> Vec<String> {
+        let e = toml::from_str::<RecvFile>("not_a_key = 1\n").unwrap_err();
+        let msg = e.message().to_string();
+        let (_, list) = msg.split_once("expected one of").expect(&msg);
+        list.split(',')
+            .map(|k| k.trim().trim_matches('`').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_key_table_is_the_parsers_and_its_defaults_are_the_daemons() {
+        let table: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            parsed_keys(),
+            table,
+            "KEYS must list RecvFile's fields in order"
+        );
+        let cli = ["--root", "/srv", "--key-file", "/k"];
+        let none = format!("{:?}", resolve(&args(&cli)).unwrap());
+        for (key, default) in KEYS {
+            let Some(value) = default else { continue };
+            let s = with_file(&format!("{key} = {value}\n"), &cli).unwrap();
+            assert_eq!(format!("{s:?}"), none, "{key} = {value} is not the default");
+        }
+    }
+
+    #[test]
+    fn recv_help_names_every_key() {
+        use clap::CommandFactory;
+        let cmd = crate::cli::args::Cli::command();
+        let help = cmd.find_subcommand("recv").unwrap().get_after_help();
+        let help = help.map(|h| h.to_string()).unwrap_or_default();
+        let named: Vec<&str> = help
+            .split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .collect();
+        for (key, _) in KEYS {
+            assert!(named.contains(key), "recv --help does not name {key}");
+        }
+    }
+
+    #[test]
+    fn every_key_of_the_shipped_file_is_in_the_table() {
+        let text = include_str!("../../tuning/urmove.toml");
+        let shipped: Vec<&str> = text
+            .lines()
+            .map(|l| l.trim_start_matches(['#', ' ']))
+            .filter_map(|l| l.split_once(" = ").map(|(k, _)| k))
+            .filter(|k| k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            .collect();
+        assert!(shipped.len() > 20, "{shipped:?}");
+        for key in shipped {
+            assert!(KEYS.iter().any(|(k, _)| *k == key), "{key} is not in KEYS");
+        }
     }
 
     #[test]
