@@ -221,7 +221,7 @@ mod tests {
         for name in ["urmove", "recv"] {
             let page = page(name);
             let config = section(&page, "\"CONFIGURATION FILE\"");
-            for (key, default) in super::super::config::KEYS {
+            for (key, default) in crate::cli::config::KEYS {
                 let tag = format!("\\fB{key}\\fR");
                 let at = config
                     .find(&tag)

@@ -396,7 +396,7 @@ mod tests {
     #[test]
     fn owners_attributes_hard_links_and_byte_names_round_trip() {
         let e = Entry {
-            path: super::super::names::from_bytes(b"run/r\xe9sum\xe9"),
+            path: crate::protocol::names::from_bytes(b"run/r\xe9sum\xe9"),
             kind: EntryKind::HardLink,
             link: Some("run/first".into()),
             owner: Owner {
