@@ -323,3 +323,55 @@ fn stamped_files_swapped_by_renaming_their_directories_are_read_and_sent_again()
         );
     }
 }
+
+/// `pull` takes the options `send` has: `--files-from` (paths under the
+/// daemon's root), `--rate-limit` (kept by the daemon, which sends),
+/// `--sock-buf` (this side's receive buffer) and `--plot`.
+#[test]
+fn pull_has_the_options_send_has() {
+    let d = Daemon::start();
+    let a = make_run(&d.root.path().join("a"), 8);
+    std::fs::create_dir_all(d.root.path().join("b/c")).unwrap();
+    std::fs::write(d.root.path().join("b/c/one"), b"one").unwrap();
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let list = local.path().join("list");
+    std::fs::write(&list, "# what the night's run needs\n\nb/c\n").unwrap();
+    let svg = local.path().join("pull.svg");
+    let into = local.path().join("got");
+    let o = crate::util::urmove()
+        .args(["pull", "-p", &d.port.to_string(), "--json", "--key-file"])
+        .arg(&d.key)
+        .args(["--rate-limit", "40Mbit", "--sock-buf", "1M", "--files-from"])
+        .arg(&list)
+        .arg("--plot")
+        .arg(&svg)
+        .arg("127.0.0.1:a/run")
+        .arg(&into)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_same_tree(&a, &into.join("run"));
+    assert_eq!(std::fs::read(into.join("c/one")).unwrap(), b"one");
+    // The daemon kept the limit (a ceiling, with room for the first
+    // burst of the window): the pull's rate is at most 40 Mbit/s and a bit.
+    let rate = v["rate_bits_per_s"].as_f64().unwrap();
+    assert!(
+        rate < 40e6 * 1.3,
+        "pulled at {rate} bit/s under --rate-limit 40Mbit: {v}"
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        picture.contains("<svg") && picture.contains("pull from"),
+        "{picture:.300}"
+    );
+    // Bad values are refused before anything runs.
+    let o = crate::util::urmove()
+        .args(["pull", "--rate-limit", "0MB", "--key-file"])
+        .arg(&d.key)
+        .args(["127.0.0.1:a", "/var/tmp/never"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--rate-limit must be above zero"));
+}

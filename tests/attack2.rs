@@ -513,6 +513,7 @@ fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
         &mut ctl,
         &Message::Request(SessionRequest {
             owner: [0; 32],
+            rate_limit: 0,
             direction: Direction::Pull,
             streams: 1,
             block_size: 4096,
@@ -572,6 +573,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
         &mut ctl,
         &Message::Request(SessionRequest {
             owner: [0; 32],
+            rate_limit: 0,
             direction: Direction::Pull,
             streams: 1,
             block_size: 4096,
@@ -609,6 +611,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
         &mut ctl,
         &Message::Request(SessionRequest {
             owner: [0; 32],
+            rate_limit: 0,
             direction: Direction::Pull,
             streams: 1,
             block_size: 4096,

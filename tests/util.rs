@@ -418,6 +418,7 @@ pub fn push_request(streams: u16, block_size: u32) -> Message {
 pub fn push_request_with(streams: u16, block_size: u32, flags: u32) -> Message {
     Message::Request(SessionRequest {
         owner: [0; 32],
+        rate_limit: 0,
         direction: Direction::Push,
         streams,
         block_size,

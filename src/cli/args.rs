@@ -689,6 +689,29 @@ pub struct PullArgs {
     #[arg(value_name = "HOST:PATH... LOCAL_DIR", num_args = 2.., required = true)]
     pub args: Vec<String>,
 
+    /// Also pull the paths (under the daemon's root) listed in FILE, one
+    /// per line, from the host the arguments name; blank lines and lines
+    /// starting with # are skipped.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+
+    /// Have the daemon send no faster than RATE per second in total (as
+    /// 4Gbit, 500MB, 450MiB); it paces each of its streams to its share
+    /// (SO_MAX_PACING_RATE).
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
+    pub rate_limit: Option<f64>,
+
+    /// Socket receive buffer per stream on this side. Setting it turns off
+    /// the kernel's autotuning of that buffer, which otherwise grows it to
+    /// what the path needs (up to net.ipv4.tcp_rmem's maximum).
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub sock_buf: Option<u64>,
+
+    /// Draw the transfer as an SVG picture: throughput per interval over
+    /// time, per stream and in aggregate.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
     /// The daemon's port.
     #[arg(short = 'p', long, default_value_t = 7878)]
     pub port: u16,

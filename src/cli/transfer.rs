@@ -412,15 +412,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     })?;
     let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
     if let Some(list) = &a.files_from {
-        let text = std::fs::read_to_string(list)
-            .with_context(|| format!("--files-from {}", list.display()))
-            .map_err(Failure::Usage)?;
-        sources.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(PathBuf::from),
-        );
+        sources.extend(listed_paths(list)?.into_iter().map(PathBuf::from));
     }
     if sources.is_empty() {
         return Err(usage(
@@ -744,6 +736,9 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let mut host = None;
     let mut paths = Vec::new();
+    if a.rate_limit.is_some_and(|r| r <= 0.0) {
+        return Err(usage("--rate-limit must be above zero".into()));
+    }
     for r in remotes {
         let (h, p) = split_target(r).ok_or_else(|| usage(format!("{r}: expected HOST:PATH")))?;
         if host.as_ref().is_some_and(|prev| prev != &h) {
@@ -754,11 +749,21 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         host = Some(h);
         paths.push(p.trim_end_matches('/').to_string());
     }
+    if let Some(list) = &a.files_from {
+        paths.extend(
+            listed_paths(list)?
+                .iter()
+                .map(|p| p.trim_end_matches('/').to_string()),
+        );
+    }
     check_block("--block", a.block)?;
+    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
         streams: a.streams,
+        rate_limit_bytes_per_s: a.rate_limit,
+        sock_buf: a.sock_buf.map(|b| b as usize),
         block_size: a.block as u32,
         direct: direct(a.direct),
         interval: a.interval,
@@ -779,6 +784,22 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     printer.streams = cfg.streams;
     printer.direction = "Net In";
     let local = PathBuf::from(local);
-    let result = crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, &mut printer);
-    conclude(&mut printer, "pull", result)
+    let plot = net_plot(plot_file, "pull from", &cfg);
+    run_plotted(&mut printer, "pull", plot, |obs| {
+        crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
+    })
+}
+
+/// The lines of a `--files-from` FILE: blank lines and `#` comments
+/// skipped.
+fn listed_paths(list: &std::path::Path) -> Result<Vec<String>, Failure> {
+    let text = std::fs::read_to_string(list)
+        .with_context(|| format!("--files-from {}", list.display()))
+        .map_err(Failure::Usage)?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect())
 }

@@ -394,6 +394,13 @@ pub fn set_send_buffer(fd: std::os::fd::RawFd, bytes: usize) {
     let _ = set_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &v);
 }
 
+/// Set a socket's receive buffer (SO_RCVBUF), which turns off the
+/// kernel's autotuning of it.
+pub fn set_recv_buffer(fd: std::os::fd::RawFd, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    let _ = set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &v);
+}
+
 /// Set socket option `name` at `level` to `v` (an int, or the u64 some
 /// options take).
 fn set_opt<T: Copy>(

@@ -67,6 +67,10 @@ pub struct SessionRequest {
     /// secret; zeros when it has none): a push's files are stamped for it,
     /// and only its own are skipped unread when it runs again.
     pub owner: [u8; 32],
+    /// Bytes per second the side that sends the data may send in all (0:
+    /// no limit): a pull's `--rate-limit`, kept by the daemon, which
+    /// paces each stream to its share.
+    pub rate_limit: u64,
 }
 
 impl SessionRequest {
@@ -296,7 +300,8 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u32(r.block_size)
                 .u32(r.flags)
                 .name16(&r.path)
-                .bytes(&r.owner);
+                .bytes(&r.owner)
+                .u64(r.rate_limit);
         }
         Message::Manifest(entries) => {
             assert!(entries.len() as u32 <= MANIFEST_PART_ENTRIES_MAX);
@@ -523,6 +528,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 flags,
                 path,
                 owner: r.array()?,
+                rate_limit: r.u64()?,
             })
         }
         kind::MANIFEST => {
@@ -751,6 +757,7 @@ mod tests {
             }),
             Message::Request(SessionRequest {
                 owner: [3; 32],
+                rate_limit: 0,
                 direction: Direction::Push,
                 streams: 4,
                 block_size: 4 << 20,
@@ -895,6 +902,7 @@ mod tests {
         for (streams, bs) in [(0u16, 1u32), (STREAMS_MAX + 1, 1), (1, 0)] {
             let b = encode(&Message::Request(SessionRequest {
                 owner: [0; 32],
+                rate_limit: 0,
                 direction: Direction::Pull,
                 streams,
                 block_size: bs,

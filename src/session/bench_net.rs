@@ -66,6 +66,7 @@ pub fn run_bench_net(
     txs.iter_mut().for_each(fill_bench_buffers);
     let req = SessionRequest {
         owner: [0; 32],
+        rate_limit: 0,
         direction: Direction::Bench,
         streams: cfg.streams,
         block_size: cfg.block_size,
@@ -141,6 +142,8 @@ fn run_bench_net_reverse(
     })?;
     let req = SessionRequest {
         owner: [0; 32],
+        // The daemon sends: it paces its streams as asked.
+        rate_limit: cfg.rate_limit_bytes_per_s.map_or(0, |r| r.ceil() as u64),
         direction: Direction::BenchReverse,
         streams: cfg.streams,
         block_size: cfg.block_size,

@@ -133,6 +133,7 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
     }
     Ok(SessionRequest {
         owner: [0; 32],
+        rate_limit: cfg.rate_limit_bytes_per_s.map_or(0, |r| r.ceil() as u64),
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,

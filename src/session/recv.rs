@@ -1558,7 +1558,8 @@ fn watch_control(s: &mut Control, deadline: Instant) -> Result<(), SessionError>
 }
 
 /// How the daemon sends (pull, reversed bench): the client's block size,
-/// zero-copy where it pays, no pacing, sealed when the client asked.
+/// zero-copy where it pays, paced as the client asked (`--rate-limit`),
+/// sealed when the client asked.
 fn daemon_push_params(
     req: &crate::protocol::control::SessionRequest,
     buffers: usize,
@@ -1569,13 +1570,27 @@ fn daemon_push_params(
         buffers,
         block_size: req.block_size,
         zerocopy: crate::datapath::net::ZeroCopy::Auto,
-        rate_limit_bytes_per_s: None,
+        rate_limit_bytes_per_s: (req.rate_limit > 0).then_some(req.rate_limit as f64),
         timeout: cfg.timeout,
         seal: req
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ServerToClient)),
         key: frame_key(keys),
     }
+}
+
+/// Pace the streams this daemon sends on to their share of the client's
+/// `--rate-limit` (SO_MAX_PACING_RATE), so the data leaves evenly.
+fn pace_as_asked(
+    req: &crate::protocol::control::SessionRequest,
+    streams: &[TcpStream],
+) -> Result<(), SessionError> {
+    if req.rate_limit == 0 {
+        return Ok(());
+    }
+    let fds = super::send::fds_of(streams);
+    crate::datapath::tcp::pace(&fds, req.rate_limit as f64, streams.len())
+        .map_err(|e| SessionError::io("pacing the data streams", e))
 }
 
 /// `urmove pull` on the daemon's side: walk the requested paths beneath the
@@ -1608,6 +1623,7 @@ fn pull_session(
     let files = tree.to_send(&held);
     let route = super::route::for_source(before.placement, shape, &plan, files)?;
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    pace_as_asked(req, &streams)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
@@ -1757,6 +1773,7 @@ fn bench_send_back(
     let (plan, mut txs) = bench_senders(cfg.lanes, both, buffers, req.block_size, params.zerocopy)?;
     txs.iter_mut().for_each(fill_bench_buffers);
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    pace_as_asked(req, &streams)?;
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
     let bench = BenchRun {

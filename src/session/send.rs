@@ -382,12 +382,19 @@ pub(crate) fn open_session(
     // Everything after the welcome is sealed with the session's keys.
     ctl.secure(&keys, true);
     let streams_n = req.streams;
+    // Where this side receives the data, --sock-buf is its receive buffer.
+    let receiving = matches!(req.direction, Direction::Pull | Direction::BenchReverse);
     send_msg(&mut ctl, &Message::Request(req))?;
     between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
     // The receiver's refusals and placement, until it is ready.
     let before = hear(&mut ctl, Until::Ready)?;
     let streams = open_streams(cfg, &keys, streams_n, lanes)?;
-    if let Some(rate) = cfg.rate_limit_bytes_per_s {
+    if let Some(b) = cfg.sock_buf.filter(|_| receiving) {
+        streams
+            .iter()
+            .for_each(|st| sys::set_recv_buffer(st.as_raw_fd(), b));
+    }
+    if let Some(rate) = cfg.rate_limit_bytes_per_s.filter(|_| !receiving) {
         let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
         let carrying = if cfg.auto_streams {
             AUTO_START
@@ -669,6 +676,8 @@ fn open_push<'t>(
     });
     let req = SessionRequest {
         owner,
+        // This side sends, and paces its own streams.
+        rate_limit: 0,
         direction: Direction::Push,
         streams: cfg.streams,
         block_size: cfg.block_size,
