@@ -375,3 +375,29 @@ fn pull_has_the_options_send_has() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--rate-limit must be above zero"));
 }
+
+/// `bench --net --reverse --rate-limit`: the daemon sends, so it keeps
+/// the limit (it used to be refused).
+#[test]
+fn a_reversed_bench_keeps_its_rate_limit_on_the_daemon() {
+    let d = Daemon::start();
+    let o = crate::util::urmove()
+        .args(d.bench_net_args("127.0.0.1"))
+        .args([
+            "--reverse",
+            "--rate-limit",
+            "80Mbit",
+            "--time",
+            "2s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let rate = v["rate_bits_per_s"].as_f64().unwrap();
+    assert!(
+        rate > 0.0 && rate < 80e6 * 1.3,
+        "reversed at {rate} bit/s under 80Mbit: {v}"
+    );
+}

@@ -184,7 +184,8 @@ pub struct BenchArgs {
     pub cc: crate::datapath::tcp::Congestion,
 
     /// bench --net: send no faster than RATE in total, each stream paced to
-    /// its share (SO_MAX_PACING_RATE).
+    /// its share (SO_MAX_PACING_RATE); with --reverse the daemon, which
+    /// sends, paces its streams so.
     #[arg(long, value_name = "RATE", value_parser = parse::rate, requires = "net")]
     pub rate_limit: Option<f64>,
 

@@ -684,11 +684,6 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     if a.rate_limit.is_some_and(|r| r <= 0.0) {
         return Err(usage("--rate-limit must be above zero".into()));
     }
-    if a.rate_limit.is_some() && a.reverse {
-        return Err(usage(
-            "--rate-limit paces this side's sends; with --reverse the daemon sends".into(),
-        ));
-    }
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
