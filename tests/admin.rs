@@ -401,3 +401,143 @@ fn a_reversed_bench_keeps_its_rate_limit_on_the_daemon() {
         "reversed at {rate} bit/s under 80Mbit: {v}"
     );
 }
+
+/// Thirty 1 MB files, for runs stopped part way.
+fn thirty(parent: &Path) -> std::path::PathBuf {
+    let top = parent.join("t30");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..30u64 {
+        std::fs::write(
+            top.join(format!("f{i:02}")),
+            crate::util::noise(1_000_000, i),
+        )
+        .unwrap();
+    }
+    top
+}
+
+fn committed(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| !e.file_name().to_string_lossy().contains(".urmove."))
+            .count()
+    })
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill takes no memory; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+/// Ctrl-C on a send: the summary says how far it got, how many files the
+/// receiver holds committed (as many as are there), and the command that
+/// continues it, which then finishes the tree.
+#[test]
+fn an_interrupted_send_says_what_is_done_and_how_to_continue() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = thirty(src.path());
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let child = crate::faults::send_child(&d, d.port, &["--rate-limit", "80Mbit"], &args);
+    crate::faults::wait_for_percent(&d, 30.0);
+    signal(child.id(), libc::SIGINT);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let done = committed(&d.root.path().join("in/t30"));
+    assert!(done > 0 && done < 30, "{done} files committed");
+    assert!(
+        out.contains("stopped after") && out.contains("(interrupted): sent"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{done} of 30 files committed and verified by the receiver, {} not finished",
+            30 - done
+        )),
+        "{done} committed: {out}"
+    );
+    let again = format!(
+        "run the same command again: {}",
+        env!("CARGO_BIN_EXE_urmove")
+    );
+    assert!(
+        out.contains(&again) && out.contains("--rate-limit 80Mbit"),
+        "{out}"
+    );
+    assert!(!out.contains("0 of 30 files verified"), "{out}");
+    let o = d.send(&[], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("{done} unchanged")),
+        "{}",
+        stdout(&o)
+    );
+    assert_same_tree(&top, &d.root.path().join("in/t30"));
+}
+
+/// A receiver told to stop (SIGTERM) while a push runs gives it its drain
+/// time, then ends it saying why; the client says so, not "broken pipe".
+#[test]
+fn a_receiver_shutting_down_says_so_to_its_client() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = thirty(src.path());
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    // 30 MB at 8 Mbit/s outlasts the daemon's 10 s drain.
+    let child = crate::faults::send_child(&d, d.port, &["--rate-limit", "8Mbit"], &args);
+    crate::faults::wait_for_percent(&d, 3.0);
+    signal(d.pid(), libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(out.contains("(the daemon is shutting down)"), "{out}");
+    assert!(out.contains("run the same command again"), "{out}");
+    assert!(
+        err.contains("the daemon ended the session: the daemon is shutting down"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Broken pipe") && !err.contains("lost"),
+        "{err}"
+    );
+}
+
+/// The same for a pull: the daemon sending stops after its drain time and
+/// says why.
+#[test]
+fn a_daemon_shutting_down_under_a_pull_says_so() {
+    let d = Daemon::start();
+    let _top = thirty(d.root.path());
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let child = crate::util::urmove()
+        .args([
+            "pull",
+            "-p",
+            &d.port.to_string(),
+            "--rate-limit",
+            "8Mbit",
+            "--key-file",
+        ])
+        .arg(&d.key)
+        .arg("127.0.0.1:t30")
+        .arg(local.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    signal(d.pid(), libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("(the daemon is shutting down)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stderr(&o).contains("the daemon ended the session"),
+        "{}",
+        stderr(&o)
+    );
+}

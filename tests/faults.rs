@@ -47,7 +47,7 @@ pub fn send_child(d: &Daemon, port: u16, extra: &[&str], args: &[&str]) -> Child
 }
 
 /// Wait until the daemon logs a `Net In` line at `pct` percent or more.
-fn wait_for_percent(d: &Daemon, pct: f64) {
+pub(crate) fn wait_for_percent(d: &Daemon, pct: f64) {
     let until = Instant::now() + Duration::from_secs(60);
     let mut seen = String::new();
     while Instant::now() < until {

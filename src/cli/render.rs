@@ -68,6 +68,24 @@ pub fn error(msg: &str) {
     let _ = writeln!(std::io::stderr(), "urmove: error: {msg}");
 }
 
+/// This process's command line as a shell would take it again: each
+/// argument quoted where it needs to be.
+pub fn command_line() -> String {
+    std::env::args_os()
+        .map(|a| shell_quoted(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `s` as one shell word.
+fn shell_quoted(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 pub fn wall_clock() -> String {
     let (h, m, sec) = crate::datapath::sys::local_hms();
     format!("{h:02}:{m:02}:{sec:02}")

@@ -588,6 +588,9 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
         Format::Human if r.command.starts_with("bench --net") => {
             p.out.line(&bench_summary(r));
         }
+        Format::Human if !matches!(r.status, "ok" | "partial") => {
+            p.out.line(&stopped_summary(r));
+        }
         Format::Human => {
             let (verb, checked) = if r.command == "pull" {
                 ("pulled", "verified against the sender")
@@ -644,6 +647,41 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     if let Some(e) = &r.error {
         render::error(e);
     }
+}
+
+/// A transfer that did not finish: how far it got, what is done and what
+/// is not, and the command that continues it (every run resumes).
+fn stopped_summary(r: &SendReport) -> String {
+    let why = match r.status {
+        "interrupted" => "interrupted".to_string(),
+        "shutting_down" => "the daemon is shutting down".to_string(),
+        code => format!("failed: {code}"),
+    };
+    let (verb, checked) = match r.command {
+        "pull" => ("pulled", "verified against the sender"),
+        _ => ("sent", "committed and verified by the receiver"),
+    };
+    let settled = r.files_verified + r.files_unchanged + r.files_skipped;
+    let unfinished = r.files.saturating_sub(settled);
+    let kept = match r.command {
+        "pull" => "the parts journaled here are kept",
+        _ => "the parts the receiver journaled are kept",
+    };
+    format!(
+        "stopped after {} ({why}): {verb} {} of {} to move at {}; {} of {} {checked}{}, {} not finished ({kept})\nto continue where it stopped, run the same command again: {}",
+        units::duration_s(r.elapsed_s),
+        units::bytes_decimal(r.bytes),
+        units::bytes_decimal(r.bytes_total.saturating_sub(r.bytes_skipped)),
+        units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
+        r.files_verified,
+        units::count(r.files, "file"),
+        match r.files_unchanged {
+            0 => String::new(),
+            n => format!(", {n} unchanged"),
+        },
+        unfinished,
+        render::command_line(),
+    )
 }
 
 /// What a run found at the receiver and did not send again, and why.

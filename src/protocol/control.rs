@@ -126,6 +126,8 @@ pub enum ErrorCode {
     Malformed = 7,
     Busy = 8,
     Internal = 9,
+    /// The receiver was told to stop (SIGTERM) before the session ended.
+    ShuttingDown = 10,
 }
 
 impl ErrorCode {
@@ -141,6 +143,7 @@ impl ErrorCode {
             Malformed,
             Busy,
             Internal,
+            ShuttingDown,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -157,6 +160,7 @@ impl ErrorCode {
             ErrorCode::Malformed => "malformed",
             ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
+            ErrorCode::ShuttingDown => "shutting_down",
         }
     }
 }

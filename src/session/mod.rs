@@ -175,7 +175,7 @@ pub enum SessionError {
     Protocol(String),
     #[error("{0}")]
     Auth(crate::protocol::handshake::AuthError),
-    #[error("the peer refused: {message} ({})", code.name())]
+    #[error("{}", refused_text(*code, message))]
     Refused { code: ErrorCode, message: String },
     #[error("{message}")]
     Local { code: ErrorCode, message: String },
@@ -237,6 +237,15 @@ impl SessionError {
                     ..
                 }
             )
+    }
+}
+
+/// What the peer's error says: a refusal, or (the daemon stopping under a
+/// running session) the end it put to it.
+fn refused_text(code: ErrorCode, message: &str) -> String {
+    match code {
+        ErrorCode::ShuttingDown => format!("the daemon ended the session: {message}"),
+        _ => format!("the peer refused: {message} ({})", code.name()),
     }
 }
 

@@ -85,6 +85,7 @@ pub fn run_pull(
     report.command = "pull";
     report.files = pull.incoming.file_count() as u64;
     report.bytes_skipped = pull.incoming.file_bytes().saturating_sub(total);
+    report.bytes_total = pull.incoming.file_bytes();
     (
         report.files_unchanged,
         report.files_found_complete,

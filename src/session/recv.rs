@@ -103,6 +103,8 @@ impl Default for Limits {
 
 /// How long a stopping daemon waits for running sessions to finish.
 const STOP_DRAIN: Duration = Duration::from_secs(10);
+/// After the drain, how long sessions get to tell their clients they end.
+const CLOSING_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a session waits for another to release a file it also names.
 const CLAIM_WAIT: Duration = Duration::from_secs(3);
@@ -121,6 +123,9 @@ struct Shared {
     /// Registered buffer memory all sessions may hold: `max_buffer_memory`,
     /// or the locked-memory limit when that is lower.
     buffer_budget: u64,
+    /// The daemon stops and its drain time is over: sessions still
+    /// receiving end now, telling their clients why.
+    closing: AtomicBool,
 }
 
 /// Manifest memory a session holds, given back when it ends.
@@ -628,6 +633,7 @@ pub fn serve(
         rules,
         manifest_bytes: AtomicU64::new(0),
         buffer_budget,
+        closing: AtomicBool::new(false),
     });
     std::thread::scope(|scope| {
         if let Some(age) = cfg.part_max_age.filter(|a| !a.is_zero()) {
@@ -715,12 +721,27 @@ fn listen(cfg: &RecvConfig, log: &Log) -> Result<TcpListener, SessionError> {
 /// Let running sessions finish for a while; what is cut off keeps its
 /// .urmove.part files and journals for --resume.
 fn drain(registry: &Registry, log: &Log) {
-    log(Level::Info, "stopping: no new sessions");
-    let until = Instant::now() + STOP_DRAIN;
-    while registry.stats.sessions_active.load(Ordering::Acquire) > 0 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left = registry.stats.sessions_active.load(Ordering::Acquire);
+    let active = || registry.stats.sessions_active.load(Ordering::Acquire);
+    log(
+        Level::Info,
+        &format!(
+            "stopping: no new sessions; {} running get {} to finish",
+            active(),
+            crate::coord::units::duration_s(STOP_DRAIN.as_secs_f64())
+        ),
+    );
+    let wait = |limit: Duration| {
+        let until = Instant::now() + limit;
+        while active() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait(STOP_DRAIN);
+    // Those left are told, each by its own session, that the receiver is
+    // going down, and given a moment to say it.
+    registry.closing.store(true, Ordering::Release);
+    wait(CLOSING_GRACE);
+    let left = active();
     if left > 0 {
         log(
             Level::Warn,
@@ -1243,6 +1264,7 @@ fn push_session(
         ctl: s.try_clone()?,
         last_beat: Instant::now(),
         stats: &registry.stats,
+        closing: &registry.closing,
     };
     let open = req
         .has(REQ_ENCRYPT)
@@ -1366,6 +1388,7 @@ struct DaemonLanding<'a> {
     ctl: Control,
     last_beat: Instant,
     stats: &'a DaemonStats,
+    closing: &'a AtomicBool,
 }
 
 impl super::landing::Landing for DaemonLanding<'_> {
@@ -1383,6 +1406,9 @@ impl super::landing::Landing for DaemonLanding<'_> {
     }
 
     fn tick(&mut self, streams: &[(u64, bool)]) -> Result<(), SessionError> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(shutting_down());
+        }
         if self.last_beat.elapsed() >= Duration::from_millis(500) {
             self.last_beat = Instant::now();
             let streams = streams.to_vec();
@@ -1390,6 +1416,14 @@ impl super::landing::Landing for DaemonLanding<'_> {
         }
         Ok(())
     }
+}
+
+/// Why a session ends when the daemon stops under it: told to its client.
+fn shutting_down() -> SessionError {
+    SessionError::local(
+        ErrorCode::ShuttingDown,
+        "the daemon is shutting down (it was told to stop); the files committed stay, and the parts journaled are kept for the next run",
+    )
 }
 
 /// Registered memory of a manifest's per-block bitmaps (two bits a block).
@@ -1626,7 +1660,6 @@ fn pull_session(
     pace_as_asked(req, &streams)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
-    let stop = AtomicBool::new(false);
     let from = Sources {
         tree: &tree,
         held: &held,
@@ -1635,7 +1668,15 @@ fn pull_session(
         announce_on: s,
         route: &route,
     };
-    let pushed = push_data(&params, &from, &plan, &streams, &counters, &stop, txs)?;
+    // The daemon stopping (its drain time over) stops the lanes.
+    let stop = &registry.closing;
+    let pushed =
+        push_data(&params, &from, &plan, &streams, &counters, stop, txs).map_err(|e| match stop
+            .load(Ordering::Acquire)
+        {
+            true => shutting_down(),
+            false => e,
+        })?;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
     }

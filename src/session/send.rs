@@ -175,6 +175,9 @@ pub struct SendReport {
     /// Payload bytes that crossed the network.
     pub bytes: u64,
     pub bytes_skipped: u64,
+    /// Bytes of every file the manifest lists (what a whole run moves or
+    /// finds held).
+    pub bytes_total: u64,
     pub files: u64,
     /// Files whose bytes the receiver's digest of what it holds matched
     /// with this side's digest of the source, in this run.
@@ -597,8 +600,15 @@ pub fn run_send(
     report.skip(&tree.entries, &push.refused);
     report.files_excluded = tree.excluded;
     report.hard_links = tree.hard_links() as u64;
+    report.bytes_total = tree.file_bytes();
     let interrupted = interrupt.load(Ordering::Relaxed);
     settle_push(&push, (data, receipts), interrupted, &mut report, obs);
+    if !matches!(report.status, "ok" | "partial") {
+        // What the receiver acknowledged before the end, apart from the
+        // files it knew unchanged.
+        let done = acks.files_done.load(Ordering::Relaxed);
+        report.files_verified = done.saturating_sub(report.files_unchanged);
+    }
     Ok(report)
 }
 

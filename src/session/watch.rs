@@ -219,6 +219,7 @@ impl Watch {
             files_continued: 0,
             files_skipped: 0,
             files_excluded: 0,
+            bytes_total: 0,
             hard_links: 0,
             files_deleted: 0,
             deleted: Vec::new(),
