@@ -541,3 +541,47 @@ fn a_daemon_shutting_down_under_a_pull_says_so() {
         stderr(&o)
     );
 }
+
+/// A tree with a sparse file: progress counts its holes as done, so the
+/// last interval reaches the total on a push and on a pull.
+#[test]
+fn progress_counts_holes_as_done_on_push_and_pull() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("sp");
+    std::fs::create_dir_all(&top).unwrap();
+    let f = std::fs::File::create(top.join("sparse")).unwrap();
+    f.set_len(64 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &crate::util::noise(4 << 20, 3), 20 << 20)
+        .unwrap();
+    std::fs::write(top.join("dense"), crate::util::noise(3_000_000, 4)).unwrap();
+    let last_interval = |o: &std::process::Output| -> serde_json::Value {
+        assert!(o.status.success(), "{}", stderr(o));
+        let out = stdout(o);
+        let line = out
+            .lines()
+            .filter(|l| l.contains("\"type\":\"interval\""))
+            .last()
+            .unwrap_or_else(|| panic!("no interval: {out}"))
+            .to_string();
+        serde_json::from_str(&line).unwrap()
+    };
+    let stream = ["--json-stream", "--interval", "20ms", "-P", "2"];
+    let v = last_interval(&d.send(&stream, &[top.to_str().unwrap(), "127.0.0.1:in"]));
+    let done = v["total_bytes"].as_u64().unwrap() + v["hole_bytes"].as_u64().unwrap();
+    assert_eq!(done, v["expected_bytes"].as_u64().unwrap(), "{v}");
+    assert!(v["hole_bytes"].as_u64().unwrap() >= 40 << 20, "{v}");
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let o = crate::util::urmove()
+        .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args(stream)
+        .arg("127.0.0.1:in/sp")
+        .arg(local.path())
+        .output()
+        .unwrap();
+    let v = last_interval(&o);
+    let done = v["total_bytes"].as_u64().unwrap() + v["hole_bytes"].as_u64().unwrap();
+    assert_eq!(done, v["expected_bytes"].as_u64().unwrap(), "{v}");
+    assert_same_tree(&top, &local.path().join("sp"));
+}

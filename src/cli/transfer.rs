@@ -275,8 +275,8 @@ impl SendPrinter {
                 units::bytes_decimal(iv.total_bytes)
             );
         }
-        let pct = 100.0 * iv.total_bytes as f64 / l.total_bytes as f64;
-        let left = l.total_bytes.saturating_sub(iv.total_bytes) as f64;
+        let pct = 100.0 * l.done_bytes() as f64 / l.total_bytes as f64;
+        let left = l.total_bytes.saturating_sub(l.done_bytes()) as f64;
         let eta = if iv.avg_rate_bytes_per_s > 0.0 {
             left / iv.avg_rate_bytes_per_s
         } else {
@@ -300,14 +300,14 @@ impl SendPrinter {
             Some(t) => (iv.end_s / t, t - iv.end_s, String::new()),
             None if l.total_bytes == 0 => (1.0, 0.0, String::new()),
             None => {
-                let left = l.total_bytes.saturating_sub(iv.total_bytes) as f64;
+                let left = l.total_bytes.saturating_sub(l.done_bytes()) as f64;
                 let eta = if iv.avg_rate_bytes_per_s > 0.0 {
                     left / iv.avg_rate_bytes_per_s
                 } else {
                     0.0
                 };
                 (
-                    iv.total_bytes as f64 / l.total_bytes as f64,
+                    l.done_bytes() as f64 / l.total_bytes as f64,
                     eta,
                     format!(" of {}", units::bytes_decimal(l.total_bytes)),
                 )
@@ -323,7 +323,7 @@ impl SendPrinter {
         if let Some((done, total)) = &self.files {
             text += &format!("  {}/{total} files", done.load(Ordering::Relaxed));
         }
-        text += &format!("  {}{of}", units::bytes_decimal(iv.total_bytes));
+        text += &format!("  {}{of}", units::bytes_decimal(l.done_bytes()));
         (fraction, text)
     }
 
@@ -379,6 +379,7 @@ impl SendObserver for SendPrinter {
                     "rate_bits_per_s": iv.rate_bytes_per_s * 8.0,
                     "avg_rate_bits_per_s": iv.avg_rate_bytes_per_s * 8.0,
                     "total_bytes": iv.total_bytes,
+                    "hole_bytes": l.hole_bytes,
                     "expected_bytes": l.total_bytes,
                 });
                 self.out.line(&v.to_string());
@@ -543,6 +544,7 @@ fn bench_summary(r: &SendReport) -> String {
         _ => (r.bytes, r.elapsed_s),
     };
     let counted = match r.drain_s {
+        _ if r.bytes == 0 => "nothing crossed: the receiver counted no byte".to_string(),
         Some(d) => format!(
             "the receiver counted every byte ({} in all, the last {} after the test's end)",
             units::bytes_decimal(r.bytes),

@@ -9,6 +9,9 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub struct WorkerCounters {
     bytes: AtomicU64,
+    /// Bytes of holes done without payload (a sparse file's empty blocks,
+    /// sent or received as header-only frames): progress, not traffic.
+    holes: AtomicU64,
     ops: AtomicU64,
     done: AtomicBool,
     streams: StreamBytes,
@@ -36,6 +39,16 @@ impl WorkerCounters {
     pub fn add(&self, bytes: u64, ops: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.ops.fetch_add(ops, Ordering::Relaxed);
+    }
+
+    /// `bytes` of holes done (no payload crossed for them).
+    pub fn add_holes(&self, bytes: u64) {
+        self.holes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of holes done so far.
+    pub fn holes(&self) -> u64 {
+        self.holes.load(Ordering::Relaxed)
     }
 
     /// Bytes and ops completed so far.

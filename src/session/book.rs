@@ -197,7 +197,12 @@ impl<'s> Book<'s> {
 
     /// A hole frame accepted: nothing to write (a continued part's old
     /// bytes there are cleared). Returns the file, now with a block more.
-    pub(super) fn hole(&mut self, header: &FrameHeader, terms: u64) -> Result<usize, SessionError> {
+    /// Returns the entry and the hole's length.
+    pub(super) fn hole(
+        &mut self,
+        header: &FrameHeader,
+        terms: u64,
+    ) -> Result<(usize, u64), SessionError> {
         let (index, block) = (header.file_index as usize, self.block);
         let f = self.file(index);
         let len = (f.size - header.offset).min(block);
@@ -207,7 +212,7 @@ impl<'s> Book<'s> {
                 .map_err(|e| SessionError::io(format!("clearing {}", f.final_rel), e))?;
         }
         f.mark_written(header.offset / block, len, terms, FRAME_HEADER_LEN as u64);
-        Ok(index)
+        Ok((index, len))
     }
 
     /// A write of a lane finished (`token`: file and block; `result`: the

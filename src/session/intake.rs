@@ -31,6 +31,8 @@ pub(super) struct LaneStatus {
     pub(super) starved: AtomicBool,
     /// Payload bytes the lane took in.
     pub(super) bytes: AtomicU64,
+    /// Bytes of holes it took in (header-only frames): progress only.
+    pub(super) holes: AtomicU64,
     /// Its streams' (delivered bytes, waiting), in the lane's order.
     pub(super) states: Mutex<Vec<(u64, bool)>>,
 }
@@ -255,7 +257,9 @@ impl<'a> Intake<'a> {
             }
             Ok(Accepted::Hole { terms }) => {
                 self.rx.give_back(lease);
-                book.hole(header, terms).map(Some)
+                let (index, len) = book.hole(header, terms)?;
+                self.status.holes.fetch_add(len, Ordering::Relaxed);
+                Ok(Some(index))
             }
             Ok(Accepted::Data { terms }) => self.write(book, header, lease, terms),
         }

@@ -92,6 +92,9 @@ pub(crate) struct Pace {
 pub(crate) trait Landing {
     /// Payload bytes of a batch of frames.
     fn progress(&mut self, bytes: u64);
+    /// `bytes` more of holes done (no payload came for them): progress
+    /// towards the total, not traffic.
+    fn holes(&mut self, bytes: u64);
     /// A file is under its final name.
     fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError>;
     /// A file differed from the source and was not committed.
@@ -329,6 +332,7 @@ struct Control<'s> {
     states: Vec<(u64, bool)>,
     /// Payload bytes reported to `out` so far.
     reported: u64,
+    reported_holes: u64,
 }
 
 impl<'s> Control<'s> {
@@ -358,6 +362,7 @@ impl<'s> Control<'s> {
             tcp_seen: vec![0; fds.len()],
             states: vec![(0, false); fds.len()],
             reported: 0,
+            reported_holes: 0,
         }
     }
 
@@ -476,6 +481,15 @@ impl<'s> Control<'s> {
         if total > self.reported {
             self.out.progress(total - self.reported);
             self.reported = total;
+        }
+        let holes: u64 = self
+            .lanes
+            .iter()
+            .map(|l| l.holes.load(Ordering::Relaxed))
+            .sum();
+        if holes > self.reported_holes {
+            self.out.holes(holes - self.reported_holes);
+            self.reported_holes = holes;
         }
     }
 

@@ -33,6 +33,10 @@ impl Landing for PullLanding<'_> {
         self.counters.add(bytes, 0);
     }
 
+    fn holes(&mut self, bytes: u64) {
+        self.counters.add_holes(bytes);
+    }
+
     fn committed(&mut self, _file_index: u32, _digest: u64) -> Result<(), SessionError> {
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.committed += 1;

@@ -759,6 +759,7 @@ impl<'a> Pusher<'a> {
             end: 0,
         };
         self.make_ready(lease, h, r);
+        self.counters.add_holes(n as u64);
     }
 
     /// Reads that finished in the ring.

@@ -324,6 +324,9 @@ struct RecvProgress<'a> {
     metric_tracker: crate::coord::IntervalTracker,
     last_rate: Option<f64>,
     total: u64,
+    /// Bytes of holes received (no payload): they count towards
+    /// `expected`.
+    holes: u64,
     expected: Option<u64>,
 }
 
@@ -352,6 +355,7 @@ impl<'a> RecvProgress<'a> {
             metric_tracker: crate::coord::IntervalTracker::new(1_000_000_000),
             last_rate: None,
             total: 0,
+            holes: 0,
             expected,
         }
     }
@@ -381,7 +385,8 @@ impl<'a> RecvProgress<'a> {
             rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit)
         );
         if let Some(total) = self.expected.filter(|&t| t > 0) {
-            let left = total.saturating_sub(self.total) as f64;
+            let done = self.total + self.holes;
+            let left = total.saturating_sub(done) as f64;
             let eta = if iv.avg_rate_bytes_per_s > 0.0 {
                 left / iv.avg_rate_bytes_per_s
             } else {
@@ -389,7 +394,7 @@ impl<'a> RecvProgress<'a> {
             };
             line += &format!(
                 "  {:.1}%  ETA {}s",
-                100.0 * self.total as f64 / total as f64,
+                100.0 * done as f64 / total as f64,
                 eta.ceil() as u64
             );
         }
@@ -1394,6 +1399,10 @@ struct DaemonLanding<'a> {
 impl super::landing::Landing for DaemonLanding<'_> {
     fn progress(&mut self, bytes: u64) {
         self.progress.add(bytes);
+    }
+
+    fn holes(&mut self, bytes: u64) {
+        self.progress.holes += bytes;
     }
 
     fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {

@@ -142,6 +142,16 @@ impl SendConfig {
 pub struct NetInterval {
     pub interval: Interval,
     pub total_bytes: u64,
+    /// Bytes of holes done by the interval's end (no payload crossed for
+    /// them): they count towards `total_bytes`, as the percent does.
+    pub hole_bytes: u64,
+}
+
+impl NetInterval {
+    /// Bytes of the run done by the interval's end: payload and holes.
+    pub fn done_bytes(&self) -> u64 {
+        self.interval.total_bytes + self.hole_bytes
+    }
 }
 
 /// Receives progress while a transfer runs.

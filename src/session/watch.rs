@@ -152,7 +152,7 @@ impl Watch {
         if self.done_at.is_some() {
             return;
         }
-        if self.total > 0 && bytes >= self.total {
+        if self.total > 0 && bytes + counters.holes() >= self.total {
             self.done_at = Some(t);
             return;
         }
@@ -160,6 +160,7 @@ impl Watch {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
+                hole_bytes: counters.holes(),
             });
             obs.stream_intervals(self.per_stream.close(t, iv.full, counters.streams()));
         }
@@ -200,6 +201,7 @@ impl Watch {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
+                hole_bytes: counters.holes(),
             });
             obs.stream_intervals(self.per_stream.close(end, iv.full, counters.streams()));
         }
