@@ -560,8 +560,7 @@ fn progress_counts_holes_as_done_on_push_and_pull() {
         let out = stdout(o);
         let line = out
             .lines()
-            .filter(|l| l.contains("\"type\":\"interval\""))
-            .last()
+            .rfind(|l| l.contains("\"type\":\"interval\""))
             .unwrap_or_else(|| panic!("no interval: {out}"))
             .to_string();
         serde_json::from_str(&line).unwrap()
