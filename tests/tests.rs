@@ -11,6 +11,7 @@ mod cli_errors;
 mod datapath;
 mod disk;
 mod disk_devices;
+mod docs;
 mod faults;
 mod fidelity;
 mod hostile;
