@@ -485,3 +485,86 @@ fn the_install_script_stages_binary_unit_config_and_docs() {
         .unwrap();
     assert!(!stderr(&o).contains("line "), "{}", stderr(&o));
 }
+
+/// `urmove recv` on loopback with its metrics, rooted in `root`: the
+/// daemon, its metrics address and its port.
+fn recv_with_metrics(root: &Path, key: &Path) -> (Service, String, String) {
+    let mut d = Service::start(
+        urmove()
+            .args([
+                "recv",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics",
+                "127.0.0.1:0",
+            ])
+            .args(["--interval", "200ms", "--root"])
+            .arg(root)
+            .arg("--key-file")
+            .arg(key)
+            .arg("--state-dir")
+            .arg(key.with_file_name("state")),
+    );
+    let metrics = addr_after(&d.wait_for("metrics at"), "http://");
+    let port = addr_after(&d.wait_for("listening on"), "127.0.0.1:");
+    (d, metrics, port)
+}
+
+/// `urmove VERB -p PORT -q --key-file KEY ARGS...`, which must succeed.
+fn client(verb: &str, port: &str, key: &Path, args: &[&str]) {
+    let o = urmove()
+        .args([verb, "-p", port, "-q", "--key-file"])
+        .arg(key)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{verb} {args:?}: {}", stderr(&o));
+}
+
+#[test]
+fn the_daemons_log_tells_pushes_from_pulls_where_they_start_and_end() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(dir.path());
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (mut d, _, port) = recv_with_metrics(root.path(), &key);
+    let top = dir.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("a"), noise(3000, 6)).unwrap();
+    std::fs::write(top.join("b"), noise(7000, 7)).unwrap();
+    let (src, back) = (top.to_str().unwrap(), dir.path().join("back"));
+    client("send", &port, &key, &["-P", "2", src, "127.0.0.1:in"]);
+    let start = d.wait_for(": push session started");
+    assert!(start.contains(r#"into "in", 2 data streams"#), "{start}");
+    let peer = start
+        .split(": push")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let done = d.wait_for(": push session done");
+    assert!(
+        done.contains(&format!(
+            "{peer}: push session done: 2 files, 10000 bytes received"
+        )),
+        "{done}"
+    );
+    let to = back.to_str().unwrap();
+    client("pull", &port, &key, &["-P", "2", "127.0.0.1:in/run", to]);
+    let start = d.wait_for(": pull session started");
+    assert!(
+        start.contains(r#"of ["in/run"], 2 data streams"#),
+        "{start}"
+    );
+    let done = d.wait_for(": pull session done");
+    assert!(
+        done.contains(": pull session done: 2 files, 10000 bytes sent"),
+        "{done}"
+    );
+    // One start and one end each: no session called by the other's name.
+    for (what, n) in [("push session", 2), ("pull session", 2), ("session", 4)] {
+        let count = d.seen.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(count, n, "{what}: {:#?}", d.seen);
+    }
+}
