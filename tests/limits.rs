@@ -588,8 +588,10 @@ fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
         Some(1.0),
         "{text}"
     );
-    // Before authenticating too: a stranger (no key) answers the challenge
-    // with an Error of its own, escaped as well.
+    // Before authenticating, a stranger (no key) that answers the
+    // challenge with an auth_failed Error of its own is refused as the
+    // daemon's verdict: its text is not logged, and the count is the
+    // daemon's own.
     let mut s = connect(d.port);
     let (_, hello) = ClientHandshake::new([7; 32], [9; 32]);
     s.write_all(&encode(&Message::Hello(hello))).unwrap();
@@ -600,15 +602,24 @@ fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
     }))
     .unwrap();
     let _ = until_closed(&mut s, Duration::from_secs(10));
-    let line = d.wait_for(r"refused: y\r\n");
+    let line = d.wait_for("wrong key");
     assert!(
-        line.contains(r"y\r\n<0>\x1b[2Jgone (auth_failed)"),
+        line.starts_with("<4>refused a client from 127.0.0.1:"),
         "{line}"
     );
+    assert!(!line.contains("gone"), "{line}");
     let text = d.scrape();
     assert_eq!(
-        value(&text, "urmove_session_errors_total{kind=\"auth_failed\"}").unwrap_or(0.0),
-        0.0,
+        value(&text, "urmove_session_errors_total{kind=\"auth_failed\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "urmove_sessions_aborted_by_peer_total{kind=\"auth_failed\"}"
+        ),
+        None,
         "{text}"
     );
 }

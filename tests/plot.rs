@@ -9,8 +9,14 @@ use std::path::Path;
 
 use resvg::{tiny_skia, usvg};
 
+use urmove::bench::sweep::{cells, SweepRow, SweepSpec, SweepTable, TESTS};
+use urmove::coord::units::RateUnit;
+
 use crate::transfer::Daemon;
 use crate::util::{run, stderr, stdout, urmove};
+
+/// The colour of a failed gate's worst-window mark.
+const WORST: &str = "#FF00AA";
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir_in("/var/tmp").unwrap()
@@ -30,11 +36,21 @@ struct Picture {
     /// Pixels that are not the white background, of `pixels`.
     inked: usize,
     pixels: usize,
+    /// Every pixel of the PNG.
+    px: Vec<(i32, i32, i32)>,
 }
 
 impl Picture {
     fn has_text(&self, t: &str) -> bool {
         self.texts.iter().any(|x| x == t)
+    }
+
+    /// Pixels within a small distance of `rgb`.
+    fn band_pixels(&self, (r0, g0, b0): (i32, i32, i32)) -> usize {
+        self.px
+            .iter()
+            .filter(|&&(r, g, b)| (r - r0).abs() + (g - g0).abs() + (b - b0).abs() < 8)
+            .count()
     }
 
     fn has_text_containing(&self, t: &str) -> bool {
@@ -126,6 +142,7 @@ fn look_at(svg_path: &Path) -> Picture {
         line_pixels,
         inked,
         pixels: px.len(),
+        px,
     }
 }
 
@@ -213,6 +230,13 @@ fn bench_disk_plots_a_line_per_phase_and_one_with_the_gate() {
     assert!(pic.has_text("aggregate"), "{:?}", pic.texts);
     assert!(pic.has_text("min-rate 977 KiB/s"), "{:?}", pic.texts);
     assert!(pic.has_text("throughput (MiB/s)"), "{:?}", pic.texts);
+    // The gate held: no worst window is marked.
+    assert!(!pic.has_text_containing("worst"), "{:?}", pic.texts);
+    assert!(
+        !pic.line_pixels.contains_key(WORST),
+        "{:?}",
+        pic.line_pixels
+    );
     let per_target = pic
         .texts
         .iter()
@@ -257,7 +281,154 @@ fn bench_disk_sweep_plots_the_matrix() {
     }
     assert!(pic.has_text("4K") && pic.has_text("64K"), "{:?}", pic.texts);
     assert_eq!(pic.lines(), 3, "{:?}", pic.line_pixels);
-    assert!(pic.has_text("rate (MB/s)"), "{:?}", pic.texts);
+    assert_log_rate_axis(&pic, "rate (MB/s, log scale)");
+}
+
+/// The sweep's rate axis is logarithmic: so named, and its numbers are
+/// powers of 10 spanning at least one decade in every panel.
+fn assert_log_rate_axis(pic: &Picture, desc: &str) {
+    let panels = pic.texts.iter().filter(|t| *t == desc).count();
+    assert_eq!(panels, 6, "{desc}: {:?}", pic.texts);
+    let numbers: Vec<f64> = pic.texts.iter().filter_map(|t| t.parse().ok()).collect();
+    assert!(numbers.len() >= 2 * panels, "{:?}", pic.texts);
+    for n in &numbers {
+        let e = n.log10();
+        assert!((e - e.round()).abs() < 1e-9, "{n} is no power of 10");
+    }
+    let (lo, hi) = numbers
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &n| (lo.min(n), hi.max(n)));
+    assert!(hi >= 10.0 * lo, "one decade at least: {numbers:?}");
+}
+
+/// The default sweep's cells (64 KiB to `file_max` files, 4 KiB to
+/// 16 MiB records), each file size's rates a decade or so above the last.
+fn sweep_table(file_max: u64) -> SweepTable {
+    let spec = SweepSpec {
+        file_max,
+        ..SweepSpec::default()
+    };
+    let rows = cells(&spec)
+        .into_iter()
+        .map(|(file, record)| {
+            let i = f64::from(file.trailing_zeros() - 16);
+            let base = 2e5 * 10f64.powf(i / 2.0) * f64::from(record).log2() / 12.0;
+            SweepRow {
+                file_bytes: file,
+                record_bytes: record,
+                rates_bytes_per_s: (0..6).map(|t| base * (1.0 + 0.05 * t as f64)).collect(),
+            }
+        })
+        .collect();
+    SweepTable {
+        tests: TESTS.to_vec(),
+        queue_depth: 1,
+        rows,
+    }
+}
+
+fn draw_sweep(dir: &Path, name: &str, table: &SweepTable) -> (Picture, String) {
+    let svg = urmove::cli::plot::sweep_svg("sweep", table, RateUnit::Mb).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, &svg).unwrap();
+    (look_at(&path), svg)
+}
+
+#[test]
+fn every_file_size_of_a_default_sweep_has_its_own_colour_and_the_rate_axis_is_logarithmic() {
+    let dir = tmp();
+    // 64K to 512M: 14 file sizes, rates over seven decades.
+    let (pic, svg) = draw_sweep(dir.path(), "default.svg", &sweep_table(512 << 20));
+    assert_drawn(&pic);
+    let files: Vec<&String> = pic
+        .texts
+        .iter()
+        .filter(|t| t.starts_with("file "))
+        .collect();
+    assert_eq!(files.len(), 14, "{files:?}");
+    assert!(
+        pic.has_text("file 64K") && pic.has_text("file 64M"),
+        "{files:?}"
+    );
+    // A colour each (64K and 64M once shared blue), each line visible.
+    assert_eq!(pic.lines(), 14, "{:?}", pic.line_pixels);
+    assert_log_rate_axis(&pic, "rate (MB/s, log scale)");
+    assert!(
+        pic.has_text("1") && pic.has_text("1000000"),
+        "decades apart: {:?}",
+        pic.texts
+    );
+    // Within the palette every point is a circle.
+    assert_eq!(squares(&svg), 0);
+
+    // Past the palette (18 sizes, to 8G): colours come round again, with
+    // square markers, so no two series are drawn alike.
+    let (pic, svg) = draw_sweep(dir.path(), "big.svg", &sweep_table(8 << 30));
+    assert_eq!(pic.lines(), 16, "{:?}", pic.line_pixels);
+    let files = pic.texts.iter().filter(|t| t.starts_with("file ")).count();
+    assert_eq!(files, 18);
+    // Two series of squares: a marker per record size in each of 6 panels,
+    // one in each of their legend samples.
+    assert!(squares(&svg) >= 2 * 6 + 2, "{} squares", squares(&svg));
+}
+
+/// Filled 6 px squares (the sweep's second marker) in `svg`.
+fn squares(svg: &str) -> usize {
+    svg.split("<rect")
+        .skip(1)
+        .filter(|r| r.contains(r#"width="6" height="6""#))
+        .count()
+}
+
+#[test]
+fn a_failed_min_rate_gate_marks_its_worst_window() {
+    let dir = tmp();
+    let svg = dir.path().join("failed.svg");
+    let target = dir.path().join("t");
+    std::fs::create_dir(&target).unwrap();
+    // No disk here writes 1000 GB/s: every window falls short.
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(&target),
+        "--mode",
+        "write",
+        "--size",
+        "32M",
+        "--time",
+        "400ms",
+        "--interval",
+        "20ms",
+        "--min-rate",
+        "1000GB",
+        "--window",
+        "50ms",
+        "--json",
+        "--plot",
+        p(&svg),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = crate::util::json(&o);
+    assert_eq!(v["min_rate_ok"], false);
+    let gate = &v["results"][0]["min_rate"];
+    let at = gate["worst_window_at_s"].as_f64().unwrap();
+    let pic = look_at(&svg);
+    assert_drawn(&pic);
+    // The target, the gate and the worst window's rate line.
+    assert_eq!(pic.lines(), 3, "{:?}", pic.line_pixels);
+    assert!(pic.line_pixels.contains_key(WORST), "{:?}", pic.line_pixels);
+    let entry = pic
+        .texts
+        .iter()
+        .find(|t| t.starts_with("worst "))
+        .unwrap_or_else(|| panic!("no legend entry: {:?}", pic.texts));
+    assert!(entry.starts_with("worst 50 ms window: "), "{entry}");
+    assert!(entry.ends_with(&format!(" at {at:.2} s")), "{entry}");
+    assert!(entry.contains("B/s"), "its rate: {entry}");
+    // Its band: the mark's colour at 15% over white, in the chart and the
+    // legend.
+    let band = pic.band_pixels((255, 217, 242));
+    assert!(band > 500, "{band} pixels of the band");
 }
 
 #[test]

@@ -485,3 +485,176 @@ fn the_install_script_stages_binary_unit_config_and_docs() {
         .unwrap();
     assert!(!stderr(&o).contains("line "), "{}", stderr(&o));
 }
+
+/// `urmove recv` on loopback with its metrics, rooted in `root`: the
+/// daemon, its metrics address and its port.
+fn recv_with_metrics(root: &Path, key: &Path) -> (Service, String, String) {
+    let mut d = Service::start(
+        urmove()
+            .args([
+                "recv",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics",
+                "127.0.0.1:0",
+            ])
+            .args(["--interval", "200ms", "--root"])
+            .arg(root)
+            .arg("--key-file")
+            .arg(key)
+            .arg("--state-dir")
+            .arg(key.with_file_name("state")),
+    );
+    let metrics = addr_after(&d.wait_for("metrics at"), "http://");
+    let port = addr_after(&d.wait_for("listening on"), "127.0.0.1:");
+    (d, metrics, port)
+}
+
+/// `urmove VERB -p PORT -q --key-file KEY ARGS...`, which must succeed.
+fn client(verb: &str, port: &str, key: &Path, args: &[&str]) {
+    let o = urmove()
+        .args([verb, "-p", port, "-q", "--key-file"])
+        .arg(key)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{verb} {args:?}: {}", stderr(&o));
+}
+
+/// Scrape until `series` reads `want` (20 s at most); the last value.
+fn metric_becomes(metrics: &str, series: &str, want: f64) -> f64 {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = value(&parse_metrics(&scrape(metrics)), series);
+        if v == want || Instant::now() > until {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn connections_open_counts_the_control_connection_and_every_data_stream_while_they_are_open() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(dir.path());
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (d, metrics, port) = recv_with_metrics(root.path(), &key);
+    let top = dir.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    let total = 24 << 20;
+    std::fs::write(top.join("big"), noise(total, 4)).unwrap();
+    // 4 data streams at 8 MB/s: about 3 s to scrape in.
+    let mut send = urmove()
+        .args(["send", "-p", &port, "-P", "4", "--rate-limit", "8MB", "-q"])
+        .arg("--key-file")
+        .arg(&key)
+        .arg(&top)
+        .arg("127.0.0.1:in")
+        .spawn()
+        .unwrap();
+    // While data flows (all streams connected, none dropped yet).
+    let mut open = Vec::new();
+    while send.try_wait().unwrap().is_none() {
+        let m = parse_metrics(&scrape(&metrics));
+        let bytes = value(&m, "urmove_received_bytes_total");
+        if bytes > 0.0 && bytes < total as f64 {
+            open.push(value(&m, "urmove_connections_open"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(send.wait().unwrap().success(), "{:?}", d.seen);
+    assert!(open.len() >= 3, "too few scrapes mid-transfer: {open:?}");
+    assert!(
+        open.iter().all(|&n| n == 5.0),
+        "the control connection and 4 data streams, each scrape: {open:?}"
+    );
+    assert_eq!(
+        metric_becomes(&metrics, "urmove_connections_open", 0.0),
+        0.0,
+        "connections left open after the session"
+    );
+    assert_same_tree(&top, &root.path().join("in/run"));
+}
+
+#[test]
+fn empty_files_count_among_the_files_received_and_sent() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(dir.path());
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (_d, metrics, port) = recv_with_metrics(root.path(), &key);
+    let top = dir.path().join("run");
+    std::fs::create_dir_all(top.join("d/e")).unwrap();
+    for empty in ["e0", "d/e1", "d/e/e2"] {
+        std::fs::write(top.join(empty), b"").unwrap();
+    }
+    std::fs::write(top.join("d/full"), noise(5000, 5)).unwrap();
+    let (src, back) = (top.to_str().unwrap(), dir.path().join("back"));
+    client("send", &port, &key, &[src, "127.0.0.1:in"]);
+    assert_same_tree(&top, &root.path().join("in/run"));
+    let m = parse_metrics(&scrape(&metrics));
+    assert_eq!(
+        value(&m, "urmove_received_files_total"),
+        4.0,
+        "3 empty, 1 not"
+    );
+    assert_eq!(value(&m, "urmove_received_bytes_total"), 5000.0);
+    // Pulled back, the same four are the daemon's files sent.
+    client(
+        "pull",
+        &port,
+        &key,
+        &["127.0.0.1:in/run", back.to_str().unwrap()],
+    );
+    assert_same_tree(&top, &back.join("run"));
+    let m = parse_metrics(&scrape(&metrics));
+    assert_eq!(value(&m, "urmove_sent_files_total"), 4.0);
+    assert_eq!(value(&m, "urmove_sent_bytes_total"), 5000.0);
+}
+
+#[test]
+fn the_daemons_log_tells_pushes_from_pulls_where_they_start_and_end() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(dir.path());
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (mut d, _, port) = recv_with_metrics(root.path(), &key);
+    let top = dir.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("a"), noise(3000, 6)).unwrap();
+    std::fs::write(top.join("b"), noise(7000, 7)).unwrap();
+    let (src, back) = (top.to_str().unwrap(), dir.path().join("back"));
+    client("send", &port, &key, &["-P", "2", src, "127.0.0.1:in"]);
+    let start = d.wait_for(": push session started");
+    assert!(start.contains(r#"into "in", 2 data streams"#), "{start}");
+    let peer = start
+        .split(": push")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let done = d.wait_for(": push session done");
+    assert!(
+        done.contains(&format!(
+            "{peer}: push session done: 2 files, 10000 bytes received"
+        )),
+        "{done}"
+    );
+    let to = back.to_str().unwrap();
+    client("pull", &port, &key, &["-P", "2", "127.0.0.1:in/run", to]);
+    let start = d.wait_for(": pull session started");
+    assert!(
+        start.contains(r#"of ["in/run"], 2 data streams"#),
+        "{start}"
+    );
+    let done = d.wait_for(": pull session done");
+    assert!(
+        done.contains(": pull session done: 2 files, 10000 bytes sent"),
+        "{done}"
+    );
+    // One start and one end each: no session called by the other's name.
+    for (what, n) in [("push session", 2), ("pull session", 2), ("session", 4)] {
+        let count = d.seen.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(count, n, "{what}: {:#?}", d.seen);
+    }
+}

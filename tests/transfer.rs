@@ -392,11 +392,23 @@ fn the_wrong_key_is_refused_on_both_sides_and_the_daemon_keeps_serving() {
         "{}",
         stderr(&o)
     );
-    std::thread::sleep(Duration::from_millis(200));
+    // The daemon logs the refusal as its own, naming the client.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let mut log = String::new();
+    while !log.contains("wrong key") && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        log += &d.log();
+    }
+    let line = log
+        .lines()
+        .find(|l| l.contains("wrong key"))
+        .unwrap_or_else(|| panic!("no refusal in the daemon's log:\n{log}"));
     assert!(
-        d.log().contains("authentication failed"),
-        "the daemon says so too"
+        line.contains("warning: refused a client from 127.0.0.1:")
+            && line.ends_with(": wrong key (it does not hold this daemon's key)"),
+        "{line}"
     );
+    assert!(!log.contains("the peer refused"), "{log}");
     assert_eq!(
         std::fs::read_dir(d.root.path()).unwrap().count(),
         0,

@@ -291,8 +291,9 @@ pub struct BenchArgs {
 
     /// Draw the run as an SVG picture: throughput per interval over time,
     /// per target (--disk) or stream (--net) and in aggregate, with the
-    /// --min-rate line; with --sweep, the matrix of rates by record and
-    /// file size.
+    /// --min-rate line (and, when the gate failed, its worst window
+    /// shaded); with --sweep, the matrix of rates (log scale) by record
+    /// and file size.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
 

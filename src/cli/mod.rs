@@ -255,6 +255,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         time_axis: "time since the phase started (s)",
         panels: Vec::new(),
         min_rate_bytes_per_s: cfg.min_rate.map(|m| m.bytes_per_s),
+        worst_windows: Vec::new(),
     });
     if format == Format::Human && !printer.show.quiet {
         let what = if sweep.is_some() { "sweep" } else { "disk" };
@@ -303,6 +304,9 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     };
     if let (Some(path), Some(table)) = (&a.csv, &report.sweep) {
         write_csv(path, table, units).map_err(Failure::Run)?;
+    }
+    if let Some(r) = rates.as_mut() {
+        r.mark_short_windows(&report.results);
     }
     let mut plotted = Ok(());
     if let Some(file) = &plot_file {

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use plotters::backend::SVGBackend;
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -60,6 +62,18 @@ pub struct RatePlot {
     pub panels: Vec<Panel>,
     /// The `--min-rate` gate, drawn as a dashed line on every panel.
     pub min_rate_bytes_per_s: Option<f64>,
+    /// The worst windows of a gate that failed, each shaded on its panel.
+    pub worst_windows: Vec<WorstWindow>,
+}
+
+/// The worst window of a `--min-rate` gate that failed, on the panel of
+/// its phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorstWindow {
+    pub caption: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub rate_bytes_per_s: f64,
 }
 
 const WIDTH: u32 = 1100;
@@ -71,8 +85,11 @@ const LEGEND_SERIES_MAX: usize = 12;
 /// A legend name longer than this keeps its end (paths end in what matters).
 const LEGEND_NAME_CHARS_MAX: usize = 48;
 
-/// Colours of the non-aggregate lines (a colour-blind-safe set).
-const PALETTE: [RGBColor; 10] = [
+/// Colours of the non-aggregate lines: the colour-blind-safe set of
+/// Okabe and Ito, then more, each far enough from the others to tell
+/// apart; a sweep with more series than this draws them again dashed and
+/// with other markers ([`sweep_style`]).
+const PALETTE: [RGBColor; 16] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
@@ -83,9 +100,21 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(117, 112, 179),
     RGBColor(102, 166, 30),
     RGBColor(166, 118, 29),
+    RGBColor(153, 153, 153),
+    RGBColor(31, 31, 140),
+    RGBColor(150, 20, 70),
+    RGBColor(0, 90, 60),
+    RGBColor(255, 140, 210),
+    RGBColor(100, 60, 20),
 ];
+/// Markers of a sweep's points, one set of colours each.
+const MARKERS: [Marker; 3] = [Marker::Circle, Marker::Square, Marker::Triangle];
 const AGGREGATE_COLOUR: RGBColor = RGBColor(20, 20, 20);
 const MIN_RATE_COLOUR: RGBColor = RGBColor(200, 0, 0);
+/// The worst window of a failed `--min-rate` gate: its band (light) and
+/// its rate (a line across the band).
+const WORST_COLOUR: RGBColor = RGBColor(255, 0, 170);
+const WORST_BAND_OPACITY: f64 = 0.15;
 
 /// The unit's name on an axis.
 pub fn unit_label(u: RateUnit) -> &'static str {
@@ -101,12 +130,77 @@ fn drawing<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing the plot: {e}")
 }
 
-/// One legend entry: its text, colour, width and whether it is dashed.
+/// One legend entry: its text, colour and how its sample is drawn.
 struct LegendEntry {
     name: String,
     colour: RGBColor,
-    width: u32,
-    dashed: bool,
+    sample: Sample,
+}
+
+/// A legend entry's sample: a line (maybe dashed, maybe with a marker) or
+/// a shaded band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sample {
+    Line {
+        width: u32,
+        dashed: bool,
+        marker: Option<Marker>,
+    },
+    Band,
+}
+
+impl Sample {
+    fn line(width: u32) -> Sample {
+        Sample::Line {
+            width,
+            dashed: false,
+            marker: None,
+        }
+    }
+}
+
+/// The shape of a point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marker {
+    Circle,
+    Square,
+    Triangle,
+}
+
+/// `marker` at (`x`, `y`) of the legend strip, filled with `colour`.
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (x, y): (i32, i32),
+    marker: Marker,
+    colour: RGBColor,
+) -> anyhow::Result<()> {
+    let style = colour.filled();
+    match marker {
+        Marker::Circle => area.draw(&Circle::new((x, y), 3, style)),
+        Marker::Square => area.draw(&Rectangle::new([(x - 3, y - 3), (x + 3, y + 3)], style)),
+        Marker::Triangle => area.draw(&TriangleMarker::new((x, y), 4, style)),
+    }
+    .map_err(drawing)
+}
+
+/// `marker` at each of `points` of a chart, filled with `colour`.
+fn draw_markers<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, LogCoord<f64>>>,
+    points: &[(f64, f64)],
+    marker: Marker,
+    colour: RGBColor,
+) -> anyhow::Result<()> {
+    let style = colour.filled();
+    let at = points.iter().copied();
+    match marker {
+        Marker::Circle => chart.draw_series(at.map(|p| Circle::new(p, 3, style))),
+        Marker::Square => chart.draw_series(
+            at.map(|p| EmptyElement::at(p) + Rectangle::new([(-3, -3), (3, 3)], style)),
+        ),
+        Marker::Triangle => chart.draw_series(at.map(|p| TriangleMarker::new(p, 4, style))),
+    }
+    .map(|_| ())
+    .map_err(drawing)
 }
 
 fn short_name(name: &str) -> String {
@@ -135,21 +229,44 @@ fn draw_legend<DB: DrawingBackend>(
     let style = (FONT, 14).into_font().color(&BLACK);
     for (i, e) in entries.iter().enumerate() {
         let y = 30 + 24 * i as i32;
-        let line = ShapeStyle::from(&e.colour).stroke_width(e.width);
-        if e.dashed {
-            for k in 0..3 {
-                area.draw(&PathElement::new(
-                    vec![(10 + 12 * k, y), (18 + 12 * k, y)],
-                    line,
-                ))
-                .map_err(drawing)?;
-            }
-        } else {
-            area.draw(&PathElement::new(vec![(10, y), (42, y)], line))
-                .map_err(drawing)?;
-        }
+        draw_sample(area, e, y)?;
         area.draw(&Text::new(e.name.clone(), (50, y - 8), style.clone()))
             .map_err(drawing)?;
+    }
+    Ok(())
+}
+
+/// A legend entry's sample, at height `y` of the strip.
+fn draw_sample<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    e: &LegendEntry,
+    y: i32,
+) -> anyhow::Result<()> {
+    let (width, dashed, marker) = match e.sample {
+        Sample::Band => {
+            let band = e.colour.mix(WORST_BAND_OPACITY).filled();
+            area.draw(&Rectangle::new([(10, y - 8), (42, y + 8)], band))
+                .map_err(drawing)?;
+            (2, false, None)
+        }
+        Sample::Line {
+            width,
+            dashed,
+            marker,
+        } => (width, dashed, marker),
+    };
+    let line = ShapeStyle::from(&e.colour).stroke_width(width);
+    let pieces: &[(i32, i32)] = if dashed {
+        &[(10, 18), (22, 30), (34, 42)]
+    } else {
+        &[(10, 42)]
+    };
+    for &(from, to) in pieces {
+        area.draw(&PathElement::new(vec![(from, y), (to, y)], line))
+            .map_err(drawing)?;
+    }
+    if let Some(m) = marker {
+        draw_marker(area, (26, y), m, e.colour)?;
     }
     Ok(())
 }
@@ -192,8 +309,7 @@ impl RatePlot {
             out.push(LegendEntry {
                 name: format!("each of {} series", others.len()),
                 colour: PALETTE[0],
-                width: 1,
-                dashed: false,
+                sample: Sample::line(1),
             });
         } else {
             for (i, n) in others.iter().enumerate() {
@@ -201,8 +317,7 @@ impl RatePlot {
                 out.push(LegendEntry {
                     name: short_name(n),
                     colour,
-                    width,
-                    dashed: false,
+                    sample: Sample::line(width),
                 });
             }
         }
@@ -210,19 +325,65 @@ impl RatePlot {
             out.push(LegendEntry {
                 name: AGGREGATE.into(),
                 colour: AGGREGATE_COLOUR,
-                width: 3,
-                dashed: false,
+                sample: Sample::line(3),
             });
         }
         if let Some(m) = self.min_rate_bytes_per_s {
             out.push(LegendEntry {
                 name: format!("min-rate {}", units::rate(m, self.unit)),
                 colour: MIN_RATE_COLOUR,
-                width: 2,
-                dashed: true,
+                sample: Sample::Line {
+                    width: 2,
+                    dashed: true,
+                    marker: None,
+                },
+            });
+        }
+        for w in &self.worst_windows {
+            out.push(LegendEntry {
+                name: self.worst_name(w),
+                colour: WORST_COLOUR,
+                sample: Sample::Band,
             });
         }
         out
+    }
+
+    /// A worst window's legend text: its length, rate and start (and its
+    /// phase, when there are several).
+    fn worst_name(&self, w: &WorstWindow) -> String {
+        let phase = if self.panels.len() > 1 {
+            format!(" ({})", w.caption)
+        } else {
+            String::new()
+        };
+        format!(
+            "worst {} window{phase}: {} at {:.2} s",
+            units::duration_s(w.end_s - w.start_s),
+            units::rate(w.rate_bytes_per_s, self.unit),
+            w.start_s
+        )
+    }
+
+    /// Mark the windows where a `--min-rate` gate of `results` failed.
+    pub fn mark_short_windows(&mut self, results: &[ModeResult]) {
+        for r in results {
+            let Some(g) = r.min_rate.as_ref().filter(|g| !g.ok) else {
+                continue;
+            };
+            // A run shorter than its window was checked as one window.
+            let (start_s, end_s) = if g.run_shorter_than_window {
+                (0.0, r.elapsed_s)
+            } else {
+                (g.worst_window_at_s, g.worst_window_at_s + g.window_s)
+            };
+            self.worst_windows.push(WorstWindow {
+                caption: r.mode.to_string(),
+                start_s,
+                end_s,
+                rate_bytes_per_s: g.worst_window_bytes_per_s,
+            });
+        }
     }
 
     /// The picture as an SVG document.
@@ -297,6 +458,8 @@ impl RatePlot {
             .light_line_style(RGBColor(238, 238, 238))
             .draw()
             .map_err(drawing)?;
+        // Under the lines: the worst window's band.
+        self.draw_worst(&mut chart, &panel.caption, (x_top, y_top))?;
         let mut order: Vec<&Series> = panel.series.iter().collect();
         // The aggregate last, on top of the others.
         order.sort_by_key(|s| s.name == AGGREGATE);
@@ -320,6 +483,29 @@ impl RatePlot {
                     6,
                     MIN_RATE_COLOUR.stroke_width(2),
                 ))
+                .map_err(drawing)?;
+        }
+        Ok(())
+    }
+
+    /// The worst windows of the panel `caption`: a band over the window's
+    /// time, a line across it at its rate.
+    fn draw_worst<DB: DrawingBackend>(
+        &self,
+        chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+        caption: &str,
+        (x_top, y_top): (f64, f64),
+    ) -> anyhow::Result<()> {
+        for w in self.worst_windows.iter().filter(|w| w.caption == caption) {
+            let (from, to) = (w.start_s.min(x_top), w.end_s.min(x_top));
+            let band = WORST_COLOUR.mix(WORST_BAND_OPACITY).filled();
+            let r = rate_in(w.rate_bytes_per_s, self.unit);
+            chart
+                .draw_series([Rectangle::new([(from, 0.0), (to, y_top)], band)])
+                .map_err(drawing)?;
+            let line = WORST_COLOUR.stroke_width(2);
+            chart
+                .draw_series(LineSeries::new([(from, r), (to, r)], line))
                 .map_err(drawing)?;
         }
         Ok(())
@@ -403,41 +589,82 @@ fn size_label(bytes: f64) -> String {
     format!("{b}")
 }
 
-/// The sweep matrix: a panel per test, rate over record size (log2), a
-/// line per file size.
+/// How series `i` of a sweep is drawn: a colour of its own while the
+/// palette lasts, then the colours again, dashed, with other markers.
+fn sweep_style(i: usize) -> (RGBColor, Marker, bool) {
+    let round = i / PALETTE.len();
+    (
+        PALETTE[i % PALETTE.len()],
+        MARKERS[round % MARKERS.len()],
+        round > 0,
+    )
+}
+
+/// The decades a log axis spans to hold the positive `rates`: from a
+/// power of 10 below the least to one above the most (1 to 10 for none).
+fn decades(rates: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = rates
+        .filter(|r| *r > 0.0 && r.is_finite())
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+            (lo.min(r), hi.max(r))
+        });
+    if hi == 0.0 {
+        return (1.0, 10.0);
+    }
+    // A little room, so no point sits on the frame.
+    let lo = 10f64.powf((lo / 1.2).log10().floor());
+    let hi = 10f64.powf((hi * 1.2).log10().ceil());
+    (lo, hi.max(lo * 10.0))
+}
+
+/// A log axis label: powers of 10 only (1000, 10, 0.1), the rest blank.
+fn decade_label(v: &f64) -> String {
+    let e = v.log10();
+    if (e - e.round()).abs() > 1e-6 {
+        return String::new();
+    }
+    let decimals = (-e.round()).max(0.0) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// Record sizes on a log2 axis: the span of the table's, a little wider.
+fn record_range(table: &SweepTable) -> std::ops::Range<f64> {
+    let log2s = table.rows.iter().map(|r| f64::from(r.record_bytes).log2());
+    let (lo, hi) = log2s.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    if lo.is_finite() {
+        lo - 0.3..hi + 0.3
+    } else {
+        11.7..12.3
+    }
+}
+
+/// The sweep matrix: a panel per test, rate (log10) over record size
+/// (log2), a line per file size, each in its own style ([`sweep_style`]).
 pub fn sweep_svg(title: &str, table: &SweepTable, unit: RateUnit) -> anyhow::Result<String> {
     let mut files: Vec<u64> = table.rows.iter().map(|r| r.file_bytes).collect();
     files.sort_unstable();
     files.dedup();
-    let log2 = |r: u32| f64::from(r).log2();
-    let x_min = table
-        .rows
-        .iter()
-        .map(|r| log2(r.record_bytes))
-        .fold(f64::INFINITY, f64::min);
-    let x_max = table
-        .rows
-        .iter()
-        .map(|r| log2(r.record_bytes))
-        .fold(f64::NEG_INFINITY, f64::max);
-    let (x_min, x_max) = if x_min.is_finite() {
-        (x_min - 0.3, x_max + 0.3)
-    } else {
-        (11.7, 12.3)
-    };
     let legend: Vec<LegendEntry> = files
         .iter()
         .enumerate()
-        .map(|(i, &f)| LegendEntry {
-            name: format!("file {}", size_label(f as f64)),
-            colour: PALETTE[i % PALETTE.len()],
-            width: 2,
-            dashed: false,
+        .map(|(i, &f)| {
+            let (colour, marker, dashed) = sweep_style(i);
+            LegendEntry {
+                name: format!("file {}", size_label(f as f64)),
+                colour,
+                sample: Sample::Line {
+                    width: 2,
+                    dashed,
+                    marker: Some(marker),
+                },
+            }
         })
         .collect();
     let cols = 3;
     let rows = table.tests.len().div_ceil(cols).max(1);
-    let height = TITLE_HEIGHT + 330 * rows as u32;
+    let height = (TITLE_HEIGHT + 330 * rows as u32).max(60 + 24 * legend.len() as u32);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH + 200, height)).into_drawing_area();
@@ -448,62 +675,73 @@ pub fn sweep_svg(title: &str, table: &SweepTable, unit: RateUnit) -> anyhow::Res
         let (charts, strip) = root.split_horizontally(WIDTH + 200 - legend_width(&legend));
         draw_legend(&strip, &legend)?;
         let areas = charts.split_evenly((rows, cols));
-        for (t, (test, area)) in table.tests.iter().zip(&areas).enumerate() {
-            let y_top = table
-                .rows
-                .iter()
-                .map(|r| rate_in(r.rates_bytes_per_s.get(t).copied().unwrap_or(0.0), unit))
-                .fold(0.0f64, f64::max);
-            let y_top = if y_top > 0.0 { y_top * 1.12 } else { 1.0 };
-            let mut chart = ChartBuilder::on(area)
-                .caption(*test, (FONT, 15))
-                .margin(10)
-                .x_label_area_size(40)
-                .y_label_area_size(62)
-                .build_cartesian_2d(x_min..x_max, 0.0..y_top)
-                .map_err(drawing)?;
-            let fmt = |x: &f64| {
-                if (x - x.round()).abs() < 1e-6 {
-                    size_label(x.round().exp2())
-                } else {
-                    String::new()
-                }
-            };
-            chart
-                .configure_mesh()
-                .x_desc("record size")
-                .y_desc(format!("rate ({})", unit_label(unit)))
-                .x_label_formatter(&fmt)
-                .y_label_formatter(&axis_number)
-                .label_style((FONT, 11))
-                .axis_desc_style((FONT, 12))
-                .max_light_lines(2)
-                .light_line_style(RGBColor(238, 238, 238))
-                .draw()
-                .map_err(drawing)?;
-            for (i, &f) in files.iter().enumerate() {
-                let points: Vec<(f64, f64)> = table
-                    .rows
-                    .iter()
-                    .filter(|r| r.file_bytes == f)
-                    .map(|r| {
-                        let rate = r.rates_bytes_per_s.get(t).copied().unwrap_or(0.0);
-                        (log2(r.record_bytes), rate_in(rate, unit))
-                    })
-                    .collect();
-                let c = PALETTE[i % PALETTE.len()];
-                chart
-                    .draw_series(LineSeries::new(points.iter().copied(), c.stroke_width(2)))
-                    .map_err(drawing)?;
-                // A file size with a single record size is a point, not a line.
-                chart
-                    .draw_series(points.iter().map(|&p| Circle::new(p, 3, c.filled())))
-                    .map_err(drawing)?;
-            }
+        for (t, area) in areas.iter().enumerate().take(table.tests.len()) {
+            sweep_panel(area, table, t, &files, unit)?;
         }
         root.present().map_err(drawing)?;
     }
     Ok(svg)
+}
+
+/// One test's panel of the sweep: a line per file size over the record
+/// sizes, on a log rate axis.
+fn sweep_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    table: &SweepTable,
+    t: usize,
+    files: &[u64],
+    unit: RateUnit,
+) -> anyhow::Result<()> {
+    let rate = |r: &crate::bench::sweep::SweepRow| {
+        rate_in(r.rates_bytes_per_s.get(t).copied().unwrap_or(0.0), unit)
+    };
+    let (lo, hi) = decades(table.rows.iter().map(rate));
+    let mut chart = ChartBuilder::on(area)
+        .caption(table.tests[t], (FONT, 15))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(62)
+        .build_cartesian_2d(record_range(table), (lo..hi).log_scale())
+        .map_err(drawing)?;
+    let fmt = |x: &f64| {
+        if (x - x.round()).abs() < 1e-6 {
+            size_label(x.round().exp2())
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc("record size")
+        .y_desc(format!("rate ({}, log scale)", unit_label(unit)))
+        .x_label_formatter(&fmt)
+        .y_label_formatter(&decade_label)
+        .label_style((FONT, 11))
+        .axis_desc_style((FONT, 12))
+        .max_light_lines(2)
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()
+        .map_err(drawing)?;
+    for (i, &f) in files.iter().enumerate() {
+        // No rate (a cell not run) has no place on a log axis.
+        let points: Vec<(f64, f64)> = table
+            .rows
+            .iter()
+            .filter(|r| r.file_bytes == f && rate(r) > 0.0)
+            .map(|r| (f64::from(r.record_bytes).log2(), rate(r)))
+            .collect();
+        let (c, marker, dashed) = sweep_style(i);
+        let style = c.stroke_width(2);
+        if dashed {
+            chart.draw_series(DashedLineSeries::new(points.iter().copied(), 8, 5, style))
+        } else {
+            chart.draw_series(LineSeries::new(points.iter().copied(), style))
+        }
+        .map_err(drawing)?;
+        // A file size with a single record size is a point, not a line.
+        draw_markers(&mut chart, &points, marker, c)?;
+    }
+    Ok(())
 }
 
 /// Where `--plot` writes, checked before the run starts.
@@ -773,6 +1011,7 @@ mod tests {
             time_axis: "time (s)",
             panels: Vec::new(),
             min_rate_bytes_per_s: Some(1e8),
+            worst_windows: Vec::new(),
         };
         for s in 0..2 {
             p.add("", &format!("stream {s}"), &iv(1.0, 1.0, 5e8));
@@ -797,6 +1036,7 @@ mod tests {
             time_axis: "s",
             panels: Vec::new(),
             min_rate_bytes_per_s: None,
+            worst_windows: Vec::new(),
         };
         p.add("", AGGREGATE, &iv(1.0, 1.0, 100.0));
         p.add("", AGGREGATE, &iv(1.5, 0.5, 300.0));
@@ -817,6 +1057,7 @@ mod tests {
             time_axis: "s",
             panels: Vec::new(),
             min_rate_bytes_per_s: None,
+            worst_windows: Vec::new(),
         };
         for s in 0..20 {
             p.add("write", &format!("stream {s}"), &iv(1.0, 1.0, 1e6));
@@ -837,6 +1078,7 @@ mod tests {
             time_axis: "s",
             panels: Vec::new(),
             min_rate_bytes_per_s: None,
+            worst_windows: Vec::new(),
         };
         assert!(p.to_svg().unwrap().contains("no interval was measured"));
     }
@@ -862,6 +1104,82 @@ mod tests {
         }
         assert!(has_text(&svg, "file 1M") && has_text(&svg, "file 4M"));
         assert!(has_text(&svg, "64K"), "record sizes label the axis");
+    }
+
+    #[test]
+    fn a_log_axis_spans_whole_decades_and_labels_only_their_powers() {
+        assert_eq!(decades([0.0, 3.0, 450.0].into_iter()), (1.0, 1000.0));
+        assert_eq!(decades([0.5].into_iter()), (0.1, 1.0));
+        assert_eq!(decades(std::iter::empty()), (1.0, 10.0));
+        assert_eq!(decade_label(&1000.0), "1000");
+        assert_eq!(decade_label(&0.01), "0.01");
+        assert_eq!(decade_label(&2000.0), "");
+    }
+
+    #[test]
+    fn sweep_series_past_the_palette_are_dashed_with_other_markers() {
+        let styles: Vec<_> = (0..2 * PALETTE.len()).map(sweep_style).collect();
+        for (i, a) in styles.iter().enumerate() {
+            assert!(!styles[..i].contains(a), "series {i} is drawn like another");
+        }
+        assert_eq!(styles[0], (PALETTE[0], Marker::Circle, false));
+        assert_eq!(styles[PALETTE.len()], (PALETTE[0], Marker::Square, true));
+    }
+
+    #[test]
+    fn only_a_failed_gate_marks_its_worst_window() {
+        use crate::coord::gate::GateResult;
+        let mut p = RatePlot {
+            title: "t".into(),
+            unit: RateUnit::Mb,
+            time_axis: "s",
+            panels: Vec::new(),
+            min_rate_bytes_per_s: Some(2e6),
+            worst_windows: Vec::new(),
+        };
+        p.add("write", AGGREGATE, &iv(1.0, 1.0, 1e6));
+        let gate = |ok| GateResult {
+            ok,
+            min_rate_bytes_per_s: 2e6,
+            window_s: 0.5,
+            worst_window_bytes_per_s: 1e6,
+            worst_window_at_s: 0.25,
+            windows_short: u64::from(!ok),
+            windows_total: 10,
+            run_shorter_than_window: false,
+        };
+        let result = |ok| ModeResult {
+            mode: "write",
+            target: AGGREGATE.into(),
+            bytes: 0,
+            elapsed_s: 1.0,
+            rate_bytes_per_s: 0.0,
+            iops: 0.0,
+            ops: 0,
+            latency_us: Default::default(),
+            interval_rate_min_bytes_per_s: 0.0,
+            interval_rate_median_bytes_per_s: None,
+            block_size_bytes: 4096,
+            queue_depth: 1,
+            short_ops: 0,
+            retried_ops: 0,
+            ramp_bytes: 0,
+            fsync_s: None,
+            verified_blocks: None,
+            min_rate: Some(gate(ok)),
+        };
+        p.mark_short_windows(&[result(true)]);
+        assert!(p.worst_windows.is_empty());
+        p.mark_short_windows(&[result(false)]);
+        let names: Vec<String> = p.legend().into_iter().map(|e| e.name).collect();
+        assert_eq!(
+            names.last().map(String::as_str),
+            Some("worst 500 ms window: 1.00 MB/s at 0.25 s")
+        );
+        assert!(has_text(
+            &p.to_svg().unwrap(),
+            "worst 500 ms window: 1.00 MB/s at 0.25 s"
+        ));
     }
 
     #[test]

@@ -79,6 +79,7 @@ fn net_plot(file: Option<PlotFile>, what: &str, cfg: &SendConfig) -> Option<(Plo
         time_axis: "time since the data started (s)",
         panels: Vec::new(),
         min_rate_bytes_per_s: None,
+        worst_windows: Vec::new(),
     };
     file.map(|f| (f, rates))
 }

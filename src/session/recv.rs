@@ -18,7 +18,7 @@ use crate::protocol::control::{
     STREAMS_MAX,
 };
 use crate::protocol::handshake::{
-    check_stream_proof, Key, Proof, ServerHandshake, SessionId, SessionKeys,
+    check_stream_proof, AuthError, Key, Proof, ServerHandshake, SessionId, SessionKeys,
 };
 use crate::protocol::manifest::check_path;
 
@@ -841,7 +841,7 @@ impl Door {
                     connection(s, peer, conn, unauthenticated, &cfg, &registry, &thread_log)
                 {
                     registry.stats.failed(&e);
-                    thread_log(Level::Warn, &format!("{peer}: {e}"));
+                    thread_log(Level::Warn, &connection_failed(peer, &e));
                 }
             });
         // Without a thread the connection (and its holds) is dropped.
@@ -852,6 +852,19 @@ impl Door {
                 &format!("{peer}: dropped: no thread for it: {e}"),
             );
         }
+    }
+}
+
+/// The log line of a connection that failed before a session started:
+/// a client without the key (or speaking another version) is the
+/// daemon's refusal, not the peer's.
+fn connection_failed(peer: SocketAddr, e: &SessionError) -> String {
+    match e {
+        SessionError::Auth(AuthError::BadProof) => {
+            format!("refused a client from {peer}: wrong key (it does not hold this daemon's key)")
+        }
+        SessionError::Auth(e) => format!("refused a client from {peer}: {e}"),
+        e => format!("{peer}: {e}"),
     }
 }
 
@@ -1044,7 +1057,10 @@ fn connection(
     }
 }
 
-/// Serve a control connection's session and log how it went.
+/// Serve a control connection's session and log how it went: once it is
+/// admitted, its start, then its end or failure (counted here), each line
+/// naming what it is (push, pull, bench). Errors before that (the
+/// handshake, a refused request) are returned for the caller to log.
 fn control(
     s: &mut Control,
     mut opening: Opening,
@@ -1053,20 +1069,89 @@ fn control(
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(), SessionError> {
+    let (keys, req) = authenticate(s, &mut opening, cfg).map_err(|e| fail(s, e))?;
+    let kind = Kind::of(&req);
+    let (_session, reserved) = admit_session(&req, cfg, registry).map_err(|e| fail(s, e))?;
+    log(Level::Info, &format!("{peer}: {}", kind.started(&req)));
     let started = Instant::now();
-    match control_session(s, &mut opening, cfg, registry, peer, log) {
+    let run = run_session(s, &req, reserved.count, &keys, cfg, registry, peer, log);
+    match run {
         Ok((files, bytes)) => {
             let secs = started.elapsed().as_secs_f64();
             log(
                 Level::Info,
                 &format!(
-                    "{peer}: session done: {files} files, {bytes} bytes in {secs:.2} s ({:.3} Gb/s)",
+                    "{peer}: {} session done: {files} files, {bytes} bytes {} in {secs:.2} s ({:.3} Gb/s)",
+                    kind.name(),
+                    kind.moved(),
                     bytes as f64 * 8.0 / secs.max(1e-9) / 1e9
                 ),
             );
-            Ok(())
         }
-        Err(e) => Err(fail(s, e)),
+        Err(e) => {
+            let e = fail(s, e);
+            registry.stats.failed(&e);
+            log(
+                Level::Warn,
+                &format!("{peer}: {} session failed: {e}", kind.name()),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What a session does, as its log lines name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The client sends files to the daemon.
+    Push,
+    /// The client fetches files from the daemon.
+    Pull,
+    /// `bench --net`: frames only, no files.
+    Bench,
+}
+
+impl Kind {
+    fn of(req: &SessionRequest) -> Kind {
+        match req.direction {
+            Direction::Pull => Kind::Pull,
+            Direction::Bench | Direction::BenchReverse => Kind::Bench,
+            Direction::Push => Kind::Push,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Push => "push",
+            Kind::Pull => "pull",
+            Kind::Bench => "bench",
+        }
+    }
+
+    /// Which way the bytes of its end line went.
+    fn moved(self) -> &'static str {
+        match self {
+            Kind::Push => "received",
+            Kind::Pull => "sent",
+            Kind::Bench => "moved",
+        }
+    }
+
+    /// Its start line: what, where (the peer's words, escaped by the
+    /// log), on how many data streams.
+    fn started(self, req: &SessionRequest) -> String {
+        let streams = req.streams;
+        match self {
+            Kind::Push => format!(
+                "push session started: into {:?}, {streams} data streams",
+                req.path
+            ),
+            Kind::Pull => format!(
+                "pull session started: of {:?}, {streams} data streams",
+                req.path.split('\0').collect::<Vec<_>>()
+            ),
+            Kind::Bench => format!("bench session started: {streams} data streams"),
+        }
     }
 }
 
@@ -1128,6 +1213,12 @@ fn authenticate(
     let challenge = hs.on_hello(&opening.hello).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Challenge(challenge))?;
     let auth = match recv_small_by(s, opening.auth_by)? {
+        // The client found the challenge's proof is not of its key: it
+        // holds another one, which the daemon refuses as its own verdict.
+        Message::Error {
+            code: ErrorCode::AuthFailed,
+            ..
+        } => return Err(SessionError::Auth(AuthError::BadProof)),
         Message::Error { code, message } => return Err(SessionError::Refused { code, message }),
         m => m,
     };
@@ -1154,15 +1245,14 @@ fn authenticate(
     Ok((keys, req))
 }
 
-fn control_session(
-    s: &mut Control,
-    opening: &mut Opening,
+/// Admit an authenticated client's request: within the daemon's stream,
+/// encryption and block rules, a place among its sessions and buffers
+/// reserved for it (both held while the session runs).
+fn admit_session<'r>(
+    req: &SessionRequest,
     cfg: &RecvConfig,
-    registry: &Registry,
-    peer: SocketAddr,
-    log: &Log,
-) -> Result<(u64, u64), SessionError> {
-    let (keys, req) = authenticate(s, opening, cfg)?;
+    registry: &'r Registry,
+) -> Result<(Hold, Reserved<'r>), SessionError> {
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::local(
             ErrorCode::TooLarge,
@@ -1179,7 +1269,7 @@ fn control_session(
             "this daemon requires encrypted sessions: send with --encrypt",
         ));
     }
-    let _session =
+    let session =
         Hold::take(&registry.stats, Count::Sessions, cfg.limits.sessions).ok_or_else(|| {
             SessionError::local(
                 ErrorCode::Busy,
@@ -1195,34 +1285,42 @@ fn control_session(
             format!("block size {} is not a multiple of 4096", req.block_size),
         ));
     }
-    // Reserve the session's buffers within the daemon's budget: as many as
-    // it wants, or as many as are left, down to the fewest it works with.
-    let reserved = reserve_buffers(registry, &req)?;
-    let buffers = reserved.count;
-    if matches!(req.direction, Direction::Bench | Direction::BenchReverse) {
-        return bench_session(
-            s,
-            &req,
-            buffers,
-            &keys,
-            cfg,
-            registry,
-            &mut RecvProgress::new(log, &registry.stats, peer, cfg.interval, None),
-        );
-    }
-    if req.direction == Direction::Pull {
-        let id = registry.stats.begin(peer, "send");
-        let r = pull_session(s, &req, buffers, &keys, cfg, registry);
-        registry.stats.end(id);
-        return r;
-    }
-    if cfg.pull_only {
+    if cfg.pull_only && Kind::of(req) == Kind::Push {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
             "this daemon serves pulls only (pull_only): it takes no pushes",
         ));
     }
-    push_session(s, &req, buffers, &keys, cfg, registry, peer, log)
+    // As many buffers as it wants, or as many as are left, down to the
+    // fewest it works with.
+    Ok((session, reserve_buffers(registry, req)?))
+}
+
+/// Run an admitted session with its `buffers`: a bench, a pull or a push.
+#[allow(clippy::too_many_arguments)]
+fn run_session(
+    s: &mut Control,
+    req: &SessionRequest,
+    buffers: usize,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    peer: SocketAddr,
+    log: &Log,
+) -> Result<(u64, u64), SessionError> {
+    match Kind::of(req) {
+        Kind::Bench => {
+            let mut progress = RecvProgress::new(log, &registry.stats, peer, cfg.interval, None);
+            bench_session(s, req, buffers, keys, cfg, registry, &mut progress)
+        }
+        Kind::Pull => {
+            let id = registry.stats.begin(peer, "send");
+            let r = pull_session(s, req, buffers, keys, cfg, registry);
+            registry.stats.end(id);
+            r
+        }
+        Kind::Push => push_session(s, req, buffers, keys, cfg, registry, peer, log),
+    }
 }
 
 /// A push on the daemon's side: the manifest prepared under the root (see
