@@ -584,3 +584,42 @@ fn progress_counts_holes_as_done_on_push_and_pull() {
     assert_eq!(done, v["expected_bytes"].as_u64().unwrap(), "{v}");
     assert_same_tree(&top, &local.path().join("sp"));
 }
+
+/// `bench --net -P 3` prints a line per stream (bytes, rate, segments
+/// resent from TCP_INFO, round trip), as iperf3 users read them, and the
+/// JSON carries them; together they account for every byte.
+#[test]
+fn bench_net_prints_each_streams_line_with_its_retransmits() {
+    let d = Daemon::start();
+    let run = |extra: &[&str]| {
+        crate::util::urmove()
+            .args(d.bench_net_args("127.0.0.1"))
+            .args(["-P", "3", "--time", "1s"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("stream "))
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(" resent") && l.contains("rtt ")),
+        "{out}"
+    );
+    let v = json(&run(&["--json"]));
+    let streams = v["path"]["streams"].as_array().expect("path.streams");
+    assert_eq!(streams.len(), 3, "{v}");
+    let sent: u64 = streams
+        .iter()
+        .map(|s| s["bytes_sent"].as_u64().unwrap())
+        .sum();
+    assert!(sent >= v["bytes"].as_u64().unwrap(), "{v}");
+    assert!(streams.iter().all(|s| s["retransmits"].is_u64()), "{v}");
+}

@@ -565,6 +565,29 @@ fn bench_summary(r: &SendReport) -> String {
     )
 }
 
+/// iperf3's per-stream summary: each sending stream's bytes, rate over
+/// the run, segments resent (TCP_INFO) and round trip; nothing for one
+/// stream (the summary is its line) or when this side only received.
+fn stream_lines(r: &SendReport) -> Vec<String> {
+    let Some(path) = r.path.as_ref().filter(|p| p.streams.len() > 1) else {
+        return Vec::new();
+    };
+    let secs = r.test_s.unwrap_or(r.elapsed_s).max(1e-9);
+    path.streams
+        .iter()
+        .map(|s| {
+            format!(
+                "  stream {:>3}: {:>10}  {:>11}  {:>6} resent  rtt {:.2} ms",
+                s.stream,
+                units::bytes_decimal(s.bytes_sent),
+                units::rate(s.bytes_sent as f64 / secs, RateUnit::Gbit),
+                s.retransmits,
+                s.rtt_ms
+            )
+        })
+        .collect()
+}
+
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     p.end_bar();
     if let (Format::Human, Some(path)) = (p.format, &r.path) {
@@ -589,6 +612,9 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             p.out.line(&v.to_string());
         }
         Format::Human if r.command.starts_with("bench --net") => {
+            for line in stream_lines(r) {
+                p.out.line(&line);
+            }
             p.out.line(&bench_summary(r));
         }
         Format::Human if !matches!(r.status, "ok" | "partial") => {

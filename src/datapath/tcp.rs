@@ -141,6 +141,34 @@ pub struct PathReport {
     /// This host's `net.ipv4.tcp_wmem` maximum, bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_wmem_max: Option<u64>,
+    /// Each data stream's own figures, in stream order (iperf3's per-stream
+    /// lines and its Retr column).
+    pub streams: Vec<StreamPath>,
+}
+
+/// One data stream's TCP, as `TCP_INFO` tells it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StreamPath {
+    pub stream: u32,
+    /// Bytes its TCP sent (retransmissions included).
+    pub bytes_sent: u64,
+    pub retransmits: u64,
+    pub rtt_ms: f64,
+}
+
+/// Every stream's own `TCP_INFO` figures.
+fn per_stream(fds: &[RawFd]) -> Vec<StreamPath> {
+    fds.iter()
+        .enumerate()
+        .filter_map(|(i, &fd)| {
+            sys::tcp_path(fd).map(|p| StreamPath {
+                stream: i as u32,
+                bytes_sent: p.bytes_sent,
+                retransmits: u64::from(p.retransmits),
+                rtt_ms: f64::from(p.rtt_us) / 1e3,
+            })
+        })
+        .collect()
 }
 
 impl PathReport {
@@ -156,6 +184,7 @@ impl PathReport {
         let mut r = PathReport {
             congestion_control: sys::congestion(first),
             tcp_wmem_max: tcp_mem_max("tcp_wmem"),
+            streams: per_stream(fds),
             ..PathReport::default()
         };
         let mut min_rtt = u32::MAX;

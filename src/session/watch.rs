@@ -197,7 +197,10 @@ impl Watch {
         let end = self.done_at.unwrap_or(elapsed.as_nanos() as u64);
         // What the peer took (all of it, unless the run failed).
         let delivered = self.delivered.of(&self.fds, bytes);
-        if let Some(iv) = self.tracker.finish(end, delivered) {
+        // A last part-interval with no byte in it (the test's end, just
+        // after a full one) says nothing, and would read as a stall.
+        let last = self.tracker.finish(end, delivered);
+        if let Some(iv) = last.filter(|iv| iv.full || iv.bytes > 0) {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
