@@ -612,10 +612,12 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             p.out.line(&v.to_string());
         }
         Format::Human if r.command.starts_with("bench --net") => {
+            // The summary first (scripts read the first line), then each
+            // stream's.
+            p.out.line(&bench_summary(r));
             for line in stream_lines(r) {
                 p.out.line(&line);
             }
-            p.out.line(&bench_summary(r));
         }
         Format::Human if !matches!(r.status, "ok" | "partial") => {
             p.out.line(&stopped_summary(r));
