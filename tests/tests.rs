@@ -24,6 +24,7 @@ mod protocol_io;
 mod sealed;
 mod service;
 mod transfer;
+mod trust;
 mod tune;
 mod ux;
 mod verified;

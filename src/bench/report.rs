@@ -21,7 +21,12 @@ pub struct ModeResult {
     pub iops: f64,
     pub ops: u64,
     pub latency_us: LatencyUs,
+    /// The lowest rate of an interval, never above `rate_bytes_per_s`;
+    /// with no interval of the whole --interval (`intervals_full` 0), the
+    /// average rate.
     pub interval_rate_min_bytes_per_s: f64,
+    /// Intervals that ran the whole --interval.
+    pub intervals_full: u64,
     pub interval_rate_median_bytes_per_s: Option<f64>,
     pub block_size_bytes: u32,
     pub queue_depth: u32,

@@ -68,6 +68,16 @@ pub fn error(msg: &str) {
     let _ = writeln!(std::io::stderr(), "urmove: error: {msg}");
 }
 
+/// The slowest interval of a run (`rate`), or why there is none to name:
+/// a run shorter than one --interval has no interval of its own to be
+/// slower than its average.
+pub fn min_interval(intervals_full: u64, rate: &str) -> String {
+    match intervals_full {
+        0 => "min interval none (shorter than one --interval)".into(),
+        _ => format!("min interval {rate}"),
+    }
+}
+
 pub fn wall_clock() -> String {
     let (h, m, sec) = crate::datapath::sys::local_hms();
     format!("{h:02}:{m:02}:{sec:02}")
@@ -173,10 +183,8 @@ impl Printer {
             let mut lines = vec![
                 format!("{} {}", r.mode, r.target),
                 format!(
-                    "  {} bytes ({}, {}) in {}: {}, {:.0} IOPS ({} blocks, QD {})",
-                    r.bytes,
-                    units::bytes_decimal(r.bytes),
-                    units::bytes_binary(r.bytes),
+                    "  {} in {}: {}, {:.0} IOPS ({} blocks, QD {})",
+                    units::bytes_exact(r.bytes),
                     units::duration_s(r.elapsed_s),
                     units::rate(r.rate_bytes_per_s, u),
                     r.iops,
@@ -184,12 +192,15 @@ impl Printer {
                     r.queue_depth
                 ),
                 format!(
-                    "  latency p50 {}  p99 {}  p99.9 {}  max {}   min interval {}",
+                    "  latency p50 {}  p99 {}  p99.9 {}  max {}   {}",
                     latency(r.latency_us.p50),
                     latency(r.latency_us.p99),
                     latency(r.latency_us.p999),
                     latency(r.latency_us.max),
-                    units::rate(r.interval_rate_min_bytes_per_s, u)
+                    min_interval(
+                        r.intervals_full,
+                        &units::rate(r.interval_rate_min_bytes_per_s, u)
+                    )
                 ),
             ];
             if let Some(v) = r.verified_blocks {

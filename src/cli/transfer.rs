@@ -46,7 +46,7 @@ fn conclude(
                     "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string(),
                     "bytes": 0, "bytes_skipped": 0, "files": 0, "files_verified": 0,
                     "files_skipped": 0, "skipped": [], "elapsed_s": 0.0, "rate_bits_per_s": 0.0,
-                    "interval_rate_min_bits_per_s": 0.0, "streams": printer.streams,
+                    "interval_rate_min_bits_per_s": 0.0, "intervals_full": 0, "streams": printer.streams,
                 });
                 if printer.format == Format::JsonStream {
                     doc["type"] = "summary".into();
@@ -559,15 +559,20 @@ fn bench_summary(r: &SendReport) -> String {
         None => "the receiver counted every byte".to_string(),
     };
     format!(
-        "bench --net: {} ({}) in {}: {}, min interval {}, {}, {} frames; {counted}",
-        units::bytes_decimal(bytes),
-        units::bytes_binary(bytes),
+        "bench --net: {} in {}: {}, {}, {}, {} frames; {counted}",
+        units::bytes_both(bytes),
         units::duration_s(secs),
         units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-        units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+        min_interval(r),
         streams_text(r),
         units::bytes_binary(u64::from(r.block_size_bytes))
     )
+}
+
+/// The slowest interval of a run, or why there is none to name.
+fn min_interval(r: &SendReport) -> String {
+    let rate = units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit);
+    render::min_interval(r.intervals_full, &rate)
 }
 
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
@@ -607,13 +612,12 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 n => format!(", {n} unchanged"),
             };
             p.out.line(&format!(
-                "{verb} {}, {} ({}) in {}: {}, min interval {}, {}; {} of {} {checked}{unchanged}",
+                "{verb} {}, {} in {}: {}, {}, {}; {} of {} {checked}{unchanged}",
                 units::count(r.files, "file"),
-                units::bytes_decimal(r.bytes),
-                units::bytes_binary(r.bytes),
+                units::bytes_both(r.bytes),
                 units::duration_s(r.elapsed_s),
                 units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+                min_interval(r),
                 streams_text(r),
                 r.files_verified,
                 units::count(r.files, "file"),
@@ -674,9 +678,8 @@ fn held_summary(r: &SendReport) -> String {
         _ => "at the receiver",
     };
     format!(
-        "skipped {} ({}) already {place}: {held}{nothing}{hint}",
-        units::bytes_decimal(r.bytes_skipped),
-        units::bytes_binary(r.bytes_skipped),
+        "skipped {} already {place}: {held}{nothing}{hint}",
+        units::bytes_both(r.bytes_skipped),
     )
 }
 

@@ -33,7 +33,20 @@ pub struct IntervalTracker {
     last_ns: u64,
     last_bytes: u64,
     min_full: Option<f64>,
+    /// Intervals that ran their whole nominal length.
+    nominal_count: u64,
     rates: Histogram<u64>,
+}
+
+/// The minimum a summary shows beside `avg`, the run's average rate: the
+/// lowest counted interval, but never above the average (time outside the
+/// intervals counted, such as start-up or a short tail, was slower still),
+/// and the average itself when no interval ran its nominal length.
+pub fn summary_min(min_full: Option<f64>, nominal_count: u64, avg: f64) -> f64 {
+    match (min_full, nominal_count) {
+        (Some(m), 1..) => m.min(avg),
+        _ => avg,
+    }
 }
 
 impl IntervalTracker {
@@ -48,6 +61,7 @@ impl IntervalTracker {
             last_ns: 0,
             last_bytes: 0,
             min_full: None,
+            nominal_count: 0,
             rates,
         }
     }
@@ -61,6 +75,7 @@ impl IntervalTracker {
         while self.next_ns <= t_ns {
             self.next_ns += self.interval_ns;
         }
+        self.nominal_count += 1;
         Some(self.close(t_ns, total_bytes, true))
     }
 
@@ -100,6 +115,12 @@ impl IntervalTracker {
     /// Lowest rate over full intervals; `None` when no interval was full.
     pub fn min_full_rate(&self) -> Option<f64> {
         self.min_full
+    }
+
+    /// Intervals that ran their whole nominal length (a last, partial one
+    /// counted towards the minimum is not among them).
+    pub fn nominal_count(&self) -> u64 {
+        self.nominal_count
     }
 
     /// Median of full-interval rates, bytes per second.
@@ -220,6 +241,27 @@ mod tests {
         let mut t = IntervalTracker::new(S);
         assert!(t.finish(S / 2, 10).is_some());
         assert_eq!(t.min_full_rate(), Some(20.0));
+        assert_eq!(t.nominal_count(), 0);
+        // No interval of its nominal length: the summary shows the average.
+        assert_eq!(summary_min(t.min_full_rate(), t.nominal_count(), 5.0), 5.0);
+    }
+
+    #[test]
+    fn the_summary_minimum_is_never_above_the_average() {
+        let mut t = IntervalTracker::new(S);
+        assert!(t.observe(S, 100).is_some());
+        assert!(t.finish(S + S / 2, 150).is_some());
+        assert_eq!(t.nominal_count(), 1);
+        assert_eq!(t.min_full_rate(), Some(100.0));
+        // Start-up outside the intervals brought the average to 60.
+        assert_eq!(
+            summary_min(t.min_full_rate(), t.nominal_count(), 60.0),
+            60.0
+        );
+        assert_eq!(
+            summary_min(t.min_full_rate(), t.nominal_count(), 120.0),
+            100.0
+        );
     }
 
     #[test]

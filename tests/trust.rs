@@ -1,0 +1,119 @@
+//! Small things that cost trust: a summary that says a size twice, a
+//! minimum above its average, a header naming a depth the run did not use.
+//! Each test runs the binary and reads what it printed.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::transfer::Daemon;
+use crate::util::{json, run, stderr, stdout};
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in("/var/tmp").unwrap()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A file of 3 bytes in a new directory.
+fn three_bytes(dir: &Path) -> String {
+    let f = dir.join("tiny");
+    std::fs::write(&f, b"abc").unwrap();
+    p(&f).to_string()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", stderr(o));
+    stdout(o)
+}
+
+#[test]
+fn a_size_under_1000_bytes_is_printed_once() {
+    let d = Daemon::start();
+    let src = tmp();
+    let f = three_bytes(src.path());
+    let out = ok(&d.send(&["--progress", "none"], &[&f, "127.0.0.1:a"]));
+    assert!(out.starts_with("sent 1 file, 3 B in "), "{out}");
+    assert!(!out.contains("(3 B)"), "{out}");
+    let out = ok(&d.send(&["--dry-run"], &[&f, "127.0.0.1:b"]));
+    assert!(
+        out.contains("would send 1 file, 3 B to 127.0.0.1:b"),
+        "{out}"
+    );
+    // Both units where they differ.
+    let big = src.path().join("big");
+    std::fs::write(&big, vec![1u8; 1_500_000]).unwrap();
+    let out = ok(&d.send(&["--dry-run"], &[p(&big), "127.0.0.1:b"]));
+    assert!(out.contains("1.50 MB (1.43 MiB) to"), "{out}");
+}
+
+/// Every `min interval` of a human summary, with the average before it.
+fn min_interval_claims(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.contains("min interval")).collect()
+}
+
+#[test]
+fn a_run_shorter_than_one_interval_names_no_minimum() {
+    let d = Daemon::start();
+    let src = tmp();
+    let f = three_bytes(src.path());
+    let quick = ["--progress", "none", "--interval", "10s"];
+    let out = ok(&d.send(&quick, &[&f, "127.0.0.1:a"]));
+    assert!(
+        out.contains("min interval none (shorter than one --interval)"),
+        "{out}"
+    );
+    let o = d.send(&["--json", "--interval", "10s"], &[&f, "127.0.0.1:b"]);
+    let v = json(&o);
+    assert_eq!(v["intervals_full"], 0, "{v}");
+    assert_eq!(
+        v["interval_rate_min_bits_per_s"], v["rate_bits_per_s"],
+        "with no full interval the field holds the average: {v}"
+    );
+
+    let dir = tmp();
+    let disk = ["bench", "--disk", p(dir.path()), "--size", "8M"];
+    let out = ok(&run(&[&disk[..], &["--interval", "10s"]].concat()));
+    assert_eq!(min_interval_claims(&out).len(), 2, "{out}");
+    for l in min_interval_claims(&out) {
+        assert!(
+            l.ends_with("min interval none (shorter than one --interval)"),
+            "{out}"
+        );
+    }
+}
+
+/// The minimum a JSON result claims is never above its average.
+fn min_at_most_average(r: &Value, min: &str, avg: &str) {
+    let (m, a) = (r[min].as_f64().unwrap(), r[avg].as_f64().unwrap());
+    assert!(m <= a, "{min} {m} above {avg} {a}: {r}");
+}
+
+#[test]
+fn the_minimum_interval_is_never_above_the_average() {
+    let dir = tmp();
+    let o = run(&[
+        "bench",
+        "--disk",
+        p(dir.path()),
+        "--size",
+        "32M",
+        "--interval",
+        "1ms",
+        "--json",
+    ]);
+    let v = json(&o);
+    for r in v["results"].as_array().unwrap() {
+        assert!(r["intervals_full"].as_u64().unwrap() > 0, "{r}");
+        min_at_most_average(r, "interval_rate_min_bytes_per_s", "rate_bytes_per_s");
+    }
+    let d = Daemon::start();
+    let src = tmp();
+    let f = src.path().join("f");
+    std::fs::write(&f, crate::util::noise(8 << 20, 3)).unwrap();
+    let o = d.send(&["--json", "--interval", "1ms"], &[p(&f), "127.0.0.1:a"]);
+    min_at_most_average(&json(&o), "interval_rate_min_bits_per_s", "rate_bits_per_s");
+}
