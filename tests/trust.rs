@@ -7,6 +7,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
+use crate::require;
 use crate::transfer::Daemon;
 use crate::util::{json, run, stderr, stdout};
 
@@ -116,4 +117,52 @@ fn the_minimum_interval_is_never_above_the_average() {
     std::fs::write(&f, crate::util::noise(8 << 20, 3)).unwrap();
     let o = d.send(&["--json", "--interval", "1ms"], &[p(&f), "127.0.0.1:a"]);
     min_at_most_average(&json(&o), "interval_rate_min_bits_per_s", "rate_bits_per_s");
+}
+
+/// `bench --disk` with `memlock` bytes of locked memory and no
+/// CAP_IPC_LOCK.
+fn bench_with_little_memlock(dir: &Path, memlock: &str, extra: &[&str]) -> Output {
+    std::process::Command::new("prlimit")
+        .arg(format!("--memlock={memlock}:{memlock}"))
+        .args([
+            "setpriv",
+            "--bounding-set=-ipc_lock",
+            "--inh-caps=-ipc_lock",
+        ])
+        .arg(env!("CARGO_BIN_EXE_urmove"))
+        .args(["bench", "--disk", p(dir)])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_disk_header_names_the_queue_depth_the_run_used() {
+    require!(
+        crate::util::is_root() && crate::util::have("setpriv") && crate::util::have("prlimit"),
+        "needs root, setpriv and prlimit"
+    );
+    // Depth 32 of the block size does not fit: it is lowered.
+    for (memlock, extra) in [
+        ("8388608", &["--mode", "write", "--size", "8M"][..]),
+        (
+            "4194304",
+            &["--sweep", "--qd", "32", "--bs", "256K", "--size", "256K"],
+        ),
+    ] {
+        let dir = tmp();
+        let o = bench_with_little_memlock(dir.path(), memlock, extra);
+        let (out, err) = (ok(&o), stderr(&o));
+        let lowered = err
+            .split("queue depth lowered from 32 to ")
+            .nth(1)
+            .and_then(|t| t.split(':').next())
+            .unwrap_or_else(|| panic!("{extra:?}: not lowered: {err}"));
+        let header = out.lines().next().unwrap();
+        assert!(header.starts_with("urmove bench --"), "{out}");
+        assert!(
+            header.contains(&format!(", QD {lowered}, ")),
+            "{extra:?}: {header} (lowered to {lowered})"
+        );
+    }
 }

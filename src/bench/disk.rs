@@ -93,6 +93,9 @@ pub struct DiskBenchConfig {
 pub trait Observer {
     /// A warning or a fallback, in words.
     fn notice(&mut self, message: &str);
+    /// The targets are open and the buffers fitted: the queue depth the
+    /// run uses (lower than asked when locked memory is short).
+    fn started(&mut self, _queue_depth: u32) {}
     /// An interval closed. `per_target` is empty with one target.
     fn interval(&mut self, aggregate: &IntervalLine, per_target: &[IntervalLine]);
     /// A mode finished on every target.
@@ -133,6 +136,7 @@ pub fn run_disk_bench(
     let outcome =
         fit_buffers(cfg, cfg.bs, targets.len(), ram, &mut report.env, obs).and_then(|qd| {
             report.env.queue_depth = qd;
+            obs.started(qd);
             run_modes(cfg, qd, &mut targets, interrupt, obs, &mut report)
         });
     report.env.targets = finish_targets(cfg, &targets, obs);

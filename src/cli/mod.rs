@@ -240,39 +240,40 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         .map(|t| t.display().to_string())
         .collect::<Vec<_>>()
         .join(" ");
-    let mut rates = plot_file.as_ref().map(|_| plot::RatePlot {
-        title: format!(
-            "urmove bench --disk {targets_shown}: {} blocks, QD {}{} ({})",
+    let plot_title = |qd: u32| {
+        format!(
+            "urmove bench --disk {targets_shown}: {} blocks, QD {qd}{} ({})",
             crate::coord::units::bytes_binary(u64::from(cfg.bs)),
-            cfg.qd,
             cfg.min_rate.map_or(String::new(), |m| format!(
                 ", --min-rate over {} windows",
                 crate::coord::units::duration_s(m.window.as_secs_f64())
             )),
             plot::host_and_date()
-        ),
+        )
+    };
+    let mut rates = plot_file.as_ref().map(|_| plot::RatePlot {
+        title: plot_title(cfg.qd),
         unit: units,
         time_axis: "time since the phase started (s)",
         panels: Vec::new(),
         min_rate_bytes_per_s: cfg.min_rate.map(|m| m.bytes_per_s),
     });
     if format == Format::Human && !printer.show.quiet {
-        let what = if sweep.is_some() { "sweep" } else { "disk" };
-        printer.out.line(&format!(
-            "urmove bench --{what}: {} target(s), {} blocks, QD {}, io_uring with registered buffers",
-            cfg.targets.len(),
-            crate::coord::units::bytes_binary(u64::from(cfg.bs)),
-            cfg.qd
-        ));
+        printer.header = Some(render::DiskHeader {
+            what: if sweep.is_some() { "sweep" } else { "disk" },
+            target_count: cfg.targets.len(),
+            block_size_bytes: cfg.bs,
+        });
     }
     let result = match &sweep {
         Some(spec) => {
-            printer.sweep_header();
             let mut rows = Vec::new();
             let r = {
                 let mut on_row = |row: &crate::bench::sweep::SweepRow| rows.push(row.clone());
-                run_sweep(&cfg, spec, &interrupt, &mut ErrSink, &mut on_row)
+                let mut sink = ErrSink(printer.header.take());
+                run_sweep(&cfg, spec, &interrupt, &mut sink, &mut on_row)
             };
+            printer.sweep_header();
             for row in &rows {
                 printer.sweep_row(row);
             }
@@ -301,6 +302,9 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
             });
         }
     };
+    if let Some(r) = rates.as_mut() {
+        r.title = plot_title(report.env.queue_depth);
+    }
     if let (Some(path), Some(table)) = (&a.csv, &report.sweep) {
         write_csv(path, table, units).map_err(Failure::Run)?;
     }
@@ -365,12 +369,18 @@ fn finish(printer: &mut Printer, report: &DiskReport) {
     }
 }
 
-/// Sweep cells print as rows; notices still go to stderr.
-struct ErrSink;
+/// Sweep cells print as rows; notices still go to stderr, and the header
+/// (if any) once the queue depth is known.
+struct ErrSink(Option<render::DiskHeader>);
 
 impl crate::bench::Observer for ErrSink {
     fn notice(&mut self, message: &str) {
         render::warn(message);
+    }
+    fn started(&mut self, queue_depth: u32) {
+        if let Some(h) = self.0.take() {
+            Out::default().line(&h.text(queue_depth));
+        }
     }
     fn interval(&mut self, _: &crate::bench::IntervalLine, _: &[crate::bench::IntervalLine]) {}
     fn phase_done(&mut self, _: &[crate::bench::ModeResult]) {}

@@ -612,6 +612,10 @@ impl Observer for DiskRecorder<'_> {
         self.inner.notice(message);
     }
 
+    fn started(&mut self, queue_depth: u32) {
+        self.inner.started(queue_depth);
+    }
+
     fn interval(&mut self, aggregate: &IntervalLine, per_target: &[IntervalLine]) {
         if let Some(plot) = self.plot.as_deref_mut() {
             let step = |l: &IntervalLine| Step {

@@ -94,12 +94,35 @@ pub fn latency(us: f64) -> String {
     }
 }
 
+/// The first line of a human `bench --disk`, printed once the queue depth
+/// the run uses is known.
+#[derive(Debug, Clone)]
+pub struct DiskHeader {
+    /// `disk` or `sweep`.
+    pub what: &'static str,
+    pub target_count: usize,
+    pub block_size_bytes: u32,
+}
+
+impl DiskHeader {
+    pub fn text(&self, queue_depth: u32) -> String {
+        format!(
+            "urmove bench --{}: {} target(s), {} blocks, QD {queue_depth}, io_uring with registered buffers",
+            self.what,
+            self.target_count,
+            units::bytes_binary(u64::from(self.block_size_bytes)),
+        )
+    }
+}
+
 /// Prints progress as it comes.
 pub struct Printer {
     pub format: Format,
     pub units: RateUnit,
     pub out: Out,
     pub show: Show,
+    /// Printed when the run starts (human output, not --quiet).
+    pub header: Option<DiskHeader>,
     /// The live bar of the mode running now (`--progress bar`).
     pub bar: Option<Bar>,
 }
@@ -111,6 +134,7 @@ impl Printer {
             units,
             out: Out::default(),
             show,
+            header: None,
             bar: None,
         }
     }
@@ -286,6 +310,12 @@ impl Observer for Printer {
         match &self.bar {
             Some(bar) => bar.suspend(|| warn(message)),
             None => warn(message),
+        }
+    }
+
+    fn started(&mut self, queue_depth: u32) {
+        if let Some(h) = self.header.take() {
+            self.out.line(&h.text(queue_depth));
         }
     }
 
