@@ -166,3 +166,36 @@ fn the_disk_header_names_the_queue_depth_the_run_used() {
         );
     }
 }
+
+#[test]
+fn a_block_above_the_frame_limit_is_refused_for_the_limit() {
+    let src = tmp();
+    let f = three_bytes(src.path());
+    for (block, says) in [
+        (
+            "100M",
+            "--block 104857600 (100 MiB) is above the largest frame, 67108864 (64.0 MiB)",
+        ),
+        (
+            "100000K",
+            "--block 102400000 (97.7 MiB) is above the largest frame",
+        ),
+        (
+            "1000",
+            "--block 1000 must be a multiple of 4096 (4 KiB), at most 67108864",
+        ),
+    ] {
+        let o = run(&[
+            "send",
+            "--key-file",
+            "/nonexistent",
+            "--block",
+            block,
+            &f,
+            "127.0.0.1:x",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{block}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{block}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+}

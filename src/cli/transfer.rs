@@ -116,12 +116,22 @@ fn run_plotted(
 }
 
 /// A frame size the receiver accepts: a multiple of 4096 up to the limit.
+/// The limit is named first: a size above it is refused for that, even
+/// when it is also no multiple of 4096.
 fn check_block(flag: &str, block: u64) -> Result<(), Failure> {
     let max = u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX);
-    if block == 0 || block > max || !block.is_multiple_of(4096) {
-        return Err(Failure::Usage(anyhow::anyhow!(
-            "{flag} {block} must be a multiple of 4096 up to {max}"
-        )));
+    let refuse = |why: String| Err(Failure::Usage(anyhow::anyhow!("{flag} {block}{why}")));
+    if block > max {
+        return refuse(format!(
+            " ({}) is above the largest frame, {max} ({})",
+            units::bytes_binary(block),
+            units::bytes_binary(max)
+        ));
+    }
+    if block == 0 || !block.is_multiple_of(4096) {
+        return refuse(format!(
+            " must be a multiple of 4096 (4 KiB), at most {max}"
+        ));
     }
     Ok(())
 }
