@@ -199,3 +199,46 @@ fn a_block_above_the_frame_limit_is_refused_for_the_limit() {
         assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn min_rate_is_echoed_in_the_unit_given_and_its_failure_stands_alone() {
+    let dir = tmp();
+    let bench = |extra: &[&str]| {
+        let args = [
+            &["bench", "--disk", p(dir.path()), "--size", "8M"][..],
+            extra,
+        ]
+        .concat();
+        run(&args)
+    };
+    // Met (1 kbit/s): echoed in bits, and in the other rates' unit beside.
+    let out = ok(&bench(&["--min-rate", "4kbit"]));
+    assert!(
+        out.contains("min-rate 4.00 kb/s (500 B/s) over 1.0 s windows: OK"),
+        "{out}"
+    );
+    let out = ok(&bench(&["--min-rate", "4kbit", "--units", "Gbit"]));
+    assert!(out.contains("min-rate 4.00 kb/s over"), "{out}");
+    let out = ok(&bench(&["--min-rate", "1MiB/s"]));
+    assert!(
+        out.contains("min-rate 1.00 MiB/s (1.05 MB/s) over"),
+        "{out}"
+    );
+
+    // Not met: the error says by how much on its own, under --json too.
+    for extra in [&["--json"][..], &[]] {
+        let o = bench(&[&["--min-rate", "100Tbit"][..], extra].concat());
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        let line = err
+            .lines()
+            .find(|l| l.contains("fell below --min-rate"))
+            .unwrap_or_else(|| panic!("{extra:?}: {err}"));
+        assert!(!line.contains("above"), "{extra:?}: {line}");
+        assert!(
+            line.contains("--min-rate 100 Tb/s (12.5 TB/s): in write the worst 1.0 s window was "),
+            "{extra:?}: {line}"
+        );
+        assert!(line.contains("; in read the worst"), "{extra:?}: {line}");
+    }
+}

@@ -272,9 +272,9 @@ pub struct BenchArgs {
     pub destroy: bool,
 
     /// Fail (exit 1) if any --window of the aggregate rate falls below RATE
-    /// (as 4Gbit, 500MB or 450MiB, per second).
-    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub min_rate: Option<f64>,
+    /// (as 4Gbit, 500MB or 450MiB, per second; echoed in the unit given).
+    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    pub min_rate: Option<parse::Rate>,
 
     /// Window of the --min-rate gate.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]

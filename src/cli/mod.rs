@@ -187,8 +187,8 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
         keep: a.keep,
         zeros: a.zeros,
         destroy: a.destroy,
-        min_rate: a.min_rate.map(|bytes_per_s| MinRate {
-            bytes_per_s,
+        min_rate: a.min_rate.map(|r| MinRate {
+            bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
     };
@@ -233,6 +233,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         UnitsArg::Gbit => RateUnit::Gbit,
     };
     let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
+    printer.min_rate_unit = a.min_rate.map(|r| r.unit);
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let targets_shown = cfg
         .targets
@@ -363,10 +364,34 @@ fn finish(printer: &mut Printer, report: &DiskReport) {
         eprintln!("urmove: error: {e}");
     }
     if report.min_rate_ok == Some(false) {
-        eprintln!(
-            "urmove: error: the sustained rate fell below --min-rate (see the worst window above)"
-        );
+        eprintln!("urmove: error: {}", gate_failed(printer, report));
     }
+}
+
+/// Why the --min-rate gate failed, whole in itself: under --json no
+/// summary line stands above it.
+fn gate_failed(printer: &Printer, report: &DiskReport) -> String {
+    let failed: Vec<String> = report
+        .results
+        .iter()
+        .filter_map(|r| r.min_rate.as_ref().filter(|g| !g.ok).map(|g| (r, g)))
+        .map(|(r, g)| {
+            format!(
+                "in {} the worst {} window was {} at {:.2} s",
+                r.mode,
+                crate::coord::units::duration_s(g.window_s),
+                crate::coord::units::rate(g.worst_window_bytes_per_s, printer.units),
+                g.worst_window_at_s
+            )
+        })
+        .collect();
+    let gate = report.results.iter().find_map(|r| r.min_rate.as_ref());
+    format!(
+        "the sustained rate fell below --min-rate {}: {}",
+        gate.map_or(String::new(), |g| printer
+            .min_rate_text(g.min_rate_bytes_per_s)),
+        failed.join("; ")
+    )
 }
 
 /// Sweep cells print as rows; notices still go to stderr, and the header

@@ -123,6 +123,8 @@ pub struct Printer {
     pub show: Show,
     /// Printed when the run starts (human output, not --quiet).
     pub header: Option<DiskHeader>,
+    /// The unit --min-rate was given in, to echo it in.
+    pub min_rate_unit: Option<RateUnit>,
     /// The live bar of the mode running now (`--progress bar`).
     pub bar: Option<Bar>,
 }
@@ -135,6 +137,7 @@ impl Printer {
             out: Out::default(),
             show,
             header: None,
+            min_rate_unit: None,
             bar: None,
         }
     }
@@ -233,7 +236,7 @@ impl Printer {
             if let Some(g) = &r.min_rate {
                 lines.push(format!(
                     "  min-rate {} over {} windows: {} (worst {} at {:.2} s, {} of {} windows short{})",
-                    units::rate(g.min_rate_bytes_per_s, u),
+                    self.min_rate_text(g.min_rate_bytes_per_s),
                     units::duration_s(g.window_s),
                     if g.ok { "OK" } else { "FAILED" },
                     units::rate(g.worst_window_bytes_per_s, u),
@@ -250,6 +253,18 @@ impl Printer {
             for l in lines {
                 self.out.line(&l);
             }
+        }
+    }
+
+    /// The --min-rate as given (`4.00 Gb/s`), and in the units of the
+    /// other rates where they differ (`4.00 Gb/s (500 MB/s)`).
+    pub fn min_rate_text(&self, bytes_per_s: f64) -> String {
+        let shown = units::rate(bytes_per_s, self.units);
+        match self.min_rate_unit {
+            Some(given) if given != self.units => {
+                format!("{} ({shown})", units::rate(bytes_per_s, given))
+            }
+            _ => shown,
         }
     }
 
