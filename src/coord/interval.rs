@@ -123,10 +123,26 @@ impl IntervalTracker {
         self.nominal_count
     }
 
-    /// Median of full-interval rates, bytes per second.
+    /// Median of full-interval rates, bytes per second, to the histogram's
+    /// three significant digits. The histogram keeps a bucket per value
+    /// range; its `value_at_quantile` is the bucket's top edge (2^33 - 1
+    /// for any rate in the 4 MB below 8.59 GB/s), a bound and no
+    /// measurement, so the bucket's middle is taken and rounded.
     pub fn median_full_rate(&self) -> Option<f64> {
-        (!self.rates.is_empty()).then(|| self.rates.value_at_quantile(0.5) as f64)
+        (!self.rates.is_empty()).then(|| {
+            let v = self.rates.value_at_quantile(0.5);
+            round_significant(self.rates.median_equivalent(v) as f64, 3)
+        })
     }
+}
+
+/// `v` rounded to `digits` significant digits.
+fn round_significant(v: f64, digits: i32) -> f64 {
+    if v <= 0.0 {
+        return v;
+    }
+    let scale = 10f64.powi(digits - 1 - v.log10().floor() as i32);
+    (v * scale).round() / scale
 }
 
 /// Per-stream intervals, closed whenever the aggregate's tracker closes one:
@@ -216,6 +232,26 @@ mod tests {
         assert!(!c.full);
         assert!((c.rate_bytes_per_s - 10.0).abs() < 1e-6);
         assert_eq!(t.min_full_rate(), Some(10.0));
+    }
+
+    #[test]
+    fn the_median_is_a_rate_not_a_bucket_bound() {
+        // 8.588 GB/s falls in the bucket whose top is 2^33 - 1.
+        let mut t = IntervalTracker::new(S);
+        for i in 1..=3 {
+            assert!(t.observe(i * S, i * 8_588_000_000).is_some());
+        }
+        // The histogram's own answer is that bucket's top edge.
+        assert_eq!(t.rates.value_at_quantile(0.5), (1 << 33) - 1);
+        let m = t.median_full_rate().unwrap();
+        assert_eq!(m, 8.59e9);
+        // Far above it (1 PB/s) and far below (1 kB/s), still the rate.
+        let mut t = IntervalTracker::new(S);
+        assert!(t.observe(S, 1_000_000_000_000_000).is_some());
+        assert_eq!(t.median_full_rate(), Some(1e15));
+        let mut t = IntervalTracker::new(S);
+        assert!(t.observe(S, 1234).is_some());
+        assert_eq!(t.median_full_rate(), Some(1230.0));
     }
 
     #[test]
