@@ -242,3 +242,39 @@ fn min_rate_is_echoed_in_the_unit_given_and_its_failure_stands_alone() {
         assert!(line.contains("; in read the worst"), "{extra:?}: {line}");
     }
 }
+
+#[test]
+fn a_timed_disk_run_says_it_cycled_over_the_file() {
+    let dir = tmp();
+    let args = [
+        "bench",
+        "--disk",
+        p(dir.path()),
+        "--size",
+        "2M",
+        "--mode",
+        "write",
+    ];
+    let timed = [&args[..], &["--time", "1s"]].concat();
+    let out = ok(&run(&timed));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("  cycled: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains(
+            " passes over the same 2.10 MB (2.00 MiB) of the target; --time starts over at its end"
+        ),
+        "{line}"
+    );
+    let v = json(&run(&[&timed[..], &["--json"]].concat()));
+    let r = &v["results"][0];
+    assert_eq!(r["region_bytes"], 2 << 20, "{r}");
+    let passes = r["passes"].as_f64().unwrap();
+    let bytes = r["bytes"].as_f64().unwrap();
+    assert!(passes > 1.0, "{r}");
+    assert!((passes * f64::from(2 << 20) - bytes).abs() < 1.0, "{r}");
+    // A run of --size bytes makes one pass and says nothing of cycling.
+    let out = ok(&run(&args));
+    assert!(!out.contains("cycled"), "{out}");
+}

@@ -230,6 +230,13 @@ impl Printer {
                     )
                 ),
             ];
+            if r.bytes > r.region_bytes {
+                lines.push(format!(
+                    "  cycled: {:.1} passes over the same {} of the target; --time starts over at its end, so the bytes above never took more space than that",
+                    r.passes,
+                    units::bytes_both(r.region_bytes),
+                ));
+            }
             if let Some(v) = r.verified_blocks {
                 lines.push(format!("  verified {v} blocks"));
             }

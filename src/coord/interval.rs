@@ -87,6 +87,10 @@ impl IntervalTracker {
             return None;
         }
         let full = t_ns - self.last_ns >= self.interval_ns / 2;
+        if t_ns - self.last_ns >= self.interval_ns {
+            // The run ended on (or past) a boundary no sample reached.
+            self.nominal_count += 1;
+        }
         Some(self.close(t_ns, total_bytes, full))
     }
 
