@@ -501,8 +501,9 @@ pub struct ResumeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "60s")]
     pub timeout: Duration,
 
-    /// Seal every data frame with AES-256-GCM (keys from the handshake;
-    /// file names and sizes on the control connection stay in clear).
+    /// Seal every data frame with AES-256-GCM (keys from the handshake).
+    /// The control connection is sealed with or without it: every message
+    /// after the handshake, file names and sizes included.
     #[arg(long)]
     pub encrypt: bool,
 }
