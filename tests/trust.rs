@@ -278,3 +278,64 @@ fn a_timed_disk_run_says_it_cycled_over_the_file() {
     let out = ok(&run(&args));
     assert!(!out.contains("cycled"), "{out}");
 }
+
+#[test]
+fn encrypt_help_says_the_control_connection_is_sealed() {
+    for cmd in ["send", "pull"] {
+        let h = ok(&run(&[cmd, "--help"]));
+        let text = option_text(&h, "--encrypt").unwrap_or_else(|| panic!("{h}"));
+        assert!(!text.contains("in clear"), "{cmd}: {text}");
+        assert!(
+            text.contains("The control connection is sealed with or without it"),
+            "{cmd}: {text}"
+        );
+    }
+}
+
+/// The text of option `flag` in a `--help`, to the next option.
+fn option_text<'a>(help: &'a str, flag: &str) -> Option<&'a str> {
+    let at = help
+        .find(&format!("\n      {flag} "))
+        .or_else(|| help.find(&format!("\n      {flag}\n")))?;
+    let rest = &help[at + 1..];
+    let end = rest[1..].find("\n      --").map_or(rest.len(), |e| e + 1);
+    Some(&rest[..end])
+}
+
+/// `--NAME` of `recv --help` and its `[default: X]`, where it has one.
+fn recv_default(help: &str, key: &str) -> Option<String> {
+    let text = option_text(help, &format!("--{}", key.replace('_', "-")))?;
+    let d = text.split("[default: ").nth(1)?.split(']').next()?;
+    Some(d.to_string())
+}
+
+#[test]
+fn the_shipped_config_holds_the_defaults_or_says_why_not() {
+    let help = ok(&run(&["recv", "--help"]));
+    let conf =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning/urmove.toml"))
+            .unwrap();
+    let mut comment = String::new();
+    let mut compared = 0;
+    for line in conf.lines() {
+        if let Some(c) = line.strip_prefix('#') {
+            comment += c;
+            continue;
+        }
+        let Some((key, value)) = line.split_once(" = ") else {
+            comment.clear();
+            continue;
+        };
+        let value = value.trim_matches('"');
+        if let Some(d) = recv_default(&help, key).filter(|d| !d.contains(' ')) {
+            compared += 1;
+            assert!(
+                d == value || comment.contains("the default"),
+                "{key} = {value} in tuning/urmove.toml, [default: {d}] in recv --help, and no comment says why"
+            );
+        }
+        comment.clear();
+    }
+    assert!(compared > 10, "{compared} keys compared");
+    assert_eq!(recv_default(&help, "interval").as_deref(), Some("5s"));
+}
