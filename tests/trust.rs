@@ -339,3 +339,27 @@ fn the_shipped_config_holds_the_defaults_or_says_why_not() {
     assert!(compared > 10, "{compared} keys compared");
     assert_eq!(recv_default(&help, "interval").as_deref(), Some("5s"));
 }
+
+#[test]
+fn bench_help_gives_the_block_size_default_of_each_mode() {
+    let h = ok(&run(&["bench", "--help"]));
+    let bs = option_text(&h, "--bs").unwrap_or_else(|| panic!("{h}"));
+    assert!(
+        bs.contains(
+            "[default: --disk 1M (4K when every --mode is random), --sweep 16M, --net 256K]"
+        ),
+        "{bs}"
+    );
+    // What each mode really uses.
+    let dir = tmp();
+    let disk = |extra: &[&str]| {
+        let args = [
+            &["bench", "--disk", p(dir.path()), "--size", "1M", "--json"][..],
+            extra,
+        ]
+        .concat();
+        json(&run(&args))["env"]["block_size_bytes"].clone()
+    };
+    assert_eq!(disk(&[]), 1 << 20);
+    assert_eq!(disk(&["--mode", "randread,randwrite"]), 4096);
+}

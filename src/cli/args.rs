@@ -207,7 +207,8 @@ pub struct BenchArgs {
 
     /// Block size per I/O (K, M = powers of 1024; kB, MB = powers of 1000).
     /// With --sweep: the largest record size. With --net: bytes per frame
-    /// [default: 256K].
+    /// [default: --disk 1M (4K when every --mode is random), --sweep 16M,
+    /// --net 256K].
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
     pub bs: Option<u64>,
 
