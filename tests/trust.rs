@@ -363,3 +363,31 @@ fn bench_help_gives_the_block_size_default_of_each_mode() {
     assert_eq!(disk(&[]), 1 << 20);
     assert_eq!(disk(&["--mode", "randread,randwrite"]), 4096);
 }
+
+#[test]
+fn zero_copy_details_are_for_verbose_runs_and_said_once() {
+    let d = Daemon::start();
+    let src = tmp();
+    let f = three_bytes(src.path());
+    let zc = "zero-copy sends";
+    // Loopback: auto does not try zero-copy, and says why only under -v.
+    let o = d.send(&["--progress", "none"], &[&f, "127.0.0.1:a"]);
+    ok(&o);
+    assert!(!stderr(&o).contains(zc), "{}", stderr(&o));
+    let o = d.send(&["--progress", "none", "-v"], &[&f, "127.0.0.1:b"]);
+    ok(&o);
+    assert_eq!(
+        stderr(&o)
+            .matches("zero-copy sends not tried: the path runs over a virtual device")
+            .count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    // bench --net (it may grow its streams) says it once as well.
+    let mut args = d.bench_net_args("127.0.0.1");
+    args.extend(["--time", "1s", "--progress", "none", "-v"].map(String::from));
+    let o = crate::util::urmove().args(&args).output().unwrap();
+    ok(&o);
+    assert_eq!(stderr(&o).matches(zc).count(), 1, "{}", stderr(&o));
+}

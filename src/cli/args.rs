@@ -99,6 +99,12 @@ pub struct ProgressArgs {
     /// --json or --json-stream.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+
+    /// Also print details worth knowing only when looking closer, on
+    /// stderr, each once: why zero-copy sends were not tried, or that they
+    /// fell back to plain sends because the kernel copied them.
+    #[arg(short = 'v', long, conflicts_with = "quiet")]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -734,6 +734,10 @@ impl SendObserver for NetRecorder<'_> {
         self.inner.info(message);
     }
 
+    fn detail(&mut self, message: &str) {
+        self.inner.detail(message);
+    }
+
     fn files(&mut self, done: std::sync::Arc<std::sync::atomic::AtomicU64>, total: u64) {
         self.inner.files(done, total);
     }

@@ -254,6 +254,8 @@ pub(crate) struct SendPrinter {
     files: Option<(Arc<AtomicU64>, u64)>,
     bar: Option<Bar>,
     last: Option<NetInterval>,
+    /// The details printed so far (`-v`), each at most once per run.
+    details: Vec<String>,
     /// The streams asked for (for the summary of a run that never started).
     pub(crate) streams: u16,
 }
@@ -269,6 +271,7 @@ impl SendPrinter {
             files: None,
             bar: None,
             last: None,
+            details: Vec::new(),
             streams: 0,
         }
     }
@@ -403,6 +406,13 @@ impl SendObserver for SendPrinter {
 
     fn info(&mut self, message: &str) {
         if !self.show.quiet {
+            self.to_stderr(|| render::info(message));
+        }
+    }
+
+    fn detail(&mut self, message: &str) {
+        if self.show.verbose && !self.details.iter().any(|d| d == message) {
+            self.details.push(message.to_string());
             self.to_stderr(|| render::info(message));
         }
     }

@@ -157,6 +157,8 @@ pub trait SendObserver {
     fn info(&mut self, message: &str) {
         self.notice(message)
     }
+    /// A detail only for who looks closer (`-v`): dropped unless asked for.
+    fn detail(&mut self, _message: &str) {}
     /// Before the data flows: the count of files done so far (acknowledged,
     /// or complete before the run), kept current while the run goes, and
     /// how many the run has in all.
@@ -554,8 +556,11 @@ pub(crate) fn note_zero_copy(
     report.zero_copy_copied = stats.zc_copied;
     report.zero_copy_fell_back = stats.zc_fell_back;
     report.zero_copy_skipped = stats.zc_skipped;
+    if let Some(why) = stats.zc_skipped {
+        obs.detail(&format!("zero-copy sends not tried: {why}"));
+    }
     if stats.zc_fell_back {
-        obs.notice(
+        obs.detail(
             "zero-copy sends were copied by the kernel (loopback or veth): fell back to plain send",
         );
     }
