@@ -391,3 +391,57 @@ fn zero_copy_details_are_for_verbose_runs_and_said_once() {
     ok(&o);
     assert_eq!(stderr(&o).matches(zc).count(), 1, "{}", stderr(&o));
 }
+
+/// The numbers of a sysctl value such as `4096 65536 134217728`.
+fn numbers(s: &str) -> Vec<u64> {
+    s.split_whitespace().map(|n| n.parse().unwrap()).collect()
+}
+
+#[test]
+fn tune_recommends_what_print_sysctl_prints_in_aligned_columns() {
+    let profile = ok(&run(&["tune", "--print-sysctl"]));
+    let v = json(&run(&["tune", "--json"]));
+    for key in ["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"] {
+        let printed = profile
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("{profile}"));
+        let c = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == key)
+            .unwrap_or_else(|| panic!("{v}"));
+        let Some(cur) = c["current"].as_str() else {
+            continue;
+        };
+        // The profile's values, raised to the host's where it has more.
+        let want: Vec<u64> = numbers(printed)
+            .iter()
+            .zip(numbers(cur))
+            .map(|(p, h)| h.max(*p))
+            .collect();
+        assert_eq!(
+            numbers(c["recommended"].as_str().unwrap()),
+            want,
+            "{key}: {c}"
+        );
+    }
+    let out = ok(&run(&["tune"]));
+    assert!(!out.contains("design.md"), "{out}");
+    let header = out.lines().find(|l| l.starts_with("CHECK ")).unwrap();
+    let ok_at = header.find("  OK").unwrap() + 2;
+    for row in out.lines().skip_while(|l| !l.starts_with("CHECK ")).skip(1) {
+        if row.is_empty() {
+            break;
+        }
+        if row.starts_with("    ") {
+            continue;
+        }
+        let cell = row.get(ok_at..).unwrap_or("");
+        assert!(
+            ["ok", "NO", "?"].contains(&cell),
+            "OK column misaligned at {ok_at}: {row}\n{out}"
+        );
+    }
+}
