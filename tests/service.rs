@@ -290,6 +290,16 @@ fn bad_configs_are_refused_naming_the_line_and_the_reason() {
         ("lanes = 0\n", 3, "give auto or a lane count from 1 to 64"),
         ("lanes = \"all\"\n", 3, "give auto or a lane count"),
         ("listen = [1, 2\n", 4, "invalid array"),
+        (
+            "max_buffer_memory = 2G\n",
+            3,
+            "quote it: max_buffer_memory = \"2G\"",
+        ),
+        (
+            "interval = 1.5s # often\n",
+            3,
+            "quote it: interval = \"1.5s\"",
+        ),
     ] {
         let conf = dir.path().join("urmove.toml");
         std::fs::write(&conf, format!("{base}{extra}")).unwrap();

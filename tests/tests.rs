@@ -25,6 +25,7 @@ mod protocol_io;
 mod sealed;
 mod service;
 mod transfer;
+mod trust;
 mod tune;
 mod ux;
 mod verified;

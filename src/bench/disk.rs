@@ -93,6 +93,9 @@ pub struct DiskBenchConfig {
 pub trait Observer {
     /// A warning or a fallback, in words.
     fn notice(&mut self, message: &str);
+    /// The targets are open and the buffers fitted: the queue depth the
+    /// run uses (lower than asked when locked memory is short).
+    fn started(&mut self, _queue_depth: u32) {}
     /// An interval closed. `per_target` is empty with one target.
     fn interval(&mut self, aggregate: &IntervalLine, per_target: &[IntervalLine]);
     /// A mode finished on every target.
@@ -133,6 +136,7 @@ pub fn run_disk_bench(
     let outcome =
         fit_buffers(cfg, cfg.bs, targets.len(), ram, &mut report.env, obs).and_then(|qd| {
             report.env.queue_depth = qd;
+            obs.started(qd);
             run_modes(cfg, qd, &mut targets, interrupt, obs, &mut report)
         });
     report.env.targets = finish_targets(cfg, &targets, obs);
@@ -250,8 +254,9 @@ fn run_modes(
                 names[i].clone(),
                 o,
                 &run.latencies[i],
-                run.interval_min[i],
+                (run.interval_min[i], run.intervals_full[i]),
                 run.interval_median[i],
+                specs[i].region_end - specs[i].region_start,
                 cfg,
                 qd,
                 None,
@@ -280,8 +285,12 @@ fn run_modes(
             "aggregate".into(),
             &agg,
             &lat,
-            run.interval_min[targets.len()],
+            (
+                run.interval_min[targets.len()],
+                run.intervals_full[targets.len()],
+            ),
             run.interval_median[targets.len()],
+            specs.iter().map(|s| s.region_end - s.region_start).sum(),
             cfg,
             qd,
             run.gate,
@@ -310,8 +319,9 @@ fn mode_result(
     target: String,
     o: &PhaseOutcome,
     lat: &LatencyHist,
-    interval_min: Option<f64>,
+    (interval_min, intervals_full): (Option<f64>, u64),
     interval_median: Option<f64>,
+    region_bytes: u64,
     cfg: &DiskBenchConfig,
     qd: u32,
     gate: Option<crate::coord::GateResult>,
@@ -327,8 +337,15 @@ fn mode_result(
         iops: o.ops as f64 / secs,
         ops: o.ops,
         latency_us: lat.percentiles_us(),
-        interval_rate_min_bytes_per_s: interval_min.unwrap_or(rate),
+        interval_rate_min_bytes_per_s: crate::coord::interval::summary_min(
+            interval_min,
+            intervals_full,
+            rate,
+        ),
+        intervals_full,
         interval_rate_median_bytes_per_s: interval_median,
+        region_bytes,
+        passes: o.bytes as f64 / region_bytes.max(1) as f64,
         block_size_bytes: cfg.bs,
         queue_depth: qd,
         short_ops: o.short_ops,

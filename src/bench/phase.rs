@@ -21,6 +21,8 @@ pub(crate) struct PhaseRun {
     pub(crate) latencies: Vec<LatencyHist>,
     /// Per target, then the aggregate last.
     pub(crate) interval_min: Vec<Option<f64>>,
+    /// Intervals of the whole --interval, as `interval_min`.
+    pub(crate) intervals_full: Vec<u64>,
     pub(crate) interval_median: Vec<Option<f64>>,
     pub(crate) elapsed_ns: u64,
     pub(crate) gate: Option<GateResult>,
@@ -196,6 +198,7 @@ pub(crate) fn run_phase(
         Ok(PhaseRun {
             interrupted: outcomes.iter().any(|o| o.interrupted),
             interval_min: trackers.iter().map(|t| t.min_full_rate()).collect(),
+            intervals_full: trackers.iter().map(|t| t.nominal_count()).collect(),
             interval_median: trackers.iter().map(|t| t.median_full_rate()).collect(),
             outcomes,
             latencies,

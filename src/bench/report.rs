@@ -21,8 +21,18 @@ pub struct ModeResult {
     pub iops: f64,
     pub ops: u64,
     pub latency_us: LatencyUs,
+    /// The lowest rate of an interval, never above `rate_bytes_per_s`;
+    /// with no interval of the whole --interval (`intervals_full` 0), the
+    /// average rate.
     pub interval_rate_min_bytes_per_s: f64,
+    /// Intervals that ran the whole --interval.
+    pub intervals_full: u64,
     pub interval_rate_median_bytes_per_s: Option<f64>,
+    /// Bytes of the target the mode ran over (the file's region).
+    pub region_bytes: u64,
+    /// `bytes` over `region_bytes`: above 1 when a --time run went round
+    /// the region more than once (it starts over at its end).
+    pub passes: f64,
     pub block_size_bytes: u32,
     pub queue_depth: u32,
     pub short_ops: u64,

@@ -126,6 +126,7 @@ pub fn run_sweep(
         }
     };
     env.queue_depth = qd;
+    obs.started(qd);
     let mut report = DiskReport {
         schema: SCHEMA,
         command: "bench --disk --sweep",

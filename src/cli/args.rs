@@ -99,6 +99,12 @@ pub struct ProgressArgs {
     /// --json or --json-stream.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+
+    /// Also print details worth knowing only when looking closer, on
+    /// stderr, each once: why zero-copy sends were not tried, or that they
+    /// fell back to plain sends because the kernel copied them.
+    #[arg(short = 'v', long, conflicts_with = "quiet")]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -208,7 +214,8 @@ pub struct BenchArgs {
 
     /// Block size per I/O (K, M = powers of 1024; kB, MB = powers of 1000).
     /// With --sweep: the largest record size. With --net: bytes per frame
-    /// [default: 256K].
+    /// [default: --disk 1M (4K when every --mode is random), --sweep 16M,
+    /// --net 256K].
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
     pub bs: Option<u64>,
 
@@ -273,9 +280,9 @@ pub struct BenchArgs {
     pub destroy: bool,
 
     /// Fail (exit 1) if any --window of the aggregate rate falls below RATE
-    /// (as 4Gbit, 500MB or 450MiB, per second).
-    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub min_rate: Option<f64>,
+    /// (as 4Gbit, 500MB or 450MiB, per second; echoed in the unit given).
+    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    pub min_rate: Option<parse::Rate>,
 
     /// Window of the --min-rate gate.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
@@ -503,8 +510,9 @@ pub struct ResumeArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "60s")]
     pub timeout: Duration,
 
-    /// Seal every data frame with AES-256-GCM (keys from the handshake;
-    /// file names and sizes on the control connection stay in clear).
+    /// Seal every data frame with AES-256-GCM (keys from the handshake).
+    /// The control connection is sealed with or without it: every message
+    /// after the handshake, file names and sizes included.
     #[arg(long)]
     pub encrypt: bool,
 }

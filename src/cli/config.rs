@@ -282,10 +282,38 @@ fn duration_setting(
 fn load(path: &Path) -> Result<(RecvFile, String), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let file: RecvFile = toml::from_str(&text).map_err(|e| match e.span() {
-        Some(span) => at(path, &text, span, e.message()),
+        Some(span) => {
+            let hint = unquoted_amount(&text, span.start);
+            at(
+                path,
+                &text,
+                span,
+                hint.unwrap_or_else(|| e.message().into()),
+            )
+        }
         None => format!("{}: {}", path.display(), e.message()),
     })?;
     Ok((file, text))
+}
+
+/// The line at `offset` when it is `KEY = 2G`: a number with a unit left
+/// unquoted, which TOML cannot read. Says how to write it instead.
+fn unquoted_amount(text: &str, offset: usize) -> Option<String> {
+    let start = text[..offset.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?;
+    let line = line.split('#').next()?.trim();
+    let (key, value) = line.split_once('=')?;
+    let (key, value) = (key.trim(), value.trim());
+    let number = value.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '/');
+    let unquoted = !number.is_empty()
+        && number.len() < value.len()
+        && number.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && key.chars().all(|c| c.is_ascii_lowercase() || c == '_');
+    unquoted.then(|| {
+        format!("{key}: a value with a unit is text in TOML: quote it: {key} = \"{value}\"")
+    })
 }
 
 /// Merge the command line `a` over its `--config` file over the defaults.

@@ -96,10 +96,9 @@ fn print_human(out: &mut Out, cfg: &SendConfig, run: &DryRun<'_>) {
         n => format!(", {} left out by --exclude", units::count(n, "entry")),
     };
     out.line(&format!(
-        "dry run: would send {}, {} ({}) to {}:{}{left_out}; nothing was sent or written, and the receiver was not asked what it holds (a real run skips the files it has unchanged)",
+        "dry run: would send {}, {} to {}:{}{left_out}; nothing was sent or written, and the receiver was not asked what it holds (a real run skips the files it has unchanged)",
         units::count(run.files, "file"),
-        units::bytes_decimal(run.bytes),
-        units::bytes_binary(run.bytes),
+        units::bytes_both(run.bytes),
         cfg.host,
         if cfg.dest.is_empty() { "(its root)" } else { &cfg.dest },
     ));

@@ -187,8 +187,8 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
         keep: a.keep,
         zeros: a.zeros,
         destroy: a.destroy,
-        min_rate: a.min_rate.map(|bytes_per_s| MinRate {
-            bytes_per_s,
+        min_rate: a.min_rate.map(|r| MinRate {
+            bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
     };
@@ -233,6 +233,7 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         UnitsArg::Gbit => RateUnit::Gbit,
     };
     let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
+    printer.min_rate_unit = a.min_rate.map(|r| r.unit);
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let targets_shown = cfg
         .targets
@@ -240,17 +241,19 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         .map(|t| t.display().to_string())
         .collect::<Vec<_>>()
         .join(" ");
-    let mut rates = plot_file.as_ref().map(|_| plot::RatePlot {
-        title: format!(
-            "urmove bench --disk {targets_shown}: {} blocks, QD {}{} ({})",
+    let plot_title = |qd: u32| {
+        format!(
+            "urmove bench --disk {targets_shown}: {} blocks, QD {qd}{} ({})",
             crate::coord::units::bytes_binary(u64::from(cfg.bs)),
-            cfg.qd,
             cfg.min_rate.map_or(String::new(), |m| format!(
                 ", --min-rate over {} windows",
                 crate::coord::units::duration_s(m.window.as_secs_f64())
             )),
             plot::host_and_date()
-        ),
+        )
+    };
+    let mut rates = plot_file.as_ref().map(|_| plot::RatePlot {
+        title: plot_title(cfg.qd),
         unit: units,
         time_axis: "time since the phase started (s)",
         panels: Vec::new(),
@@ -258,22 +261,21 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
         worst_windows: Vec::new(),
     });
     if format == Format::Human && !printer.show.quiet {
-        let what = if sweep.is_some() { "sweep" } else { "disk" };
-        printer.out.line(&format!(
-            "urmove bench --{what}: {} target(s), {} blocks, QD {}, io_uring with registered buffers",
-            cfg.targets.len(),
-            crate::coord::units::bytes_binary(u64::from(cfg.bs)),
-            cfg.qd
-        ));
+        printer.header = Some(render::DiskHeader {
+            what: if sweep.is_some() { "sweep" } else { "disk" },
+            target_count: cfg.targets.len(),
+            block_size_bytes: cfg.bs,
+        });
     }
     let result = match &sweep {
         Some(spec) => {
-            printer.sweep_header();
             let mut rows = Vec::new();
             let r = {
                 let mut on_row = |row: &crate::bench::sweep::SweepRow| rows.push(row.clone());
-                run_sweep(&cfg, spec, &interrupt, &mut ErrSink, &mut on_row)
+                let mut sink = ErrSink(printer.header.take());
+                run_sweep(&cfg, spec, &interrupt, &mut sink, &mut on_row)
             };
+            printer.sweep_header();
             for row in &rows {
                 printer.sweep_row(row);
             }
@@ -302,6 +304,9 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
             });
         }
     };
+    if let Some(r) = rates.as_mut() {
+        r.title = plot_title(report.env.queue_depth);
+    }
     if let (Some(path), Some(table)) = (&a.csv, &report.sweep) {
         write_csv(path, table, units).map_err(Failure::Run)?;
     }
@@ -363,18 +368,48 @@ fn finish(printer: &mut Printer, report: &DiskReport) {
         eprintln!("urmove: error: {e}");
     }
     if report.min_rate_ok == Some(false) {
-        eprintln!(
-            "urmove: error: the sustained rate fell below --min-rate (see the worst window above)"
-        );
+        eprintln!("urmove: error: {}", gate_failed(printer, report));
     }
 }
 
-/// Sweep cells print as rows; notices still go to stderr.
-struct ErrSink;
+/// Why the --min-rate gate failed, whole in itself: under --json no
+/// summary line stands above it.
+fn gate_failed(printer: &Printer, report: &DiskReport) -> String {
+    let failed: Vec<String> = report
+        .results
+        .iter()
+        .filter_map(|r| r.min_rate.as_ref().filter(|g| !g.ok).map(|g| (r, g)))
+        .map(|(r, g)| {
+            format!(
+                "in {} the worst {} window was {} at {:.2} s",
+                r.mode,
+                crate::coord::units::duration_s(g.window_s),
+                crate::coord::units::rate(g.worst_window_bytes_per_s, printer.units),
+                g.worst_window_at_s
+            )
+        })
+        .collect();
+    let gate = report.results.iter().find_map(|r| r.min_rate.as_ref());
+    format!(
+        "the sustained rate fell below --min-rate {}: {}",
+        gate.map_or(String::new(), |g| printer
+            .min_rate_text(g.min_rate_bytes_per_s)),
+        failed.join("; ")
+    )
+}
+
+/// Sweep cells print as rows; notices still go to stderr, and the header
+/// (if any) once the queue depth is known.
+struct ErrSink(Option<render::DiskHeader>);
 
 impl crate::bench::Observer for ErrSink {
     fn notice(&mut self, message: &str) {
         render::warn(message);
+    }
+    fn started(&mut self, queue_depth: u32) {
+        if let Some(h) = self.0.take() {
+            Out::default().line(&h.text(queue_depth));
+        }
     }
     fn interval(&mut self, _: &crate::bench::IntervalLine, _: &[crate::bench::IntervalLine]) {}
     fn phase_done(&mut self, _: &[crate::bench::ModeResult]) {}

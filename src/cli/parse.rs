@@ -132,6 +132,30 @@ pub fn rate(s: &str) -> Result<f64, String> {
     Ok(per_s)
 }
 
+/// A rate as given: bytes per second, and the unit family it was written
+/// in, to echo it back in that unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub bytes_per_s: f64,
+    pub unit: crate::coord::units::RateUnit,
+}
+
+/// [`rate`], keeping the unit family: bits (`4Gbit`), binary bytes
+/// (`450MiB`) or decimal bytes (`500MB`).
+pub fn rate_given(s: &str) -> Result<Rate, String> {
+    use crate::coord::units::RateUnit;
+    let bytes_per_s = rate(s)?;
+    let unit = s.trim().trim_end_matches("/s");
+    let unit = if unit.ends_with("bit") || unit.ends_with('b') {
+        RateUnit::Gbit
+    } else if unit.ends_with("iB") {
+        RateUnit::Mib
+    } else {
+        RateUnit::Mb
+    };
+    Ok(Rate { bytes_per_s, unit })
+}
+
 /// A duration: `500ms`, `2s`, `1.5m`, `1h`, or bare seconds.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let (v, unit) = split_number(s)?;
@@ -157,6 +181,17 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_keep_the_unit_given() {
+        use crate::coord::units::RateUnit;
+        let unit = |s: &str| rate_given(s).unwrap().unit;
+        assert_eq!(unit("4Gbit"), RateUnit::Gbit);
+        assert_eq!(unit("4Gb/s"), RateUnit::Gbit);
+        assert_eq!(unit("450MiB"), RateUnit::Mib);
+        assert_eq!(unit("500MB/s"), RateUnit::Mb);
+        assert_eq!(rate_given("4Gbit").unwrap().bytes_per_s, 5e8);
+    }
 
     #[test]
     fn sizes() {

@@ -850,6 +850,10 @@ impl Observer for DiskRecorder<'_> {
         self.inner.notice(message);
     }
 
+    fn started(&mut self, queue_depth: u32) {
+        self.inner.started(queue_depth);
+    }
+
     fn interval(&mut self, aggregate: &IntervalLine, per_target: &[IntervalLine]) {
         if let Some(plot) = self.plot.as_deref_mut() {
             let step = |l: &IntervalLine| Step {
@@ -966,6 +970,10 @@ impl SendObserver for NetRecorder<'_> {
 
     fn info(&mut self, message: &str) {
         self.inner.info(message);
+    }
+
+    fn detail(&mut self, message: &str) {
+        self.inner.detail(message);
     }
 
     fn files(&mut self, done: std::sync::Arc<std::sync::atomic::AtomicU64>, total: u64) {
@@ -1158,7 +1166,10 @@ mod tests {
             ops: 0,
             latency_us: Default::default(),
             interval_rate_min_bytes_per_s: 0.0,
+            intervals_full: 0,
             interval_rate_median_bytes_per_s: None,
+            region_bytes: 0,
+            passes: 0.0,
             block_size_bytes: 4096,
             queue_depth: 1,
             short_ops: 0,

@@ -24,6 +24,8 @@ pub struct Show {
     pub progress: Progress,
     /// Only the summary (and warnings and errors): no notes either.
     pub quiet: bool,
+    /// Details too (`-v`).
+    pub verbose: bool,
 }
 
 impl Show {
@@ -31,18 +33,23 @@ impl Show {
     pub const LINES: Show = Show {
         progress: Progress::Lines,
         quiet: false,
+        verbose: false,
     };
 
     /// Resolve the flags against the format and the terminals. JSON formats
     /// ignore both flags: they print what they always print and never a bar.
     pub fn resolve(a: ProgressArgs, format: Format) -> Show {
         if format != Format::Human {
-            return Show::LINES;
+            return Show {
+                verbose: a.verbose,
+                ..Show::LINES
+            };
         }
         if a.quiet {
             return Show {
                 progress: Progress::Off,
                 quiet: true,
+                verbose: false,
             };
         }
         let progress = match a.progress {
@@ -54,6 +61,7 @@ impl Show {
         Show {
             progress,
             quiet: false,
+            verbose: a.verbose,
         }
     }
 
@@ -64,6 +72,7 @@ impl Show {
         Show {
             progress: if tty { Progress::Bar } else { Progress::Lines },
             quiet: false,
+            verbose: false,
         }
     }
 }

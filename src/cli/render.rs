@@ -86,6 +86,16 @@ fn shell_quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// The slowest interval of a run (`rate`), or why there is none to name:
+/// a run shorter than one --interval has no interval of its own to be
+/// slower than its average.
+pub fn min_interval(intervals_full: u64, rate: &str) -> String {
+    match intervals_full {
+        0 => "min interval none (shorter than one --interval)".into(),
+        _ => format!("min interval {rate}"),
+    }
+}
+
 pub fn wall_clock() -> String {
     let (h, m, sec) = crate::datapath::sys::local_hms();
     format!("{h:02}:{m:02}:{sec:02}")
@@ -102,12 +112,37 @@ pub fn latency(us: f64) -> String {
     }
 }
 
+/// The first line of a human `bench --disk`, printed once the queue depth
+/// the run uses is known.
+#[derive(Debug, Clone)]
+pub struct DiskHeader {
+    /// `disk` or `sweep`.
+    pub what: &'static str,
+    pub target_count: usize,
+    pub block_size_bytes: u32,
+}
+
+impl DiskHeader {
+    pub fn text(&self, queue_depth: u32) -> String {
+        format!(
+            "urmove bench --{}: {} target(s), {} blocks, QD {queue_depth}, io_uring with registered buffers",
+            self.what,
+            self.target_count,
+            units::bytes_binary(u64::from(self.block_size_bytes)),
+        )
+    }
+}
+
 /// Prints progress as it comes.
 pub struct Printer {
     pub format: Format,
     pub units: RateUnit,
     pub out: Out,
     pub show: Show,
+    /// Printed when the run starts (human output, not --quiet).
+    pub header: Option<DiskHeader>,
+    /// The unit --min-rate was given in, to echo it in.
+    pub min_rate_unit: Option<RateUnit>,
     /// The live bar of the mode running now (`--progress bar`).
     pub bar: Option<Bar>,
 }
@@ -119,6 +154,8 @@ impl Printer {
             units,
             out: Out::default(),
             show,
+            header: None,
+            min_rate_unit: None,
             bar: None,
         }
     }
@@ -191,10 +228,8 @@ impl Printer {
             let mut lines = vec![
                 format!("{} {}", r.mode, r.target),
                 format!(
-                    "  {} bytes ({}, {}) in {}: {}, {:.0} IOPS ({} blocks, QD {})",
-                    r.bytes,
-                    units::bytes_decimal(r.bytes),
-                    units::bytes_binary(r.bytes),
+                    "  {} in {}: {}, {:.0} IOPS ({} blocks, QD {})",
+                    units::bytes_exact(r.bytes),
                     units::duration_s(r.elapsed_s),
                     units::rate(r.rate_bytes_per_s, u),
                     r.iops,
@@ -202,21 +237,31 @@ impl Printer {
                     r.queue_depth
                 ),
                 format!(
-                    "  latency p50 {}  p99 {}  p99.9 {}  max {}   min interval {}",
+                    "  latency p50 {}  p99 {}  p99.9 {}  max {}   {}",
                     latency(r.latency_us.p50),
                     latency(r.latency_us.p99),
                     latency(r.latency_us.p999),
                     latency(r.latency_us.max),
-                    units::rate(r.interval_rate_min_bytes_per_s, u)
+                    min_interval(
+                        r.intervals_full,
+                        &units::rate(r.interval_rate_min_bytes_per_s, u)
+                    )
                 ),
             ];
+            if r.bytes > r.region_bytes {
+                lines.push(format!(
+                    "  cycled: {:.1} passes over the same {} of the target; --time starts over at its end, so the bytes above never took more space than that",
+                    r.passes,
+                    units::bytes_both(r.region_bytes),
+                ));
+            }
             if let Some(v) = r.verified_blocks {
                 lines.push(format!("  verified {v} blocks"));
             }
             if let Some(g) = &r.min_rate {
                 lines.push(format!(
                     "  min-rate {} over {} windows: {} (worst {} at {:.2} s, {} of {} windows short{})",
-                    units::rate(g.min_rate_bytes_per_s, u),
+                    self.min_rate_text(g.min_rate_bytes_per_s),
                     units::duration_s(g.window_s),
                     if g.ok { "OK" } else { "FAILED" },
                     units::rate(g.worst_window_bytes_per_s, u),
@@ -233,6 +278,18 @@ impl Printer {
             for l in lines {
                 self.out.line(&l);
             }
+        }
+    }
+
+    /// The --min-rate as given (`4.00 Gb/s`), and in the units of the
+    /// other rates where they differ (`4.00 Gb/s (500 MB/s)`).
+    pub fn min_rate_text(&self, bytes_per_s: f64) -> String {
+        let shown = units::rate(bytes_per_s, self.units);
+        match self.min_rate_unit {
+            Some(given) if given != self.units => {
+                format!("{} ({shown})", units::rate(bytes_per_s, given))
+            }
+            _ => shown,
         }
     }
 
@@ -293,6 +350,12 @@ impl Observer for Printer {
         match &self.bar {
             Some(bar) => bar.suspend(|| warn(message)),
             None => warn(message),
+        }
+    }
+
+    fn started(&mut self, queue_depth: u32) {
+        if let Some(h) = self.header.take() {
+            self.out.line(&h.text(queue_depth));
         }
     }
 

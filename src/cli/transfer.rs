@@ -46,7 +46,7 @@ fn conclude(
                     "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string(),
                     "bytes": 0, "bytes_skipped": 0, "files": 0, "files_verified": 0,
                     "files_skipped": 0, "skipped": [], "elapsed_s": 0.0, "rate_bits_per_s": 0.0,
-                    "interval_rate_min_bits_per_s": 0.0, "streams": printer.streams,
+                    "interval_rate_min_bits_per_s": 0.0, "intervals_full": 0, "streams": printer.streams,
                 });
                 if printer.format == Format::JsonStream {
                     doc["type"] = "summary".into();
@@ -117,12 +117,22 @@ fn run_plotted(
 }
 
 /// A frame size the receiver accepts: a multiple of 4096 up to the limit.
+/// The limit is named first: a size above it is refused for that, even
+/// when it is also no multiple of 4096.
 fn check_block(flag: &str, block: u64) -> Result<(), Failure> {
     let max = u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX);
-    if block == 0 || block > max || !block.is_multiple_of(4096) {
-        return Err(Failure::Usage(anyhow::anyhow!(
-            "{flag} {block} must be a multiple of 4096 up to {max}"
-        )));
+    let refuse = |why: String| Err(Failure::Usage(anyhow::anyhow!("{flag} {block}{why}")));
+    if block > max {
+        return refuse(format!(
+            " ({}) is above the largest frame, {max} ({})",
+            units::bytes_binary(block),
+            units::bytes_binary(max)
+        ));
+    }
+    if block == 0 || !block.is_multiple_of(4096) {
+        return refuse(format!(
+            " must be a multiple of 4096 (4 KiB), at most {max}"
+        ));
     }
     Ok(())
 }
@@ -245,6 +255,8 @@ pub(crate) struct SendPrinter {
     files: Option<(Arc<AtomicU64>, u64)>,
     bar: Option<Bar>,
     last: Option<NetInterval>,
+    /// The details printed so far (`-v`), each at most once per run.
+    details: Vec<String>,
     /// The streams asked for (for the summary of a run that never started).
     pub(crate) streams: u16,
 }
@@ -260,6 +272,7 @@ impl SendPrinter {
             files: None,
             bar: None,
             last: None,
+            details: Vec::new(),
             streams: 0,
         }
     }
@@ -395,6 +408,13 @@ impl SendObserver for SendPrinter {
 
     fn info(&mut self, message: &str) {
         if !self.show.quiet {
+            self.to_stderr(|| render::info(message));
+        }
+    }
+
+    fn detail(&mut self, message: &str) {
+        if self.show.verbose && !self.details.iter().any(|d| d == message) {
+            self.details.push(message.to_string());
             self.to_stderr(|| render::info(message));
         }
     }
@@ -554,12 +574,11 @@ fn bench_summary(r: &SendReport) -> String {
         None => "the receiver counted every byte".to_string(),
     };
     format!(
-        "bench --net: {} ({}) in {}: {}, min interval {}, {}, {} frames; {counted}",
-        units::bytes_decimal(bytes),
-        units::bytes_binary(bytes),
+        "bench --net: {} in {}: {}, {}, {}, {} frames; {counted}",
+        units::bytes_both(bytes),
         units::duration_s(secs),
         units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-        units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+        min_interval(r),
         streams_text(r),
         units::bytes_binary(u64::from(r.block_size_bytes))
     )
@@ -586,6 +605,12 @@ fn stream_lines(r: &SendReport) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The slowest interval of a run, or why there is none to name.
+fn min_interval(r: &SendReport) -> String {
+    let rate = units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit);
+    render::min_interval(r.intervals_full, &rate)
 }
 
 pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
@@ -633,13 +658,12 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 n => format!(", {n} unchanged"),
             };
             p.out.line(&format!(
-                "{verb} {}, {} ({}) in {}: {}, min interval {}, {}; {} of {} {checked}{unchanged}",
+                "{verb} {}, {} in {}: {}, {}, {}; {} of {} {checked}{unchanged}",
                 units::count(r.files, "file"),
-                units::bytes_decimal(r.bytes),
-                units::bytes_binary(r.bytes),
+                units::bytes_both(r.bytes),
                 units::duration_s(r.elapsed_s),
                 units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-                units::rate(r.interval_rate_min_bits_per_s / 8.0, RateUnit::Gbit),
+                min_interval(r),
                 streams_text(r),
                 r.files_verified,
                 units::count(r.files, "file"),
@@ -735,9 +759,8 @@ fn held_summary(r: &SendReport) -> String {
         _ => "at the receiver",
     };
     format!(
-        "skipped {} ({}) already {place}: {held}{nothing}{hint}",
-        units::bytes_decimal(r.bytes_skipped),
-        units::bytes_binary(r.bytes_skipped),
+        "skipped {} already {place}: {held}{nothing}{hint}",
+        units::bytes_both(r.bytes_skipped),
     )
 }
 

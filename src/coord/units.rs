@@ -55,6 +55,29 @@ pub fn bytes_binary(bytes: u64) -> String {
     )
 }
 
+/// A size as summaries print it: decimal, then binary in parentheses
+/// (`2.15 GB (2.00 GiB)`); once under 1000 bytes, where both read the same
+/// (`3 B`).
+pub fn bytes_both(bytes: u64) -> String {
+    match bytes {
+        0..1000 => bytes_decimal(bytes),
+        _ => format!("{} ({})", bytes_decimal(bytes), bytes_binary(bytes)),
+    }
+}
+
+/// As [`bytes_both`], with the byte count first and both units listed:
+/// `16777216 bytes (16.8 MB, 16.0 MiB)`, or `3 bytes`.
+pub fn bytes_exact(bytes: u64) -> String {
+    match bytes {
+        0..1000 => format!("{bytes} bytes"),
+        _ => format!(
+            "{bytes} bytes ({}, {})",
+            bytes_decimal(bytes),
+            bytes_binary(bytes)
+        ),
+    }
+}
+
 /// Bytes in the unit family of `unit`.
 pub fn bytes(bytes: u64, unit: RateUnit) -> String {
     match unit {
@@ -105,6 +128,12 @@ mod tests {
         assert_eq!(bytes_decimal(2_147_483_648), "2.15 GB");
         assert_eq!(bytes_binary(2_147_483_648), "2.00 GiB");
         assert_eq!(bytes_decimal(999), "999 B");
+        assert_eq!(bytes_both(2_147_483_648), "2.15 GB (2.00 GiB)");
+        assert_eq!(bytes_both(3), "3 B");
+        assert_eq!(bytes_both(999), "999 B");
+        assert_eq!(bytes_both(1000), "1.00 kB (1000 B)");
+        assert_eq!(bytes_exact(16 << 20), "16777216 bytes (16.8 MB, 16.0 MiB)");
+        assert_eq!(bytes_exact(3), "3 bytes");
         assert_eq!(rate(2.31e9, RateUnit::Mb), "2.31 GB/s");
         assert_eq!(rate(1.25e9, RateUnit::Gbit), "10.0 Gb/s");
         assert_eq!(rate(450.0 * 1048576.0, RateUnit::Mib), "450 MiB/s");

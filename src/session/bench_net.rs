@@ -275,7 +275,7 @@ fn confirm_bench(ctl: &mut Control, report: &mut SendReport) {
     report.close();
     if let Some(d) = report.data_elapsed {
         report.elapsed_s = d.as_secs_f64().max(1e-9);
-        report.rate_bits_per_s = report.bytes as f64 * 8.0 / report.elapsed_s;
+        report.set_rate(report.bytes as f64 * 8.0 / report.elapsed_s);
     }
     report.rate_over_test();
     match confirmed {

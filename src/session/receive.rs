@@ -388,15 +388,13 @@ pub(crate) fn mtime_of(e: &Entry) -> SystemTime {
 
 /// The refusal of files needing `bytes` on a filesystem with `free`.
 fn no_room(dir: &str, bytes: u64, free: u64) -> SessionError {
-    use crate::coord::units::{bytes_binary, bytes_decimal};
+    use crate::coord::units::bytes_both;
     SessionError::local(
         ErrorCode::NoSpace,
         format!(
-            "no room: the files still to come under {dir} need {} ({}) of data, its filesystem has {} ({}) free; nothing was written (free space there, or send less)",
-            bytes_decimal(bytes),
-            bytes_binary(bytes),
-            bytes_decimal(free),
-            bytes_binary(free)
+            "no room: the files still to come under {dir} need {} of data, its filesystem has {} free; nothing was written (free space there, or send less)",
+            bytes_both(bytes),
+            bytes_both(free)
         ),
     )
 }

@@ -167,6 +167,8 @@ pub trait SendObserver {
     fn info(&mut self, message: &str) {
         self.notice(message)
     }
+    /// A detail only for who looks closer (`-v`): dropped unless asked for.
+    fn detail(&mut self, _message: &str) {}
     /// Before the data flows: the count of files done so far (acknowledged,
     /// or complete before the run), kept current while the run goes, and
     /// how many the run has in all.
@@ -219,7 +221,16 @@ pub struct SendReport {
     pub(crate) listed_files_skipped: u64,
     pub elapsed_s: f64,
     pub rate_bits_per_s: f64,
+    /// The lowest rate of an interval, never above `rate_bits_per_s`; with
+    /// no interval of the whole --interval (`intervals_full` 0), the
+    /// average rate.
     pub interval_rate_min_bits_per_s: f64,
+    /// Intervals that ran the whole --interval.
+    pub intervals_full: u64,
+    /// The slowest interval as measured, before [`SendReport::set_rate`]
+    /// holds it to the average.
+    #[serde(skip)]
+    pub(crate) interval_rate_min_measured: Option<f64>,
     /// Streams that carried the data (the count `-P auto` chose), and
     /// those opened.
     pub streams: u16,
@@ -317,7 +328,18 @@ impl SendReport {
         self.test_s = Some(secs);
         self.bytes_in_test = Some(bytes);
         self.drain_s = Some((self.elapsed_s - secs).max(0.0));
-        self.rate_bits_per_s = bytes as f64 * 8.0 / secs;
+        self.set_rate(bytes as f64 * 8.0 / secs);
+    }
+
+    /// The run's average rate, and with it the minimum shown beside it
+    /// (never above it; the average when no interval ran its length).
+    pub(crate) fn set_rate(&mut self, rate_bits_per_s: f64) {
+        self.rate_bits_per_s = rate_bits_per_s;
+        self.interval_rate_min_bits_per_s = crate::coord::interval::summary_min(
+            self.interval_rate_min_measured,
+            self.intervals_full,
+            rate_bits_per_s,
+        );
     }
 
     /// End the run now: the time (and so the rate) covers the data and the
@@ -327,7 +349,7 @@ impl SendReport {
         if let Some(t) = self.started {
             let secs = t.elapsed().as_secs_f64().max(1e-9);
             self.elapsed_s = secs;
-            self.rate_bits_per_s = self.bytes as f64 * 8.0 / secs;
+            self.set_rate(self.bytes as f64 * 8.0 / secs);
         }
     }
 }
@@ -554,8 +576,11 @@ pub(crate) fn note_zero_copy(
     report.zero_copy_copied = stats.zc_copied;
     report.zero_copy_fell_back = stats.zc_fell_back;
     report.zero_copy_skipped = stats.zc_skipped;
+    if let Some(why) = stats.zc_skipped {
+        obs.detail(&format!("zero-copy sends not tried: {why}"));
+    }
     if stats.zc_fell_back {
-        obs.notice(
+        obs.detail(
             "zero-copy sends were copied by the kernel (loopback or veth): fell back to plain send",
         );
     }

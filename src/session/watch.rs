@@ -209,8 +209,7 @@ impl Watch {
             obs.stream_intervals(self.per_stream.close(end, iv.full, counters.streams()));
         }
         let secs = elapsed.as_secs_f64().max(1e-9);
-        let min_rate = self.tracker.min_full_rate().unwrap_or(bytes as f64 / secs);
-        SendReport {
+        let mut report = SendReport {
             schema: 1,
             command: "send",
             status: "ok",
@@ -231,8 +230,10 @@ impl Watch {
             skipped: Vec::new(),
             listed_files_skipped: 0,
             elapsed_s: secs,
-            rate_bits_per_s: bytes as f64 * 8.0 / secs,
-            interval_rate_min_bits_per_s: min_rate * 8.0,
+            rate_bits_per_s: 0.0,
+            interval_rate_min_bits_per_s: 0.0,
+            intervals_full: self.tracker.nominal_count(),
+            interval_rate_min_measured: self.tracker.min_full_rate().map(|r| r * 8.0),
             streams: self.grow.chosen(),
             streams_opened: self.grow.open as u16,
             streams_auto: cfg.auto_streams,
@@ -250,7 +251,9 @@ impl Watch {
             test_s: None,
             bytes_in_test: None,
             drain_s: None,
-        }
+        };
+        report.set_rate(bytes as f64 * 8.0 / secs);
+        report
     }
 }
 

@@ -259,12 +259,12 @@ fn autotuning(p: &Plan, key: &str, low: [u64; 2], side: &str) -> Check {
     let src = format!("{SRC_ESNET_LINUX}; urmove: one BDP per socket");
     match host::sysctl_triple(key) {
         Ok(cur) => {
-            let max = cur[2].max(p.tcp_buf_max);
+            let rec = profile::autotuning_triple(Some(cur), low, p.tcp_buf_max);
             Check::new(
                 key,
                 format!("{} {} {}", cur[0], cur[1], cur[2]),
-                format!("{} {} {max}", cur[0], cur[1]),
-                cur[2] >= p.tcp_buf_max,
+                format!("{} {} {}", rec[0], rec[1], rec[2]),
+                cur == rec,
                 format!(
                     "{side} autotuning stops at the 3rd value: {} lets one stream reach {} at {}; one BDP ({}) rounded up is {}",
                     size(cur[2]),
@@ -771,7 +771,7 @@ fn memlock() -> Check {
             "registered buffers are locked memory: 4 streams x 4 MiB blocks take {bufs} buffers ({}); unlimited or CAP_IPC_LOCK also do; this is the shell's limit, a daemon gets its unit's LimitMEMLOCK=",
             size(need)
         ),
-        "urmove: session buffers (design.md, host limits)",
+        "urmove: session buffers (README, Requirements)",
     )
 }
 
@@ -860,7 +860,8 @@ fn human(out: &mut Out, s: &Scene, checks: &[Check], applying: bool) {
     };
     out.line(&format!("network: {net}; disk: {disk}"));
     out.line("");
-    let cap = |v: usize| v.min(26);
+    // Each column as wide as its widest cell, so the OK column lines up.
+    let cap = |v: usize| v;
     let name_w = checks.iter().map(|c| c.name.len()).max().unwrap_or(10);
     let cur_w = cap(checks
         .iter()
@@ -944,15 +945,11 @@ impl Applied {
     }
 }
 
-/// The profile for this host: the plan's values, but never below what the
-/// host already has, the host's autotuning min and default kept, and a
-/// congestion control the kernel offers.
+/// The profile for this host: the plan's values (the autotuning ranges
+/// from [`profile::autotuning_triple`], as the checks recommend them), but
+/// never below what the host already has, and a congestion control the
+/// kernel offers.
 fn host_settings(p: &Plan) -> Vec<profile::Setting> {
-    let low = |key: &str, dflt: [u64; 2]| {
-        host::sysctl_triple(key)
-            .map(|t| [t[0], t[1]])
-            .unwrap_or(dflt)
-    };
     let current_cc = host::sysctl("net.ipv4.tcp_congestion_control").unwrap_or_default();
     let available = host::sysctl("net.ipv4.tcp_available_congestion_control").unwrap_or_default();
     let cc = if CONGESTION_GOOD.contains(&current_cc.as_str()) {
@@ -965,12 +962,7 @@ fn host_settings(p: &Plan) -> Vec<profile::Setting> {
             .unwrap_or(&CONGESTION_GOOD[0])
             .to_string()
     };
-    let mut set = profile::settings(
-        p,
-        low("net.ipv4.tcp_rmem", profile::TCP_RMEM_LOW),
-        low("net.ipv4.tcp_wmem", profile::TCP_WMEM_LOW),
-        &cc,
-    );
+    let mut set = profile::settings(p, profile::TCP_RMEM_LOW, profile::TCP_WMEM_LOW, &cc);
     for s in &mut set {
         match s.key {
             "net.core.rmem_max"
@@ -983,11 +975,12 @@ fn host_settings(p: &Plan) -> Vec<profile::Setting> {
             }
             "net.ipv4.tcp_rmem" | "net.ipv4.tcp_wmem" => {
                 if let Ok(cur) = host::sysctl_triple(s.key) {
-                    let mut v: Vec<String> = s.value.split(' ').map(String::from).collect();
-                    if let Some(max) = v.get_mut(2) {
-                        *max = cur[2].max(p.tcp_buf_max).to_string();
-                    }
-                    s.value = v.join(" ");
+                    let low = match s.key {
+                        "net.ipv4.tcp_rmem" => profile::TCP_RMEM_LOW,
+                        _ => profile::TCP_WMEM_LOW,
+                    };
+                    let v = profile::autotuning_triple(Some(cur), low, p.tcp_buf_max);
+                    s.value = format!("{} {} {}", v[0], v[1], v[2]);
                 }
             }
             _ => {}

@@ -171,6 +171,18 @@ pub struct Setting {
 pub const TCP_RMEM_LOW: [u64; 2] = [4096, 131072];
 pub const TCP_WMEM_LOW: [u64; 2] = [4096, 65536];
 
+/// An autotuning range (`tcp_rmem`/`tcp_wmem`): the profile's min, default
+/// and max (`low`, `max`), never below what the host has (`cur`). The one
+/// source of what `tune` recommends, `--apply` writes and `--print-sysctl`
+/// prints (there with no host: `cur` is `None`).
+pub fn autotuning_triple(cur: Option<[u64; 3]>, low: [u64; 2], max: u64) -> [u64; 3] {
+    let want = [low[0], low[1], max];
+    match cur {
+        Some(c) => [c[0].max(want[0]), c[1].max(want[1]), c[2].max(want[2])],
+        None => want,
+    }
+}
+
 /// The congestion controls the profile accepts, best first.
 pub const CONGESTION_GOOD: [&str; 2] = ["bbr", "htcp"];
 
