@@ -84,11 +84,13 @@ pub fn free_bytes(path: &Path) -> io::Result<Option<u64>> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: statvfs returned 0, so the buffer is initialised.
-    let st = unsafe { st.assume_init() };
-    if st.f_blocks == 0 {
-        return Ok(None);
-    }
-    Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
+    Ok(available(&unsafe { st.assume_init() }))
+}
+
+/// What a filesystem's figures leave an unprivileged writer; `None` for
+/// one that reports no size.
+fn available(st: &libc::statvfs) -> Option<u64> {
+    (st.f_blocks != 0).then(|| st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// [`free_bytes`] of the filesystem holding the open file `fd`.
@@ -101,11 +103,7 @@ pub fn free_bytes_fd(fd: &impl AsRawFd) -> io::Result<Option<u64>> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fstatvfs returned 0, so the buffer is initialised.
-    let st = unsafe { st.assume_init() };
-    if st.f_blocks == 0 {
-        return Ok(None);
-    }
-    Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
+    Ok(available(&unsafe { st.assume_init() }))
 }
 
 /// The running kernel's release string, as `uname -r` prints it.

@@ -62,12 +62,6 @@ pub fn from_os(name: &std::ffi::OsStr) -> String {
     from_bytes(name.as_bytes())
 }
 
-/// A name as the operating system takes it.
-pub fn to_os(name: &str) -> std::ffi::OsString {
-    use std::os::unix::ffi::OsStringExt;
-    std::ffi::OsString::from_vec(to_bytes(name).into_owned())
-}
-
 /// A name for people: bytes that are not UTF-8 shown as `\xNN`.
 pub fn shown(name: &str) -> Cow<'_, str> {
     if !name.chars().any(|c| escaped_byte(c).is_some()) {

@@ -74,15 +74,12 @@ impl Writer {
     }
     /// A string with a u16 length (callers keep strings under 64 KiB).
     pub fn str16(&mut self, s: &str) -> &mut Self {
-        assert!(s.len() <= u16::MAX as usize, "string too long for the wire");
-        self.u16(s.len() as u16).bytes(s.as_bytes())
+        self.bytes16(s.as_bytes())
     }
     /// A file name or path with a u16 length: its bytes as the filesystem
     /// has them ([`super::names`]), UTF-8 or not.
     pub fn name16(&mut self, s: &str) -> &mut Self {
-        let b = super::names::to_bytes(s);
-        assert!(b.len() <= u16::MAX as usize, "name too long for the wire");
-        self.u16(b.len() as u16).bytes(&b)
+        self.bytes16(&super::names::to_bytes(s))
     }
     /// A u16-length byte string.
     pub fn bytes16(&mut self, b: &[u8]) -> &mut Self {
@@ -143,15 +140,7 @@ impl<'a> Reader<'a> {
 
     /// A u16-length string of at most `max` bytes.
     pub fn str16(&mut self, what: &'static str, max: usize) -> Result<&'a str, DecodeError> {
-        let len = self.u16()? as usize;
-        if len > max {
-            return Err(DecodeError::TooLarge {
-                what,
-                value: len as u64,
-                max: max as u64,
-            });
-        }
-        std::str::from_utf8(self.take(len)?).map_err(|_| DecodeError::NotUtf8 { what })
+        std::str::from_utf8(self.bytes16(what, max)?).map_err(|_| DecodeError::NotUtf8 { what })
     }
 
     /// A u16-length file name or path of at most `max` bytes, any bytes
