@@ -595,7 +595,7 @@ fn bench_counts_what_the_peer_had_by_the_tests_end() {
         line.bench_cmd(&d, &["--time", "3"]),
         Duration::from_secs(60),
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
     let out = stdout(&o);
     assert!(
         out.contains(" in 3.0")

@@ -410,6 +410,7 @@ mod tests {
         let rules = Rules {
             owner: None,
             owners: Default::default(),
+            ids: Default::default(),
             secret: Secret::from_bytes([7; 32]),
             keep_setid: false,
             unsafe_links: Default::default(),

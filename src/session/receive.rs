@@ -68,6 +68,27 @@ pub struct Rules {
     pub owner: Option<[u8; 32]>,
     /// Whether entries get the sender's owner and group.
     pub owners: Owners,
+    /// The user and group names of this session's manifest looked up
+    /// here, each once (a lookup may ask LDAP): each session its own.
+    pub ids: Arc<IdCache>,
+}
+
+/// Names already looked up: (a group?, name) to its number here, if any.
+#[derive(Debug, Default)]
+pub struct IdCache(Mutex<std::collections::HashMap<(bool, String), Option<u32>>>);
+
+impl IdCache {
+    fn find(&self, group: bool, name: &str) -> Option<u32> {
+        use crate::datapath::ids;
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *known.entry((group, name.to_string())).or_insert_with(|| {
+            if group {
+                ids::gid_of(name)
+            } else {
+                ids::uid_of(name)
+            }
+        })
+    }
 }
 
 /// Whose files a receiver makes.
@@ -159,11 +180,10 @@ pub const JOURNAL_BYTES_PER_S: u64 = 64 << 20;
 impl Rules {
     /// What entry `e` is given besides its bytes.
     pub(crate) fn dress(&self, e: &Entry) -> Dress {
-        use crate::datapath::ids;
         let o = &e.owner;
-        let by_name = |name: &str, find: fn(&str) -> Option<u32>, n: u32| {
+        let by_name = |name: &str, group: bool, n: u32| {
             (!name.is_empty())
-                .then(|| find(name))
+                .then(|| self.ids.find(group, name))
                 .flatten()
                 .unwrap_or(n)
         };
@@ -171,8 +191,8 @@ impl Rules {
             Owners::Own => None,
             Owners::ByNumber => Some((o.uid, o.gid)),
             Owners::ByName => Some((
-                by_name(&o.user, ids::uid_of, o.uid),
-                by_name(&o.group, ids::gid_of, o.gid),
+                by_name(&o.user, false, o.uid),
+                by_name(&o.group, true, o.gid),
             )),
         };
         let xattrs = e

@@ -910,6 +910,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         secret,
         owner: None,
         owners: super::receive::Owners::Own,
+        ids: Arc::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
@@ -930,6 +931,7 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Rules {
         owners: super::receive::Owners::for_this_process(
             req.has(crate::protocol::control::REQ_NUMERIC_IDS),
         ),
+        ids: Arc::default(),
         ..rules.clone()
     }
 }
