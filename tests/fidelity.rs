@@ -176,6 +176,26 @@ fn exclude_include_and_exclude_from_choose_what_goes_in_the_order_given() {
     );
 }
 
+/// Every entry under `root` with what a write would change: size, mtime,
+/// ctime (a chmod, chown or extended attribute moves it too).
+fn snapshot(root: &Path) -> Vec<(PathBuf, u64, i64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut all = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            if m.is_dir() {
+                dirs.push(path.clone());
+            }
+            all.push((path, m.len(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()));
+        }
+    }
+    all.sort();
+    all
+}
+
 #[test]
 fn a_dry_run_lists_files_and_sizes_and_writes_nothing_anywhere() {
     let d = Daemon::start();
@@ -201,13 +221,8 @@ fn a_dry_run_lists_files_and_sizes_and_writes_nothing_anywhere() {
         "{out}"
     );
     assert_eq!(std::fs::read_dir(d.root.path()).unwrap().count(), 0);
-    // No receiver is needed: nothing listens on this port.
-    let o = urmove()
-        .args(["send", "-n", "--json", "-p", "9", "--key-file"])
-        .arg(&d.key)
-        .args([top.to_str().unwrap(), "127.0.0.1:in"])
-        .output()
-        .unwrap();
+    assert!(d.log().contains("a dry run into"), "{}", d.log());
+    let o = d.send(&["-n", "--json"], &[top.to_str().unwrap(), "127.0.0.1:in"]);
     let v = json(&o);
     assert_eq!(
         (v["status"].as_str(), v["files"].as_u64()),
@@ -220,8 +235,138 @@ fn a_dry_run_lists_files_and_sizes_and_writes_nothing_anywhere() {
         .unwrap()
         .iter()
         .find(|e| e["path"] == "run/raw/big.dat")
-        .cloned();
-    assert_eq!(big.map(|e| e["size"].clone()), Some(1_500_000.into()));
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&big["size"], &big["action"]),
+        (&1_500_000.into(), &"send".into())
+    );
+    // The receiver is asked: with nothing listening, the dry run fails and
+    // says why.
+    let o = urmove()
+        .args(["send", "-n", "-p", "9", "--key-file"])
+        .arg(&d.key)
+        .args([top.to_str().unwrap(), "127.0.0.1:in"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dry run: "), "{}", stderr(&o));
+}
+
+/// After a run, a dry run counts what the receiver holds unchanged as
+/// not sent, lists what changed and, with `--delete`, what would go; the
+/// receiver's tree is the same to the nanosecond after it.
+#[test]
+fn a_dry_run_asks_the_receiver_what_it_holds_and_would_delete() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = filter_tree(src.path());
+    std::fs::remove_dir_all(top.join("cache")).unwrap();
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let o = d.send(&[], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(top.join("raw/new.dat"), vec![3u8; 5000]).unwrap();
+    std::fs::write(top.join("notes.txt"), b"longer notes").unwrap();
+    let dst = d.root.path().join("in/run");
+    std::fs::write(dst.join("raw/extra.dat"), b"only here").unwrap();
+    let before = snapshot(d.root.path());
+    let o = d.send(&["-n", "--delete"], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("5.00 kB  run/raw/new.dat"), "{out}");
+    assert!(out.contains("12 B  run/notes.txt"), "{out}");
+    assert!(out.contains("delete  run/raw/extra.dat"), "{out}");
+    assert!(!out.contains("raw/a.dat"), "unchanged, not listed: {out}");
+    let unchanged = 5;
+    assert!(
+        out.contains("dry run: would send 2 files, 5.01 kB (4.89 KiB) to 127.0.0.1:in; the receiver holds 5 files unchanged since an earlier run")
+            && out.contains("; would delete 1 entry; nothing was sent or written"),
+        "{out}"
+    );
+    assert_eq!(
+        snapshot(d.root.path()),
+        before,
+        "the dry run changed the receiver"
+    );
+    let o = d.send(&["-n", "--delete", "--json"], &args);
+    let v = json(&o);
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!(["run/raw/extra.dat"]),
+        "{v}"
+    );
+    assert_eq!(v["files_unchanged"], unchanged, "{v}");
+    // The real run does what the dry run said.
+    let o = d.send(&["--delete", "--json"], &args);
+    let v = json(&o);
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!(["run/raw/extra.dat"]),
+        "{v}"
+    );
+    assert_eq!(v["files_verified"], 2, "{v}");
+    assert_same_tree(&top, &dst);
+}
+
+/// A file the receiver holds in part: the dry run names the rest as what
+/// would go, touches neither the part nor its journal, and the real run
+/// then continues it.
+#[test]
+fn a_dry_run_counts_a_held_part_as_the_rest_to_send() {
+    use std::process::Stdio;
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("rec");
+    std::fs::create_dir(&top).unwrap();
+    std::fs::write(top.join("big.dat"), crate::util::noise(48 << 20, 5)).unwrap();
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let mut child = urmove()
+        .args(["send", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args(["--rate-limit", "16MB", "-P", "2", "--block", "1M"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let journal = d.root.path().join("in/rec/big.dat.urmove.journal");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !journal.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    // The daemon ends the session on its own time.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(journal.exists(), "no journal: {}", d.log());
+    let before = snapshot(d.root.path());
+    let o = d.send(&["-n", "--block", "1M", "--json"], &args);
+    let v = json(&o);
+    assert_eq!(v["files_continued"], 1, "{v}");
+    let rest = v["bytes"].as_u64().unwrap();
+    assert!(rest > 0 && rest < 48 << 20, "{v}");
+    assert_eq!(v["entries"][1]["action"], "continue", "{v}");
+    assert_eq!(
+        snapshot(d.root.path()),
+        before,
+        "the dry run changed the receiver"
+    );
+    let o = d.send(&["-n", "--block", "1M"], &args);
+    let out = stdout(&o);
+    assert!(out.contains("(the rest: the receiver holds "), "{out}");
+    assert!(out.contains("1 file in part (continued)"), "{out}");
+    let o = d.send(&["--block", "1M", "--json"], &args);
+    let v = json(&o);
+    assert_eq!(
+        (&v["status"], &v["files_continued"]),
+        (&"ok".into(), &1.into()),
+        "{v}"
+    );
+    assert!(v["bytes"].as_u64().unwrap() <= rest, "{v}");
+    assert_same_tree(&top, &d.root.path().join("in/rec"));
 }
 
 fn uid_gid(p: &Path) -> (u32, u32) {

@@ -669,9 +669,10 @@ pub struct TreeArgs {
     #[arg(long)]
     pub delete: bool,
 
-    /// Show what would be sent (each file and its size, the total, what is
-    /// excluded or cannot be moved) and send nothing: the receiver is not
-    /// contacted.
+    /// Ask the receiver what the run would do and do none of it: each file
+    /// that would be sent and its bytes, what the receiver holds already,
+    /// what it would refuse and (with --delete) remove. Nothing is sent
+    /// or written on either side.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
 }

@@ -1,12 +1,15 @@
-//! `send --dry-run`: the manifest a send would move, with sizes, and what
-//! it would leave out, read from this side only. Nothing is sent, nothing
-//! written, and the receiver is not contacted.
+//! `send --dry-run`: what a send would move, with sizes, as the receiver
+//! answers it: the files it holds unchanged, whole or in part are not
+//! counted as sent, what it would refuse is named and, with `--delete`,
+//! what it would remove is listed. Nothing is sent and nothing written on
+//! either side (the receiver is asked with `REQ_DRY_RUN`).
 
 use crate::coord::units;
 use crate::protocol::manifest::EntryKind;
 use crate::protocol::names;
-use crate::session::send::SendConfig;
-use crate::session::tree::{scan, Skipped};
+use crate::session::send::{held_text, SendConfig};
+use crate::session::survey::{survey, Action, Survey};
+use crate::session::tree::{scan, Skipped, Tree};
 
 use super::render::{self, Format, Out};
 use super::{Failure, EXIT_PARTIAL};
@@ -16,6 +19,14 @@ struct Listed {
     path: String,
     kind: &'static str,
     size: u64,
+    action: Action,
+    bytes_to_send: u64,
+}
+
+#[derive(serde::Serialize)]
+struct RefusedEntry {
+    path: String,
+    reason: String,
 }
 
 #[derive(serde::Serialize)]
@@ -25,12 +36,21 @@ struct DryRun<'a> {
     status: &'static str,
     dry_run: bool,
     dest: &'a str,
+    /// Files that would be sent, whole or their rest.
     files: u64,
+    /// Bytes that would be sent.
     bytes: u64,
+    bytes_total: u64,
+    files_unchanged: u64,
+    files_found_complete: u64,
+    files_continued: u64,
     entries: Vec<Listed>,
     files_excluded: u64,
     files_skipped: usize,
     skipped: &'a [Skipped],
+    refused: Vec<RefusedEntry>,
+    files_deleted: usize,
+    deleted: &'a [String],
 }
 
 fn kind_name(k: EntryKind) -> &'static str {
@@ -42,64 +62,149 @@ fn kind_name(k: EntryKind) -> &'static str {
     }
 }
 
-/// List what `cfg` would send; exit 0, or 23 when some entries could not
-/// be moved (as the real run would).
+/// Ask the receiver what sending `cfg` would do, and say it; exit 0, or 23
+/// when some entries could not be moved (as the real run would).
 pub(crate) fn show(cfg: &SendConfig, format: Format) -> Result<u8, Failure> {
     let tree = scan(&cfg.sources, &cfg.scan).map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
-    let entries: Vec<Listed> = tree
-        .entries
-        .iter()
-        .map(|e| Listed {
-            path: names::shown(&e.path).into_owned(),
-            kind: kind_name(e.kind),
-            size: e.size,
-        })
-        .collect();
-    let run = DryRun {
-        schema: 1,
-        command: "send",
-        status: "dry-run",
-        dry_run: true,
-        dest: &cfg.dest,
-        files: tree.file_count() as u64,
-        bytes: tree.file_bytes(),
-        entries,
-        files_excluded: tree.excluded,
-        files_skipped: tree.skipped.len(),
-        skipped: &tree.skipped,
+    let answer = match survey(cfg, &tree) {
+        Ok(a) => a,
+        Err(e) => return Err(refused(cfg, format, &e)),
     };
+    let run = dry_run(cfg, &tree, &answer);
     let mut out = Out::default();
     match format {
         Format::Human => print_human(&mut out, cfg, &run),
         _ => out.line(&serde_json::to_string_pretty(&run).expect("reports serialize")),
     }
-    Ok(if tree.skipped.is_empty() {
-        0
-    } else {
-        EXIT_PARTIAL
+    Ok(match run.files_skipped + run.refused.len() {
+        0 => 0,
+        _ => EXIT_PARTIAL,
     })
+}
+
+/// A dry run the receiver refused (or never answered): said as a send
+/// says it, a JSON document for machines.
+fn refused(cfg: &SendConfig, format: Format, e: &crate::session::SessionError) -> Failure {
+    if format != Format::Human {
+        let doc = serde_json::json!({
+            "schema": 1, "command": "send", "status": e.code().name(), "error": e.to_string(),
+            "dry_run": true, "dest": cfg.dest, "files": 0, "bytes": 0,
+        });
+        Out::default().line(&doc.to_string());
+    }
+    let why = anyhow::anyhow!("dry run: {e}");
+    match e.is_usage() {
+        true => Failure::Usage(why),
+        false => Failure::Run(why),
+    }
+}
+
+/// The report of a dry run of `tree`, from the receiver's `answer`.
+fn dry_run<'a>(cfg: &'a SendConfig, tree: &'a Tree, answer: &'a Survey) -> DryRun<'a> {
+    let entries: Vec<Listed> = tree
+        .entries
+        .iter()
+        .zip(&answer.actions)
+        .map(|(e, &(action, bytes_to_send))| Listed {
+            path: names::shown(&e.path).into_owned(),
+            kind: kind_name(e.kind),
+            size: e.size,
+            action,
+            bytes_to_send,
+        })
+        .collect();
+    let count = |a: Action| entries.iter().filter(|e| e.action == a).count() as u64;
+    let moving = |e: &&Listed| matches!(e.action, Action::Send | Action::Continue);
+    let refused = answer.refused.iter().map(|(i, why)| RefusedEntry {
+        path: names::shown(&tree.entries[*i as usize].path).into_owned(),
+        reason: why.clone(),
+    });
+    DryRun {
+        schema: 1,
+        command: "send",
+        status: "dry-run",
+        dry_run: true,
+        dest: &cfg.dest,
+        files: entries
+            .iter()
+            .filter(moving)
+            .filter(|e| e.kind == "file")
+            .count() as u64,
+        bytes: entries.iter().map(|e| e.bytes_to_send).sum(),
+        bytes_total: tree.file_bytes(),
+        files_unchanged: count(Action::Unchanged),
+        files_found_complete: count(Action::Complete),
+        files_continued: count(Action::Continue),
+        files_excluded: tree.excluded,
+        files_skipped: tree.skipped.len(),
+        skipped: &tree.skipped,
+        refused: refused.collect(),
+        files_deleted: answer.deleted.len(),
+        deleted: &answer.deleted,
+        entries,
+    }
 }
 
 fn print_human(out: &mut Out, cfg: &SendConfig, run: &DryRun<'_>) {
     for e in &run.entries {
-        let size = match e.kind {
-            "file" => units::bytes_decimal(e.size),
-            k => k.to_string(),
+        let (size, note) = match (e.kind, e.action) {
+            ("file", Action::Continue) => (
+                units::bytes_decimal(e.bytes_to_send),
+                format!(
+                    "  (the rest: the receiver holds {})",
+                    units::bytes_decimal(e.size - e.bytes_to_send)
+                ),
+            ),
+            ("file", Action::Send) => (units::bytes_decimal(e.size), String::new()),
+            (k, Action::Send) => (k.to_string(), String::new()),
+            _ => continue,
         };
-        out.line(&format!("{size:>12}  {}", e.path));
+        out.line(&format!("{size:>12}  {}{note}", e.path));
+    }
+    for path in run.deleted {
+        out.line(&format!("{:>12}  {}", "delete", names::shown(path)));
     }
     for s in run.skipped {
         render::warn(&format!("would skip {}: {}", s.path, s.reason));
     }
+    for r in &run.refused {
+        render::warn(&format!(
+            "the receiver would refuse {}: {}",
+            r.path, r.reason
+        ));
+    }
+    out.line(&summary(cfg, run));
+}
+
+/// The dry run's last line: what would cross, what the receiver holds and
+/// would delete, and that nothing was done.
+fn summary(cfg: &SendConfig, run: &DryRun<'_>) -> String {
     let left_out = match run.files_excluded {
         0 => String::new(),
         n => format!(", {} left out by --exclude", units::count(n, "entry")),
     };
-    out.line(&format!(
-        "dry run: would send {}, {} to {}:{}{left_out}; nothing was sent or written, and the receiver was not asked what it holds (a real run skips the files it has unchanged)",
+    let held = (
+        run.files_unchanged,
+        run.files_found_complete,
+        run.files_continued,
+    );
+    let held = match held {
+        (0, 0, 0) => String::new(),
+        h => format!("; the receiver holds {}", held_text(h)),
+    };
+    let deleted = match run.files_deleted {
+        0 => String::new(),
+        n => format!("; would delete {}", units::count(n as u64, "entry")),
+    };
+    format!(
+        "dry run: would send {}, {} to {}:{}{left_out}{held}{deleted}; nothing was sent or written",
         units::count(run.files, "file"),
         units::bytes_both(run.bytes),
         cfg.host,
-        if cfg.dest.is_empty() { "(its root)" } else { &cfg.dest },
-    ));
+        if cfg.dest.is_empty() {
+            "(its root)"
+        } else {
+            cfg.dest.as_str()
+        },
+    )
 }

@@ -40,7 +40,12 @@ pub const REQ_NUMERIC_IDS: u32 = 8;
 /// Request flag: after the transfer, remove what the receiver holds under
 /// the manifest's directories that the manifest does not list (`--delete`).
 pub const REQ_DELETE: u32 = 16;
-const REQ_KNOWN: u32 = REQ_RESUME | REQ_CHECKSUM | REQ_ENCRYPT | REQ_NUMERIC_IDS | REQ_DELETE;
+/// Request flag: a push's dry run (`--dry-run`). The receiver says what it
+/// holds (`Have`), what it would refuse and, with `REQ_DELETE`, what it
+/// would remove, then its `Summary`; it writes nothing and no data comes.
+pub const REQ_DRY_RUN: u32 = 32;
+const REQ_KNOWN: u32 =
+    REQ_RESUME | REQ_CHECKSUM | REQ_ENCRYPT | REQ_NUMERIC_IDS | REQ_DELETE | REQ_DRY_RUN;
 
 /// Push (send to the daemon), pull (fetch from it), or a network benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -293,7 +293,7 @@ pub(crate) fn recv_verdict(
     }
 }
 
-fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u64)]) -> u64 {
+pub(super) fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u64)]) -> u64 {
     ranges
         .iter()
         .map(|&(first, count)| {

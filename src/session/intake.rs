@@ -411,6 +411,7 @@ mod tests {
             owner: None,
             owners: Default::default(),
             ids: Default::default(),
+            dry_run: false,
             secret: Secret::from_bytes([7; 32]),
             keep_setid: false,
             unsafe_links: Default::default(),

@@ -28,6 +28,7 @@ mod route;
 pub mod secret;
 pub mod send;
 mod source;
+pub mod survey;
 mod sweep;
 pub mod tree;
 mod watch;

@@ -22,8 +22,9 @@ pub(crate) struct Pruned {
     pub(crate) failed: Vec<String>,
 }
 
-/// Remove the extras under each directory of `entries` (beneath `dest`).
-pub(crate) fn prune(root: &Root, dest: &str, entries: &[Entry]) -> Pruned {
+/// Remove the extras under each directory of `entries` (beneath `dest`);
+/// with `dry` (`--dry-run`), only list what would go.
+pub(crate) fn prune(root: &Root, dest: &str, entries: &[Entry], dry: bool) -> Pruned {
     let listed: HashSet<String> = entries.iter().map(|e| join(dest, &e.path)).collect();
     let mut out = Pruned::default();
     for e in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
@@ -39,7 +40,7 @@ pub(crate) fn prune(root: &Root, dest: &str, entries: &[Entry]) -> Pruned {
         for name in names.iter().filter(|n| !is_reserved(n)) {
             let rel = format!("{dir}/{name}");
             if !listed.contains(&rel) {
-                remove_tree(root, &rel, dest, &mut out);
+                remove_tree(root, &rel, (dest, dry), &mut out);
             }
         }
     }
@@ -47,8 +48,8 @@ pub(crate) fn prune(root: &Root, dest: &str, entries: &[Entry]) -> Pruned {
 }
 
 /// Remove `rel` and, for a directory, all beneath it (urmove's own files
-/// aside: a directory holding one stays).
-fn remove_tree(root: &Root, rel: &str, dest: &str, out: &mut Pruned) {
+/// aside: a directory holding one stays); `dry`: list them only.
+fn remove_tree(root: &Root, rel: &str, (dest, dry): (&str, bool), out: &mut Pruned) {
     let shown = names::shown(rel.strip_prefix(&format!("{dest}/")).unwrap_or(rel)).into_owned();
     let m = match root.symlink_metadata(rel) {
         Ok(m) => m,
@@ -58,12 +59,17 @@ fn remove_tree(root: &Root, rel: &str, dest: &str, out: &mut Pruned) {
         match root.read_dir(rel) {
             Ok(children) => {
                 for c in children.iter().filter(|n| !is_reserved(n)) {
-                    remove_tree(root, &format!("{rel}/{c}"), dest, out);
+                    remove_tree(root, &format!("{rel}/{c}"), (dest, dry), out);
                 }
-                root.remove_dir(rel)
+                match dry {
+                    true => Ok(()),
+                    false => root.remove_dir(rel),
+                }
             }
             Err(e) => Err(e),
         }
+    } else if dry {
+        Ok(())
     } else {
         root.unlink(rel)
     };

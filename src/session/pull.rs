@@ -364,6 +364,7 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         secret,
         owners: super::receive::Owners::for_this_process(cfg.numeric_ids),
         ids: Arc::default(),
+        dry_run: false,
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,
         claims: Arc::default(),

@@ -71,6 +71,9 @@ pub struct Rules {
     /// The user and group names of this session's manifest looked up
     /// here, each once (a lookup may ask LDAP): each session its own.
     pub ids: Arc<IdCache>,
+    /// A dry run (`--dry-run`): this session looks and writes nothing (no
+    /// directory, link, part file, stamp, claim or journal change).
+    pub dry_run: bool,
 }
 
 /// Names already looked up: (a group?, name) to its number here, if any.
@@ -480,7 +483,7 @@ impl Incoming {
         tick: &mut dyn FnMut(),
     ) -> Result<Self, SessionError> {
         check_entries(&entries, block)?;
-        if !dest.is_empty() {
+        if !dest.is_empty() && !rules.dry_run {
             root.mkdir_all(&dest, 0o755)
                 .map_err(|e| SessionError::io(dest.clone(), e))?;
         }
@@ -527,6 +530,7 @@ impl Incoming {
     ) -> Result<Option<RecvFile>, SessionError> {
         let rel = join(&self.dest, &e.path);
         match e.kind {
+            EntryKind::Dir if self.rules.dry_run => Ok(None),
             EntryKind::Dir => {
                 self.root
                     .mkdir_all(&rel, 0o755)
@@ -543,7 +547,7 @@ impl Incoming {
                 // The file's directory: made (beneath, through no link)
                 // once per directory, so a bad path fails before any data.
                 let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
-                if !dir.is_empty() && dir != made_dir.as_str() {
+                if !dir.is_empty() && dir != made_dir.as_str() && !self.rules.dry_run {
                     self.root
                         .mkdir_all(dir, 0o755)
                         .map_err(|err| SessionError::io(rel.clone(), err))?;
@@ -585,6 +589,7 @@ impl Incoming {
                     format!("{rel}: a directory is in the way of the symlink"),
                 ))
             }
+            _ if self.rules.dry_run => return Ok(()),
             Ok(_) => self
                 .root
                 .unlink(rel)
@@ -651,7 +656,7 @@ impl Incoming {
                 });
             }
         }
-        if f.size == 0 {
+        if f.size == 0 && !self.rules.dry_run {
             // Nothing to wait for: an empty file's digest is 0 on both sides.
             open_part(&self.root, self.direct, &self.rules, f)?;
             f.sender_digest = Some(0);
@@ -731,7 +736,9 @@ impl Incoming {
         let Some(on_disk) = on_disk.filter(|d| d.plain == j.digest) else {
             return Ok(None);
         };
-        claim(&self.rules, &rel, j.part)?;
+        if !self.rules.dry_run {
+            claim(&self.rules, &rel, j.part)?;
+        }
         // Opened again (for writing) when its next block comes.
         f.part_id = Some(j.part);
         f.received = covered(&j.blocks, f.size, self.block);
@@ -787,17 +794,17 @@ impl Incoming {
                     self.done_files += 1;
                     // Read and found right: stamped for this owner, so the
                     // next run need not read it.
-                    if !self.unchanged.contains(&(i as u32)) {
+                    if !self.unchanged.contains(&(i as u32)) && !self.rules.dry_run {
                         super::commit::settle_held(&self.root, f, &self.rules)?;
                     }
                 }
                 FileState::Receiving if is_wrong => {
                     // Start over: the part goes (by inode), a new one comes.
-                    if let Some(id) = f.part_id.take() {
+                    if let Some(id) = f.part_id.take().filter(|_| !self.rules.dry_run) {
                         let _ = self.root.unlink_file(&f.part_rel(), id);
                         lock_claims(&self.rules).remove(&id);
+                        journal::remove(&self.root, &f.final_rel);
                     }
-                    journal::remove(&self.root, &f.final_rel);
                     f.seen.fill(0);
                     f.written.fill(0);
                     (f.received, f.digest, f.journaled, f.stale) = (0, 0, false, false);
@@ -818,15 +825,17 @@ impl Incoming {
         use std::os::unix::fs::MetadataExt;
         // st_dev -> (a directory on it, bytes still to come there).
         let mut need: HashMap<u64, (&str, u64)> = HashMap::new();
-        let mut dev_of: HashMap<&str, u64> = HashMap::new();
+        // A file's directory -> (its device, the directory standing).
+        let mut dev_of: HashMap<&str, (u64, &str)> = HashMap::new();
         for (i, f) in self.files.iter().enumerate() {
             let Some(f) = f.as_ref().filter(|f| f.state == FileState::Receiving) else {
                 continue;
             };
             let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
-            let dev = *dev_of.entry(dir).or_insert_with(|| {
+            let (dev, dir) = *dev_of.entry(dir).or_insert_with(|| {
+                let dir = self.standing(dir);
                 let rel = if dir.is_empty() { "." } else { dir };
-                self.root.symlink_metadata(rel).map_or(0, |m| m.dev())
+                (self.root.symlink_metadata(rel).map_or(0, |m| m.dev()), dir)
             });
             let data = self.entries[i].data.min(f.size - f.received.min(f.size));
             let at = need.entry(dev).or_insert((dir, 0));
@@ -846,6 +855,14 @@ impl Incoming {
             }
         }
         Ok(())
+    }
+
+    /// `dir`, or its nearest ancestor that exists (a dry run made none).
+    fn standing<'d>(&self, mut dir: &'d str) -> &'d str {
+        while !dir.is_empty() && self.root.symlink_metadata(dir).is_err() {
+            dir = dir.rsplit_once('/').map_or("", |(d, _)| d);
+        }
+        dir
     }
 
     /// The placement, for the sender, of the files still to receive over
@@ -1049,6 +1066,10 @@ impl Drop for Incoming {
     /// files: parts without journaled data are removed; parts with data and
     /// their journals stay for `--resume`. Its claims end with it.
     fn drop(&mut self) {
+        if self.rules.dry_run {
+            // It claimed, made and changed nothing.
+            return;
+        }
         let mut claims = self.rules.claims.lock().unwrap_or_else(|p| p.into_inner());
         for f in self.files.iter_mut().flatten() {
             let Some(id) = f.part_id.take() else { continue };

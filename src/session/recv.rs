@@ -302,6 +302,16 @@ struct Claims<'a> {
     names: Vec<String>,
 }
 
+impl<'a> Claims<'a> {
+    /// Claims of no name.
+    fn none(set: &'a Mutex<HashSet<String>>) -> Self {
+        Claims {
+            set,
+            names: Vec::new(),
+        }
+    }
+}
+
 impl Drop for Claims<'_> {
     fn drop(&mut self) {
         let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
@@ -911,6 +921,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         owner: None,
         owners: super::receive::Owners::Own,
         ids: Arc::default(),
+        dry_run: false,
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
@@ -932,6 +943,7 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Rules {
             req.has(crate::protocol::control::REQ_NUMERIC_IDS),
         ),
         ids: Arc::default(),
+        dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
         ..rules.clone()
     }
 }
@@ -1144,6 +1156,10 @@ impl Kind {
     fn started(self, req: &SessionRequest) -> String {
         let streams = req.streams;
         match self {
+            Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => format!(
+                "push session started: a dry run into {:?} (it looks, writes nothing, takes no data)",
+                req.path
+            ),
             Kind::Push => format!(
                 "push session started: into {:?}, {streams} data streams",
                 req.path
@@ -1321,6 +1337,9 @@ fn run_session(
             registry.stats.end(id);
             r
         }
+        Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => {
+            survey_push(s, req, keys, cfg, registry)
+        }
         Kind::Push => push_session(s, req, buffers, keys, cfg, registry, peer, log),
     }
 }
@@ -1403,12 +1422,42 @@ fn push_session(
     received
 }
 
+/// A push's dry run on the daemon's side: its manifest looked at under the
+/// root as the push would (what is held, checked by the sender; whether it
+/// fits; what would be refused; with `--delete`, what would go), told to
+/// the client, then the summary. Nothing is claimed, made or changed.
+fn survey_push(
+    s: &mut Control,
+    req: &SessionRequest,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+) -> Result<(u64, u64), SessionError> {
+    let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
+    let incoming = &mut prepared.incoming;
+    super::roles::settle_held(s, incoming)?;
+    super::roles::refuse(s, incoming)?;
+    if req.has(crate::protocol::control::REQ_DELETE) {
+        let pruned = super::prune::prune(&incoming.root, &incoming.dest, &incoming.entries, true);
+        for part in pruned.deleted.chunks(1024) {
+            send_msg(s, &Message::Deleted(part.to_vec()))?;
+        }
+    }
+    let summary = Message::Summary {
+        files: 0,
+        bytes: 0,
+        ok: true,
+    };
+    send_msg(s, &summary)?;
+    Ok((0, 0))
+}
+
 /// `--delete`, once every file is committed: remove the extras under the
 /// manifest's directories and tell the sender what went (failures are
 /// logged, and end the session with an error naming them, the files
 /// being committed already).
 fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), SessionError> {
-    let pruned = super::prune::prune(&incoming.root, &incoming.dest, &incoming.entries);
+    let pruned = super::prune::prune(&incoming.root, &incoming.dest, &incoming.entries, false);
     // What was removed changed its directories: durable, and their mtimes
     // the sender's again.
     incoming.sync_dirs()?;
@@ -1466,7 +1515,11 @@ fn prepare_push<'r>(
         checksum: req.has(REQ_CHECKSUM),
         key: frame_key(keys),
     });
-    let claims = claim_names(registry, &dest, &entries)?;
+    // A dry run holds no name: it never keeps a push from one.
+    let claims = match req.has(crate::protocol::control::REQ_DRY_RUN) {
+        true => Claims::none(&registry.claimed),
+        false => claim_names(registry, &dest, &entries)?,
+    };
     let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let mut beat = super::conn::Beat::new(s)?;
     let incoming = Incoming::prepare(

@@ -159,15 +159,22 @@ pub(crate) fn settle_held(ctl: &mut Control, incoming: &mut Incoming) -> Result<
     Ok(())
 }
 
-/// Refuse what the filesystems cannot hold (`Incoming::check_space`), say
-/// which entries this side will not create, and place the files still to
-/// come on `lanes` (see `Incoming::place`; `tick` beats while it looks).
+/// Refuse what cannot be held or created (see [`refuse`]), and place the
+/// files still to come on `lanes` (see `Incoming::place`; `tick` beats while it looks).
 pub(crate) fn place(
     ctl: &mut Control,
     incoming: &mut Incoming,
     lanes: &[Lane],
     tick: &mut dyn FnMut(),
 ) -> Result<(), SessionError> {
+    refuse(ctl, incoming)?;
+    let placement = incoming.place(lanes, tick);
+    send_msg(ctl, &placement)
+}
+
+/// Refuse what the filesystems cannot hold (`Incoming::check_space`) and
+/// say which entries this side will not create.
+pub(crate) fn refuse(ctl: &mut Control, incoming: &mut Incoming) -> Result<(), SessionError> {
     incoming.check_space()?;
     for (file_index, reason) in incoming.take_refused() {
         let path = String::new();
@@ -178,8 +185,7 @@ pub(crate) fn place(
         };
         send_msg(ctl, &m)?;
     }
-    let placement = incoming.place(lanes, tick);
-    send_msg(ctl, &placement)
+    Ok(())
 }
 
 /// The error of a session in which `count` files arrived different from

@@ -394,6 +394,38 @@ pub(crate) fn open_session(
     lanes: usize,
     between: &mut dyn FnMut(&mut Control, &FrameKey) -> Result<(), SessionError>,
 ) -> Result<Opened, SessionError> {
+    let streams_n = req.streams;
+    // Where this side receives the data, --sock-buf is its receive buffer.
+    let receiving = matches!(req.direction, Direction::Pull | Direction::BenchReverse);
+    let (mut ctl, keys) = begin(cfg, req)?;
+    between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
+    // The receiver's refusals and placement, until it is ready.
+    let before = hear(&mut ctl, Until::Ready)?;
+    let streams = open_streams(cfg, &keys, streams_n, lanes)?;
+    if let Some(b) = cfg.sock_buf.filter(|_| receiving) {
+        streams
+            .iter()
+            .for_each(|st| sys::set_recv_buffer(st.as_raw_fd(), b));
+    }
+    if let Some(rate) = cfg.rate_limit_bytes_per_s.filter(|_| !receiving) {
+        let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
+        let carrying = if cfg.auto_streams {
+            AUTO_START
+        } else {
+            streams_n
+        };
+        tcp::pace(&fds, rate, carrying.into())
+            .map_err(|e| SessionError::io("pacing the data streams", e))?;
+    }
+    Ok((ctl, streams, keys, before))
+}
+
+/// Connect, authenticate both ways and send `req`: the control
+/// connection, sealed from then on, and the session's keys.
+pub(crate) fn begin(
+    cfg: &SendConfig,
+    req: SessionRequest,
+) -> Result<(Control, SessionKeys), SessionError> {
     let mut ctl = Control::new(connect(cfg)?);
     ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
@@ -416,30 +448,8 @@ pub(crate) fn open_session(
     let keys = hs.on_welcome(&welcome).map_err(SessionError::Auth)?;
     // Everything after the welcome is sealed with the session's keys.
     ctl.secure(&keys, true);
-    let streams_n = req.streams;
-    // Where this side receives the data, --sock-buf is its receive buffer.
-    let receiving = matches!(req.direction, Direction::Pull | Direction::BenchReverse);
     send_msg(&mut ctl, &Message::Request(req))?;
-    between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
-    // The receiver's refusals and placement, until it is ready.
-    let before = hear(&mut ctl, Until::Ready)?;
-    let streams = open_streams(cfg, &keys, streams_n, lanes)?;
-    if let Some(b) = cfg.sock_buf.filter(|_| receiving) {
-        streams
-            .iter()
-            .for_each(|st| sys::set_recv_buffer(st.as_raw_fd(), b));
-    }
-    if let Some(rate) = cfg.rate_limit_bytes_per_s.filter(|_| !receiving) {
-        let fds: Vec<_> = streams.iter().map(|s| s.as_raw_fd()).collect();
-        let carrying = if cfg.auto_streams {
-            AUTO_START
-        } else {
-            streams_n
-        };
-        tcp::pace(&fds, rate, carrying.into())
-            .map_err(|e| SessionError::io("pacing the data streams", e))?;
-    }
-    Ok((ctl, streams, keys, before))
+    Ok((ctl, keys))
 }
 
 /// Data streams connected at once: a round trip for four instead of one

@@ -1,0 +1,123 @@
+//! `send --dry-run` asks the receiver: a push's session that goes as far
+//! as the receiver's word on what it holds (checked against the sources as
+//! a real run checks it), whether it all fits, what it would refuse and,
+//! with `--delete`, what it would remove; then it ends. No data stream is
+//! opened, and the receiver writes nothing (`REQ_DRY_RUN`).
+
+use crate::datapath::DirectMode;
+use crate::protocol::control::{Direction, Message, SessionRequest, REQ_DRY_RUN};
+use crate::protocol::manifest::EntryKind;
+
+use super::conn::{recv_msg, Control};
+use super::held::Held;
+use super::send::SendConfig;
+use super::source::open_source;
+use super::tree::Tree;
+use super::SessionError;
+
+/// What a real run would do with an entry of the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Sent whole (a directory or link: made).
+    Send,
+    /// A file the receiver holds in part: the rest is sent.
+    Continue,
+    /// A file the receiver's stamp says is untouched since an earlier run.
+    Unchanged,
+    /// A file the receiver holds whole, its content read and found equal.
+    Complete,
+    /// An entry the receiver would not create (its policy says why).
+    Refused,
+}
+
+/// The receiver's answer to a dry run.
+#[derive(Debug, Default)]
+pub struct Survey {
+    /// Per manifest entry: what would happen, and the bytes it would send.
+    pub actions: Vec<(Action, u64)>,
+    /// Entries the receiver would refuse: (entry, why).
+    pub refused: Vec<(u32, String)>,
+    /// What `--delete` would remove, under the destination.
+    pub deleted: Vec<String>,
+}
+
+/// Ask the receiver of `cfg` what a push of `tree` would do.
+pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
+    let at = (cfg.host.as_str(), cfg.port);
+    let owner = super::secret::owner_token(&cfg.state_dir, at).unwrap_or([0; 32]);
+    let req = SessionRequest {
+        owner,
+        rate_limit: 0,
+        direction: Direction::Push,
+        streams: cfg.streams,
+        block_size: cfg.block_size,
+        flags: cfg.flags() | REQ_DRY_RUN,
+        path: cfg.dest.clone(),
+    };
+    let block = u64::from(cfg.block_size);
+    let (mut ctl, keys) = super::send::begin(cfg, req)?;
+    let key = crate::protocol::seal::frame_key(&keys);
+    let resume = (cfg.resume || cfg.checksum).then_some((&key, cfg.checksum));
+    let local =
+        |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
+    let held = super::roles::offer(&mut ctl, (tree, block), resume, &local, &mut |_| Ok(()))?;
+    let (refused, deleted) = hear_verdict(&mut ctl, tree.entries.len())?;
+    Ok(Survey {
+        actions: actions(tree, &held, &refused, block),
+        refused,
+        deleted,
+    })
+}
+
+/// The receiver's refusals and deletions, until its summary.
+#[allow(clippy::type_complexity)]
+fn hear_verdict(
+    ctl: &mut Control,
+    entries: usize,
+) -> Result<(Vec<(u32, String)>, Vec<String>), SessionError> {
+    let (mut refused, mut deleted) = (Vec::new(), Vec::new());
+    loop {
+        match recv_msg(ctl)? {
+            Message::Alive { .. } => {}
+            Message::Skipped {
+                file_index, reason, ..
+            } if (file_index as usize) < entries => refused.push((file_index, reason)),
+            Message::Deleted(paths) => deleted.extend(paths),
+            Message::Summary { .. } => return Ok((refused, deleted)),
+            _ => {
+                return Err(SessionError::Protocol(
+                    "expected the receiver's answer to a dry run".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// Each entry's action and bytes to send, from what the receiver holds
+/// (`held`, checked) and refuses.
+fn actions(tree: &Tree, held: &Held, refused: &[(u32, String)], block: u64) -> Vec<(Action, u64)> {
+    let refused: std::collections::HashSet<u32> = refused.iter().map(|r| r.0).collect();
+    let send = |size: u64, kind: EntryKind| match kind {
+        EntryKind::File => size,
+        _ => 0,
+    };
+    (0..tree.entries.len())
+        .map(|i| {
+            let e = &tree.entries[i];
+            let i = i as u32;
+            if refused.contains(&i) {
+                (Action::Refused, 0)
+            } else if held.unchanged.contains(&i) {
+                (Action::Unchanged, 0)
+            } else if held.complete.contains_key(&i) {
+                (Action::Complete, 0)
+            } else if let Some((_, ranges)) = held.partial.get(&i) {
+                let have = super::held::ranges_bytes(e.size, block, ranges);
+                (Action::Continue, e.size.saturating_sub(have))
+            } else {
+                (Action::Send, send(e.size, e.kind))
+            }
+        })
+        .collect()
+}
