@@ -608,3 +608,68 @@ fn delete_removes_only_the_receivers_extras_inside_the_directories_sent() {
     let v = json(&d.send(&["--delete", "--json"], &args));
     assert_eq!(v["files_deleted"], 0, "{v}");
 }
+
+#[test]
+fn delete_keeps_what_the_exclude_rules_leave_out_unless_delete_excluded() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("run");
+    std::fs::create_dir_all(top.join("gone")).unwrap();
+    std::fs::write(top.join("a.dat"), b"a").unwrap();
+    std::fs::write(top.join("log.tmp"), b"sent once").unwrap();
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    assert!(d.send(&[], &args).status.success());
+    let got = d.root.path().join("in/run");
+    // The receiver's own: a scratch tree and a temporary file the rules
+    // exclude, a directory of the tree holding one of each.
+    std::fs::create_dir_all(got.join("scratch/deep")).unwrap();
+    std::fs::write(got.join("scratch/deep/s"), b"s").unwrap();
+    std::fs::write(got.join("own.tmp"), b"o").unwrap();
+    std::fs::create_dir_all(got.join("extra")).unwrap();
+    std::fs::write(got.join("extra/w"), b"w").unwrap();
+    std::fs::write(got.join("extra/z.tmp"), b"z").unwrap();
+    std::fs::write(got.join("old.dat"), b"x").unwrap();
+    let rules = ["--exclude", "*.tmp", "--exclude", "scratch/"];
+
+    let dry = stdout(&d.send(&[&["-n", "--delete"][..], &rules].concat(), &args));
+    for kept in [
+        "own.tmp",
+        "log.tmp",
+        "scratch",
+        "extra/z.tmp",
+        "  run/extra\n",
+    ] {
+        assert!(!dry.contains(kept), "{kept}: {dry}");
+    }
+    assert!(
+        dry.contains("delete  run/extra/w") && dry.contains("delete  run/old.dat"),
+        "{dry}"
+    );
+    let o = d.send(&[&["--delete"][..], &rules].concat(), &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("--delete removed 2 entries"), "{out}");
+    assert_eq!(
+        names_under(&got),
+        [
+            "a.dat",
+            "extra",
+            "extra/z.tmp",
+            "gone",
+            "log.tmp",
+            "own.tmp",
+            "scratch",
+            "scratch/deep",
+            "scratch/deep/s"
+        ]
+    );
+
+    let o = d.send(&[&["--delete-excluded"][..], &rules].concat(), &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("--delete removed 7 entries"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(names_under(&got), ["a.dat", "gone"]);
+}

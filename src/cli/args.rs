@@ -664,10 +664,15 @@ pub struct TreeArgs {
 
     /// After the transfer, remove what the receiver holds under the
     /// directories sent that the sources do not have (rsync's --delete):
-    /// only inside those directories, never urmove's part files; the
-    /// summary lists what was removed.
+    /// only inside those directories, never urmove's part files, and not
+    /// what --exclude leaves out; the summary lists what was removed.
     #[arg(long)]
     pub delete: bool,
+
+    /// --delete, and what --exclude leaves out goes from the receiver too
+    /// (rsync's --delete-excluded).
+    #[arg(long)]
+    pub delete_excluded: bool,
 
     /// Ask the receiver what the run would do and do none of it: each file
     /// that would be sent and its bytes, what the receiver holds already,

@@ -476,7 +476,8 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
             acls: a.tree.acls,
         },
         numeric_ids: a.tree.numeric_ids,
-        delete: a.tree.delete,
+        delete: a.tree.delete || a.tree.delete_excluded,
+        delete_excluded: a.tree.delete_excluded,
         ..SendConfig::to(host, a.port, key)
     };
     if a.tree.dry_run {

@@ -76,7 +76,22 @@ pub struct SessionRequest {
     /// no limit): a pull's `--rate-limit`, kept by the daemon, which
     /// paces each stream to its share.
     pub rate_limit: u64,
+    /// A `--delete` push's `--exclude`/`--include` rules, in order: what
+    /// they exclude is kept on the receiver, as rsync keeps it (empty
+    /// otherwise, and with `--delete-excluded`).
+    pub protect: Vec<FilterRule>,
 }
+
+/// One `--exclude` (or `--include`) rule, as given on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterRule {
+    pub include: bool,
+    pub pattern: String,
+}
+
+/// Rules a request may carry, and bytes in one pattern.
+pub const FILTER_RULES_MAX: usize = 256;
+pub const FILTER_PATTERN_MAX: usize = 1024;
 
 impl SessionRequest {
     pub fn has(&self, flag: u32) -> bool {
@@ -311,6 +326,11 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .name16(&r.path)
                 .bytes(&r.owner)
                 .u64(r.rate_limit);
+            assert!(r.protect.len() <= FILTER_RULES_MAX);
+            w.u16(r.protect.len() as u16);
+            for rule in &r.protect {
+                w.u8(u8::from(rule.include)).str16(&rule.pattern);
+            }
         }
         Message::Manifest(entries) => {
             assert!(entries.len() as u32 <= MANIFEST_PART_ENTRIES_MAX);
@@ -538,6 +558,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 path,
                 owner: r.array()?,
                 rate_limit: r.u64()?,
+                protect: filter_rules(&mut r)?,
             })
         }
         kind::MANIFEST => {
@@ -730,6 +751,34 @@ fn list_len(r: &mut Reader<'_>, what: &'static str) -> Result<usize, DecodeError
     Ok(count as usize)
 }
 
+/// A request's `--delete` rules: a count, then each rule's verdict (0
+/// exclude, 1 include) and pattern.
+fn filter_rules(r: &mut Reader<'_>) -> Result<Vec<FilterRule>, DecodeError> {
+    let count = usize::from(r.u16()?);
+    if count > FILTER_RULES_MAX {
+        return Err(DecodeError::TooLarge {
+            what: "filter rules",
+            value: count as u64,
+            max: FILTER_RULES_MAX as u64,
+        });
+    }
+    let mut rules = Vec::with_capacity(count);
+    for _ in 0..count {
+        let include = match r.u8()? {
+            v @ 0..=1 => v == 1,
+            v => {
+                return Err(DecodeError::Invalid {
+                    what: "filter rule verdict",
+                    value: u64::from(v),
+                })
+            }
+        };
+        let pattern = r.str16("filter pattern", FILTER_PATTERN_MAX)?.to_owned();
+        rules.push(FilterRule { include, pattern });
+    }
+    Ok(rules)
+}
+
 /// Decode one whole message (prefix and body) from the start of `buf`.
 /// `Ok(None)` means more bytes are needed.
 pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, DecodeError> {
@@ -765,6 +814,16 @@ mod tests {
                 session_id: [5; 16],
             }),
             Message::Request(SessionRequest {
+                protect: vec![
+                    FilterRule {
+                        include: true,
+                        pattern: "keep.tmp".into(),
+                    },
+                    FilterRule {
+                        include: false,
+                        pattern: "*.tmp".into(),
+                    },
+                ],
                 owner: [3; 32],
                 rate_limit: 0,
                 direction: Direction::Push,
@@ -910,6 +969,7 @@ mod tests {
         // Zero or too many streams, zero block size.
         for (streams, bs) in [(0u16, 1u32), (STREAMS_MAX + 1, 1), (1, 0)] {
             let b = encode(&Message::Request(SessionRequest {
+                protect: Vec::new(),
                 owner: [0; 32],
                 rate_limit: 0,
                 direction: Direction::Pull,
@@ -920,6 +980,29 @@ mod tests {
             }));
             assert!(decode(&b).is_err());
         }
+        // A verdict that is neither, too many rules, too long a pattern.
+        let Message::Request(good) = &samples()[4] else {
+            panic!("sample 4 is the request")
+        };
+        let mut b = encode(&Message::Request(good.clone()));
+        let verdict = b.len() - (1 + 2 + 5);
+        assert_eq!(b[verdict], 0, "the second rule's verdict");
+        b[verdict] = 2;
+        assert!(
+            matches!(decode(&b), Err(DecodeError::Invalid { .. })),
+            "{:?}",
+            decode(&b)
+        );
+        let mut many = good.clone();
+        many.protect = vec![good.protect[0].clone(); FILTER_RULES_MAX];
+        assert!(decode(&encode(&Message::Request(many.clone()))).is_ok());
+        let mut b = encode(&Message::Request(many));
+        let count = b.len() - FILTER_RULES_MAX * (1 + 2 + 8) - 2;
+        b[count..count + 2].copy_from_slice(&(FILTER_RULES_MAX as u16 + 1).to_le_bytes());
+        assert!(matches!(decode(&b), Err(DecodeError::TooLarge { .. })));
+        let mut long = good.clone();
+        long.protect[0].pattern = "x".repeat(FILTER_PATTERN_MAX + 1);
+        assert!(decode(&encode(&Message::Request(long))).is_err());
         // Truncated bodies at every length.
         for m in samples() {
             let b = encode(&m);

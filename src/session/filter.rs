@@ -23,11 +23,31 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rule {
     verdict: Verdict,
-    pattern: Vec<char>,
+    /// The pattern as given, to be handed on (a `--delete` push gives its
+    /// rules to the receiver).
+    given: String,
+    tokens: Vec<Tok>,
     anchored: bool,
     /// Matched against the whole path (a `/` inside), else the last name.
     whole: bool,
     dirs_only: bool,
+}
+
+/// One step of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Lit(char),
+    /// `?`: one character, not `/`.
+    One,
+    /// `*`: any run within a name.
+    Star,
+    /// `**`: any run, across names.
+    Stars,
+    /// `[...]`: one character (not `/`) in the class, or out of it.
+    Class {
+        negated: bool,
+        members: Vec<char>,
+    },
 }
 
 /// The rules of one session, in the order given.
@@ -47,7 +67,8 @@ impl Filter {
         }
         self.rules.push(Rule {
             verdict,
-            pattern: body.chars().collect(),
+            given: pattern.to_owned(),
+            tokens: tokens(&body.chars().collect::<Vec<_>>()),
             anchored,
             whole: anchored || body.contains('/') || body.contains("**"),
             dirs_only,
@@ -77,6 +98,11 @@ impl Filter {
         self.rules.is_empty()
     }
 
+    /// The rules as given, in order.
+    pub fn rules(&self) -> impl Iterator<Item = (Verdict, &str)> {
+        self.rules.iter().map(|r| (r.verdict, r.given.as_str()))
+    }
+
     /// Whether the entry at manifest path `path` is sent.
     pub fn admits(&self, path: &str, is_dir: bool) -> bool {
         let path: Vec<char> = path.chars().collect();
@@ -93,74 +119,95 @@ impl Filter {
 }
 
 impl Rule {
+    /// Whether the pattern matches the whole path (anchored), a suffix of
+    /// it that starts a name (with a `/` inside), or its last name. One
+    /// pass over the path, whatever the pattern: the receiver matches
+    /// rules a peer gave it.
     fn matches(&self, path: &[char]) -> bool {
-        if self.anchored {
-            return glob(&self.pattern, path);
+        let last = path.iter().rposition(|&c| c == '/').map_or(0, |i| i + 1);
+        let starts_at = |j: usize| match (self.anchored, self.whole) {
+            (true, _) => j == 0,
+            (false, true) => j == 0 || path[j - 1] == '/',
+            (false, false) => j == last,
+        };
+        let n = self.tokens.len();
+        let mut live = vec![false; n + 1];
+        for j in 0..=path.len() {
+            live[0] |= starts_at(j);
+            self.close(&mut live);
+            let Some(&c) = path.get(j) else { break };
+            live = self.step(&live, c);
         }
-        // Every suffix that starts a component: the whole path, then after
-        // each `/`. A pattern without `/` can only match the last one.
-        let starts = std::iter::once(0).chain(
-            path.iter()
-                .enumerate()
-                .filter(|(_, &c)| c == '/')
-                .map(|(i, _)| i + 1),
-        );
-        let mut starts: Vec<usize> = starts.collect();
-        if !self.whole {
-            starts = starts.split_off(starts.len() - 1);
+        live[n]
+    }
+
+    /// Let every live `*` and `**` match nothing.
+    fn close(&self, live: &mut [bool]) {
+        for (i, t) in self.tokens.iter().enumerate() {
+            if live[i] && matches!(t, Tok::Star | Tok::Stars) {
+                live[i + 1] = true;
+            }
         }
-        starts.into_iter().any(|s| glob(&self.pattern, &path[s..]))
+    }
+
+    /// The states live after character `c`.
+    fn step(&self, live: &[bool], c: char) -> Vec<bool> {
+        let mut next = vec![false; live.len()];
+        for (i, t) in self.tokens.iter().enumerate().filter(|(i, _)| live[*i]) {
+            match t {
+                Tok::Star if c != '/' => next[i] = true,
+                Tok::Stars => next[i] = true,
+                Tok::Lit(l) if *l == c => next[i + 1] = true,
+                Tok::One if c != '/' => next[i + 1] = true,
+                Tok::Class { negated, members } if c != '/' => {
+                    next[i + 1] |= in_class(members, c) != *negated;
+                }
+                _ => {}
+            }
+        }
+        next
     }
 }
 
-/// Whether `text` matches glob `pat` whole.
-fn glob(pat: &[char], text: &[char]) -> bool {
-    match pat.split_first() {
-        None => text.is_empty(),
-        Some(('*', rest)) if rest.first() == Some(&'*') => {
-            let rest = &rest[1..];
-            (0..=text.len()).any(|i| glob(rest, &text[i..]))
-        }
-        Some(('*', rest)) => {
-            let span = text.iter().position(|&c| c == '/').unwrap_or(text.len());
-            (0..=span).any(|i| glob(rest, &text[i..]))
-        }
-        Some(('?', rest)) => text.first().is_some_and(|&c| c != '/') && glob(rest, &text[1..]),
-        Some(('[', rest)) => match (class(rest, text.first().copied()), text.first()) {
-            (Some((true, after)), Some(_)) => glob(&rest[after..], &text[1..]),
-            (Some(_), _) => false,
-            // No closing `]`: a plain `[`.
-            (None, Some('[')) => glob(rest, &text[1..]),
-            (None, _) => false,
-        },
-        Some(('\\', rest)) if !rest.is_empty() => {
-            text.first() == Some(&rest[0]) && glob(&rest[1..], &text[1..])
-        }
-        Some((&c, rest)) => text.first() == Some(&c) && glob(rest, &text[1..]),
+/// A pattern's steps: `\x` is a plain `x`, a `[` never closed a plain `[`.
+fn tokens(pat: &[char]) -> Vec<Tok> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pat.len() {
+        let (tok, used) = match (pat[i], pat.get(i + 1)) {
+            ('*', Some('*')) => (Tok::Stars, 2),
+            ('*', _) => (Tok::Star, 1),
+            ('?', _) => (Tok::One, 1),
+            ('\\', Some(&c)) => (Tok::Lit(c), 2),
+            ('[', _) => class(&pat[i + 1..]).map_or((Tok::Lit('['), 1), |(t, n)| (t, n + 1)),
+            (c, _) => (Tok::Lit(c), 1),
+        };
+        out.push(tok);
+        i += used;
     }
+    out
 }
 
-/// A `[...]` class (`pat` starts after the `[`): whether `c` is in it, and
-/// how many pattern characters it spans (its `]` included); None when it
-/// is not closed.
-fn class(pat: &[char], c: Option<char>) -> Option<(bool, usize)> {
+/// A `[...]` class (`pat` starts after the `[`) and how many pattern
+/// characters it spans (its `]` included); None when it is not closed.
+/// A `]` first in the class is a member.
+fn class(pat: &[char]) -> Option<(Tok, usize)> {
     let negated = matches!(pat.first(), Some('!' | '^'));
     let start = usize::from(negated);
-    // A `]` first in the class is a member.
-    let close = pat[start..]
+    let close = pat
+        .get(start + 1..)?
         .iter()
-        .skip(1)
         .position(|&x| x == ']')
         .map(|p| start + 1 + p)?;
-    let members = &pat[start..close];
-    let hit = c.is_some_and(|c| {
-        c != '/'
-            && (members
-                .windows(3)
-                .any(|w| w[1] == '-' && w[0] <= c && c <= w[2])
-                || members.contains(&c))
-    });
-    Some((hit != negated, close + 1))
+    let members = pat[start..close].to_vec();
+    Some((Tok::Class { negated, members }, close + 1))
+}
+
+fn in_class(members: &[char], c: char) -> bool {
+    members
+        .windows(3)
+        .any(|w| w[1] == '-' && w[0] <= c && c <= w[2])
+        || members.contains(&c)
 }
 
 #[cfg(test)]
@@ -223,5 +270,39 @@ mod tests {
         assert!(!f.admits("a/x.tmp", false));
         assert!(!f.admits("a/core", false));
         assert!(Filter::default().push(Verdict::Exclude, "/").is_err());
+    }
+
+    #[test]
+    fn a_pattern_built_to_backtrack_is_matched_in_one_pass() {
+        // Exponential for a backtracking matcher: 2^20 ways to split.
+        let pat = format!("/{}b", "*a".repeat(20));
+        let f = filter(&[
+            (Verdict::Exclude, &pat),
+            (Verdict::Exclude, "**a**a**a**a**c"),
+        ]);
+        let long = "a".repeat(4000);
+        let t = std::time::Instant::now();
+        assert!(f.admits(&long, false));
+        assert!(!f.admits(&format!("{long}b"), false));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
+        let rules: Vec<_> = f.rules().collect();
+        assert_eq!(rules[1], (Verdict::Exclude, "**a**a**a**a**c"));
+    }
+
+    #[test]
+    fn classes_escapes_and_unclosed_brackets_read_as_before() {
+        let f = filter(&[
+            (Verdict::Exclude, "[]x]1"),
+            (Verdict::Exclude, "a\\*"),
+            (Verdict::Exclude, "q[r"),
+        ]);
+        assert!(!f.admits("d/]1", false) && !f.admits("d/x1", false));
+        assert!(f.admits("d/y1", false));
+        assert!(!f.admits("d/a*", false) && f.admits("d/ab", false));
+        assert!(!f.admits("d/q[r", false));
     }
 }

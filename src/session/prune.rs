@@ -9,10 +9,11 @@
 use std::collections::HashSet;
 
 use crate::datapath::beneath::Root;
-use crate::protocol::manifest::{is_reserved, Entry, EntryKind};
+use crate::protocol::manifest::{is_reserved, EntryKind};
 use crate::protocol::names;
 
-use super::receive::join;
+use super::filter::Filter;
+use super::receive::{join, Incoming};
 
 /// What a delete pass did: paths removed (under the destination), and
 /// those it could not remove, with why.
@@ -22,10 +23,18 @@ pub(crate) struct Pruned {
     pub(crate) failed: Vec<String>,
 }
 
-/// Remove the extras under each directory of `entries` (beneath `dest`);
-/// with `dry` (`--dry-run`), only list what would go.
-pub(crate) fn prune(root: &Root, dest: &str, entries: &[Entry], dry: bool) -> Pruned {
+/// Remove the extras under each directory of a committed push (beneath
+/// its destination); with `dry` (`--dry-run`), only list what would go.
+pub(crate) fn prune(incoming: &Incoming, dry: bool) -> Pruned {
+    let (root, dest) = (&incoming.root, incoming.dest.as_str());
+    let entries = &incoming.entries;
     let listed: HashSet<String> = entries.iter().map(|e| join(dest, &e.path)).collect();
+    let sweep = Sweep {
+        root,
+        dest,
+        keep: &incoming.rules.keep,
+        dry,
+    };
     let mut out = Pruned::default();
     for e in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
         let dir = join(dest, &e.path);
@@ -40,41 +49,66 @@ pub(crate) fn prune(root: &Root, dest: &str, entries: &[Entry], dry: bool) -> Pr
         for name in names.iter().filter(|n| !is_reserved(n)) {
             let rel = format!("{dir}/{name}");
             if !listed.contains(&rel) {
-                remove_tree(root, &rel, (dest, dry), &mut out);
+                sweep.remove_tree(&rel, &mut out);
             }
         }
     }
     out
 }
 
-/// Remove `rel` and, for a directory, all beneath it (urmove's own files
-/// aside: a directory holding one stays); `dry`: list them only.
-fn remove_tree(root: &Root, rel: &str, (dest, dry): (&str, bool), out: &mut Pruned) {
-    let shown = names::shown(rel.strip_prefix(&format!("{dest}/")).unwrap_or(rel)).into_owned();
-    let m = match root.symlink_metadata(rel) {
-        Ok(m) => m,
-        Err(e) => return out.failed.push(format!("{shown}: {e}")),
-    };
-    let removed = if m.is_dir() {
-        match root.read_dir(rel) {
-            Ok(children) => {
-                for c in children.iter().filter(|n| !is_reserved(n)) {
-                    remove_tree(root, &format!("{rel}/{c}"), (dest, dry), out);
-                }
-                match dry {
-                    true => Ok(()),
-                    false => root.remove_dir(rel),
-                }
+/// One delete pass: where, what its rules keep, and whether it only looks.
+struct Sweep<'a> {
+    root: &'a Root,
+    dest: &'a str,
+    keep: &'a Filter,
+    dry: bool,
+}
+
+impl Sweep<'_> {
+    /// Remove `rel` and, for a directory, all beneath it, but what the
+    /// rules exclude and urmove's own files (a directory holding one
+    /// stays); `dry`: list them only. Whether `rel` is gone.
+    fn remove_tree(&self, rel: &str, out: &mut Pruned) -> bool {
+        let manifest_path = rel.strip_prefix(&format!("{}/", self.dest)).unwrap_or(rel);
+        let shown = names::shown(manifest_path).into_owned();
+        let m = match self.root.symlink_metadata(rel) {
+            Ok(m) => m,
+            Err(e) => {
+                out.failed.push(format!("{shown}: {e}"));
+                return false;
             }
-            Err(e) => Err(e),
+        };
+        if !self.keep.admits(manifest_path, m.is_dir()) {
+            return false;
         }
-    } else if dry {
-        Ok(())
-    } else {
-        root.unlink(rel)
-    };
-    match removed {
-        Ok(()) => out.deleted.push(shown),
-        Err(e) => out.failed.push(format!("{shown}: {e}")),
+        let removed = match (m.is_dir(), self.dry) {
+            (true, _) => self.empty_dir(rel, out),
+            (false, true) => Ok(true),
+            (false, false) => self.root.unlink(rel).map(|()| true),
+        };
+        match removed {
+            Ok(true) => out.deleted.push(shown),
+            Ok(false) => return false,
+            Err(e) => {
+                out.failed.push(format!("{shown}: {e}"));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Empty directory `rel` and remove it; Ok(false) when something kept
+    /// stays in it.
+    fn empty_dir(&self, rel: &str, out: &mut Pruned) -> std::io::Result<bool> {
+        let children = self.root.read_dir(rel)?;
+        let mut emptied = children.iter().all(|c| !is_reserved(c));
+        for c in children.iter().filter(|n| !is_reserved(n)) {
+            emptied &= self.remove_tree(&format!("{rel}/{c}"), out);
+        }
+        match (emptied, self.dry) {
+            (false, _) => Ok(false),
+            (true, true) => Ok(true),
+            (true, false) => self.root.remove_dir(rel).map(|()| true),
+        }
     }
 }

@@ -137,6 +137,7 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
         ));
     }
     Ok(SessionRequest {
+        protect: Vec::new(),
         owner: [0; 32],
         rate_limit: cfg.rate_limit_bytes_per_s.map_or(0, |r| r.ceil() as u64),
         direction: Direction::Pull,
@@ -365,6 +366,7 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         owners: super::receive::Owners::for_this_process(cfg.numeric_ids),
         ids: Arc::default(),
         dry_run: false,
+        keep: Default::default(),
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,
         claims: Arc::default(),

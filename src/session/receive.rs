@@ -22,6 +22,7 @@ use crate::protocol::frame::{digest_add, FrameKey};
 use crate::protocol::manifest::{check_entry, link_stays_beneath, Entry, EntryKind, ENTRIES_MAX};
 
 use super::conn::recv_msg;
+use super::filter::Filter;
 use super::journal::{self, Identity, Journal};
 use super::secret::Secret;
 use super::{SessionError, PART_SUFFIX};
@@ -74,6 +75,9 @@ pub struct Rules {
     /// A dry run (`--dry-run`): this session looks and writes nothing (no
     /// directory, link, part file, stamp, claim or journal change).
     pub dry_run: bool,
+    /// A `--delete` push's rules: the receiver's extras they exclude are
+    /// kept (rsync's default; empty: none is kept).
+    pub keep: Filter,
 }
 
 /// Names already looked up: (a group?, name) to its number here, if any.

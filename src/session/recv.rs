@@ -4,6 +4,7 @@
 //! belong to it; files arrive as `.urmove.part` and are renamed only when
 //! every block arrived exactly once with a good checksum and was synced.
 
+use super::filter::{Filter, Verdict};
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -922,6 +923,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         owners: super::receive::Owners::Own,
         ids: Arc::default(),
         dry_run: false,
+        keep: Default::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
         claims: Arc::default(),
@@ -933,19 +935,36 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
 
 /// `rules` for a push by the client whose owner token is `token` (zeros:
 /// a client without one, whose files are always read again on a re-run).
-/// Owners are the sender's where this daemon runs as root.
-fn owned_by(rules: &Rules, req: &SessionRequest) -> Rules {
+/// Owners are the sender's where this daemon runs as root; a `--delete`
+/// push's rules keep what they exclude (an empty pattern is refused).
+fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> {
     let token = &req.owner;
     let owner = (*token != [0; 32]).then(|| rules.secret.mac(&[b"urmove owner", token]));
-    Rules {
+    Ok(Rules {
         owner,
         owners: super::receive::Owners::for_this_process(
             req.has(crate::protocol::control::REQ_NUMERIC_IDS),
         ),
         ids: Arc::default(),
         dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
+        keep: kept_by(&req.protect)?,
         ..rules.clone()
+    })
+}
+
+/// The filter of a request's `--delete` rules.
+fn kept_by(rules: &[crate::protocol::control::FilterRule]) -> Result<Filter, SessionError> {
+    let mut keep = Filter::default();
+    for r in rules {
+        let verdict = match r.include {
+            true => Verdict::Include,
+            false => Verdict::Exclude,
+        };
+        keep.push(verdict, &r.pattern).map_err(|e| {
+            SessionError::local(ErrorCode::BadRequest, format!("--delete rule {e}"))
+        })?;
     }
+    Ok(keep)
 }
 
 /// The registered memory all sessions may hold: `max_buffer_memory`,
@@ -1438,7 +1457,7 @@ fn survey_push(
     super::roles::settle_held(s, incoming)?;
     super::roles::refuse(s, incoming)?;
     if req.has(crate::protocol::control::REQ_DELETE) {
-        let pruned = super::prune::prune(&incoming.root, &incoming.dest, &incoming.entries, true);
+        let pruned = super::prune::prune(incoming, true);
         for part in pruned.deleted.chunks(1024) {
             send_msg(s, &Message::Deleted(part.to_vec()))?;
         }
@@ -1457,7 +1476,7 @@ fn survey_push(
 /// logged, and end the session with an error naming them, the files
 /// being committed already).
 fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), SessionError> {
-    let pruned = super::prune::prune(&incoming.root, &incoming.dest, &incoming.entries, false);
+    let pruned = super::prune::prune(incoming, false);
     // What was removed changed its directories: durable, and their mtimes
     // the sender's again.
     incoming.sync_dirs()?;
@@ -1528,7 +1547,7 @@ fn prepare_push<'r>(
         entries,
         u64::from(req.block_size),
         cfg.direct,
-        owned_by(&registry.rules, req),
+        owned_by(&registry.rules, req)?,
         resume,
         &mut || beat.tick(),
     )?;

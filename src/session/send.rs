@@ -13,7 +13,8 @@ use crate::datapath::net::{SendStats, ZeroCopy};
 use crate::datapath::tcp::{self, Congestion, PathReport};
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, Message, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
+    Direction, ErrorCode, FilterRule, Message, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT,
+    REQ_RESUME,
 };
 use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
@@ -80,6 +81,8 @@ pub struct SendConfig {
     /// Remove the receiver's extra entries under the manifest's
     /// directories (`--delete`).
     pub delete: bool,
+    /// `--delete-excluded`: what `--exclude` leaves out is removed too.
+    pub delete_excluded: bool,
 }
 
 impl SendConfig {
@@ -112,6 +115,7 @@ impl SendConfig {
             scan: super::tree::ScanRules::default(),
             numeric_ids: false,
             delete: false,
+            delete_excluded: false,
         }
     }
 
@@ -134,6 +138,21 @@ impl SendConfig {
             f |= crate::protocol::control::REQ_DELETE;
         }
         f
+    }
+
+    /// The rules a `--delete` push gives the receiver, for it to keep what
+    /// they exclude (none without `--delete`, or with `--delete-excluded`).
+    pub fn protect(&self) -> Vec<FilterRule> {
+        if !self.delete || self.delete_excluded {
+            return Vec::new();
+        }
+        let rules = self.scan.filter.rules();
+        rules
+            .map(|(v, p)| FilterRule {
+                include: v == super::filter::Verdict::Include,
+                pattern: p.to_owned(),
+            })
+            .collect()
     }
 }
 
@@ -738,6 +757,7 @@ fn open_push<'t>(
         block_size: cfg.block_size,
         flags: cfg.flags(),
         path: cfg.dest.clone(),
+        protect: cfg.protect(),
     };
     let block = u64::from(cfg.block_size);
     let local =

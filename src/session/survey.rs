@@ -54,6 +54,7 @@ pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
         block_size: cfg.block_size,
         flags: cfg.flags() | REQ_DRY_RUN,
         path: cfg.dest.clone(),
+        protect: cfg.protect(),
     };
     let block = u64::from(cfg.block_size);
     let (mut ctl, keys) = super::send::begin(cfg, req)?;
