@@ -754,14 +754,7 @@ fn list_len(r: &mut Reader<'_>, what: &'static str) -> Result<usize, DecodeError
 /// A request's `--delete` rules: a count, then each rule's verdict (0
 /// exclude, 1 include) and pattern.
 fn filter_rules(r: &mut Reader<'_>) -> Result<Vec<FilterRule>, DecodeError> {
-    let count = usize::from(r.u16()?);
-    if count > FILTER_RULES_MAX {
-        return Err(DecodeError::TooLarge {
-            what: "filter rules",
-            value: count as u64,
-            max: FILTER_RULES_MAX as u64,
-        });
-    }
+    let count = r.count16("filter rules", FILTER_RULES_MAX)?;
     let mut rules = Vec::with_capacity(count);
     for _ in 0..count {
         let include = match r.u8()? {

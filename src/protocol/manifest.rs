@@ -337,14 +337,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
 }
 
 fn decode_xattrs(r: &mut Reader<'_>) -> Result<Vec<(String, Vec<u8>)>, DecodeError> {
-    let count = r.u16()? as usize;
-    if count > XATTRS_MAX {
-        return Err(DecodeError::TooLarge {
-            what: "extended attributes",
-            value: count as u64,
-            max: XATTRS_MAX as u64,
-        });
-    }
+    let count = r.count16("extended attributes", XATTRS_MAX)?;
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
         let name = r.str16("attribute name", XATTR_NAME_MAX)?.to_string();

@@ -138,6 +138,19 @@ impl<'a> Reader<'a> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
+    /// A u16 count of at most `max` items.
+    pub fn count16(&mut self, what: &'static str, max: usize) -> Result<usize, DecodeError> {
+        let count = usize::from(self.u16()?);
+        if count > max {
+            return Err(DecodeError::TooLarge {
+                what,
+                value: count as u64,
+                max: max as u64,
+            });
+        }
+        Ok(count)
+    }
+
     /// A u16-length string of at most `max` bytes.
     pub fn str16(&mut self, what: &'static str, max: usize) -> Result<&'a str, DecodeError> {
         std::str::from_utf8(self.bytes16(what, max)?).map_err(|_| DecodeError::NotUtf8 { what })

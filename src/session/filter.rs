@@ -131,12 +131,13 @@ impl Rule {
             (false, false) => j == last,
         };
         let n = self.tokens.len();
-        let mut live = vec![false; n + 1];
+        let (mut live, mut next) = (vec![false; n + 1], vec![false; n + 1]);
         for j in 0..=path.len() {
             live[0] |= starts_at(j);
             self.close(&mut live);
             let Some(&c) = path.get(j) else { break };
-            live = self.step(&live, c);
+            self.step(&live, c, &mut next);
+            std::mem::swap(&mut live, &mut next);
         }
         live[n]
     }
@@ -150,9 +151,9 @@ impl Rule {
         }
     }
 
-    /// The states live after character `c`.
-    fn step(&self, live: &[bool], c: char) -> Vec<bool> {
-        let mut next = vec![false; live.len()];
+    /// The states live after character `c`, into `next`.
+    fn step(&self, live: &[bool], c: char, next: &mut [bool]) {
+        next.fill(false);
         for (i, t) in self.tokens.iter().enumerate().filter(|(i, _)| live[*i]) {
             match t {
                 Tok::Star if c != '/' => next[i] = true,
@@ -165,7 +166,6 @@ impl Rule {
                 _ => {}
             }
         }
-        next
     }
 }
 

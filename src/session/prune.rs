@@ -31,7 +31,7 @@ pub(crate) fn prune(incoming: &Incoming, dry: bool) -> Pruned {
     let listed: HashSet<String> = entries.iter().map(|e| join(dest, &e.path)).collect();
     let sweep = Sweep {
         root,
-        dest,
+        under_dest: format!("{dest}/"),
         keep: &incoming.rules.keep,
         dry,
     };
@@ -59,7 +59,8 @@ pub(crate) fn prune(incoming: &Incoming, dry: bool) -> Pruned {
 /// One delete pass: where, what its rules keep, and whether it only looks.
 struct Sweep<'a> {
     root: &'a Root,
-    dest: &'a str,
+    /// The destination's prefix in paths under the root (`dest/`).
+    under_dest: String,
     keep: &'a Filter,
     dry: bool,
 }
@@ -69,7 +70,7 @@ impl Sweep<'_> {
     /// rules exclude and urmove's own files (a directory holding one
     /// stays); `dry`: list them only. Whether `rel` is gone.
     fn remove_tree(&self, rel: &str, out: &mut Pruned) -> bool {
-        let manifest_path = rel.strip_prefix(&format!("{}/", self.dest)).unwrap_or(rel);
+        let manifest_path = rel.strip_prefix(&self.under_dest).unwrap_or(rel);
         let shown = names::shown(manifest_path).into_owned();
         let m = match self.root.symlink_metadata(rel) {
             Ok(m) => m,

@@ -140,6 +140,21 @@ impl SendConfig {
         f
     }
 
+    /// The request of a push by the client `owner`.
+    pub(crate) fn push_request(&self, owner: [u8; 32]) -> SessionRequest {
+        SessionRequest {
+            owner,
+            // This side sends, and paces its own streams.
+            rate_limit: 0,
+            direction: Direction::Push,
+            streams: self.streams,
+            block_size: self.block_size,
+            flags: self.flags(),
+            path: self.dest.clone(),
+            protect: self.protect(),
+        }
+    }
+
     /// The rules a `--delete` push gives the receiver, for it to keep what
     /// they exclude (none without `--delete`, or with `--delete-excluded`).
     pub fn protect(&self) -> Vec<FilterRule> {
@@ -748,17 +763,7 @@ fn open_push<'t>(
         ));
         [0; 32]
     });
-    let req = SessionRequest {
-        owner,
-        // This side sends, and paces its own streams.
-        rate_limit: 0,
-        direction: Direction::Push,
-        streams: cfg.streams,
-        block_size: cfg.block_size,
-        flags: cfg.flags(),
-        path: cfg.dest.clone(),
-        protect: cfg.protect(),
-    };
+    let req = cfg.push_request(owner);
     let block = u64::from(cfg.block_size);
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);

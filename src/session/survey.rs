@@ -5,7 +5,7 @@
 //! opened, and the receiver writes nothing (`REQ_DRY_RUN`).
 
 use crate::datapath::DirectMode;
-use crate::protocol::control::{Direction, Message, SessionRequest, REQ_DRY_RUN};
+use crate::protocol::control::{Message, REQ_DRY_RUN};
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, Control};
@@ -46,16 +46,8 @@ pub struct Survey {
 pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
     let at = (cfg.host.as_str(), cfg.port);
     let owner = super::secret::owner_token(&cfg.state_dir, at).unwrap_or([0; 32]);
-    let req = SessionRequest {
-        owner,
-        rate_limit: 0,
-        direction: Direction::Push,
-        streams: cfg.streams,
-        block_size: cfg.block_size,
-        flags: cfg.flags() | REQ_DRY_RUN,
-        path: cfg.dest.clone(),
-        protect: cfg.protect(),
-    };
+    let mut req = cfg.push_request(owner);
+    req.flags |= REQ_DRY_RUN;
     let block = u64::from(cfg.block_size);
     let (mut ctl, keys) = super::send::begin(cfg, req)?;
     let key = crate::protocol::seal::frame_key(&keys);
