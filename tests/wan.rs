@@ -512,9 +512,14 @@ fn a_long_path_send_reports_its_path_and_no_tail_after_the_last_byte() {
             "a 0 b/s interval: {}",
             stdout(&o)
         );
-        // 200 Mbit/s through the line: no interval claims more than the
-        // path carries (a frame counted when queued would).
-        assert!(v["rate_bits_per_s"].as_f64().unwrap() < 260e6, "{v}");
+        // 200 Mbit/s through the line: no whole interval claims more than
+        // the path carries (a frame counted when queued would). A short
+        // last interval is one burst of the line's delivery, not a rate.
+        let whole = v["interval_s"].as_f64().unwrap() >= 0.2;
+        assert!(
+            !whole || v["rate_bits_per_s"].as_f64().unwrap() < 260e6,
+            "{v}"
+        );
     }
     assert_eq!(
         std::fs::read(d.root.path().join("rec.dat")).unwrap(),
