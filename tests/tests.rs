@@ -14,6 +14,7 @@ mod disk_devices;
 mod docs;
 mod faults;
 mod fidelity;
+mod follow;
 mod hostile;
 mod lanes;
 mod limits;

@@ -531,6 +531,20 @@ pub struct SendArgs {
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
 
+    /// Follow files still being written (a recorder's): send what each
+    /// holds, then what is appended, in whole blocks as it lands. A file
+    /// ends once no process holds it open for writing and it stayed
+    /// unchanged for --follow-idle; the receiver commits it only then. A
+    /// file that shrinks or is replaced meanwhile ends the run with an
+    /// error naming it.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub follow: bool,
+
+    /// With --follow: how long a file nobody writes must stay unchanged
+    /// before it ends.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "5s", requires = "follow")]
+    pub follow_idle: Duration,
+
     /// Send no faster than RATE per second in total (as 4Gbit, 500MB,
     /// 450MiB); each stream is paced to its share (SO_MAX_PACING_RATE), so
     /// the data leaves evenly instead of in bursts.

@@ -296,6 +296,18 @@ impl SendPrinter {
         } else {
             0.0
         };
+        if let Some(lag) = l.lag {
+            // Following files: the total grows, so no ETA; the lag instead.
+            return format!(
+                "{}  Net Out: {}  Avg: {}  {}  lag {} {:.2}s",
+                render::wall_clock(),
+                units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
+                units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
+                units::bytes_decimal(l.done_bytes()),
+                units::bytes_decimal(lag.bytes),
+                lag.seconds
+            );
+        }
         format!(
             "{}  Net Out: {}  Avg: {}  {pct:.1}%  ETA {}s",
             render::wall_clock(),
@@ -396,6 +408,11 @@ impl SendObserver for SendPrinter {
                     "hole_bytes": l.hole_bytes,
                     "expected_bytes": l.total_bytes,
                 });
+                let mut v = v;
+                if let Some(lag) = l.lag {
+                    v["lag_bytes"] = lag.bytes.into();
+                    v["lag_s"] = lag.seconds.into();
+                }
                 self.out.line(&v.to_string());
             }
             Format::Json => {}
@@ -478,6 +495,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         numeric_ids: a.tree.numeric_ids,
         delete: a.tree.delete || a.tree.delete_excluded,
         delete_excluded: a.tree.delete_excluded,
+        follow: a.follow.then_some(a.follow_idle),
         ..SendConfig::to(host, a.port, key)
     };
     if a.tree.dry_run {
@@ -674,6 +692,9 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     if p.format == Format::Human && r.bytes_skipped > 0 {
         p.out.line(&held_summary(r));
     }
+    if let (Format::Human, Some(lag)) = (p.format, r.lag_max) {
+        p.out.line(&lag_summary(lag, r.kept_up == Some(true)));
+    }
     if p.format == Format::Human && r.files_deleted > 0 {
         for d in &r.deleted {
             // The receiver's text: its control characters written out.
@@ -737,6 +758,19 @@ fn stopped_summary(r: &SendReport) -> String {
         },
         unfinished,
         render::command_line(),
+    )
+}
+
+/// A follow's lag behind the writers, at its largest.
+fn lag_summary(lag: crate::session::send::Lag, kept_up: bool) -> String {
+    let verdict = match kept_up {
+        true => "the link kept up",
+        false => "the link fell behind the writers",
+    };
+    format!(
+        "followed: the copy was at most {} and {:.2} s behind the writers; {verdict}",
+        units::bytes_both(lag.bytes),
+        lag.seconds
     )
 }
 

@@ -13,6 +13,7 @@ pub mod beneath;
 pub mod disk;
 pub mod error;
 pub mod file;
+pub mod growth;
 pub mod host;
 pub mod ids;
 pub mod net;

@@ -44,8 +44,18 @@ pub const REQ_DELETE: u32 = 16;
 /// holds (`Have`), what it would refuse and, with `REQ_DELETE`, what it
 /// would remove, then its `Summary`; it writes nothing and no data comes.
 pub const REQ_DRY_RUN: u32 = 32;
-const REQ_KNOWN: u32 =
-    REQ_RESUME | REQ_CHECKSUM | REQ_ENCRYPT | REQ_NUMERIC_IDS | REQ_DELETE | REQ_DRY_RUN;
+/// Request flag (protocol 7): a push that follows files still being
+/// written (`send --follow`). Its manifest may mark files growing: their
+/// size is where they stood, full blocks beyond it may come, and each
+/// ends with `FileEnd` (its final size and mtime) before its digest.
+pub const REQ_FOLLOW: u32 = 64;
+const REQ_KNOWN: u32 = REQ_RESUME
+    | REQ_CHECKSUM
+    | REQ_ENCRYPT
+    | REQ_NUMERIC_IDS
+    | REQ_DELETE
+    | REQ_DRY_RUN
+    | REQ_FOLLOW;
 
 /// Push (send to the daemon), pull (fetch from it), or a network benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,6 +234,15 @@ pub enum Message {
     /// it has read through, (entry, digest). The receiver commits a file
     /// (stamp, rename) only when its own digest of what it wrote is equal.
     SourceDigests(Vec<(u32, u64)>),
+    /// From the sending side of a `REQ_FOLLOW` push: growing file
+    /// `file_index` stopped growing (its writer closed it and it stayed
+    /// idle) at `size` bytes, modified at `mtime`. Its digest follows.
+    FileEnd {
+        file_index: u32,
+        size: u64,
+        mtime_s: i64,
+        mtime_ns: u32,
+    },
     /// What arrived of a file differs from the sender's digest: it was not
     /// committed (its part is gone, its final name untouched).
     FileRejected {
@@ -293,6 +312,7 @@ mod kind {
     pub const HELD_CHECKED: u8 = 20;
     pub const PLACEMENT: u8 = 21;
     pub const DELETED: u8 = 22;
+    pub const FILE_END: u8 = 23;
 }
 
 /// Encode `m` with its length prefix.
@@ -405,6 +425,18 @@ pub fn encode(m: &Message) -> Vec<u8> {
             for (i, d) in items {
                 w.u32(*i).u64(*d);
             }
+        }
+        Message::FileEnd {
+            file_index,
+            size,
+            mtime_s,
+            mtime_ns,
+        } => {
+            w.u8(kind::FILE_END)
+                .u32(*file_index)
+                .u64(*size)
+                .i64(*mtime_s)
+                .u32(*mtime_ns);
         }
         Message::FileRejected { file_index, digest } => {
             w.u8(kind::FILE_REJECTED).u32(*file_index).u64(*digest);
@@ -663,6 +695,22 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             }
             Message::SourceDigests(items)
         }
+        kind::FILE_END => {
+            let (file_index, size, mtime_s) = (r.u32()?, r.u64()?, r.i64()?);
+            let mtime_ns = r.u32()?;
+            if mtime_ns >= 1_000_000_000 {
+                return Err(DecodeError::Invalid {
+                    what: "mtime nanoseconds",
+                    value: u64::from(mtime_ns),
+                });
+            }
+            Message::FileEnd {
+                file_index,
+                size,
+                mtime_s,
+                mtime_ns,
+            }
+        }
         kind::FILE_REJECTED => Message::FileRejected {
             file_index: r.u32()?,
             digest: r.u64()?,
@@ -873,6 +921,12 @@ mod tests {
             ]),
             Message::HaveEnd,
             Message::SourceDigests(vec![(1, 2), (3, 4)]),
+            Message::FileEnd {
+                file_index: 2,
+                size: 5 << 30,
+                mtime_s: 1_700_000_000,
+                mtime_ns: 5,
+            },
             Message::FileRejected {
                 file_index: 4,
                 digest: 5,

@@ -85,6 +85,10 @@ pub struct Entry {
     pub owner: Owner,
     /// Extended attributes (`send -X`, `-A`): name and value.
     pub xattrs: Vec<(String, Vec<u8>)>,
+    /// A file still being written (`send --follow`, protocol 7): `size` is
+    /// where it stood, full blocks beyond it may come, and its end is told
+    /// apart (`FileEnd`). On the wire, bit 7 of the kind byte.
+    pub growing: bool,
 }
 
 impl Entry {
@@ -238,8 +242,16 @@ pub fn check_entry(e: &Entry) -> Result<(), PathError> {
     Ok(())
 }
 
+/// Bit of the kind byte that marks a growing file.
+const GROWING: u8 = 0x80;
+
 pub fn encode_entry(w: &mut Writer, e: &Entry) {
-    w.u8(e.kind as u8)
+    let growing = if e.growing && e.kind == EntryKind::File {
+        GROWING
+    } else {
+        0
+    };
+    w.u8(e.kind as u8 | growing)
         .u32(e.mode)
         .i64(e.mtime_s)
         .u32(e.mtime_ns)
@@ -265,18 +277,26 @@ pub fn encode_entry(w: &mut Writer, e: &Entry) {
 /// Decode one entry. Paths are length-checked here and must still pass
 /// [`check_entry`] before use.
 pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
-    let kind = match r.u8()? {
+    let byte = r.u8()?;
+    let growing = byte == EntryKind::File as u8 | GROWING;
+    let kind = match byte & !GROWING {
         0 => EntryKind::File,
         1 => EntryKind::Dir,
         2 => EntryKind::Symlink,
         3 => EntryKind::HardLink,
-        k => {
+        _ => {
             return Err(DecodeError::Invalid {
                 what: "entry kind",
-                value: u64::from(k),
+                value: u64::from(byte),
             })
         }
     };
+    if byte & GROWING != 0 && !growing {
+        return Err(DecodeError::Invalid {
+            what: "entry kind",
+            value: u64::from(byte),
+        });
+    }
     let mode = r.u32()?;
     if mode > 0o7777 {
         return Err(DecodeError::Invalid {
@@ -333,6 +353,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         link,
         owner,
         xattrs: decode_xattrs(r)?,
+        growing,
     })
 }
 
@@ -419,6 +440,33 @@ mod tests {
         assert!(is_carried_xattr("user.x") && is_carried_xattr("system.posix_acl_access"));
         assert!(!is_carried_xattr("user.urmove") && !is_carried_xattr("security.capability"));
         assert!(!is_carried_xattr("trusted.x") && !is_carried_xattr("user.urmove.part"));
+    }
+
+    #[test]
+    fn only_a_file_may_be_growing() {
+        let e = Entry {
+            path: "rec/scan.vdif".into(),
+            size: 4 << 20,
+            growing: true,
+            ..Entry::default()
+        };
+        let mut w = Writer::default();
+        encode_entry(&mut w, &e);
+        assert_eq!(w.buf[0], 0x80, "bit 7 of the kind byte");
+        assert_eq!(decode_entry(&mut Reader::new(&w.buf)).unwrap(), e);
+        // A growing directory (or another kind) is no entry.
+        let mut bad = w.buf.clone();
+        bad[0] = 0x81;
+        assert!(decode_entry(&mut Reader::new(&bad)).is_err());
+        // Encoding a directory marked growing drops the mark.
+        let dir = Entry {
+            kind: EntryKind::Dir,
+            size: 0,
+            ..e
+        };
+        let mut w = Writer::default();
+        encode_entry(&mut w, &dir);
+        assert_eq!(w.buf[0], 1);
     }
 
     #[test]

@@ -356,6 +356,53 @@ impl<'s> Book<'s> {
         self.try_finish(i as usize)
     }
 
+    /// The session follows growing files (`send --follow`).
+    pub(super) fn follows(&self) -> bool {
+        self.rules.follow
+    }
+
+    /// Growing file `i` ends at `size` bytes, modified at `mtime` (the
+    /// sender's `FileEnd`): no block seen may lie past it, nor a full
+    /// block where a shorter last one belongs. It is finished when every
+    /// block is written and the digest agreed, as any file.
+    pub(super) fn file_end(
+        &mut self,
+        i: u32,
+        size: u64,
+        (mtime_s, mtime_ns): (i64, u32),
+    ) -> Result<(), SessionError> {
+        let block = self.block;
+        let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
+        let f = self
+            .files
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .filter(|f| f.growing)
+            .ok_or_else(|| bad(format!("an end for entry {i}, which is no growing file")))?;
+        // The furthest block seen ends at `f.size` (a short last one, at
+        // the file's end): the end cannot come before it.
+        if size < f.size {
+            return Err(bad(format!(
+                "growing file {i} ends at {size} bytes, before blocks that came (to {})",
+                f.size
+            )));
+        }
+        f.grow_to(size, block);
+        f.growing = false;
+        f.id = super::journal::Identity {
+            size,
+            mtime_s,
+            mtime_ns,
+            block,
+        };
+        f.mtime = super::receive::mtime_at(mtime_s, mtime_ns);
+        // Blocks counted while it grew were whole; the last may be short.
+        if f.is_written() {
+            return self.try_finish(i as usize);
+        }
+        Ok(())
+    }
+
     /// The sender dropped entry `i`: stop waiting for it. Its part stays
     /// only if it holds journaled data (see `Incoming`'s drop).
     pub(super) fn skipped(&mut self, i: u32, why: String) -> Result<(), SessionError> {
@@ -461,6 +508,38 @@ impl<'s> Book<'s> {
     }
 }
 
+/// How far past the furthest block seen a growing file's next frame may
+/// reach: frames of many streams arrive out of order, but never further
+/// apart than what is in flight (and a block of data must come for every
+/// 2^16 bits of bitmap this lets a peer make).
+const GROW_AHEAD_MAX: u64 = 4 << 30;
+
+/// A frame of a growing file beyond its size so far: the file grows to
+/// the end of its block (a full block of data, never a hole; a shorter
+/// block is the file's last). Within the size, nothing changes.
+fn grow_for(f: &mut RecvFile, block: u64, h: &FrameHeader) -> Result<(), String> {
+    let end = h.offset.saturating_add(u64::from(h.length));
+    if end <= f.size {
+        return Ok(());
+    }
+    let what = format!(
+        "frame at offset {} of growing file {}",
+        h.offset, h.file_index
+    );
+    if h.is_hole() || !h.offset.is_multiple_of(block) {
+        return Err(format!("{what}: a hole or unaligned block past its end"));
+    }
+    if h.offset > f.size.saturating_add(GROW_AHEAD_MAX) {
+        return Err(format!("{what}: more than 4 GiB past its furthest block"));
+    }
+    if end > crate::session::SESSION_BLOCKS_MAX.saturating_mul(block) {
+        return Err(format!("{what}: past the most blocks a file may have"));
+    }
+    // A short block ends the file: it grows no more but by `FileEnd`.
+    f.grow_to(end, block);
+    Ok(())
+}
+
 /// Check a frame against the file it names (block layout, duplicates) and
 /// mark it seen; its checksum is checked already (`data_terms`, `None` for
 /// a hole). The write itself is the caller's.
@@ -477,6 +556,9 @@ fn accept_frame(
             header.file_index
         )));
     };
+    if f.growing {
+        grow_for(f, block, header).map_err(malformed)?;
+    }
     FrameHeader {
         file_index: 0,
         ..*header

@@ -216,11 +216,18 @@ pub(crate) fn spawn_peer_reader(
     let reader = std::thread::spawn(move || loop {
         let ev = match recv_any(&mut c) {
             Ok(Message::SourceDigests(list)) => PeerEvent::Digests(list),
+            Ok(Message::FileEnd {
+                file_index,
+                size,
+                mtime_s,
+                mtime_ns,
+            }) => PeerEvent::FileEnd(file_index, size, (mtime_s, mtime_ns)),
             Ok(Message::Skipped {
                 file_index, reason, ..
             }) => PeerEvent::Skipped(file_index, reason),
             Ok(Message::Summary { files, bytes, ok }) => PeerEvent::Summary { files, bytes, ok },
-            Ok(Message::Alive { .. }) => continue,
+            // The sender of a follow is alive while its files are idle.
+            Ok(Message::Alive { .. }) => PeerEvent::Alive,
             Ok(Message::Error { code, message }) => {
                 PeerEvent::Closed(Some(SessionError::Refused { code, message }))
             }

@@ -412,6 +412,7 @@ mod tests {
             owners: Default::default(),
             ids: Default::default(),
             dry_run: false,
+            follow: false,
             keep: Default::default(),
             secret: Secret::from_bytes([7; 32]),
             keep_setid: false,

@@ -57,6 +57,29 @@ impl Identity {
         }
     }
 
+    /// A file still growing (`send --follow`), `size` bytes so far: its
+    /// journal names no mtime (the source's moves on as it is written).
+    pub fn growing(size: u64, block: u64) -> Self {
+        Identity {
+            size,
+            mtime_s: GROWING_MTIME,
+            mtime_ns: 0,
+            block,
+        }
+    }
+
+    /// Whether a journal written for `self` holds for a file now known
+    /// as `now`: the same identity, or (a file that was still growing) the
+    /// same block size and no more blocks than `now` has. Blocks of a grown
+    /// file are checked again by content before they count.
+    pub fn holds_for(&self, now: &Identity) -> bool {
+        self == now
+            || (self.mtime_s == GROWING_MTIME
+                && self.mtime_ns == 0
+                && self.block == now.block
+                && self.size <= now.size)
+    }
+
     fn write(&self, w: &mut Writer) {
         w.u64(self.size)
             .i64(self.mtime_s)
@@ -77,6 +100,9 @@ impl Identity {
         self.size.div_ceil(self.block.max(1))
     }
 }
+
+/// The mtime a growing file's identity names (none a file has).
+const GROWING_MTIME: i64 = i64::MIN;
 
 /// Verified blocks of one part file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +182,16 @@ impl Journal {
 
     /// The journal in `bytes`, if whole, made with `secret` and for `id`.
     pub fn decode(bytes: &[u8], id: &Identity, secret: &Secret) -> Option<Journal> {
+        Journal::decode_for(bytes, secret, &|j| j == id)
+    }
+
+    /// The journal in `bytes`, if whole, made with `secret` and for an
+    /// identity `accept` takes (its own, which sizes its blocks).
+    pub fn decode_for(
+        bytes: &[u8],
+        secret: &Secret,
+        accept: &dyn Fn(&Identity) -> bool,
+    ) -> Option<Journal> {
         let body = bytes.len().checked_sub(MAC_LEN)?;
         let mac: [u8; MAC_LEN] = bytes[body..].try_into().ok()?;
         if !secret.verify(&[b"urmove journal", &bytes[..body]], &mac) {
@@ -165,7 +201,8 @@ impl Journal {
         if r.array::<4>().ok()? != JOURNAL_MAGIC || r.u16().ok()? != VERSION {
             return None;
         }
-        if Identity::read(&mut r)? != *id {
+        let id = &Identity::read(&mut r)?;
+        if !accept(id) {
             return None;
         }
         let part = FileId {
@@ -256,8 +293,14 @@ pub fn journal_rel(final_rel: &str) -> String {
     format!("{final_rel}{JOURNAL_SUFFIX}")
 }
 
-/// The journal beside `final_rel`, if there is a valid one for `id`.
-pub fn load(root: &Root, final_rel: &str, id: &Identity, secret: &Secret) -> Option<Journal> {
+/// The journal beside `final_rel`, if ours and for an identity `accept`
+/// takes.
+pub fn load(
+    root: &Root,
+    final_rel: &str,
+    secret: &Secret,
+    accept: &dyn Fn(&Identity) -> bool,
+) -> Option<Journal> {
     let mut f = root
         .open_file(
             &journal_rel(final_rel),
@@ -274,7 +317,7 @@ pub fn load(root: &Root, final_rel: &str, id: &Identity, secret: &Secret) -> Opt
         .take((crate::session::SESSION_BLOCKS_MAX / 8) + 4096)
         .read_to_end(&mut bytes)
         .ok()?;
-    Journal::decode(&bytes, id, secret)
+    Journal::decode_for(&bytes, secret, accept)
 }
 
 /// Replace the journal beside `final_rel` with `j`, durably; returns the

@@ -58,6 +58,10 @@ pub(crate) enum PeerEvent {
     Digests(Vec<(u32, u64)>),
     /// The sender dropped an entry: (entry, why).
     Skipped(u32, String),
+    /// A heartbeat: the sender is there (its followed files are idle).
+    Alive,
+    /// A growing file stopped growing: (entry, its size, its mtime).
+    FileEnd(u32, u64, (i64, u32)),
     /// The sender's summary (pull: the daemon is done sending).
     Summary { files: u64, bytes: u64, ok: bool },
     /// The control connection ended: cleanly (`None`) or with the peer's
@@ -542,6 +546,8 @@ impl<'s> Control<'s> {
                 }
             }
             PeerEvent::Skipped(i, why) => book::lock(book).skipped(i, why)?,
+            PeerEvent::FileEnd(i, size, mtime) => book::lock(book).file_end(i, size, mtime)?,
+            PeerEvent::Alive => {}
             PeerEvent::Summary { files, bytes, ok } => {
                 book::lock(book).tally.summary = Some((files, bytes, ok));
             }
@@ -613,6 +619,13 @@ impl<'s> Control<'s> {
             return self.check_confirmations(book, now);
         }
         let bytes = self.tcp_bytes();
+        // A follow's files may be idle for long: its sender's heartbeats
+        // say it is there.
+        let follow = book::lock(book).follows();
+        if follow && now.duration_since(self.peer_heard) < self.pace.timeout {
+            (self.window.start, self.window.bytes_at_start) = (now, bytes);
+            return Ok(());
+        }
         let shown = |f: fn(&LaneStatus) -> bool| self.lanes.iter().any(f);
         let waiting = shown(|l| l.waiting.load(Ordering::Relaxed));
         let starved = shown(|l| l.starved.load(Ordering::Relaxed));

@@ -12,6 +12,7 @@ mod book;
 mod commit;
 pub mod conn;
 pub mod filter;
+mod follow;
 pub mod fuzz;
 mod held;
 mod intake;

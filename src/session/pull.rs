@@ -366,6 +366,7 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         owners: super::receive::Owners::for_this_process(cfg.numeric_ids),
         ids: Arc::default(),
         dry_run: false,
+        follow: false,
         keep: Default::default(),
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,

@@ -24,14 +24,14 @@ use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{
     digest_add, frame_checksum, frame_terms, zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN,
 };
-use crate::protocol::manifest::{Entry, EntryKind};
+use crate::protocol::manifest::EntryKind;
 
 use super::held::Held;
 use super::lanes::Lane;
 use super::route::Route;
 use super::source::{Announce, ControlAnnounce, Opener, PushParams, Sources, SENT_RECORDS_MAX};
 use super::tree::Tree;
-use super::work::{Idle, Piece, Work};
+use super::work::{End, Idle, Piece, Work};
 use super::SessionError;
 
 /// Keeps the bytes sent under `rate * elapsed`.
@@ -251,7 +251,9 @@ struct Source {
     direct: bool,
     sparse: bool,
     slot: Option<u32>,
-    size: u64,
+    /// Where the file ends (size and mtime), when known as the piece
+    /// began (a growing file's only once it ended).
+    file_end: Option<End>,
     /// Where this lane's piece of it ends (the size, for a whole file).
     end: u64,
     /// Next offset to read.
@@ -602,7 +604,7 @@ impl<'a> Pusher<'a> {
                 continue;
             }
             // Paced: reads already issued go out before waiting for more.
-            let n = (src.size - src.next).min(block) as usize;
+            let n = (src.end - src.next).min(block) as usize;
             let moving = self.free_tokens.len() < self.reads_max || !self.ready.is_empty();
             if moving && self.pacer.delay(n as u64).is_some() {
                 return Ok(());
@@ -639,10 +641,13 @@ impl<'a> Pusher<'a> {
 
     fn add_source(&mut self, piece: Piece, file: File, direct: bool) -> Result<(), SessionError> {
         let i = piece.entry;
-        let sparse = file.metadata().is_ok_and(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.blocks() * 512 < m.len()
-        });
+        // A growing file's blocks all go as data (a hole frame past what
+        // the receiver knows of it would not say how long it is).
+        let sparse = !self.tree.entries[i].growing
+            && file.metadata().is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.blocks() * 512 < m.len()
+            });
         let slot = self.tx.attach_file(file.as_raw_fd())?;
         let skip = self
             .held
@@ -656,7 +661,7 @@ impl<'a> Pusher<'a> {
             direct,
             sparse,
             slot,
-            size: self.tree.entries[i].size,
+            file_end: self.work.end_of(i),
             end: piece.end,
             next: piece.start,
             reads: 0,
@@ -702,7 +707,7 @@ impl<'a> Pusher<'a> {
     ) -> Result<(), SessionError> {
         let src = &self.sources[cur];
         let i = src.entry;
-        let last = offset + n as u64 == src.size;
+        let last = src.file_end.is_some_and(|e| offset + n as u64 == e.0);
         if src.sparse && is_hole(&src.file, offset, n as u64) {
             if last && !self.unchanged(cur) {
                 self.tx.give_back(lease);
@@ -810,7 +815,8 @@ impl<'a> Pusher<'a> {
         }
         // Before a file's last block goes, the file must still be what the
         // manifest said: the receiver finishes it on that block.
-        if b.offset + b.len as u64 == self.tree.entries[b.entry].size && !self.unchanged(k) {
+        let end = self.sources[k].file_end;
+        if end.is_some_and(|e| b.offset + b.len as u64 == e.0) && !self.unchanged(k) {
             self.tx.give_back(lease);
             return;
         }
@@ -822,8 +828,11 @@ impl<'a> Pusher<'a> {
     /// Whether source `k` still has the size and mtime of the manifest;
     /// drops it (reported as changed) when not.
     fn unchanged(&mut self, k: usize) -> bool {
-        let entry = self.sources[k].entry;
-        match check_unchanged(&self.sources[k].file, &self.tree.entries[entry]) {
+        let src = &self.sources[k];
+        let Some(end) = src.file_end.or_else(|| self.work.end_of(src.entry)) else {
+            return true;
+        };
+        match check_unchanged(&src.file, end) {
             Ok(()) => true,
             Err(why) => {
                 self.drop_source(k, why);
@@ -1215,17 +1224,16 @@ fn frame_block(
 
 /// A source read through must still have the size and mtime the manifest
 /// announced: a file still being written is reported, not sent half-old.
-fn check_unchanged(file: &File, e: &Entry) -> Result<(), String> {
+pub(super) fn check_unchanged(file: &File, (size, mtime_s, mtime_ns): End) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata().map_err(|err| format!("stat: {err}"))?;
-    if m.len() != e.size {
+    if m.len() != size {
         return Err(format!(
-            "changed during the send (size {} -> {}); send it again when it is complete",
-            e.size,
+            "changed during the send (size {size} -> {}); send it again when it is complete",
             m.len()
         ));
     }
-    if m.mtime() != e.mtime_s || m.mtime_nsec() as u32 != e.mtime_ns {
+    if m.mtime() != mtime_s || m.mtime_nsec() as u32 != mtime_ns {
         return Err("changed during the send (modified); send it again when it is complete".into());
     }
     Ok(())
@@ -1265,7 +1273,7 @@ mod tests {
             direct: false,
             sparse: false,
             slot: None,
-            size,
+            file_end: Some((size, 0, 0)),
             end: size,
             next: 0,
             reads: 0,
@@ -1308,7 +1316,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             s.skip_held(block);
-            let _ = tx.send((s.next, s.size, s.skip.len()));
+            let _ = tx.send((s.next, s.end, s.skip.len()));
         });
         let (next, size, left) = rx
             .recv_timeout(Duration::from_secs(10))
@@ -1364,6 +1372,7 @@ mod tests {
             open: &open,
             announce_on: &ctl,
             route: &route,
+            follow: None,
         };
         let params = PushParams {
             block_size: BLOCK as u32,

@@ -78,6 +78,8 @@ pub struct Rules {
     /// A `--delete` push's rules: the receiver's extras they exclude are
     /// kept (rsync's default; empty: none is kept).
     pub keep: Filter,
+    /// A `--follow` push: its manifest may hold growing files.
+    pub follow: bool,
 }
 
 /// Names already looked up: (a group?, name) to its number here, if any.
@@ -337,6 +339,9 @@ pub(crate) struct RecvFile {
     pub(crate) held_seen: Option<(FileId, (i64, i64))>,
     /// Owner and attributes to give it when committed.
     pub(crate) dress: Dress,
+    /// Still being written at the sender (`send --follow`): `size` is the
+    /// end of the furthest block seen, until the sender's `FileEnd`.
+    pub(crate) growing: bool,
 }
 
 impl RecvFile {
@@ -352,7 +357,11 @@ impl RecvFile {
             mode: rules.mode(e.mode),
             mtime: mtime_of(e),
             direct: false,
-            id: Identity::of(e, block),
+            id: match e.growing {
+                true => Identity::growing(e.size, block),
+                false => Identity::of(e, block),
+            },
+            growing: e.growing,
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -390,9 +399,22 @@ impl RecvFile {
         self.dirty = true;
     }
 
-    /// Every block is written and no write is in flight.
+    /// Every block is written and no write is in flight (and the file
+    /// grows no more).
     pub(crate) fn is_written(&self) -> bool {
-        self.received == self.size && self.writing.is_empty()
+        self.received == self.size && self.writing.is_empty() && !self.growing
+    }
+
+    /// A growing file reaches `size` (a frame beyond its end came): its
+    /// block bitmaps grow with it.
+    pub(crate) fn grow_to(&mut self, size: u64, block: u64) {
+        self.size = size;
+        self.id.size = size;
+        let words = size.div_ceil(block).div_ceil(64) as usize;
+        if words > self.seen.len() {
+            self.seen.resize(words, 0);
+            self.written.resize(words, 0);
+        }
     }
 }
 
@@ -405,8 +427,13 @@ pub(crate) fn join(dest: &str, path: &str) -> String {
 }
 
 pub(crate) fn mtime_of(e: &Entry) -> SystemTime {
-    let d = Duration::new(e.mtime_s.unsigned_abs(), e.mtime_ns);
-    if e.mtime_s >= 0 {
+    mtime_at(e.mtime_s, e.mtime_ns)
+}
+
+/// The time `s` seconds and `ns` nanoseconds from the epoch.
+pub(crate) fn mtime_at(s: i64, ns: u32) -> SystemTime {
+    let d = Duration::new(s.unsigned_abs(), ns);
+    if s >= 0 {
         SystemTime::UNIX_EPOCH + d
     } else {
         SystemTime::UNIX_EPOCH - d
@@ -486,7 +513,7 @@ impl Incoming {
         resume: Option<Resume>,
         tick: &mut dyn FnMut(),
     ) -> Result<Self, SessionError> {
-        check_entries(&entries, block)?;
+        check_entries(&entries, block, rules.follow)?;
         if !dest.is_empty() && !rules.dry_run {
             root.mkdir_all(&dest, 0o755)
                 .map_err(|e| SessionError::io(dest.clone(), e))?;
@@ -618,7 +645,12 @@ impl Incoming {
         tick: &mut dyn FnMut(),
     ) -> Result<(), SessionError> {
         if let Some(r) = self.resume {
-            if let Some(held) = self.held_complete(f, r, tick) {
+            // A file still growing is never complete at the far end.
+            let complete = match f.growing {
+                true => None,
+                false => self.held_complete(f, r, tick),
+            };
+            if let Some(held) = complete {
                 f.state = FileState::HeldComplete;
                 f.received = f.size;
                 self.have.push(match held {
@@ -660,7 +692,7 @@ impl Incoming {
                 });
             }
         }
-        if f.size == 0 && !self.rules.dry_run {
+        if f.size == 0 && !f.growing && !self.rules.dry_run {
             // Nothing to wait for: an empty file's digest is 0 on both sides.
             open_part(&self.root, self.direct, &self.rules, f)?;
             f.sender_digest = Some(0);
@@ -722,9 +754,15 @@ impl Incoming {
         key: &FrameKey,
         tick: &mut dyn FnMut(),
     ) -> Result<Option<u64>, SessionError> {
-        let Some(j) = journal::load(&self.root, &f.final_rel, &f.id, &self.rules.secret) else {
+        let now = f.id;
+        let accept = |j: &Identity| j.holds_for(&now);
+        let Some(mut j) = journal::load(&self.root, &f.final_rel, &self.rules.secret, &accept)
+        else {
             return Ok(None);
         };
+        // A journal of the file while it grew names fewer blocks.
+        j.blocks.resize(f.seen.len(), 0);
+        j.id = f.id;
         let rel = f.part_rel();
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         let Ok(part) = self.root.open_file(&rel, flags, 0) else {
@@ -1205,7 +1243,13 @@ pub(crate) fn is_own_file(m: &std::fs::Metadata) -> bool {
 }
 
 /// Check every entry: paths, duplicates, and the session's block count.
-fn check_entries(entries: &[Entry], block: u64) -> Result<(), SessionError> {
+fn check_entries(entries: &[Entry], block: u64, follow: bool) -> Result<(), SessionError> {
+    if let Some(e) = entries.iter().find(|e| e.growing && !follow) {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            format!("{}: a growing file in a session that follows none", e.path),
+        ));
+    }
     let blocks: u64 = entries
         .iter()
         .filter(|e| e.kind == EntryKind::File)

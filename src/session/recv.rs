@@ -923,6 +923,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         owners: super::receive::Owners::Own,
         ids: Arc::default(),
         dry_run: false,
+        follow: false,
         keep: Default::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
@@ -948,6 +949,7 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> 
         ids: Arc::default(),
         dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
         keep: kept_by(&req.protect)?,
+        follow: req.has(crate::protocol::control::REQ_FOLLOW),
         ..rules.clone()
     })
 }
@@ -1848,6 +1850,7 @@ fn pull_session(
         open: &open,
         announce_on: s,
         route: &route,
+        follow: None,
     };
     // The daemon stopping (its drain time over) stops the lanes.
     let stop = &registry.closing;

@@ -83,6 +83,9 @@ pub struct SendConfig {
     pub delete: bool,
     /// `--delete-excluded`: what `--exclude` leaves out is removed too.
     pub delete_excluded: bool,
+    /// `--follow`: files still being written go as they grow, each ending
+    /// once nobody writes it and it stayed idle this long (`--follow-idle`).
+    pub follow: Option<Duration>,
 }
 
 impl SendConfig {
@@ -116,6 +119,7 @@ impl SendConfig {
             numeric_ids: false,
             delete: false,
             delete_excluded: false,
+            follow: None,
         }
     }
 
@@ -136,6 +140,9 @@ impl SendConfig {
         }
         if self.delete {
             f |= crate::protocol::control::REQ_DELETE;
+        }
+        if self.follow.is_some() {
+            f |= crate::protocol::control::REQ_FOLLOW;
         }
         f
     }
@@ -179,6 +186,21 @@ pub struct NetInterval {
     /// Bytes of holes done by the interval's end (no payload crossed for
     /// them): they count towards `total_bytes`, as the percent does.
     pub hole_bytes: u64,
+    /// `send --follow`: how far the copy is behind the files' writers.
+    pub lag: Option<Lag>,
+}
+
+/// A followed copy kept up with its writers when it was never further
+/// behind than this (seconds).
+pub const KEPT_UP_LAG_S: f64 = 2.0;
+
+/// How far a followed copy is behind the writers: bytes written (in whole
+/// blocks, or whole files that ended) the peer has not, and how long ago
+/// the oldest of them was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Lag {
+    pub bytes: u64,
+    pub seconds: f64,
 }
 
 impl NetInterval {
@@ -286,6 +308,13 @@ pub struct SendReport {
     /// side only received).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathReport>,
+    /// `send --follow`: the largest lag behind the writers over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_max: Option<Lag>,
+    /// `send --follow`: whether the copy kept up with the writers (its
+    /// lag never above [`KEPT_UP_LAG_S`] seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_up: Option<bool>,
     /// When the data started, to close the run when the peer confirmed it.
     #[serde(skip)]
     pub started: Option<Instant>,
@@ -637,7 +666,7 @@ pub fn run_send(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
-    let tree = scan(&cfg.sources, &cfg.scan)?;
+    let mut tree = scan(&cfg.sources, &cfg.scan)?;
     if tree.entries.is_empty() && tree.excluded > 0 {
         return Err(SessionError::local(
             crate::protocol::control::ErrorCode::BadRequest,
@@ -649,6 +678,15 @@ pub fn run_send(
     }
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
+    if let Some(idle) = cfg.follow {
+        let n = super::follow::mark_growing(&mut tree, u64::from(cfg.block_size), idle);
+        obs.info(&format!(
+            "following {} still being written (each ends once nobody writes it and it stays unchanged for {})",
+            units::count(n as u64, "file"),
+            units::duration_s(idle.as_secs_f64())
+        ));
+    }
+    let gauge = super::follow::Gauge::default();
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
     let skipped = push.held.bytes(&tree, u64::from(cfg.block_size));
     let held = &push.held;
@@ -666,8 +704,12 @@ pub fn run_send(
     }
     let acks = Acks::new(&tree, &push.held, cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
-    let expect = Expect::transfer(tree.file_bytes().saturating_sub(skipped), true);
-    let (data, mut report, receipts) = push.transfer(cfg, expect, &acks, interrupt, obs)?;
+    let to_send = tree.file_bytes().saturating_sub(skipped);
+    gauge.total.store(to_send, Ordering::Release);
+    let follow = cfg.follow.map(|idle| (idle, &gauge));
+    let expect = Expect::transfer(to_send, true).following(follow.map(|f| f.1));
+    let (data, mut report, receipts) =
+        push.transfer(cfg, expect, (&acks, follow), interrupt, obs)?;
     report.files = tree.file_count() as u64;
     report.bytes_skipped = skipped;
     (
@@ -679,7 +721,9 @@ pub fn run_send(
     report.skip(&tree.entries, &push.refused);
     report.files_excluded = tree.excluded;
     report.hard_links = tree.hard_links() as u64;
-    report.bytes_total = tree.file_bytes();
+    // Followed files count as large as they grew.
+    let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
+    report.bytes_total = tree.file_bytes() + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
     settle_push(&push, (data, receipts), interrupted, &mut report, obs);
     if !matches!(report.status, "ok" | "partial") {
@@ -807,8 +851,8 @@ impl Push<'_> {
     fn transfer(
         &mut self,
         cfg: &SendConfig,
-        expect: Expect,
-        acked: &Acks,
+        expect: Expect<'_>,
+        (acked, follow): (&Acks, Option<(Duration, &super::follow::Gauge)>),
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Moved, SessionError> {
@@ -830,6 +874,7 @@ impl Push<'_> {
                 open: &open,
                 announce_on: &announce_on,
                 route: &self.route,
+                follow,
             };
             let (data, report) = drive(cfg, expect, &self.streams, interrupt, obs, |c, stop| {
                 push_data(&self.params, &from, &self.plan, &self.streams, c, stop, txs)

@@ -24,6 +24,7 @@ use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::SessionKeys;
 
 use super::conn::{send_msg, Control};
+use super::follow::Follower;
 use super::held::Held;
 use super::lanes::{self, Lane, LaneReport, Lanes};
 use super::pusher::{push_lane, ANOTHER_LANE_FAILED};
@@ -169,6 +170,9 @@ pub(crate) struct Sources<'a> {
     pub(crate) announce_on: &'a Control,
     /// Where the receiver writes each file (its placement by device).
     pub(crate) route: &'a Route,
+    /// `send --follow`: how long a growing file stays idle before it
+    /// ends, and what the coordinator reads of the follow.
+    pub(crate) follow: Option<(Duration, &'a super::follow::Gauge)>,
 }
 
 /// Read every file block by block into frame buffers and hand the frames
@@ -195,18 +199,40 @@ pub(crate) fn push_data(
     );
     let fds = super::send::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
-    let results = lanes::run(&plan, txs, &|lane, tx| {
-        let others = lanes::StopOthers(work.failed_flag());
-        others.on(push_lane(
-            params,
-            from,
-            (lane, &fds),
-            &work,
-            counters,
-            stop,
-            tx,
-        ))
+    let block = u64::from(params.block_size);
+    let mut follower = match from.follow {
+        Some((idle, gauge)) => Some(Follower::new(
+            from.tree,
+            (&work, gauge),
+            from.announce_on,
+            (block, idle),
+        )?),
+        None => None,
+    };
+    let (results, followed) = std::thread::scope(|scope| {
+        let followed = follower.as_mut().map(|f| scope.spawn(|| f.run(stop)));
+        let results = lanes::run(&plan, txs, &|lane, tx| {
+            let others = lanes::StopOthers(work.failed_flag());
+            others.on(push_lane(
+                params,
+                from,
+                (lane, &fds),
+                &work,
+                counters,
+                stop,
+                tx,
+            ))
+        });
+        let followed = followed.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(SessionError::Protocol("the follower panicked".into())))
+        });
+        (results, followed)
     });
+    // The follower's error (a file truncated) is why the lanes stopped.
+    if let Some(Err(e)) = followed {
+        return Err(e);
+    }
     let mut pushed = Pushed {
         digests: Vec::new(),
         stats: SendStats::default(),

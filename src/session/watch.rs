@@ -13,7 +13,8 @@ use crate::coord::{IntervalTracker, StreamRates, WorkerCounters};
 use crate::datapath::sys;
 use crate::datapath::tcp::PathReport;
 
-use super::send::{NetInterval, SendConfig, SendObserver, SendReport};
+use super::follow::Gauge;
+use super::send::{Lag, NetInterval, SendConfig, SendObserver, SendReport};
 use super::SessionError;
 
 /// How often the coordinator looks.
@@ -21,32 +22,78 @@ const TICK: Duration = Duration::from_millis(10);
 
 /// What a run's data will be.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Expect {
+pub(crate) struct Expect<'a> {
     /// Bytes, when known (0: a timed test).
     total: u64,
     /// Whether this side sends them.
     sending: bool,
     /// A test's length: its rate is what the peer had by its end.
     test: Option<Duration>,
+    /// `send --follow`: the total grows with the files, and the lag
+    /// behind their writers is measured.
+    growing: Option<&'a Gauge>,
 }
 
-impl Expect {
+impl<'a> Expect<'a> {
     /// A transfer of `total` bytes (0 when not known).
-    pub(crate) fn transfer(total: u64, sending: bool) -> Expect {
+    pub(crate) fn transfer(total: u64, sending: bool) -> Expect<'a> {
         Expect {
             total,
             sending,
             test: None,
+            growing: None,
         }
     }
 
     /// A test that moves data for `time`.
-    pub(crate) fn test(time: Duration, sending: bool) -> Expect {
+    pub(crate) fn test(time: Duration, sending: bool) -> Expect<'a> {
         Expect {
             total: 0,
             sending,
             test: Some(time),
+            growing: None,
         }
+    }
+
+    /// The total grows as `gauge` says (files followed).
+    pub(crate) fn following(self, gauge: Option<&'a Gauge>) -> Expect<'a> {
+        Expect {
+            growing: gauge,
+            ..self
+        }
+    }
+}
+
+/// How far the copy is behind the writers of the files it follows: the
+/// bytes the files hold (in whole blocks) that the peer has not, and how
+/// long ago the oldest of them was written. Samples of the files' total
+/// are kept only while the copy has not reached them.
+#[derive(Debug, Default)]
+struct LagTrack {
+    /// (ns from the start, the files' total then), totals rising.
+    samples: std::collections::VecDeque<(u64, u64)>,
+    max: Lag,
+}
+
+impl LagTrack {
+    /// The files hold `total` at `t`; the peer has `done`: the lag now.
+    fn look(&mut self, t: u64, total: u64, done: u64) -> Lag {
+        if self.samples.back().is_none_or(|&(_, last)| total > last) {
+            self.samples.push_back((t, total));
+        }
+        while self.samples.front().is_some_and(|&(_, at)| at <= done) {
+            self.samples.pop_front();
+        }
+        let lag = Lag {
+            bytes: total.saturating_sub(done),
+            seconds: self
+                .samples
+                .front()
+                .map_or(0.0, |&(since, _)| t.saturating_sub(since) as f64 / 1e9),
+        };
+        self.max.bytes = self.max.bytes.max(lag.bytes);
+        self.max.seconds = self.max.seconds.max(lag.seconds);
+        lag
     }
 }
 
@@ -54,7 +101,7 @@ impl Expect {
 /// then end the data streams.
 pub(crate) fn drive<T: Send>(
     cfg: &SendConfig,
-    expect: Expect,
+    expect: Expect<'_>,
     streams: &[TcpStream],
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
@@ -91,7 +138,9 @@ pub(crate) fn drive<T: Send>(
 }
 
 /// What the coordinator keeps between ticks.
-struct Watch {
+struct Watch<'a> {
+    /// `send --follow`: the growing total, and the lag behind it.
+    growing: Option<(&'a Gauge, LagTrack)>,
     /// The data streams, which the parts below read the TCP of.
     fds: Vec<RawFd>,
     start: Instant,
@@ -111,14 +160,15 @@ struct Watch {
     in_test: Option<(Duration, u64)>,
 }
 
-impl Watch {
-    fn new(cfg: &SendConfig, expect: Expect, streams: &[TcpStream]) -> Watch {
+impl<'a> Watch<'a> {
+    fn new(cfg: &SendConfig, expect: Expect<'a>, streams: &[TcpStream]) -> Watch<'a> {
         let rtt_us = streams
             .first()
             .and_then(|s| sys::tcp_path(s.as_raw_fd()))
             .map_or(0, |p| u64::from(p.rtt_us));
         let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
         Watch {
+            growing: expect.growing.map(|g| (g, LagTrack::default())),
             start: Instant::now(),
             total: expect.total,
             tracker: IntervalTracker::new(cfg.interval.as_nanos() as u64),
@@ -152,7 +202,12 @@ impl Watch {
         if self.done_at.is_some() {
             return;
         }
-        if self.total > 0 && bytes + counters.holes() >= self.total {
+        let lag = self.follow_total(t, bytes + counters.holes());
+        let still = self
+            .growing
+            .as_ref()
+            .is_some_and(|g| g.0.active.load(Ordering::Acquire));
+        if self.total > 0 && !still && bytes + counters.holes() >= self.total {
             self.done_at = Some(t);
             return;
         }
@@ -161,9 +216,18 @@ impl Watch {
                 interval: iv,
                 total_bytes: self.total,
                 hole_bytes: counters.holes(),
+                lag,
             });
             obs.stream_intervals(self.per_stream.close(t, iv.full, counters.streams()));
         }
+    }
+
+    /// Following files: the total as they grew, and the lag behind them
+    /// (`done`: what the peer has).
+    fn follow_total(&mut self, t: u64, done: u64) -> Option<Lag> {
+        let (gauge, track) = self.growing.as_mut()?;
+        self.total = gauge.total.load(Ordering::Acquire);
+        Some(track.look(t, self.total, done))
     }
 
     /// After the data thread: go on watching until the peer's TCP has
@@ -200,11 +264,13 @@ impl Watch {
         // A last part-interval with no byte in it (the test's end, just
         // after a full one) says nothing, and would read as a stall.
         let last = self.tracker.finish(end, delivered);
+        let lag = self.follow_total(end, delivered + counters.holes());
         if let Some(iv) = last.filter(|iv| iv.full || iv.bytes > 0) {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
                 hole_bytes: counters.holes(),
+                lag,
             });
             obs.stream_intervals(self.per_stream.close(end, iv.full, counters.streams()));
         }
@@ -251,6 +317,11 @@ impl Watch {
             test_s: None,
             bytes_in_test: None,
             drain_s: None,
+            lag_max: self.growing.as_ref().map(|g| g.1.max),
+            kept_up: self
+                .growing
+                .as_ref()
+                .map(|g| g.1.max.seconds <= super::send::KEPT_UP_LAG_S),
         };
         report.set_rate(bytes as f64 * 8.0 / secs);
         report

@@ -42,6 +42,9 @@ struct FileShare {
     dropped: AtomicBool,
 }
 
+/// Where a file ends: its size and mtime (a growing file's once it ended).
+pub(crate) type End = (u64, i64, u32);
+
 /// What lanes hand each other, under one lock.
 #[derive(Debug, Default)]
 struct Queue {
@@ -80,8 +83,16 @@ pub(crate) struct Work {
     failed: AtomicBool,
     /// Payload bytes every lane let out under `--rate-limit`, since `start`.
     paced: AtomicU64,
+    /// Where each file ends: the manifest's, or (a growing file) none
+    /// until its follower says.
+    ends: Mutex<Vec<Option<End>>>,
+    /// Files still grow (`send --follow`): a lane with nothing to do waits
+    /// for their pieces rather than leave.
+    following: AtomicBool,
     start: Instant,
     lanes: usize,
+    /// Bytes of one piece (a growing file's new bytes are cut so too).
+    piece_bytes: u64,
 }
 
 /// What a lane with nothing to do finds.
@@ -128,6 +139,10 @@ impl Work {
         let classes = route.classes();
         let mut pieces = vec![VecDeque::new(); classes];
         for (i, e) in tree.entries.iter().enumerate() {
+            if e.growing {
+                // Held open by its follower until it ends.
+                files[i].pieces_left.store(1, Ordering::Relaxed);
+            }
             if e.kind != EntryKind::File || e.size == 0 || held.complete.contains_key(&(i as u32)) {
                 continue;
             }
@@ -143,7 +158,7 @@ impl Work {
                 start = end;
             }
             let n = e.size.div_ceil(piece.min(e.size)) as u32;
-            files[i].pieces_left.store(n, Ordering::Relaxed);
+            files[i].pieces_left.fetch_add(n, Ordering::Relaxed);
         }
         let serves: Vec<Vec<bool>> = plan.iter().map(|l| route.served_by(l)).collect();
         let serving = (0..classes)
@@ -165,6 +180,14 @@ impl Work {
             handed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             paced: AtomicU64::new(0),
+            ends: Mutex::new(
+                tree.entries
+                    .iter()
+                    .map(|e| (!e.growing).then_some((e.size, e.mtime_s, e.mtime_ns)))
+                    .collect(),
+            ),
+            following: AtomicBool::new(tree.entries.iter().any(|e| e.growing)),
+            piece_bytes: piece,
             start: Instant::now(),
             lanes,
         }
@@ -233,6 +256,41 @@ impl Work {
             .fetch_add(1, Ordering::AcqRel);
         self.queue().pieces[self.route.of_entry(rest.entry)].push_front(rest);
         self.handed.store(true, Ordering::Release);
+    }
+
+    /// Bytes `[start, end)` of growing file `entry` are on disk: pieces to
+    /// read (pieces of at most the work's piece size).
+    pub(crate) fn grown(&self, entry: usize, mut start: u64, end: u64) {
+        let mut q = self.queue();
+        let class = self.route.of_entry(entry);
+        while start < end {
+            let stop = start.saturating_add(self.piece_bytes).min(end);
+            self.files[entry].pieces_left.fetch_add(1, Ordering::AcqRel);
+            q.pieces[class].push_back(Piece {
+                entry,
+                start,
+                end: stop,
+            });
+            start = stop;
+        }
+        self.handed.store(true, Ordering::Release);
+    }
+
+    /// Growing file `entry` ends (`end`: its size and mtime): pieces
+    /// taken from now on check its last block against it. Its follower
+    /// lets go of it with [`piece_done`](Self::piece_done).
+    pub(crate) fn set_end(&self, entry: usize, end: End) {
+        self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry] = Some(end);
+    }
+
+    /// Where `entry` ends, when known (a growing file's: once it ended).
+    pub(crate) fn end_of(&self, entry: usize) -> Option<End> {
+        self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry]
+    }
+
+    /// No file grows any more: lanes with nothing left leave.
+    pub(crate) fn stop_following(&self) {
+        self.following.store(false, Ordering::Release);
     }
 
     /// Add a lane's digest terms for entry `entry`.
@@ -334,7 +392,8 @@ impl Work {
                 .iter()
                 .any(|c| c.iter().any(|p| !self.is_dropped(p.entry)))
         };
-        if q.busy == 0 && !left(&q) {
+        let following = self.following.load(Ordering::Acquire);
+        if q.busy == 0 && !left(&q) && !following {
             Idle::Done
         } else {
             Idle::Wait

@@ -1,0 +1,323 @@
+//! `send --follow`: files still being written go as they grow, each
+//! committed at the far end once its writer closed it and it stayed idle;
+//! a truncated file ends the run; a follow killed and started again goes
+//! on from what the receiver verified; the receiver holds a growing file
+//! to the rules of its growth (raw clients).
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use urmove::protocol::control::{ErrorCode, Message, REQ_FOLLOW};
+use urmove::protocol::frame::FrameHeader;
+use urmove::protocol::manifest::{Entry, EntryKind};
+use urmove::protocol::seal::frame_key;
+
+use crate::transfer::Daemon;
+use crate::util::{have, json, stderr, wait_output_within};
+
+/// A recorder: appends 64 KiB pieces to each named file at `rate` bytes
+/// per second per file for `secs`, then closes each and prints, per file,
+/// `name closed_at` (seconds since the epoch). `short` ends its file
+/// 12345 bytes short of a whole piece; `pause` stops writing its file for
+/// 2 s at a third of the way (its writer holding it open).
+fn recorder(dir: &Path, secs: f64, rate: u64, files: &[&str], short: &str, pause: &str) -> Child {
+    let script = r#"
+import os, sys, time
+d, secs, rate, short, pause = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+names = sys.argv[6:]
+fs = {n: open(os.path.join(d, n), 'wb') for n in names}
+piece = os.urandom(65536)
+start = time.time()
+sent = 0
+while time.time() - start < secs:
+    t = time.time() - start
+    due = int(t * rate)
+    while sent + len(piece) <= due:
+        for n, f in fs.items():
+            if n == pause and secs / 3 < t < secs / 3 + 2:
+                continue
+            f.write(piece)
+            f.flush()
+        sent += len(piece)
+    time.sleep(0.01)
+for n, f in fs.items():
+    if n == short:
+        f.write(piece[:len(piece) - 12345])
+    f.close()
+    print(n, time.time(), flush=True)
+"#;
+    Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .arg(secs.to_string())
+        .arg(rate.to_string())
+        .arg(short)
+        .arg(pause)
+        .args(files)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3")
+}
+
+/// When the writer closed each file (epoch seconds).
+fn closed_at(out: &std::process::Output) -> Vec<(String, f64)> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_string(), t.parse().unwrap())
+        })
+        .collect()
+}
+
+fn follow_send(d: &Daemon, state: &Path, src: &Path, extra: &[&str]) -> Command {
+    let mut c = crate::util::urmove();
+    c.args(["send", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .arg("--state-dir")
+        .arg(state)
+        .args(["--follow", "--follow-idle", "2s", "--block", "1M"])
+        .args(extra)
+        .arg(src)
+        .arg("127.0.0.1:in");
+    c
+}
+
+#[test]
+fn three_recordings_arrive_whole_each_committed_soon_after_its_writer_closed_it() {
+    crate::require!(have("python3"), "python3");
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = src.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let names = ["a.vdif", "b.vdif", "c.vdif"];
+    for n in names {
+        std::fs::File::create(rec.join(n)).unwrap();
+    }
+    // 4 MiB/s a file, 20 s: 1 MiB blocks land every quarter second; c
+    // pauses 2 s (eight block intervals) with its writer holding it.
+    let writer = recorder(&rec, 20.0, 4 << 20, &names, "b.vdif", "c.vdif");
+    let mut send = follow_send(&d, &src.path().join("state"), &rec, &["--json"]);
+    let sent = send
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let w = wait_output_within(writer, Duration::from_secs(60)).expect("the writer ends");
+    let o = wait_output_within(sent, Duration::from_secs(60)).expect("the follow ends");
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(
+        (v["status"].as_str(), v["files_verified"].as_u64()),
+        (Some("ok"), Some(3)),
+        "{v}"
+    );
+    let lag = v["lag_max"]["seconds"]
+        .as_f64()
+        .expect("a follow reports its lag");
+    assert!(lag < 2.0, "the copy fell {lag} s behind: {v}");
+    assert_eq!(v["kept_up"], true, "{v}");
+    let closed = closed_at(&w);
+    assert_eq!(closed.len(), 3);
+    for (n, at) in closed {
+        let there = d.root.path().join("in/rec").join(&n);
+        let got = std::fs::read(&there).unwrap();
+        assert_eq!(got, std::fs::read(rec.join(&n)).unwrap(), "{n} differs");
+        // Committed (renamed into place: its ctime) within the idle time
+        // and a second of its writer's close.
+        let m = std::fs::metadata(&there).unwrap();
+        let committed = m.ctime() as f64 + m.ctime_nsec() as f64 / 1e9;
+        let late = committed - at;
+        assert!(
+            (0.0..3.0).contains(&late),
+            "{n} committed {late:.2} s after its close"
+        );
+    }
+    let b = std::fs::metadata(rec.join("b.vdif")).unwrap().len();
+    assert_ne!(b % (1 << 20), 0, "b ends with a short block");
+    assert!(
+        !std::fs::read_dir(d.root.path().join("in/rec"))
+            .unwrap()
+            .any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".urmove.")),
+        "no part file or journal left"
+    );
+}
+
+#[test]
+fn a_file_truncated_while_followed_ends_the_run_with_its_name() {
+    crate::require!(have("python3"), "python3");
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = src.path().join("scan.dat");
+    let script = "import os,sys,time\nf=open(sys.argv[1],'wb')\nfor i in range(30):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.05)\nf.truncate(3<<20); f.flush(); time.sleep(4); f.close()\n";
+    let writer = Command::new("python3")
+        .args(["-c", script])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let o = crate::util::output_within(
+        follow_send(&d, &src.path().join("state"), &file, &[]),
+        Duration::from_secs(60),
+    );
+    let _ = wait_output_within(writer, Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("scan.dat: truncated (from"), "{err}");
+    assert!(
+        !d.root.path().join("in/scan.dat").exists(),
+        "never committed"
+    );
+}
+
+#[test]
+fn a_follow_killed_and_run_again_goes_on_from_what_the_receiver_verified() {
+    crate::require!(have("python3"), "python3");
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = src.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let names = ["a.vdif", "b.vdif"];
+    for n in names {
+        std::fs::File::create(rec.join(n)).unwrap();
+    }
+    let state = src.path().join("state");
+    let writer = recorder(&rec, 14.0, 8 << 20, &names, "a.vdif", "-");
+    let mut first = follow_send(&d, &state, &rec, &["--json"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    first.kill().unwrap();
+    let _ = first.wait();
+    let parts: u64 = names
+        .iter()
+        .filter_map(|n| {
+            std::fs::metadata(d.root.path().join(format!("in/rec/{n}.urmove.part"))).ok()
+        })
+        .map(|m| m.len())
+        .sum();
+    assert!(
+        parts > 8 << 20,
+        "the first run left {parts} bytes in part files"
+    );
+    let again = follow_send(&d, &state, &rec, &["--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = wait_output_within(writer, Duration::from_secs(60)).expect("the writer ends");
+    let o = wait_output_within(again, Duration::from_secs(60)).expect("the follow ends");
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["files_verified"], 2, "{v}");
+    assert_eq!(v["files_continued"], 2, "{v}");
+    let total: u64 = names
+        .iter()
+        .map(|n| std::fs::metadata(rec.join(n)).unwrap().len())
+        .sum();
+    let skipped = v["bytes_skipped"].as_u64().unwrap();
+    assert!(skipped > 8 << 20, "{v}");
+    assert!(
+        v["bytes"].as_u64().unwrap() <= total - skipped + (2 << 20),
+        "{v}"
+    );
+    for n in names {
+        assert_eq!(
+            std::fs::read(d.root.path().join("in/rec").join(n)).unwrap(),
+            std::fs::read(rec.join(n)).unwrap(),
+            "{n}"
+        );
+    }
+}
+
+/// A growing file of the manifest, `size` bytes so far.
+fn growing(path: &str, size: u64) -> Entry {
+    Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        growing: true,
+        ..Entry::default()
+    }
+}
+
+#[test]
+fn a_growing_file_needs_a_follow_session() {
+    let d = Daemon::start();
+    let refused = crate::util::hand_push_with(d.port, &d.key, vec![growing("g", 0)], 1, 65536, 0)
+        .map(|_| ())
+        .unwrap_err();
+    let Message::Error {
+        code,
+        message: text,
+    } = refused
+    else {
+        panic!("not refused: {refused:?}");
+    };
+    assert_eq!(code, ErrorCode::BadRequest, "{text}");
+    assert!(
+        text.contains("a growing file in a session that follows none"),
+        "{text}"
+    );
+}
+
+/// Send one frame of `data` at `offset` of entry 0 on a fresh follow
+/// session whose only file grows from `size`; then `then` on control.
+/// The daemon's refusal.
+fn growing_session_refuses(size: u64, offset: u64, data: &[u8], then: Option<Message>) -> String {
+    let d = Daemon::start();
+    let block = 65536u32;
+    let (mut ctl, keys) = crate::util::hand_push_with(
+        d.port,
+        &d.key,
+        vec![growing("g", size)],
+        1,
+        block,
+        REQ_FOLLOW,
+    )
+    .unwrap_or_else(|m| panic!("refused: {m:?}"));
+    let mut s = crate::util::data_stream(d.port, &keys, 0);
+    let h = FrameHeader::for_payload(&frame_key(&keys), 0, offset, data, 0);
+    let _ = s.write_all(&h.encode()).and_then(|()| s.write_all(data));
+    if let Some(m) = then {
+        crate::util::send_sealed(&mut ctl, &m);
+    }
+    let replies = crate::util::sealed_replies(&mut ctl);
+    let error = replies.iter().find_map(|m| match m {
+        Message::Error { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    error.unwrap_or_else(|| panic!("no refusal: {replies:?}\n{}", d.log()))
+}
+
+#[test]
+fn a_growing_file_grows_only_by_data_near_its_end_and_never_ends_before_it() {
+    let block = vec![7u8; 65536];
+    // Far past its end: 4 GiB is the most frames of many streams lie apart.
+    let e = growing_session_refuses(0, 8 << 30, &block, None);
+    assert!(e.contains("more than 4 GiB past its furthest block"), "{e}");
+    // Unaligned.
+    let e = growing_session_refuses(0, 4096, &block, None);
+    assert!(e.contains("a hole or unaligned block past its end"), "{e}");
+    // An end before a block that came.
+    let end = Message::FileEnd {
+        file_index: 0,
+        size: 1000,
+        mtime_s: 1,
+        mtime_ns: 0,
+    };
+    // (The frame may come first, or the end: refused either way.)
+    let e = growing_session_refuses(0, 65536, &block, Some(end));
+    let before = e.contains("ends at 1000 bytes, before blocks that came");
+    assert!(before || e.contains("past its size 1000"), "{e}");
+}
