@@ -321,3 +321,96 @@ fn a_growing_file_grows_only_by_data_near_its_end_and_never_ends_before_it() {
     let before = e.contains("ends at 1000 bytes, before blocks that came");
     assert!(before || e.contains("past its size 1000"), "{e}");
 }
+
+#[test]
+fn what_appears_in_a_followed_directory_is_added_until_the_marker() {
+    crate::require!(have("python3"), "python3");
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = src.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    // Scans written one after another, a subdirectory, then the marker.
+    let script = r#"
+import os, sys, time
+d = sys.argv[1]
+time.sleep(0.5)
+for k in range(3):
+    with open(os.path.join(d, 'scan%d.vdif' % k), 'wb') as f:
+        for i in range(12):
+            f.write(os.urandom(1 << 20)); f.flush(); time.sleep(0.05)
+    time.sleep(0.3)
+os.makedirs(os.path.join(d, 'logs'))
+with open(os.path.join(d, 'logs', 'station.log'), 'w') as f:
+    f.write('scan0 scan1 scan2\n')
+time.sleep(1.5)
+open(os.path.join(d, 'END'), 'w').close()
+"#;
+    let writer = Command::new("python3")
+        .args(["-c", script])
+        .arg(&rec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let marker = format!("{}/END", rec.display());
+    let send = follow_send(
+        &d,
+        &src.path().join("state"),
+        &rec,
+        &["--json", "--follow-until", &marker],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let _ = wait_output_within(writer, Duration::from_secs(60)).expect("the writer ends");
+    let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(
+        (v["files"].as_u64(), v["files_verified"].as_u64()),
+        (Some(4), Some(4)),
+        "{v}"
+    );
+    let there = d.root.path().join("in/rec");
+    for f in ["scan0.vdif", "scan1.vdif", "scan2.vdif", "logs/station.log"] {
+        assert_eq!(
+            std::fs::read(there.join(f)).unwrap(),
+            std::fs::read(rec.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert!(!there.join("END").exists(), "the marker itself is not sent");
+    // The directory as it stood when the follow ended (files appeared).
+    let mtime = |p: &Path| std::fs::metadata(p).unwrap().mtime();
+    assert_eq!(mtime(&there), mtime(&rec));
+}
+
+#[test]
+fn a_follow_until_a_duration_waits_for_files_to_appear() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = src.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    std::fs::write(rec.join("old.txt"), b"there before").unwrap();
+    let send = follow_send(
+        &d,
+        &src.path().join("state"),
+        &rec,
+        &["--json", "--follow-until", "3s"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    // Moved in whole, as a recorder that renames a finished file does.
+    std::fs::write(src.path().join("new.tmp"), crate::util::noise(300_000, 5)).unwrap();
+    std::fs::rename(src.path().join("new.tmp"), rec.join("new.dat")).unwrap();
+    let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let v = json(&o);
+    assert_eq!(v["files_verified"], 2, "{v}");
+    assert!(v["elapsed_s"].as_f64().unwrap() >= 2.5, "it waited: {v}");
+    crate::transfer::assert_same_tree(&rec, &d.root.path().join("in/rec"));
+}

@@ -545,6 +545,14 @@ pub struct SendArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "5s", requires = "follow")]
     pub follow_idle: Duration,
 
+    /// With --follow: add what appears in the directories sent until WHEN,
+    /// a duration (8h), a time (2026-12-03T18:00:00Z, or with +01:00) or a
+    /// marker file's appearance (a path with a /: ./END); then the run
+    /// ends once every file followed has. Without it, new files are added
+    /// while some file is still followed.
+    #[arg(long, value_name = "WHEN", value_parser = parse::follow_until, requires = "follow")]
+    pub follow_until: Option<crate::session::send::FollowUntil>,
+
     /// Send no faster than RATE per second in total (as 4Gbit, 500MB,
     /// 450MiB); each stream is paced to its share (SO_MAX_PACING_RATE), so
     /// the data leaves evenly instead of in bursts.

@@ -178,9 +178,89 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// `--follow-until`: a duration from now (`2h`), a time with its offset
+/// (`2026-12-03T18:00:00Z`, `...T19:00+01:00`), or a marker file whose
+/// appearance ends the follow (a path with a `/`: `./done`, `/data/END`).
+pub fn follow_until(s: &str) -> Result<crate::session::send::FollowUntil, String> {
+    use crate::session::send::FollowUntil;
+    if let Ok(d) = duration(s) {
+        return Ok(FollowUntil::At(std::time::SystemTime::now() + d));
+    }
+    if let Some(t) = timestamp(s) {
+        return Ok(FollowUntil::At(t));
+    }
+    if s.contains('/') {
+        return Ok(FollowUntil::Marker(s.into()));
+    }
+    Err(format!(
+        "'{s}' is no duration (2h), time (2026-12-03T18:00:00Z) or marker path (./done: a path with a '/')"
+    ))
+}
+
+/// `YYYY-MM-DDTHH:MM[:SS](Z|+HH:MM|-HH:MM)` as a time.
+fn timestamp(s: &str) -> Option<std::time::SystemTime> {
+    let (date, rest) = s.split_once(['T', ' '])?;
+    let num = |t: &str| t.parse::<i64>().ok();
+    let mut d = date.splitn(3, '-').map(num);
+    let (y, mo, day) = (d.next()??, d.next()??, d.next()??);
+    let (clock, offset) = match rest.strip_suffix('Z') {
+        Some(c) => (c, 0),
+        None => {
+            let at = rest.rfind(['+', '-'])?;
+            let (h, m) = rest[at + 1..].split_once(':')?;
+            let sign = if rest.as_bytes()[at] == b'-' { -1 } else { 1 };
+            (&rest[..at], sign * (num(h)? * 3600 + num(m)? * 60))
+        }
+    };
+    let mut c = clock.splitn(3, ':').map(num);
+    let (h, mi) = (c.next()??, c.next()??);
+    let sec = c.next().unwrap_or(Some(0))?;
+    let ok = (1..=12).contains(&mo) && (1..=31).contains(&day) && h < 24 && mi < 60 && sec < 61;
+    let epoch = days_from_civil(y, mo, day) * 86400 + h * 3600 + mi * 60 + sec - offset;
+    let secs = u64::try_from(epoch).ok().filter(|_| ok)?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar
+/// (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn follow_until_takes_a_duration_a_time_or_a_marker_path() {
+        use crate::session::send::FollowUntil;
+        let at = |s: &str| match follow_until(s) {
+            Ok(FollowUntil::At(t)) => t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(at("2026-12-03T18:00:00Z"), 1_796_320_800);
+        assert_eq!(at("2026-12-03T19:00+01:00"), 1_796_320_800);
+        assert_eq!(at("2000-03-01T00:00:00Z"), 951_868_800);
+        let soon = at("90s");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!((now + 89..=now + 91).contains(&soon));
+        assert_eq!(
+            follow_until("./done"),
+            Ok(FollowUntil::Marker("./done".into()))
+        );
+        let e = follow_until("done").unwrap_err();
+        assert!(e.contains("a path with a '/'"), "{e}");
+        assert!(follow_until("2026-13-03T18:00:00Z").is_err());
+    }
 
     #[test]
     fn rates_keep_the_unit_given() {

@@ -495,7 +495,13 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         numeric_ids: a.tree.numeric_ids,
         delete: a.tree.delete || a.tree.delete_excluded,
         delete_excluded: a.tree.delete_excluded,
-        follow: a.follow.then_some(a.follow_idle),
+        follow: a.follow.then(|| crate::session::send::Follow {
+            idle: a.follow_idle,
+            until: a
+                .follow_until
+                .clone()
+                .unwrap_or(crate::session::send::FollowUntil::Files),
+        }),
         ..SendConfig::to(host, a.port, key)
     };
     if a.tree.dry_run {

@@ -21,11 +21,27 @@ pub struct Inotify {
 
 /// What wakes the follower: data written, a writer's close, the file
 /// moved, removed or its attributes changed (a truncation is a write).
-const EVENTS: u32 = libc::IN_MODIFY
+const FILE_EVENTS: u32 = libc::IN_MODIFY
     | libc::IN_CLOSE_WRITE
     | libc::IN_ATTRIB
     | libc::IN_MOVE_SELF
     | libc::IN_DELETE_SELF;
+/// And for a directory: a name made or moved in.
+const DIR_EVENTS: u32 = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR;
+
+/// What [`Inotify::wait`] found: the watches that had news, or (the
+/// kernel's queue overflowed) that any may have.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct News {
+    pub watches: Vec<i32>,
+    pub overflowed: bool,
+}
+
+impl News {
+    pub fn any(&self) -> bool {
+        self.overflowed || !self.watches.is_empty()
+    }
+}
 
 impl Inotify {
     pub fn new() -> io::Result<Inotify> {
@@ -39,25 +55,26 @@ impl Inotify {
         Ok(Inotify { fd })
     }
 
-    /// Watch `path` (never through a final symlink).
-    pub fn watch(&self, path: &Path) -> io::Result<()> {
+    /// Watch `path` (never through a final symlink), a file or (`dir`) a
+    /// directory: its watch.
+    pub fn watch(&self, path: &Path, dir: bool) -> io::Result<i32> {
         use std::os::unix::ffi::OsStrExt;
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let mask = EVENTS | libc::IN_DONT_FOLLOW;
+        let mask = if dir { DIR_EVENTS } else { FILE_EVENTS } | libc::IN_DONT_FOLLOW;
         // SAFETY: `c` is a NUL-terminated string that outlives the call;
         // the kernel copies it.
         let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), mask) };
         if wd < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(())
+        Ok(wd)
     }
 
-    /// Wait until some watched file has news or `limit` passes; whether
-    /// it had (the events are read and dropped: the follower looks again
-    /// at every file).
-    pub fn wait(&self, limit: Duration) -> bool {
+    /// Wait until some watched file has news or `limit` passes: which
+    /// watches had it (the events are read; the follower looks again).
+    pub fn wait(&self, limit: Duration) -> News {
+        let mut news = News::default();
         let mut pfd = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
@@ -68,7 +85,7 @@ impl Inotify {
         // lives on this stack for the call.
         let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
         if ready <= 0 {
-            return false;
+            return news;
         }
         let mut buf = [0u8; 4096];
         loop {
@@ -76,9 +93,29 @@ impl Inotify {
             // which outlives the call; the descriptor is non-blocking.
             let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n <= 0 {
-                return true;
+                return news;
             }
+            events(&buf[..n as usize], &mut news);
         }
+    }
+}
+
+/// The watches named by the inotify events in `buf` (each: wd, mask,
+/// cookie, name length, name).
+fn events(buf: &[u8], news: &mut News) {
+    let mut at = 0;
+    while at + 16 <= buf.len() {
+        let word = |k: usize| {
+            let b: [u8; 4] = buf[at + k..at + k + 4].try_into().expect("4 bytes");
+            u32::from_ne_bytes(b)
+        };
+        let (wd, mask, len) = (word(0) as i32, word(4), word(12) as usize);
+        if mask & libc::IN_Q_OVERFLOW != 0 {
+            news.overflowed = true;
+        } else if !news.watches.contains(&wd) {
+            news.watches.push(wd);
+        }
+        at += 16 + len;
     }
 }
 
@@ -166,11 +203,25 @@ mod tests {
         let path = dir.path().join("rec");
         let mut w = std::fs::File::create(&path).unwrap();
         let n = Inotify::new().unwrap();
-        n.watch(&path).unwrap();
-        assert!(!n.wait(Duration::from_millis(50)), "nothing happened yet");
+        let file = n.watch(&path, false).unwrap();
+        let here = n.watch(dir.path(), true).unwrap();
+        assert!(
+            !n.wait(Duration::from_millis(50)).any(),
+            "nothing happened yet"
+        );
         w.write_all(b"data").unwrap();
-        assert!(n.wait(Duration::from_secs(5)), "a write wakes it");
-        assert!(!n.wait(Duration::from_millis(50)), "the events were read");
+        assert_eq!(
+            n.wait(Duration::from_secs(5)).watches,
+            vec![file],
+            "a write"
+        );
+        assert!(
+            !n.wait(Duration::from_millis(50)).any(),
+            "the events were read"
+        );
+        std::fs::write(dir.path().join("new"), b"x").unwrap();
+        let news = n.wait(Duration::from_secs(5));
+        assert!(news.watches.contains(&here), "a new name in the directory");
         assert!(opened_for_writing("pos:\t0\nflags:\t0100001\n"));
         assert!(!opened_for_writing("pos:\t0\nflags:\t0100000\n"));
     }

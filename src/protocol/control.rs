@@ -243,6 +243,25 @@ pub enum Message {
         mtime_s: i64,
         mtime_ns: u32,
     },
+    /// From the sending side of a `REQ_FOLLOW` push: entries that appeared
+    /// in a followed directory (growing files, directories), numbered on
+    /// from `first` (the count so far). Their data waits for `Admitted`.
+    Added {
+        first: u32,
+        entries: Vec<Entry>,
+    },
+    /// From the sending side of a `REQ_FOLLOW` push, before `AddedEnd`:
+    /// directories whose mtime moved while they were followed (entry,
+    /// mtime seconds, nanoseconds), as they are set at the end.
+    DirTimes(Vec<(u32, i64, u32)>),
+    /// From the sending side of a `REQ_FOLLOW` push: nothing more is
+    /// added (`--follow-until` passed, or every file followed ended).
+    AddedEnd,
+    /// From the receiver: every entry below `upto` is prepared (`Added`
+    /// entries claimed and made ready); frames for them may come.
+    Admitted {
+        upto: u32,
+    },
     /// What arrived of a file differs from the sender's digest: it was not
     /// committed (its part is gone, its final name untouched).
     FileRejected {
@@ -313,6 +332,28 @@ mod kind {
     pub const PLACEMENT: u8 = 21;
     pub const DELETED: u8 = 22;
     pub const FILE_END: u8 = 23;
+    pub const ADDED: u8 = 24;
+    pub const ADMITTED: u8 = 25;
+    pub const ADDED_END: u8 = 26;
+    pub const DIR_TIMES: u8 = 27;
+}
+
+/// A part of a manifest (or of what a follow added): its count, bounded,
+/// then the entries.
+fn decode_manifest_part(r: &mut Reader<'_>) -> Result<Vec<Entry>, DecodeError> {
+    let count = r.u32()?;
+    if count > MANIFEST_PART_ENTRIES_MAX {
+        return Err(DecodeError::TooLarge {
+            what: "manifest part entries",
+            value: u64::from(count),
+            max: u64::from(MANIFEST_PART_ENTRIES_MAX),
+        });
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        entries.push(decode_entry(r)?);
+    }
+    Ok(entries)
 }
 
 /// Encode `m` with its length prefix.
@@ -361,6 +402,26 @@ pub fn encode(m: &Message) -> Vec<u8> {
         }
         Message::ManifestEnd => {
             w.u8(kind::MANIFEST_END);
+        }
+        Message::Added { first, entries } => {
+            assert!(entries.len() as u32 <= MANIFEST_PART_ENTRIES_MAX);
+            w.u8(kind::ADDED).u32(*first).u32(entries.len() as u32);
+            for e in entries {
+                encode_entry(&mut w, e);
+            }
+        }
+        Message::Admitted { upto } => {
+            w.u8(kind::ADMITTED).u32(*upto);
+        }
+        Message::AddedEnd => {
+            w.u8(kind::ADDED_END);
+        }
+        Message::DirTimes(items) => {
+            assert!(items.len() as u32 <= LIST_PART_ITEMS_MAX);
+            w.u8(kind::DIR_TIMES).u32(items.len() as u32);
+            for (i, s, ns) in items {
+                w.u32(*i).i64(*s).u32(*ns);
+            }
         }
         Message::Ready => {
             w.u8(kind::READY);
@@ -593,22 +654,30 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 protect: filter_rules(&mut r)?,
             })
         }
-        kind::MANIFEST => {
-            let count = r.u32()?;
-            if count > MANIFEST_PART_ENTRIES_MAX {
-                return Err(DecodeError::TooLarge {
-                    what: "manifest part entries",
-                    value: u64::from(count),
-                    max: u64::from(MANIFEST_PART_ENTRIES_MAX),
-                });
-            }
-            let mut entries = Vec::with_capacity(count as usize);
-            for _ in 0..count {
-                entries.push(decode_entry(&mut r)?);
-            }
-            Message::Manifest(entries)
-        }
+        kind::MANIFEST => Message::Manifest(decode_manifest_part(&mut r)?),
         kind::MANIFEST_END => Message::ManifestEnd,
+        kind::ADDED => {
+            let first = r.u32()?;
+            let entries = decode_manifest_part(&mut r)?;
+            Message::Added { first, entries }
+        }
+        kind::ADMITTED => Message::Admitted { upto: r.u32()? },
+        kind::ADDED_END => Message::AddedEnd,
+        kind::DIR_TIMES => {
+            let count = list_len(&mut r, "directory times")?;
+            let mut items = Vec::with_capacity(count);
+            for _ in 0..count {
+                let (i, s, ns) = (r.u32()?, r.i64()?, r.u32()?);
+                if ns >= 1_000_000_000 {
+                    return Err(DecodeError::Invalid {
+                        what: "mtime nanoseconds",
+                        value: u64::from(ns),
+                    });
+                }
+                items.push((i, s, ns));
+            }
+            Message::DirTimes(items)
+        }
         kind::READY => Message::Ready,
         kind::STREAM_HELLO => {
             magic(&mut r)?;
@@ -927,6 +996,17 @@ mod tests {
                 mtime_s: 1_700_000_000,
                 mtime_ns: 5,
             },
+            Message::Added {
+                first: 3,
+                entries: vec![Entry {
+                    path: "rec/scan2.vdif".into(),
+                    growing: true,
+                    ..Entry::default()
+                }],
+            },
+            Message::Admitted { upto: 4 },
+            Message::DirTimes(vec![(0, 1_700_000_000, 9)]),
+            Message::AddedEnd,
             Message::FileRejected {
                 file_index: 4,
                 digest: 5,

@@ -10,7 +10,7 @@
 //! in flight (from any lane), so a descriptor a lane registered stays the
 //! file's until the lane sees it opened anew.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use crate::datapath::net::payload;
 use crate::datapath::{DirectMode, Lease};
 use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN};
+use crate::protocol::manifest::{check_entry, Entry, EntryKind};
 
 use super::commit::{FinalJob, JournalJob, Outcome};
 use super::journal::Journal;
@@ -53,6 +54,10 @@ pub(super) struct Tally {
     pub(super) lost_streams: Vec<String>,
     pub(super) journal_bytes: u64,
     pub(super) summary: Option<(u64, u64, bool)>,
+    /// Entries a follow added, after the manifest's.
+    pub(super) added: Vec<Entry>,
+    /// Directories a follow changed, and their mtimes at its end.
+    pub(super) dir_times: Vec<(u32, i64, u32)>,
 }
 
 /// The table of files being received and what is in hand for them.
@@ -62,6 +67,14 @@ pub(super) struct Book<'s> {
     rules: &'s Rules,
     pub(super) block: u64,
     files: &'s mut Vec<Option<RecvFile>>,
+    /// The destination, and the manifest's entries (a follow's added ones
+    /// are checked against them).
+    dest: &'s str,
+    manifest: &'s [Entry],
+    /// Paths of the entries, once a follow first adds one.
+    paths: Option<HashSet<String>>,
+    /// A follow may add entries yet (until its sender's `AddedEnd`).
+    pub(super) adding: bool,
     jobs: mpsc::Sender<Job>,
     /// Jobs handed to the finalizers and not yet back.
     pub(super) pending: usize,
@@ -118,7 +131,7 @@ impl<'s> Book<'s> {
     pub(super) fn new(
         (root, direct, rules): (&'s Root, DirectMode, &'s Rules),
         block: u64,
-        files: &'s mut Vec<Option<RecvFile>>,
+        (files, (dest, manifest)): (&'s mut Vec<Option<RecvFile>>, (&'s str, &'s [Entry])),
         jobs: mpsc::Sender<Job>,
     ) -> Self {
         Book {
@@ -134,6 +147,10 @@ impl<'s> Book<'s> {
             open_parts: files.iter().flatten().filter(|f| f.part.is_some()).count(),
             open_order: VecDeque::new(),
             files,
+            dest,
+            manifest,
+            paths: None,
+            adding: rules.follow,
             jobs,
             pending: 0,
             dirty: Vec::new(),
@@ -354,6 +371,87 @@ impl<'s> Book<'s> {
             })?;
         f.sender_digest = Some(digest);
         self.try_finish(i as usize)
+    }
+
+    /// Entries a follow added, numbered from `first` (the count so far):
+    /// each a growing file or a directory, with a path the manifest rules
+    /// allow and no entry has; directories made, files made ready for
+    /// their blocks. Returns the count of entries now.
+    pub(super) fn add(&mut self, first: u32, entries: Vec<Entry>) -> Result<u32, SessionError> {
+        let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
+        if !self.rules.follow || first as usize != self.files.len() {
+            return Err(bad(format!(
+                "entries added from {first}, where the session has {} and follows {}",
+                self.files.len(),
+                if self.rules.follow { "files" } else { "none" }
+            )));
+        }
+        let manifest = self.manifest;
+        let paths = self
+            .paths
+            .get_or_insert_with(|| manifest.iter().map(|e| e.path.clone()).collect());
+        for e in &entries {
+            let kind_ok = (e.kind == EntryKind::File && e.growing) || e.kind == EntryKind::Dir;
+            if !kind_ok {
+                return Err(bad(format!(
+                    "{}: added, but no growing file or directory",
+                    e.path
+                )));
+            }
+            check_entry(e).map_err(|err| bad(format!("{}: {err}", e.path)))?;
+            if !paths.insert(e.path.clone()) {
+                return Err(bad(format!("{}: named twice", e.path)));
+            }
+        }
+        for e in &entries {
+            let f = self.prepare_added(e)?;
+            self.remaining += usize::from(f.is_some());
+            self.files.push(f);
+        }
+        self.tally.added.extend(entries);
+        Ok(self.files.len() as u32)
+    }
+
+    /// An added entry made ready: a directory made, a growing file's
+    /// directory made and its table (its part comes with its first block).
+    fn prepare_added(&mut self, e: &Entry) -> Result<Option<RecvFile>, SessionError> {
+        let rel = super::receive::join(self.dest, &e.path);
+        let dir = match e.kind {
+            EntryKind::Dir => rel.as_str(),
+            _ => rel.rsplit_once('/').map_or("", |(d, _)| d),
+        };
+        if !dir.is_empty() {
+            self.root
+                .mkdir_all(dir, 0o755)
+                .map_err(|err| SessionError::io(rel.clone(), err))?;
+        }
+        Ok((e.kind == EntryKind::File).then(|| RecvFile::new(e, rel, self.block, self.rules)))
+    }
+
+    /// The mtimes of directories a follow changed (each a directory of the
+    /// manifest or added), set when the directories are settled.
+    pub(super) fn dir_times(&mut self, list: Vec<(u32, i64, u32)>) -> Result<(), SessionError> {
+        for &(i, _, _) in &list {
+            let i = i as usize;
+            let e = match i.checked_sub(self.manifest.len()) {
+                None => self.manifest.get(i),
+                Some(k) => self.tally.added.get(k),
+            };
+            if !self.rules.follow || e.is_none_or(|e| e.kind != EntryKind::Dir) {
+                return Err(SessionError::local(
+                    ErrorCode::Malformed,
+                    format!("a directory time for entry {i}, which is no directory followed"),
+                ));
+            }
+        }
+        self.tally.dir_times.extend(list);
+        Ok(())
+    }
+
+    /// A follow may add entries, or a file of it still grows.
+    pub(super) fn grows(&self) -> bool {
+        let growing = |f: &RecvFile| f.growing && f.state == FileState::Receiving;
+        self.adding || (self.rules.follow && self.files.iter().flatten().any(growing))
     }
 
     /// The session follows growing files (`send --follow`).

@@ -226,6 +226,9 @@ pub(crate) fn spawn_peer_reader(
                 file_index, reason, ..
             }) => PeerEvent::Skipped(file_index, reason),
             Ok(Message::Summary { files, bytes, ok }) => PeerEvent::Summary { files, bytes, ok },
+            Ok(Message::Added { first, entries }) => PeerEvent::Added(first, entries),
+            Ok(Message::AddedEnd) => PeerEvent::AddedEnd,
+            Ok(Message::DirTimes(list)) => PeerEvent::DirTimes(list),
             // The sender of a follow is alive while its files are idle.
             Ok(Message::Alive { .. }) => PeerEvent::Alive,
             Ok(Message::Error { code, message }) => {

@@ -464,7 +464,7 @@ mod tests {
         let book = Book::new(
             (&inc.root, DirectMode::Off, &inc.rules),
             BLOCK,
-            &mut inc.files,
+            (&mut inc.files, (inc.dest.as_str(), inc.entries.as_slice())),
             jobs,
         );
         let book = Mutex::new(book);

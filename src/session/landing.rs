@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use crate::datapath::beneath::Root;
 use crate::datapath::net::NetReceiver;
 use crate::datapath::sys::{self, Waker};
+use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::FrameKey;
+use crate::protocol::manifest::Entry;
 
 use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
 use super::commit::{self, Outcome};
@@ -60,6 +62,12 @@ pub(crate) enum PeerEvent {
     Skipped(u32, String),
     /// A heartbeat: the sender is there (its followed files are idle).
     Alive,
+    /// Entries a follow added, numbered from the first.
+    Added(u32, Vec<Entry>),
+    /// A follow adds nothing more.
+    AddedEnd,
+    /// Directories a follow changed: (entry, mtime).
+    DirTimes(Vec<(u32, i64, u32)>),
     /// A growing file stopped growing: (entry, its size, its mtime).
     FileEnd(u32, u64, (i64, u32)),
     /// The sender's summary (pull: the daemon is done sending).
@@ -106,6 +114,19 @@ pub(crate) trait Landing {
     /// At least every second: each stream's delivered bytes and whether a
     /// receive waits on it (for heartbeats).
     fn tick(&mut self, streams: &[(u64, bool)]) -> Result<(), SessionError>;
+    /// A follow added `entries` (paths under the destination): claim their
+    /// names and count their memory, or refuse. Only a daemon's push
+    /// follows.
+    fn admit(&mut self, _entries: &[Entry]) -> Result<(), SessionError> {
+        Err(SessionError::local(
+            ErrorCode::Malformed,
+            "entries added to a session that follows none",
+        ))
+    }
+    /// Every entry below `upto` is ready for its data: tell the sender.
+    fn admitted(&mut self, _upto: u32) -> Result<(), SessionError> {
+        Ok(())
+    }
 }
 
 /// Bytes over the last window, against the minimum rate.
@@ -189,6 +210,8 @@ impl Incoming {
             block,
             direct,
             rules,
+            dest,
+            entries,
             ..
         } = self;
         let root: &Root = root;
@@ -201,7 +224,8 @@ impl Incoming {
                 scope.spawn(move || finalizer(root, job_rx, done_tx, waker));
             }
             drop(done_tx);
-            let book = Mutex::new(Book::new((root, *direct, rules), *block, files, job_tx));
+            let tables = (files, (dest.as_str(), entries.as_slice()));
+            let book = Mutex::new(Book::new((root, *direct, rules), *block, tables, job_tx));
             let mut ctl = Control::new(done_rx, peer, pace, out, (&statuses, &plan, &fds));
             let r = match plan.len() {
                 1 => ctl.run_inline(&book, (&plan[0], one(rxs)), &start),
@@ -231,6 +255,11 @@ impl Incoming {
         self.rejected.extend(t.rejected);
         self.lost_streams.extend(t.lost_streams);
         self.journal_bytes += t.journal_bytes;
+        self.entries.extend(t.added);
+        for (i, s, ns) in t.dir_times {
+            let e = &mut self.entries[i as usize];
+            (e.mtime_s, e.mtime_ns) = (s, ns);
+        }
         if let Some(s) = t.summary {
             self.peer_summary = Some(s);
         }
@@ -455,10 +484,12 @@ impl<'s> Control<'s> {
         Ok(())
     }
 
-    /// Files remain, and the streams (`busy`) or the peer may bring them.
+    /// Files remain, and the streams (`busy`) or the peer may bring them;
+    /// or a follow's files still grow, or it may add more.
     fn going(&self, book: &Mutex<Book>, busy: bool) -> bool {
         let b = book::lock(book);
-        b.remaining > 0 && (busy || (self.peer_open && b.awaits_peer()))
+        let remain = b.remaining > 0 && (busy || (self.peer_open && b.awaits_peer()));
+        remain || (self.peer_open && b.grows())
     }
 
     fn lanes_busy(&self) -> bool {
@@ -548,6 +579,13 @@ impl<'s> Control<'s> {
             PeerEvent::Skipped(i, why) => book::lock(book).skipped(i, why)?,
             PeerEvent::FileEnd(i, size, mtime) => book::lock(book).file_end(i, size, mtime)?,
             PeerEvent::Alive => {}
+            PeerEvent::AddedEnd => book::lock(book).adding = false,
+            PeerEvent::DirTimes(list) => book::lock(book).dir_times(list)?,
+            PeerEvent::Added(first, entries) => {
+                self.out.admit(&entries)?;
+                let upto = book::lock(book).add(first, entries)?;
+                self.out.admitted(upto)?;
+            }
             PeerEvent::Summary { files, bytes, ok } => {
                 book::lock(book).tally.summary = Some((files, bytes, ok));
             }

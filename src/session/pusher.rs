@@ -127,6 +127,8 @@ pub(crate) struct Acks {
     pub(crate) received: Vec<AtomicU64>,
     /// Whether the receiver last said a receive waits on each stream.
     pub(crate) waiting: Vec<AtomicBool>,
+    /// Entries below this the receiver has ready (a follow's `Admitted`).
+    pub(crate) admitted: std::sync::atomic::AtomicU32,
 }
 
 impl Acks {
@@ -134,7 +136,7 @@ impl Acks {
     /// checked, refused by the receiver) start settled.
     pub(crate) fn new(
         tree: &Tree,
-        held: &Held,
+        (held, added): (&Held, usize),
         streams: u16,
         refused: &[super::roles::Refused],
     ) -> Acks {
@@ -150,6 +152,8 @@ impl Acks {
                         || refused.iter().any(|r| r.0 == i),
                 )
             })
+            // Room for what a follow adds: settled until it is added.
+            .chain((0..added).map(|_| AtomicBool::new(true)))
             .collect();
         Acks {
             acked,
@@ -157,6 +161,19 @@ impl Acks {
             ended: AtomicBool::new(false),
             received: (0..streams).map(|_| AtomicU64::new(0)).collect(),
             waiting: (0..streams).map(|_| AtomicBool::new(false)).collect(),
+            admitted: std::sync::atomic::AtomicU32::new(tree.entries.len() as u32),
+        }
+    }
+
+    /// Entries below this the receiver has ready.
+    pub(crate) fn admitted(&self) -> u32 {
+        self.admitted.load(Ordering::Acquire)
+    }
+
+    /// Entry `entry`, added by a follow, waits for its acknowledgement.
+    pub(crate) fn unsettle(&self, entry: u32) {
+        if let Some(a) = self.acked.get(entry as usize) {
+            a.store(false, Ordering::Release);
         }
     }
 
@@ -469,7 +486,7 @@ impl<'a> Pusher<'a> {
                 records_max: SENT_RECORDS_MAX / work.lanes(),
             },
             repair: Repair::default(),
-            digests: vec![0u64; from.tree.entries.len()],
+            digests: vec![0u64; work.slots()],
             reads: vec![None; reads_max],
             free_tokens: (0..reads_max as u32).rev().collect(),
             reads_max,
@@ -643,7 +660,7 @@ impl<'a> Pusher<'a> {
         let i = piece.entry;
         // A growing file's blocks all go as data (a hole frame past what
         // the receiver knows of it would not say how long it is).
-        let sparse = !self.tree.entries[i].growing
+        let sparse = !self.tree.entries.get(i).is_none_or(|e| e.growing)
             && file.metadata().is_ok_and(|m| {
                 use std::os::unix::fs::MetadataExt;
                 m.blocks() * 512 < m.len()
@@ -1356,7 +1373,7 @@ mod tests {
         let tree =
             crate::session::tree::scan(std::slice::from_ref(&path), &Default::default()).unwrap();
         let held = Held::default();
-        let acks = Acks::new(&tree, &held, 1, &[]);
+        let acks = Acks::new(&tree, (&held, 0), 1, &[]);
         let open = |_: usize| {
             File::open(&path)
                 .map(|f| (f, false))

@@ -345,7 +345,7 @@ pub(crate) struct RecvFile {
 }
 
 impl RecvFile {
-    fn new(e: &Entry, final_rel: String, block: u64, rules: &Rules) -> Self {
+    pub(crate) fn new(e: &Entry, final_rel: String, block: u64, rules: &Rules) -> Self {
         let words = e.size.div_ceil(block).div_ceil(64) as usize;
         RecvFile {
             dress: rules.dress(e),

@@ -1380,7 +1380,11 @@ fn push_session(
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
     let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
-    let incoming = &mut prepared.incoming;
+    let PreparedPush {
+        incoming,
+        claims,
+        memory,
+    } = &mut prepared;
     super::roles::settle_held(s, incoming)?;
     // Ring and registered buffers before the streams: they are ready when
     // the first frame comes, however long the streams take to connect.
@@ -1404,12 +1408,19 @@ fn push_session(
             &registry.stats,
             peer,
             cfg.interval,
-            Some(incoming.bytes_missing()),
+            // A follow's files grow: no percent of a total.
+            (!req.has(crate::protocol::control::REQ_FOLLOW)).then(|| incoming.bytes_missing()),
         ),
         ctl: s.try_clone()?,
         last_beat: Instant::now(),
         stats: &registry.stats,
         closing: &registry.closing,
+        follow: Follow {
+            dest: incoming.dest.clone(),
+            claims,
+            memory,
+            block: u64::from(req.block_size),
+        },
     };
     let open = req
         .has(REQ_ENCRYPT)
@@ -1507,8 +1518,8 @@ fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), 
 /// sessions and their memory counted for as long as it runs.
 struct PreparedPush<'r> {
     incoming: Incoming,
-    _claims: Claims<'r>,
-    _memory: ManifestMemory<'r>,
+    claims: Claims<'r>,
+    memory: ManifestMemory<'r>,
 }
 
 /// Take a push's manifest (within the daemon's limits), claim its names
@@ -1555,22 +1566,67 @@ fn prepare_push<'r>(
     )?;
     Ok(PreparedPush {
         incoming,
-        _claims: claims,
-        _memory: memory,
+        claims,
+        memory,
     })
 }
 
 /// What the receive loop of a push reports: `Net In` lines and metrics,
 /// an acknowledgement per file committed (or its rejection), heartbeats.
-struct DaemonLanding<'a> {
+struct DaemonLanding<'a, 'r> {
     progress: RecvProgress<'a>,
     ctl: Control,
     last_beat: Instant,
     stats: &'a DaemonStats,
     closing: &'a AtomicBool,
+    follow: Follow<'a, 'r>,
 }
 
-impl super::landing::Landing for DaemonLanding<'_> {
+/// What a push that follows files needs to take entries it adds: the
+/// session's claims on names and its manifest memory.
+struct Follow<'a, 'r> {
+    dest: String,
+    claims: &'a mut Claims<'r>,
+    memory: &'a mut ManifestMemory<'r>,
+    block: u64,
+}
+
+impl Follow<'_, '_> {
+    /// Count `entries`' memory and claim their names (at once: one of them
+    /// another session receives now refuses the lot).
+    fn admit(&mut self, entries: &[crate::protocol::manifest::Entry]) -> Result<(), SessionError> {
+        let text: u64 = entries.iter().map(|e| e.text_len() as u64).sum();
+        let cost = entries.len() as u64 * super::receive::ENTRY_COST_BYTES + text;
+        self.memory
+            .reserve(cost.saturating_add(bitmap_bytes(entries, self.block)))?;
+        let names: Vec<String> = entries
+            .iter()
+            .filter(|e| e.kind != crate::protocol::manifest::EntryKind::Dir)
+            .map(|e| join(&self.dest, &e.path))
+            .collect();
+        let mut set = self.claims.set.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(busy) = names.iter().find(|n| set.contains(*n)) {
+            return Err(SessionError::local(
+                ErrorCode::Busy,
+                format!("{busy}: another session is receiving it now"),
+            ));
+        }
+        set.extend(names.iter().cloned());
+        drop(set);
+        self.claims.names.extend(names);
+        Ok(())
+    }
+}
+
+impl super::landing::Landing for DaemonLanding<'_, '_> {
+    fn admit(&mut self, entries: &[crate::protocol::manifest::Entry]) -> Result<(), SessionError> {
+        self.follow.admit(entries)
+    }
+
+    fn admitted(&mut self, upto: u32) -> Result<(), SessionError> {
+        send_msg(&mut self.ctl, &Message::Admitted { upto })
+    }
+
     fn progress(&mut self, bytes: u64) {
         self.progress.add(bytes);
     }

@@ -37,6 +37,16 @@ pub(crate) use super::watch::{drive, Expect};
 pub use super::watch::{AUTO_CAP, AUTO_START};
 use super::SessionError;
 
+pub use super::follow::FollowUntil;
+use super::follow::{Added, FollowCtx, Gauge};
+
+/// How `send --follow` follows.
+#[derive(Debug, Clone)]
+pub struct Follow {
+    pub idle: Duration,
+    pub until: FollowUntil,
+}
+
 /// Everything `send` needs, resolved from the command line.
 #[derive(Debug, Clone)]
 pub struct SendConfig {
@@ -84,8 +94,10 @@ pub struct SendConfig {
     /// `--delete-excluded`: what `--exclude` leaves out is removed too.
     pub delete_excluded: bool,
     /// `--follow`: files still being written go as they grow, each ending
-    /// once nobody writes it and it stayed idle this long (`--follow-idle`).
-    pub follow: Option<Duration>,
+    /// once nobody writes it and it stayed idle for `idle`
+    /// (`--follow-idle`); what appears in the directories is added until
+    /// `until` (`--follow-until`).
+    pub follow: Option<Follow>,
 }
 
 impl SendConfig {
@@ -678,15 +690,15 @@ pub fn run_send(
     }
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
-    if let Some(idle) = cfg.follow {
-        let n = super::follow::mark_growing(&mut tree, u64::from(cfg.block_size), idle);
+    if let Some(f) = &cfg.follow {
+        let n = super::follow::mark_growing(&mut tree, u64::from(cfg.block_size), f.idle);
         obs.info(&format!(
             "following {} still being written (each ends once nobody writes it and it stays unchanged for {})",
             units::count(n as u64, "file"),
-            units::duration_s(idle.as_secs_f64())
+            units::duration_s(f.idle.as_secs_f64())
         ));
     }
-    let gauge = super::follow::Gauge::default();
+    let (gauge, added) = (Gauge::default(), Added::new(tree.entries.len()));
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
     let skipped = push.held.bytes(&tree, u64::from(cfg.block_size));
     let held = &push.held;
@@ -702,15 +714,24 @@ pub fn run_send(
             tree.file_bytes().saturating_sub(skipped)
         ));
     }
-    let acks = Acks::new(&tree, &push.held, cfg.streams, &push.refused);
+    let room = cfg.follow.as_ref().map_or(0, |_| super::follow::ADDED_MAX);
+    let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
     let to_send = tree.file_bytes().saturating_sub(skipped);
     gauge.total.store(to_send, Ordering::Release);
-    let follow = cfg.follow.map(|idle| (idle, &gauge));
-    let expect = Expect::transfer(to_send, true).following(follow.map(|f| f.1));
+    let follow = cfg.follow.as_ref().map(|f| FollowCtx {
+        idle: f.idle,
+        until: &f.until,
+        gauge: &gauge,
+        added: &added,
+        rules: &cfg.scan,
+    });
+    let expect = Expect::transfer(to_send, true).following(follow.as_ref().map(|f| f.gauge));
     let (data, mut report, receipts) =
-        push.transfer(cfg, expect, (&acks, follow), interrupt, obs)?;
-    report.files = tree.file_count() as u64;
+        push.transfer(cfg, expect, (&acks, follow.as_ref()), interrupt, obs)?;
+    let added = added.entries();
+    let added_files = added.iter().filter(|e| e.kind == EntryKind::File).count();
+    report.files = (tree.file_count() + added_files) as u64;
     report.bytes_skipped = skipped;
     (
         report.files_unchanged,
@@ -725,7 +746,15 @@ pub fn run_send(
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
     report.bytes_total = tree.file_bytes() + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
-    settle_push(&push, (data, receipts), interrupted, &mut report, obs);
+    let entries = [tree.entries.as_slice(), &added].concat();
+    settle_push(
+        &push,
+        &entries,
+        (data, receipts),
+        interrupted,
+        &mut report,
+        obs,
+    );
     if !matches!(report.status, "ok" | "partial") {
         // What the receiver acknowledged before the end, apart from the
         // files it knew unchanged.
@@ -852,7 +881,7 @@ impl Push<'_> {
         &mut self,
         cfg: &SendConfig,
         expect: Expect<'_>,
-        (acked, follow): (&Acks, Option<(Duration, &super::follow::Gauge)>),
+        (acked, follow): (&Acks, Option<&FollowCtx<'_>>),
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Moved, SessionError> {
@@ -860,7 +889,14 @@ impl Push<'_> {
         reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
         let announce_on = self.ctl.try_clone()?;
         let txs = std::mem::take(&mut self.txs);
-        let open = |i: usize| open_source(&self.tree.sources[i], self.tree.ids[i], cfg.direct);
+        let added = follow.map(|f| f.added);
+        let open = |i: usize| match self.tree.sources.get(i) {
+            Some(path) => open_source(path, self.tree.ids[i], cfg.direct),
+            None => match added.and_then(|a| a.source(i)) {
+                Some((path, id)) => open_source(&path, id, cfg.direct),
+                None => Err(format!("entry {i} is no source")),
+            },
+        };
         Ok(std::thread::scope(|scope| {
             let acks = scope.spawn(move || {
                 let r = read_acks(&mut reader, acked);
@@ -901,6 +937,7 @@ impl Push<'_> {
 /// file acknowledged with a digest that must match ours.
 fn settle_push(
     push: &Push<'_>,
+    entries: &[crate::protocol::manifest::Entry],
     (data, acks): (
         Result<super::source::Pushed, SessionError>,
         Result<Receipts, SessionError>,
@@ -909,7 +946,6 @@ fn settle_push(
     report: &mut SendReport,
     obs: &mut dyn SendObserver,
 ) {
-    let tree = push.tree;
     let pushed = match data {
         Ok(pushed) => pushed,
         Err(e) => {
@@ -936,9 +972,10 @@ fn settle_push(
         .iter()
         .map(|(i, why)| (*i, String::new(), why.clone()))
         .collect();
-    report.skip(&tree.entries, &skipped);
+    report.skip(entries, &skipped);
+    report.skipped.extend(pushed.follow_skipped);
     report.close();
-    let checked = acks.and_then(|a| check_acks(tree, &pushed.digests, &push.held, &a, report));
+    let checked = acks.and_then(|a| check_acks(entries, &pushed.digests, &push.held, &a, report));
     if let Err(e) = checked {
         report.fail(&e, false);
     }
@@ -990,6 +1027,9 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                     w.store(waiting, Ordering::Relaxed);
                 }
             }
+            Message::Admitted { upto } => {
+                state.admitted.fetch_max(upto, Ordering::AcqRel);
+            }
             Message::Deleted(paths) => {
                 got.deleted_count += paths.len() as u64;
                 let room = DELETED_KEPT.saturating_sub(got.deleted.len());
@@ -1014,7 +1054,7 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
 /// Every file not skipped acknowledged once, each with the digest we
 /// computed of its source: only then is it counted verified.
 fn check_acks(
-    tree: &Tree,
+    entries: &[crate::protocol::manifest::Entry],
     digests: &[u64],
     held: &Held,
     got: &Receipts,
@@ -1022,7 +1062,7 @@ fn check_acks(
 ) -> Result<(), SessionError> {
     report.deleted = got.deleted.clone();
     report.files_deleted = got.deleted_count;
-    let mut acked = vec![false; tree.entries.len()];
+    let mut acked = vec![false; entries.len()];
     // Files complete before the session count as verified when their
     // digest on the receiver equalled this side's digest of the source;
     // those it knew by their stamp alone are unchanged (counted so
@@ -1033,7 +1073,7 @@ fn check_acks(
     }
     for &(file_index, digest) in &got.acks {
         let i = file_index as usize;
-        if i >= tree.entries.len() || tree.entries[i].kind != EntryKind::File || acked[i] {
+        if i >= entries.len() || entries[i].kind != EntryKind::File || acked[i] {
             return Err(SessionError::Protocol(format!(
                 "unexpected acknowledgement for entry {i}"
             )));
@@ -1041,20 +1081,14 @@ fn check_acks(
         if digest != digests[i] {
             return Err(SessionError::local(
                 ErrorCode::Io,
-                format!(
-                    "{}: the receiver's digest does not match",
-                    tree.entries[i].path
-                ),
+                format!("{}: the receiver's digest does not match", entries[i].path),
             ));
         }
         acked[i] = true;
         report.files_verified += 1;
     }
     if let Some(&(i, _)) = got.rejected.first() {
-        let name = tree
-            .entries
-            .get(i as usize)
-            .map_or("?", |e| e.path.as_str());
+        let name = entries.get(i as usize).map_or("?", |e| e.path.as_str());
         let count = got.rejected.len();
         return Err(differed(count, name, ("on the receiver", "send")));
     }

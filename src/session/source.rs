@@ -144,6 +144,8 @@ pub(crate) struct Pushed {
     pub(crate) skipped: Vec<(u32, String)>,
     /// Where each lane ran and what it took.
     pub(crate) lanes: Vec<LaneReport>,
+    /// What appeared in a followed directory but was not added, and why.
+    pub(crate) follow_skipped: Vec<super::tree::Skipped>,
 }
 
 /// prepared as `params` say, its share of the buffers registered now
@@ -170,9 +172,8 @@ pub(crate) struct Sources<'a> {
     pub(crate) announce_on: &'a Control,
     /// Where the receiver writes each file (its placement by device).
     pub(crate) route: &'a Route,
-    /// `send --follow`: how long a growing file stays idle before it
-    /// ends, and what the coordinator reads of the follow.
-    pub(crate) follow: Option<(Duration, &'a super::follow::Gauge)>,
+    /// `send --follow`: how it follows.
+    pub(crate) follow: Option<&'a super::follow::FollowCtx<'a>>,
 }
 
 /// Read every file block by block into frame buffers and hand the frames
@@ -191,21 +192,17 @@ pub(crate) fn push_data(
     stop: &AtomicBool,
     txs: Vec<NetSender>,
 ) -> Result<Pushed, SessionError> {
-    let work = Work::routed(
-        from.tree,
-        from.held,
-        (plan, from.route),
-        u64::from(params.block_size),
-    );
+    let block = u64::from(params.block_size);
+    let added = from.follow.map(|_| super::follow::ADDED_MAX);
+    let work = Work::routed(from.tree, from.held, (plan, from.route), (block, added));
     let fds = super::send::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
-    let block = u64::from(params.block_size);
     let mut follower = match from.follow {
-        Some((idle, gauge)) => Some(Follower::new(
-            from.tree,
-            (&work, gauge),
-            from.announce_on,
-            (block, idle),
+        Some(ctx) => Some(Follower::new(
+            (from.tree, &work),
+            ctx,
+            (from.announce_on, from.acked),
+            block,
         )?),
         None => None,
     };
@@ -240,6 +237,7 @@ pub(crate) fn push_data(
         resent: 0,
         skipped: Vec::new(),
         lanes: Vec::new(),
+        follow_skipped: follower.map(|f| f.skipped).unwrap_or_default(),
     };
     let mut stats = Vec::new();
     let mut first_error = None;

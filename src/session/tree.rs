@@ -331,6 +331,16 @@ pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionErro
     Ok(tree)
 }
 
+/// The entries of one path that appeared under a followed directory
+/// (`rel` under the destination, `source` here), as `rules` say: itself,
+/// and beneath it when it is a directory.
+pub(crate) fn scan_new(rules: &ScanRules, rel: &str, source: &Path) -> Tree {
+    let mut tree = Tree::default();
+    // A local scan fails only on what it reports as skipped.
+    let _ = walk(&mut tree, rules, rel, source);
+    tree
+}
+
 /// The daemon's side of a pull: the manifest of `paths` under `root`, each
 /// copied as itself (its last component names it), walked and stat'ed
 /// beneath the root only. `sources` hold root-relative paths. urmove's own

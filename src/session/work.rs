@@ -112,22 +112,24 @@ impl Work {
     #[cfg(test)]
     pub(crate) fn new(tree: &Tree, held: &Held, lanes: usize, block: u64) -> Work {
         let plan = super::lanes::place(lanes.max(1), lanes.max(1), &[], &[]);
-        Work::routed(tree, held, (&plan, &Route::none()), block)
+        Work::routed(tree, held, (&plan, &Route::none()), (block, None))
     }
 
     /// The files of `tree` still to send (not held complete, not empty),
     /// for the lanes of `plan` reading `block`-byte blocks: whole files for
     /// one lane and one class, pieces of at most [`PIECE_BLOCKS`] blocks
     /// otherwise, each in the queue of its class on `route`. Each digest
-    /// starts from what the receiver holds.
+    /// starts from what the receiver holds. A push that follows files may add up to `added` entries after the
+    /// manifest's (`Some`: lanes wait for the follower to say it is done).
     pub(crate) fn routed(
         tree: &Tree,
         held: &Held,
         (plan, route): (&[Lane], &Route),
-        block: u64,
+        (block, added): (u64, Option<usize>),
     ) -> Work {
         let lanes = plan.len().max(1);
-        let files: Vec<FileShare> = tree.entries.iter().map(|_| FileShare::default()).collect();
+        let slots = tree.entries.len() + added.unwrap_or(0);
+        let files: Vec<FileShare> = (0..slots).map(|_| FileShare::default()).collect();
         for (&i, (digest, _)) in &held.partial {
             files[i as usize].digest.store(*digest, Ordering::Relaxed);
         }
@@ -184,9 +186,10 @@ impl Work {
                 tree.entries
                     .iter()
                     .map(|e| (!e.growing).then_some((e.size, e.mtime_s, e.mtime_ns)))
+                    .chain(std::iter::repeat_n(None, slots - tree.entries.len()))
                     .collect(),
             ),
-            following: AtomicBool::new(tree.entries.iter().any(|e| e.growing)),
+            following: AtomicBool::new(added.is_some()),
             piece_bytes: piece,
             start: Instant::now(),
             lanes,
@@ -274,6 +277,16 @@ impl Work {
             start = stop;
         }
         self.handed.store(true, Ordering::Release);
+    }
+
+    /// Added file `entry` is held open by its follower until it ends.
+    pub(crate) fn hold(&self, entry: usize) {
+        self.files[entry].pieces_left.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Entries the work has room for (the manifest's, and a follow's).
+    pub(crate) fn slots(&self) -> usize {
+        self.files.len()
     }
 
     /// Growing file `entry` ends (`end`: its size and mtime): pieces
@@ -602,7 +615,7 @@ mod tests {
         let block = 1 << 20;
         // One lane on every stream: pieces of both classes in turn.
         let one = crate::session::lanes::place(1, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), (&one, &route), block);
+        let w = Work::routed(&t, &Held::default(), (&one, &route), (block, None));
         let classes: Vec<usize> = std::iter::from_fn(|| w.take(0))
             .map(|p| route.of_entry(p.entry))
             .collect();
@@ -610,7 +623,7 @@ mod tests {
         assert_eq!(classes.len(), 6, "pieces of 4 blocks: 2 + 2 + 1 + 1");
         // Two lanes, each on one class's streams.
         let two = crate::session::lanes::place(2, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), (&two, &route), block);
+        let w = Work::routed(&t, &Held::default(), (&two, &route), (block, None));
         let mut taken = Vec::new();
         while let Some(p) = w.take(0) {
             taken.push(p.entry);
@@ -631,7 +644,7 @@ mod tests {
         // its streams too.
         let three = crate::session::lanes::place(3, 3, &[], &[]);
         let route = Route::from_placement((vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3).unwrap();
-        let w = Work::routed(&t, &Held::default(), (&three, &route), block);
+        let w = Work::routed(&t, &Held::default(), (&three, &route), (block, None));
         let first = w.take(0).unwrap();
         while w.take(2).is_some() {}
         while w.take(1).is_some() {}
