@@ -113,6 +113,7 @@ fn spec(pattern: Pattern, size: u64, verify: Option<VerifySpec>) -> PhaseSpec {
         verify,
         seed: 99,
         fsync: pattern.writes(),
+        rate: None,
     }
 }
 

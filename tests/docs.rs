@@ -8,7 +8,8 @@
 //! (`/data/run42` is a tree there, `/raid` a directory, `/dev/sdc` a loop
 //! device, `/etc/urmove/key` the daemon's key, `~/.urmove.key` and `k`
 //! too); `keygen` to a fresh path each time; `recv` to a daemon on port 0
-//! stopped with SIGTERM; `--time` above 5 s to 2 s, `--sweep` to files of
+//! stopped with SIGTERM; `--time` above 5 s to 2 s, `--follow-until` to 2 s
+//! and `--follow-idle` above 5 s to 1 s, `--sweep` to files of
 //! 16 MiB at most and other disk runs without `--time` to 256 MiB (the
 //! run's shape stays, its length does not); `tune
 //! --apply` to a profile file of its own, not loaded (`--no-load`), its
@@ -313,6 +314,9 @@ fn mapped(sb: &mut Sandbox, words: &[String]) -> Vec<String> {
 fn map_word(sb: &mut Sandbox, sub: &str, prev: &str, w: &str) -> String {
     match (prev, w) {
         ("--time", t) if long_time(t) => return "2s".into(),
+        // A follow ends 2 s in, its files once idle for a second.
+        ("--follow-until", _) => return "2s".into(),
+        ("--follow-idle", t) if long_time(t) => return "1s".into(),
         (_, "RTT") => return "100ms".into(),
         ("--plot" | "--csv", f) if f.contains('/') => {
             let at = sb.dir.path().join("fs/cwd").join(f);

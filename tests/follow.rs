@@ -414,3 +414,174 @@ fn a_follow_until_a_duration_waits_for_files_to_appear() {
     assert!(v["elapsed_s"].as_f64().unwrap() >= 2.5, "it waited: {v}");
     crate::transfer::assert_same_tree(&rec, &d.root.path().join("in/rec"));
 }
+
+#[test]
+fn a_live_part_can_be_read_as_it_grows_up_to_its_checked_prefix() {
+    use std::os::unix::fs::PermissionsExt;
+    crate::require!(have("python3"), "python3");
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = src.path().join("scan.vdif");
+    std::fs::File::create(&file).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let script = "import os,sys,time\nf=open(sys.argv[1],'ab')\nfor i in range(40):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.1)\nf.close()\n";
+    let writer = Command::new("python3")
+        .args(["-c", script])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let send = follow_send(
+        &d,
+        &src.path().join("state"),
+        &file,
+        &["--json", "--live-parts"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let part = d.root.path().join("in/scan.vdif.urmove.part");
+    let mut seen = 0u64;
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_millis(100));
+        let Ok(f) = std::fs::File::open(&part) else {
+            continue;
+        };
+        let Some(v) = urmove::datapath::sys::get_xattr(&f, c"user.urmove.live") else {
+            continue;
+        };
+        let live: u64 = String::from_utf8(v).unwrap().parse().unwrap();
+        let mode = f.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "a live part has the file's mode");
+        // What the attribute vouches for is the source's.
+        let got = std::fs::read(&part).unwrap();
+        let want = std::fs::read(&file).unwrap();
+        let n = live as usize;
+        assert!(
+            n <= got.len() && n <= want.len(),
+            "{n} {} {}",
+            got.len(),
+            want.len()
+        );
+        assert_eq!(&got[..n], &want[..n], "the checked prefix of {n} bytes");
+        seen = seen.max(live);
+        if seen >= 8 << 20 {
+            break;
+        }
+    }
+    assert!(seen >= 8 << 20, "the live prefix grew to {seen} only");
+    let _ = wait_output_within(writer, Duration::from_secs(60)).expect("the writer ends");
+    let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    let done = std::fs::File::open(d.root.path().join("in/scan.vdif")).unwrap();
+    assert_eq!(
+        urmove::datapath::sys::get_xattr(&done, c"user.urmove.live"),
+        None,
+        "a committed file carries no live prefix"
+    );
+    assert_eq!(
+        std::fs::read(d.root.path().join("in/scan.vdif")).unwrap(),
+        std::fs::read(&file).unwrap()
+    );
+}
+
+#[test]
+fn send_fails_when_its_sustained_rate_falls_below_min_rate() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = src.path().join("big.dat");
+    std::fs::write(&file, crate::util::noise(24 << 20, 3)).unwrap();
+    let state = src.path().join("state");
+    let st = state.to_str().unwrap();
+    let f = file.to_str().unwrap();
+    // Paced to 40 Mbit/s, held to 1 Gbit/s: it fails, and says where.
+    let slow = [
+        "--json",
+        "--state-dir",
+        st,
+        "-I",
+        "--rate-limit",
+        "40Mbit",
+        "--min-rate",
+        "1Gbit",
+    ];
+    let o = d.send(&slow, &[f, "127.0.0.1:slow"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["status"], "too_slow", "{v}");
+    assert_eq!(v["files_verified"], 1, "the data still arrived: {v}");
+    assert_eq!(v["min_rate"]["ok"], false, "{v}");
+    let err = v["error"].as_str().unwrap();
+    assert!(
+        err.contains("the sustained rate fell below --min-rate 1.00 Gb/s"),
+        "{err}"
+    );
+    // A bar it clears.
+    let fine = [
+        "--state-dir",
+        st,
+        "-I",
+        "--min-rate",
+        "1MB",
+        "--window",
+        "500ms",
+    ];
+    let o = d.send(&fine, &[f, "127.0.0.1:fine"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = crate::util::stdout(&o);
+    assert!(
+        out.contains("--min-rate 8.00 Mb/s over 500 ms windows: OK"),
+        "{out}"
+    );
+    let o = d.send(&["--min-rate", "0"], &[f, "127.0.0.1:zero"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn a_writer_that_rewrites_bytes_already_sent_is_never_called_verified() {
+    crate::require!(have("python3"), "python3");
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = src.path().join("scan.wav");
+    // A recorder that fills in its header (offset 0) once it is done, as
+    // WAV and many others do.
+    let script = "import os,sys,time\nf=open(sys.argv[1],'wb')\nfor i in range(12):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.05)\ntime.sleep(1)\nf.seek(0); f.write(b'RIFF-final-header'); f.close()\n";
+    let writer = Command::new("python3")
+        .args(["-c", script])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let o = crate::util::output_within(
+        follow_send(&d, &src.path().join("state"), &file, &["--json"]),
+        Duration::from_secs(60),
+    );
+    let _ = wait_output_within(writer, Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(23), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(
+        (v["files_verified"].as_u64(), v["files_skipped"].as_u64()),
+        (Some(0), Some(1)),
+        "{v}"
+    );
+    let why = v["skipped"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("changed behind the copy"), "{why}");
+    assert!(
+        !d.root.path().join("in/scan.wav").exists(),
+        "never committed"
+    );
+    // Run again once it is complete: it goes whole and verified.
+    let o = crate::util::output_within(
+        follow_send(&d, &src.path().join("state"), &file, &["--json"]),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(d.root.path().join("in/scan.wav")).unwrap(),
+        std::fs::read(&file).unwrap()
+    );
+}

@@ -87,6 +87,8 @@ pub struct DiskBenchConfig {
     pub zeros: bool,
     pub destroy: bool,
     pub min_rate: Option<MinRate>,
+    /// `--rate`: a recorder's paced writes, bytes per second per target.
+    pub rate: Option<f64>,
 }
 
 /// Receives progress while a benchmark runs (the cli prints it).
@@ -203,6 +205,7 @@ fn run_modes(
                 }),
                 seed: t.seed,
                 fsync: cfg.fsync,
+                rate: cfg.rate,
             })
             .collect();
         let expected: Option<u64> = cfg

@@ -225,6 +225,7 @@ fn sweep_cells(
                     verify: None,
                     seed: 1,
                     fsync: cfg.fsync,
+                    rate: None,
                 })
                 .collect();
             let run = run_phase(

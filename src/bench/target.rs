@@ -393,6 +393,7 @@ pub(crate) fn ensure_laid_out(
         }),
         seed: t.seed,
         fsync: true,
+        rate: None,
     };
     let run = run_phase(
         std::slice::from_mut(t),

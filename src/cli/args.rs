@@ -271,6 +271,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub keep: bool,
 
+    /// With --mode write: write at RATE per second (as 2Gbit, 250MB),
+    /// from the start of the file once, as a recorder does (with --time, a
+    /// file of RATE x its length); the file is kept, so `send --follow` can
+    /// copy it meanwhile, as a rehearsal of a recording and its copy.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate_given, requires = "disk")]
+    pub rate: Option<parse::Rate>,
+
     /// Write zeros instead of incompressible, non-dedupable data.
     #[arg(long)]
     pub zeros: bool,
@@ -544,6 +551,24 @@ pub struct SendArgs {
     /// before it ends.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "5s", requires = "follow")]
     pub follow_idle: Duration,
+
+    /// With --follow: a consumer at the far end may read each growing file
+    /// as it grows: its NAME.urmove.part is readable (the file's own mode)
+    /// and its user.urmove.live attribute holds how many bytes from the
+    /// start are written and checked. Without it, a recording appears only
+    /// once complete.
+    #[arg(long, requires = "follow")]
+    pub live_parts: bool,
+
+    /// Fail (exit 1) if the copy's rate over any --window fell below RATE
+    /// while at least that much waited to go (a writer's pause or the run's
+    /// last bytes are not held against it); the files still arrive whole.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    pub min_rate: Option<parse::Rate>,
+
+    /// Window of the --min-rate gate.
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s", requires = "min_rate")]
+    pub window: Duration,
 
     /// With --follow: add what appears in the directories sent until WHEN,
     /// a duration (8h), a time (2026-12-03T18:00:00Z, or with +01:00) or a

@@ -115,6 +115,31 @@ pub(crate) fn interrupt_flag() -> anyhow::Result<Arc<AtomicBool>> {
 }
 
 /// Resolve `bench --disk` arguments into a config.
+/// `--rate`: a recorder's sequential writes only, at a rate above zero,
+/// for `--time` or `--size`; the file's size when only `--time` is given
+/// (RATE x its length, in whole blocks).
+fn recorder_size(
+    a: &BenchArgs,
+    modes: &[Mode],
+    rate: Option<f64>,
+    bs: u64,
+) -> Result<Option<u64>, String> {
+    let Some(rate) = rate else { return Ok(None) };
+    if modes != [Mode::Write] || a.sweep {
+        return Err("--rate paces a recorder's writes: use it with --mode write alone".into());
+    }
+    if rate <= 0.0 {
+        return Err("--rate must be above zero".into());
+    }
+    match (a.size, a.time) {
+        (Some(_), _) => Ok(None),
+        (None, Some(t)) => {
+            Ok(Some((rate * t.as_secs_f64()) as u64).map(|b| b.div_ceil(bs).max(1) * bs))
+        }
+        (None, None) => Err("--rate needs --time (or --size): how long the recording runs".into()),
+    }
+}
+
 fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let mut modes: Vec<Mode> = a
@@ -161,17 +186,20 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
     } else {
         a.targets.clone()
     };
+    let rate = a.rate.as_ref().map(|r| r.bytes_per_s);
+    let recorded = recorder_size(a, &modes, rate, bs).map_err(usage)?;
     let cfg = DiskBenchConfig {
         targets,
         modes,
         mix_read_pct: a.mix,
         bs: bs as u32,
-        size: match a.size {
+        size: match a.size.or(recorded) {
             Some(s) => SizeRule::Given(s),
             None => SizeRule::Default {
                 ram_bytes: ram_bytes(),
             },
         },
+        rate,
         qd: a.qd.unwrap_or(if a.sweep { 1 } else { 32 }),
         time: a.time,
         ramp: a.ramp,
@@ -184,7 +212,8 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
         fsync: a.fsync,
         verify: a.verify,
         seed: a.seed,
-        keep: a.keep,
+        // A recording stays for its copy.
+        keep: a.keep || rate.is_some(),
         zeros: a.zeros,
         destroy: a.destroy,
         min_rate: a.min_rate.map(|r| MinRate {

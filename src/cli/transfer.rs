@@ -461,6 +461,9 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     if a.rate_limit.is_some_and(|r| r <= 0.0) {
         return Err(usage("--rate-limit must be above zero".into()));
     }
+    if a.min_rate.as_ref().is_some_and(|r| r.bytes_per_s <= 0.0) || a.window.is_zero() {
+        return Err(usage("--min-rate and --window must be above zero".into()));
+    }
     check_block("--block", a.block)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
@@ -495,12 +498,17 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         numeric_ids: a.tree.numeric_ids,
         delete: a.tree.delete || a.tree.delete_excluded,
         delete_excluded: a.tree.delete_excluded,
+        min_rate: a.min_rate.map(|r| crate::session::send::MinRate {
+            bytes_per_s: r.bytes_per_s,
+            window: a.window,
+        }),
         follow: a.follow.then(|| crate::session::send::Follow {
             idle: a.follow_idle,
             until: a
                 .follow_until
                 .clone()
                 .unwrap_or(crate::session::send::FollowUntil::Files),
+            live_parts: a.live_parts,
         }),
         ..SendConfig::to(host, a.port, key)
     };
@@ -700,6 +708,23 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     }
     if let (Format::Human, Some(lag)) = (p.format, r.lag_max) {
         p.out.line(&lag_summary(lag, r.kept_up == Some(true)));
+    }
+    if let (Format::Human, Some(g)) = (p.format, r.min_rate) {
+        p.out.line(&format!(
+            "--min-rate {} over {} windows: {} (worst {} at {:.2} s; {} of {} windows short{})",
+            units::rate(g.min_rate_bytes_per_s, RateUnit::Gbit),
+            units::duration_s(g.window_s),
+            if g.ok { "OK" } else { "FAILED" },
+            units::rate(g.worst_window_bytes_per_s, RateUnit::Gbit),
+            g.worst_window_at_s,
+            g.windows_short,
+            g.windows_total,
+            if g.windows_total == 0 {
+                "; no window had that much waiting"
+            } else {
+                ""
+            }
+        ));
     }
     if p.format == Format::Human && r.files_deleted > 0 {
         for d in &r.deleted {

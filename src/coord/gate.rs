@@ -78,8 +78,92 @@ pub fn evaluate_gate(
     result
 }
 
+/// The gate of a transfer (`send --min-rate`): windows over `samples` of
+/// (time ns, cumulative bytes, bytes waiting to go then). A window falls
+/// short when it moved less than it would have at the minimum rate, which
+/// is a window's worth or, when less waited at its start, all that waited
+/// (a writer's pause, or the run's last bytes, cannot fail it: the link
+/// had nothing more to carry). Windows with nothing waiting are not judged.
+/// The worst window is the one furthest short of what it owed.
+pub fn evaluate_transfer_gate(
+    samples: &[(u64, u64, u64)],
+    window_ns: u64,
+    min_rate_bytes_per_s: f64,
+) -> GateResult {
+    assert!(window_ns > 0);
+    let need = min_rate_bytes_per_s * window_ns as f64 / 1e9;
+    let mut result = GateResult {
+        ok: true,
+        min_rate_bytes_per_s,
+        window_s: window_ns as f64 / 1e9,
+        worst_window_bytes_per_s: f64::INFINITY,
+        worst_window_at_s: 0.0,
+        windows_short: 0,
+        windows_total: 0,
+        run_shorter_than_window: false,
+    };
+    let first = samples.first().map_or(0, |s| s.0);
+    let mut worst = f64::INFINITY;
+    let mut j = 0;
+    for (i, &(t0, b0, waiting)) in samples.iter().enumerate() {
+        j = j.max(i);
+        while j < samples.len() && samples[j].0 < t0 + window_ns {
+            j += 1;
+        }
+        let Some(&(t1, b1, _)) = samples.get(j) else {
+            break;
+        };
+        if waiting == 0 {
+            continue;
+        }
+        let owed = need.min(waiting as f64);
+        let moved = (b1 - b0) as f64;
+        result.windows_total += 1;
+        if moved < owed {
+            result.windows_short += 1;
+        }
+        if moved / owed < worst {
+            worst = moved / owed;
+            result.worst_window_bytes_per_s = moved * 1e9 / (t1 - t0).max(1) as f64;
+            result.worst_window_at_s = (t0 - first) as f64 / 1e9;
+        }
+    }
+    if result.windows_total == 0 {
+        result.worst_window_bytes_per_s = 0.0;
+        result.run_shorter_than_window = true;
+    }
+    result.ok = result.windows_short == 0;
+    result
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_transfer_is_judged_only_where_data_waited() {
+        use super::evaluate_transfer_gate;
+        let s = 1_000_000_000u64;
+        // 100 MB/s for 3 s through 300 MB the writer had written, then a
+        // writer's pause (nothing waits, nothing moves), then 10 MB/s with
+        // data waiting.
+        let mut samples = Vec::new();
+        for k in 0..=30u64 {
+            samples.push((k * s / 10, k * 10_000_000, 300_000_000 - k * 10_000_000));
+        }
+        for k in 31..=60u64 {
+            samples.push((k * s / 10, 300_000_000, 0));
+        }
+        let g = evaluate_transfer_gate(&samples, s, 50e6);
+        assert!(g.ok, "the pause is not judged: {g:?}");
+        assert!(g.windows_total >= 20, "{g:?}");
+        for k in 61..=90u64 {
+            samples.push((k * s / 10, 300_000_000 + (k - 60) * 1_000_000, 500_000_000));
+        }
+        let g = evaluate_transfer_gate(&samples, s, 50e6);
+        assert!(!g.ok, "{g:?}");
+        assert!((g.worst_window_bytes_per_s - 10e6).abs() < 1e6, "{g:?}");
+        assert!(g.worst_window_at_s >= 6.0, "{g:?}");
+    }
+
     use super::*;
 
     const MS: u64 = 1_000_000;

@@ -9,6 +9,6 @@ pub mod interval;
 pub mod units;
 
 pub use counters::{StreamBytes, WorkerCounters};
-pub use gate::{evaluate_gate, GateResult};
+pub use gate::{evaluate_gate, evaluate_transfer_gate, GateResult};
 pub use hist::LatencyHist;
 pub use interval::{Interval, IntervalTracker, StreamRates};

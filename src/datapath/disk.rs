@@ -98,6 +98,10 @@ pub struct PhaseSpec {
     pub seed: u64,
     /// fdatasync after the last write, inside the measured time.
     pub fsync: bool,
+    /// Pace the ops to this many bytes per second, from the phase's start,
+    /// and (sequential) write the region once, never cycling: a recorder
+    /// (`bench --disk --mode write --rate`).
+    pub rate: Option<f64>,
 }
 
 /// What a phase did (its latency histogram stays in the worker).
@@ -237,6 +241,8 @@ struct Issuer {
     deadline_ns: Option<u64>,
     /// Keep ops of a random verified phase off blocks already in flight.
     track_busy: bool,
+    /// Bytes issued since the start, ramp included (for `rate`).
+    paced: u64,
 }
 
 impl Issuer {
@@ -255,7 +261,15 @@ impl Issuer {
                 Limit::Bytes(_) => None,
             },
             track_busy: spec.verify.is_some() && spec.pattern.random(),
+            paced: 0,
         }
+    }
+
+    /// Under a rate: how long until the next op may go (none now).
+    fn paced_wait(&self, spec: &PhaseSpec, now_ns: u64) -> Option<Duration> {
+        let rate = spec.rate?;
+        let due_ns = (self.paced as f64 / rate * 1e9) as u64;
+        (due_ns > now_ns).then(|| Duration::from_nanos(due_ns - now_ns))
     }
 
     /// The next op as (kind, offset, length), or `None` when nothing may be
@@ -276,7 +290,15 @@ impl Issuer {
             self.issuing = false;
             return None;
         }
+        if self.paced_wait(spec, now_ns).is_some() {
+            return None;
+        }
         let bs = u64::from(spec.bs);
+        if spec.rate.is_some() && self.next_seq >= spec.region_end {
+            // A recorder writes its file once.
+            self.issuing = false;
+            return None;
+        }
         let (kind, offset, len) = if spec.pattern.random() {
             let write = match spec.pattern {
                 Pattern::RandWrite => true,
@@ -316,6 +338,7 @@ impl Issuer {
         if !in_ramp {
             self.measured_issued += u64::from(len);
         }
+        self.paced += u64::from(len);
         Some((kind, offset, len))
     }
 }
@@ -462,7 +485,20 @@ impl DiskWorker {
                 self.ring.fdatasync(TARGET_FILE, OpTag::fsync(st.now_ns));
             }
             if self.ring.in_flight() == 0 {
-                break;
+                // Paced and nothing in flight: wait for the next op's time.
+                match is.paced_wait(spec, st.now_ns).filter(|_| is.issuing) {
+                    Some(wait) => {
+                        std::thread::sleep(wait.min(Duration::from_millis(20)));
+                        st.now_ns = start.elapsed().as_nanos() as u64;
+                        end_ns = st.now_ns;
+                        if stop.load(Ordering::Relaxed) {
+                            is.issuing = false;
+                            st.out.interrupted = true;
+                        }
+                        continue;
+                    }
+                    None => break,
+                }
             }
 
             if let Err(e) = self.ring.submit_and_wait(1) {

@@ -651,6 +651,20 @@ pub fn set_xattr(file: &File, name: &std::ffi::CStr, value: &[u8]) -> io::Result
     Ok(())
 }
 
+/// Remove extended attribute `name` from an open file (none there: fine).
+pub fn remove_xattr(file: &File, name: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: the kernel reads the NUL-terminated `name`, borrowed for the
+    // call.
+    let r = unsafe { libc::fremovexattr(file.as_raw_fd(), name.as_ptr()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENODATA) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Extended attribute `name` of an open file, if it has one (up to 256 bytes).
 pub fn get_xattr(file: &File, name: &std::ffi::CStr) -> Option<Vec<u8>> {
     let mut buf = [0u8; 256];

@@ -49,7 +49,12 @@ pub const REQ_DRY_RUN: u32 = 32;
 /// size is where they stood, full blocks beyond it may come, and each
 /// ends with `FileEnd` (its final size and mtime) before its digest.
 pub const REQ_FOLLOW: u32 = 64;
-const REQ_KNOWN: u32 = REQ_RESUME
+/// Request flag (protocol 7, with `REQ_FOLLOW`): a growing file's part is
+/// readable while it grows (its final mode), and its `user.urmove.live`
+/// attribute holds how many bytes from its start are written and checked.
+pub const REQ_LIVE_PARTS: u32 = 128;
+const REQ_KNOWN: u32 = REQ_LIVE_PARTS
+    | REQ_RESUME
     | REQ_CHECKSUM
     | REQ_ENCRYPT
     | REQ_NUMERIC_IDS

@@ -241,7 +241,7 @@ impl<'s> Book<'s> {
         result: i32,
     ) -> Result<usize, SessionError> {
         let (index, block_no) = ((token >> 32) as usize, token & 0xFFFF_FFFF);
-        let block = self.block;
+        let (block, live) = (self.block, self.rules.live_parts);
         let f = self.file(index);
         let at = f
             .writing
@@ -262,6 +262,9 @@ impl<'s> Book<'s> {
         }
         let len = (f.size - block_no * block).min(block);
         f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + len);
+        if live {
+            show_live(f, block);
+        }
         Ok(index)
     }
 
@@ -603,6 +606,20 @@ impl<'s> Book<'s> {
                 self.try_finish(i as usize).map(|()| None)
             }
         }
+    }
+}
+
+/// A live part (`--live-parts`) says how far from its start it is written
+/// and checked, each time that moves (a failed attribute write only
+/// leaves the last one standing).
+fn show_live(f: &mut RecvFile, block: u64) {
+    if !f.advance_prefix() {
+        return;
+    }
+    let bytes = (f.prefix * block).min(f.size);
+    if let Some(part) = &f.part {
+        let text = bytes.to_string();
+        let _ = crate::datapath::sys::set_xattr(part, super::receive::LIVE_XATTR, text.as_bytes());
     }
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct FinalJob {
     secret: Secret,
     owner: Option<[u8; 32]>,
     dress: super::receive::Dress,
+    /// A live part (`--live-parts`): its attribute goes before the commit.
+    live: bool,
 }
 
 impl FinalJob {
@@ -51,6 +53,7 @@ impl FinalJob {
             secret: rules.secret.clone(),
             owner: rules.owner,
             dress: std::mem::take(&mut f.dress),
+            live: rules.live_parts && f.prefix > 0,
         }
     }
 
@@ -107,6 +110,11 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
     // Before the mode: a read-only mode would forbid setting the stamp.
     // Without a stamp a later resume sends the file again: not an error.
+    if job.live {
+        // A committed file is whole: no reader needs its prefix.
+        crate::datapath::sys::remove_xattr(part, super::receive::LIVE_XATTR)
+            .map_err(|e| SessionError::io(ctx("clearing the live attribute of"), e))?;
+    }
     let named = (part, job.final_rel.as_str());
     let _ = journal::stamp(named, job.digest, (&job.secret, job.owner));
     part.set_permissions(std::fs::Permissions::from_mode(job.mode))

@@ -32,7 +32,8 @@ use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::conn::{send_msg, Control};
 use super::pusher::Acks;
-use super::tree::{ScanRules, Skipped, Tree};
+use super::roles::Refused;
+use super::tree::{ScanRules, Tree};
 use super::work::{End, Work};
 use super::SessionError;
 
@@ -188,6 +189,9 @@ pub(crate) struct Follower<'a> {
     files: Vec<Followed>,
     /// Added files waiting for the receiver to have them ready.
     pending: Vec<usize>,
+    /// Files that ended, waiting to be read through: each checked, once it
+    /// is, against what the copy read ([`confirm`](Self::confirm)).
+    ending: HashMap<usize, (File, End)>,
     dirs: Vec<Dir>,
     /// Every source path of the session (the manifest's and those added).
     known: HashSet<PathBuf>,
@@ -197,8 +201,9 @@ pub(crate) struct Follower<'a> {
     writers_asked: Option<Instant>,
     dirs_listed: Instant,
     beat: Instant,
-    /// What appeared but could not be added, and why.
-    pub(crate) skipped: Vec<Skipped>,
+    /// What could not be added or sent as followed: (entry, or
+    /// `UNLISTED` with its path; why).
+    pub(crate) skipped: Vec<Refused>,
 }
 
 impl<'a> Follower<'a> {
@@ -219,6 +224,7 @@ impl<'a> Follower<'a> {
             block,
             files: Vec::new(),
             pending: Vec::new(),
+            ending: HashMap::new(),
             dirs: Vec::new(),
             known: tree.sources.iter().cloned().collect(),
             closed: false,
@@ -316,8 +322,13 @@ impl<'a> Follower<'a> {
                 self.list_dirs(&news)?;
             }
             self.end_idle(news.any())?;
+            for (i, digest) in self.work.take_finished() {
+                let (file, end) = self.ending.remove(&i).expect("an ended file");
+                self.confirm(i, &file, end, digest)?;
+            }
             self.beat()?;
-            if self.files.is_empty() && self.pending.is_empty() && !self.adding() {
+            let quiet = self.files.is_empty() && self.pending.is_empty() && self.ending.is_empty();
+            if quiet && !self.adding() {
                 return Ok(());
             }
         }
@@ -364,6 +375,7 @@ impl<'a> Follower<'a> {
     /// Each file's size now: whole new blocks queued; a file that shrank
     /// or is no longer under its name is an error.
     fn look(&mut self) -> Result<(), SessionError> {
+        self.work.retry_deferred();
         for k in 0..self.files.len() {
             let size = self.check(k)?;
             let f = &mut self.files[k];
@@ -475,15 +487,45 @@ impl<'a> Follower<'a> {
             mtime_ns: end.2,
         };
         send_msg(&mut self.ctl, &m)?;
-        if let Some(digest) = self.work.piece_done(f.entry) {
+        match self.work.piece_done(f.entry) {
             // Every piece was read before: the digest is this side's to say.
-            super::pusher::check_unchanged(&f.file, end).map_err(|why| {
-                let path = self.source_of(f.entry);
-                SessionError::local(ErrorCode::Io, format!("{}: {why}", path.display()))
-            })?;
-            send_msg(&mut self.ctl, &Message::SourceDigests(vec![(i, digest)]))?;
+            Some(digest) => self.confirm(f.entry, &f.file, end, digest),
+            None => {
+                self.ending.insert(f.entry, (f.file, end));
+                Ok(())
+            }
         }
-        Ok(())
+    }
+
+    /// Growing file `i` was read through as it grew, its blocks summing to
+    /// `digest`: read once more as it ended, it must sum to the same, or a
+    /// writer changed bytes already sent (rewrote a header, wrote out of
+    /// order into what was read) and the receiver drops it, never calling
+    /// it verified. Then its digest is announced.
+    fn confirm(
+        &mut self,
+        i: usize,
+        file: &File,
+        end: End,
+        digest: u64,
+    ) -> Result<(), SessionError> {
+        let key = crate::protocol::frame::FrameKey { k0: 0, k1: 0 };
+        let now = super::pusher::check_unchanged(file, end).and_then(|()| {
+            super::journal::content_digests(file, end.0, &key, &mut || {})
+                .map_err(|e| format!("read again at its end: {e}"))
+        });
+        match now {
+            Ok(d) if d.plain == digest => {
+                let m = Message::SourceDigests(vec![(i as u32, digest)]);
+                send_msg(&mut self.ctl, &m)
+            }
+            Ok(_) => {
+                let why =
+                    "changed behind the copy (a writer rewrote bytes already sent); send it again";
+                self.drop_file(i, why.into())
+            }
+            Err(why) => self.drop_file(i, why),
+        }
     }
 }
 
@@ -535,7 +577,10 @@ impl Follower<'_> {
     /// `source` appeared (as `rel`): its entries added to the session.
     fn appeared(&mut self, rel: &str, source: &Path) -> Result<(), SessionError> {
         let found = super::tree::scan_new(self.ctx.rules, rel, source);
-        self.skipped.extend(found.skipped.iter().cloned());
+        let unlisted = crate::protocol::control::UNLISTED;
+        let listed = found.skipped.iter();
+        self.skipped
+            .extend(listed.map(|s| (unlisted, s.path.clone(), s.reason.clone())));
         let mut batch = Vec::new();
         let first = (self.ctx.added.base + self.ctx.added.len()) as u32;
         for (k, mut e) in found.entries.into_iter().enumerate() {
@@ -585,10 +630,8 @@ impl Follower<'_> {
             }
             _ => "appeared while followed: only files and directories are added".to_string(),
         };
-        self.skipped.push(Skipped {
-            path: e.path.clone(),
-            reason: why,
-        });
+        let unlisted = crate::protocol::control::UNLISTED;
+        self.skipped.push((unlisted, e.path.clone(), why));
         None
     }
 
@@ -607,14 +650,15 @@ impl Follower<'_> {
             });
             match opened {
                 Ok(_) => self.follow_file(i, &path, 0)?,
-                Err(why) => self.drop_added(i, &path, why)?,
+                Err(why) => self.drop_file(i, why)?,
             }
         }
         Ok(())
     }
 
-    /// Added file `i` cannot be followed: the receiver stops waiting.
-    fn drop_added(&mut self, i: usize, path: &Path, why: String) -> Result<(), SessionError> {
+    /// File `i` cannot be sent as followed: the receiver stops waiting
+    /// (its part is kept only with journaled data), the run reports why.
+    fn drop_file(&mut self, i: usize, why: String) -> Result<(), SessionError> {
         self.work.drop_file(i);
         if let Some(a) = self.acks {
             a.settle(i as u32);
@@ -625,10 +669,7 @@ impl Follower<'_> {
             reason: why.clone(),
         };
         send_msg(&mut self.ctl, &m)?;
-        self.skipped.push(Skipped {
-            path: path.display().to_string(),
-            reason: why,
-        });
+        self.skipped.push((i as u32, String::new(), why));
         Ok(())
     }
 }

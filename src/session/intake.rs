@@ -413,6 +413,7 @@ mod tests {
             ids: Default::default(),
             dry_run: false,
             follow: false,
+            live_parts: false,
             keep: Default::default(),
             secret: Secret::from_bytes([7; 32]),
             keep_setid: false,

@@ -367,6 +367,7 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         ids: Arc::default(),
         dry_run: false,
         follow: false,
+        live_parts: false,
         keep: Default::default(),
         keep_setid: false,
         unsafe_links: super::receive::LinkPolicy::Keep,

@@ -622,6 +622,13 @@ impl<'a> Pusher<'a> {
             }
             // Paced: reads already issued go out before waiting for more.
             let n = (src.end - src.next).min(block) as usize;
+            if src.file_end.is_none() && !on_disk(&src.file, src.next, n as u64) {
+                // A growing file's block not all written yet: later.
+                let (entry, start, end) = (src.entry, src.next, src.end);
+                self.work.defer(Piece { entry, start, end });
+                src.end = start;
+                continue;
+            }
             let moving = self.free_tokens.len() < self.reads_max || !self.ready.is_empty();
             if moving && self.pacer.delay(n as u64).is_some() {
                 return Ok(());
@@ -687,6 +694,12 @@ impl<'a> Pusher<'a> {
         });
         self.current = Some(self.sources.len() - 1);
         Ok(())
+    }
+
+    /// Whether entry `i` was followed as it grew (the manifest's growing
+    /// files, and every file a follow added).
+    fn is_growing(&self, i: usize) -> bool {
+        self.tree.entries.get(i).is_none_or(|e| e.growing)
     }
 
     /// Drop entry `i`: the receiver is told and stops waiting for it (by
@@ -901,7 +914,10 @@ impl<'a> Pusher<'a> {
         }
         self.work.add_digest(i, terms);
         if let Some(digest) = self.work.piece_done(i) {
-            if self.unchanged(k) {
+            if self.is_growing(i) {
+                // Checked against the file as it ended, by its follower.
+                self.work.finish_growing(i, digest);
+            } else if self.unchanged(k) {
                 self.announce.digest(i as u32, digest);
             }
         }
@@ -1254,6 +1270,17 @@ pub(super) fn check_unchanged(file: &File, (size, mtime_s, mtime_ns): End) -> Re
         return Err("changed during the send (modified); send it again when it is complete".into());
     }
     Ok(())
+}
+
+/// Whether `[offset, offset + len)` of `file` is all data on disk (no
+/// hole: a growing file's blocks a writer has not landed yet are holes).
+fn on_disk(file: &File, offset: u64, len: u64) -> bool {
+    match sys::seek_hole(file, offset) {
+        Ok(Some(hole)) => hole >= offset + len,
+        Ok(None) => false,
+        // No SEEK_HOLE here: the size says it.
+        Err(_) => file.metadata().is_ok_and(|m| m.len() >= offset + len),
+    }
 }
 
 /// Whether `[offset, offset + len)` of `file` holds no data at all.

@@ -80,7 +80,14 @@ pub struct Rules {
     pub keep: Filter,
     /// A `--follow` push: its manifest may hold growing files.
     pub follow: bool,
+    /// `--live-parts`: growing files' parts readable as they grow, with
+    /// their checked prefix in [`LIVE_XATTR`].
+    pub live_parts: bool,
 }
+
+/// The attribute of a live part (`--live-parts`): the bytes from its start
+/// that are written and checked, in decimal.
+pub const LIVE_XATTR: &std::ffi::CStr = c"user.urmove.live";
 
 /// Names already looked up: (a group?, name) to its number here, if any.
 #[derive(Debug, Default)]
@@ -342,6 +349,8 @@ pub(crate) struct RecvFile {
     /// Still being written at the sender (`send --follow`): `size` is the
     /// end of the furthest block seen, until the sender's `FileEnd`.
     pub(crate) growing: bool,
+    /// Blocks from the start all written (a live part says so).
+    pub(crate) prefix: u64,
 }
 
 impl RecvFile {
@@ -362,6 +371,7 @@ impl RecvFile {
                 false => Identity::of(e, block),
             },
             growing: e.growing,
+            prefix: 0,
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -397,6 +407,19 @@ impl RecvFile {
         self.wire_since_journal += wire;
         self.digest = digest_add(self.digest, terms);
         self.dirty = true;
+    }
+
+    /// Advance the blocks written from the start; whether they moved.
+    pub(crate) fn advance_prefix(&mut self) -> bool {
+        let before = self.prefix;
+        while self
+            .written
+            .get((self.prefix / 64) as usize)
+            .is_some_and(|w| w & (1 << (self.prefix % 64)) != 0)
+        {
+            self.prefix += 1;
+        }
+        self.prefix != before
     }
 
     /// Every block is written and no write is in flight (and the file
@@ -1185,6 +1208,12 @@ fn create_part(
     };
     let id = FileId::of(&part).map_err(io)?;
     claim(rules, &rel, id)?;
+    if rules.live_parts && f.growing {
+        // Readable as the file will be (its setid bits never).
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::Permissions::from_mode(f.mode & 0o777);
+        part.set_permissions(mode).map_err(io)?;
+    }
     f.part_id = Some(id);
     journal::remove(root, &f.final_rel);
     f.part = Some(part);

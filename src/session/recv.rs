@@ -924,6 +924,7 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         ids: Arc::default(),
         dry_run: false,
         follow: false,
+        live_parts: false,
         keep: Default::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
@@ -950,6 +951,8 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> 
         dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
         keep: kept_by(&req.protect)?,
         follow: req.has(crate::protocol::control::REQ_FOLLOW),
+        live_parts: req.has(crate::protocol::control::REQ_FOLLOW)
+            && req.has(crate::protocol::control::REQ_LIVE_PARTS),
         ..rules.clone()
     })
 }

@@ -40,11 +40,22 @@ use super::SessionError;
 pub use super::follow::FollowUntil;
 use super::follow::{Added, FollowCtx, Gauge};
 
+/// `send --min-rate RATE --window DURATION`: the copy must sustain RATE
+/// over every window in which that much waited to go.
+#[derive(Debug, Clone, Copy)]
+pub struct MinRate {
+    pub bytes_per_s: f64,
+    pub window: Duration,
+}
+
 /// How `send --follow` follows.
 #[derive(Debug, Clone)]
 pub struct Follow {
     pub idle: Duration,
     pub until: FollowUntil,
+    /// `--live-parts`: a growing file can be read at the far end as it
+    /// grows (its part, up to its `user.urmove.live` attribute).
+    pub live_parts: bool,
 }
 
 /// Everything `send` needs, resolved from the command line.
@@ -98,6 +109,9 @@ pub struct SendConfig {
     /// (`--follow-idle`); what appears in the directories is added until
     /// `until` (`--follow-until`).
     pub follow: Option<Follow>,
+    /// `--min-rate`, `--window`: the run fails when the sustained rate fell
+    /// short (the files still arrive and are verified).
+    pub min_rate: Option<MinRate>,
 }
 
 impl SendConfig {
@@ -132,6 +146,7 @@ impl SendConfig {
             delete: false,
             delete_excluded: false,
             follow: None,
+            min_rate: None,
         }
     }
 
@@ -153,8 +168,11 @@ impl SendConfig {
         if self.delete {
             f |= crate::protocol::control::REQ_DELETE;
         }
-        if self.follow.is_some() {
+        if let Some(follow) = &self.follow {
             f |= crate::protocol::control::REQ_FOLLOW;
+            if follow.live_parts {
+                f |= crate::protocol::control::REQ_LIVE_PARTS;
+            }
         }
         f
     }
@@ -320,6 +338,9 @@ pub struct SendReport {
     /// side only received).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathReport>,
+    /// `--min-rate`: the gate over the run's windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_rate: Option<crate::coord::GateResult>,
     /// `send --follow`: the largest lag behind the writers over the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag_max: Option<Lag>,
@@ -387,6 +408,26 @@ impl SendReport {
     pub(crate) fn settle_status(&mut self) {
         if self.status == "ok" && !self.skipped.is_empty() {
             self.status = "partial";
+        }
+    }
+
+    /// A run whose data all arrived fails still when its sustained rate
+    /// fell below `--min-rate`.
+    pub(crate) fn judge_rate(&mut self) {
+        let Some(g) = self.min_rate.filter(|g| !g.ok) else {
+            return;
+        };
+        if matches!(self.status, "ok" | "partial") {
+            self.status = "too_slow";
+            self.error = Some(format!(
+                "the sustained rate fell below --min-rate {}: {} of {} windows of {} short, the worst {} at {:.2} s (what arrived is verified)",
+                units::rate(g.min_rate_bytes_per_s, units::RateUnit::Gbit),
+                g.windows_short,
+                g.windows_total,
+                units::duration_s(g.window_s),
+                units::rate(g.worst_window_bytes_per_s, units::RateUnit::Gbit),
+                g.worst_window_at_s
+            ));
         }
     }
 
@@ -678,42 +719,13 @@ pub fn run_send(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
-    let mut tree = scan(&cfg.sources, &cfg.scan)?;
-    if tree.entries.is_empty() && tree.excluded > 0 {
-        return Err(SessionError::local(
-            crate::protocol::control::ErrorCode::BadRequest,
-            format!(
-                "nothing to send: --exclude left out all {} of the sources",
-                units::count(tree.excluded, "entry")
-            ),
-        ));
-    }
+    let mut tree = scan_sources(cfg)?;
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
-    if let Some(f) = &cfg.follow {
-        let n = super::follow::mark_growing(&mut tree, u64::from(cfg.block_size), f.idle);
-        obs.info(&format!(
-            "following {} still being written (each ends once nobody writes it and it stays unchanged for {})",
-            units::count(n as u64, "file"),
-            units::duration_s(f.idle.as_secs_f64())
-        ));
-    }
+    mark_followed(cfg, &mut tree, obs);
     let (gauge, added) = (Gauge::default(), Added::new(tree.entries.len()));
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
-    let skipped = push.held.bytes(&tree, u64::from(cfg.block_size));
-    let held = &push.held;
-    let kept = held_counts(
-        held.complete.len(),
-        held.unchanged.len(),
-        held.partial.len(),
-    );
-    if kept != (0, 0, 0) {
-        obs.info(&format!(
-            "the receiver holds {}; {} bytes to send",
-            held_text(kept),
-            tree.file_bytes().saturating_sub(skipped)
-        ));
-    }
+    let (skipped, kept) = note_held(&tree, &push.held, cfg.block_size, obs);
     let room = cfg.follow.as_ref().map_or(0, |_| super::follow::ADDED_MAX);
     let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
@@ -729,39 +741,87 @@ pub fn run_send(
     let expect = Expect::transfer(to_send, true).following(follow.as_ref().map(|f| f.gauge));
     let (data, mut report, receipts) =
         push.transfer(cfg, expect, (&acks, follow.as_ref()), interrupt, obs)?;
-    let added = added.entries();
-    let added_files = added.iter().filter(|e| e.kind == EntryKind::File).count();
-    report.files = (tree.file_count() + added_files) as u64;
+    let entries = [tree.entries.as_slice(), &added.entries()].concat();
+    report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
     report.bytes_skipped = skipped;
     (
         report.files_unchanged,
         report.files_found_complete,
         report.files_continued,
     ) = kept;
-    report.skip(&tree.entries, &tree.skipped_refs());
-    report.skip(&tree.entries, &push.refused);
-    report.files_excluded = tree.excluded;
-    report.hard_links = tree.hard_links() as u64;
+    describe_tree(&mut report, &tree, &push.refused);
     // Followed files count as large as they grew.
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
     report.bytes_total = tree.file_bytes() + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
-    let entries = [tree.entries.as_slice(), &added].concat();
-    settle_push(
-        &push,
-        &entries,
-        (data, receipts),
-        interrupted,
-        &mut report,
-        obs,
-    );
+    let outcome = (data, receipts);
+    settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
     if !matches!(report.status, "ok" | "partial") {
         // What the receiver acknowledged before the end, apart from the
         // files it knew unchanged.
         let done = acks.files_done.load(Ordering::Relaxed);
         report.files_verified = done.saturating_sub(report.files_unchanged);
     }
+    report.judge_rate();
     Ok(report)
+}
+
+/// The manifest of the sources, or why there is nothing to send.
+fn scan_sources(cfg: &SendConfig) -> Result<Tree, SessionError> {
+    let tree = scan(&cfg.sources, &cfg.scan)?;
+    if tree.entries.is_empty() && tree.excluded > 0 {
+        return Err(SessionError::local(
+            crate::protocol::control::ErrorCode::BadRequest,
+            format!(
+                "nothing to send: --exclude left out all {} of the sources",
+                units::count(tree.excluded, "entry")
+            ),
+        ));
+    }
+    Ok(tree)
+}
+
+/// `--follow`: the files still being written are marked growing.
+fn mark_followed(cfg: &SendConfig, tree: &mut Tree, obs: &mut dyn SendObserver) {
+    let Some(f) = &cfg.follow else { return };
+    let n = super::follow::mark_growing(tree, u64::from(cfg.block_size), f.idle);
+    obs.info(&format!(
+        "following {} still being written (each ends once nobody writes it and it stays unchanged for {})",
+        units::count(n as u64, "file"),
+        units::duration_s(f.idle.as_secs_f64())
+    ));
+}
+
+/// What the receiver holds, told: the bytes it needs no more, and its
+/// counts (unchanged, found complete, continued).
+fn note_held(
+    tree: &Tree,
+    held: &Held,
+    block: u32,
+    obs: &mut dyn SendObserver,
+) -> (u64, (u64, u64, u64)) {
+    let skipped = held.bytes(tree, u64::from(block));
+    let kept = held_counts(
+        held.complete.len(),
+        held.unchanged.len(),
+        held.partial.len(),
+    );
+    if kept != (0, 0, 0) {
+        obs.info(&format!(
+            "the receiver holds {}; {} bytes to send",
+            held_text(kept),
+            tree.file_bytes().saturating_sub(skipped)
+        ));
+    }
+    (skipped, kept)
+}
+
+/// What the scan and the receiver left out, and the tree's shape.
+fn describe_tree(report: &mut SendReport, tree: &Tree, refused: &[Refused]) {
+    report.skip(&tree.entries, &tree.skipped_refs());
+    report.skip(&tree.entries, refused);
+    report.files_excluded = tree.excluded;
+    report.hard_links = tree.hard_links() as u64;
 }
 
 /// What a receiver held before the data, from `complete` files
@@ -973,7 +1033,7 @@ fn settle_push(
         .map(|(i, why)| (*i, String::new(), why.clone()))
         .collect();
     report.skip(entries, &skipped);
-    report.skipped.extend(pushed.follow_skipped);
+    report.skip(entries, &pushed.follow_skipped);
     report.close();
     let checked = acks.and_then(|a| check_acks(entries, &pushed.digests, &push.held, &a, report));
     if let Err(e) = checked {

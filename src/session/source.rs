@@ -144,8 +144,8 @@ pub(crate) struct Pushed {
     pub(crate) skipped: Vec<(u32, String)>,
     /// Where each lane ran and what it took.
     pub(crate) lanes: Vec<LaneReport>,
-    /// What appeared in a followed directory but was not added, and why.
-    pub(crate) follow_skipped: Vec<super::tree::Skipped>,
+    /// What a follow could not add or send, and why.
+    pub(crate) follow_skipped: Vec<super::roles::Refused>,
 }
 
 /// prepared as `params` say, its share of the buffers registered now

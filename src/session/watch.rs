@@ -137,8 +137,31 @@ pub(crate) fn drive<T: Send>(
     (result, report)
 }
 
+/// The samples a `--min-rate` gate is judged on: every tenth of a window,
+/// (time, bytes the peer has, bytes waiting to go).
+struct GateSamples {
+    spec: super::send::MinRate,
+    samples: Vec<(u64, u64, u64)>,
+}
+
+impl GateSamples {
+    fn take(&mut self, t: u64, done: u64, waiting: u64) {
+        let step = self.spec.window.as_nanos() as u64 / 10;
+        if self.samples.last().is_none_or(|s| t >= s.0 + step.max(1)) {
+            self.samples.push((t, done, waiting));
+        }
+    }
+
+    fn judge(&self) -> crate::coord::GateResult {
+        let window = self.spec.window.as_nanos() as u64;
+        crate::coord::evaluate_transfer_gate(&self.samples, window.max(1), self.spec.bytes_per_s)
+    }
+}
+
 /// What the coordinator keeps between ticks.
 struct Watch<'a> {
+    /// `--min-rate`: its samples.
+    gate: Option<GateSamples>,
     /// `send --follow`: the growing total, and the lag behind it.
     growing: Option<(&'a Gauge, LagTrack)>,
     /// The data streams, which the parts below read the TCP of.
@@ -168,6 +191,10 @@ impl<'a> Watch<'a> {
             .map_or(0, |p| u64::from(p.rtt_us));
         let fds: Vec<RawFd> = streams.iter().map(|s| s.as_raw_fd()).collect();
         Watch {
+            gate: cfg.min_rate.map(|spec| GateSamples {
+                spec,
+                samples: Vec::new(),
+            }),
             growing: expect.growing.map(|g| (g, LagTrack::default())),
             start: Instant::now(),
             total: expect.total,
@@ -203,6 +230,10 @@ impl<'a> Watch<'a> {
             return;
         }
         let lag = self.follow_total(t, bytes + counters.holes());
+        let (done, total) = (bytes + counters.holes(), self.total);
+        if let Some(g) = &mut self.gate {
+            g.take(t, done, total.saturating_sub(done));
+        }
         let still = self
             .growing
             .as_ref()
@@ -317,6 +348,7 @@ impl<'a> Watch<'a> {
             test_s: None,
             bytes_in_test: None,
             drain_s: None,
+            min_rate: self.gate.as_ref().map(GateSamples::judge),
             lag_max: self.growing.as_ref().map(|g| g.1.max),
             kept_up: self
                 .growing

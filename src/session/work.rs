@@ -89,6 +89,12 @@ pub(crate) struct Work {
     /// Files still grow (`send --follow`): a lane with nothing to do waits
     /// for their pieces rather than leave.
     following: AtomicBool,
+    /// Pieces of growing files not all on disk yet (a writer's blocks land
+    /// out of order): the follower queues them again.
+    deferred: Mutex<Vec<Piece>>,
+    /// Growing files read through, with their digests: the follower checks
+    /// them against the file as it ended before they are announced.
+    finished: Mutex<Vec<(usize, u64)>>,
     start: Instant,
     lanes: usize,
     /// Bytes of one piece (a growing file's new bytes are cut so too).
@@ -190,6 +196,8 @@ impl Work {
                     .collect(),
             ),
             following: AtomicBool::new(added.is_some()),
+            deferred: Mutex::default(),
+            finished: Mutex::default(),
             piece_bytes: piece,
             start: Instant::now(),
             lanes,
@@ -299,6 +307,43 @@ impl Work {
     /// Where `entry` ends, when known (a growing file's: once it ended).
     pub(crate) fn end_of(&self, entry: usize) -> Option<End> {
         self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry]
+    }
+
+    /// The rest of a growing file's piece is not on disk yet: the follower
+    /// queues it again later ([`retry_deferred`](Self::retry_deferred)).
+    pub(crate) fn defer(&self, rest: Piece) {
+        self.files[rest.entry]
+            .pieces_left
+            .fetch_add(1, Ordering::AcqRel);
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(rest);
+    }
+
+    /// Deferred pieces back in the queue.
+    pub(crate) fn retry_deferred(&self) {
+        let pieces = std::mem::take(&mut *self.deferred.lock().unwrap_or_else(|p| p.into_inner()));
+        if pieces.is_empty() {
+            return;
+        }
+        let mut q = self.queue();
+        for p in pieces {
+            q.pieces[self.route.of_entry(p.entry)].push_back(p);
+        }
+        self.handed.store(true, Ordering::Release);
+    }
+
+    /// A lane read growing file `entry` through (`digest`): the follower
+    /// checks and announces it.
+    pub(crate) fn finish_growing(&self, entry: usize, digest: u64) {
+        let mut f = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        f.push((entry, digest));
+    }
+
+    /// Growing files read through since the last look.
+    pub(crate) fn take_finished(&self) -> Vec<(usize, u64)> {
+        std::mem::take(&mut *self.finished.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// No file grows any more: lanes with nothing left leave.
