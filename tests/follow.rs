@@ -316,6 +316,15 @@ fn a_growing_file_grows_only_by_data_near_its_end_and_never_ends_before_it() {
         mtime_s: 1,
         mtime_ns: 0,
     };
+    // An end far past any block: no bitmap of 2^60 bytes is made for it.
+    let huge = Message::FileEnd {
+        file_index: 0,
+        size: 1 << 60,
+        mtime_s: 1,
+        mtime_ns: 0,
+    };
+    let e = growing_session_refuses(0, 0, &block, Some(huge));
+    assert!(e.contains("more than 4 GiB past its furthest block"), "{e}");
     // (The frame may come first, or the end: refused either way.)
     let e = growing_session_refuses(0, 65536, &block, Some(end));
     let before = e.contains("ends at 1000 bytes, before blocks that came");
@@ -423,7 +432,9 @@ fn a_live_part_can_be_read_as_it_grows_up_to_its_checked_prefix() {
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let file = src.path().join("scan.vdif");
     std::fs::File::create(&file).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Writable by the group and others here: a live part is readable as
+    // the file will be, but nobody else may write into it while it grows.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
     let script = "import os,sys,time\nf=open(sys.argv[1],'ab')\nfor i in range(40):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.1)\nf.close()\n";
     let writer = Command::new("python3")
         .args(["-c", script])
@@ -454,7 +465,7 @@ fn a_live_part_can_be_read_as_it_grows_up_to_its_checked_prefix() {
         };
         let live: u64 = String::from_utf8(v).unwrap().parse().unwrap();
         let mode = f.metadata().unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o644, "a live part has the file's mode");
+        assert_eq!(mode, 0o644, "a live part has the file's mode, never others' write");
         // What the attribute vouches for is the source's.
         let got = std::fs::read(&part).unwrap();
         let want = std::fs::read(&file).unwrap();
@@ -584,4 +595,45 @@ fn a_writer_that_rewrites_bytes_already_sent_is_never_called_verified() {
         std::fs::read(d.root.path().join("in/scan.wav")).unwrap(),
         std::fs::read(&file).unwrap()
     );
+}
+
+#[test]
+fn a_recording_rehearsed_with_bench_disk_rate_is_copied_whole_as_it_is_written() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let rec = src.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let scan = rec.join("scan1.vdif");
+    // 40 MB/s for 4 s, O_DIRECT at queue depth 32: blocks land out of order.
+    let bench = crate::util::urmove()
+        .args(["bench", "--disk", "--json", "--mode", "write", "--rate", "40MB", "--time", "4s"])
+        .arg(&scan)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let send = follow_send(&d, &src.path().join("state"), &rec, &["--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = wait_output_within(bench, Duration::from_secs(60)).expect("the bench ends");
+    assert!(b.status.success(), "{}", stderr(&b));
+    let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
+    assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+    assert_eq!(json(&o)["files_verified"], 1);
+    // The recording stays, RATE x its length, written at the rate.
+    let size = std::fs::metadata(&scan).unwrap().len();
+    assert_eq!(size, 160_000_000u64.div_ceil(1 << 20) * (1 << 20), "{size}");
+    let v = json(&b);
+    let rate = v["results"][0]["rate_bytes_per_s"].as_f64().expect("a rate");
+    assert!((30e6..44e6).contains(&rate), "paced to 40 MB/s: {v}");
+    assert_eq!(
+        std::fs::read(d.root.path().join("in/rec/scan1.vdif")).unwrap(),
+        std::fs::read(&scan).unwrap()
+    );
+    let o = crate::util::run(&["bench", "--disk", "--mode", "read", "--rate", "1MB", "--time", "1s"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--rate paces a recorder's writes"), "{}", stderr(&o));
 }

@@ -527,7 +527,8 @@ pub struct ResumeArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
       urmove send --key-file k /data/run42 dtn2:ingest      creates ingest/run42/... under the receiver's root\n  \
-      urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself")]
+      urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself\n  \
+      urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h")]
 pub struct SendArgs {
     /// Files or directories to send, then HOST:DEST (DEST under the receiver's root).
     #[arg(value_name = "SOURCE... HOST:DEST", num_args = 1.., required = true)]

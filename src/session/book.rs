@@ -488,6 +488,15 @@ impl<'s> Book<'s> {
                 f.size
             )));
         }
+        // Its last blocks may still be on the way, never further than
+        // frames of many streams lie apart.
+        let most = crate::session::SESSION_BLOCKS_MAX.saturating_mul(block);
+        if size > f.size.saturating_add(GROW_AHEAD_MAX) || size > most {
+            return Err(bad(format!(
+                "growing file {i} ends at {size} bytes, more than 4 GiB past its furthest block (at {})",
+                f.size
+            )));
+        }
         f.grow_to(size, block);
         f.growing = false;
         f.id = super::journal::Identity {

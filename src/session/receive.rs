@@ -1209,9 +1209,10 @@ fn create_part(
     let id = FileId::of(&part).map_err(io)?;
     claim(rules, &rel, id)?;
     if rules.live_parts && f.growing {
-        // Readable as the file will be (its setid bits never).
+        // Readable as the file will be, but writable by this user alone
+        // while it is received (and its setid bits never).
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::Permissions::from_mode(f.mode & 0o777);
+        let mode = std::fs::Permissions::from_mode(f.mode & 0o755);
         part.set_permissions(mode).map_err(io)?;
     }
     f.part_id = Some(id);
