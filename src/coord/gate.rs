@@ -23,6 +23,23 @@ pub struct GateResult {
     pub run_shorter_than_window: bool,
 }
 
+impl GateResult {
+    /// A gate of `window_ns` windows at `min_rate_bytes_per_s`, before any
+    /// window is checked.
+    fn unjudged(window_ns: u64, min_rate_bytes_per_s: f64) -> GateResult {
+        GateResult {
+            ok: true,
+            min_rate_bytes_per_s,
+            window_s: window_ns as f64 / 1e9,
+            worst_window_bytes_per_s: f64::INFINITY,
+            worst_window_at_s: 0.0,
+            windows_short: 0,
+            windows_total: 0,
+            run_shorter_than_window: false,
+        }
+    }
+}
+
 /// Check every window of `window_ns` over `samples` of (time ns, cumulative
 /// bytes), which must start at the phase start and be sorted by time.
 pub fn evaluate_gate(
@@ -31,16 +48,7 @@ pub fn evaluate_gate(
     min_rate_bytes_per_s: f64,
 ) -> GateResult {
     assert!(window_ns > 0);
-    let mut result = GateResult {
-        ok: true,
-        min_rate_bytes_per_s,
-        window_s: window_ns as f64 / 1e9,
-        worst_window_bytes_per_s: f64::INFINITY,
-        worst_window_at_s: 0.0,
-        windows_short: 0,
-        windows_total: 0,
-        run_shorter_than_window: false,
-    };
+    let mut result = GateResult::unjudged(window_ns, min_rate_bytes_per_s);
     let (Some(&first), Some(&last)) = (samples.first(), samples.last()) else {
         result.worst_window_bytes_per_s = 0.0;
         result.ok = min_rate_bytes_per_s <= 0.0;
@@ -92,16 +100,7 @@ pub fn evaluate_transfer_gate(
 ) -> GateResult {
     assert!(window_ns > 0);
     let need = min_rate_bytes_per_s * window_ns as f64 / 1e9;
-    let mut result = GateResult {
-        ok: true,
-        min_rate_bytes_per_s,
-        window_s: window_ns as f64 / 1e9,
-        worst_window_bytes_per_s: f64::INFINITY,
-        worst_window_at_s: 0.0,
-        windows_short: 0,
-        windows_total: 0,
-        run_shorter_than_window: false,
-    };
+    let mut result = GateResult::unjudged(window_ns, min_rate_bytes_per_s);
     let first = samples.first().map_or(0, |s| s.0);
     let mut worst = f64::INFINITY;
     let mut j = 0;

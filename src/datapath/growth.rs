@@ -75,16 +75,7 @@ impl Inotify {
     /// watches had it (the events are read; the follower looks again).
     pub fn wait(&self, limit: Duration) -> News {
         let mut news = News::default();
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = limit.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: poll reads and writes the one pollfd it is given, which
-        // lives on this stack for the call.
-        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if ready <= 0 {
+        if !super::sys::wait_readable(self.fd.as_raw_fd(), super::sys::poll_ms(limit)) {
             return news;
         }
         let mut buf = [0u8; 4096];

@@ -557,16 +557,7 @@ impl Waker {
     /// Wait until it is rung or `limit` passes, and reset it; whether it
     /// was rung.
     pub fn wait(&self, limit: std::time::Duration) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = limit.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: poll reads and writes the one pollfd it is given, which
-        // lives on this stack for the call.
-        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if ready <= 0 {
+        if !wait_readable(self.fd.as_raw_fd(), poll_ms(limit)) {
             return false;
         }
         let mut count = [0u8; 8];
@@ -586,6 +577,11 @@ impl Waker {
             libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len());
         }
     }
+}
+
+/// `limit` as poll(2)'s milliseconds.
+pub fn poll_ms(limit: std::time::Duration) -> i32 {
+    limit.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// Wait up to `timeout_ms` for `fd` to become readable (a listener: a
