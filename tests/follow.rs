@@ -339,6 +339,15 @@ fn a_growing_file_grows_only_by_data_near_its_end_and_never_ends_before_it() {
 
 #[test]
 fn what_appears_in_a_followed_directory_is_added_until_the_marker() {
+    added_until_the_marker(false);
+}
+
+#[test]
+fn without_inotify_a_follow_polls_and_finds_the_same() {
+    added_until_the_marker(true);
+}
+
+fn added_until_the_marker(poll: bool) {
     crate::require!(have("python3"), "python3");
     let d = Daemon::start();
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -362,13 +371,16 @@ open(os.path.join(d, 'END'), 'w').close()
 "#;
     let writer = python(script, &rec);
     let marker = format!("{}/END", rec.display());
-    let send = follow_send(
+    let mut send = follow_send(
         &d,
         &src.path().join("state"),
         &rec,
         &["--json", "--follow-until", &marker],
-    )
-    .spawned();
+    );
+    if poll {
+        send.env("URMOVE_FOLLOW_POLL", "1");
+    }
+    let send = send.spawned();
     let _ = wait_output_within(writer, Duration::from_secs(60)).expect("the writer ends");
     let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());

@@ -155,6 +155,16 @@ fn grow_from_whole_blocks(e: &mut Entry, block: u64) {
     e.data = e.data.min(e.size);
 }
 
+/// The inotify instance the follower is woken by, unless there is none
+/// (or `URMOVE_FOLLOW_POLL` is set, as on filesystems where inotify sees
+/// no remote writes: NFS, Lustre): it polls then.
+fn watcher() -> Option<Inotify> {
+    if std::env::var_os("URMOVE_FOLLOW_POLL").is_some() {
+        return None;
+    }
+    Inotify::new().ok()
+}
+
 /// One growing file, as the follower knows it.
 struct Followed {
     entry: usize,
@@ -228,7 +238,7 @@ impl<'a> Follower<'a> {
             dirs: Vec::new(),
             known: tree.sources.iter().cloned().collect(),
             closed: false,
-            notify: Inotify::new().ok(),
+            notify: watcher(),
             writers_asked: None,
             dirs_listed: Instant::now(),
             beat: Instant::now(),
