@@ -135,6 +135,7 @@ fn three_recordings_arrive_whole_each_committed_soon_after_its_writer_closed_it(
     let lag = v["lag_max"]["seconds"]
         .as_f64()
         .expect("a follow reports its lag");
+    eprintln!("lag at most {lag:.2} s, {} bytes", v["lag_max"]["bytes"]);
     assert!(lag < 2.0, "the copy fell {lag} s behind: {v}");
     assert_eq!(v["kept_up"], true, "{v}");
     let closed = closed_at(&w);
