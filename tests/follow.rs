@@ -176,6 +176,8 @@ fn a_file_truncated_while_followed_ends_the_run_with_its_name() {
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let file = src.path().join("scan.dat");
     let script = "import os,sys,time\nf=open(sys.argv[1],'wb')\nfor i in range(30):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.05)\nf.truncate(3<<20); f.flush(); time.sleep(4); f.close()\n";
+    // There before the follow looks, however late the writer starts.
+    std::fs::File::create(&file).unwrap();
     let writer = python(script, &file);
     std::thread::sleep(Duration::from_millis(300));
     let o = crate::util::output_within(
@@ -560,6 +562,8 @@ fn a_writer_that_rewrites_bytes_already_sent_is_never_called_verified() {
     // A recorder that fills in its header (offset 0) once it is done, as
     // WAV and many others do.
     let script = "import os,sys,time\nf=open(sys.argv[1],'wb')\nfor i in range(12):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.05)\ntime.sleep(1)\nf.seek(0); f.write(b'RIFF-final-header'); f.close()\n";
+    // There before the follow looks, however late the writer starts.
+    std::fs::File::create(&file).unwrap();
     let writer = python(script, &file);
     std::thread::sleep(Duration::from_millis(200));
     let o = crate::util::output_within(

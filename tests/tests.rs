@@ -6,6 +6,7 @@ mod admin;
 mod alloc_count;
 mod attack2;
 mod attack3;
+mod attack4;
 mod budgets;
 mod cli_errors;
 mod datapath;

@@ -56,8 +56,9 @@ pub(super) struct Tally {
     pub(super) summary: Option<(u64, u64, bool)>,
     /// Entries a follow added, after the manifest's.
     pub(super) added: Vec<Entry>,
-    /// Directories a follow changed, and their mtimes at its end.
-    pub(super) dir_times: Vec<(u32, i64, u32)>,
+    /// Directories a follow changed, and their mtimes at its end (one
+    /// each: the last said).
+    pub(super) dir_times: std::collections::HashMap<u32, (i64, u32)>,
 }
 
 /// The table of files being received and what is in hand for them.
@@ -75,6 +76,8 @@ pub(super) struct Book<'s> {
     paths: Option<HashSet<String>>,
     /// A follow may add entries yet (until its sender's `AddedEnd`).
     pub(super) adding: bool,
+    /// Bytes of block tables its growing files may still add.
+    growth_left: u64,
     jobs: mpsc::Sender<Job>,
     /// Jobs handed to the finalizers and not yet back.
     pub(super) pending: usize,
@@ -151,6 +154,10 @@ impl<'s> Book<'s> {
             manifest,
             paths: None,
             adding: rules.follow,
+            growth_left: match rules.follow {
+                true => super::receive::FOLLOW_BITMAP_BYTES,
+                false => 0,
+            },
             jobs,
             pending: 0,
             dirty: Vec::new(),
@@ -207,7 +214,8 @@ impl<'s> Book<'s> {
         header: &FrameHeader,
         data_terms: Option<u64>,
     ) -> Result<Accepted, SessionError> {
-        let a = accept_frame(self.files, self.block, header, data_terms)?;
+        let layout = (self.block, &mut self.growth_left);
+        let a = accept_frame(self.files, layout, header, data_terms)?;
         self.ensure_open(header.file_index as usize, &a)?;
         Ok(a)
     }
@@ -382,11 +390,15 @@ impl<'s> Book<'s> {
     /// their blocks. Returns the count of entries now.
     pub(super) fn add(&mut self, first: u32, entries: Vec<Entry>) -> Result<u32, SessionError> {
         let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
-        if !self.rules.follow || first as usize != self.files.len() {
+        if !self.adding || first as usize != self.files.len() {
             return Err(bad(format!(
-                "entries added from {first}, where the session has {} and follows {}",
+                "entries added from {first}, where the session has {} and {}",
                 self.files.len(),
-                if self.rules.follow { "files" } else { "none" }
+                if self.rules.follow {
+                    "adds no more"
+                } else {
+                    "follows none"
+                }
             )));
         }
         let manifest = self.manifest;
@@ -440,14 +452,15 @@ impl<'s> Book<'s> {
                 None => self.manifest.get(i),
                 Some(k) => self.tally.added.get(k),
             };
-            if !self.rules.follow || e.is_none_or(|e| e.kind != EntryKind::Dir) {
+            if !self.adding || e.is_none_or(|e| e.kind != EntryKind::Dir) {
                 return Err(SessionError::local(
                     ErrorCode::Malformed,
-                    format!("a directory time for entry {i}, which is no directory followed"),
+                    format!("a directory time for entry {i}, which is no directory followed (or after the follow's end)"),
                 ));
             }
         }
-        self.tally.dir_times.extend(list);
+        let times = list.into_iter().map(|(i, s, ns)| (i, (s, ns)));
+        self.tally.dir_times.extend(times);
         Ok(())
     }
 
@@ -497,7 +510,13 @@ impl<'s> Book<'s> {
                 f.size
             )));
         }
-        f.grow_to(size, block);
+        if !f.size.is_multiple_of(block) && size != f.size {
+            return Err(bad(format!(
+                "growing file {i} ends at {size} bytes, past its short last block (at {})",
+                f.size
+            )));
+        }
+        f.grow_to(size, block, &mut self.growth_left).map_err(bad)?;
         f.growing = false;
         f.id = super::journal::Identity {
             size,
@@ -639,9 +658,14 @@ fn show_live(f: &mut RecvFile, block: u64) {
 const GROW_AHEAD_MAX: u64 = 4 << 30;
 
 /// A frame of a growing file beyond its size so far: the file grows to
-/// the end of its block (a full block of data, never a hole; a shorter
-/// block is the file's last). Within the size, nothing changes.
-fn grow_for(f: &mut RecvFile, block: u64, h: &FrameHeader) -> Result<(), String> {
+/// the end of its block (a full block of data, never a hole, within
+/// `growth` bytes of block tables left). A shorter block is the file's
+/// last: nothing grows past it. Within the size, nothing changes.
+fn grow_for(
+    f: &mut RecvFile,
+    (block, growth): (u64, &mut u64),
+    h: &FrameHeader,
+) -> Result<(), String> {
     let end = h.offset.saturating_add(u64::from(h.length));
     if end <= f.size {
         return Ok(());
@@ -653,15 +677,16 @@ fn grow_for(f: &mut RecvFile, block: u64, h: &FrameHeader) -> Result<(), String>
     if h.is_hole() || !h.offset.is_multiple_of(block) {
         return Err(format!("{what}: a hole or unaligned block past its end"));
     }
+    if !f.size.is_multiple_of(block) {
+        return Err(format!("{what}: past its short last block"));
+    }
     if h.offset > f.size.saturating_add(GROW_AHEAD_MAX) {
         return Err(format!("{what}: more than 4 GiB past its furthest block"));
     }
     if end > crate::session::SESSION_BLOCKS_MAX.saturating_mul(block) {
         return Err(format!("{what}: past the most blocks a file may have"));
     }
-    // A short block ends the file: it grows no more but by `FileEnd`.
-    f.grow_to(end, block);
-    Ok(())
+    f.grow_to(end, block, growth)
 }
 
 /// Check a frame against the file it names (block layout, duplicates) and
@@ -669,7 +694,7 @@ fn grow_for(f: &mut RecvFile, block: u64, h: &FrameHeader) -> Result<(), String>
 /// a hole). The write itself is the caller's.
 fn accept_frame(
     files: &mut [Option<RecvFile>],
-    block: u64,
+    (block, growth): (u64, &mut u64),
     header: &FrameHeader,
     data_terms: Option<u64>,
 ) -> Result<Accepted, SessionError> {
@@ -681,7 +706,7 @@ fn accept_frame(
         )));
     };
     if f.growing {
-        grow_for(f, block, header).map_err(malformed)?;
+        grow_for(f, (block, growth), header).map_err(malformed)?;
     }
     FrameHeader {
         file_index: 0,

@@ -256,7 +256,7 @@ impl Incoming {
         self.lost_streams.extend(t.lost_streams);
         self.journal_bytes += t.journal_bytes;
         self.entries.extend(t.added);
-        for (i, s, ns) in t.dir_times {
+        for (i, (s, ns)) in t.dir_times {
             let e = &mut self.entries[i as usize];
             (e.mtime_s, e.mtime_ns) = (s, ns);
         }

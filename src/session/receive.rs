@@ -85,6 +85,11 @@ pub struct Rules {
     pub live_parts: bool,
 }
 
+/// Bytes of block tables (two bits a block) the files of one follow may
+/// add as they grow: counted in its memory from the start (256 TiB of
+/// 4 MiB blocks).
+pub const FOLLOW_BITMAP_BYTES: u64 = 16 << 20;
+
 /// The attribute of a live part (`--live-parts`): the bytes from its start
 /// that are written and checked, in decimal.
 pub const LIVE_XATTR: &std::ffi::CStr = c"user.urmove.live";
@@ -428,16 +433,31 @@ impl RecvFile {
         self.received == self.size && self.writing.is_empty() && !self.growing
     }
 
-    /// A growing file reaches `size` (a frame beyond its end came): its
-    /// block bitmaps grow with it.
-    pub(crate) fn grow_to(&mut self, size: u64, block: u64) {
+    /// A growing file reaches `size` (a frame beyond its end came, or its
+    /// end): its block bitmaps grow with it, within `budget` bytes of
+    /// them (what is left of the session's, taken), or it is refused.
+    pub(crate) fn grow_to(
+        &mut self,
+        size: u64,
+        block: u64,
+        budget: &mut u64,
+    ) -> Result<(), String> {
+        let words = size.div_ceil(block).div_ceil(64) as usize;
+        let more = words.saturating_sub(self.seen.len()) as u64 * 16;
+        if more > *budget {
+            return Err(format!(
+                "the follow's files grew past the {} MiB of block tables one session keeps; use larger blocks",
+                FOLLOW_BITMAP_BYTES >> 20
+            ));
+        }
+        *budget -= more;
         self.size = size;
         self.id.size = size;
-        let words = size.div_ceil(block).div_ceil(64) as usize;
         if words > self.seen.len() {
             self.seen.resize(words, 0);
             self.written.resize(words, 0);
         }
+        Ok(())
     }
 }
 

@@ -1423,6 +1423,7 @@ fn push_session(
             claims,
             memory,
             block: u64::from(req.block_size),
+            entries_left: u64::from(cfg.limits.files).saturating_sub(incoming.entries.len() as u64),
         },
     };
     let open = req
@@ -1546,6 +1547,10 @@ fn prepare_push<'r>(
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     let entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
     memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
+    if req.has(crate::protocol::control::REQ_FOLLOW) {
+        // The block tables its files may add as they grow.
+        memory.reserve(super::receive::FOLLOW_BITMAP_BYTES)?;
+    }
     let resume = req.has(REQ_RESUME).then_some(Resume {
         checksum: req.has(REQ_CHECKSUM),
         key: frame_key(keys),
@@ -1592,12 +1597,23 @@ struct Follow<'a, 'r> {
     claims: &'a mut Claims<'r>,
     memory: &'a mut ManifestMemory<'r>,
     block: u64,
+    /// Entries it may add still (`max_files` less the manifest's).
+    entries_left: u64,
 }
 
 impl Follow<'_, '_> {
     /// Count `entries`' memory and claim their names (at once: one of them
     /// another session receives now refuses the lot).
     fn admit(&mut self, entries: &[crate::protocol::manifest::Entry]) -> Result<(), SessionError> {
+        self.entries_left = self
+            .entries_left
+            .checked_sub(entries.len() as u64)
+            .ok_or_else(|| {
+                SessionError::local(
+                    ErrorCode::TooLarge,
+                    "the follow added more entries than one session takes (max_files)",
+                )
+            })?;
         let text: u64 = entries.iter().map(|e| e.text_len() as u64).sum();
         let cost = entries.len() as u64 * super::receive::ENTRY_COST_BYTES + text;
         self.memory
