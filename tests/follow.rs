@@ -83,6 +83,18 @@ fn python(script: &str, path: &Path) -> Child {
         .spawned()
 }
 
+/// Follow `file` (made empty now) as JSON, and once the follow has it,
+/// start the writer `script` on it: the send's output.
+fn follow_then_write(d: &Daemon, state: &Path, file: &Path, script: &str) -> std::process::Output {
+    std::fs::File::create(file).unwrap();
+    let send = follow_send(d, state, file, &["--json"]).spawned();
+    std::thread::sleep(Duration::from_millis(500));
+    let writer = python(script, file);
+    let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
+    let _ = wait_output_within(writer, Duration::from_secs(30));
+    o
+}
+
 /// When the writer closed each file (epoch seconds).
 fn closed_at(out: &std::process::Output) -> Vec<(String, f64)> {
     String::from_utf8_lossy(&out.stdout)
@@ -176,15 +188,7 @@ fn a_file_truncated_while_followed_ends_the_run_with_its_name() {
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let file = src.path().join("scan.dat");
     let script = "import os,sys,time\nf=open(sys.argv[1],'wb')\nfor i in range(30):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.05)\nf.truncate(3<<20); f.flush(); time.sleep(4); f.close()\n";
-    // There before the follow looks, however late the writer starts.
-    std::fs::File::create(&file).unwrap();
-    let writer = python(script, &file);
-    std::thread::sleep(Duration::from_millis(300));
-    let o = crate::util::output_within(
-        follow_send(&d, &src.path().join("state"), &file, &[]),
-        Duration::from_secs(60),
-    );
-    let _ = wait_output_within(writer, Duration::from_secs(30));
+    let o = follow_then_write(&d, &src.path().join("state"), &file, script);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("scan.dat: truncated (from"), "{err}");
@@ -562,15 +566,7 @@ fn a_writer_that_rewrites_bytes_already_sent_is_never_called_verified() {
     // A recorder that fills in its header (offset 0) once it is done, as
     // WAV and many others do.
     let script = "import os,sys,time\nf=open(sys.argv[1],'wb')\nfor i in range(12):\n    f.write(os.urandom(1<<20)); f.flush(); time.sleep(0.05)\ntime.sleep(1)\nf.seek(0); f.write(b'RIFF-final-header'); f.close()\n";
-    // There before the follow looks, however late the writer starts.
-    std::fs::File::create(&file).unwrap();
-    let writer = python(script, &file);
-    std::thread::sleep(Duration::from_millis(200));
-    let o = crate::util::output_within(
-        follow_send(&d, &src.path().join("state"), &file, &["--json"]),
-        Duration::from_secs(60),
-    );
-    let _ = wait_output_within(writer, Duration::from_secs(30));
+    let o = follow_then_write(&d, &src.path().join("state"), &file, script);
     assert_eq!(o.status.code(), Some(23), "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(
