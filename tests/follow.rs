@@ -87,12 +87,22 @@ fn python(script: &str, path: &Path) -> Child {
 /// start the writer `script` on it: the send's output.
 fn follow_then_write(d: &Daemon, state: &Path, file: &Path, script: &str) -> std::process::Output {
     std::fs::File::create(file).unwrap();
+    let held = std::fs::OpenOptions::new().append(true).open(file).unwrap();
     let send = follow_send(d, state, file, &["--json"]).spawned();
     std::thread::sleep(Duration::from_millis(500));
     let writer = python(script, file);
+    std::thread::sleep(Duration::from_secs(3));
+    drop(held);
     let o = wait_output_within(send, Duration::from_secs(60)).expect("the follow ends");
     let _ = wait_output_within(writer, Duration::from_secs(30));
     o
+}
+
+/// `names` in `dir` open for writing here, so a follow waits for them
+/// while their writer starts.
+fn hold_for_writing(dir: &Path, names: &[&str]) -> Vec<std::fs::File> {
+    let open = |n: &&str| std::fs::OpenOptions::new().append(true).open(dir.join(n));
+    names.iter().map(|n| open(n).unwrap()).collect()
 }
 
 /// When the writer closed each file (epoch seconds).
@@ -132,9 +142,14 @@ fn three_recordings_arrive_whole_each_committed_soon_after_its_writer_closed_it(
     }
     // 4 MiB/s a file, 20 s: 1 MiB blocks land every quarter second; c
     // pauses 2 s (eight block intervals) with its writer holding it.
+    // The follow first, then the writer (the files held open here until
+    // it surely runs, however slowly it starts).
+    let held = hold_for_writing(&rec, &names);
+    let sent = follow_send(&d, &src.path().join("state"), &rec, &["--json"]).spawned();
+    std::thread::sleep(Duration::from_millis(500));
     let writer = recorder(&rec, 20.0, 4 << 20, &names, "b.vdif", "c.vdif");
-    let mut send = follow_send(&d, &src.path().join("state"), &rec, &["--json"]);
-    let sent = send.spawned();
+    std::thread::sleep(Duration::from_secs(3));
+    drop(held);
     let w = wait_output_within(writer, Duration::from_secs(60)).expect("the writer ends");
     let o = wait_output_within(sent, Duration::from_secs(60)).expect("the follow ends");
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());

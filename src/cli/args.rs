@@ -554,16 +554,18 @@ pub struct SendArgs {
     pub follow_idle: Duration,
 
     /// With --follow: a consumer at the far end may read each growing file
-    /// as it grows: its NAME.urmove.part is readable (the file's own mode)
-    /// and its user.urmove.live attribute holds how many bytes from the
-    /// start are written and checked. Without it, a recording appears only
+    /// as it grows: its NAME.urmove.part is readable as the file's mode
+    /// says (writable by nobody else meanwhile) and its user.urmove.live
+    /// attribute holds how many bytes from the start are written and
+    /// checked. Without it, a recording appears only
     /// once complete.
     #[arg(long, requires = "follow")]
     pub live_parts: bool,
 
-    /// Fail (exit 1) if the copy's rate over any --window fell below RATE
-    /// while at least that much waited to go (a writer's pause or the run's
-    /// last bytes are not held against it); the files still arrive whole.
+    /// Fail (exit 1) if over any --window the copy moved less than it would
+    /// have at RATE (or, when less waited to go at the window's start, less
+    /// than all of that: a writer's pause or the run's last bytes are not
+    /// held against it); the files still arrive whole and verified.
     #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
     pub min_rate: Option<parse::Rate>,
 
