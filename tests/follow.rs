@@ -130,6 +130,7 @@ fn follow_send(d: &Daemon, state: &Path, src: &Path, extra: &[&str]) -> Command 
 }
 
 #[test]
+#[ignore = "timed: a 20 s recording committed within a second of each close; run alone with --ignored (CI does)"]
 fn three_recordings_arrive_whole_each_committed_soon_after_its_writer_closed_it() {
     crate::require!(have("python3"), "python3");
     let d = Daemon::start();

@@ -198,6 +198,9 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
     decode_body(msg).map_err(|e| SessionError::Protocol(e.to_string()))
 }
 
+/// Events of the peer read and not yet handled, at most.
+const PEER_EVENTS_QUEUED: usize = 16;
+
 /// Read what the peer says on `ctl` while data flows, on a thread of its
 /// own, and hand it on as [`PeerEvent`]s until the connection ends (or the
 /// owner shuts its reading side down). No read timeout applies: a long
@@ -208,7 +211,9 @@ pub(crate) fn spawn_peer_reader(
     use super::landing::{Peer, PeerEvent};
     let mut c = ctl.try_clone()?;
     c.set_read_timeout(None)?;
-    let (tx, events) = std::sync::mpsc::channel();
+    // Bounded: a peer that floods the control connection (a follow's
+    // directory times, say) waits on its socket, not on this side's memory.
+    let (tx, events) = std::sync::mpsc::sync_channel(PEER_EVENTS_QUEUED);
     let waker = Arc::new(
         crate::datapath::sys::Waker::new().map_err(|e| SessionError::io("an eventfd", e))?,
     );

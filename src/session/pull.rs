@@ -113,6 +113,8 @@ pub fn run_pull(
     }
     let outcome = settle_pull(&landed.events, &mut pull.incoming, &landed.rejected);
     let _ = pull.ctl.tcp().shutdown(std::net::Shutdown::Both);
+    // A reader waiting to hand on an event ends once nobody takes it.
+    drop(landed.events);
     let _ = landed.reader.join();
     report.close();
     match outcome {

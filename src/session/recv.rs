@@ -1452,8 +1452,10 @@ fn push_session(
             },
         )?;
     }
-    // The reader ends when its side of the connection does.
+    // The reader ends when its side of the connection does (or, waiting to
+    // hand on an event, when nobody takes it any more).
     let _ = s.tcp().shutdown(std::net::Shutdown::Read);
+    drop(peer);
     let _ = reader.join();
     received
 }
