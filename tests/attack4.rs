@@ -15,18 +15,8 @@ use urmove::protocol::manifest::{Entry, EntryKind};
 use urmove::protocol::seal::frame_key;
 use urmove::session::conn::Control;
 
+use crate::follow::growing;
 use crate::transfer::Daemon;
-
-fn growing(path: &str, size: u64) -> Entry {
-    Entry {
-        path: path.into(),
-        kind: EntryKind::File,
-        size,
-        mode: 0o644,
-        growing: true,
-        ..Entry::default()
-    }
-}
 
 /// The daemon's resident memory, MiB.
 fn rss_mib(pid: u32) -> u64 {

@@ -274,7 +274,7 @@ fn a_follow_killed_and_run_again_goes_on_from_what_the_receiver_verified() {
 }
 
 /// A growing file of the manifest, `size` bytes so far.
-fn growing(path: &str, size: u64) -> Entry {
+pub(crate) fn growing(path: &str, size: u64) -> Entry {
     Entry {
         path: path.into(),
         kind: EntryKind::File,

@@ -168,6 +168,8 @@ fn watcher() -> Option<Inotify> {
 /// One growing file, as the follower knows it.
 struct Followed {
     entry: usize,
+    /// Where it is read, and the file opened there.
+    path: PathBuf,
     file: File,
     id: FileId,
     /// Bytes queued as pieces (whole blocks, then the rest at the end).
@@ -190,7 +192,6 @@ struct Dir {
 /// The follower's state: the files still growing, the directories
 /// followed, and how it is woken.
 pub(crate) struct Follower<'a> {
-    tree: &'a Tree,
     work: &'a Work,
     ctx: &'a FollowCtx<'a>,
     acks: Option<&'a Acks>,
@@ -226,7 +227,6 @@ impl<'a> Follower<'a> {
         block: u64,
     ) -> Result<Self, SessionError> {
         let mut f = Follower {
-            tree,
             work,
             ctx,
             acks,
@@ -246,7 +246,12 @@ impl<'a> Follower<'a> {
         };
         for (i, e) in tree.entries.iter().enumerate() {
             match e.kind {
-                EntryKind::File if e.growing => f.follow_file(i, &tree.sources[i], e.size)?,
+                EntryKind::File if e.growing => {
+                    let path = &tree.sources[i];
+                    let file = File::open(path)
+                        .map_err(|e| SessionError::io(path.display().to_string(), e))?;
+                    f.follow_file(i, (path, file), e.size)?;
+                }
                 EntryKind::Dir => f.follow_dir(i, &tree.sources[i], e),
                 _ => {}
             }
@@ -256,8 +261,12 @@ impl<'a> Follower<'a> {
     }
 
     /// Follow growing file `entry` at `path`, `queued` bytes of it queued.
-    fn follow_file(&mut self, entry: usize, path: &Path, queued: u64) -> Result<(), SessionError> {
-        let file = File::open(path).map_err(|e| SessionError::io(path.display().to_string(), e))?;
+    fn follow_file(
+        &mut self,
+        entry: usize,
+        (path, file): (&Path, File),
+        queued: u64,
+    ) -> Result<(), SessionError> {
         let id = FileId::of(&file).map_err(|e| SessionError::io("fstat", e))?;
         if let Some(n) = &self.notify {
             // A filesystem without inotify is polled.
@@ -265,6 +274,7 @@ impl<'a> Follower<'a> {
         }
         self.files.push(Followed {
             entry,
+            path: path.to_path_buf(),
             file,
             id,
             queued,
@@ -403,19 +413,11 @@ impl<'a> Follower<'a> {
         Ok(())
     }
 
-    /// The source path of entry `i` (the manifest's, or added).
-    fn source_of(&self, i: usize) -> PathBuf {
-        match self.tree.sources.get(i) {
-            Some(p) => p.clone(),
-            None => self.ctx.added.source(i).map(|s| s.0).unwrap_or_default(),
-        }
-    }
-
     /// File `k`'s size, when it is still the file followed and has not
     /// shrunk.
     fn check(&self, k: usize) -> Result<u64, SessionError> {
         let f = &self.files[k];
-        let path = self.source_of(f.entry);
+        let path = &f.path;
         let fail = |why: String| {
             SessionError::local(
                 ErrorCode::Io,
@@ -423,7 +425,7 @@ impl<'a> Follower<'a> {
             )
         };
         let m = f.file.metadata().map_err(|e| fail(format!("stat: {e}")))?;
-        let named = std::fs::symlink_metadata(&path)
+        let named = std::fs::symlink_metadata(path)
             .is_ok_and(|n| (n.dev(), n.ino()) == (f.id.dev, f.id.ino));
         if !named || m.nlink() == 0 {
             return Err(fail("replaced or removed".into()));
@@ -659,7 +661,7 @@ impl Follower<'_> {
                     .ok_or_else(|| "replaced since it appeared".to_string())
             });
             match opened {
-                Ok(_) => self.follow_file(i, &path, 0)?,
+                Ok(file) => self.follow_file(i, (&path, file), 0)?,
                 Err(why) => self.drop_file(i, why)?,
             }
         }

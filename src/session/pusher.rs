@@ -667,7 +667,7 @@ impl<'a> Pusher<'a> {
         let i = piece.entry;
         // A growing file's blocks all go as data (a hole frame past what
         // the receiver knows of it would not say how long it is).
-        let sparse = !self.tree.entries.get(i).is_none_or(|e| e.growing)
+        let sparse = !self.is_growing(i)
             && file.metadata().is_ok_and(|m| {
                 use std::os::unix::fs::MetadataExt;
                 m.blocks() * 512 < m.len()
