@@ -30,6 +30,7 @@ use crate::datapath::growth::{held_for_writing, Inotify, News};
 use crate::protocol::control::{ErrorCode, Message, MANIFEST_PART_ENTRIES_MAX};
 use crate::protocol::manifest::{Entry, EntryKind};
 
+use super::confirm::{Confirmer, Ended, Verdict};
 use super::conn::{send_msg, Control};
 use super::pusher::Acks;
 use super::roles::Refused;
@@ -201,8 +202,9 @@ pub(crate) struct Follower<'a> {
     /// Added files waiting for the receiver to have them ready.
     pending: Vec<usize>,
     /// Files that ended, waiting to be read through: each checked, once it
-    /// is, against what the copy read ([`confirm`](Self::confirm)).
+    /// is, against what the copy read (by the `confirmer`).
     ending: HashMap<usize, (File, End)>,
+    confirmer: Confirmer,
     dirs: Vec<Dir>,
     /// Every source path of the session (the manifest's and those added).
     known: HashSet<PathBuf>,
@@ -235,6 +237,7 @@ impl<'a> Follower<'a> {
             files: Vec::new(),
             pending: Vec::new(),
             ending: HashMap::new(),
+            confirmer: Confirmer::new(),
             dirs: Vec::new(),
             known: tree.sources.iter().cloned().collect(),
             closed: false,
@@ -342,12 +345,21 @@ impl<'a> Follower<'a> {
                 self.list_dirs(&news)?;
             }
             self.end_idle(news.any())?;
-            for (i, digest) in self.work.take_finished() {
-                let (file, end) = self.ending.remove(&i).expect("an ended file");
-                self.confirm(i, &file, end, digest)?;
+            for (entry, digest) in self.work.take_finished() {
+                let (file, end) = self.ending.remove(&entry).expect("an ended file");
+                self.confirmer.push(Ended {
+                    entry,
+                    file,
+                    end,
+                    digest,
+                });
+            }
+            for (i, verdict) in self.confirmer.done() {
+                self.confirmed(i, verdict)?;
             }
             self.beat()?;
             let quiet = self.files.is_empty() && self.pending.is_empty() && self.ending.is_empty();
+            let quiet = quiet && self.confirmer.idle();
             if quiet && !self.adding() {
                 return Ok(());
             }
@@ -501,7 +513,15 @@ impl<'a> Follower<'a> {
         send_msg(&mut self.ctl, &m)?;
         match self.work.piece_done(f.entry) {
             // Every piece was read before: the digest is this side's to say.
-            Some(digest) => self.confirm(f.entry, &f.file, end, digest),
+            Some(digest) => {
+                self.confirmer.push(Ended {
+                    entry: f.entry,
+                    file: f.file,
+                    end,
+                    digest,
+                });
+                Ok(())
+            }
             None => {
                 self.ending.insert(f.entry, (f.file, end));
                 Ok(())
@@ -509,32 +529,16 @@ impl<'a> Follower<'a> {
         }
     }
 
-    /// Growing file `i` was read through as it grew, its blocks summing to
-    /// `digest`: read once more as it ended, it must sum to the same, or a
-    /// writer changed bytes already sent (rewrote a header, wrote out of
-    /// order into what was read) and the receiver drops it, never calling
-    /// it verified. Then its digest is announced.
-    fn confirm(
-        &mut self,
-        i: usize,
-        file: &File,
-        end: End,
-        digest: u64,
-    ) -> Result<(), SessionError> {
-        let key = crate::protocol::frame::FrameKey { k0: 0, k1: 0 };
-        let now = super::pusher::check_unchanged(file, end).and_then(|()| {
-            super::journal::content_digests(file, end.0, &key, &mut || {})
-                .map_err(|e| format!("read again at its end: {e}"))
-        });
-        match now {
-            Ok(d) if d.plain == digest => {
+    /// Growing file `i` was read through as it grew and, read once more as
+    /// it ended, summed the same ([`Confirmer`]): its digest is announced.
+    /// Otherwise a writer changed bytes already sent (rewrote a header,
+    /// wrote out of order into what was read) and the receiver drops it,
+    /// never calling it verified.
+    fn confirmed(&mut self, i: usize, verdict: Verdict) -> Result<(), SessionError> {
+        match verdict {
+            Ok(digest) => {
                 let m = Message::SourceDigests(vec![(i as u32, digest)]);
                 send_msg(&mut self.ctl, &m)
-            }
-            Ok(_) => {
-                let why =
-                    "changed behind the copy (a writer rewrote bytes already sent); send it again";
-                self.drop_file(i, why.into())
             }
             Err(why) => self.drop_file(i, why),
         }

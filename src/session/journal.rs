@@ -547,6 +547,29 @@ pub fn ranges_digests(
     Ok(d)
 }
 
+/// The plain digest of `file`'s first `size` bytes, as a followed file's
+/// end is confirmed: `stop` set ends the read early (`Interrupted`).
+pub fn plain_digest(
+    file: &File,
+    size: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::Ordering;
+    let mut buf = vec![0u8; HASH_CHUNK.min(size.max(1) as usize)];
+    let (mut offset, mut d) = (0, 0);
+    while offset < size {
+        if stop.load(Ordering::Relaxed) {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        let n = (size - offset).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], offset)?;
+        d = digest_add(d, crate::protocol::frame::content_terms(offset, &buf[..n]));
+        offset += n as u64;
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -699,5 +722,10 @@ mod tests {
         let other = content_digests(&f, size, &FrameKey { k0: 3, k1: 8 }, &mut || {}).unwrap();
         assert_eq!(other.plain, whole.plain);
         assert_ne!(other.keyed, whole.keyed);
+        let go = std::sync::atomic::AtomicBool::new(false);
+        assert_eq!(plain_digest(&f, size, &go).unwrap(), whole.plain);
+        go.store(true, std::sync::atomic::Ordering::Relaxed);
+        let stopped = plain_digest(&f, size, &go).unwrap_err();
+        assert_eq!(stopped.kind(), std::io::ErrorKind::Interrupted);
     }
 }

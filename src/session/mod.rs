@@ -10,6 +10,7 @@ mod admit;
 pub mod bench_net;
 mod book;
 mod commit;
+mod confirm;
 pub mod conn;
 pub mod filter;
 mod follow;
