@@ -118,6 +118,13 @@ pub enum Error {
         source: io::Error,
     },
 
+    #[error("UDP {op}: {source}")]
+    Udp {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+
     #[error("data stream {stream}: {reason}")]
     Frame {
         stream: u32,

@@ -23,6 +23,7 @@ pub mod sys;
 pub mod tcp;
 pub mod topology;
 pub mod tun;
+pub mod udp;
 
 pub use arena::{Arena, Lease};
 pub use error::Error;

@@ -73,6 +73,21 @@ pub enum Direction {
     BenchReverse = 3,
 }
 
+/// What one UDP flow of `bench --net --udp` did so far (protocol 8):
+/// datagrams the sending side sent, and what the counting side received of
+/// them (distinct datagrams and their bytes, the highest sequence number
+/// seen plus one, those that came late or twice, RFC 3550 jitter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpCount {
+    pub sent: u64,
+    pub received: u64,
+    pub bytes: u64,
+    pub expected: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub jitter_ns: u64,
+}
+
 /// What a client asks for once authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRequest {
