@@ -14,6 +14,8 @@
 #          an 8 GiB file
 #   crypt  the cost of --encrypt (AES-256-GCM): bench --net on loopback and
 #          send of the BIG_MB file, each with and without it, alternating
+#   udp    urmove bench --net --udp vs iperf3 -u -b 0 -l SIZE on loopback, as
+#          fast as each sends, at each of UDP_SIZES: received rate and loss
 # Each comparison runs ROUNDS times, tool order rotated per round; the script
 # prints Markdown tables of medians and urmove/peer ratios, then every round value.
 #
@@ -27,6 +29,7 @@
 #   ROUNDS=3            rounds per test and tool
 #   DUR=10              seconds per network test (bench --net and iperf3 -t)
 #   STREAMS=4           TCP streams (urmove -P, iperf3 -P)
+#   UDP_SIZES="1460 8192"   datagram payload sizes of the udp section
 #   BIG_MB=4096         size of the single file in MiB (random data, created once)
 #   TREE_FILES=10000    files in the tree
 #   TREE_KB=64          KiB per tree file
@@ -46,6 +49,7 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DUR=${DUR:-10}
 STREAMS=${STREAMS:-4}
+UDP_SIZES=${UDP_SIZES:-1460 8192}
 BIG_MB=${BIG_MB:-4096}
 TREE_FILES=${TREE_FILES:-10000}
 TREE_KB=${TREE_KB:-64}
@@ -75,7 +79,7 @@ die() { echo "bench-net: $*" >&2; exit 1; }
 log() { echo "bench-net: $(date +%H:%M:%S) $*" >&2; }
 
 # --- sections -----------------------------------------------------------------
-ALL_SECTIONS=(net veth file tree scale mem crypt)
+ALL_SECTIONS=(net veth file tree scale mem crypt udp)
 declare -A RUN_SECTION=()
 only=() skip=()
 for a in "$@"; do
@@ -102,7 +106,7 @@ done
 for c in $SCALE_COUNTS; do
     [[ $c =~ ^[1-9][0-9]*$ ]] || die "SCALE_COUNTS must be positive integers, got '$c'"
 done
-if want net || want veth; then
+if want net || want veth || want udp; then
     command -v iperf3 >/dev/null || die "iperf3 not found; install the peers with ../shared/peers/setup.sh"
 fi
 if want veth; then command -v ip >/dev/null || die "ip (iproute2) not found"; fi
@@ -226,7 +230,9 @@ start_recv() {
     local var=$1 err=$2 dir=$3 listen=$4 pid i port=""; shift 4
     mkdir -p "$dir"
     : >"$err"   # exists before the background job opens it
-    "$@" "$URMOVE" recv --listen "$listen" --root "$dir" --key-file "$KEY" 2>"$err" &
+    local -a udp=()
+    [ "${1:-}" = env ] && [ "${2:-}" = URMOVE_RECV_UDP=1 ] && { udp=(--udp); shift 2; }
+    "$@" "$URMOVE" recv --listen "$listen" --root "$dir" --key-file "$KEY" "${udp[@]}" 2>"$err" &
     pid=$!; STARTED_PIDS+=("$pid")
     for (( i = 0; i < 100; i++ )); do
         port=$(sed -n 's/^urmove recv: listening on .*:\([0-9][0-9]*\), root .*/\1/p' "$err" | head -1 || true)
@@ -408,6 +414,50 @@ section_veth() {
     stop_pid "$VR_PID"
     for ns in "${CREATED_NS[@]}"; do ip netns del "$ns"; done
     CREATED_NS=()
+}
+
+# --- UDP: bench --net --udp vs iperf3 -u ----------------------------------------
+# udp_measure TOOL SIZE PORT: print "received-bits/s loss-percent"
+udp_measure() {
+    local tool=$1 size=$2 port=$3 out=$WORK/udp.json
+    case $tool in
+        urmove)
+            run "$out" "$URMOVE" bench --net 127.0.0.1 -p "$port" --udp --size "$size" \
+                --time "${DUR}s" --key-file "$KEY" --json || return 1
+            [ "$(jget "$out" status)" = ok ] || { fail "bench --net --udp status != ok"; return 1; }
+            echo "$(jget "$out" summary.received_bits_per_s) $(jget "$out" summary.loss_percent)" ;;
+        iperf3)
+            run "$out" iperf3 -c 127.0.0.1 -p "$port" -u -b 0 -l "$size" -t "$DUR" -J || return 1
+            echo "$(jget "$out" end.sum_received.bits_per_second) $(jget "$out" end.sum_received.lost_percent)" ;;
+    esac
+}
+
+section_udp() {
+    log "section udp: loopback, datagrams of $UDP_SIZES bytes, ${DUR}s, as fast as each sends"
+    local UR_PID UR_PORT
+    start_recv UR "$WORK/recv-udp.log" "$DST_UR" 127.0.0.1:0 env URMOVE_RECV_UDP=1
+    tcp_open "" 127.0.0.1 "$IPERF_PORT" && die "port $IPERF_PORT is in use; set IPERF_PORT"
+    iperf3 -s -B 127.0.0.1 -p "$IPERF_PORT" >"$WORK/iperf3-s-udp.log" 2>&1 &
+    local ipid=$!; STARTED_PIDS+=("$ipid")
+    wait_port "" 127.0.0.1 "$IPERF_PORT" || die "iperf3 -s did not start"
+    local size r tool val port
+    local -a tools=(urmove iperf3) order
+    for size in $UDP_SIZES; do
+        for (( r = 0; r < ROUNDS; r++ )); do
+            order=("${tools[@]:r % 2}" "${tools[@]:0:r % 2}")
+            for tool in "${order[@]}"; do
+                port=$UR_PORT; [ "$tool" = iperf3 ] && port=$IPERF_PORT
+                if val=$(udp_measure "$tool" "$size" "$port"); then
+                    record "udp-$size" "$tool" $(( r + 1 )) "${val% *}" "${val#* }"
+                    log "udp $size round $((r + 1))/$ROUNDS $tool: $(awk -v v="${val% *}" 'BEGIN { printf "%.2f Gbit/s", v / 1e9 }'), loss ${val#* }%"
+                else
+                    log "udp $size round $((r + 1))/$ROUNDS $tool: failed"
+                fi
+            done
+        done
+    done
+    stop_pid "$ipid"
+    stop_pid "$UR_PID"
 }
 
 # --- transfers ----------------------------------------------------------------
@@ -732,6 +782,17 @@ if any(s in ("net", "veth") for s, _ in vals):
             out.append(f"| {label} | {f(u and u / 1e9, '.2f')} | {f(i and i / 1e9, '.2f')} | {ratio(u, i)} |")
     out.append("")
 
+udp = sorted((s for s, t in vals if s.startswith("udp-")), key=lambda s: int(s[4:]))
+if udp:
+    out.append(f"### UDP: urmove bench --net --udp vs iperf3 -u -b 0 -l SIZE, loopback, {dur} s, as fast as each sends\n")
+    out.append("| datagram | urmove received Gbit/s | urmove loss % | iperf3 received Gbit/s | iperf3 loss % | urmove/iperf3 |")
+    out.append("|---|---|---|---|---|---|")
+    for sec in list(dict.fromkeys(udp)):
+        u, i = med(sec, "urmove"), med(sec, "iperf3")
+        loss = lambda t: f(median(float(x) for x in extra[sec, t]) if extra.get((sec, t)) else None, ".3f")
+        out.append(f"| {sec[4:]} B | {f(u and u / 1e9, '.2f')} | {loss('urmove')} | {f(i and i / 1e9, '.2f')} | {loss('iperf3')} | {ratio(u, i)} |")
+    out.append("")
+
 if any(s.startswith("crypt-") for s, _ in vals):
     out.append(f"### Cost of --encrypt (AES-256-GCM per frame), {streams} streams, loopback\n")
     out.append("| test | plain | --encrypt | encrypted/plain |")
@@ -800,6 +861,8 @@ names = {"net": "loopback Gbit/s", "veth": "veth Gbit/s", "file": "file MB/s",
          "tree": "tree seconds", "scale": "scale seconds", "mem": "max RSS kB",
          "crypt-net": "crypt Gbit/s", "crypt-send": "crypt MB/s"}
 order = ["net", "veth", "file", "tree", "scale", "mem", "crypt-net", "crypt-send"]
+order += sorted({s for s, _ in vals if s.startswith("udp-")}, key=lambda s: int(s[4:]))
+names.update({s: f"udp {s[4:]} B Gbit/s" for s in order if s.startswith("udp-")})
 tools = ["urmove", "iperf3", "rsync", "scp", "disk"]
 def key(k):
     sec, tool = k
@@ -808,6 +871,8 @@ def key(k):
 for (sec, tool), vs in sorted(vals.items(), key=lambda kv: key(kv[0])):
     if sec in ("net", "veth", "crypt-net"):
         shown = ", ".join(f"{v / 1e9:.2f}" for v in vs)
+    elif sec.startswith("udp-"):
+        shown = ", ".join(f"{v / 1e9:.2f} ({float(x):.3f}% lost)" for v, x in zip(vs, extra[sec, tool]))
     elif sec == "crypt-send":
         shown = ", ".join(f"{v / 1e6:.0f}" for v in vs)
     elif sec == "file":
@@ -836,6 +901,12 @@ if want net || want veth; then cat <<EOF
 - Network: urmove bench --net (4 MiB frames, no checksums) vs iperf3 -c -P $STREAMS
   -t $DUR (default 128 KiB writes), iperf3's receiver-side rate; veth: client in
   $NS_A ($ADDR_A), servers in $NS_B ($ADDR_B).
+EOF
+fi
+if want udp; then cat <<EOF
+- UDP: urmove bench --net --udp (GSO writes, GRO reads, one flow) vs iperf3 -u -b 0
+  -l SIZE (one flow), both as fast as they send; received rate and loss as each
+  receiver counted them.
 EOF
 fi
 if want file || want tree || want scale; then cat <<EOF

@@ -191,6 +191,8 @@ impl Sandbox {
             key.to_str().unwrap(),
             "--state-dir",
             dir.path().join("state").to_str().unwrap(),
+            // The README's and --help's UDP tests.
+            "--udp",
         ]);
         let root = crate::util::is_root();
         Sandbox {

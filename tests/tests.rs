@@ -29,6 +29,7 @@ mod service;
 mod transfer;
 mod trust;
 mod tune;
+mod udp;
 mod ux;
 mod verified;
 mod wan;

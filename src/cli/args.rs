@@ -141,7 +141,8 @@ pub enum DirectArg {
       urmove bench --disk /raid --mode randread --bs 4k  4k random read IOPS at QD 32\n  \
       urmove bench --disk /raid --mode write --time 60s --min-rate 4Gbit --window 2s\n  \
       urmove bench --disk /raid --sweep --csv sweep.csv  iozone -a style matrix\n  \
-      urmove bench --disk /raid --time 60s --plot raid.svg   the rates over time, as a picture")]
+      urmove bench --disk /raid --time 60s --plot raid.svg   the rates over time, as a picture\n  \
+      urmove bench --net dtn2 --key-file k --udp --rate 1Gbit --size 1460 --time 5s   UDP loss and jitter at 1 Gbit/s")]
 pub struct BenchArgs {
     /// Benchmark disks. Each TARGET is a file, a directory (a test file is
     /// created in it and removed after) or a block device. Without TARGET, a
@@ -178,6 +179,14 @@ pub struct BenchArgs {
     /// bench --net: the daemon sends and this side receives.
     #[arg(long, requires = "net")]
     pub reverse: bool,
+
+    /// bench --net: UDP datagrams instead of TCP streams, as iperf3 -u:
+    /// -P flows (default 1) of --size bytes (default: what the path
+    /// carries in one datagram) paced to --rate; per interval and in all,
+    /// the offered and received rates, datagrams sent, lost, out of order
+    /// and the jitter. The daemon takes them with --udp.
+    #[arg(long, requires = "net")]
+    pub udp: bool,
 
     /// bench --net: seal every frame with AES-256-GCM (to measure its cost).
     #[arg(long, requires = "net")]
@@ -222,7 +231,7 @@ pub struct BenchArgs {
     /// Bytes per target and mode. Default: 2 GiB with O_DIRECT, at least the
     /// RAM size with buffered I/O, the file's size when only reading an
     /// existing file; clamped to the free space. With --sweep: the largest
-    /// file size.
+    /// file size. With --net --udp: each datagram's payload bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
     pub size: Option<u64>,
 
@@ -274,8 +283,10 @@ pub struct BenchArgs {
     /// With --mode write: write at RATE per second (as 2Gbit, 250MB),
     /// from the start of the file once, as a recorder does (with --time, a
     /// file of RATE x its length); the file is kept, so `send --follow` can
-    /// copy it meanwhile, as a rehearsal of a recording and its copy.
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given, requires = "disk")]
+    /// copy it meanwhile, as a rehearsal of a recording and its copy. With
+    /// --net --udp: offer datagrams at RATE in all [default: as fast as
+    /// the sender can].
+    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
     pub rate: Option<parse::Rate>,
 
     /// Write zeros instead of incompressible, non-dedupable data.
@@ -336,7 +347,7 @@ pub enum ZeroCopyArg {
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-pull_only, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
+pull_only, udp, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {
@@ -443,6 +454,11 @@ pub struct RecvArgs {
     /// Serve pulls only and refuse pushes (the root may be read-only).
     #[arg(long)]
     pub pull_only: bool,
+
+    /// Take `bench --net --udp` tests: datagrams on the listen port's
+    /// number in UDP, one test at a time (off: such tests are refused).
+    #[arg(long)]
+    pub udp: bool,
 
     /// Congestion control of the streams the daemon sends on (pulls,
     /// bench --net --reverse): auto (BBR where the kernel has it) or a

@@ -37,6 +37,7 @@ pub struct RecvSettings {
     pub unsafe_links: LinksArg,
     pub keep_setid: bool,
     pub pull_only: bool,
+    pub udp: bool,
     pub cc: crate::datapath::tcp::Congestion,
     pub lanes: crate::session::lanes::Lanes,
     pub max_manifest_memory: u64,
@@ -76,6 +77,7 @@ struct RecvFile {
     unsafe_links: Option<Spanned<LinksArg>>,
     keep_setid: Option<Spanned<bool>>,
     pull_only: Option<Spanned<bool>>,
+    udp: Option<Spanned<bool>>,
     cc: Option<Spanned<String>>,
     lanes: Option<Spanned<Amount>>,
     max_manifest_memory: Option<Spanned<Amount>>,
@@ -109,6 +111,7 @@ pub const KEYS: &[(&str, Option<&str>)] = &[
     ("unsafe_links", Some("\"keep\"")),
     ("keep_setid", Some("false")),
     ("pull_only", Some("false")),
+    ("udp", Some("false")),
     ("cc", Some("\"auto\"")),
     ("lanes", Some("\"auto\"")),
     ("max_manifest_memory", Some("\"1G\"")),
@@ -412,6 +415,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             .unwrap_or(LinksArg::Keep),
         keep_setid: a.keep_setid || f.keep_setid.is_some_and(Spanned::into_inner),
         pull_only: a.pull_only || f.pull_only.is_some_and(Spanned::into_inner),
+        udp: a.udp || f.udp.is_some_and(Spanned::into_inner),
         cc: match (a.cc.clone(), f.cc) {
             (Some(c), _) => c,
             (None, Some(v)) => {

@@ -146,6 +146,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         keep_setid: false,
         unsafe_links: Default::default(),
         pull_only: false,
+        udp: false,
         congestion: Default::default(),
         lanes: Default::default(),
         part_max_age: None,

@@ -15,6 +15,7 @@ pub mod service;
 mod shell;
 mod transfer;
 mod tune;
+mod udp;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -234,6 +235,9 @@ fn disk_config(a: &BenchArgs) -> Result<(DiskBenchConfig, Option<SweepSpec>), Fa
 }
 
 fn bench(a: BenchArgs) -> Result<u8, Failure> {
+    if a.net.is_some() && a.udp {
+        return udp::bench_udp(a);
+    }
     if a.net.is_some() {
         return transfer::bench_net(a);
     }

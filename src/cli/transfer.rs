@@ -203,6 +203,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             super::args::LinksArg::Refuse => crate::session::receive::LinkPolicy::Refuse,
         },
         pull_only: set.pull_only,
+        udp: set.udp,
         congestion: set.cc.clone(),
         lanes: set.lanes,
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
@@ -837,6 +838,12 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         .key_file
         .clone()
         .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
+    if a.rate.is_some() {
+        return Err(usage(
+            "--rate paces --udp datagrams (and --disk writes); TCP streams take --rate-limit"
+                .into(),
+        ));
+    }
     let block = a.bs.unwrap_or(crate::session::bench_net::FRAME_DEFAULT);
     check_block("--bs", block)?;
     if a.rate_limit.is_some_and(|r| r <= 0.0) {

@@ -71,6 +71,11 @@ pub enum Direction {
     Bench = 2,
     /// `bench --net --reverse`: the daemon sends.
     BenchReverse = 3,
+    /// `bench --net --udp` (protocol 8): datagrams to the daemon, which
+    /// counts them; no data streams.
+    Udp = 4,
+    /// `bench --net --udp --reverse`: the daemon sends the datagrams.
+    UdpReverse = 5,
 }
 
 /// What one UDP flow of `bench --net --udp` did so far (protocol 8):
@@ -326,6 +331,36 @@ pub enum Message {
         streams: Vec<u16>,
         entries: Vec<(u32, u16)>,
     },
+    /// From the client of a UDP test, once admitted: `flows` flows of
+    /// `size`-byte datagrams at `rate` bytes a second in all (0: as fast as
+    /// the sender can) for `time_ms`, counts every `interval_ms`; reversed,
+    /// the client's `port` to send to (at the control connection's address).
+    UdpPlan {
+        flows: u16,
+        size: u32,
+        rate: u64,
+        time_ms: u64,
+        interval_ms: u32,
+        port: u16,
+    },
+    /// From the daemon of a UDP test: ready, receiving on `port` (reversed:
+    /// about to send, `port` 0).
+    UdpReady {
+        port: u16,
+    },
+    /// The counts of a UDP test so far, each flow's, from the side that
+    /// counts them (and reversed, the sender's `sent` from the daemon), and
+    /// the datagrams nobody's tag checked; `done` the last.
+    UdpCounts {
+        done: bool,
+        foreign: u64,
+        flows: Vec<UdpCount>,
+    },
+    /// From the sending side of a UDP test: it sent all it will, each
+    /// flow's datagrams.
+    UdpEnd {
+        sent: Vec<u64>,
+    },
 }
 
 mod kind {
@@ -356,6 +391,10 @@ mod kind {
     pub const ADMITTED: u8 = 25;
     pub const ADDED_END: u8 = 26;
     pub const DIR_TIMES: u8 = 27;
+    pub const UDP_PLAN: u8 = 28;
+    pub const UDP_READY: u8 = 29;
+    pub const UDP_COUNTS: u8 = 30;
+    pub const UDP_END: u8 = 31;
 }
 
 /// A part of a manifest (or of what a follow added): its count, bounded,
@@ -445,6 +484,40 @@ pub fn encode(m: &Message) -> Vec<u8> {
         }
         Message::Ready => {
             w.u8(kind::READY);
+        }
+        Message::UdpPlan {
+            flows,
+            size,
+            rate,
+            time_ms,
+            interval_ms,
+            port,
+        } => {
+            w.u8(kind::UDP_PLAN).u16(*flows).u32(*size).u64(*rate);
+            w.u64(*time_ms).u32(*interval_ms).u16(*port);
+        }
+        Message::UdpReady { port } => {
+            w.u8(kind::UDP_READY).u16(*port);
+        }
+        Message::UdpCounts {
+            done,
+            foreign,
+            flows,
+        } => {
+            assert!(flows.len() <= usize::from(STREAMS_MAX));
+            w.u8(kind::UDP_COUNTS).u8(u8::from(*done)).u64(*foreign);
+            w.u16(flows.len() as u16);
+            for c in flows {
+                w.u64(c.sent).u64(c.received).u64(c.bytes).u64(c.expected);
+                w.u64(c.out_of_order).u64(c.duplicates).u64(c.jitter_ns);
+            }
+        }
+        Message::UdpEnd { sent } => {
+            assert!(sent.len() <= usize::from(STREAMS_MAX));
+            w.u8(kind::UDP_END).u16(sent.len() as u16);
+            for n in sent {
+                w.u64(*n);
+            }
         }
         Message::StreamHello {
             session_id,
@@ -632,6 +705,8 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 1 => Direction::Pull,
                 2 => Direction::Bench,
                 3 => Direction::BenchReverse,
+                4 => Direction::Udp,
+                5 => Direction::UdpReverse,
                 d => {
                     return Err(DecodeError::Invalid {
                         what: "direction",
@@ -699,6 +774,45 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::DirTimes(items)
         }
         kind::READY => Message::Ready,
+        kind::UDP_PLAN => Message::UdpPlan {
+            flows: r.u16()?,
+            size: r.u32()?,
+            rate: r.u64()?,
+            time_ms: r.u64()?,
+            interval_ms: r.u32()?,
+            port: r.u16()?,
+        },
+        kind::UDP_READY => Message::UdpReady { port: r.u16()? },
+        kind::UDP_COUNTS => {
+            let done = r.u8()? != 0;
+            let foreign = r.u64()?;
+            let n = r.count16("UDP flows", usize::from(STREAMS_MAX))?;
+            let mut flows = Vec::with_capacity(n);
+            for _ in 0..n {
+                flows.push(UdpCount {
+                    sent: r.u64()?,
+                    received: r.u64()?,
+                    bytes: r.u64()?,
+                    expected: r.u64()?,
+                    out_of_order: r.u64()?,
+                    duplicates: r.u64()?,
+                    jitter_ns: r.u64()?,
+                });
+            }
+            Message::UdpCounts {
+                done,
+                foreign,
+                flows,
+            }
+        }
+        kind::UDP_END => {
+            let n = r.count16("UDP flows", usize::from(STREAMS_MAX))?;
+            let mut sent = Vec::with_capacity(n);
+            for _ in 0..n {
+                sent.push(r.u64()?);
+            }
+            Message::UdpEnd { sent }
+        }
         kind::STREAM_HELLO => {
             magic(&mut r)?;
             Message::StreamHello {
@@ -1027,6 +1141,29 @@ mod tests {
             Message::Admitted { upto: 4 },
             Message::DirTimes(vec![(0, 1_700_000_000, 9)]),
             Message::AddedEnd,
+            Message::UdpPlan {
+                flows: 2,
+                size: 1472,
+                rate: 125_000_000,
+                time_ms: 10_000,
+                interval_ms: 1000,
+                port: 7878,
+            },
+            Message::UdpReady { port: 7878 },
+            Message::UdpCounts {
+                done: true,
+                foreign: 3,
+                flows: vec![UdpCount {
+                    sent: 9,
+                    received: 8,
+                    bytes: 8 * 1472,
+                    expected: 9,
+                    out_of_order: 1,
+                    duplicates: 0,
+                    jitter_ns: 4000,
+                }],
+            },
+            Message::UdpEnd { sent: vec![9, 10] },
             Message::FileRejected {
                 file_index: 4,
                 digest: 5,

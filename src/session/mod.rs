@@ -33,6 +33,7 @@ mod source;
 pub mod survey;
 mod sweep;
 pub mod tree;
+pub mod udp;
 mod watch;
 mod work;
 

@@ -56,6 +56,8 @@ pub struct RecvConfig {
     pub unsafe_links: LinkPolicy,
     /// Serve pulls only (the root may then be read-only).
     pub pull_only: bool,
+    /// Take UDP tests (`bench --net --udp`) on the listen port's number.
+    pub udp: bool,
     /// Congestion control of the data streams (it governs those it sends on).
     pub congestion: crate::datapath::tcp::Congestion,
     /// Remove parts and journals untouched this long (None or 0: keep them).
@@ -127,6 +129,8 @@ struct Shared {
     /// The daemon stops and its drain time is over: sessions still
     /// receiving end now, telling their clients why.
     closing: AtomicBool,
+    /// A UDP test runs (one at a time: they share the port).
+    udp_busy: AtomicBool,
 }
 
 /// Manifest memory a session holds, given back when it ends.
@@ -633,12 +637,15 @@ pub fn serve(
     let rules = startup_checks(&cfg)?;
     let buffer_budget = buffer_budget(&cfg, &log)?;
     let listener = listen(&cfg, &log)?;
-    on_listening(
-        listener
-            .local_addr()
-            .map_err(|e| SessionError::io("listening", e))?,
-    );
-    let cfg = Arc::new(cfg);
+    let bound = listener
+        .local_addr()
+        .map_err(|e| SessionError::io("listening", e))?;
+    on_listening(bound);
+    // Port 0 asked: UDP tests use the port it got.
+    let cfg = Arc::new(RecvConfig {
+        listen: bound,
+        ..cfg
+    });
     stats
         .buffer_bytes_limit
         .store(buffer_budget, Ordering::Relaxed);
@@ -650,6 +657,7 @@ pub fn serve(
         manifest_bytes: AtomicU64::new(0),
         buffer_budget,
         closing: AtomicBool::new(false),
+        udp_busy: AtomicBool::new(false),
     });
     std::thread::scope(|scope| {
         if let Some(age) = cfg.part_max_age.filter(|a| !a.is_zero()) {
@@ -1147,6 +1155,8 @@ enum Kind {
     Pull,
     /// `bench --net`: frames only, no files.
     Bench,
+    /// `bench --net --udp`: datagrams, no data streams.
+    Udp,
 }
 
 impl Kind {
@@ -1154,6 +1164,7 @@ impl Kind {
         match req.direction {
             Direction::Pull => Kind::Pull,
             Direction::Bench | Direction::BenchReverse => Kind::Bench,
+            Direction::Udp | Direction::UdpReverse => Kind::Udp,
             Direction::Push => Kind::Push,
         }
     }
@@ -1163,6 +1174,7 @@ impl Kind {
             Kind::Push => "push",
             Kind::Pull => "pull",
             Kind::Bench => "bench",
+            Kind::Udp => "UDP test",
         }
     }
 
@@ -1171,7 +1183,7 @@ impl Kind {
         match self {
             Kind::Push => "received",
             Kind::Pull => "sent",
-            Kind::Bench => "moved",
+            Kind::Bench | Kind::Udp => "moved",
         }
     }
 
@@ -1193,6 +1205,14 @@ impl Kind {
                 req.path.split('\0').collect::<Vec<_>>()
             ),
             Kind::Bench => format!("bench session started: {streams} data streams"),
+            Kind::Udp => format!(
+                "UDP test started: {streams} flows {}",
+                if req.direction == Direction::UdpReverse {
+                    "to the client"
+                } else {
+                    "from the client"
+                }
+            ),
         }
     }
 }
@@ -1365,6 +1385,20 @@ fn run_session(
             survey_push(s, req, keys, cfg, registry)
         }
         Kind::Push => push_session(s, req, buffers, keys, cfg, registry, peer, log),
+        Kind::Udp => {
+            let side = super::udp::DaemonSide {
+                enabled: cfg.udp,
+                busy: &registry.udp_busy,
+                listen_port: cfg.listen.port(),
+                lanes: cfg.lanes,
+                buffers,
+                timeout: cfg.timeout,
+            };
+            let (bytes, line) = super::udp::daemon(s, req, keys, &side)?;
+            log(Level::Info, &format!("{peer}: UDP test: {line}"));
+            bench_summary(s, bytes)?;
+            Ok((0, bytes))
+        }
     }
 }
 
@@ -2046,15 +2080,21 @@ fn bench_session(
     } else {
         bench_take(s, req, buffers, keys, cfg, registry, progress)?
     };
+    bench_summary(s, bytes)?;
+    Ok((0, bytes))
+}
+
+/// A test's end on the daemon: the bytes it moved, and no files.
+fn bench_summary(s: &mut Control, bytes: u64) -> Result<(), SessionError> {
+    let ok = true;
     send_msg(
         s,
         &Message::Summary {
             files: 0,
             bytes,
-            ok: true,
+            ok,
         },
-    )?;
-    Ok((0, bytes))
+    )
 }
 
 /// A reversed `bench --net` on the daemon: send on lanes for `time` (each
