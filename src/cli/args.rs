@@ -161,7 +161,8 @@ pub struct BenchArgs {
 
     /// bench --net: parallel TCP streams, or auto: start with 8, and 16
     /// if the aggregate grows by a tenth with them (the choice is in the
-    /// summary; with --reverse or --rate-limit, 8).
+    /// summary; with --reverse or --rate-limit, 8). With --udp: flows,
+    /// auto meaning 1.
     #[arg(short = 'P', long, default_value = "auto", requires = "net",
           value_parser = parse::streams, value_name = "N|auto")]
     pub streams: parse::Streams,

@@ -133,12 +133,13 @@ fn header(cfg: &SendConfig, t: &UdpTest, size: usize) -> String {
 /// One line of figures, as iperf3 -u prints an interval.
 fn human(f: &UdpFigures) -> String {
     format!(
-        "[{:>6.1}-{:>6.1} s] offered {:>11}  received {:>11}  sent {:>9}  lost {:>7} ({:.3}%)  late {}  twice {}  jitter {:.3} ms",
+        "[{:>6.1}-{:>6.1} s] offered {:>11}  received {:>11}  sent {:>9}  received {:>9}  lost {:>7} ({:.3}%)  late {}  twice {}  jitter {:.3} ms",
         f.start_s,
         f.end_s,
         units::rate(f.offered_bits_per_s / 8.0, RateUnit::Gbit),
         units::rate(f.received_bits_per_s / 8.0, RateUnit::Gbit),
         f.sent,
+        f.received,
         f.lost,
         f.loss_percent,
         f.out_of_order,
@@ -181,10 +182,10 @@ fn print_report(out: &mut Out, format: Format, r: &UdpReport) -> u8 {
         }
     }
     let s = &r.summary;
-    let writes = if r.gso {
-        format!("GSO writes of {} datagrams", r.datagrams_per_write)
-    } else {
-        "one datagram a write (no GSO)".into()
+    let writes = match (r.gso, r.datagrams_per_write) {
+        (Some(true), Some(n)) => format!("GSO writes of {n} datagrams"),
+        (Some(false), _) => "one datagram a write (no GSO)".into(),
+        _ => "sent by the daemon".into(),
     };
     out.line(&format!(
         "summary: offered {}, received {} over {}: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {:.3} ms; {}; {} on {}",

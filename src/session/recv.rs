@@ -1206,7 +1206,8 @@ impl Kind {
             ),
             Kind::Bench => format!("bench session started: {streams} data streams"),
             Kind::Udp => format!(
-                "UDP test started: {streams} flows {}",
+                "UDP test started: {} {}",
+                crate::coord::units::count(u64::from(streams), "flow"),
                 if req.direction == Direction::UdpReverse {
                     "to the client"
                 } else {

@@ -79,9 +79,10 @@ pub struct UdpReport {
     pub error: Option<String>,
     pub flows: u16,
     pub size: usize,
-    /// Datagrams the sending side writes at once (a GSO run), 1 without.
-    pub datagrams_per_write: usize,
-    pub gso: bool,
+    /// Datagrams this side writes at once (a GSO run; 1 without), when
+    /// this side sends.
+    pub datagrams_per_write: Option<usize>,
+    pub gso: Option<bool>,
     pub rate_asked_bits_per_s: Option<f64>,
     pub lanes: usize,
     pub intervals: Vec<UdpFigures>,
@@ -536,7 +537,7 @@ impl Run<'_> {
             (t.flows, self.size, t.rate),
             t.lanes,
         )?;
-        (self.report.gso, self.report.datagrams_per_write) = (sender.gso, sender.run);
+        (self.report.gso, self.report.datagrams_per_write) = (Some(sender.gso), Some(sender.run));
         self.report.lanes = sender.plan.len();
         let sent: Vec<AtomicU64> = (0..t.flows).map(|_| AtomicU64::new(0)).collect();
         let stop = AtomicBool::new(false);
@@ -828,8 +829,8 @@ pub(crate) fn daemon(
     let f = figures(&zero, &all, a.size, true);
     let bytes = all.flows.iter().map(|c| c.bytes).sum();
     let line = format!(
-        "{} flows of {}-byte datagrams: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {:.3} ms, {} foreign datagrams ignored",
-        a.flows, a.size, f.sent, f.received, f.lost, f.loss_percent, f.out_of_order, f.duplicates, f.jitter_ms, foreign
+        "{} of {}-byte datagrams: {} sent, {} received, {} lost ({:.3}%), {} out of order, {} duplicates, jitter {:.3} ms, {} foreign datagrams ignored",
+        crate::coord::units::count(u64::from(a.flows), "flow"), a.size, f.sent, f.received, f.lost, f.loss_percent, f.out_of_order, f.duplicates, f.jitter_ms, foreign
     );
     Ok((bytes, line))
 }
