@@ -490,7 +490,9 @@ pub fn run_udp(
     let (ended, events) = if t.reverse {
         run.reverse()?
     } else {
-        run.forward(server.ip())?
+        // Where the control connection went (of the names' addresses).
+        let ip = address(run.ctl, false)?.ip();
+        run.forward(ip)?
     };
     run.conclude(ended, &events);
     Ok(report)
