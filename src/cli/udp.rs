@@ -183,7 +183,7 @@ fn print_report(out: &mut Out, format: Format, r: &UdpReport) -> u8 {
     }
     let s = &r.summary;
     let writes = match (r.gso, r.datagrams_per_write) {
-        (Some(true), Some(n)) => format!("GSO writes of {n} datagrams"),
+        (Some(true), Some(n)) => format!("GSO writes of {}", units::count(n as u64, "datagram")),
         (Some(false), _) => "one datagram a write (no GSO)".into(),
         _ => "sent by the daemon".into(),
     };
