@@ -159,8 +159,10 @@ impl Tally {
             self.forget(self.next, seq);
             self.next = seq + 1;
         } else if self.next - seq > WINDOW {
-            // Too late to tell a second copy: counted late.
+            // Too late to tell from a second copy: late, never received
+            // (a replay must not hide a loss).
             self.late += 1;
+            return;
         } else {
             let (w, b) = Self::bit(seq);
             if self.seen[w] & b != 0 {
@@ -468,7 +470,11 @@ impl Sending {
                     let n = n as u64 / plan.size as u64;
                     sent[flows[k] as usize].fetch_add(n, Ordering::Relaxed);
                 }
-                e if refused.contains(&-e) => {}
+                // Offered, never sent: sent and lost, as the sequence
+                // numbers the receiver sees say.
+                e if refused.contains(&-e) => {
+                    sent[flows[k] as usize].fetch_add(plan.run as u64, Ordering::Relaxed);
+                }
                 e => return Err(udp_error("send", io::Error::from_raw_os_error(-e))),
             }
         }
@@ -594,6 +600,10 @@ mod tests {
         t.add(6 + 2 * WINDOW, 100, 1000);
         t.add(6 + WINDOW + 10, 100, 1000);
         assert_eq!(t.count().duplicates, 1);
+        // A copy from before the window is late, never received again.
+        let before = t.count().received;
+        t.add(3, 100, 1000);
+        assert_eq!((t.count().received, t.count().out_of_order), (before, 4));
     }
 
     #[test]

@@ -293,7 +293,9 @@ pub(crate) struct Counter {
     plan: Vec<Lane>,
     parts: Vec<Vec<(u32, OwnedFd)>>,
     pub(crate) port: u16,
-    counts: Vec<Mutex<Counts>>,
+    /// Every flow's tally, one for all lanes: a copy of a datagram that
+    /// another lane's socket takes (from another port) is still a copy.
+    counts: Mutex<Counts>,
     size: usize,
     reads: usize,
 }
@@ -312,14 +314,10 @@ impl Counter {
             .map_err(|e| SessionError::io(format!("UDP port {}", at.port()), e))?;
         let port = wire::local_port(&fds[0]).map_err(|e| SessionError::io("UDP port", e))?;
         let plan = lanes::plan(n, n);
-        let counts = (0..n)
-            .map(|_| {
-                Mutex::new(Counts {
-                    flows: vec![Tally::default(); usize::from(flows)],
-                    foreign: 0,
-                })
-            })
-            .collect();
+        let counts = Mutex::new(Counts {
+            flows: vec![Tally::default(); usize::from(flows)],
+            foreign: 0,
+        });
         Ok(Counter {
             parts: split(&plan, fds),
             plan,
@@ -330,19 +328,11 @@ impl Counter {
         })
     }
 
-    /// Every flow's counts now (summed over the lanes), and the foreign
-    /// datagrams.
+    /// Every flow's counts now, and the foreign datagrams.
     pub(crate) fn snapshot(&self) -> (Vec<UdpCount>, u64) {
-        let mut flows = Vec::new();
-        let mut foreign = 0;
-        for c in &self.counts {
-            let c = c.lock().expect("counts");
-            foreign += c.foreign;
-            flows.resize(c.flows.len(), UdpCount::default());
-            for (sum, t) in flows.iter_mut().zip(&c.flows) {
-                add(sum, &t.count());
-            }
-        }
+        let c = self.counts.lock().expect("counts");
+        let flows = c.flows.iter().map(Tally::count).collect();
+        let foreign = c.foreign;
         (flows, foreign)
     }
 
@@ -355,7 +345,7 @@ impl Counter {
         meanwhile: impl FnOnce() -> R,
     ) -> Result<R, SessionError> {
         let epoch = Instant::now();
-        let work = |lane: &Lane, part: &Vec<(u32, OwnedFd)>| {
+        let work = |_: &Lane, part: &Vec<(u32, OwnedFd)>| {
             let plan = wire::CountPlan {
                 tagger,
                 size: self.size,
@@ -364,7 +354,7 @@ impl Counter {
                 reads: self.reads,
             };
             let (_, fds) = numbered(part);
-            let r = wire::count_flows(&fds, &plan, &self.counts[lane.index]);
+            let r = wire::count_flows(&fds, &plan, &self.counts);
             lanes::StopOthers(stop).on(r.map_err(SessionError::from))
         };
         std::thread::scope(|scope| {
@@ -383,16 +373,6 @@ impl Counter {
             Ok(r)
         })
     }
-}
-
-fn add(sum: &mut UdpCount, c: &UdpCount) {
-    sum.sent += c.sent;
-    sum.received += c.received;
-    sum.bytes += c.bytes;
-    sum.expected = sum.expected.max(c.expected);
-    sum.out_of_order += c.out_of_order;
-    sum.duplicates += c.duplicates;
-    sum.jitter_ns = sum.jitter_ns.max(c.jitter_ns);
 }
 
 /// The `UdpPlan` of test `t` of `size`-byte datagrams (`port`: where the
@@ -813,13 +793,24 @@ pub(crate) fn daemon(
         ));
     }
     let _one = OneAtATime::take(d.busy)?;
+    // A client that stops reading fails its test within the timeout,
+    // never holding the daemon's one UDP test.
+    s.tcp()
+        .set_write_timeout(Some(d.timeout.max(Duration::from_secs(1))))
+        .map_err(|e| SessionError::io("the control connection", e))?;
     let a = asked(s, req)?;
     let tagger = tagger(keys);
-    let (flows, foreign) = if req.direction == Direction::UdpReverse {
-        daemon_sends(s, &a, &tagger, d)?
+    let done = if req.direction == Direction::UdpReverse {
+        daemon_sends(s, &a, &tagger, d)
     } else {
-        daemon_counts(s, &a, &tagger, d)?
+        daemon_counts(s, &a, &tagger, d)
     };
+    if done.is_err() {
+        // The control reader, if it still waits, ends now (its thread
+        // and descriptor with it).
+        let _ = s.tcp().shutdown(std::net::Shutdown::Read);
+    }
+    let (flows, foreign) = done?;
     let zero = Snapshot {
         at_s: 0.0,
         flows: vec![UdpCount::default(); flows.len()],
