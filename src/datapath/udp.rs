@@ -277,7 +277,7 @@ fn grow_receive_buffer(s: &Socket) {
     );
 }
 
-/// The port `fds` are bound to.
+/// The port `fd` is bound to.
 pub fn local_port(fd: &OwnedFd) -> io::Result<u16> {
     let s = socket2::SockRef::from(fd);
     let a = s.local_addr()?.as_socket();
@@ -415,7 +415,7 @@ impl Sending {
             std::thread::sleep(wait.min(RUN_TIME));
             return Ok(());
         }
-        let lease = loop {
+        let mut lease = loop {
             if let Some(l) = ring.arena().take() {
                 break l;
             }
@@ -424,7 +424,6 @@ impl Sending {
         };
         let k = self.turn % flows.len();
         self.turn += 1;
-        let mut lease = lease;
         let now = plan.epoch.elapsed().as_nanos() as u64;
         let data = lease.as_mut_slice();
         for j in 0..plan.run {
@@ -449,8 +448,9 @@ impl Sending {
         (due > now).then(|| Duration::from_secs_f64(due - now))
     }
 
-    /// Count the writes done; a datagram the kernel refused (nobody at the
-    /// far port yet, no buffer) is not sent, any other error ends the lane.
+    /// Count the writes done; datagrams the kernel refused (nobody at the
+    /// far port yet, no buffer) count as sent (and so lost), any other
+    /// error ends the lane.
     fn reap(
         &mut self,
         ring: &mut Ring<u32>,
