@@ -462,6 +462,19 @@ fn hard_links_arrive_as_links_with_h_and_as_copies_without() {
         std::fs::read(got.join("sub/a2")).unwrap(),
         std::fs::read(top.join("a")).unwrap()
     );
+    // A name the manifest does not give it (someone under the root linked
+    // it elsewhere) makes it no file of ours to keep: sent again, as a new
+    // file, and the stranger's name keeps the old one.
+    let stranger = d.root.path().join("stranger");
+    std::fs::hard_link(got.join("a"), &stranger).unwrap();
+    let v = json(&d.send(&["--json", "-H"], &[&a[0], &a[1]]));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
+        (Some(200_000), Some(1)),
+        "{v}"
+    );
+    assert_eq!(ino_links(&got.join("z3")), (ino_links(&got.join("a")).0, 3));
+    assert_eq!(ino_links(&stranger), (ino, 1));
     // Without -H each name is a file of its own.
     let c = args("copied");
     let v = json(&d.send(&["--json"], &[&c[0], &c[1]]));
@@ -672,4 +685,117 @@ fn delete_keeps_what_the_exclude_rules_leave_out_unless_delete_excluded() {
         stdout(&o)
     );
     assert_eq!(names_under(&got), ["a.dat", "gone"]);
+}
+
+/// A tree with all that `rsync -aHAX --numeric-ids` keeps: owners by name
+/// and by bare number (on a file, a directory and a symlink), a file with
+/// three names, user attributes, an access and a default ACL, a mode that
+/// is not the umask's, a name that is not UTF-8, an empty file, relative
+/// and absolute symlinks.
+fn rsync_tree(parent: &Path) -> PathBuf {
+    let top = parent.join("run");
+    std::fs::create_dir_all(top.join("dir")).unwrap();
+    std::fs::create_dir_all(top.join("sub")).unwrap();
+    std::fs::write(top.join("a"), crate::util::noise(300_000, 4)).unwrap();
+    std::fs::hard_link(top.join("a"), top.join("sub/a2")).unwrap();
+    std::fs::hard_link(top.join("a"), top.join("z3")).unwrap();
+    std::fs::write(top.join(os(b"caf\xe9")), b"latin-1").unwrap();
+    std::fs::write(top.join("empty"), b"").unwrap();
+    std::fs::write(top.join("f"), b"data").unwrap();
+    std::fs::write(top.join("sub/by-nobody"), b"n").unwrap();
+    std::fs::write(top.join("by-number"), b"x").unwrap();
+    std::os::unix::fs::symlink("a", top.join("link")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/abs", top.join("abslink")).unwrap();
+    let nobody = (Some(65534), Some(65534));
+    for p in ["sub", "sub/by-nobody", "link"] {
+        std::os::unix::fs::lchown(top.join(p), nobody.0, nobody.1).unwrap();
+    }
+    std::os::unix::fs::lchown(top.join("by-number"), Some(43_210), Some(43_211)).unwrap();
+    let sh = |args: &[&str]| {
+        let o = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .current_dir(&top)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    };
+    sh(&["setfattr", "-n", "user.instrument", "-v", "ALMA-B6", "f"]);
+    sh(&["setfattr", "-n", "user.run", "-v", "42", "dir"]);
+    sh(&["setfacl", "-m", "u:nobody:r", "f"]);
+    sh(&["setfacl", "-d", "-m", "u:nobody:rx", "dir"]);
+    sh(&["chmod", "750", "dir"]);
+    sh(&["chmod", "604", "by-number"]);
+    top
+}
+
+/// What `rsync -aHAX --numeric-ids --dry-run --itemize-changes` would
+/// change to make `got` match `want`: one line per entry, none when they
+/// match. The receiver's own stamp (`user.urmove`, see the README) is left
+/// out of the comparison.
+fn rsync_changes(want: &Path, got: &Path) -> String {
+    let o = std::process::Command::new("rsync")
+        .args(["-aHAX", "--numeric-ids", "--dry-run", "--itemize-changes"])
+        .arg("--filter=-x user.urmove")
+        .arg(format!("{}/", want.display()))
+        .arg(format!("{}/", got.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "rsync: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn a_pushed_and_a_pulled_tree_leave_rsync_nothing_to_change() {
+    let tools = ["rsync", "setfattr", "setfacl"];
+    if !crate::util::is_root() || !tools.iter().all(|t| crate::util::have(t)) {
+        eprintln!("skipped: needs root (owners) and {tools:?}");
+        return;
+    }
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = rsync_tree(src.path());
+    let keep = ["-H", "-X", "-A", "--numeric-ids", "--json"];
+    let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    let v = json(&d.send(&keep, &args));
+    assert_eq!(v["status"], "ok", "{v}");
+    let pushed = d.root.path().join("in/run");
+    assert_eq!(rsync_changes(&top, &pushed), "", "after the push");
+
+    // The cron job's second run finds every file as it left it, the
+    // file with three names too, and leaves the tree as rsync wants it.
+    let v = json(&d.send(&keep, &args));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
+        (Some(0), v["files"].as_u64()),
+        "{v}"
+    );
+    assert_eq!(rsync_changes(&top, &pushed), "", "after the re-run");
+
+    // A pull with the same flags brings the same tree back.
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let pull = |flags: &[&str], into: &Path| {
+        let o = urmove()
+            .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .args(flags)
+            .arg("127.0.0.1:in/run")
+            .arg(into)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    pull(&keep[..4], local.path());
+    assert_eq!(
+        rsync_changes(&top, &local.path().join("run")),
+        "",
+        "after the pull"
+    );
+
+    // Without them, rsync sees what was left behind: the comparison can fail.
+    let bare = tempfile::tempdir_in("/var/tmp").unwrap();
+    pull(&[], bare.path());
+    let changes = rsync_changes(&top, &bare.path().join("run"));
+    for line in [".f.......ax f", ".d.......ax dir/", "hf          z3 => a"] {
+        assert!(changes.lines().any(|l| l == line), "{line}: {changes}");
+    }
 }

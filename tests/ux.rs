@@ -223,6 +223,21 @@ fn send_progress_lines_none_quiet_and_bar() {
         "{err:?}"
     );
     assert!(out.starts_with("pulled 3 files, "), "{out}");
+
+    // Its interval lines say what the bar says: the data comes in.
+    let again = tmp();
+    let o = urmove()
+        .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .args(["--progress", "lines", "127.0.0.1:a/run7", p(again.path())])
+        .output()
+        .unwrap();
+    let out = sent(&o, &[]);
+    let lines = interval_lines(&out);
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains("  Net In: ")),
+        "{out}"
+    );
 }
 
 #[test]

@@ -687,6 +687,33 @@ pub struct SendArgs {
     pub tree: TreeArgs,
 }
 
+/// What of each entry arrives besides its bytes, mode and times, as
+/// rsync's -H, -X, -A and --numeric-ids choose it. The side that scans
+/// (the sender of a push, the daemon of a pull) reads what is asked for.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct FidelityArgs {
+    /// Keep hard links: a file's further names under the sources arrive as
+    /// hard links to its first (rsync's -H), not as copies.
+    #[arg(short = 'H', long)]
+    pub hard_links: bool,
+
+    /// Carry extended attributes in the user.* namespace (rsync's -X); the
+    /// receiver sets them on each file and directory it commits.
+    #[arg(short = 'X', long)]
+    pub xattrs: bool,
+
+    /// Carry POSIX ACLs (rsync's -A): system.posix_acl_access, and the
+    /// default ACL of directories.
+    #[arg(short = 'A', long)]
+    pub acls: bool,
+
+    /// Give entries their owner and group by number, not by name (rsync's
+    /// --numeric-ids). Owners are kept only where the receiving side runs
+    /// as root; otherwise its files belong to it.
+    #[arg(long)]
+    pub numeric_ids: bool,
+}
+
 /// What of the sources goes, as rsync's filter options choose it.
 #[derive(Debug, Args)]
 pub struct TreeArgs {
@@ -708,26 +735,8 @@ pub struct TreeArgs {
     #[arg(long, value_name = "FILE")]
     pub exclude_from: Vec<PathBuf>,
 
-    /// Keep hard links: a file's further names under the sources arrive as
-    /// hard links to its first (rsync's -H), not as copies.
-    #[arg(short = 'H', long)]
-    pub hard_links: bool,
-
-    /// Carry extended attributes in the user.* namespace (rsync's -X); the
-    /// receiver sets them on each file and directory it commits.
-    #[arg(short = 'X', long)]
-    pub xattrs: bool,
-
-    /// Carry POSIX ACLs (rsync's -A): system.posix_acl_access, and the
-    /// default ACL of directories.
-    #[arg(short = 'A', long)]
-    pub acls: bool,
-
-    /// Give entries their owner and group by number, not by name (rsync's
-    /// --numeric-ids). Owners are kept only where the receiving side runs
-    /// as root; otherwise its files belong to it.
-    #[arg(long)]
-    pub numeric_ids: bool,
+    #[command(flatten)]
+    pub keep: FidelityArgs,
 
     /// After the transfer, remove what the receiver holds under the
     /// directories sent that the sources do not have (rsync's --delete):
@@ -765,8 +774,9 @@ pub struct DemoArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  \
-      urmove pull --key-file k dtn2:ingest/run42 /data     creates /data/run42/... from the receiver's root")]
+#[command(after_help = "Examples:\n  \
+      urmove pull --key-file k dtn2:ingest/run42 /data     creates /data/run42/... from the receiver's root\n  \
+      urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it")]
 pub struct PullArgs {
     /// HOST:PATH (PATH under the daemon's root; one host), then LOCAL_DIR.
     #[arg(value_name = "HOST:PATH... LOCAL_DIR", num_args = 2.., required = true)]
@@ -851,6 +861,9 @@ pub struct PullArgs {
 
     #[command(flatten)]
     pub resume: ResumeArgs,
+
+    #[command(flatten)]
+    pub keep: FidelityArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

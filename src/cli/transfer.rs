@@ -283,8 +283,9 @@ impl SendPrinter {
         if l.total_bytes == 0 {
             // A memory-to-memory test has no total: no percent, no ETA.
             return format!(
-                "{}  Net Out: {}  Avg: {}  {}",
+                "{}  {}: {}  Avg: {}  {}",
                 render::wall_clock(),
+                self.direction,
                 units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
                 units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
                 units::bytes_decimal(iv.total_bytes)
@@ -300,8 +301,9 @@ impl SendPrinter {
         if let Some(lag) = l.lag {
             // Following files: the total grows, so no ETA; the lag instead.
             return format!(
-                "{}  Net Out: {}  Avg: {}  {}  lag {} {:.2}s",
+                "{}  {}: {}  Avg: {}  {}  lag {} {:.2}s",
                 render::wall_clock(),
+                self.direction,
                 units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
                 units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
                 units::bytes_decimal(l.done_bytes()),
@@ -310,8 +312,9 @@ impl SendPrinter {
             );
         }
         format!(
-            "{}  Net Out: {}  Avg: {}  {pct:.1}%  ETA {}s",
+            "{}  {}: {}  Avg: {}  {pct:.1}%  ETA {}s",
             render::wall_clock(),
+            self.direction,
             units::rate(iv.rate_bytes_per_s, RateUnit::Gbit),
             units::rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit),
             eta.ceil() as u64
@@ -490,13 +493,8 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         state_dir: a
             .state_dir
             .unwrap_or_else(crate::session::secret::default_state_dir),
-        scan: crate::session::tree::ScanRules {
-            filter,
-            hard_links: a.tree.hard_links,
-            xattrs: a.tree.xattrs,
-            acls: a.tree.acls,
-        },
-        numeric_ids: a.tree.numeric_ids,
+        scan: scan_rules(filter, a.tree.keep),
+        numeric_ids: a.tree.keep.numeric_ids,
         delete: a.tree.delete || a.tree.delete_excluded,
         delete_excluded: a.tree.delete_excluded,
         min_rate: a.min_rate.map(|r| crate::session::send::MinRate {
@@ -937,6 +935,8 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::secret::default_state_dir),
+        scan: scan_rules(Default::default(), a.keep),
+        numeric_ids: a.keep.numeric_ids,
         ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
@@ -948,6 +948,20 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
     })
+}
+
+/// What a scan reads of each entry: `filter`'s choice of entries, and
+/// what `keep` asks for besides their bytes.
+fn scan_rules(
+    filter: crate::session::filter::Filter,
+    keep: super::args::FidelityArgs,
+) -> crate::session::tree::ScanRules {
+    crate::session::tree::ScanRules {
+        filter,
+        hard_links: keep.hard_links,
+        xattrs: keep.xattrs,
+        acls: keep.acls,
+    }
 }
 
 /// The lines of a `--files-from` FILE: blank lines and `#` comments

@@ -334,6 +334,18 @@ impl Root {
         File::from(fd).metadata()
     }
 
+    /// The extended attributes of `rel` beneath the root (not following a
+    /// final symlink) whose names `keep` accepts, values up to `max` bytes.
+    pub fn xattrs(
+        &self,
+        rel: &str,
+        keep: impl Fn(&str) -> bool,
+        max: usize,
+    ) -> io::Result<Vec<(String, Vec<u8>)>> {
+        let fd = self.openat(rel, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        super::ids::list_fd(&fd, keep, max)
+    }
+
     /// Names in directory `rel` beneath the root.
     pub fn read_dir(&self, rel: &str) -> io::Result<Vec<String>> {
         let fd = self.openat(rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
@@ -379,6 +391,36 @@ impl Root {
                 name.as_ptr(),
                 uid,
                 gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Give `rel` (a symlink itself, not what it points to) modification
+    /// time `mtime_s`.`mtime_ns`; its access time is left as it is.
+    pub fn set_link_mtime(&self, rel: &str, (mtime_s, mtime_ns): (i64, u32)) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        let times = [
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            libc::timespec {
+                tv_sec: mtime_s,
+                tv_nsec: i64::from(mtime_ns),
+            },
+        ];
+        // SAFETY: `name` is NUL-terminated and `times` holds two timespecs;
+        // utimensat reads both only.
+        let rc = unsafe {
+            libc::utimensat(
+                parent.as_raw_fd(),
+                name.as_ptr(),
+                times.as_ptr(),
                 libc::AT_SYMLINK_NOFOLLOW,
             )
         };

@@ -128,10 +128,60 @@ pub fn list(
 ) -> io::Result<Vec<(String, Vec<u8>)>> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    list_named(
+        Named {
+            path: &c,
+            follow: false,
+        },
+        keep,
+        max,
+    )
+}
+
+/// The extended attributes of the file `fd` holds open (an `O_PATH`
+/// descriptor will do), as `list` chooses them.
+pub fn list_fd(
+    fd: &impl AsRawFd,
+    keep: impl Fn(&str) -> bool,
+    max: usize,
+) -> io::Result<Vec<(String, Vec<u8>)>> {
+    // The /proc name of a descriptor, followed, is the file it holds and
+    // no other: the way to reach the attributes of an O_PATH descriptor.
+    let c = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    list_named(
+        Named {
+            path: &c,
+            follow: true,
+        },
+        keep,
+        max,
+    )
+}
+
+/// A path to read attributes through, and whether its final symlink is
+/// followed (`listxattr`) or not (`llistxattr`).
+#[derive(Clone, Copy)]
+struct Named<'a> {
+    path: &'a CStr,
+    follow: bool,
+}
+
+fn list_named(
+    at: Named<'_>,
+    keep: impl Fn(&str) -> bool,
+    max: usize,
+) -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut names = vec![0u8; 64 << 10];
-    // SAFETY: llistxattr writes at most `names.len()` bytes into `names`;
-    // `c` is NUL-terminated; both outlive the call.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    let (p, buf, len) = (at.path.as_ptr(), names.as_mut_ptr().cast(), names.len());
+    // SAFETY: (l)listxattr writes at most `len` bytes into `names`, which
+    // outlives the call; `p` is NUL-terminated.
+    let n = unsafe {
+        match at.follow {
+            true => libc::listxattr(p, buf, len),
+            false => libc::llistxattr(p, buf, len),
+        }
+    };
     if n < 0 {
         let e = io::Error::last_os_error();
         return match e.raw_os_error() {
@@ -148,7 +198,7 @@ pub fn list(
         if !keep(text) {
             continue;
         }
-        if let Some(v) = get(&c, name, max)? {
+        if let Some(v) = get(at, name, max)? {
             out.push((text.to_string(), v));
         }
     }
@@ -156,18 +206,22 @@ pub fn list(
 }
 
 /// One attribute's value, None when it vanished or is larger than `max`.
-fn get(path: &CStr, name: &[u8], max: usize) -> io::Result<Option<Vec<u8>>> {
+fn get(at: Named<'_>, name: &[u8], max: usize) -> io::Result<Option<Vec<u8>>> {
     let cname = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let mut buf = vec![0u8; max];
-    // SAFETY: lgetxattr writes at most `buf.len()` bytes into `buf`; both
-    // names are NUL-terminated; all outlive the call.
+    let (p, n, v, len) = (
+        at.path.as_ptr(),
+        cname.as_ptr(),
+        buf.as_mut_ptr().cast(),
+        buf.len(),
+    );
+    // SAFETY: (l)getxattr writes at most `len` bytes into `buf`, which
+    // outlives the call; both names are NUL-terminated.
     let n = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            cname.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
+        match at.follow {
+            true => libc::getxattr(p, n, v, len),
+            false => libc::lgetxattr(p, n, v, len),
+        }
     };
     if n < 0 {
         let e = io::Error::last_os_error();

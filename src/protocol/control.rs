@@ -53,7 +53,18 @@ pub const REQ_FOLLOW: u32 = 64;
 /// readable while it grows (its final mode), and its `user.urmove.live`
 /// attribute holds how many bytes from its start are written and checked.
 pub const REQ_LIVE_PARTS: u32 = 128;
+/// Request flag (protocol 9): the scanning side keeps hard links (`-H`).
+/// A push's manifest says it by itself; a pull asks the daemon's scan.
+pub const REQ_HARD_LINKS: u32 = 256;
+/// Request flag (protocol 9): the scanning side carries user.* extended
+/// attributes (`-X`).
+pub const REQ_XATTRS: u32 = 512;
+/// Request flag (protocol 9): the scanning side carries POSIX ACLs (`-A`).
+pub const REQ_ACLS: u32 = 1024;
 const REQ_KNOWN: u32 = REQ_LIVE_PARTS
+    | REQ_HARD_LINKS
+    | REQ_XATTRS
+    | REQ_ACLS
     | REQ_RESUME
     | REQ_CHECKSUM
     | REQ_ENCRYPT

@@ -473,6 +473,17 @@ pub(crate) fn mtime_of(e: &Entry) -> SystemTime {
     mtime_at(e.mtime_s, e.mtime_ns)
 }
 
+/// How many names each file that hard links name has in `entries` (its
+/// own and the links'), by the final path of its first name under `dest`.
+fn names_of_links(dest: &str, entries: &[Entry]) -> std::collections::HashMap<String, u64> {
+    let mut names = std::collections::HashMap::new();
+    for e in entries.iter().filter(|e| e.kind == EntryKind::HardLink) {
+        let first = join(dest, e.link.as_deref().unwrap_or_default());
+        *names.entry(first).or_insert(1) += 1;
+    }
+    names
+}
+
 /// The time `s` seconds and `ns` nanoseconds from the epoch.
 pub(crate) fn mtime_at(s: i64, ns: u32) -> SystemTime {
     let d = Duration::new(s.unsigned_abs(), ns);
@@ -539,6 +550,9 @@ pub(crate) struct Incoming {
     /// Files are placed on lanes by device ([`Incoming::place`]): the
     /// streams stay on the lanes planned, whatever core they arrive on.
     pub(crate) routed: bool,
+    /// Under `-H`: how many names each linked file has in the manifest, by
+    /// the final path of its first name.
+    names: std::collections::HashMap<String, u64>,
 }
 
 impl Incoming {
@@ -563,7 +577,7 @@ impl Incoming {
         }
         let mut inc = Incoming {
             root,
-            dest,
+            dest: dest.clone(),
             files: Vec::with_capacity(entries.len()),
             entries: Vec::new(),
             block,
@@ -583,6 +597,7 @@ impl Incoming {
             journal_bytes: 0,
             peer_summary: None,
             routed: false,
+            names: names_of_links(&dest, &entries),
         };
         let mut made_dir = String::new();
         for (i, e) in entries.iter().enumerate() {
@@ -678,6 +693,9 @@ impl Incoming {
                 .lchown(rel, uid, gid)
                 .map_err(|err| SessionError::io(format!("giving {rel} its owner"), err))?;
         }
+        self.root
+            .set_link_mtime(rel, (e.mtime_s, e.mtime_ns))
+            .map_err(|err| SessionError::io(format!("giving {rel} its time"), err))?;
         Ok(())
     }
 
@@ -764,17 +782,20 @@ impl Incoming {
             )
             .ok()?;
         let m = file.metadata().ok()?;
-        // One name only: a hardlink's other name is no file of ours to keep.
-        if !m.is_file() || m.nlink() != 1 || m.len() != f.size {
+        if !m.is_file() || m.len() != f.size {
+            return None;
+        }
+        let ours = journal::stamped((&file, &f.final_rel), &f.id, &self.rules.secret);
+        // One name only, or (`-H`) the names the manifest gives it on a
+        // file our stamp proves we committed here: any other name is
+        // someone else's, and no file of ours to keep.
+        let names = self.names.get(&f.final_rel).copied().unwrap_or(1);
+        if m.nlink() != 1 && (ours.is_none() || m.nlink() != names) {
             return None;
         }
         let stamp = match r.checksum {
             true => None,
-            false => Some(journal::stamped(
-                (&file, &f.final_rel),
-                &f.id,
-                &self.rules.secret,
-            )?),
+            false => Some(ours?),
         };
         let seen = (FileId::of(&file).ok()?, (m.ctime(), m.ctime_nsec()));
         let ours = |s: &journal::Stamped| self.rules.owner == Some(s.owner);

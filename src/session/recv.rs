@@ -2020,7 +2020,8 @@ fn offer_pull<'r>(
     use super::source::open_source_beneath;
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
-    let tree = super::tree::scan_beneath(&root, &paths)?;
+    let rules = super::tree::ScanRules::requested(req.flags);
+    let tree = super::tree::scan_beneath(&root, &paths, &rules)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
     let block = u64::from(req.block_size);

@@ -168,6 +168,7 @@ impl SendConfig {
         if self.delete {
             f |= crate::protocol::control::REQ_DELETE;
         }
+        f |= self.scan.request_flags();
         if let Some(follow) = &self.follow {
             f |= crate::protocol::control::REQ_FOLLOW;
             if follow.live_parts {

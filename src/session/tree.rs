@@ -61,6 +61,31 @@ pub struct ScanRules {
 }
 
 impl ScanRules {
+    /// The `REQ_*` bits that ask a scanning daemon for these rules.
+    pub fn request_flags(&self) -> u32 {
+        use crate::protocol::control::{REQ_ACLS, REQ_HARD_LINKS, REQ_XATTRS};
+        [
+            (self.hard_links, REQ_HARD_LINKS),
+            (self.xattrs, REQ_XATTRS),
+            (self.acls, REQ_ACLS),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |f, (_, bit)| f | bit)
+    }
+
+    /// The rules a request's flags ask for (no filter: a pull names its
+    /// paths).
+    pub fn requested(flags: u32) -> ScanRules {
+        use crate::protocol::control::{REQ_ACLS, REQ_HARD_LINKS, REQ_XATTRS};
+        ScanRules {
+            filter: Default::default(),
+            hard_links: flags & REQ_HARD_LINKS != 0,
+            xattrs: flags & REQ_XATTRS != 0,
+            acls: flags & REQ_ACLS != 0,
+        }
+    }
+
     /// Whether extended attribute `name` is carried.
     pub fn carries(&self, name: &str) -> bool {
         use crate::protocol::manifest::{is_acl, is_carried_xattr};
@@ -246,7 +271,8 @@ fn walk(tree: &mut Tree, f: &ScanRules, rel: &str, source: &Path) -> Result<(), 
         }
     };
     tree.dress(&mut e, &m, f);
-    if let Err(why) = add_xattrs(&mut e, source, f) {
+    let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list(source, keep, max);
+    if let Err(why) = add_xattrs(&mut e, read, f) {
         tree.skip(rel, why);
         return Ok(());
     }
@@ -280,15 +306,19 @@ fn walk_children(
     Ok(())
 }
 
-/// The extended attributes `rules` carry, read from `source` (not on
+/// The extended attributes `rules` carry, as `read` finds them (not on
 /// symlinks, which Linux gives no user attributes). Err: why the entry
 /// cannot be sent as asked.
-fn add_xattrs(e: &mut Entry, source: &Path, rules: &ScanRules) -> Result<(), String> {
+fn add_xattrs(
+    e: &mut Entry,
+    read: impl Fn(&dyn Fn(&str) -> bool, usize) -> std::io::Result<Vec<(String, Vec<u8>)>>,
+    rules: &ScanRules,
+) -> Result<(), String> {
     use crate::protocol::manifest::{XATTRS_MAX, XATTR_VALUE_MAX};
     if !(rules.xattrs || rules.acls) || e.kind == EntryKind::Symlink {
         return Ok(());
     }
-    let mut attrs = crate::datapath::ids::list(source, |n| rules.carries(n), XATTR_VALUE_MAX)
+    let mut attrs = read(&|n| rules.carries(n), XATTR_VALUE_MAX)
         .map_err(|err| format!("its extended attributes cannot be read: {err}"))?;
     if attrs.len() > XATTRS_MAX {
         return Err(format!(
@@ -348,6 +378,7 @@ pub(crate) fn scan_new(rules: &ScanRules, rel: &str, source: &Path) -> Tree {
 pub fn scan_beneath(
     root: &crate::datapath::beneath::Root,
     paths: &[&str],
+    rules: &ScanRules,
 ) -> Result<Tree, SessionError> {
     use crate::protocol::control::ErrorCode;
     let mut tree = Tree::default();
@@ -363,12 +394,17 @@ pub fn scan_beneath(
         }
         root.symlink_metadata(p)
             .map_err(|e| SessionError::io(p.to_string(), e))?;
-        walk_beneath(root, &mut tree, name, p);
+        walk_beneath((root, rules), &mut tree, name, p);
     }
     Ok(tree)
 }
 
-fn walk_beneath(root: &crate::datapath::beneath::Root, tree: &mut Tree, rel: &str, source: &str) {
+fn walk_beneath(
+    (root, rules): (&crate::datapath::beneath::Root, &ScanRules),
+    tree: &mut Tree,
+    rel: &str,
+    source: &str,
+) {
     let m = match root.symlink_metadata(source) {
         Ok(m) => m,
         Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
@@ -377,7 +413,11 @@ fn walk_beneath(root: &crate::datapath::beneath::Root, tree: &mut Tree, rel: &st
         Ok(e) => e,
         Err(why) => return tree.skip(rel, why),
     };
-    tree.dress(&mut e, &m, &ScanRules::default());
+    tree.dress(&mut e, &m, rules);
+    let read = |keep: &dyn Fn(&str) -> bool, max| root.xattrs(source, keep, max);
+    if let Err(why) = add_xattrs(&mut e, read, rules) {
+        return tree.skip(rel, why);
+    }
     let kind = e.kind;
     tree.push(e, PathBuf::from(source), &m);
     if kind != EntryKind::Dir {
@@ -389,7 +429,7 @@ fn walk_beneath(root: &crate::datapath::beneath::Root, tree: &mut Tree, rel: &st
     };
     for name in names.iter().filter(|n| !is_reserved(n)) {
         walk_beneath(
-            root,
+            (root, rules),
             tree,
             &format!("{rel}/{name}"),
             &format!("{source}/{name}"),
