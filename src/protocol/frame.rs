@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! 0      2      4           8          12         16              24             32
-//! | magic| flags| file_index| length   | reserved | offset        | checksum      |
+//! | magic| flags| file_index| length   | span     | offset        | checksum      |
 //! ```
+//! `span` (protocol 9) is 0 but in a sparse frame ([`FLAG_SPARSE`]): the
+//! bytes of the file it covers, of which its payload carries only the
+//! pieces that hold data (see `protocol::sparse`).
 //! A file's digest is the sum of one term per 4 KiB piece of its content
 //! (xxh3-64 of the piece, mixed with its offset): the same whatever the
 //! block size, the file's index in a manifest or the frames it travelled
@@ -40,13 +43,20 @@ pub const FLAG_UNCHECKED: u16 = 4;
 /// carries no checksum (the receiver computes it from the opened payload,
 /// so nothing about the plaintext shows on the wire).
 pub const FLAG_SEALED: u16 = 8;
-const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED | FLAG_SEALED;
+/// A block of which only some 4 KiB pieces hold data (protocol 9): the
+/// payload is those pieces in order, then a map of which are present (one
+/// bit per piece of `span`); the absent ones are zeros the receiver leaves
+/// unwritten. The checksum is the block's, as if every piece had come.
+pub const FLAG_SPARSE: u16 = 16;
+const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED | FLAG_SEALED | FLAG_SPARSE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
     pub flags: u16,
     pub file_index: u32,
     pub length: u32,
+    /// The bytes a sparse frame covers (0 in any other frame).
+    pub span: u32,
     pub offset: u64,
     pub checksum: u64,
 }
@@ -83,6 +93,12 @@ pub enum FrameError {
         file_index: u32,
         offset: u64,
     },
+    /// A span on a frame that is not sparse, or a sparse frame whose span
+    /// is no larger than its payload, too large, or a hole's.
+    BadSpan {
+        length: u32,
+        span: u32,
+    },
 }
 
 impl std::fmt::Display for FrameError {
@@ -117,6 +133,12 @@ impl std::fmt::Display for FrameError {
                 write!(
                     f,
                     "checksum mismatch in file {file_index} at offset {offset}"
+                )
+            }
+            FrameError::BadSpan { length, span } => {
+                write!(
+                    f,
+                    "frame of {length} bytes spanning {span}: not a sparse block"
                 )
             }
         }
@@ -254,6 +276,7 @@ impl FrameHeader {
             flags: FLAG_HOLE,
             file_index,
             length: 0,
+            span: 0,
             offset,
             checksum: hole_checksum(key, file_index, offset),
         }
@@ -274,6 +297,10 @@ impl FrameHeader {
         self.flags & FLAG_HOLE != 0
     }
 
+    pub fn is_sparse(&self) -> bool {
+        self.flags & FLAG_SPARSE != 0
+    }
+
     /// A header for `payload` at `offset` of file `file_index`, its
     /// checksum made with `key`.
     pub fn for_payload(
@@ -288,6 +315,7 @@ impl FrameHeader {
             flags,
             file_index,
             length: payload.len() as u32,
+            span: 0,
             offset,
             checksum: payload_checksum(key, file_index, offset, payload),
         }
@@ -299,6 +327,7 @@ impl FrameHeader {
         b[2..4].copy_from_slice(&self.flags.to_le_bytes());
         b[4..8].copy_from_slice(&self.file_index.to_le_bytes());
         b[8..12].copy_from_slice(&self.length.to_le_bytes());
+        b[12..16].copy_from_slice(&self.span.to_le_bytes());
         b[16..24].copy_from_slice(&self.offset.to_le_bytes());
         b[24..32].copy_from_slice(&self.checksum.to_le_bytes());
         b
@@ -319,6 +348,7 @@ impl FrameHeader {
             flags: u16_at(2),
             file_index: u32_at(4),
             length: u32_at(8),
+            span: u32_at(12),
             offset: u64_at(16),
             checksum: u64_at(24),
         };
@@ -329,6 +359,16 @@ impl FrameHeader {
             return Err(FrameError::Oversized {
                 length: h.length,
                 limit: FRAME_PAYLOAD_MAX,
+            });
+        }
+        let span_ok = match h.is_sparse() {
+            true => !h.is_hole() && h.length < h.span && h.span <= FRAME_PAYLOAD_MAX,
+            false => h.span == 0,
+        };
+        if !span_ok {
+            return Err(FrameError::BadSpan {
+                length: h.length,
+                span: h.span,
             });
         }
         Ok(h)

@@ -14,7 +14,7 @@ use sha2::Sha256;
 use super::control::{self, Message};
 use super::frame::{
     content_terms, digest_add, payload_checksum, FrameError, FrameHeader, FrameKey, FLAG_END,
-    FLAG_HOLE, FLAG_SEALED, FLAG_UNCHECKED, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
+    FLAG_HOLE, FLAG_SEALED, FLAG_SPARSE, FLAG_UNCHECKED, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
 };
 use super::handshake::{
     check_stream_proof, format_key, parse_key, stream_proof, Auth, AuthError, Challenge,
@@ -69,10 +69,21 @@ pub fn frame(data: &[u8]) {
         flags: le(2, 2) as u16,
         file_index: le(4, 4) as u32,
         length: le(8, 4) as u32,
+        span: le(12, 4) as u32,
         offset: le(16, 8),
         checksum: le(24, 8),
     };
-    let expected = if fields.flags & !(FLAG_END | FLAG_HOLE | FLAG_UNCHECKED | FLAG_SEALED) != 0 {
+    let known = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED | FLAG_SEALED | FLAG_SPARSE;
+    let sparse = fields.flags & FLAG_SPARSE != 0;
+    let span_ok = match sparse {
+        true => {
+            fields.flags & FLAG_HOLE == 0
+                && fields.length < fields.span
+                && fields.span <= FRAME_PAYLOAD_MAX
+        }
+        false => fields.span == 0,
+    };
+    let expected = if fields.flags & !known != 0 {
         Err(FrameError::UnknownFlags {
             flags: fields.flags,
         })
@@ -80,6 +91,11 @@ pub fn frame(data: &[u8]) {
         Err(FrameError::Oversized {
             length: fields.length,
             limit: FRAME_PAYLOAD_MAX,
+        })
+    } else if !span_ok {
+        Err(FrameError::BadSpan {
+            length: fields.length,
+            span: fields.span,
         })
     } else {
         Ok(fields)
@@ -89,7 +105,6 @@ pub fn frame(data: &[u8]) {
 
     let mut canonical = [0u8; FRAME_HEADER_LEN];
     canonical.copy_from_slice(head);
-    canonical[12..16].fill(0);
     assert_eq!(h.encode(), canonical, "re-encoded header differs");
     assert_eq!(FrameHeader::decode(&h.encode()), Ok(h));
 
@@ -134,7 +149,8 @@ pub fn frame(data: &[u8]) {
     // What an honest sender writes for this payload passes every check.
     if payload.len() <= FRAME_PAYLOAD_MAX as usize {
         let file_index = h.file_index % FRAME_SIZES_MAX as u32;
-        let honest = FrameHeader::for_payload(&FUZZ_KEY, file_index, h.offset, payload, h.flags);
+        let flags = h.flags & !FLAG_SPARSE;
+        let honest = FrameHeader::for_payload(&FUZZ_KEY, file_index, h.offset, payload, flags);
         assert_eq!(FrameHeader::decode(&honest.encode()), Ok(honest));
         assert_eq!(
             honest.check_payload(&FUZZ_KEY, payload),
@@ -158,6 +174,32 @@ pub fn frame(data: &[u8]) {
         digest_add(digest_add(0, h.checksum), block),
         digest_add(digest_add(0, block), h.checksum)
     );
+    if h.is_sparse() && payload.len() >= h.length as usize {
+        sparse_payload(h, &payload[..h.length as usize]);
+    }
+}
+
+/// A sparse frame's payload unpacks only when its map and pieces add up;
+/// then the block holds the pieces at their places and zeros between, and
+/// packing it again gives back the payload that came.
+fn sparse_payload(h: FrameHeader, payload: &[u8]) {
+    use super::sparse::{pack, unpack};
+    let span = h.span as usize;
+    // What a receiver's buffer holds: the block (small ones only here).
+    if span > 1 << 20 {
+        return;
+    }
+    let mut buf = vec![0xA5u8; span.div_ceil(4096) * 4096];
+    buf[..payload.len()].copy_from_slice(payload);
+    let Ok(map) = unpack(&mut buf, span, payload.len()) else {
+        return;
+    };
+    for r in map.runs().filter(|r| !r.present) {
+        assert!(buf[r.start..r.end].iter().all(|&b| b == 0), "{r:?}");
+    }
+    let mut again = buf.clone();
+    let len = pack(&mut again, &map);
+    assert_eq!(&again[..len], payload);
 }
 
 fn frame_sizes_and_payload(rest: &[u8]) -> (Vec<u64>, &[u8]) {
@@ -757,6 +799,28 @@ mod tests {
         assert!(count >= seeds().len(), "only {count} inputs under fuzz/");
     }
 
+    /// A sparse frame as a sender makes it: a block of 5 pieces (the last
+    /// short) of which the second and the last came.
+    fn sparse_seed() -> Vec<u8> {
+        use crate::protocol::sparse::{pack, Map};
+        let span = 4 * 4096 + 100;
+        let mut block = vec![0u8; span];
+        block[4096..8192].fill(3);
+        block[4 * 4096..].fill(9);
+        let plain = FrameHeader::for_payload(&FUZZ_KEY, 0, 0, &block, 0);
+        let mut map = Map::new(span);
+        map.set(1);
+        map.set(4);
+        let len = pack(&mut block, &map);
+        let h = FrameHeader {
+            flags: FLAG_SPARSE,
+            length: len as u32,
+            span: span as u32,
+            ..plain
+        };
+        frame_seed(h, &[span as u64], &block[..len])
+    }
+
     fn frame_seed(h: FrameHeader, sizes: &[u64], payload: &[u8]) -> Vec<u8> {
         let mut out = h.encode().to_vec();
         out.push(sizes.len() as u8);
@@ -806,6 +870,7 @@ mod tests {
             flags: FLAG_UNCHECKED,
             file_index: 0,
             length: 16,
+            span: 0,
             offset: 0,
             checksum: 0,
         };
@@ -848,6 +913,7 @@ mod tests {
                 frame_seed(FrameHeader::hole(&FUZZ_KEY, 2, 8192), &[0, 0, 16384], &[]),
             ),
             ("frame", "unchecked", frame_seed(unchecked, &[16], &[7; 16])),
+            ("frame", "sparse", sparse_seed()),
             (
                 "frame",
                 "past-end",

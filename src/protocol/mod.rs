@@ -14,4 +14,5 @@ pub mod handshake;
 pub mod manifest;
 pub mod names;
 pub mod seal;
+pub mod sparse;
 pub mod wire;

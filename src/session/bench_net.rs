@@ -429,6 +429,7 @@ fn bench_header(key: &FrameKey, verify: bool, offset: u64, p: &[u8]) -> FrameHea
         flags: FLAG_UNCHECKED,
         file_index: 0,
         length: p.len() as u32,
+        span: 0,
         offset,
         checksum: 0,
     }
