@@ -108,6 +108,49 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 // ---- resume: hole frames over a part's stale bytes ---------------------
 
+/// Blocks of the file [`key_holders_part`] leaves, and their size.
+const PART_BLOCK: u64 = 64 << 10;
+const PART_BLOCKS: u64 = 8;
+
+/// A second key holder's session for `hand/NAME` (8 blocks of 64 KiB, the
+/// mtime [`MTIME`]): holes for blocks 0..6, enough wire bytes to earn a
+/// journal, then its own bytes for block 7 (from `seed`), and it hangs up
+/// before any journal names that block. The part and its journal stay.
+fn key_holders_part(d: &Daemon, name: &str, seed: u64) {
+    let size = PART_BLOCK * PART_BLOCKS;
+    let e = entry(name, EntryKind::File, size, 0o644);
+    let (ctl, keys) = hand_push(d.port, &d.key, vec![e], 1, PART_BLOCK as u32).expect("ready");
+    let key = frame_key(&keys);
+    let mut data = data_stream(d.port, &keys, 0);
+    for b in 0..6 {
+        data.write_all(&FrameHeader::hole(&key, 0, b * PART_BLOCK).encode())
+            .unwrap();
+    }
+    let journal = d.root.path().join(format!("hand/{name}.urmove.journal"));
+    assert!(
+        wait_until(Duration::from_secs(10), || journal.exists()),
+        "no journal of the held holes; log: {}",
+        d.log()
+    );
+    let evil = noise(PART_BLOCK as usize, seed);
+    data.write_all(&FrameHeader::hole(&key, 0, 6 * PART_BLOCK).encode())
+        .unwrap();
+    data.write_all(&FrameHeader::for_payload(&key, 0, 7 * PART_BLOCK, &evil, 0).encode())
+        .unwrap();
+    data.write_all(&evil).unwrap();
+    let part = d.root.path().join(format!("hand/{name}.urmove.part"));
+    assert!(
+        wait_until(Duration::from_secs(10), || std::fs::metadata(&part)
+            .is_ok_and(|m| m.len() >= size)),
+        "the key holder's last block never landed; log: {}",
+        d.log()
+    );
+    drop((ctl, data));
+    // Its session ends; the journaled part stays for --resume.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(part.exists() && journal.exists(), "the part was not kept");
+}
+
 /// A second key holder who knows only the size and mtime of a sparse file
 /// someone will push (a fresh VM image, a preallocated output file) sends
 /// the same entry itself: holes for the first blocks (enough wire bytes to
@@ -121,43 +164,10 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// committed and reported verified with bytes the source never had.
 #[test]
 fn a_hole_frame_on_resume_never_leaves_a_parts_stale_bytes_in_a_verified_file() {
-    const BLOCK: u64 = 64 << 10;
-    const BLOCKS: u64 = 8;
-    let size = BLOCK * BLOCKS;
+    let size = PART_BLOCK * PART_BLOCKS;
     let d = Daemon::start();
 
-    // The key holder's session: holes 0..6, a journal, then block 7.
-    let e = entry("f", EntryKind::File, size, 0o644);
-    let (ctl, keys) = hand_push(d.port, &d.key, vec![e], 1, BLOCK as u32).expect("ready");
-    let key = frame_key(&keys);
-    let mut data = data_stream(d.port, &keys, 0);
-    for b in 0..6 {
-        data.write_all(&FrameHeader::hole(&key, 0, b * BLOCK).encode())
-            .unwrap();
-    }
-    let journal = d.root.path().join("hand/f.urmove.journal");
-    assert!(
-        wait_until(Duration::from_secs(10), || journal.exists()),
-        "no journal of the held holes; log: {}",
-        d.log()
-    );
-    let evil = noise(BLOCK as usize, 66);
-    data.write_all(&FrameHeader::hole(&key, 0, 6 * BLOCK).encode())
-        .unwrap();
-    data.write_all(&FrameHeader::for_payload(&key, 0, 7 * BLOCK, &evil, 0).encode())
-        .unwrap();
-    data.write_all(&evil).unwrap();
-    let part = d.root.path().join("hand/f.urmove.part");
-    assert!(
-        wait_until(Duration::from_secs(10), || std::fs::metadata(&part)
-            .is_ok_and(|m| m.len() >= size)),
-        "the key holder's last block never landed; log: {}",
-        d.log()
-    );
-    drop((ctl, data));
-    // Its session ends; the journaled part stays for --resume.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(part.exists() && journal.exists(), "the part was not kept");
+    key_holders_part(&d, "f", 66);
 
     // The victim: a sparse file of that size and mtime, all zeros.
     let src = tmp();
@@ -180,6 +190,43 @@ fn a_hole_frame_on_resume_never_leaves_a_parts_stale_bytes_in_a_verified_file() 
         both(&o)
     );
     assert_eq!(wrong, 0, "hand/f differs from the source: {}", both(&o));
+}
+
+/// The same over a sparse frame (protocol 9): the victim's last block
+/// holds 4 KiB of data and then zeros it does not hold, so it goes as that
+/// piece and a map; the pieces left out must be cleared in the key
+/// holder's part, not left holding its bytes under a "verified".
+#[test]
+fn a_sparse_frame_on_resume_clears_the_pieces_it_leaves_out() {
+    let size = PART_BLOCK * PART_BLOCKS;
+    let d = Daemon::start();
+    key_holders_part(&d, "g", 67);
+
+    // The victim: zeros it does not hold but for 4 KiB at the last block.
+    let src = tmp();
+    let f = src.path().join("g");
+    let file = std::fs::File::create(&f).unwrap();
+    file.set_len(size).unwrap();
+    let island = noise(4096, 68);
+    std::os::unix::fs::FileExt::write_all_at(&file, &island, 7 * PART_BLOCK).unwrap();
+    drop(file);
+    set_mtime(&f, MTIME);
+    let o = output_within(
+        send_cmd(
+            &d,
+            &["--resume", "-P", "1", "--block", "64K", "--json"],
+            &[f.as_os_str(), "127.0.0.1:hand".as_ref()],
+        ),
+        HANG,
+    );
+    let landed = std::fs::read(d.root.path().join("hand/g")).unwrap_or_default();
+    let want = std::fs::read(&f).unwrap();
+    assert!(
+        !(o.status.code() == Some(0) && landed != want),
+        "send --resume exited 0 (verified) but hand/g is not the source: {}",
+        both(&o)
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
 }
 
 // ---- a symlink entry is not claimed like a file -------------------------

@@ -712,6 +712,12 @@ pub struct FidelityArgs {
     /// as root; otherwise its files belong to it.
     #[arg(long)]
     pub numeric_ids: bool,
+
+    /// Also leave runs of zeros inside the data as holes on the receiver
+    /// (rsync's -S, cp --sparse=always). The source's own holes always
+    /// arrive as holes, with or without it.
+    #[arg(short = 'S', long)]
+    pub sparse: bool,
 }
 
 /// What of the sources goes, as rsync's filter options choose it.

@@ -495,6 +495,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
             .unwrap_or_else(crate::session::secret::default_state_dir),
         scan: scan_rules(filter, a.tree.keep),
         numeric_ids: a.tree.keep.numeric_ids,
+        sparse: a.tree.keep.sparse,
         delete: a.tree.delete || a.tree.delete_excluded,
         delete_excluded: a.tree.delete_excluded,
         min_rate: a.min_rate.map(|r| crate::session::send::MinRate {
@@ -937,6 +938,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
             .unwrap_or_else(crate::session::secret::default_state_dir),
         scan: scan_rules(Default::default(), a.keep),
         numeric_ids: a.keep.numeric_ids,
+        sparse: a.keep.sparse,
         ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;

@@ -61,7 +61,12 @@ pub const REQ_HARD_LINKS: u32 = 256;
 pub const REQ_XATTRS: u32 = 512;
 /// Request flag (protocol 9): the scanning side carries POSIX ACLs (`-A`).
 pub const REQ_ACLS: u32 = 1024;
+/// Request flag (protocol 9): the sending side leaves runs of zeros
+/// inside data out of its frames as it leaves holes (`--sparse`), so the
+/// receiver writes them as holes too.
+pub const REQ_SPARSE: u32 = 2048;
 const REQ_KNOWN: u32 = REQ_LIVE_PARTS
+    | REQ_SPARSE
     | REQ_HARD_LINKS
     | REQ_XATTRS
     | REQ_ACLS

@@ -15,11 +15,14 @@ use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
-use crate::datapath::net::payload;
+use crate::datapath::net::{payload, HEADROOM};
 use crate::datapath::{DirectMode, Lease};
 use crate::protocol::control::ErrorCode;
-use crate::protocol::frame::{zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN};
+use crate::protocol::frame::{
+    payload_checksum, zero_terms, FrameHeader, FrameKey, FLAG_SEALED, FRAME_HEADER_LEN,
+};
 use crate::protocol::manifest::{check_entry, Entry, EntryKind};
+use crate::protocol::sparse;
 
 use super::commit::{FinalJob, JournalJob, Outcome};
 use super::journal::Journal;
@@ -113,8 +116,8 @@ pub(super) enum Accepted {
 /// received it, before the book is locked: the payload's digest terms, or
 /// `None` for a hole (whose terms depend on its file's size).
 pub(super) fn verify(
-    header: &FrameHeader,
-    lease: &Lease,
+    header: &mut FrameHeader,
+    lease: &mut Lease,
     key: &FrameKey,
 ) -> Result<Option<u64>, SessionError> {
     let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
@@ -124,10 +127,57 @@ pub(super) fn verify(
             .map_err(|e| malformed(e.to_string()))?;
         return Ok(None);
     }
+    if header.is_sparse() {
+        unpack_sparse(header, lease).map_err(|why| {
+            malformed(format!(
+                "sparse frame for file {} at offset {}: {why}",
+                header.file_index, header.offset
+            ))
+        })?;
+        if header.flags & FLAG_SEALED != 0 {
+            // Opened and authenticated (`NetReceiver::unseal`): the block's
+            // checksum is made here, from the block rebuilt.
+            let block = payload(lease, header);
+            header.checksum = payload_checksum(key, header.file_index, header.offset, block);
+        }
+    }
     header
         .check_payload(key, payload(lease, header))
         .map(Some)
         .map_err(|e| malformed(e.to_string()))
+}
+
+/// Rebuild a sparse frame's block in its buffer: the payload unpacked to
+/// the whole span (absent pieces zeros, so its checksum is checked as a
+/// plain block's), the map kept at the start of the headroom for its
+/// writes ([`sparse_map`]), the header's length now the block's.
+fn unpack_sparse(header: &mut FrameHeader, lease: &mut Lease) -> Result<(), &'static str> {
+    let span = header.span as usize;
+    let (head, room) = lease.as_mut_slice().split_at_mut(HEADROOM);
+    // Room for the span and an O_DIRECT write's padding.
+    if span.div_ceil(4096) * 4096 > room.len() {
+        return Err("its block is larger than this session's frames");
+    }
+    let map = sparse::unpack(room, span, header.length as usize)?;
+    head[..map.bytes().len()].copy_from_slice(map.bytes());
+    header.length = header.span;
+    Ok(())
+}
+
+/// The map of a sparse frame unpacked by [`verify`].
+pub(super) fn sparse_map(header: &FrameHeader, lease: &Lease) -> sparse::Map {
+    let span = header.span as usize;
+    sparse::Map::from_bytes(span, &lease.as_slice()[..sparse::map_len(span)])
+        .expect("checked when unpacked")
+}
+
+/// Bytes of the file a verified frame brings (a sparse frame's data
+/// pieces; the rest of its block is holes).
+pub(super) fn data_bytes(header: &FrameHeader, lease: &Lease) -> u64 {
+    match header.is_sparse() {
+        true => sparse_map(header, lease).present() as u64,
+        false => u64::from(header.length),
+    }
 }
 
 impl<'s> Book<'s> {
@@ -241,12 +291,13 @@ impl<'s> Book<'s> {
     }
 
     /// A write of a lane finished (`token`: file and block; `result`: the
-    /// bytes written or a negative errno).
+    /// bytes written of `len`, or a negative errno; `wire`: the payload
+    /// bytes its frame brought, when not the block's).
     pub(super) fn written(
         &mut self,
         token: u64,
-        len: u32,
-        result: i32,
+        (len, result): (u32, i32),
+        wire: Option<u64>,
     ) -> Result<usize, SessionError> {
         let (index, block_no) = ((token >> 32) as usize, token & 0xFFFF_FFFF);
         let (block, live) = (self.block, self.rules.live_parts);
@@ -269,7 +320,8 @@ impl<'s> Book<'s> {
             return Err(SessionError::io(format!("writing {}", f.final_rel), e));
         }
         let len = (f.size - block_no * block).min(block);
-        f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + len);
+        let wire = wire.unwrap_or(len);
+        f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + wire);
         if live {
             show_live(f, block);
         }

@@ -65,6 +65,43 @@ struct Deferred {
     lease: Lease,
     len: u32,
     token: u64,
+    /// A sparse frame's block: only its data pieces are written.
+    sparse: Option<SparseWrite>,
+}
+
+/// How a sparse block is written: its pieces as its map says, the absent
+/// ones cleared when the part holds an earlier session's bytes.
+#[derive(Clone, Copy)]
+struct SparseWrite {
+    header: FrameHeader,
+    stale: bool,
+    direct: bool,
+}
+
+/// Write a sparse block's data pieces (each run of them one write, an
+/// O_DIRECT part's last padded to a whole page) and, in a part holding an
+/// earlier session's bytes, clear the runs that did not come. Returns how
+/// it went and the payload bytes the frame brought.
+fn write_sparse(d: &Deferred, s: &SparseWrite) -> (std::io::Result<()>, Option<u64>) {
+    let map = book::sparse_map(&s.header, &d.lease);
+    let block = &d.lease.as_slice()[HEADROOM..];
+    let go = || -> std::io::Result<()> {
+        for run in map.runs() {
+            let at = d.offset + run.start as u64;
+            match (run.present, s.direct) {
+                (true, true) => d
+                    .part
+                    .write_all_at(&block[run.start..run.end.div_ceil(4096) * 4096], at)?,
+                (true, false) => d.part.write_all_at(&block[run.start..run.end], at)?,
+                (false, _) if s.stale => {
+                    crate::datapath::sys::zero_range(&d.part, at, (run.end - run.start) as u64)?
+                }
+                (false, _) => {}
+            }
+        }
+        Ok(())
+    };
+    (go(), Some(map.packed_len() as u64))
 }
 
 /// One lane's side of a receive.
@@ -117,7 +154,7 @@ impl<'a> Intake<'a> {
         // carries a buffer that must go back to the pool.
         let polled = self.rx.poll(wait, &mut |ev| events.push(ev));
         self.checks.clear();
-        for ev in &events {
+        for ev in &mut events {
             if let RecvEvent::Frame { header, lease, .. } = ev {
                 self.checks.push(book::verify(header, lease, &self.key));
             }
@@ -138,19 +175,25 @@ impl<'a> Intake<'a> {
         }
         let mut done = Vec::with_capacity(self.deferred.len());
         for d in self.deferred.drain(..) {
-            let bytes = &d.lease.as_slice()[HEADROOM..HEADROOM + d.len as usize];
-            let result = match d.part.write_all_at(bytes, d.offset) {
+            let (written, wire) = match &d.sparse {
+                Some(s) => write_sparse(&d, s),
+                None => {
+                    let bytes = &d.lease.as_slice()[HEADROOM..HEADROOM + d.len as usize];
+                    (d.part.write_all_at(bytes, d.offset), None)
+                }
+            };
+            let result = match written {
                 Ok(()) => d.len as i32,
                 Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
             };
             self.rx.give_back(d.lease);
-            done.push((d.token, d.len, result));
+            done.push((d.token, (d.len, result), wire));
         }
         let mut book = book::lock(book);
         let mut failure = None;
-        for (token, len, result) in done {
+        for (token, written, wire) in done {
             let r = book
-                .written(token, len, result)
+                .written(token, written, wire)
                 .and_then(|i| book.written_more(i));
             if let Err(e) = r {
                 failure.get_or_insert(e);
@@ -179,7 +222,7 @@ impl<'a> Intake<'a> {
                         self.rx.give_back(lease);
                         continue;
                     }
-                    batch_bytes += u64::from(header.length);
+                    batch_bytes += book::data_bytes(&header, &lease);
                     self.frame(&mut book, &header, lease, check)
                 }
                 RecvEvent::Written {
@@ -190,7 +233,7 @@ impl<'a> Intake<'a> {
                 } => {
                     self.rx.give_back(lease);
                     self.wrote((token >> 32) as usize);
-                    book.written(token, len, result).map(Some)
+                    book.written(token, (len, result), None).map(Some)
                 }
                 RecvEvent::Closed { .. } => Ok(None),
                 RecvEvent::Lost { stream, why } => {
@@ -261,7 +304,12 @@ impl<'a> Intake<'a> {
                 self.status.holes.fetch_add(len, Ordering::Relaxed);
                 Ok(Some(index))
             }
-            Ok(Accepted::Data { terms }) => self.write(book, header, lease, terms),
+            Ok(Accepted::Data { terms }) => {
+                let data = book::data_bytes(header, &lease);
+                let holes = u64::from(header.length) - data;
+                self.status.holes.fetch_add(holes, Ordering::Relaxed);
+                self.write(book, header, lease, terms)
+            }
         }
     }
 
@@ -289,7 +337,17 @@ impl<'a> Intake<'a> {
         }
         let part = f.part.as_ref().expect("opened when accepted");
         let token = (index as u64) << 32 | block_no;
-        let Some(at) = self.slot_for(index, f.opened, part.as_raw_fd()) else {
+        let sparse = header.is_sparse().then_some(SparseWrite {
+            header: *header,
+            stale: f.stale,
+            direct: f.direct,
+        });
+        // A sparse block is written piece by piece, here, after the lock.
+        let slot = match sparse {
+            Some(_) => None,
+            None => self.slot_for(index, f.opened, part.as_raw_fd()),
+        };
+        let Some(at) = slot else {
             // Every slot busy: a pwrite after the lock, from a second
             // descriptor (the part stays open while its write is noted).
             let part = match part.try_clone() {
@@ -306,6 +364,7 @@ impl<'a> Intake<'a> {
                 lease,
                 len: write_len,
                 token,
+                sparse,
             });
             return Ok(None);
         };

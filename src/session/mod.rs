@@ -12,6 +12,7 @@ mod book;
 mod commit;
 mod confirm;
 pub mod conn;
+mod extents;
 pub mod filter;
 mod follow;
 pub mod fuzz;

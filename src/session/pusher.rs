@@ -22,10 +22,13 @@ use crate::datapath::net::{payload_mut, NetSender, SendStats};
 use crate::datapath::{sys, Lease};
 use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{
-    digest_add, frame_checksum, frame_terms, zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN,
+    digest_add, frame_checksum, frame_terms, zero_terms, FrameHeader, FrameKey, FLAG_SPARSE,
+    FRAME_HEADER_LEN,
 };
 use crate::protocol::manifest::EntryKind;
+use crate::protocol::sparse::Map;
 
+use super::extents::{map_of, Extents};
 use super::held::Held;
 use super::lanes::Lane;
 use super::route::Route;
@@ -86,6 +89,10 @@ pub(crate) struct Sent {
     len: u32,
     checksum: u64,
     hole: bool,
+    /// A sparse frame: its payload is its data pieces and their map.
+    sparse: bool,
+    /// Payload bytes on the wire (0 for a hole).
+    wire: u32,
     /// Where the frame ends in its stream's bytes: once the receiver says
     /// it took this many, the frame arrived.
     end: u64,
@@ -208,7 +215,7 @@ impl Acks {
 impl Ledger<'_> {
     fn record(&mut self, stream: u32, mut s: Sent) {
         let st = stream as usize;
-        let payload = if s.hole { 0 } else { u64::from(s.len) };
+        let payload = u64::from(s.wire);
         let tag = if self.sealed {
             crate::protocol::seal::TAG_LEN as u64
         } else {
@@ -266,7 +273,8 @@ struct Source {
     entry: usize,
     file: File,
     direct: bool,
-    sparse: bool,
+    /// Where the file holds data, for a file with holes.
+    extents: Option<Extents>,
     slot: Option<u32>,
     /// Where the file ends (size and mtime), when known as the piece
     /// began (a growing file's only once it ended).
@@ -672,6 +680,8 @@ impl<'a> Pusher<'a> {
                 use std::os::unix::fs::MetadataExt;
                 m.blocks() * 512 < m.len()
             });
+        // Learned once per file (its piece of it), not per block.
+        let extents = sparse.then(|| Extents::of(&file, piece.start, piece.end));
         let slot = self.tx.attach_file(file.as_raw_fd())?;
         let skip = self
             .held
@@ -683,7 +693,7 @@ impl<'a> Pusher<'a> {
             entry: i,
             file,
             direct,
-            sparse,
+            extents,
             slot,
             file_end: self.work.end_of(i),
             end: piece.end,
@@ -738,7 +748,11 @@ impl<'a> Pusher<'a> {
         let src = &self.sources[cur];
         let i = src.entry;
         let last = src.file_end.is_some_and(|e| offset + n as u64 == e.0);
-        if src.sparse && is_hole(&src.file, offset, n as u64) {
+        let hole = src
+            .extents
+            .as_ref()
+            .is_some_and(|e| e.is_hole(offset, n as u64));
+        if hole {
             if last && !self.unchanged(cur) {
                 self.tx.give_back(lease);
                 return Ok(());
@@ -791,6 +805,8 @@ impl<'a> Pusher<'a> {
             len: n as u32,
             checksum: 0,
             hole: true,
+            sparse: false,
+            wire: 0,
             end: 0,
         };
         self.make_ready(lease, h, r);
@@ -850,9 +866,20 @@ impl<'a> Pusher<'a> {
             self.tx.give_back(lease);
             return;
         }
-        let (h, r) = frame_block(&self.params.key, &mut self.digests, b, &mut lease);
+        let data = &payload_mut(&mut lease)[..b.len];
+        // A growing file's blocks all go as data (see `add_source`).
+        let zeros = self.params.zeros && !self.is_growing(b.entry);
+        let map = map_of(b.offset, data, self.sources[k].extents.as_ref(), zeros);
+        if map.as_ref().is_some_and(|m| m.present() == 0) {
+            // Nothing but zeros the source does not hold (or, with
+            // --sparse, zeros at all): a hole.
+            self.queue_hole(b.entry, b.offset, b.len, lease);
+            return;
+        }
+        let (h, r) = frame_block(&self.params.key, &mut self.digests, (b, map), &mut lease);
         self.make_ready(lease, h, r);
-        self.counters.add(b.len as u64, 1);
+        self.counters.add(r.data_bytes(), 1);
+        self.counters.add_holes(u64::from(r.len) - r.data_bytes());
     }
 
     /// Whether source `k` still has the size and mtime of the manifest;
@@ -1055,9 +1082,9 @@ impl<'a> Pusher<'a> {
                 let src = files
                     .entry(r.entry)
                     .or_insert_with(|| open(r.entry as usize).ok());
-                src.as_ref().and_then(|(file, direct)| {
-                    reread(file, *direct, &r, &self.params.key, &mut lease)
-                })
+                let keys = (&self.params.key, self.params.zeros);
+                src.as_ref()
+                    .and_then(|(file, direct)| reread((file, *direct), &r, keys, &mut lease))
             };
             let Some(h) = h else {
                 self.tx.give_back(lease);
@@ -1066,8 +1093,12 @@ impl<'a> Pusher<'a> {
                 self.skip(r.entry as usize, why.into());
                 continue;
             };
+            let r = Sent {
+                wire: h.length,
+                ..r
+            };
+            self.counters.add(r.data_bytes(), 1);
             self.make_ready(lease, h, r);
-            self.counters.add(u64::from(r.len) * u64::from(!r.hole), 1);
             self.repair.resent += 1;
         }
         Ok(())
@@ -1210,46 +1241,91 @@ fn lost(why: String, kind: std::io::ErrorKind) -> std::io::Error {
 }
 
 /// Read record `r`'s block again into `lease`; its header, when the data
-/// still has the checksum it had.
+/// still has the checksum it had (a sparse block packed again: its holes
+/// found anew, with `zeros` its zeros too).
 fn reread(
-    file: &File,
-    direct: bool,
+    (file, direct): (&File, bool),
     r: &Sent,
-    key: &FrameKey,
+    (key, zeros): (&FrameKey, bool),
     lease: &mut Lease,
 ) -> Option<FrameHeader> {
     let n = r.len as usize;
     let want = if direct { n.div_ceil(4096) * 4096 } else { n };
     let got = read_full(file, &mut payload_mut(lease)[..want], r.offset, n).ok()?;
-    let h = FrameHeader::for_payload(key, r.entry, r.offset, &payload_mut(lease)[..n], 0);
-    (got >= n && h.checksum == r.checksum).then_some(h)
+    if got < n {
+        return None;
+    }
+    let extents = r
+        .sparse
+        .then(|| Extents::of(file, r.offset, r.offset + n as u64));
+    let data = &payload_mut(lease)[..n];
+    let map = match r.sparse {
+        true => map_of(r.offset, data, extents.as_ref(), zeros).filter(|m| m.present() > 0),
+        false => None,
+    };
+    let b = Block {
+        entry: r.entry as usize,
+        offset: r.offset,
+        len: n,
+    };
+    let (h, again) = frame_block(key, &mut [0], (b, map), lease);
+    (h.checksum == r.checksum && again.sparse == r.sparse).then_some(h)
 }
 
-/// Checksum a block read into `lease` and add it to its file's digest:
-/// its frame header, with a checksum made with `key`, and the record that
-/// lets it go again should its stream be lost.
+impl Sent {
+    /// Bytes of the file this frame's payload carries (the rest of its
+    /// block is holes).
+    fn data_bytes(&self) -> u64 {
+        match (self.hole, self.sparse) {
+            (true, _) => 0,
+            (false, false) => u64::from(self.len),
+            (false, true) => {
+                let map = crate::protocol::sparse::map_len(self.len as usize);
+                u64::from(self.wire) - map as u64
+            }
+        }
+    }
+}
+
+/// Checksum a block read into `lease` and add it to its file's digest;
+/// with a `map`, pack it as a sparse frame (only the pieces the map
+/// keeps, then the map). Returns its frame header, with a checksum made
+/// with `key` over the whole block, and the record that lets it go again
+/// should its stream be lost.
 fn frame_block(
     key: &FrameKey,
     digests: &mut [u64],
-    b: Block,
+    (b, map): (Block, Option<Map>),
     lease: &mut Lease,
 ) -> (FrameHeader, Sent) {
-    let data = &payload_mut(lease)[..b.len];
-    let (terms, keyed) = frame_terms(key, b.offset, data);
+    let (terms, keyed) = frame_terms(key, b.offset, &payload_mut(lease)[..b.len]);
+    let (flags, length, span) = match &map {
+        Some(m) => (
+            FLAG_SPARSE,
+            crate::protocol::sparse::pack(payload_mut(lease), m),
+            b.len,
+        ),
+        None => (0, b.len, 0),
+    };
     let h = FrameHeader {
-        flags: 0,
+        flags,
         file_index: b.entry as u32,
-        length: b.len as u32,
+        length: length as u32,
+        span: span as u32,
         offset: b.offset,
         checksum: frame_checksum(key, b.entry as u32, b.offset, b.len as u32, keyed),
     };
-    digests[b.entry] = digest_add(digests[b.entry], terms);
+    if let Some(d) = digests.get_mut(b.entry) {
+        *d = digest_add(*d, terms);
+    }
     let r = Sent {
         entry: b.entry as u32,
         offset: b.offset,
         len: b.len as u32,
         checksum: h.checksum,
         hole: false,
+        sparse: map.is_some(),
+        wire: length as u32,
         end: 0,
     };
     (h, r)
@@ -1283,15 +1359,6 @@ fn on_disk(file: &File, offset: u64, len: u64) -> bool {
     }
 }
 
-/// Whether `[offset, offset + len)` of `file` holds no data at all.
-fn is_hole(file: &File, offset: u64, len: u64) -> bool {
-    match sys::seek_data(file, offset) {
-        Ok(Some(data)) => data >= offset + len,
-        Ok(None) => true,
-        Err(_) => false,
-    }
-}
-
 /// Read at least `n` bytes at `offset` into `buf` (up to its length);
 /// returns how many arrived (fewer than `n` only at end of file).
 fn read_full(file: &File, buf: &mut [u8], offset: u64, n: usize) -> std::io::Result<usize> {
@@ -1315,7 +1382,7 @@ mod tests {
             entry: 0,
             file: tempfile::tempfile().unwrap(),
             direct: false,
-            sparse: false,
+            extents: None,
             slot: None,
             file_end: Some((size, 0, 0)),
             end: size,
@@ -1426,6 +1493,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             seal: None,
             key: FrameKey { k0: 1, k1: 2 },
+            zeros: false,
         };
         let (out, mut sink) = pair();
         // A failure below must not leave the receiver waiting for ever.

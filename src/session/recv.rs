@@ -1905,6 +1905,7 @@ fn daemon_push_params(
             .has(REQ_ENCRYPT)
             .then(|| (keys.clone(), SealDirection::ServerToClient)),
         key: frame_key(keys),
+        zeros: req.has(crate::protocol::control::REQ_SPARSE),
     }
 }
 

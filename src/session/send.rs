@@ -99,6 +99,9 @@ pub struct SendConfig {
     pub scan: super::tree::ScanRules,
     /// Owners by number (`--numeric-ids`).
     pub numeric_ids: bool,
+    /// `--sparse`: runs of zeros inside data arrive as holes too (a pull
+    /// asks the daemon for it).
+    pub sparse: bool,
     /// Remove the receiver's extra entries under the manifest's
     /// directories (`--delete`).
     pub delete: bool,
@@ -143,6 +146,7 @@ impl SendConfig {
             lanes: Lanes::Auto,
             scan: super::tree::ScanRules::default(),
             numeric_ids: false,
+            sparse: false,
             delete: false,
             delete_excluded: false,
             follow: None,
@@ -169,6 +173,9 @@ impl SendConfig {
             f |= crate::protocol::control::REQ_DELETE;
         }
         f |= self.scan.request_flags();
+        if self.sparse {
+            f |= crate::protocol::control::REQ_SPARSE;
+        }
         if let Some(follow) = &self.follow {
             f |= crate::protocol::control::REQ_FOLLOW;
             if follow.live_parts {
@@ -1183,5 +1190,6 @@ pub(crate) fn push_params(cfg: &SendConfig, buffers: usize) -> PushParams {
         // Both are set by `key_with` once the handshake gives the keys.
         seal: None,
         key: FrameKey { k0: 0, k1: 0 },
+        zeros: cfg.sparse,
     }
 }

@@ -54,6 +54,8 @@ pub(crate) struct PushParams {
     pub(crate) seal: super::send::Sealing,
     /// The session's frame checksum key (`seal::frame_key`).
     pub(crate) key: FrameKey,
+    /// `--sparse`: runs of zeros inside data go as holes too.
+    pub(crate) zeros: bool,
 }
 
 impl PushParams {
