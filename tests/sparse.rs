@@ -293,3 +293,116 @@ fn sparse_frames_that_do_not_add_up_are_refused() {
         assert!(!d.root.path().join("hand").join(name).exists(), "{name}");
     }
 }
+
+/// A key holder's good sparse frame leaves its map in a pooled buffer;
+/// its next frame, sparse with a map that does not fit its span, is
+/// refused as such (it once found the old map there and panicked the
+/// lane, leaving the session without an answer).
+#[test]
+fn a_bad_sparse_map_after_a_good_one_is_refused_not_a_panic() {
+    use std::io::Write;
+    use urmove::protocol::frame::{FrameHeader, FLAG_SPARSE};
+    use urmove::protocol::manifest::{Entry, EntryKind};
+    use urmove::protocol::seal::frame_key;
+    use urmove::protocol::sparse::{pack, Map};
+
+    const BLOCK: usize = 64 << 10;
+    let d = Daemon::start();
+    let e = Entry {
+        path: "p".into(),
+        kind: EntryKind::File,
+        size: 2 * BLOCK as u64,
+        mode: 0o644,
+        mtime_s: 1_700_000_000,
+        ..Default::default()
+    };
+    let (ctl, keys) =
+        crate::util::hand_push(d.port, &d.key, vec![e], 1, BLOCK as u32).expect("ready");
+    let key = frame_key(&keys);
+    let mut data = crate::util::data_stream(d.port, &keys, 0);
+    // Block 0: pieces 5, 6 and 7 (map byte 0xE0).
+    let mut block = vec![0u8; BLOCK];
+    block[5 * 4096..8 * 4096].copy_from_slice(&noise(3 * 4096, 1));
+    let mut map = Map::new(BLOCK);
+    (5..8).for_each(|k| map.set(k));
+    let plain = FrameHeader::for_payload(&key, 0, 0, &block, 0);
+    let mut payload = block.clone();
+    let len = pack(&mut payload, &map);
+    let h = FrameHeader {
+        flags: FLAG_SPARSE,
+        length: len as u32,
+        span: BLOCK as u32,
+        ..plain
+    };
+    data.write_all(&h.encode()).unwrap();
+    data.write_all(&payload[..len]).unwrap();
+    let part = d.root.path().join("hand/p.urmove.part");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < until && !std::fs::metadata(&part).is_ok_and(|m| m.len() > 0)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Then a one-piece span whose one-byte map marks piece 1.
+    let bad = FrameHeader {
+        flags: FLAG_SPARSE,
+        file_index: 0,
+        length: 1,
+        span: 4096,
+        offset: BLOCK as u64,
+        checksum: 0,
+    };
+    data.write_all(&bad.encode()).unwrap();
+    data.write_all(&[0x02]).unwrap();
+    let mut ctl = ctl;
+    let replies = crate::util::sealed_replies(&mut ctl);
+    drop(data);
+    let error = replies.iter().find_map(|m| match m {
+        urmove::protocol::control::Message::Error { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    let log = d.log();
+    assert!(!log.contains("panicked"), "{log}");
+    let error = error.unwrap_or_else(|| panic!("no answer: {replies:?}\n{log}"));
+    assert!(
+        error.contains("marks pieces past the block's end"),
+        "{error}"
+    );
+}
+
+/// A growing file grows by data only: a sparse frame past its end (one of
+/// no pieces is a hole by another name, 33 bytes on the wire) is refused.
+#[test]
+fn a_sparse_frame_never_grows_a_growing_file() {
+    use std::io::Write;
+    use urmove::protocol::control::{Message, REQ_FOLLOW};
+    use urmove::protocol::frame::{FrameHeader, FLAG_SPARSE};
+    use urmove::protocol::seal::frame_key;
+
+    let d = Daemon::start();
+    let block = 4096u32;
+    let (mut ctl, keys) = crate::util::hand_push_with(
+        d.port,
+        &d.key,
+        vec![crate::follow::growing("g", 0)],
+        1,
+        block,
+        REQ_FOLLOW,
+    )
+    .expect("ready");
+    let mut s = crate::util::data_stream(d.port, &keys, 0);
+    let plain = FrameHeader::for_payload(&frame_key(&keys), 0, 0, &[0u8; 4096], 0);
+    let h = FrameHeader {
+        flags: FLAG_SPARSE,
+        length: 1,
+        span: block,
+        ..plain
+    };
+    let _ = s.write_all(&h.encode()).and_then(|()| s.write_all(&[0]));
+    let replies = crate::util::sealed_replies(&mut ctl);
+    let error = replies.iter().find_map(|m| match m {
+        Message::Error { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    let error = error.unwrap_or_else(|| panic!("no refusal: {replies:?}"));
+    assert!(error.contains("a sparse block past its end"), "{error}");
+}

@@ -164,18 +164,18 @@ fn unpack_sparse(header: &mut FrameHeader, lease: &mut Lease) -> Result<(), &'st
     Ok(())
 }
 
-/// The map of a sparse frame unpacked by [`verify`].
-pub(super) fn sparse_map(header: &FrameHeader, lease: &Lease) -> sparse::Map {
+/// The map of a sparse frame [`verify`] unpacked (`None` for one it
+/// refused: its buffer holds no map of its own).
+pub(super) fn sparse_map(header: &FrameHeader, lease: &Lease) -> Option<sparse::Map> {
     let span = header.span as usize;
     sparse::Map::from_bytes(span, &lease.as_slice()[..sparse::map_len(span)])
-        .expect("checked when unpacked")
 }
 
 /// Bytes of the file a verified frame brings (a sparse frame's data
 /// pieces; the rest of its block is holes).
 pub(super) fn data_bytes(header: &FrameHeader, lease: &Lease) -> u64 {
     match header.is_sparse() {
-        true => sparse_map(header, lease).present() as u64,
+        true => sparse_map(header, lease).map_or(0, |m| m.present() as u64),
         false => u64::from(header.length),
     }
 }
@@ -728,6 +728,11 @@ fn grow_for(
     );
     if h.is_hole() || !h.offset.is_multiple_of(block) {
         return Err(format!("{what}: a hole or unaligned block past its end"));
+    }
+    // A growing file grows by data only: its sender sends it no sparse
+    // blocks (one of no pieces would be a hole by another name).
+    if h.is_sparse() {
+        return Err(format!("{what}: a sparse block past its end"));
     }
     if !f.size.is_multiple_of(block) {
         return Err(format!("{what}: past its short last block"));

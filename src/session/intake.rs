@@ -83,7 +83,10 @@ struct SparseWrite {
 /// earlier session's bytes, clear the runs that did not come. Returns how
 /// it went and the payload bytes the frame brought.
 fn write_sparse(d: &Deferred, s: &SparseWrite) -> (std::io::Result<()>, Option<u64>) {
-    let map = book::sparse_map(&s.header, &d.lease);
+    let Some(map) = book::sparse_map(&s.header, &d.lease) else {
+        let e = std::io::Error::from_raw_os_error(libc::EINVAL);
+        return (Err(e), None);
+    };
     let block = &d.lease.as_slice()[HEADROOM..];
     let go = || -> std::io::Result<()> {
         for run in map.runs() {
@@ -222,7 +225,11 @@ impl<'a> Intake<'a> {
                         self.rx.give_back(lease);
                         continue;
                     }
-                    batch_bytes += book::data_bytes(&header, &lease);
+                    // Only a frame that passed its checks has a block (and,
+                    // sparse, a map) to count.
+                    if check.is_ok() {
+                        batch_bytes += book::data_bytes(&header, &lease);
+                    }
                     self.frame(&mut book, &header, lease, check)
                 }
                 RecvEvent::Written {

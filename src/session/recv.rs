@@ -1469,6 +1469,12 @@ fn push_session(
         min_rate_bytes_per_s: cfg.limits.min_rate_bytes_per_s,
     };
     let (reader, peer) = super::conn::spawn_peer_reader(s)?;
+    // Should what follows unwind, the reader still ends with the session.
+    let _reads_end = ReadsEnd(
+        s.tcp()
+            .try_clone()
+            .map_err(|e| SessionError::io("control connection", e))?,
+    );
     let key = frame_key(keys);
     let received = incoming
         .receive(&streams, pool, pace, (&key, &open), &peer, &mut out)
@@ -1493,6 +1499,17 @@ fn push_session(
     drop(peer);
     let _ = reader.join();
     received
+}
+
+/// Shuts the reading side of a control connection down when dropped,
+/// unwinding or not: its peer reader (which waits on it with no timeout)
+/// then ends, and its thread and descriptors with it.
+struct ReadsEnd(TcpStream);
+
+impl Drop for ReadsEnd {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Read);
+    }
 }
 
 /// A push's dry run on the daemon's side: its manifest looked at under the
