@@ -166,11 +166,13 @@ fn piece_term(hash: u64, offset: u64) -> u64 {
 }
 
 /// The digest terms of `data` at `offset` of its file (`offset` a multiple
-/// of [`PIECE`]): what these bytes add to the file's digest.
+/// of [`PIECE`]): what these bytes add to the file's digest. Offsets wrap
+/// (a peer's header may name any; such a frame is refused by its file's
+/// size, after its checksum).
 pub fn content_terms(offset: u64, data: &[u8]) -> u64 {
     data.chunks(PIECE)
         .enumerate()
-        .map(|(k, piece)| piece_term(xxh3_64(piece), offset + (k * PIECE) as u64))
+        .map(|(k, piece)| piece_term(xxh3_64(piece), offset.wrapping_add((k * PIECE) as u64)))
         .fold(0, u64::wrapping_add)
 }
 
@@ -202,7 +204,7 @@ pub fn frame_terms(key: &FrameKey, offset: u64, data: &[u8]) -> (u64, u64) {
     let sip = SipHasher24::new_with_keys(key.k0, key.k1);
     let (mut terms, mut keyed) = (0u64, 0u64);
     for (k, piece) in data.chunks(PIECE).enumerate() {
-        let (h, at) = (xxh3_64(piece), offset + (k * PIECE) as u64);
+        let (h, at) = (xxh3_64(piece), offset.wrapping_add((k * PIECE) as u64));
         terms = terms.wrapping_add(piece_term(h, at));
         keyed = keyed.wrapping_add(keyed_term(&sip, h, at));
     }
@@ -226,13 +228,13 @@ pub fn zero_terms(offset: u64, len: u64) -> u64 {
     let whole = xxh3_64(&ZERO);
     let pieces = len / PIECE as u64;
     let mut sum = (0..pieces)
-        .map(|k| piece_term(whole, offset + k * PIECE as u64))
+        .map(|k| piece_term(whole, offset.wrapping_add(k * PIECE as u64)))
         .fold(0, u64::wrapping_add);
     let tail = (len % PIECE as u64) as usize;
     if tail > 0 {
         sum = sum.wrapping_add(piece_term(
             xxh3_64(&ZERO[..tail]),
-            offset + pieces * PIECE as u64,
+            offset.wrapping_add(pieces * PIECE as u64),
         ));
     }
     sum
