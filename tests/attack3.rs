@@ -151,6 +151,19 @@ fn key_holders_part(d: &Daemon, name: &str, seed: u64) {
     assert!(part.exists() && journal.exists(), "the part was not kept");
 }
 
+/// The victim's `send --resume` of `f` into `hand`, one stream, the key
+/// holder's block size.
+fn resume_into_hand(d: &Daemon, f: &Path) -> Output {
+    output_within(
+        send_cmd(
+            d,
+            &["--resume", "-P", "1", "--block", "64K", "--json"],
+            &[f.as_os_str(), "127.0.0.1:hand".as_ref()],
+        ),
+        HANG,
+    )
+}
+
 /// A second key holder who knows only the size and mtime of a sparse file
 /// someone will push (a fresh VM image, a preallocated output file) sends
 /// the same entry itself: holes for the first blocks (enough wire bytes to
@@ -174,14 +187,7 @@ fn a_hole_frame_on_resume_never_leaves_a_parts_stale_bytes_in_a_verified_file() 
     let f = src.path().join("f");
     std::fs::File::create(&f).unwrap().set_len(size).unwrap();
     set_mtime(&f, MTIME);
-    let o = output_within(
-        send_cmd(
-            &d,
-            &["--resume", "-P", "1", "--block", "64K", "--json"],
-            &[f.as_os_str(), "127.0.0.1:hand".as_ref()],
-        ),
-        HANG,
-    );
+    let o = resume_into_hand(&d, &f);
     let landed = std::fs::read(d.root.path().join("hand/f")).unwrap_or_default();
     let wrong = landed.iter().filter(|&&b| b != 0).count();
     assert!(
@@ -211,14 +217,7 @@ fn a_sparse_frame_on_resume_clears_the_pieces_it_leaves_out() {
     std::os::unix::fs::FileExt::write_all_at(&file, &island, 7 * PART_BLOCK).unwrap();
     drop(file);
     set_mtime(&f, MTIME);
-    let o = output_within(
-        send_cmd(
-            &d,
-            &["--resume", "-P", "1", "--block", "64K", "--json"],
-            &[f.as_os_str(), "127.0.0.1:hand".as_ref()],
-        ),
-        HANG,
-    );
+    let o = resume_into_hand(&d, &f);
     let landed = std::fs::read(d.root.path().join("hand/g")).unwrap_or_default();
     let want = std::fs::read(&f).unwrap();
     assert!(

@@ -216,6 +216,33 @@ fn a_sparse_file_killed_half_way_continues_and_stays_sparse() {
     assert_as_sparse(&top, &d.root.path().join("in/img"), &[("vm.img", 48)]);
 }
 
+/// A file entry of `size` bytes for a hand-made push.
+fn file_entry(name: &str, size: u64) -> urmove::protocol::manifest::Entry {
+    urmove::protocol::manifest::Entry {
+        path: name.into(),
+        kind: urmove::protocol::manifest::EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_s: 1_700_000_000,
+        ..Default::default()
+    }
+}
+
+/// A sender's sparse frame of `block` (entry 0, at `offset`), keeping the
+/// pieces `map` marks: its header and payload.
+fn sparse_frame(
+    key: &urmove::protocol::frame::FrameKey,
+    offset: u64,
+    block: &[u8],
+    map: &urmove::protocol::sparse::Map,
+) -> (urmove::protocol::frame::FrameHeader, Vec<u8>) {
+    let plain = urmove::protocol::frame::FrameHeader::for_payload(key, 0, offset, block, 0);
+    let mut payload = block.to_vec();
+    let len = urmove::protocol::sparse::pack(&mut payload, map);
+    payload.truncate(len);
+    (plain.packed(len), payload)
+}
+
 /// A key holder's sparse frames that do not add up: a map claiming more
 /// pieces than came, a span that is not the block's, a span on a frame
 /// not marked sparse. Each ends its session, with nothing committed; an
@@ -224,9 +251,8 @@ fn a_sparse_file_killed_half_way_continues_and_stays_sparse() {
 fn sparse_frames_that_do_not_add_up_are_refused() {
     use std::io::Write;
     use urmove::protocol::frame::{FrameHeader, FLAG_SPARSE};
-    use urmove::protocol::manifest::{Entry, EntryKind};
     use urmove::protocol::seal::frame_key;
-    use urmove::protocol::sparse::{pack, Map};
+    use urmove::protocol::sparse::Map;
 
     const BLOCK: usize = 64 << 10;
     const FAILED: &str = "push session failed";
@@ -247,27 +273,10 @@ fn sparse_frames_that_do_not_add_up_are_refused() {
         ("honest", |_, _| {}),
     ];
     for (name, spoil) in cases {
-        let e = Entry {
-            path: name.into(),
-            kind: EntryKind::File,
-            size: BLOCK as u64,
-            mode: 0o644,
-            mtime_s: 1_700_000_000,
-            ..Default::default()
-        };
+        let e = file_entry(name, BLOCK as u64);
         let (ctl, keys) =
             crate::util::hand_push(d.port, &d.key, vec![e], 1, BLOCK as u32).expect("ready");
-        let key = frame_key(&keys);
-        let plain = FrameHeader::for_payload(&key, 0, 0, &block, 0);
-        let mut payload = block.clone();
-        let len = pack(&mut payload, &map);
-        payload.truncate(len);
-        let mut h = FrameHeader {
-            flags: FLAG_SPARSE,
-            length: len as u32,
-            span: BLOCK as u32,
-            ..plain
-        };
+        let (mut h, mut payload) = sparse_frame(&frame_key(&keys), 0, &block, &map);
         spoil(&mut h, &mut payload);
         let mut data = crate::util::data_stream(d.port, &keys, 0);
         let _ = data.write_all(&h.encode());
@@ -302,40 +311,23 @@ fn sparse_frames_that_do_not_add_up_are_refused() {
 fn a_bad_sparse_map_after_a_good_one_is_refused_not_a_panic() {
     use std::io::Write;
     use urmove::protocol::frame::{FrameHeader, FLAG_SPARSE};
-    use urmove::protocol::manifest::{Entry, EntryKind};
     use urmove::protocol::seal::frame_key;
-    use urmove::protocol::sparse::{pack, Map};
+    use urmove::protocol::sparse::Map;
 
     const BLOCK: usize = 64 << 10;
     let d = Daemon::start();
-    let e = Entry {
-        path: "p".into(),
-        kind: EntryKind::File,
-        size: 2 * BLOCK as u64,
-        mode: 0o644,
-        mtime_s: 1_700_000_000,
-        ..Default::default()
-    };
+    let e = file_entry("p", 2 * BLOCK as u64);
     let (ctl, keys) =
         crate::util::hand_push(d.port, &d.key, vec![e], 1, BLOCK as u32).expect("ready");
-    let key = frame_key(&keys);
     let mut data = crate::util::data_stream(d.port, &keys, 0);
     // Block 0: pieces 5, 6 and 7 (map byte 0xE0).
     let mut block = vec![0u8; BLOCK];
     block[5 * 4096..8 * 4096].copy_from_slice(&noise(3 * 4096, 1));
     let mut map = Map::new(BLOCK);
     (5..8).for_each(|k| map.set(k));
-    let plain = FrameHeader::for_payload(&key, 0, 0, &block, 0);
-    let mut payload = block.clone();
-    let len = pack(&mut payload, &map);
-    let h = FrameHeader {
-        flags: FLAG_SPARSE,
-        length: len as u32,
-        span: BLOCK as u32,
-        ..plain
-    };
+    let (h, payload) = sparse_frame(&frame_key(&keys), 0, &block, &map);
     data.write_all(&h.encode()).unwrap();
-    data.write_all(&payload[..len]).unwrap();
+    data.write_all(&payload).unwrap();
     let part = d.root.path().join("hand/p.urmove.part");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while std::time::Instant::now() < until && !std::fs::metadata(&part).is_ok_and(|m| m.len() > 0)

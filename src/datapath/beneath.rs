@@ -330,20 +330,15 @@ impl Root {
 
     /// Metadata of `rel` beneath the root, not following a final symlink.
     pub fn symlink_metadata(&self, rel: &str) -> io::Result<std::fs::Metadata> {
-        let fd = self.openat(rel, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        File::from(fd).metadata()
+        self.open_path(rel)?.metadata()
     }
 
-    /// The extended attributes of `rel` beneath the root (not following a
-    /// final symlink) whose names `keep` accepts, values up to `max` bytes.
-    pub fn xattrs(
-        &self,
-        rel: &str,
-        keep: impl Fn(&str) -> bool,
-        max: usize,
-    ) -> io::Result<Vec<(String, Vec<u8>)>> {
-        let fd = self.openat(rel, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        super::ids::list_fd(&fd, keep, max)
+    /// `rel` beneath the root itself (a final symlink not followed), held
+    /// by an `O_PATH` descriptor: for its metadata and, through
+    /// [`super::ids::list_fd`], its extended attributes, of one inode.
+    pub fn open_path(&self, rel: &str) -> io::Result<File> {
+        self.openat(rel, libc::O_PATH | libc::O_NOFOLLOW, 0)
+            .map(File::from)
     }
 
     /// Names in directory `rel` beneath the root.

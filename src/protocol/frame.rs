@@ -303,6 +303,18 @@ impl FrameHeader {
         self.flags & FLAG_SPARSE != 0
     }
 
+    /// This plain block's header as a sparse frame whose payload (its data
+    /// pieces and map, `protocol::sparse::pack`) is `length` bytes: the
+    /// checksum stays the block's.
+    pub fn packed(self, length: usize) -> FrameHeader {
+        FrameHeader {
+            flags: self.flags | FLAG_SPARSE,
+            length: length as u32,
+            span: self.length,
+            ..self
+        }
+    }
+
     /// A header for `payload` at `offset` of file `file_index`, its
     /// checksum made with `key`.
     pub fn for_payload(

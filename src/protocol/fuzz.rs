@@ -812,13 +812,7 @@ mod tests {
         map.set(1);
         map.set(4);
         let len = pack(&mut block, &map);
-        let h = FrameHeader {
-            flags: FLAG_SPARSE,
-            length: len as u32,
-            span: span as u32,
-            ..plain
-        };
-        frame_seed(h, &[span as u64], &block[..len])
+        frame_seed(plain.packed(len), &[span as u64], &block[..len])
     }
 
     fn frame_seed(h: FrameHeader, sizes: &[u64], payload: &[u8]) -> Vec<u8> {

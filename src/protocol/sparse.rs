@@ -75,10 +75,14 @@ impl Map {
 
     /// Bytes of the pieces present.
     pub fn present(&self) -> usize {
-        (0..pieces(self.span))
-            .filter(|&k| self.has(k))
-            .map(|k| self.piece_len(k))
-            .sum()
+        let n = pieces(self.span);
+        let ones: u32 = self.bytes().iter().map(|b| b.count_ones()).sum();
+        // Every piece is whole but a short last one.
+        let short = match n > 0 && self.has(n - 1) {
+            true => PIECE - self.piece_len(n - 1),
+            false => 0,
+        };
+        ones as usize * PIECE - short
     }
 
     /// The map as it travels.

@@ -164,10 +164,10 @@ fn unpack_sparse(header: &mut FrameHeader, lease: &mut Lease) -> Result<(), &'st
     Ok(())
 }
 
-/// The map of a sparse frame [`verify`] unpacked (`None` for one it
-/// refused: its buffer holds no map of its own).
-pub(super) fn sparse_map(header: &FrameHeader, lease: &Lease) -> Option<sparse::Map> {
-    let span = header.span as usize;
+/// The map of a sparse frame of `span` bytes [`verify`] unpacked (`None`
+/// for one it refused: its buffer holds no map of its own).
+pub(super) fn sparse_map(span: u32, lease: &Lease) -> Option<sparse::Map> {
+    let span = span as usize;
     sparse::Map::from_bytes(span, &lease.as_slice()[..sparse::map_len(span)])
 }
 
@@ -175,7 +175,7 @@ pub(super) fn sparse_map(header: &FrameHeader, lease: &Lease) -> Option<sparse::
 /// pieces; the rest of its block is holes).
 pub(super) fn data_bytes(header: &FrameHeader, lease: &Lease) -> u64 {
     match header.is_sparse() {
-        true => sparse_map(header, lease).map_or(0, |m| m.present() as u64),
+        true => sparse_map(header.span, lease).map_or(0, |m| m.present() as u64),
         false => u64::from(header.length),
     }
 }

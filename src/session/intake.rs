@@ -73,7 +73,7 @@ struct Deferred {
 /// ones cleared when the part holds an earlier session's bytes.
 #[derive(Clone, Copy)]
 struct SparseWrite {
-    header: FrameHeader,
+    span: u32,
     stale: bool,
     direct: bool,
 }
@@ -83,7 +83,7 @@ struct SparseWrite {
 /// earlier session's bytes, clear the runs that did not come. Returns how
 /// it went and the payload bytes the frame brought.
 fn write_sparse(d: &Deferred, s: &SparseWrite) -> (std::io::Result<()>, Option<u64>) {
-    let Some(map) = book::sparse_map(&s.header, &d.lease) else {
+    let Some(map) = book::sparse_map(s.span, &d.lease) else {
         let e = std::io::Error::from_raw_os_error(libc::EINVAL);
         return (Err(e), None);
     };
@@ -227,10 +227,12 @@ impl<'a> Intake<'a> {
                     }
                     // Only a frame that passed its checks has a block (and,
                     // sparse, a map) to count.
-                    if check.is_ok() {
-                        batch_bytes += book::data_bytes(&header, &lease);
-                    }
-                    self.frame(&mut book, &header, lease, check)
+                    let data = match check {
+                        Ok(_) => book::data_bytes(&header, &lease),
+                        Err(_) => 0,
+                    };
+                    batch_bytes += data;
+                    self.frame(&mut book, &header, lease, (check, data))
                 }
                 RecvEvent::Written {
                     token,
@@ -286,15 +288,15 @@ impl<'a> Intake<'a> {
         });
     }
 
-    /// One frame, checked (`check`): accepted, then written (or a hole, or
-    /// a block held already). Returns the file when a block of it is now
-    /// written.
+    /// One frame, checked (`check`; `data`: the file's bytes it brings):
+    /// accepted, then written (or a hole, or a block held already). Returns
+    /// the file when a block of it is now written.
     fn frame(
         &mut self,
         book: &mut Book,
         header: &FrameHeader,
         lease: Lease,
-        check: Result<Option<u64>, SessionError>,
+        (check, data): (Result<Option<u64>, SessionError>, u64),
     ) -> Result<Option<usize>, SessionError> {
         match check.and_then(|terms| book.accept(header, terms)) {
             Err(e) => {
@@ -312,7 +314,6 @@ impl<'a> Intake<'a> {
                 Ok(Some(index))
             }
             Ok(Accepted::Data { terms }) => {
-                let data = book::data_bytes(header, &lease);
                 let holes = u64::from(header.length) - data;
                 self.status.holes.fetch_add(holes, Ordering::Relaxed);
                 self.write(book, header, lease, terms)
@@ -345,7 +346,7 @@ impl<'a> Intake<'a> {
         let part = f.part.as_ref().expect("opened when accepted");
         let token = (index as u64) << 32 | block_no;
         let sparse = header.is_sparse().then_some(SparseWrite {
-            header: *header,
+            span: header.span,
             stale: f.stale,
             direct: f.direct,
         });

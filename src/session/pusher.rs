@@ -22,8 +22,7 @@ use crate::datapath::net::{payload_mut, NetSender, SendStats};
 use crate::datapath::{sys, Lease};
 use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{
-    digest_add, frame_checksum, frame_terms, zero_terms, FrameHeader, FrameKey, FLAG_SPARSE,
-    FRAME_HEADER_LEN,
+    digest_add, frame_checksum, frame_terms, zero_terms, FrameHeader, FrameKey, FRAME_HEADER_LEN,
 };
 use crate::protocol::manifest::EntryKind;
 use crate::protocol::sparse::Map;
@@ -876,7 +875,8 @@ impl<'a> Pusher<'a> {
             self.queue_hole(b.entry, b.offset, b.len, lease);
             return;
         }
-        let (h, r) = frame_block(&self.params.key, &mut self.digests, (b, map), &mut lease);
+        let (h, r, terms) = frame_block(&self.params.key, (b, map), &mut lease);
+        self.digests[b.entry] = digest_add(self.digests[b.entry], terms);
         self.make_ready(lease, h, r);
         self.counters.add(r.data_bytes(), 1);
         self.counters.add_holes(u64::from(r.len) - r.data_bytes());
@@ -1268,7 +1268,7 @@ fn reread(
         offset: r.offset,
         len: n,
     };
-    let (h, again) = frame_block(key, &mut [0], (b, map), lease);
+    let (h, again, _) = frame_block(key, (b, map), lease);
     (h.checksum == r.checksum && again.sparse == r.sparse).then_some(h)
 }
 
@@ -1287,37 +1287,29 @@ impl Sent {
     }
 }
 
-/// Checksum a block read into `lease` and add it to its file's digest;
-/// with a `map`, pack it as a sparse frame (only the pieces the map
-/// keeps, then the map). Returns its frame header, with a checksum made
-/// with `key` over the whole block, and the record that lets it go again
-/// should its stream be lost.
+/// Checksum a block read into `lease`; with a `map`, pack it as a sparse
+/// frame (only the pieces the map keeps, then the map). Returns its frame
+/// header, with a checksum made with `key` over the whole block, the
+/// record that lets it go again should its stream be lost, and the
+/// block's digest terms (for its file's digest).
 fn frame_block(
     key: &FrameKey,
-    digests: &mut [u64],
     (b, map): (Block, Option<Map>),
     lease: &mut Lease,
-) -> (FrameHeader, Sent) {
+) -> (FrameHeader, Sent, u64) {
     let (terms, keyed) = frame_terms(key, b.offset, &payload_mut(lease)[..b.len]);
-    let (flags, length, span) = match &map {
-        Some(m) => (
-            FLAG_SPARSE,
-            crate::protocol::sparse::pack(payload_mut(lease), m),
-            b.len,
-        ),
-        None => (0, b.len, 0),
-    };
-    let h = FrameHeader {
-        flags,
+    let plain = FrameHeader {
+        flags: 0,
         file_index: b.entry as u32,
-        length: length as u32,
-        span: span as u32,
+        length: b.len as u32,
+        span: 0,
         offset: b.offset,
         checksum: frame_checksum(key, b.entry as u32, b.offset, b.len as u32, keyed),
     };
-    if let Some(d) = digests.get_mut(b.entry) {
-        *d = digest_add(*d, terms);
-    }
+    let h = match &map {
+        Some(m) => plain.packed(crate::protocol::sparse::pack(payload_mut(lease), m)),
+        None => plain,
+    };
     let r = Sent {
         entry: b.entry as u32,
         offset: b.offset,
@@ -1325,10 +1317,10 @@ fn frame_block(
         checksum: h.checksum,
         hole: false,
         sparse: map.is_some(),
-        wire: length as u32,
+        wire: h.length,
         end: 0,
     };
-    (h, r)
+    (h, r, terms)
 }
 
 /// A source read through must still have the size and mtime the manifest

@@ -405,8 +405,12 @@ fn walk_beneath(
     rel: &str,
     source: &str,
 ) {
-    let m = match root.symlink_metadata(source) {
-        Ok(m) => m,
+    // One descriptor for its metadata and its attributes: one inode.
+    let held = root
+        .open_path(source)
+        .and_then(|at| at.metadata().map(|m| (at, m)));
+    let (at, m) = match held {
+        Ok(held) => held,
         Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
     };
     let mut e = match entry_from(rel, &m, || root.read_link(source)) {
@@ -414,7 +418,7 @@ fn walk_beneath(
         Err(why) => return tree.skip(rel, why),
     };
     tree.dress(&mut e, &m, rules);
-    let read = |keep: &dyn Fn(&str) -> bool, max| root.xattrs(source, keep, max);
+    let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
     if let Err(why) = add_xattrs(&mut e, read, rules) {
         return tree.skip(rel, why);
     }
