@@ -1378,7 +1378,7 @@ fn an_unprivileged_daemon_serves_two_key_holders_at_once() {
 }
 
 #[test]
-fn an_unprivileged_sender_fits_its_buffers_to_the_memlock_limit() {
+fn an_unprivileged_sender_and_puller_fit_their_buffers_to_the_memlock_limit() {
     crate::require!(crate::util::is_root(), "needs root (setpriv)");
     let d = rx(&[]);
     let nb = nobody_dirs();
@@ -1402,6 +1402,25 @@ fn an_unprivileged_sender_fits_its_buffers_to_the_memlock_limit() {
     let e = stderr(&o).to_lowercase();
     assert!(e.contains("memlock") || e.contains("locked memory"), "{e}");
     assert_same_tree(&top, &d.root.path().join("in/t"));
+
+    // And back: a pull under the same limit asks the daemon for the frames
+    // its buffers fit (it once asked for --block's 4 MiB and refused them).
+    let back = nb.root.join("back");
+    std::fs::create_dir(&back).unwrap();
+    chown_nobody(&back);
+    let mut c = Command::new(UNPRIV[0]);
+    c.args(&UNPRIV[1..])
+        .args(["prlimit", "--memlock=8388608:8388608"])
+        .arg(env!("CARGO_BIN_EXE_urmove"))
+        .args(["pull", "-p", &d.port.to_string(), "--json", "--key-file"])
+        .arg(&nb.key)
+        .arg("--state-dir")
+        .arg(&nb.state)
+        .arg("127.0.0.1:in/t")
+        .arg(&back);
+    let o = output_within(c, HANG);
+    assert_eq!(o.status.code(), Some(0), "{}", both(&o));
+    assert_same_tree(&top, &back.join("t"));
 }
 
 /// The kernel counts RLIMIT_MEMLOCK per user: a second unprivileged

@@ -61,10 +61,12 @@ pub fn run_pull(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
-    let req = pull_request(cfg, paths)?;
     let rules = client_rules(cfg)?;
-    // This side's buffers are registered before the daemon hears of us.
+    // This side's buffers are registered before the daemon hears of us,
+    // and the request asks for the frames they fit (a memlock limit may
+    // have made them smaller than --block).
     let (cfg, fitted) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
+    let req = pull_request(cfg, paths)?;
     let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
         super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)
     })?;
