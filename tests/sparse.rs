@@ -201,8 +201,15 @@ fn a_sparse_file_killed_half_way_continues_and_stays_sparse() {
         .collect();
     sparse_file(&top.join("vm.img"), 192 * MIB, &islands);
     let args = [top.to_str().unwrap(), "127.0.0.1:in"];
-    let mut first = send_child(&d, d.port, &["--rate-limit", "20MB", "-P", "2"], &args);
+    let mut first = send_child(&d, d.port, &["--rate-limit", "10MB", "-P", "2"], &args);
     wait_for_percent(&d, 50.0);
+    // Killed once the receiver journaled what it holds (at most once a
+    // second): what a continued part needs.
+    let journal = d.root.path().join("in/img/vm.img.urmove.journal");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !journal.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     first.kill().unwrap();
     let _ = first.wait();
     assert!(!d.root.path().join("in/img/vm.img").exists());
