@@ -26,6 +26,7 @@ mod plot;
 mod protocol_io;
 mod sealed;
 mod service;
+mod shards;
 mod sparse;
 mod transfer;
 mod trust;

@@ -42,6 +42,10 @@ pub enum Command {
     Send(SendArgs),
     /// Fetch files and trees from a `urmove recv` daemon: HOST:PATH... LOCAL_DIR
     Pull(PullArgs),
+    /// Merge the --json reports of a sharded send (send --shard) into one:
+    /// bytes, files, the rate over the shards' time, the slowest, what is
+    /// missing; exits 0 only when every file of the manifest is committed
+    Report(ReportArgs),
     /// The main job on built-in defaults: a real loopback transfer of generated
     /// files with live progress, checked and cleaned up
     Demo(DemoArgs),
@@ -542,10 +546,22 @@ pub struct ResumeArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The shards' reports (`send --shard K/N --json > FILE`).
+    #[arg(value_name = "FILE", num_args = 1.., required = true)]
+    pub files: Vec<PathBuf>,
+
+    /// Print one JSON document instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
       urmove send --key-file k /data/run42 dtn2:ingest      creates ingest/run42/... under the receiver's root\n  \
       urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself\n  \
-      urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h")]
+      urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h\n  \
+      urmove send --shard 1/2 --key-file k /data/run42 dtn2:ingest   this host's half (another runs --shard 0/2)")]
 pub struct SendArgs {
     /// Files or directories to send, then HOST:DEST (DEST under the receiver's root).
     #[arg(value_name = "SOURCE... HOST:DEST", num_args = 1.., required = true)]
@@ -607,6 +623,22 @@ pub struct SendArgs {
     /// Receiver's port.
     #[arg(short = 'p', long, default_value_t = 7878)]
     pub port: u16,
+
+    /// Move shard K of N of the transfer (0 <= K < N), or auto: the Slurm
+    /// array task (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT) or the
+    /// Kubernetes Indexed Job's (JOB_COMPLETION_INDEX of JOB_COMPLETIONS).
+    /// Every shard scans the same sources; each sends its whole files (by
+    /// a stable hash of the path, weighted by size) and one piece of every
+    /// file above --split-over. HOST may be a list, HOST1,HOST2:DEST:
+    /// shard K sends to host K mod M; receivers sharing one filesystem
+    /// (and one secret) commit a split file once every piece is verified.
+    /// `urmove report` merges the shards' --json reports.
+    #[arg(long, value_name = "K/N|auto")]
+    pub shard: Option<String>,
+
+    /// With --shard: files above SIZE are split into a piece per shard.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "256M", requires = "shard")]
+    pub split_over: u64,
 
     /// Parallel TCP data streams, or auto: start with 8, and 16 if the
     /// aggregate grows by a tenth with them (the choice is in the summary

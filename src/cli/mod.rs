@@ -11,6 +11,7 @@ pub mod parse;
 pub mod plot;
 mod progress;
 pub mod render;
+mod report;
 pub mod service;
 mod shell;
 mod transfer;
@@ -70,6 +71,7 @@ pub fn main() -> ExitCode {
         }
         Command::Demo(a) => demo::demo(a),
         Command::Pull(a) => transfer::pull(a),
+        Command::Report(a) => report::report(a),
         Command::Tune(a) => tune::tune(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
         Command::Completions { shell } => shell::completions(shell),

@@ -48,6 +48,9 @@ fn conclude(
                     "files_skipped": 0, "skipped": [], "elapsed_s": 0.0, "rate_bits_per_s": 0.0,
                     "interval_rate_min_bits_per_s": 0.0, "intervals_full": 0, "streams": printer.streams,
                 });
+                if let Some(s) = printer.shard {
+                    doc["shard"] = serde_json::json!({"index": s.index, "count": s.count});
+                }
                 if printer.format == Format::JsonStream {
                     doc["type"] = "summary".into();
                 }
@@ -260,6 +263,9 @@ pub(crate) struct SendPrinter {
     details: Vec<String>,
     /// The streams asked for (for the summary of a run that never started).
     pub(crate) streams: u16,
+    /// `send --shard`: named also in the summary of a run that failed
+    /// before its data, so `urmove report` says which shard it was.
+    pub(crate) shard: Option<crate::session::shard::Shard>,
 }
 
 impl SendPrinter {
@@ -275,6 +281,7 @@ impl SendPrinter {
             last: None,
             details: Vec::new(),
             streams: 0,
+            shard: None,
         }
     }
 
@@ -469,6 +476,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         return Err(usage("--min-rate and --window must be above zero".into()));
     }
     check_block("--block", a.block)?;
+    let (host, shard) = shard_host(&a, &host)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
@@ -510,6 +518,8 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
                 .unwrap_or(crate::session::send::FollowUntil::Files),
             live_parts: a.live_parts,
         }),
+        shard,
+        split_over: a.split_over,
         ..SendConfig::to(host, a.port, key)
     };
     if a.tree.dry_run {
@@ -518,10 +528,43 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;
+    printer.shard = cfg.shard;
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
     })
+}
+
+/// The receiver of this send, and its shard (`--shard`): of a list of
+/// hosts (`HOST1,HOST2:DEST`), shard K's is host K mod M.
+fn shard_host(
+    a: &SendArgs,
+    host: &str,
+) -> Result<(String, Option<crate::session::shard::Shard>), Failure> {
+    use crate::session::shard::Shard;
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let hosts: Vec<&str> = host.split(',').collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err(usage(format!(
+            "{host}: an empty name in the list of receivers"
+        )));
+    }
+    let Some(text) = a.shard.as_deref() else {
+        if hosts.len() > 1 {
+            return Err(usage(format!(
+                "{host}: a list of receivers is for a sharded send (--shard K/N or auto)"
+            )));
+        }
+        return Ok((host.to_string(), None));
+    };
+    let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(usage)?;
+    if a.follow || a.tree.delete || a.tree.delete_excluded {
+        return Err(usage(
+            "--shard moves a share of a fixed manifest: it takes neither --follow nor --delete"
+                .into(),
+        ));
+    }
+    Ok((shard.pick(&hosts).to_string(), Some(shard)))
 }
 
 /// What `-P` resolves to: under `--rate-limit`, `auto` is `AUTO_START`

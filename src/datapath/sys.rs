@@ -890,3 +890,47 @@ pub fn thread_cpu_time() -> std::time::Duration {
     }
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// Lock bytes `[start, start + len)` of `file` for writing (`len` 0: to
+/// the end, however far), without waiting: an open file description lock
+/// (`F_OFD_SETLK`), held until every descriptor of this opening closes.
+/// It excludes any other opening, in this process or another, so two
+/// receivers sharing a filesystem never write the same range of a part.
+/// `Err(WouldBlock)` when another holds a lock over any of the range.
+pub fn lock_range(file: &File, start: u64, len: u64) -> io::Result<()> {
+    // SAFETY: flock is a plain C struct; all-zero is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as i16;
+    l.l_whence = libc::SEEK_SET as i16;
+    l.l_start = i64::try_from(start).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    l.l_len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the descriptor is open for the call's length; `l` lives
+    // across it and F_OFD_SETLK reads (and may write) only that struct.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Err(io::Error::from(io::ErrorKind::WouldBlock)),
+        _ => Err(e),
+    }
+}
+
+/// Take `file`'s whole-file lock (`flock(LOCK_EX)`), waiting for it: held
+/// until this opening closes or [`unlock_file`].
+pub fn lock_file(file: &File) -> io::Result<()> {
+    // SAFETY: flock on an open descriptor touches no memory of ours.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Let go of [`lock_file`]'s lock.
+pub fn unlock_file(file: &File) {
+    // SAFETY: as in lock_file.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}

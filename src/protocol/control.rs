@@ -259,6 +259,14 @@ pub enum Message {
         file_index: u32,
         digest: u64,
     },
+    /// Protocol 10: a piece of a split file arrived, verified (`digest`
+    /// over its blocks) and journaled complete; `whole` is the file's
+    /// digest when this session found every piece there and committed it.
+    PieceAck {
+        file_index: u32,
+        digest: u64,
+        whole: Option<u64>,
+    },
     Error {
         code: ErrorCode,
         message: String,
@@ -411,6 +419,7 @@ mod kind {
     pub const UDP_READY: u8 = 29;
     pub const UDP_COUNTS: u8 = 30;
     pub const UDP_END: u8 = 31;
+    pub const PIECE_ACK: u8 = 32;
 }
 
 /// A part of a manifest (or of what a follow added): its count, bounded,
@@ -548,6 +557,14 @@ pub fn encode(m: &Message) -> Vec<u8> {
         }
         Message::FileAck { file_index, digest } => {
             w.u8(kind::FILE_ACK).u32(*file_index).u64(*digest);
+        }
+        Message::PieceAck {
+            file_index,
+            digest,
+            whole,
+        } => {
+            w.u8(kind::PIECE_ACK).u32(*file_index).u64(*digest);
+            w.u8(u8::from(whole.is_some())).u64(whole.unwrap_or(0));
         }
         Message::Error { code, message } => {
             let text: String = message.chars().take(ERROR_TEXT_MAX / 4).collect();
@@ -841,6 +858,21 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             file_index: r.u32()?,
             digest: r.u64()?,
         },
+        kind::PIECE_ACK => {
+            let (file_index, digest) = (r.u32()?, r.u64()?);
+            let (committed, whole) = (r.u8()?, r.u64()?);
+            if committed > 1 || (committed == 0 && whole != 0) {
+                return Err(DecodeError::Invalid {
+                    what: "piece acknowledgement",
+                    value: u64::from(committed),
+                });
+            }
+            Message::PieceAck {
+                file_index,
+                digest,
+                whole: (committed == 1).then_some(whole),
+            }
+        }
         kind::ERROR => {
             let code = r.u16()?;
             let code = ErrorCode::from_u16(code).ok_or(DecodeError::Invalid {
@@ -1113,6 +1145,16 @@ mod tests {
             Message::FileAck {
                 file_index: 9,
                 digest: 0xdead_beef,
+            },
+            Message::PieceAck {
+                file_index: 9,
+                digest: 7,
+                whole: Some(0),
+            },
+            Message::PieceAck {
+                file_index: 2,
+                digest: 7,
+                whole: None,
             },
             Message::Error {
                 code: ErrorCode::PathRefused,

@@ -14,7 +14,38 @@ pub const ENTRIES_MAX: u32 = 10_000_000;
 /// Endings of the names urmove keeps for itself beside files being
 /// received (part files, journals, their temporaries): no path from the
 /// wire may have a component that ends so, for push and for pull.
-pub const RESERVED_SUFFIXES: [&str; 3] = [".urmove.part", ".urmove.journal", ".urmove.journal.tmp"];
+pub const RESERVED_SUFFIXES: [&str; 5] = [
+    ".urmove.part",
+    ".urmove.journal",
+    ".urmove.journal.tmp",
+    ".urmove.piece",
+    ".urmove.piece.tmp",
+];
+
+/// Most pieces one file is split into (`send --shard`).
+pub const PIECES_MAX: u32 = 4096;
+
+/// Piece `index` of `count` of a file split over the shards of one
+/// transfer (protocol 10): the blocks `[blocks*index/count,
+/// blocks*(index+1)/count)` of its `blocks` blocks, as both sides compute
+/// it ([`piece_span`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub index: u32,
+    pub count: u32,
+}
+
+/// Bytes `[start, end)` of piece `p` of a file of `size` bytes cut into
+/// `block`-byte blocks: block aligned, the last ending at `size`. Empty
+/// when the file has fewer blocks than pieces.
+pub fn piece_span(size: u64, block: u64, p: Piece) -> (u64, u64) {
+    let blocks = size.div_ceil(block.max(1));
+    let cut = |k: u32| {
+        let b = (u128::from(blocks) * u128::from(k) / u128::from(p.count.max(1))) as u64;
+        b.saturating_mul(block).min(size)
+    };
+    (cut(p.index), cut(p.index + 1))
+}
 
 /// Whether `name` (one path component) is one of urmove's reserved names.
 pub fn is_reserved(name: &str) -> bool {
@@ -89,9 +120,28 @@ pub struct Entry {
     /// where it stood, full blocks beyond it may come, and its end is told
     /// apart (`FileEnd`). On the wire, bit 7 of the kind byte.
     pub growing: bool,
+    /// Only one piece of the file moves in this session (`send --shard`):
+    /// the file is whole once every piece is, whichever sessions brought
+    /// them. On the wire, bit 6 of the kind byte and the piece after it.
+    pub piece: Option<Piece>,
 }
 
 impl Entry {
+    /// Bytes `[start, end)` of the file this session moves: all of it, or
+    /// its piece's span.
+    pub fn span(&self, block: u64) -> (u64, u64) {
+        match self.piece {
+            Some(p) => piece_span(self.size, block, p),
+            None => (0, self.size),
+        }
+    }
+
+    /// Bytes of the file this session moves (see [`Entry::span`]).
+    pub fn span_len(&self, block: u64) -> u64 {
+        let (a, b) = self.span(block);
+        b - a
+    }
+
     /// Bytes of text the entry holds (paths, names, attributes): what a
     /// receiver bounds a manifest by.
     pub fn text_len(&self) -> usize {
@@ -146,7 +196,7 @@ impl std::fmt::Display for PathError {
             PathError::BadLinkTarget => write!(f, "symlink with an empty or invalid target"),
             PathError::Reserved => write!(
                 f,
-                "a name ending in .urmove.part or .urmove.journal is reserved for urmove's own files"
+                "a name ending in .urmove.part, .urmove.journal or .urmove.piece is reserved for urmove's own files"
             ),
         }
     }
@@ -244,15 +294,18 @@ pub fn check_entry(e: &Entry) -> Result<(), PathError> {
 
 /// Bit of the kind byte that marks a growing file.
 const GROWING: u8 = 0x80;
+/// Bit of the kind byte that marks a piece of a file (index, count follow).
+const PIECE: u8 = 0x40;
 
 pub fn encode_entry(w: &mut Writer, e: &Entry) {
-    let growing = if e.growing && e.kind == EntryKind::File {
-        GROWING
-    } else {
-        0
-    };
-    w.u8(e.kind as u8 | growing)
-        .u32(e.mode)
+    let file = e.kind == EntryKind::File;
+    let growing = if e.growing && file { GROWING } else { 0 };
+    let piece = e.piece.filter(|_| file && !e.growing);
+    w.u8(e.kind as u8 | growing | piece.map_or(0, |_| PIECE));
+    if let Some(p) = piece {
+        w.u32(p.index).u32(p.count);
+    }
+    w.u32(e.mode)
         .i64(e.mtime_s)
         .u32(e.mtime_ns)
         .u64(if e.kind == EntryKind::File { e.size } else { 0 })
@@ -279,7 +332,11 @@ pub fn encode_entry(w: &mut Writer, e: &Entry) {
 pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
     let byte = r.u8()?;
     let growing = byte == EntryKind::File as u8 | GROWING;
-    let kind = match byte & !GROWING {
+    let piece = match byte == EntryKind::File as u8 | PIECE {
+        true => Some(decode_piece(r)?),
+        false => None,
+    };
+    let kind = match byte & !(GROWING | PIECE) {
         0 => EntryKind::File,
         1 => EntryKind::Dir,
         2 => EntryKind::Symlink,
@@ -291,7 +348,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
             })
         }
     };
-    if byte & GROWING != 0 && !growing {
+    if (byte & GROWING != 0 && !growing) || (byte & PIECE != 0 && piece.is_none()) {
         return Err(DecodeError::Invalid {
             what: "entry kind",
             value: u64::from(byte),
@@ -354,7 +411,21 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         owner,
         xattrs: decode_xattrs(r)?,
         growing,
+        piece,
     })
+}
+
+/// A piece's index and count: at least two pieces, at most
+/// [`PIECES_MAX`], the index one of them.
+fn decode_piece(r: &mut Reader<'_>) -> Result<Piece, DecodeError> {
+    let (index, count) = (r.u32()?, r.u32()?);
+    if !(2..=PIECES_MAX).contains(&count) || index >= count {
+        return Err(DecodeError::Invalid {
+            what: "piece of a file",
+            value: (u64::from(index) << 32) | u64::from(count),
+        });
+    }
+    Ok(Piece { index, count })
 }
 
 fn decode_xattrs(r: &mut Reader<'_>) -> Result<Vec<(String, Vec<u8>)>, DecodeError> {

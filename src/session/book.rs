@@ -407,7 +407,7 @@ impl<'s> Book<'s> {
         }
         // A file whose blocks were all held, or holes, may have no part open.
         if f.part.is_none() {
-            super::receive::open_part(self.root, self.direct, self.rules, f)?;
+            super::receive::open_to_finish(self.root, self.direct, self.rules, f)?;
             self.open_parts += 1;
         }
         // Its room for writes in flight is done with (a tree holds many).
@@ -654,6 +654,7 @@ impl<'s> Book<'s> {
             index: index as u32,
             part,
             final_rel: f.final_rel.clone(),
+            journal_rel: f.journal_rel(),
             journal: j,
             secret: self.rules.secret.clone(),
         }));
@@ -668,7 +669,7 @@ impl<'s> Book<'s> {
                 self.remaining -= 1;
                 let outcome = r?;
                 match outcome {
-                    Outcome::Committed(i, _) => {
+                    Outcome::Committed(i, _) | Outcome::Piece(i, _, _) => {
                         self.file(i as usize).state = FileState::Done;
                         self.tally.done_files += 1;
                     }
@@ -787,6 +788,12 @@ fn accept_frame(
     if !header.offset.is_multiple_of(block) || covered != expected || (hole && header.length != 0) {
         return Err(malformed(format!(
             "frame at offset {} of file {} does not fit its block layout",
+            header.offset, header.file_index
+        )));
+    }
+    if f.piece.is_some() && (header.offset < f.span.0 || header.offset >= f.span.1) {
+        return Err(malformed(format!(
+            "frame at offset {} of file {} is outside the piece this session brings",
             header.offset, header.file_index
         )));
     }

@@ -12,10 +12,12 @@ use std::time::SystemTime;
 
 use crate::datapath::beneath::{FileId, Root};
 
-use super::journal::{self, Journal};
+use super::journal::{self, Identity, Journal};
 use super::receive::{FileState, RecvFile, Rules};
 use super::secret::Secret;
 use super::SessionError;
+use crate::protocol::frame::digest_add;
+use crate::protocol::manifest::{piece_span, Piece};
 
 /// A file whose every block is written, with both digests known: what it
 /// takes to commit or reject it.
@@ -34,6 +36,17 @@ pub(crate) struct FinalJob {
     dress: super::receive::Dress,
     /// A live part (`--live-parts`): its attribute goes before the commit.
     live: bool,
+    journal_rel: String,
+    /// A piece of a split file: what it takes to journal it complete and
+    /// to find whether every piece is.
+    piece: Option<PieceOf>,
+}
+
+/// A written piece: which, the file's identity, and its blocks.
+struct PieceOf {
+    piece: Piece,
+    id: Identity,
+    written: Vec<u64>,
 }
 
 impl FinalJob {
@@ -54,6 +67,12 @@ impl FinalJob {
             owner: rules.owner,
             dress: std::mem::take(&mut f.dress),
             live: rules.live_parts && f.prefix > 0,
+            journal_rel: f.journal_rel(),
+            piece: f.piece.map(|piece| PieceOf {
+                piece,
+                id: f.id,
+                written: std::mem::take(&mut f.written),
+            }),
         }
     }
 
@@ -69,6 +88,10 @@ pub(crate) enum Outcome {
     Committed(u32, u64),
     /// Differed from the source: (entry, this side's digest).
     Rejected(u32, u64),
+    /// A piece of a split file agreed and journaled complete: (entry, its
+    /// digest, and the whole file's when this session found every piece
+    /// there and committed it).
+    Piece(u32, u64, Option<u64>),
 }
 
 /// Commit `job` when the digests agree, reject it when they do not.
@@ -78,16 +101,125 @@ pub(crate) fn run(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         reject(root, job);
         return Ok(Outcome::Rejected(index, digest));
     }
+    if job.piece.is_some() {
+        return finish_piece(root, job);
+    }
     finish(root, job).map(|(i, d)| Outcome::Committed(i, d))
 }
 
 /// Remove a rejected file's part (only while its name holds the file this
-/// session wrote) and its journal: it never counts as complete later.
+/// session wrote; a shared part keeps the other pieces) and its journal:
+/// it never counts as complete later.
 fn reject(root: &Root, job: FinalJob) {
     let rel = job.part_rel();
+    let shared = job.piece.is_some();
     drop(job.part);
-    let _ = root.unlink_file(&rel, job.part_id);
-    journal::remove(root, &job.final_rel);
+    if !shared {
+        let _ = root.unlink_file(&rel, job.part_id);
+    }
+    journal::remove(root, &job.journal_rel);
+}
+
+/// A piece agreed: its blocks made durable and journaled complete; then,
+/// under the part's lock (one finisher at a time, on any receiver sharing
+/// the filesystem), the file is committed when every piece's journal says
+/// its piece is complete in this very part for this identity. Its digest
+/// is the sum of the pieces' (each agreed with the shard that sent it).
+fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
+    let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let p = job.piece.as_ref().expect("a piece");
+    job.part
+        .sync_data()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
+    crate::datapath::sys::lock_file(&job.part).map_err(|e| SessionError::io(ctx("locking"), e))?;
+    let (index, digest) = (job.index, job.digest);
+    // Another session found every piece first: this one's is in the file
+    // it committed (the very inode), and no journal is left beside it.
+    if committed_by_another(root, &job)? {
+        return Ok(Outcome::Piece(index, digest, None));
+    }
+    let j = Journal {
+        id: p.id,
+        part: job.part_id,
+        digest: job.digest,
+        blocks: p.written.clone(),
+    };
+    journal::store(root, &job.journal_rel, &j, &job.secret)
+        .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
+    match whole_digest(root, &job)? {
+        Some(total) => {
+            let pieces = (0..p.piece.count).map(|k| Piece {
+                index: k,
+                ..p.piece
+            });
+            let journals: Vec<String> = pieces
+                .map(|k| journal::journal_of(&job.final_rel, Some(k)))
+                .collect();
+            let whole = FinalJob {
+                digest: total,
+                sender_digest: total,
+                ..job
+            };
+            // The journals go first, as a single file's (see `finish`).
+            journals.iter().for_each(|rel| journal::remove(root, rel));
+            finish(root, whole)?;
+            Ok(Outcome::Piece(index, digest, Some(total)))
+        }
+        None => Ok(Outcome::Piece(index, digest, None)),
+    }
+}
+
+/// Under the part's lock: whether the part is the final file now
+/// (another session committed it). Err: neither name holds it.
+fn committed_by_another(root: &Root, job: &FinalJob) -> Result<bool, SessionError> {
+    let here = |rel: &str| {
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        root.open_file(rel, flags, 0)
+            .ok()
+            .and_then(|f| FileId::of(&f).ok())
+    };
+    if here(&job.part_rel()) == Some(job.part_id) {
+        return Ok(false);
+    }
+    if here(&job.final_rel) == Some(job.part_id) {
+        return Ok(true);
+    }
+    Err(SessionError::local(
+        super::ErrorCode::Io,
+        format!(
+            "{}: its part was replaced while its pieces came",
+            job.final_rel
+        ),
+    ))
+}
+
+/// Under the part's lock: the digest of the whole file when every piece
+/// is journaled complete in this part, `None` while some piece is not.
+fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<u64>, SessionError> {
+    let p = job.piece.as_ref().expect("a piece");
+    let mut total = 0u64;
+    for index in 0..p.piece.count {
+        let piece = Piece { index, ..p.piece };
+        let rel = journal::journal_of(&job.final_rel, Some(piece));
+        let Some(j) = journal::load(root, &rel, &job.secret, &|id| *id == p.id) else {
+            return Ok(None);
+        };
+        let (start, end) = piece_span(job.size, p.id.block, piece);
+        let blocks = (start / p.id.block, end.div_ceil(p.id.block));
+        if j.part != job.part_id || !exactly(&j.blocks, blocks) {
+            return Ok(None);
+        }
+        total = digest_add(total, j.digest);
+    }
+    Ok(Some(total))
+}
+
+/// Whether `bits` are set for blocks `[first, end)` and no other.
+fn exactly(bits: &[u64], (first, end): (u64, u64)) -> bool {
+    (0..bits.len() as u64 * 64).all(|b| {
+        let set = bits[(b / 64) as usize] & (1 << (b % 64)) != 0;
+        set == (first..end).contains(&b)
+    })
 }
 
 /// Cut to size, set mtime, stamp, set mode, sync, and rename to the final
@@ -123,7 +255,7 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
     // The journal goes first: a crash between the two leaves a part with
     // no journal (sent again), never a journal beside a finished file.
-    journal::remove(root, &job.final_rel);
+    journal::remove(root, &job.journal_rel);
     root.rename_file(&job.part_rel(), &job.final_rel, job.part_id)
         .map_err(|e| SessionError::io(ctx("renaming"), e))?;
     Ok((job.index, job.digest))
@@ -169,6 +301,7 @@ pub(crate) struct JournalJob {
     pub(crate) index: u32,
     pub(crate) part: File,
     pub(crate) final_rel: String,
+    pub(crate) journal_rel: String,
     pub(crate) journal: Journal,
     pub(crate) secret: Secret,
 }
@@ -179,6 +312,6 @@ pub(crate) fn write_journal(root: &Root, j: JournalJob) -> Result<u64, SessionEr
     j.part
         .sync_data()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    journal::store(root, &j.final_rel, &j.journal, &j.secret)
+    journal::store(root, &j.journal_rel, &j.journal, &j.secret)
         .map_err(|e| SessionError::io(ctx("writing the journal of"), e))
 }

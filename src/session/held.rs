@@ -36,7 +36,7 @@ impl Held {
         let complete: u64 = self
             .complete
             .keys()
-            .map(|&i| tree.entries[i as usize].size)
+            .map(|&i| tree.entries[i as usize].span_len(block))
             .sum();
         let partial: u64 = self
             .partial

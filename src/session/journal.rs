@@ -293,20 +293,28 @@ pub fn journal_rel(final_rel: &str) -> String {
     format!("{final_rel}{JOURNAL_SUFFIX}")
 }
 
-/// The journal beside `final_rel`, if ours and for an identity `accept`
-/// takes.
+/// The journal of `final_rel`, or of its piece (`NAME.K.urmove.piece`,
+/// with the pieces' count in its own identity).
+pub fn journal_of(final_rel: &str, piece: Option<crate::protocol::manifest::Piece>) -> String {
+    match piece {
+        Some(p) => format!("{final_rel}.{}{PIECE_SUFFIX}", p.index),
+        None => journal_rel(final_rel),
+    }
+}
+
+/// Ending of a piece's journal.
+pub const PIECE_SUFFIX: &str = ".urmove.piece";
+
+/// The journal at `rel` (see [`journal_of`]), if ours and for an
+/// identity `accept` takes.
 pub fn load(
     root: &Root,
-    final_rel: &str,
+    rel: &str,
     secret: &Secret,
     accept: &dyn Fn(&Identity) -> bool,
 ) -> Option<Journal> {
     let mut f = root
-        .open_file(
-            &journal_rel(final_rel),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0,
-        )
+        .open_file(rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
         .ok()?;
     if !f.metadata().ok()?.is_file() {
         return None;
@@ -320,10 +328,9 @@ pub fn load(
     Journal::decode_for(&bytes, secret, accept)
 }
 
-/// Replace the journal beside `final_rel` with `j`, durably; returns the
-/// bytes written.
-pub fn store(root: &Root, final_rel: &str, j: &Journal, secret: &Secret) -> std::io::Result<u64> {
-    let rel = journal_rel(final_rel);
+/// Replace the journal at `rel` with `j`, durably; returns the bytes
+/// written.
+pub fn store(root: &Root, rel: &str, j: &Journal, secret: &Secret) -> std::io::Result<u64> {
     let tmp = format!("{rel}.tmp");
     let bytes = j.encode(secret);
     // A new file every time: whatever sits at the temporary's name (a
@@ -337,14 +344,13 @@ pub fn store(root: &Root, final_rel: &str, j: &Journal, secret: &Secret) -> std:
     };
     f.write_all(&bytes)?;
     f.sync_data()?;
-    root.rename(&tmp, &rel)?;
+    root.rename(&tmp, rel)?;
     Ok(bytes.len() as u64)
 }
 
-/// Forget the journal beside `final_rel` (the part starts over or is done).
-pub fn remove(root: &Root, final_rel: &str) {
-    let rel = journal_rel(final_rel);
-    let _ = root.unlink(&rel);
+/// Forget the journal at `rel` (the part starts over or is done).
+pub fn remove(root: &Root, rel: &str) {
+    let _ = root.unlink(rel);
     let _ = root.unlink(&format!("{rel}.tmp"));
 }
 

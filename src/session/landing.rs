@@ -109,6 +109,17 @@ pub(crate) trait Landing {
     fn holes(&mut self, bytes: u64);
     /// A file is under its final name.
     fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError>;
+    /// A piece of a split file is verified and journaled complete (and
+    /// the whole file committed, `whole` its digest, when it was the last).
+    fn piece(
+        &mut self,
+        file_index: u32,
+        digest: u64,
+        whole: Option<u64>,
+    ) -> Result<(), SessionError> {
+        let _ = whole;
+        self.committed(file_index, digest)
+    }
     /// A file differed from the source and was not committed.
     fn rejected(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError>;
     /// At least every second: each stream's delivered bytes and whether a
@@ -625,6 +636,7 @@ impl<'s> Control<'s> {
         match outcome {
             Some(Outcome::Committed(i, digest)) => self.out.committed(i, digest),
             Some(Outcome::Rejected(i, digest)) => self.out.rejected(i, digest),
+            Some(Outcome::Piece(i, digest, whole)) => self.out.piece(i, digest, whole),
             None => Ok(()),
         }
     }

@@ -19,7 +19,9 @@ use crate::datapath::beneath::{FileId, Root};
 use crate::datapath::DirectMode;
 use crate::protocol::control::{ErrorCode, HaveItem, Message};
 use crate::protocol::frame::{digest_add, FrameKey};
-use crate::protocol::manifest::{check_entry, link_stays_beneath, Entry, EntryKind, ENTRIES_MAX};
+use crate::protocol::manifest::{
+    check_entry, link_stays_beneath, Entry, EntryKind, Piece, ENTRIES_MAX,
+};
 
 use super::conn::recv_msg;
 use super::filter::Filter;
@@ -356,6 +358,11 @@ pub(crate) struct RecvFile {
     pub(crate) growing: bool,
     /// Blocks from the start all written (a live part says so).
     pub(crate) prefix: u64,
+    /// The piece of a split file this session brings (`send --shard`),
+    /// and its bytes `[start, end)`: the part is shared with the sessions
+    /// bringing the other pieces.
+    pub(crate) piece: Option<Piece>,
+    pub(crate) span: (u64, u64),
 }
 
 impl RecvFile {
@@ -377,6 +384,8 @@ impl RecvFile {
             },
             growing: e.growing,
             prefix: 0,
+            piece: e.piece,
+            span: e.span(block),
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -396,6 +405,12 @@ impl RecvFile {
 
     pub(crate) fn part_rel(&self) -> String {
         format!("{}{PART_SUFFIX}", self.final_rel)
+    }
+
+    /// Where its journal is kept: beside the file, or (a piece) beside it
+    /// under the piece's number.
+    pub(crate) fn journal_rel(&self) -> String {
+        journal::journal_of(&self.final_rel, self.piece)
     }
 
     /// Block `block_no` (`len` bytes, `terms` of digest) is written; its
@@ -430,7 +445,16 @@ impl RecvFile {
     /// Every block is written and no write is in flight (and the file
     /// grows no more).
     pub(crate) fn is_written(&self) -> bool {
-        self.received == self.size && self.writing.is_empty() && !self.growing
+        self.received == self.want() && self.writing.is_empty() && !self.growing
+    }
+
+    /// Bytes this session brings of the file (a piece's span).
+    pub(crate) fn want(&self) -> u64 {
+        match self.piece {
+            Some(_) => self.span.1 - self.span.0,
+            // (A growing file's size moves.)
+            None => self.size,
+        }
     }
 
     /// A growing file reaches `size` (a frame beyond its end came, or its
@@ -820,7 +844,7 @@ impl Incoming {
     ) -> Result<Option<u64>, SessionError> {
         let now = f.id;
         let accept = |j: &Identity| j.holds_for(&now);
-        let Some(mut j) = journal::load(&self.root, &f.final_rel, &self.rules.secret, &accept)
+        let Some(mut j) = journal::load(&self.root, &f.journal_rel(), &self.rules.secret, &accept)
         else {
             return Ok(None);
         };
@@ -842,7 +866,8 @@ impl Incoming {
         let Some(on_disk) = on_disk.filter(|d| d.plain == j.digest) else {
             return Ok(None);
         };
-        if !self.rules.dry_run {
+        // A piece's part is shared: its range is locked when opened.
+        if !self.rules.dry_run && f.piece.is_none() {
             claim(&self.rules, &rel, j.part)?;
         }
         // Opened again (for writing) when its next block comes.
@@ -907,9 +932,12 @@ impl Incoming {
                 FileState::Receiving if is_wrong => {
                     // Start over: the part goes (by inode), a new one comes.
                     if let Some(id) = f.part_id.take().filter(|_| !self.rules.dry_run) {
-                        let _ = self.root.unlink_file(&f.part_rel(), id);
-                        lock_claims(&self.rules).remove(&id);
-                        journal::remove(&self.root, &f.final_rel);
+                        // A shared part keeps the other pieces.
+                        if f.piece.is_none() {
+                            let _ = self.root.unlink_file(&f.part_rel(), id);
+                            lock_claims(&self.rules).remove(&id);
+                        }
+                        journal::remove(&self.root, &f.journal_rel());
                     }
                     f.seen.fill(0);
                     f.written.fill(0);
@@ -943,7 +971,10 @@ impl Incoming {
                 let rel = if dir.is_empty() { "." } else { dir };
                 (self.root.symlink_metadata(rel).map_or(0, |m| m.dev()), dir)
             });
-            let data = self.entries[i].data.min(f.size - f.received.min(f.size));
+            // A piece needs its share of the file's data.
+            let share =
+                u128::from(self.entries[i].data) * u128::from(f.want()) / u128::from(f.size.max(1));
+            let data = (share as u64).min(f.want() - f.received.min(f.want()));
             let at = need.entry(dev).or_insert((dir, 0));
             at.1 = at.1.saturating_add(data);
         }
@@ -1019,7 +1050,7 @@ impl Incoming {
             .iter()
             .flatten()
             .filter(|f| f.state == FileState::Receiving)
-            .map(|f| f.size - f.received)
+            .map(|f| f.want() - f.received.min(f.want()))
             .sum()
     }
 
@@ -1030,7 +1061,7 @@ impl Incoming {
 
     /// Bytes the files hold in total.
     pub(crate) fn file_bytes(&self) -> u64 {
-        self.files.iter().flatten().map(|f| f.size).sum()
+        self.files.iter().flatten().map(RecvFile::want).sum()
     }
 
     /// Check that every file is committed (or skipped), then give
@@ -1181,10 +1212,12 @@ impl Drop for Incoming {
             let Some(id) = f.part_id.take() else { continue };
             claims.remove(&id);
             let open = matches!(f.state, FileState::Receiving | FileState::Skipped);
-            if open && !f.journaled {
+            // A shared part may hold the other pieces: it stays (swept
+            // once nobody touched it for the sweep's age).
+            if open && !f.journaled && f.piece.is_none() {
                 f.part = None;
                 let _ = self.root.unlink_file(&f.part_rel(), id);
-                journal::remove(&self.root, &f.final_rel);
+                journal::remove(&self.root, &f.journal_rel());
             }
         }
     }
@@ -1218,10 +1251,117 @@ pub(crate) fn open_part(
     if f.part.is_some() {
         return Ok(());
     }
-    match f.part_id {
-        Some(id) => reopen_part(root, direct, f, id),
-        None => create_part(root, direct, rules, f),
+    match (f.part_id, f.piece) {
+        (Some(id), _) => reopen_part(root, direct, f, id)?,
+        (None, Some(p)) => join_part(root, direct, f, p)?,
+        (None, None) => create_part(root, direct, rules, f)?,
     }
+    lock_span(f)
+}
+
+/// Open `f`'s part to finish it ([`open_part`]); a piece whose blocks were
+/// all held may find it committed already by the session that brought
+/// the last piece: the very inode, under its final name (read only: the
+/// finish only syncs it and takes its lock).
+pub(crate) fn open_to_finish(
+    root: &Root,
+    direct: DirectMode,
+    rules: &Rules,
+    f: &mut RecvFile,
+) -> Result<(), SessionError> {
+    let opened = open_part(root, direct, rules, f);
+    let (Err(_), Some(_), Some(id)) = (&opened, f.piece, f.part_id) else {
+        return opened;
+    };
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    match root.open_file(&f.final_rel, flags, 0) {
+        Ok(done) if FileId::of(&done).ok() == Some(id) => {
+            f.part = Some(done);
+            Ok(())
+        }
+        _ => opened,
+    }
+}
+
+/// A piece's writes go to its range of the shared part, locked for this
+/// opening: another session bringing an overlapping range (in this
+/// daemon or another on the same filesystem) is told busy.
+fn lock_span(f: &mut RecvFile) -> Result<(), SessionError> {
+    let (Some(_), Some(part)) = (f.piece, f.part.as_ref()) else {
+        return Ok(());
+    };
+    let (start, end) = f.span;
+    match crate::datapath::sys::lock_range(part, start, end - start) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            f.part = None;
+            Err(SessionError::local(
+                ErrorCode::Busy,
+                format!(
+                    "{}: another session is writing bytes {start} to {end} of this file now",
+                    f.final_rel
+                ),
+            ))
+        }
+        Err(e) => Err(SessionError::io(format!("locking {}", f.part_rel()), e)),
+    }
+}
+
+/// What marks a part shared by the pieces of a split file, and into how
+/// many pieces: only such a part, ours, is joined.
+pub(crate) const PIECES_XATTR: &std::ffi::CStr = c"user.urmove.pieces";
+
+/// The part of a split file: the one the sessions bringing its other
+/// pieces made (ours, one name, marked for as many pieces), else a new
+/// one (whatever else sat at its name is removed, as [`create_part`]
+/// does). Its blocks outside this piece's are not this session's: a hole
+/// in its range clears what an earlier session may have left.
+fn join_part(
+    root: &Root,
+    direct: DirectMode,
+    f: &mut RecvFile,
+    p: Piece,
+) -> Result<(), SessionError> {
+    let rel = f.part_rel();
+    let io = |e| SessionError::io(rel.clone(), e);
+    let mark = p.count.to_string();
+    for _ in 0..4 {
+        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+        if let Ok((part, is_direct)) = root.open_direct(&rel, flags, 0, direct) {
+            let ours = part.metadata().is_ok_and(|m| is_own_file(&m))
+                && crate::datapath::sys::get_xattr(&part, PIECES_XATTR).as_deref()
+                    == Some(mark.as_bytes());
+            if ours {
+                return joined(f, part, is_direct, true).map_err(io);
+            }
+            drop(part);
+        }
+        clear_name(root, &rel)?;
+        let flags = flags | libc::O_CREAT | libc::O_EXCL;
+        match root.open_direct(&rel, flags, 0o600, direct) {
+            Ok((part, is_direct)) => {
+                crate::datapath::sys::set_xattr(&part, PIECES_XATTR, mark.as_bytes())
+                    .map_err(io)?;
+                return joined(f, part, is_direct, false).map_err(io);
+            }
+            // Another session made it first: join that one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Err(SessionError::local(
+        ErrorCode::Busy,
+        format!("{rel}: the part file keeps changing under this session"),
+    ))
+}
+
+fn joined(f: &mut RecvFile, part: File, is_direct: bool, stale: bool) -> std::io::Result<()> {
+    f.part_id = Some(FileId::of(&part)?);
+    f.stale |= stale;
+    f.part = Some(part);
+    f.opened = f.opened.wrapping_add(1);
+    f.direct = is_direct;
+    Ok(())
 }
 
 /// A new part file, made with `O_EXCL`: whatever sat at its name (a stale
@@ -1257,7 +1397,7 @@ fn create_part(
         part.set_permissions(mode).map_err(io)?;
     }
     f.part_id = Some(id);
-    journal::remove(root, &f.final_rel);
+    journal::remove(root, &f.journal_rel());
     f.part = Some(part);
     f.opened = f.opened.wrapping_add(1);
     f.direct = is_direct;
@@ -1345,8 +1485,23 @@ fn check_entries(entries: &[Entry], block: u64, follow: bool) -> Result<(), Sess
                 ),
             ));
         }
-        if e.kind == EntryKind::File {
+        if e.kind == EntryKind::File && e.piece.is_none() {
             files.insert(e.path.as_str());
+        }
+        if e.kind == EntryKind::HardLink && e.piece.is_some() {
+            return Err(SessionError::local(
+                ErrorCode::BadRequest,
+                format!("{}: a hard link to a piece of a file", e.path),
+            ));
+        }
+        if e.piece.is_some_and(|_| e.span_len(block) == 0) {
+            return Err(SessionError::local(
+                ErrorCode::BadRequest,
+                format!(
+                    "{}: a piece of a file with fewer blocks than pieces",
+                    e.path
+                ),
+            ));
         }
         if !paths.insert(e.path.as_str()) {
             return Err(SessionError::local(

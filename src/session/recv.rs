@@ -1717,6 +1717,21 @@ impl super::landing::Landing for DaemonLanding<'_, '_> {
         send_msg(&mut self.ctl, &Message::FileRejected { file_index, digest })
     }
 
+    fn piece(
+        &mut self,
+        file_index: u32,
+        digest: u64,
+        whole: Option<u64>,
+    ) -> Result<(), SessionError> {
+        self.stats.files_received.fetch_add(1, Ordering::Relaxed);
+        let m = Message::PieceAck {
+            file_index,
+            digest,
+            whole,
+        };
+        send_msg(&mut self.ctl, &m)
+    }
+
     fn tick(&mut self, streams: &[(u64, bool)]) -> Result<(), SessionError> {
         if self.closing.load(Ordering::Acquire) {
             return Err(shutting_down());
@@ -1749,7 +1764,12 @@ fn bitmap_bytes(entries: &[crate::protocol::manifest::Entry], block: u64) -> u64
 
 /// One session per file at a time: claim every file and symlink of the
 /// manifest by its final name (a session that just lost its sender may still be winding
-/// down: give it a few seconds before refusing).
+/// down: give it a few seconds before refusing). A piece of a split file
+/// is claimed by its name and number (`NAME\0K`: the sessions bringing the
+/// other pieces share the file), and never while the whole name is
+/// claimed; a whole file's session finds no piece claims, but a piece's
+/// part is never its part (`receive::join_part`): one of them fails, and
+/// neither commits the other's bytes.
 fn claim_names<'r>(
     registry: &'r Registry,
     dest: &str,
@@ -1761,12 +1781,20 @@ fn claim_names<'r>(
         // replaced by either while it runs. Directories are shared (two
         // sessions may fill one) and never replace anything.
         .filter(|e| e.kind != crate::protocol::manifest::EntryKind::Dir)
-        .map(|e| join(dest, &e.path))
+        .map(|e| match e.piece {
+            Some(p) => format!("{}\0{}", join(dest, &e.path), p.index),
+            None => join(dest, &e.path),
+        })
         .collect();
+    let taken = |set: &HashSet<String>, n: &String| {
+        set.contains(n)
+            || n.split_once('\0')
+                .is_some_and(|(whole, _)| set.contains(whole))
+    };
     let claim_until = Instant::now() + CLAIM_WAIT;
     loop {
         let mut set = registry.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        match names.iter().find(|n| set.contains(*n)) {
+        match names.iter().find(|n| taken(&set, n)) {
             None => {
                 set.extend(names.iter().cloned());
                 return Ok(Claims {
@@ -1775,6 +1803,7 @@ fn claim_names<'r>(
                 });
             }
             Some(busy) if Instant::now() >= claim_until => {
+                let busy = busy.split('\0').next().unwrap_or_default();
                 return Err(SessionError::local(
                     ErrorCode::Busy,
                     format!("{busy}: another session is receiving it now"),

@@ -115,6 +115,11 @@ pub struct SendConfig {
     /// `--min-rate`, `--window`: the run fails when the sustained rate fell
     /// short (the files still arrive and are verified).
     pub min_rate: Option<MinRate>,
+    /// `--shard K/N`: this session moves its share of the manifest
+    /// (`shard::select`), files above `split_over` bytes split into
+    /// pieces over the shards.
+    pub shard: Option<super::shard::Shard>,
+    pub split_over: u64,
 }
 
 impl SendConfig {
@@ -151,6 +156,8 @@ impl SendConfig {
             delete_excluded: false,
             follow: None,
             min_rate: None,
+            shard: None,
+            split_over: super::shard::SPLIT_OVER,
         }
     }
 
@@ -378,6 +385,10 @@ pub struct SendReport {
     pub bytes_in_test: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_s: Option<f64>,
+    /// `send --shard`: this shard's part of the whole transfer, which
+    /// `urmove report` merges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<super::shard::ShardReport>,
 }
 
 impl SendReport {
@@ -730,14 +741,21 @@ pub fn run_send(
     let mut tree = scan_sources(cfg)?;
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
+    let started = std::time::SystemTime::now();
+    let whole = cfg.shard.map(|s| {
+        let m = super::shard::manifest_of(&tree.entries);
+        super::shard::select(&mut tree, s, cfg.split_over, u64::from(cfg.block_size));
+        (s, m)
+    });
     mark_followed(cfg, &mut tree, obs);
     let (gauge, added) = (Gauge::default(), Added::new(tree.entries.len()));
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
     let (skipped, kept) = note_held(&tree, &push.held, cfg.block_size, obs);
+    let block = u64::from(cfg.block_size);
     let room = cfg.follow.as_ref().map_or(0, |_| super::follow::ADDED_MAX);
     let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
-    let to_send = tree.file_bytes().saturating_sub(skipped);
+    let to_send = tree.file_bytes_in(block).saturating_sub(skipped);
     gauge.total.store(to_send, Ordering::Release);
     let follow = cfg.follow.as_ref().map(|f| FollowCtx {
         idle: f.idle,
@@ -760,10 +778,20 @@ pub fn run_send(
     describe_tree(&mut report, &tree, &push.refused);
     // Followed files count as large as they grew.
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
-    report.bytes_total = tree.file_bytes() + grew;
+    report.bytes_total = tree.file_bytes_in(block) + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
     let outcome = (data, receipts);
-    settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
+    let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
+    if let Some((s, m)) = whole {
+        let held = (&push.held, &pieces);
+        report.shard = Some(super::shard::ShardReport::of(
+            (s, m),
+            cfg,
+            &entries,
+            held,
+            started,
+        ));
+    }
     if !matches!(report.status, "ok" | "partial") {
         // What the receiver acknowledged before the end, apart from the
         // files it knew unchanged.
@@ -818,7 +846,7 @@ fn note_held(
         obs.info(&format!(
             "the receiver holds {}; {} bytes to send",
             held_text(kept),
-            tree.file_bytes().saturating_sub(skipped)
+            tree.file_bytes_in(u64::from(block)).saturating_sub(skipped)
         ));
     }
     (skipped, kept)
@@ -1013,7 +1041,7 @@ fn settle_push(
     interrupted: bool,
     report: &mut SendReport,
     obs: &mut dyn SendObserver,
-) {
+) -> super::shard::Acked {
     let pushed = match data {
         Ok(pushed) => pushed,
         Err(e) => {
@@ -1024,7 +1052,7 @@ fn settle_push(
                 _ => e,
             };
             report.fail(&e, interrupted);
-            return;
+            return super::shard::Acked::default();
         }
     };
     note_zero_copy(report, &pushed.stats, obs);
@@ -1043,10 +1071,15 @@ fn settle_push(
     report.skip(entries, &skipped);
     report.skip(entries, &pushed.follow_skipped);
     report.close();
-    let checked = acks.and_then(|a| check_acks(entries, &pushed.digests, &push.held, &a, report));
+    let mut acked = super::shard::Acked::default();
+    let checked = acks.and_then(|a| {
+        acked = super::shard::Acked::from_acks(&a.acks, &a.wholes, &pushed.digests);
+        check_acks(entries, &pushed.digests, &push.held, &a, report)
+    });
     if let Err(e) = checked {
         report.fail(&e, false);
     }
+    acked
 }
 
 /// The descriptors of `streams`.
@@ -1059,6 +1092,9 @@ pub(crate) fn fds_of(streams: &[TcpStream]) -> Vec<i32> {
 #[derive(Debug, Default)]
 struct Receipts {
     acks: Vec<(u32, u64)>,
+    /// Of the pieces acknowledged: the whole file's digest when that
+    /// session committed it.
+    wholes: std::collections::HashMap<u32, Option<u64>>,
     rejected: Vec<(u32, u64)>,
     /// What a `--delete` push removed (at most [`DELETED_KEPT`] named).
     deleted: Vec<String>,
@@ -1081,6 +1117,19 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                         state.files_done.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+                got.acks.push((file_index, digest))
+            }
+            Message::PieceAck {
+                file_index,
+                digest,
+                whole,
+            } => {
+                if let Some(a) = state.acked.get(file_index as usize) {
+                    if !a.swap(true, Ordering::Relaxed) {
+                        state.files_done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                got.wholes.insert(file_index, whole);
                 got.acks.push((file_index, digest))
             }
             Message::FileRejected { file_index, digest } => {
@@ -1144,6 +1193,11 @@ fn check_acks(
         if i >= entries.len() || entries[i].kind != EntryKind::File || acked[i] {
             return Err(SessionError::Protocol(format!(
                 "unexpected acknowledgement for entry {i}"
+            )));
+        }
+        if got.wholes.contains_key(&file_index) != entries[i].piece.is_some() {
+            return Err(SessionError::Protocol(format!(
+                "entry {i} acknowledged as a piece when it is none, or as a whole file when it is a piece"
             )));
         }
         if digest != digests[i] {

@@ -94,12 +94,32 @@ impl ScanRules {
 }
 
 impl Tree {
+    /// Bytes this session moves of its files (a piece's span of a split
+    /// file, which `block` cuts).
+    pub fn file_bytes_in(&self, block: u64) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| e.span_len(block))
+            .sum()
+    }
+
     pub fn file_bytes(&self) -> u64 {
         self.entries
             .iter()
             .filter(|e| e.kind == EntryKind::File)
             .map(|e| e.size)
             .sum()
+    }
+
+    /// Keep the entries `keep` marks (a shard's share), in their order.
+    pub(crate) fn retain(&mut self, keep: &[bool]) {
+        let mut k = keep.iter();
+        self.entries.retain(|_| *k.next().unwrap_or(&false));
+        let mut k = keep.iter();
+        self.sources.retain(|_| *k.next().unwrap_or(&false));
+        let mut k = keep.iter();
+        self.ids.retain(|_| *k.next().unwrap_or(&false));
     }
 
     pub fn file_count(&self) -> usize {

@@ -348,6 +348,7 @@ impl<'a> Watch<'a> {
             test_s: None,
             bytes_in_test: None,
             drain_s: None,
+            shard: None,
             min_rate: self.gate.as_ref().map(GateSamples::judge),
             lag_max: self.growing.as_ref().map(|g| g.1.max),
             kept_up: self

@@ -155,17 +155,19 @@ impl Work {
                 continue;
             }
             let queue = &mut pieces[route.of_entry(i)];
-            let mut start = 0;
-            while start < e.size {
-                let end = start.saturating_add(piece).min(e.size);
+            // A shard's piece of a split file: its span alone.
+            let (mut start, stop) = e.span(block);
+            let mut n = 0;
+            while start < stop {
+                let end = start.saturating_add(piece).min(stop);
                 queue.push_back(Piece {
                     entry: i,
                     start,
                     end,
                 });
                 start = end;
+                n += 1;
             }
-            let n = e.size.div_ceil(piece.min(e.size)) as u32;
             files[i].pieces_left.fetch_add(n, Ordering::Relaxed);
         }
         let serves: Vec<Vec<bool>> = plan.iter().map(|l| route.served_by(l)).collect();

@@ -1,0 +1,86 @@
+//! `urmove report`: the shards' reports of one sharded send merged and
+//! told (see `session::merge`).
+
+use crate::coord::units;
+use crate::session::merge::{merge, Merged, ShardRun};
+
+use super::args::ReportArgs;
+use super::Failure;
+
+/// Merge the reports; 0 when the whole transfer is committed, 1 when not.
+pub fn report(a: ReportArgs) -> Result<u8, Failure> {
+    let mut runs = Vec::new();
+    // A report that cannot be read (a task killed while it wrote) is
+    // something missing, not a usage error.
+    let mut unread = Vec::new();
+    for f in &a.files {
+        let name = f.display().to_string();
+        let read = std::fs::read_to_string(f).map_err(|e| format!("{name}: {e}"));
+        match read.and_then(|text| ShardRun::parse(&name, &text)) {
+            Ok(run) => runs.push(run),
+            Err(why) => unread.push(why),
+        }
+    }
+    let mut m = merge(runs);
+    if !unread.is_empty() {
+        m.complete = false;
+        m.problems.splice(0..0, unread);
+    }
+    if a.json {
+        let text = serde_json::to_string_pretty(&m).map_err(|e| Failure::Run(e.into()))?;
+        println!("{text}");
+    } else {
+        print!("{}", text(&m));
+    }
+    Ok(u8::from(!m.complete))
+}
+
+fn rate(bits: f64) -> String {
+    units::rate(bits / 8.0, units::RateUnit::Gbit)
+}
+
+/// The merged report as a person reads it.
+fn text(m: &Merged) -> String {
+    let mut out = String::new();
+    for s in &m.per_shard {
+        out += &format!(
+            "shard {} -> {}: {}, {} in {} ({})\n",
+            s.index,
+            s.receiver,
+            s.status,
+            units::bytes_binary(s.bytes),
+            units::duration_s(s.elapsed_s),
+            rate(s.rate_bits_per_s)
+        );
+    }
+    out += &format!(
+        "{} of {} shards: {} of {} files verified, {} of {} crossed in {} ({})\n",
+        m.per_shard.len(),
+        m.shards,
+        m.files_verified,
+        m.files,
+        units::bytes_binary(m.bytes),
+        units::bytes_binary(m.bytes_total),
+        units::duration_s(m.elapsed_s),
+        rate(m.rate_bits_per_s)
+    );
+    if let Some(s) = &m.slowest {
+        out += &format!(
+            "slowest: shard {} ({} at {})\n",
+            s.index,
+            units::duration_s(s.elapsed_s),
+            rate(s.rate_bits_per_s)
+        );
+    }
+    for p in &m.problems {
+        out += &format!("missing: {p}\n");
+    }
+    for f in m.missing_files.iter().take(20) {
+        out += &format!("not committed: {f}\n");
+    }
+    out += match m.complete {
+        true => "complete: every file of the manifest is committed and verified\n",
+        false => "INCOMPLETE: run the missing shards again (--resume is the default; what was verified is not sent again)\n",
+    };
+    out
+}

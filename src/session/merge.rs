@@ -1,0 +1,283 @@
+//! `urmove report`: the JSON reports of a sharded transfer's shards
+//! merged into one account of it: the bytes and files, the rate over the
+//! union of the shards' time spans, the slowest shard, and what is
+//! missing. The transfer is complete only when every shard of the same
+//! manifest reported, each verified its whole share, and every split file
+//! is whole: held complete by content, or every piece verified by its
+//! shard and the file committed with the sum of the pieces' digests.
+
+use std::collections::BTreeMap;
+
+use super::shard::{PieceReport, ShardReport};
+
+/// One shard's JSON report, as `urmove report` reads it.
+#[derive(Debug, Clone)]
+pub struct ShardRun {
+    /// The file it was read from.
+    pub file: String,
+    pub status: String,
+    pub bytes: u64,
+    pub elapsed_s: f64,
+    pub error: Option<String>,
+    pub shard: ShardReport,
+}
+
+impl ShardRun {
+    /// Read a `send --shard ... --json` report (its last JSON object:
+    /// the report may follow interval lines).
+    pub fn parse(file: &str, text: &str) -> Result<ShardRun, String> {
+        let object = |t: &str| {
+            serde_json::from_str::<serde_json::Value>(t)
+                .ok()
+                .filter(|v| v.is_object())
+        };
+        let v = object(text)
+            .or_else(|| text.lines().rev().find_map(|l| object(l.trim())))
+            .ok_or_else(|| format!("{file}: no JSON report in it"))?;
+        let shard = v.get("shard").cloned().ok_or_else(|| {
+            format!("{file}: a report of no shard (send --shard K/N --json writes one)")
+        })?;
+        let shard: ShardReport =
+            serde_json::from_value(shard).map_err(|e| format!("{file}: {e}"))?;
+        Ok(ShardRun {
+            file: file.to_string(),
+            status: v["status"].as_str().unwrap_or("unknown").to_string(),
+            bytes: v["bytes"].as_u64().unwrap_or(0),
+            elapsed_s: v["elapsed_s"].as_f64().unwrap_or(0.0),
+            error: v["error"].as_str().map(str::to_string),
+            shard,
+        })
+    }
+
+    fn rate(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.elapsed_s.max(1e-9)
+    }
+}
+
+/// One shard in the merged report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardLine {
+    pub index: u32,
+    pub file: String,
+    pub receiver: String,
+    pub status: String,
+    pub bytes: u64,
+    pub elapsed_s: f64,
+    pub rate_bits_per_s: f64,
+}
+
+/// The whole transfer.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Merged {
+    pub complete: bool,
+    pub shards: u32,
+    pub manifest_digest: String,
+    pub files: u64,
+    pub files_verified: u64,
+    pub bytes_total: u64,
+    /// Payload bytes that crossed the network, over all shards.
+    pub bytes: u64,
+    /// Seconds covered by some shard running (the union of their spans).
+    pub elapsed_s: f64,
+    pub rate_bits_per_s: f64,
+    pub slowest: Option<ShardLine>,
+    pub per_shard: Vec<ShardLine>,
+    /// Shards with no report, and why the transfer is not complete.
+    pub missing_shards: Vec<u32>,
+    pub missing_files: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+/// Merge `runs` (the latest report of each shard counts).
+pub fn merge(runs: Vec<ShardRun>) -> Merged {
+    let mut m = Merged::default();
+    // A run that failed before its data knows no manifest: said, not merged.
+    let (runs, failed): (Vec<ShardRun>, Vec<ShardRun>) = runs
+        .into_iter()
+        .partition(|r| !r.shard.manifest.digest.is_empty());
+    let Some(first) = runs.first() else {
+        m.problems
+            .push("no report of a shard that moved data".into());
+        return m;
+    };
+    let (count, manifest) = (first.shard.count, first.shard.manifest.clone());
+    (m.shards, m.manifest_digest) = (count, manifest.digest.clone());
+    (m.files, m.bytes_total) = (manifest.files, manifest.bytes);
+    let mut latest: BTreeMap<u32, ShardRun> = BTreeMap::new();
+    for r in runs {
+        if r.shard.count != count || r.shard.manifest.digest != manifest.digest {
+            m.problems.push(format!(
+                "{}: shard {} of {} of another transfer (manifest {}), not this one's {} of {count}",
+                r.file, r.shard.index, r.shard.count, short(&r.shard.manifest.digest), short(&manifest.digest)
+            ));
+            continue;
+        }
+        let newer = latest
+            .get(&r.shard.index)
+            .is_none_or(|o| o.shard.ended_unix_s <= r.shard.ended_unix_s);
+        if newer {
+            latest.insert(r.shard.index, r);
+        }
+    }
+    // A shard whose only runs failed before their data: why.
+    for r in failed
+        .iter()
+        .filter(|r| !latest.contains_key(&r.shard.index))
+    {
+        let why = r.error.as_deref().unwrap_or("no reason given");
+        m.problems.push(format!(
+            "{}: shard {} failed before its data ({}: {why})",
+            r.file, r.shard.index, r.status
+        ));
+    }
+    m.missing_shards = (0..count).filter(|k| !latest.contains_key(k)).collect();
+    if !m.missing_shards.is_empty() {
+        m.problems
+            .push(format!("no report of shard {}", list(&m.missing_shards)));
+    }
+    account(&mut m, &latest);
+    let whole_files = check_shares(&mut m, &latest);
+    let split = check_pieces(&mut m, &latest, count);
+    m.files_verified = whole_files + split;
+    m.complete = m.problems.is_empty() && m.files_verified == m.files;
+    if m.problems.is_empty() && !m.complete {
+        m.problems.push(format!(
+            "{} of {} files verified",
+            m.files_verified, m.files
+        ));
+    }
+    m
+}
+
+fn short(d: &str) -> &str {
+    &d[..d.len().min(12)]
+}
+
+fn list(v: &[u32]) -> String {
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// Bytes, the rate over the union of the shards' spans, each shard's line
+/// and the slowest.
+fn account(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>) {
+    let mut spans: Vec<(f64, f64)> = latest
+        .values()
+        .map(|r| {
+            (
+                r.shard.started_unix_s,
+                r.shard.ended_unix_s.max(r.shard.started_unix_s),
+            )
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut covered = 0.0;
+    let mut reach = f64::MIN;
+    for (a, b) in spans {
+        let from = a.max(reach);
+        if b > from {
+            covered += b - from;
+        }
+        reach = reach.max(b);
+    }
+    m.bytes = latest.values().map(|r| r.bytes).sum();
+    m.elapsed_s = covered;
+    m.rate_bits_per_s = m.bytes as f64 * 8.0 / covered.max(1e-9);
+    m.per_shard = latest
+        .values()
+        .map(|r| ShardLine {
+            index: r.shard.index,
+            file: r.file.clone(),
+            receiver: r.shard.receiver.clone(),
+            status: r.status.clone(),
+            bytes: r.bytes,
+            elapsed_s: r.elapsed_s,
+            rate_bits_per_s: r.rate(),
+        })
+        .collect();
+    m.slowest = m
+        .per_shard
+        .iter()
+        .max_by(|a, b| a.elapsed_s.total_cmp(&b.elapsed_s))
+        .cloned();
+}
+
+/// Whole files: each shard's share verified. Returns the files verified.
+fn check_shares(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>) -> u64 {
+    let mut verified = 0;
+    for r in latest.values() {
+        if r.status != "ok" {
+            m.problems.push(format!(
+                "shard {} ended {} ({})",
+                r.shard.index, r.status, r.file
+            ));
+        }
+        let s = &r.shard;
+        verified += s.share_files - s.pending_count.min(s.share_files);
+        m.missing_files.extend(s.pending.iter().cloned());
+        if s.pending_count > s.pending.len() as u64 {
+            m.problems.push(format!(
+                "shard {}: {} more files not verified",
+                s.index,
+                s.pending_count - s.pending.len() as u64
+            ));
+        }
+    }
+    verified
+}
+
+/// Split files: whole when held complete by some shard, or when every
+/// piece was verified and one session committed the file with the sum of
+/// their digests. Returns the files whole.
+fn check_pieces(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>, count: u32) -> u64 {
+    let mut files: BTreeMap<&str, Vec<&PieceReport>> = BTreeMap::new();
+    for r in latest.values() {
+        for p in &r.shard.pieces {
+            files.entry(p.path.as_str()).or_default().push(p);
+        }
+    }
+    let mut whole = 0;
+    for (path, pieces) in files {
+        match piece_verdict(&pieces, count) {
+            Ok(()) => whole += 1,
+            Err(why) => {
+                m.missing_files.push(path.to_string());
+                m.problems.push(format!("{path}: {why}"));
+            }
+        }
+    }
+    whole
+}
+
+fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
+    if pieces.iter().any(|p| p.held) {
+        return Ok(());
+    }
+    let mut sum = 0u64;
+    let mut unverified = Vec::new();
+    for k in 0..count {
+        match pieces
+            .iter()
+            .find(|p| p.index == k)
+            .and_then(|p| p.digest.as_deref())
+        {
+            Some(d) => sum = sum.wrapping_add(u64::from_str_radix(d, 16).unwrap_or(0)),
+            None => unverified.push(k),
+        }
+    }
+    if !unverified.is_empty() {
+        return Err(format!("piece {} not verified", list(&unverified)));
+    }
+    let committed: Vec<&str> = pieces
+        .iter()
+        .filter_map(|p| p.committed.as_deref())
+        .collect();
+    let want = format!("{sum:016x}");
+    match committed.as_slice() {
+        [] => Err("every piece verified, but no shard's receiver committed the file".into()),
+        c if c.iter().all(|d| *d == want) => Ok(()),
+        _ => Err(format!(
+            "committed with digest {}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent",
+            committed.join(", ")
+        )),
+    }
+}

@@ -1,0 +1,487 @@
+//! One transfer sharded over several sessions (`send --shard`): a real
+//! one-node Slurm cluster (scripts/slurm-one-node.sh) runs the shipped
+//! array script (dist/slurm/urmove-array.sbatch) against two receivers in
+//! their own network namespaces sharing one root, and `urmove report`
+//! merges the tasks' reports. Also the Kubernetes variables by hand.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{have, is_root, json, keygen, noise, stderr, stdout, urmove};
+
+const BIG: u64 = 2 << 30;
+const FILES: usize = 2000;
+
+/// Two namespaces, each joined to this one by a veth pair: the
+/// receivers' hosts (10.243.K.2), reached from here (10.243.K.1).
+struct Hosts {
+    names: Vec<String>,
+    addrs: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Hosts {
+    fn new() -> Option<Hosts> {
+        let tag = std::process::id() % 10_000;
+        let mut h = Hosts {
+            names: Vec::new(),
+            addrs: Vec::new(),
+        };
+        for k in 1..=2u32 {
+            let (ns, here, there) = (
+                format!("ursh{k}-{tag}"),
+                format!("urh{k}-{tag}"),
+                format!("urn{k}-{tag}"),
+            );
+            let net = format!("10.243.{}", k + 10 * (tag % 20));
+            h.names.push(ns.clone());
+            let ok = ip(&["netns", "add", &ns])
+                && ip(&["link", "add", &here, "type", "veth", "peer", "name", &there])
+                && ip(&["link", "set", &there, "netns", &ns])
+                && ip(&["addr", "add", &format!("{net}.1/30"), "dev", &here])
+                && ip(&["link", "set", &here, "up"])
+                && ip(&[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("{net}.2/30"),
+                    "dev",
+                    &there,
+                ])
+                && ip(&["-n", &ns, "link", "set", &there, "up"])
+                && ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            if !ok {
+                return None;
+            }
+            h.addrs.push(format!("{net}.2"));
+        }
+        Some(h)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// The receivers: one daemon in each namespace, one root and one state
+/// directory (one secret) between them, as DTNs in front of one
+/// parallel filesystem.
+struct Receivers {
+    children: Vec<Child>,
+    root: tempfile::TempDir,
+    key: PathBuf,
+    _state: tempfile::TempDir,
+    logs: Vec<PathBuf>,
+}
+
+impl Receivers {
+    fn start(hosts: &Hosts, work: &Path) -> Receivers {
+        let root = tempfile::tempdir_in("/var/tmp").unwrap();
+        let state = tempfile::tempdir_in("/var/tmp").unwrap();
+        let key = work.join("key");
+        keygen(&key);
+        let mut r = Receivers {
+            children: Vec::new(),
+            root,
+            key,
+            _state: state,
+            logs: Vec::new(),
+        };
+        for (ns, addr) in hosts.names.iter().zip(&hosts.addrs) {
+            let log = work.join(format!("{ns}.log"));
+            let child = Command::new("ip")
+                .args(["netns", "exec", ns])
+                .arg(env!("CARGO_BIN_EXE_urmove"))
+                .args(["recv", "--listen", &format!("{addr}:7878"), "--root"])
+                .arg(r.root.path())
+                .arg("--key-file")
+                .arg(&r.key)
+                .arg("--state-dir")
+                .arg(r._state.path())
+                .stdout(std::fs::File::create(&log).unwrap())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            r.children.push(child);
+            r.logs.push(log);
+        }
+        for ns in &hosts.names {
+            let up = Instant::now();
+            while !Command::new("ip")
+                .args(["netns", "exec", ns, "ss", "-ltn", "sport = :7878"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("7878"))
+            {
+                assert!(
+                    up.elapsed() < Duration::from_secs(10),
+                    "receiver in {ns} never listened"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        r
+    }
+
+    fn log(&self) -> String {
+        self.logs
+            .iter()
+            .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+            .collect()
+    }
+}
+
+impl Drop for Receivers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A one-node Slurm cluster of its own, stopped when dropped.
+struct Slurm {
+    dir: tempfile::TempDir,
+    conf: String,
+}
+
+impl Slurm {
+    fn start() -> Slurm {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let o = Command::new(script("scripts/slurm-one-node.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "slurm: {}{}", stdout(&o), stderr(&o));
+        let conf = stdout(&o)
+            .trim()
+            .trim_start_matches("SLURM_CONF=")
+            .to_string();
+        Slurm { dir, conf }
+    }
+
+    fn cmd(&self, tool: &str) -> Command {
+        let mut c = Command::new(tool);
+        c.env("SLURM_CONF", &self.conf);
+        c
+    }
+
+    /// Whether any task of job `id` is still queued or running.
+    fn running(&self, id: &str) -> bool {
+        let o = self.cmd("squeue").args(["-h", "-j", id]).output().unwrap();
+        !stdout(&o).trim().is_empty()
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        let _ = Command::new(script("scripts/slurm-one-node.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn script(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// One 2 GiB file and a tree of 2,000 small ones.
+fn sources(dir: &Path) -> PathBuf {
+    let top = dir.join("run42");
+    std::fs::create_dir_all(top.join("frames")).unwrap();
+    let chunk = noise(64 << 20, 42);
+    let mut big = std::fs::File::create(top.join("big.dat")).unwrap();
+    for i in 0..BIG / chunk.len() as u64 {
+        use std::io::Write;
+        let mut c = chunk.clone();
+        c[..8].copy_from_slice(&i.to_le_bytes());
+        big.write_all(&c).unwrap();
+    }
+    for i in 0..FILES {
+        let bytes = noise(100 + (i * 733) % 20_000, i as u64);
+        std::fs::write(top.join(format!("frames/f{i:04}")), bytes).unwrap();
+    }
+    top
+}
+
+/// The array script's environment, as a user exports it before sbatch.
+fn submit(
+    slurm: &Slurm,
+    r: &Receivers,
+    hosts: &Hosts,
+    (src, reports): (&Path, &Path),
+    wait: bool,
+    extra: &str,
+) -> String {
+    let to = format!("{}:ingest", hosts.addrs.join(","));
+    std::fs::create_dir_all(reports).unwrap();
+    let mut c = slurm.cmd("sbatch");
+    c.args(["--array=0-3", "--parsable", "-o"])
+        .arg(reports.join("task-%a.out"))
+        .env("URMOVE", env!("CARGO_BIN_EXE_urmove"))
+        .env("URMOVE_SOURCES", src)
+        .env("URMOVE_TO", &to)
+        .env("URMOVE_KEY", &r.key)
+        .env("URMOVE_REPORTS", reports)
+        .env(
+            "URMOVE_ARGS",
+            format!("-P 2 --block 1M --split-over 64M {extra}"),
+        );
+    if wait {
+        c.arg("--wait");
+    }
+    let o = c
+        .arg(script("dist/slurm/urmove-array.sbatch"))
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(wait || o.status.success(), "sbatch: {out}{}", stderr(&o));
+    out.trim().split(';').next().unwrap_or_default().to_string()
+}
+
+fn report(reports: &Path) -> (bool, serde_json::Value) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(reports)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let o = urmove()
+        .arg("report")
+        .arg("--json")
+        .args(&files)
+        .output()
+        .unwrap();
+    (o.status.success(), json(&o))
+}
+
+fn same_tree(src: &Path, dst: &Path) {
+    let o = Command::new("diff")
+        .arg("-rq")
+        .arg(src)
+        .arg(dst)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "trees differ: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}
+
+fn slurm_ready() -> bool {
+    is_root()
+        && have("ip")
+        && have("sbatch")
+        && (have("slurmctld") || Path::new("/usr/sbin/slurmctld").exists())
+}
+
+#[test]
+#[ignore = "heavy: a Slurm cluster, 2 GiB over two namespaces (CI runs it alone)"]
+fn a_slurm_array_moves_one_transfer_over_two_receivers_sharing_a_root() {
+    crate::require!(
+        slurm_ready(),
+        "needs root, iproute2 and Slurm (slurmctld, slurmd, sbatch, munge)"
+    );
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let Some(hosts) = Hosts::new() else {
+        panic!("cannot create network namespaces");
+    };
+    let r = Receivers::start(&hosts, work.path());
+    let slurm = Slurm::start();
+    let src = sources(work.path());
+    let reports = work.path().join("reports");
+    submit(&slurm, &r, &hosts, (&src, &reports), true, "");
+    let (ok, m) = report(&reports);
+    let tasks: String = (0..4)
+        .map(|k| std::fs::read_to_string(reports.join(format!("task-{k}.out"))).unwrap_or_default())
+        .collect();
+    assert!(ok, "{m:#}\n{tasks}\n{}", r.log());
+    assert_eq!(m["complete"], true);
+    assert_eq!(m["files"], FILES as u64 + 1);
+    assert_eq!(m["files_verified"], FILES as u64 + 1);
+    assert_eq!(m["per_shard"].as_array().unwrap().len(), 4);
+    assert!(m["bytes"].as_u64().unwrap() >= BIG, "{m:#}");
+    // Every shard sent to its receiver: K mod 2.
+    for s in m["per_shard"].as_array().unwrap() {
+        let k = s["index"].as_u64().unwrap() as usize;
+        assert_eq!(s["receiver"], format!("{}:7878", hosts.addrs[k % 2]));
+    }
+    same_tree(&src, &r.root.path().join("ingest/run42"));
+    // Nothing of urmove's own is left beside the files.
+    let left = Command::new("find")
+        .arg(r.root.path())
+        .args(["-name", "*.urmove.*"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&left), "", "part files or journals left");
+}
+
+#[test]
+#[ignore = "heavy: a Slurm cluster, 2 GiB over two namespaces (CI runs it alone)"]
+fn a_killed_task_is_run_again_and_sends_less_than_the_whole() {
+    crate::require!(
+        slurm_ready(),
+        "needs root, iproute2 and Slurm (slurmctld, slurmd, sbatch, munge)"
+    );
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let Some(hosts) = Hosts::new() else {
+        panic!("cannot create network namespaces");
+    };
+    let r = Receivers::start(&hosts, work.path());
+    let slurm = Slurm::start();
+    let src = sources(work.path());
+    let reports = work.path().join("reports");
+    // Slow enough that task 2 is killed with its piece part journaled.
+    let job = submit(
+        &slurm,
+        &r,
+        &hosts,
+        (&src, &reports),
+        false,
+        "--rate-limit 60MB",
+    );
+    let journal = r.root.path().join("ingest/run42/big.dat.2.urmove.piece");
+    let t = Instant::now();
+    while !journal.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "piece 2 never journaled\n{}",
+            r.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = slurm
+        .cmd("scancel")
+        .args(["-s", "KILL", &format!("{job}_2")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "scancel: {}", stderr(&o));
+    while slurm.running(&job) {
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "the first array never ended"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, first) = report(&reports);
+    assert!(!ok && first["complete"] == false, "{first:#}");
+    assert!(
+        first["missing_shards"]
+            .as_array()
+            .unwrap()
+            .contains(&2.into()),
+        "{first:#}"
+    );
+    // The whole array again, at full speed.
+    submit(&slurm, &r, &hosts, (&src, &reports), true, "");
+    let (ok, again) = report(&reports);
+    assert!(ok, "{again:#}\n{}", r.log());
+    let total = again["bytes_total"].as_u64().unwrap();
+    let crossed = again["bytes"].as_u64().unwrap();
+    assert!(
+        crossed < total / 2,
+        "the re-run sent {crossed} of {total} bytes"
+    );
+    same_tree(&src, &r.root.path().join("ingest/run42"));
+}
+
+/// Kubernetes' Indexed Job variables, set by hand: each pod's shard, on
+/// loopback, one receiver; the merged report is whole only with every
+/// index, and a shard of another transfer is refused.
+#[test]
+fn job_completion_index_picks_the_shard_and_the_report_needs_every_one() {
+    let d = crate::transfer::Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("set");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("large"), noise(9 << 20, 7)).unwrap();
+    for i in 0..40 {
+        std::fs::write(top.join(format!("s{i}")), noise(1000 + i * 100, i as u64)).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let send = |index: u32| {
+        let o = urmove()
+            .args([
+                "send",
+                "--shard",
+                "auto",
+                "--split-over",
+                "4M",
+                "--block",
+                "1M",
+                "--json",
+            ])
+            .args(["-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .arg(&top)
+            .arg("127.0.0.1:k8s")
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env("JOB_COMPLETION_INDEX", index.to_string())
+            .env("JOB_COMPLETIONS", "3")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let path = out.path().join(format!("shard-{index}.json"));
+        std::fs::write(&path, &o.stdout).unwrap();
+        let v = json(&o);
+        assert_eq!(v["shard"]["index"], index);
+        assert_eq!(v["shard"]["count"], 3);
+        path
+    };
+    let (a, b) = (send(0), send(2));
+    let partial = urmove().args(["report"]).arg(&a).arg(&b).output().unwrap();
+    assert_eq!(partial.status.code(), Some(1), "{}", stdout(&partial));
+    assert!(
+        stdout(&partial).contains("no report of shard 1"),
+        "{}",
+        stdout(&partial)
+    );
+    assert!(
+        !d.root.path().join("k8s/set/large").exists(),
+        "a split file committed with a piece missing"
+    );
+    let c = send(1);
+    let whole = urmove()
+        .args(["report", "--json"])
+        .args([&a, &b, &c])
+        .output()
+        .unwrap();
+    assert!(whole.status.success(), "{}", stdout(&whole));
+    assert_eq!(json(&whole)["files_verified"], 41);
+    assert_eq!(
+        std::fs::read(top.join("large")).unwrap(),
+        std::fs::read(d.root.path().join("k8s/set/large")).unwrap()
+    );
+    // Without the variables, auto says what it looks for.
+    let none = urmove()
+        .args(["send", "--shard", "auto", "--key-file"])
+        .arg(&d.key)
+        .arg(&top)
+        .arg("127.0.0.1:k8s")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        stderr(&none).contains("JOB_COMPLETION_INDEX"),
+        "{}",
+        stderr(&none)
+    );
+}
