@@ -485,3 +485,72 @@ fn job_completion_index_picks_the_shard_and_the_report_needs_every_one() {
         stderr(&none)
     );
 }
+
+/// `pull --shard`: three clients fetch their shares of one tree into one
+/// local directory (the large file split over them), each told the whole
+/// manifest by the daemon; the merged report is whole and the bytes equal.
+#[test]
+fn three_sharded_pulls_fill_one_directory_and_report_one_transfer() {
+    let d = crate::transfer::Daemon::start();
+    let top = d.root.path().join("pool/set");
+    std::fs::create_dir_all(top.join("sub")).unwrap();
+    std::fs::write(top.join("large"), noise(13 << 20, 3)).unwrap();
+    for i in 0..60 {
+        std::fs::write(
+            top.join(format!("sub/f{i}")),
+            noise(500 + i * 321, i as u64),
+        )
+        .unwrap();
+    }
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let reports = tempfile::tempdir().unwrap();
+    let pulls: Vec<_> = (0..3)
+        .map(|k| {
+            urmove()
+                .args([
+                    "pull",
+                    "--shard",
+                    &format!("{k}/3"),
+                    "--split-over",
+                    "8M",
+                    "--block",
+                    "1M",
+                ])
+                .args(["--json", "-P", "2", "-p", &d.port.to_string(), "--key-file"])
+                .arg(&d.key)
+                .arg("--state-dir")
+                .arg(state.path())
+                .arg("127.0.0.1:pool/set")
+                .arg(local.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut files = Vec::new();
+    for (k, p) in pulls.into_iter().enumerate() {
+        let o = p.wait_with_output().unwrap();
+        assert!(o.status.success(), "pull {k}: {}", stderr(&o));
+        let v = json(&o);
+        assert_eq!(
+            v["shard"]["manifest"]["files"], 61,
+            "the daemon told the whole manifest"
+        );
+        let f = reports.path().join(format!("pull-{k}.json"));
+        std::fs::write(&f, &o.stdout).unwrap();
+        files.push(f);
+    }
+    let m = urmove()
+        .args(["report", "--json"])
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(m.status.success(), "{}", stdout(&m));
+    assert_eq!(json(&m)["files_verified"], 61);
+    same_tree(&top, &local.path().join("set"));
+    // Two shards of three are not the transfer.
+    let two = urmove().arg("report").args(&files[..2]).output().unwrap();
+    assert_eq!(two.status.code(), Some(1), "{}", stdout(&two));
+}

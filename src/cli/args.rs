@@ -847,6 +847,20 @@ pub struct PullArgs {
     #[arg(short = 'p', long, default_value_t = 7878)]
     pub port: u16,
 
+    /// Fetch shard K of N of the transfer (0 <= K < N), or auto (the
+    /// Slurm array task's, or the Kubernetes Indexed Job's): the daemon
+    /// offers only the share (whole files by a stable hash of the path,
+    /// one piece of every file above --split-over), as send --shard. HOST
+    /// may be a list (HOST1,HOST2:PATH: shard K asks host K mod M); pulls
+    /// into one shared filesystem commit a split file once every piece is
+    /// verified. `urmove report` merges the shards' --json reports.
+    #[arg(long, value_name = "K/N|auto")]
+    pub shard: Option<String>,
+
+    /// With --shard: files above SIZE are split into a piece per shard.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "256M", requires = "shard")]
+    pub split_over: u64,
+
     /// Parallel TCP data streams.
     #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub streams: u16,

@@ -476,7 +476,8 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         return Err(usage("--min-rate and --window must be above zero".into()));
     }
     check_block("--block", a.block)?;
-    let (host, shard) = shard_host(&a, &host)?;
+    let fixed = !(a.follow || a.tree.delete || a.tree.delete_excluded);
+    let (host, shard) = shard_host(a.shard.as_deref(), fixed, &host)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
@@ -538,7 +539,8 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
 /// The receiver of this send, and its shard (`--shard`): of a list of
 /// hosts (`HOST1,HOST2:DEST`), shard K's is host K mod M.
 fn shard_host(
-    a: &SendArgs,
+    shard: Option<&str>,
+    fixed: bool,
     host: &str,
 ) -> Result<(String, Option<crate::session::shard::Shard>), Failure> {
     use crate::session::shard::Shard;
@@ -549,7 +551,7 @@ fn shard_host(
             "{host}: an empty name in the list of receivers"
         )));
     }
-    let Some(text) = a.shard.as_deref() else {
+    let Some(text) = shard else {
         if hosts.len() > 1 {
             return Err(usage(format!(
                 "{host}: a list of receivers is for a sharded send (--shard K/N or auto)"
@@ -558,7 +560,7 @@ fn shard_host(
         return Ok((host.to_string(), None));
     };
     let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(usage)?;
-    if a.follow || a.tree.delete || a.tree.delete_excluded {
+    if !fixed {
         return Err(usage(
             "--shard moves a share of a fixed manifest: it takes neither --follow nor --delete"
                 .into(),
@@ -959,10 +961,14 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         );
     }
     check_block("--block", a.block)?;
+    let host = host.expect("at least one HOST:PATH");
+    let (host, shard) = shard_host(a.shard.as_deref(), true, &host)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
     let cfg = SendConfig {
+        shard,
+        split_over: a.split_over,
         streams: a.streams,
         rate_limit_bytes_per_s: a.rate_limit,
         sock_buf: a.sock_buf.map(|b| b as usize),
@@ -982,11 +988,12 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         scan: scan_rules(Default::default(), a.keep),
         numeric_ids: a.keep.numeric_ids,
         sparse: a.keep.sparse,
-        ..SendConfig::to(host.expect("at least one HOST:PATH"), a.port, key)
+        ..SendConfig::to(host, a.port, key)
     };
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;
+    printer.shard = cfg.shard;
     printer.direction = "Net In";
     let local = PathBuf::from(local);
     let plot = net_plot(plot_file, "pull from", &cfg);

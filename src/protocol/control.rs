@@ -65,7 +65,12 @@ pub const REQ_ACLS: u32 = 1024;
 /// inside data out of its frames as it leaves holes (`--sparse`), so the
 /// receiver writes them as holes too.
 pub const REQ_SPARSE: u32 = 2048;
-const REQ_KNOWN: u32 = REQ_LIVE_PARTS
+/// Request flag (protocol 10): a pull of one shard (`pull --shard`): the
+/// client sends `Shard` after its request, the daemon answers with
+/// `ShardManifest` (the whole manifest's) and offers only the share.
+pub const REQ_SHARD: u32 = 4096;
+const REQ_KNOWN: u32 = REQ_SHARD
+    | REQ_LIVE_PARTS
     | REQ_SPARSE
     | REQ_HARD_LINKS
     | REQ_XATTRS
@@ -259,6 +264,20 @@ pub enum Message {
         file_index: u32,
         digest: u64,
     },
+    /// Protocol 10, after a `REQ_SHARD` pull's request: which shard of how
+    /// many, and the bytes above which a file is split.
+    Shard {
+        index: u32,
+        count: u32,
+        split_over: u64,
+    },
+    /// Protocol 10, the daemon's answer to `Shard`: the whole manifest's
+    /// files, bytes and digest, before the share's manifest.
+    ShardManifest {
+        files: u64,
+        bytes: u64,
+        digest: [u8; 32],
+    },
     /// Protocol 10: a piece of a split file arrived, verified (`digest`
     /// over its blocks) and journaled complete; `whole` is the file's
     /// digest when this session found every piece there and committed it.
@@ -420,6 +439,8 @@ mod kind {
     pub const UDP_COUNTS: u8 = 30;
     pub const UDP_END: u8 = 31;
     pub const PIECE_ACK: u8 = 32;
+    pub const SHARD: u8 = 33;
+    pub const SHARD_MANIFEST: u8 = 34;
 }
 
 /// A part of a manifest (or of what a follow added): its count, bounded,
@@ -557,6 +578,23 @@ pub fn encode(m: &Message) -> Vec<u8> {
         }
         Message::FileAck { file_index, digest } => {
             w.u8(kind::FILE_ACK).u32(*file_index).u64(*digest);
+        }
+        Message::Shard {
+            index,
+            count,
+            split_over,
+        } => {
+            w.u8(kind::SHARD).u32(*index).u32(*count).u64(*split_over);
+        }
+        Message::ShardManifest {
+            files,
+            bytes,
+            digest,
+        } => {
+            w.u8(kind::SHARD_MANIFEST)
+                .u64(*files)
+                .u64(*bytes)
+                .bytes(digest);
         }
         Message::PieceAck {
             file_index,
@@ -858,6 +896,25 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             file_index: r.u32()?,
             digest: r.u64()?,
         },
+        kind::SHARD => {
+            let (index, count, split_over) = (r.u32()?, r.u32()?, r.u64()?);
+            if count == 0 || count > super::manifest::PIECES_MAX || index >= count {
+                return Err(DecodeError::Invalid {
+                    what: "shard",
+                    value: (u64::from(index) << 32) | u64::from(count),
+                });
+            }
+            Message::Shard {
+                index,
+                count,
+                split_over,
+            }
+        }
+        kind::SHARD_MANIFEST => Message::ShardManifest {
+            files: r.u64()?,
+            bytes: r.u64()?,
+            digest: r.array()?,
+        },
         kind::PIECE_ACK => {
             let (file_index, digest) = (r.u32()?, r.u64()?);
             let (committed, whole) = (r.u8()?, r.u64()?);
@@ -1155,6 +1212,16 @@ mod tests {
                 file_index: 2,
                 digest: 7,
                 whole: None,
+            },
+            Message::Shard {
+                index: 3,
+                count: 4,
+                split_over: 1 << 28,
+            },
+            Message::ShardManifest {
+                files: 2001,
+                bytes: 5 << 30,
+                digest: [9; 32],
             },
             Message::Error {
                 code: ErrorCode::PathRefused,

@@ -26,6 +26,8 @@ struct PullLanding<'a> {
     files_done: &'a AtomicU64,
     committed: u64,
     rejected: Vec<u32>,
+    /// Each file verified, for a shard's report.
+    acked: super::shard::Acked,
 }
 
 impl Landing for PullLanding<'_> {
@@ -37,9 +39,19 @@ impl Landing for PullLanding<'_> {
         self.counters.add_holes(bytes);
     }
 
-    fn committed(&mut self, _file_index: u32, _digest: u64) -> Result<(), SessionError> {
+    fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {
+        self.piece(file_index, digest, None)
+    }
+
+    fn piece(
+        &mut self,
+        file_index: u32,
+        digest: u64,
+        whole: Option<u64>,
+    ) -> Result<(), SessionError> {
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.committed += 1;
+        self.acked.record(file_index, digest, whole);
         Ok(())
     }
 
@@ -62,6 +74,7 @@ pub fn run_pull(
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
     let rules = client_rules(cfg)?;
+    let started = std::time::SystemTime::now();
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
@@ -123,6 +136,13 @@ pub fn run_pull(
         Ok(()) => report.settle_status(),
         Err(e) => report.fail(&e, false),
     }
+    if let (Some(s), Some(m)) = (cfg.shard, pull.whole.take()) {
+        let held = pull.incoming.complete_before().to_vec();
+        let acked = landed.acked.with_held(held);
+        let entries = &pull.incoming.entries;
+        let shard = super::shard::ShardReport::of((s, m), cfg, entries, &acked, started);
+        report.shard = Some(shard);
+    }
     Ok(report)
 }
 
@@ -147,7 +167,11 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
-        flags: cfg.flags(),
+        flags: cfg.flags()
+            | match cfg.shard {
+                Some(_) => crate::protocol::control::REQ_SHARD,
+                None => 0,
+            },
         path: joined,
     })
 }
@@ -160,6 +184,8 @@ struct Pull {
     streams: Vec<std::net::TcpStream>,
     keys: crate::protocol::handshake::SessionKeys,
     refused: Vec<Refused>,
+    /// A sharded pull: the whole manifest, as the daemon told it.
+    whole: Option<super::shard::Manifest>,
 }
 
 /// Open a pull session for `req`: the daemon's manifest (only what was
@@ -172,9 +198,13 @@ fn open_pull(
     lanes: &[super::lanes::Lane],
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
+    let mut whole = None;
     let mut root = Some(root);
     let (ctl, streams, keys, Before { refused, .. }) =
         open_session(cfg, req, lanes.len(), &mut |ctl, key| {
+            if let Some(s) = cfg.shard {
+                whole = Some(ask_share(ctl, s, cfg.split_over)?);
+            }
             let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
             check_asked_for(&entries, paths)?;
             let resume = (cfg.resume || cfg.checksum).then_some(Resume {
@@ -204,7 +234,35 @@ fn open_pull(
         streams,
         keys,
         refused,
+        whole,
     })
+}
+
+/// A sharded pull: tell the daemon which shard, hear of the whole
+/// manifest (the daemon offers only the share).
+fn ask_share(
+    ctl: &mut super::conn::Control,
+    s: super::shard::Shard,
+    split_over: u64,
+) -> Result<super::shard::Manifest, SessionError> {
+    use super::conn::{recv_msg, send_msg};
+    use crate::protocol::control::Message;
+    let m = Message::Shard {
+        index: s.index,
+        count: s.count,
+        split_over,
+    };
+    send_msg(ctl, &m)?;
+    match recv_msg(ctl)? {
+        Message::ShardManifest {
+            files,
+            bytes,
+            digest,
+        } => Ok(super::shard::Manifest::told(files, bytes, &digest)),
+        _ => Err(SessionError::Protocol(
+            "expected the whole manifest of a sharded pull".into(),
+        )),
+    }
 }
 
 /// What a pull's lanes leave for its end: files committed and rejected,
@@ -212,6 +270,7 @@ fn open_pull(
 struct Landed {
     committed: u64,
     rejected: Vec<u32>,
+    acked: super::shard::Acked,
     events: mpsc::Receiver<PeerEvent>,
     reader: std::thread::JoinHandle<()>,
 }
@@ -250,7 +309,7 @@ impl Pull {
         };
         let (reader, peer) = super::conn::spawn_peer_reader(&self.ctl)?;
         let peer = std::sync::Mutex::new(peer);
-        let mut landed = (0u64, Vec::new());
+        let mut landed = (0u64, Vec::new(), super::shard::Acked::default());
         let (incoming, streams) = (&mut self.incoming, &self.streams);
         let (data, report) = drive(cfg, expect, streams, interrupt, obs, |counters, _stop| {
             let mut out = PullLanding {
@@ -258,16 +317,18 @@ impl Pull {
                 files_done,
                 committed: 0,
                 rejected: Vec::new(),
+                acked: super::shard::Acked::default(),
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
             let r = incoming.receive(streams, engine, pace, (&key, &open), &peer, &mut out);
-            landed = (out.committed, out.rejected);
+            landed = (out.committed, out.rejected, out.acked);
             r
         });
         let peer = peer.into_inner().unwrap_or_else(|p| p.into_inner());
         let landed = Landed {
             committed: landed.0,
             rejected: landed.1,
+            acked: landed.2,
             events: peer.events,
             reader,
         };

@@ -2053,6 +2053,41 @@ struct OfferedPull<'r> {
     _memory: ManifestMemory<'r>,
 }
 
+/// A `pull --shard`: the client's shard, answered with the whole
+/// manifest's summary; the tree keeps the share (`shard::select`).
+fn offer_share(
+    s: &mut Control,
+    tree: &mut super::tree::Tree,
+    block: u64,
+) -> Result<(), SessionError> {
+    let (index, count, split_over) = match recv_msg(s)? {
+        Message::Shard {
+            index,
+            count,
+            split_over,
+        } => (index, count, split_over),
+        _ => {
+            return Err(SessionError::Protocol(
+                "expected the shard of a sharded pull".into(),
+            ))
+        }
+    };
+    let whole = super::shard::manifest_of(&tree.entries);
+    let m = Message::ShardManifest {
+        files: whole.files,
+        bytes: whole.bytes,
+        digest: whole.digest_bytes(),
+    };
+    send_msg(s, &m)?;
+    super::shard::select(
+        tree,
+        super::shard::Shard { index, count },
+        split_over,
+        block,
+    );
+    Ok(())
+}
+
 /// Scan the requested paths beneath the root (within the daemon's memory
 /// limit), offer their manifest (`roles::offer`: when resuming, what the
 /// client holds is checked against the files), and tell the client what
@@ -2068,10 +2103,13 @@ fn offer_pull<'r>(
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let rules = super::tree::ScanRules::requested(req.flags);
-    let tree = super::tree::scan_beneath(&root, &paths, &rules)?;
+    let mut tree = super::tree::scan_beneath(&root, &paths, &rules)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
     let block = u64::from(req.block_size);
+    if req.has(crate::protocol::control::REQ_SHARD) {
+        offer_share(s, &mut tree, block)?;
+    }
     let local = |i: usize| {
         open_source_beneath(&root, &tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f)
     };

@@ -783,14 +783,9 @@ pub fn run_send(
     let outcome = (data, receipts);
     let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
     if let Some((s, m)) = whole {
-        let held = (&push.held, &pieces);
-        report.shard = Some(super::shard::ShardReport::of(
-            (s, m),
-            cfg,
-            &entries,
-            held,
-            started,
-        ));
+        let acked = pieces.with_held(push.held.complete.keys().copied());
+        let shard = super::shard::ShardReport::of((s, m), cfg, &entries, &acked, started);
+        report.shard = Some(shard);
     }
     if !matches!(report.status, "ok" | "partial") {
         // What the receiver acknowledged before the end, apart from the

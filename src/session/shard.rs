@@ -167,6 +167,30 @@ pub struct Manifest {
     pub digest: String,
 }
 
+impl Manifest {
+    /// Its digest's bytes (what a pull's daemon tells each shard).
+    pub fn digest_bytes(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self
+                .digest
+                .get(2 * k..2 * k + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .unwrap_or(0);
+        }
+        out
+    }
+
+    /// The manifest a pull's daemon told of.
+    pub fn told(files: u64, bytes: u64, digest: &[u8; 32]) -> Manifest {
+        Manifest {
+            files,
+            bytes,
+            digest: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+}
+
 /// The digest of a manifest, as every shard computes it before it keeps
 /// its share.
 pub fn manifest_of(entries: &[Entry]) -> Manifest {
@@ -198,9 +222,23 @@ pub const SPLIT_OVER: u64 = 256 << 20;
 #[derive(Debug, Default)]
 pub(crate) struct Acked {
     verified: std::collections::HashMap<u32, (u64, Option<u64>)>,
+    /// Held complete before the data, their content equal to the source's.
+    held: std::collections::HashSet<u32>,
 }
 
 impl Acked {
+    /// Entry `i` arrived verified with `digest` (a piece: and the whole
+    /// file's, when its session committed it).
+    pub(crate) fn record(&mut self, i: u32, digest: u64, whole: Option<u64>) {
+        self.verified.insert(i, (digest, whole));
+    }
+
+    /// Entries held complete before the data.
+    pub(crate) fn with_held(mut self, held: impl IntoIterator<Item = u32>) -> Acked {
+        self.held.extend(held);
+        self
+    }
+
     pub(crate) fn from_acks(
         acks: &[(u32, u64)],
         wholes: &std::collections::HashMap<u32, Option<u64>>,
@@ -211,7 +249,10 @@ impl Acked {
             .filter(|(i, d)| digests.get(*i as usize) == Some(d))
             .map(|&(i, d)| (i, (d, wholes.get(&i).copied().flatten())))
             .collect();
-        Acked { verified }
+        Acked {
+            verified,
+            held: Default::default(),
+        }
     }
 }
 
@@ -277,7 +318,7 @@ impl ShardReport {
         (shard, manifest): (Shard, Manifest),
         cfg: &super::send::SendConfig,
         entries: &[Entry],
-        (held, acked): (&super::held::Held, &Acked),
+        acked: &Acked,
         started: std::time::SystemTime,
     ) -> ShardReport {
         let block = u64::from(cfg.block_size);
@@ -296,7 +337,7 @@ impl ShardReport {
             .filter(|(_, e)| e.kind == EntryKind::File)
         {
             let i = i as u32;
-            let whole = held.complete.contains_key(&i);
+            let whole = acked.held.contains(&i);
             let ack = acked.verified.get(&i);
             r.share_bytes += e.span_len(block);
             match e.piece {
