@@ -163,5 +163,5 @@ for n in counts:
     vsf = med([float(r[3]) / fio[r[2]] for r in rs if r[2] in fio])
     done = all(r[4] == "True" for r in rs)
     last = rs[-1]
-    print(f"{n:>6} {agg / 1e9:>9.2f} Gb/s {vs1:>10.2f} {vsf:>11.2f} {str(done):>8}  {last[6]} ({last[5]})")
+    print(f"{n:>6} {agg / 1e9:>9.2f} Gb/s {vs1:>10.2f} {vsf:>11.2f} {str(done):>8}  {' '.join(last[6:])} (shard {last[5]})")
 EOF

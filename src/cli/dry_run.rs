@@ -65,7 +65,13 @@ fn kind_name(k: EntryKind) -> &'static str {
 /// Ask the receiver what sending `cfg` would do, and say it; exit 0, or 23
 /// when some entries could not be moved (as the real run would).
 pub(crate) fn show(cfg: &SendConfig, format: Format) -> Result<u8, Failure> {
-    let tree = scan(&cfg.sources, &cfg.scan).map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
+    let mut tree =
+        scan(&cfg.sources, &cfg.scan).map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
+    // A shard's dry run shows its share.
+    if let Some(s) = cfg.shard {
+        let block = u64::from(cfg.block_size);
+        crate::session::shard::select(&mut tree, s, cfg.split_over, block);
+    }
     let answer = match survey(cfg, &tree) {
         Ok(a) => a,
         Err(e) => return Err(refused(cfg, format, &e)),
@@ -131,7 +137,7 @@ fn dry_run<'a>(cfg: &'a SendConfig, tree: &'a Tree, answer: &'a Survey) -> DryRu
             .filter(|e| e.kind == "file")
             .count() as u64,
         bytes: entries.iter().map(|e| e.bytes_to_send).sum(),
-        bytes_total: tree.file_bytes(),
+        bytes_total: tree.file_bytes_in(u64::from(cfg.block_size)),
         files_unchanged: count(Action::Unchanged),
         files_found_complete: count(Action::Complete),
         files_continued: count(Action::Continue),

@@ -5,7 +5,7 @@
 //! every block arrived exactly once with a good checksum and was synced.
 
 use super::filter::{Filter, Verdict};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -118,7 +118,9 @@ struct Shared {
     stats: Arc<DaemonStats>,
     /// Files being received now (root-relative final names): a second
     /// session for the same file is refused, not interleaved.
-    claimed: Mutex<HashSet<String>>,
+    /// Ordered: a whole file's claim finds the claims of its pieces
+    /// (`NAME\0K`) by range.
+    claimed: Mutex<BTreeSet<String>>,
     /// The secret, link policy and inode claims every session receives by.
     rules: Rules,
     /// Manifest memory reserved by the sessions now.
@@ -303,13 +305,13 @@ impl Drop for Reserved<'_> {
 
 /// Files a session receives, claimed against other sessions.
 struct Claims<'a> {
-    set: &'a Mutex<HashSet<String>>,
+    set: &'a Mutex<BTreeSet<String>>,
     names: Vec<String>,
 }
 
 impl<'a> Claims<'a> {
     /// Claims of no name.
-    fn none(set: &'a Mutex<HashSet<String>>) -> Self {
+    fn none(set: &'a Mutex<BTreeSet<String>>) -> Self {
         Claims {
             set,
             names: Vec::new(),
@@ -1766,10 +1768,10 @@ fn bitmap_bytes(entries: &[crate::protocol::manifest::Entry], block: u64) -> u64
 /// manifest by its final name (a session that just lost its sender may still be winding
 /// down: give it a few seconds before refusing). A piece of a split file
 /// is claimed by its name and number (`NAME\0K`: the sessions bringing the
-/// other pieces share the file), and never while the whole name is
-/// claimed; a whole file's session finds no piece claims, but a piece's
-/// part is never its part (`receive::join_part`): one of them fails, and
-/// neither commits the other's bytes.
+/// other pieces share the file), never while the whole name is claimed,
+/// and a whole file never while a piece of it is. (Across daemons a
+/// piece's part is never a whole file's, `receive::join_part`: one of
+/// them fails, and neither commits the other's bytes.)
 fn claim_names<'r>(
     registry: &'r Registry,
     dest: &str,
@@ -1786,10 +1788,15 @@ fn claim_names<'r>(
             None => join(dest, &e.path),
         })
         .collect();
-    let taken = |set: &HashSet<String>, n: &String| {
-        set.contains(n)
-            || n.split_once('\0')
-                .is_some_and(|(whole, _)| set.contains(whole))
+    let taken = |set: &BTreeSet<String>, n: &String| {
+        let pieces = || {
+            let (from, to) = (format!("{n}\0"), format!("{n}\u{1}"));
+            set.range(from..to).next().is_some()
+        };
+        match n.split_once('\0') {
+            Some((whole, _)) => set.contains(n) || set.contains(whole),
+            None => set.contains(n) || pieces(),
+        }
     };
     let claim_until = Instant::now() + CLAIM_WAIT;
     loop {

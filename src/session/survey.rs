@@ -107,9 +107,9 @@ fn actions(tree: &Tree, held: &Held, refused: &[(u32, String)], block: u64) -> V
                 (Action::Complete, 0)
             } else if let Some((_, ranges)) = held.partial.get(&i) {
                 let have = super::held::ranges_bytes(e.size, block, ranges);
-                (Action::Continue, e.size.saturating_sub(have))
+                (Action::Continue, e.span_len(block).saturating_sub(have))
             } else {
-                (Action::Send, send(e.size, e.kind))
+                (Action::Send, send(e.span_len(block), e.kind))
             }
         })
         .collect()
