@@ -565,3 +565,125 @@ fn three_sharded_pulls_fill_one_directory_and_report_one_transfer() {
     let two = urmove().arg("report").args(&files[..2]).output().unwrap();
     assert_eq!(two.status.code(), Some(1), "{}", stdout(&two));
 }
+
+/// A shard on loopback into `d` (`SRC` as `dest`), with its own state
+/// directory (its own owner): its JSON report, written to `out`.
+fn shard_into(
+    d: &crate::transfer::Daemon,
+    (k, n): (u32, u32),
+    (src, dest): (&Path, &str),
+    state: &Path,
+    out: &Path,
+) -> std::process::Output {
+    let o = urmove()
+        .args([
+            "send",
+            "--shard",
+            &format!("{k}/{n}"),
+            "--split-over",
+            "8M",
+            "--block",
+            "1M",
+        ])
+        .args(["--json", "-P", "2", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .arg("--state-dir")
+        .arg(state)
+        .arg(src)
+        .arg(format!("127.0.0.1:{dest}"))
+        .output()
+        .unwrap();
+    std::fs::write(out, &o.stdout).unwrap();
+    o
+}
+
+fn report_of(files: &[&Path]) -> (Option<i32>, String) {
+    let o = urmove().arg("report").args(files).output().unwrap();
+    (o.status.code(), stdout(&o))
+}
+
+/// Second key holders against a split file: another version of it (other
+/// size or mtime) never joins the victim's part, and the same version
+/// with other bytes in one piece is committed (its own journals agree)
+/// but the merged report names the digest that is not the victim's sum,
+/// and the run again reads it by content and sends it right.
+#[test]
+fn another_key_holders_piece_is_never_reported_as_the_victims() {
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, attacker) = (dir.path().join("v"), dir.path().join("a"));
+    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
+    let big = noise(16 << 20, 11);
+    for (top, bytes) in [(&victim, big.clone()), (&attacker, noise(24 << 20, 12))] {
+        std::fs::create_dir_all(top.join("set")).unwrap();
+        std::fs::write(top.join("set/big"), bytes).unwrap();
+    }
+    let r = |name: &str| dir.path().join(name);
+    let landed = d.root.path().join("x/set/big");
+    // Another size: its piece 0 would overlap the victim's piece 1.
+    let s1 = shard_into(&d, (1, 2), (&victim.join("set"), "x"), &vs, &r("s1.json"));
+    assert!(s1.status.success(), "{}", stderr(&s1));
+    let a0 = shard_into(
+        &d,
+        (0, 2),
+        (&attacker.join("set"), "x"),
+        &atk,
+        &r("a0.json"),
+    );
+    assert!(a0.status.success(), "{}", stderr(&a0));
+    let s0 = shard_into(&d, (0, 2), (&victim.join("set"), "x"), &vs, &r("s0.json"));
+    assert!(s0.status.success(), "{}", stderr(&s0));
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(!landed.exists(), "a file of two versions committed");
+    // The victim's shard 1 again: whole, and the victim's bytes.
+    shard_into(&d, (1, 2), (&victim.join("set"), "x"), &vs, &r("s1.json"));
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(&landed).unwrap() == big);
+
+    // The same version (size, mtime) with a MiB of other bytes in piece 1.
+    let mut other = big.clone();
+    other[12 << 20..13 << 20].fill(0x5a);
+    std::fs::write(attacker.join("set/big"), &other).unwrap();
+    let mtime = std::fs::metadata(victim.join("set/big"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(attacker.join("set/big"))
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let a1 = shard_into(
+        &d,
+        (1, 2),
+        (&attacker.join("set"), "y"),
+        &atk,
+        &r("a1.json"),
+    );
+    assert!(a1.status.success(), "{}", stderr(&a1));
+    shard_into(&d, (0, 2), (&victim.join("set"), "y"), &vs, &r("t0.json"));
+    shard_into(&d, (1, 2), (&victim.join("set"), "y"), &vs, &r("t1.json"));
+    let (code, text) = report_of(&[&r("t0.json"), &r("t1.json")]);
+    assert_eq!(code, Some(1), "{text}");
+    // Run again, as the report says: read by content (the commit of
+    // pieces of several sessions names no owner), sent again, right.
+    shard_into(&d, (0, 2), (&victim.join("set"), "y"), &vs, &r("t0.json"));
+    shard_into(&d, (1, 2), (&victim.join("set"), "y"), &vs, &r("t1.json"));
+    let (code, text) = report_of(&[&r("t0.json"), &r("t1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(d.root.path().join("y/set/big")).unwrap() == big);
+    // Shards of transfers to two destinations are not one transfer.
+    let (code, text) = report_of(&[&r("s0.json"), &r("t1.json")]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("not this one's"), "{text}");
+    // No mark of a shared part is left on a committed file.
+    let marks = Command::new("getfattr")
+        .args(["-d", "-m", "user.urmove.pieces"])
+        .arg(&landed)
+        .output()
+        .unwrap();
+    assert!(!stdout(&marks).contains("pieces"), "{}", stdout(&marks));
+}

@@ -521,6 +521,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         }),
         shard,
         split_over: a.split_over,
+        transfer: target.to_string(),
         ..SendConfig::to(host, a.port, key)
     };
     if a.tree.dry_run {
@@ -576,6 +577,30 @@ fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bo
         (_, true) if limit.is_some() => (crate::session::send::AUTO_START, false),
         chosen => chosen,
     }
+}
+
+/// What a shard's run says of its share: a piece verified is not its file
+/// committed (that waits for every piece, on whichever shard brings the
+/// last), and only `urmove report` over every shard tells the transfer.
+fn shard_summary(s: &crate::session::shard::ShardReport) -> String {
+    let whole = s.share_files - s.pending_count.min(s.share_files);
+    let pieces = s
+        .pieces
+        .iter()
+        .filter(|p| p.digest.is_some() || p.held)
+        .count();
+    let committed = s
+        .pieces
+        .iter()
+        .filter(|p| p.committed.is_some() || p.held)
+        .count();
+    format!(
+        "shard {} of {}: {whole} of {} whole files verified; {pieces} of {} pieces of split files verified, {committed} of those files committed whole here (the others once every piece is); `urmove report` over every shard's --json tells the whole transfer",
+        s.index,
+        s.count,
+        s.share_files,
+        s.pieces.len()
+    )
 }
 
 /// "4 streams", or what `-P auto` chose of those it opened; and the
@@ -746,6 +771,9 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
                 r.files_verified,
                 units::count(r.files, "file"),
             ));
+            if let Some(s) = &r.shard {
+                p.out.line(&shard_summary(s));
+            }
         }
     }
     if p.format == Format::Human && r.bytes_skipped > 0 {
@@ -966,9 +994,11 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
+    let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
     let cfg = SendConfig {
         shard,
         split_over: a.split_over,
+        transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
         rate_limit_bytes_per_s: a.rate_limit,
         sock_buf: a.sock_buf.map(|b| b as usize),

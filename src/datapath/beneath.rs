@@ -259,6 +259,27 @@ impl Root {
         Ok(())
     }
 
+    /// Rename `from` to `to`, both beneath the root, only when `to` names
+    /// nothing (`RENAME_NOREPLACE`): `Err(AlreadyExists)` otherwise.
+    pub fn rename_new(&self, from: &str, to: &str) -> io::Result<()> {
+        let (fd_from, n_from) = self.parent(from)?;
+        let (fd_to, n_to) = self.parent(to)?;
+        // SAFETY: both names are NUL-terminated; renameat2 reads them only.
+        let rc = unsafe {
+            libc::renameat2(
+                fd_from.as_raw_fd(),
+                n_from.as_ptr(),
+                fd_to.as_raw_fd(),
+                n_to.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Rename `from` to `to` only while `from` still names the file `id`,
     /// and check that `to` names it afterwards: the file a session wrote is
     /// the one that gets the final name, not whatever was put at its part

@@ -148,6 +148,9 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
     match whole_digest(root, &job)? {
         Some(total) => {
+            // A committed file is no part to join.
+            crate::datapath::sys::remove_xattr(&job.part, super::receive::PIECES_XATTR)
+                .map_err(|e| SessionError::io(ctx("unmarking"), e))?;
             let pieces = (0..p.piece.count).map(|k| Piece {
                 index: k,
                 ..p.piece
@@ -155,9 +158,13 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
             let journals: Vec<String> = pieces
                 .map(|k| journal::journal_of(&job.final_rel, Some(k)))
                 .collect();
+            // Pieces came from several sessions, perhaps several owners:
+            // the stamp names none, so a later run reads it again by
+            // content before it counts as held.
             let whole = FinalJob {
                 digest: total,
                 sender_digest: total,
+                owner: None,
                 ..job
             };
             // The journals go first, as a single file's (see `finish`).
@@ -194,10 +201,14 @@ fn committed_by_another(root: &Root, job: &FinalJob) -> Result<bool, SessionErro
 }
 
 /// Under the part's lock: the digest of the whole file when every piece
-/// is journaled complete in this part, `None` while some piece is not.
+/// is journaled complete in this part and its bytes there, read again
+/// now, have its journal's digest; `None` while some piece is not. A
+/// journal whose piece reads otherwise (another session wrote over it,
+/// or the part is a new file on a reused inode) is forgotten: that piece
+/// is sent again.
 fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<u64>, SessionError> {
     let p = job.piece.as_ref().expect("a piece");
-    let mut total = 0u64;
+    let mut journals = Vec::with_capacity(p.piece.count as usize);
     for index in 0..p.piece.count {
         let piece = Piece { index, ..p.piece };
         let rel = journal::journal_of(&job.final_rel, Some(piece));
@@ -209,9 +220,37 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<u64>, SessionError
         if j.part != job.part_id || !exactly(&j.blocks, blocks) {
             return Ok(None);
         }
-        total = digest_add(total, j.digest);
+        journals.push((rel, (start, end), j.digest));
     }
-    Ok(Some(total))
+    // By its name, which holds this very inode (checked under the lock).
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let reread = root
+        .open_file(&job.part_rel(), flags, 0)
+        .ok()
+        .filter(|f| FileId::of(f).ok() == Some(job.part_id))
+        .ok_or_else(|| {
+            SessionError::local(
+                super::ErrorCode::Io,
+                format!("{}: its part was replaced", job.final_rel),
+            )
+        })?;
+    // Holes at its end were never written: the file is its size first.
+    job.part
+        .set_len(job.size)
+        .map_err(|e| SessionError::io(format!("truncating {}", job.final_rel), e))?;
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let mut total = 0u64;
+    let mut whole = true;
+    for (rel, span, digest) in journals {
+        let on_disk = journal::span_digest(&reread, span, &never)
+            .map_err(|e| SessionError::io(format!("reading {} again", job.final_rel), e))?;
+        if on_disk != digest {
+            journal::remove(root, &rel);
+            whole = false;
+        }
+        total = digest_add(total, digest);
+    }
+    Ok(whole.then_some(total))
 }
 
 /// Whether `bits` are set for blocks `[first, end)` and no other.

@@ -101,10 +101,18 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
         return m;
     };
     let (count, manifest) = (first.shard.count, first.shard.manifest.clone());
+    let transfer = first.shard.transfer.clone();
     (m.shards, m.manifest_digest) = (count, manifest.digest.clone());
     (m.files, m.bytes_total) = (manifest.files, manifest.bytes);
     let mut latest: BTreeMap<u32, ShardRun> = BTreeMap::new();
     for r in runs {
+        if r.shard.transfer != transfer {
+            m.problems.push(format!(
+                "{}: shard {} of the transfer to {}, not this one's, to {transfer}",
+                r.file, r.shard.index, r.shard.transfer
+            ));
+            continue;
+        }
         if r.shard.count != count || r.shard.manifest.digest != manifest.digest {
             m.problems.push(format!(
                 "{}: shard {} of {} of another transfer (manifest {}), not this one's {} of {count}",
@@ -249,35 +257,39 @@ fn check_pieces(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>, count: u32) ->
 }
 
 fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
-    if pieces.iter().any(|p| p.held) {
-        return Ok(());
-    }
     let mut sum = 0u64;
     let mut unverified = Vec::new();
     for k in 0..count {
-        match pieces
+        let digest = pieces
             .iter()
             .find(|p| p.index == k)
-            .and_then(|p| p.digest.as_deref())
-        {
+            .and_then(|p| p.digest.as_deref());
+        match digest {
             Some(d) => sum = sum.wrapping_add(u64::from_str_radix(d, 16).unwrap_or(0)),
             None => unverified.push(k),
         }
     }
-    if !unverified.is_empty() {
-        return Err(format!("piece {} not verified", list(&unverified)));
-    }
+    let want = format!("{sum:016x}");
     let committed: Vec<&str> = pieces
         .iter()
         .filter_map(|p| p.committed.as_deref())
         .collect();
-    let want = format!("{sum:016x}");
-    match committed.as_slice() {
-        [] => Err("every piece verified, but no shard's receiver committed the file".into()),
-        c if c.iter().all(|d| *d == want) => Ok(()),
-        _ => Err(format!(
+    // A commit of other bytes than the shards sent outweighs any claim
+    // that the file is held.
+    if unverified.is_empty() && committed.iter().any(|d| *d != want) {
+        return Err(format!(
             "committed with digest {}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent",
             committed.join(", ")
-        )),
+        ));
+    }
+    if pieces.iter().any(|p| p.held) {
+        return Ok(());
+    }
+    if !unverified.is_empty() {
+        return Err(format!("piece {} not verified", list(&unverified)));
+    }
+    match committed.is_empty() {
+        true => Err("every piece verified, but no shard's receiver committed the file".into()),
+        false => Ok(()),
     }
 }

@@ -1307,9 +1307,21 @@ fn lock_span(f: &mut RecvFile) -> Result<(), SessionError> {
     }
 }
 
-/// What marks a part shared by the pieces of a split file, and into how
-/// many pieces: only such a part, ours, is joined.
+/// What marks a part shared by the pieces of a split file: into how many
+/// pieces, of which source (its size and mtime) in which blocks. Only such
+/// a part, ours and marked for the very same, is joined: a session
+/// bringing another version of the file (or another split of it) makes a
+/// new part, so it never writes over blocks the others journaled.
 pub(crate) const PIECES_XATTR: &std::ffi::CStr = c"user.urmove.pieces";
+
+/// The value of [`PIECES_XATTR`] for `f`'s pieces.
+fn pieces_mark(f: &RecvFile, p: Piece) -> String {
+    let id = &f.id;
+    format!(
+        "{} {} {}.{:09} {}",
+        p.count, id.size, id.mtime_s, id.mtime_ns, id.block
+    )
+}
 
 /// The part of a split file: the one the sessions bringing its other
 /// pieces made (ours, one name, marked for as many pieces), else a new
@@ -1324,26 +1336,26 @@ fn join_part(
 ) -> Result<(), SessionError> {
     let rel = f.part_rel();
     let io = |e| SessionError::io(rel.clone(), e);
-    let mark = p.count.to_string();
+    let mark = pieces_mark(f, p);
     for _ in 0..4 {
         let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        if let Ok((part, is_direct)) = root.open_direct(&rel, flags, 0, direct) {
-            let ours = part.metadata().is_ok_and(|m| is_own_file(&m))
-                && crate::datapath::sys::get_xattr(&part, PIECES_XATTR).as_deref()
-                    == Some(mark.as_bytes());
-            if ours {
-                return joined(f, part, is_direct, true).map_err(io);
-            }
-            drop(part);
-        }
-        clear_name(root, &rel)?;
-        let flags = flags | libc::O_CREAT | libc::O_EXCL;
-        match root.open_direct(&rel, flags, 0o600, direct) {
+        match root.open_direct(&rel, flags, 0, direct) {
             Ok((part, is_direct)) => {
-                crate::datapath::sys::set_xattr(&part, PIECES_XATTR, mark.as_bytes())
-                    .map_err(io)?;
-                return joined(f, part, is_direct, false).map_err(io);
+                let ours = part.metadata().is_ok_and(|m| is_own_file(&m))
+                    && crate::datapath::sys::get_xattr(&part, PIECES_XATTR).as_deref()
+                        == Some(mark.as_bytes());
+                if ours {
+                    return joined(f, part, is_direct, true).map_err(io);
+                }
+                drop(part);
+                clear_name(root, &rel)?;
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // A link, a FIFO, a directory: removed (a directory refused).
+            Err(_) => clear_name(root, &rel)?,
+        }
+        match new_marked_part(root, direct, (&rel, &mark)) {
+            Ok((part, is_direct)) => return joined(f, part, is_direct, false).map_err(io),
             // Another session made it first: join that one.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io(e)),
@@ -1353,6 +1365,29 @@ fn join_part(
         ErrorCode::Busy,
         format!("{rel}: the part file keeps changing under this session"),
     ))
+}
+
+/// A new part at `rel`, marked before it has its name (made under a name
+/// of its own, then renamed where nothing is): a session that finds it
+/// there finds its mark. `Err(AlreadyExists)` when another came first.
+fn new_marked_part(
+    root: &Root,
+    direct: DirectMode,
+    (rel, mark): (&str, &str),
+) -> std::io::Result<(File, bool)> {
+    let mut tag = [0u8; 8];
+    crate::datapath::sys::random_bytes(&mut tag)?;
+    let base = rel.strip_suffix(PART_SUFFIX).unwrap_or(rel);
+    let tmp = format!("{base}.{:016x}{PART_SUFFIX}", u64::from_le_bytes(tag));
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let (part, is_direct) = root.open_direct(&tmp, flags, 0o600, direct)?;
+    let placed = crate::datapath::sys::set_xattr(&part, PIECES_XATTR, mark.as_bytes())
+        .and_then(|()| root.rename_new(&tmp, rel));
+    if let Err(e) = placed {
+        let _ = root.unlink(&tmp);
+        return Err(e);
+    }
+    Ok((part, is_direct))
 }
 
 fn joined(f: &mut RecvFile, part: File, is_direct: bool, stale: bool) -> std::io::Result<()> {

@@ -120,6 +120,9 @@ pub struct SendConfig {
     /// pieces over the shards.
     pub shard: Option<super::shard::Shard>,
     pub split_over: u64,
+    /// What every shard of one transfer names alike (the receivers and
+    /// where: `HOST1,HOST2:DEST`), which `urmove report` holds them to.
+    pub transfer: String,
 }
 
 impl SendConfig {
@@ -158,6 +161,7 @@ impl SendConfig {
             min_rate: None,
             shard: None,
             split_over: super::shard::SPLIT_OVER,
+            transfer: String::new(),
         }
     }
 

@@ -284,6 +284,9 @@ pub struct ShardReport {
     pub count: u32,
     /// Where it sent (HOST:PORT).
     pub receiver: String,
+    /// The transfer as every shard of it names it: its receivers and
+    /// destination (a pull's: its sources and local directory).
+    pub transfer: String,
     /// The whole transfer's manifest, as this shard built it.
     pub manifest: Manifest,
     /// Its share: whole files, and bytes (pieces' spans counted).
@@ -326,6 +329,7 @@ impl ShardReport {
             index: shard.index,
             count: shard.count,
             receiver: format!("{}:{}", cfg.host, cfg.port),
+            transfer: cfg.transfer.clone(),
             manifest,
             started_unix_s: unix_s(started),
             ended_unix_s: unix_s(std::time::SystemTime::now()),
