@@ -29,7 +29,9 @@ fn ip(args: &[&str]) -> bool {
 
 impl Hosts {
     fn new() -> Option<Hosts> {
-        let tag = std::process::id() % 10_000;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = (std::process::id() + 7 * n) % 10_000;
         let mut h = Hosts {
             names: Vec::new(),
             addrs: Vec::new(),
@@ -300,6 +302,8 @@ struct Cluster {
     src: PathBuf,
     reports: PathBuf,
     _work: tempfile::TempDir,
+    /// One cluster at a time (its ports are fixed), whatever the threads.
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Cluster {
@@ -312,6 +316,8 @@ impl Cluster {
             eprintln!("skipped: {why}");
             return None;
         }
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let alone = ONE.lock().unwrap_or_else(|p| p.into_inner());
         let work = tempfile::tempdir_in("/var/tmp").unwrap();
         let hosts = Hosts::new().expect("cannot create network namespaces");
         let r = Receivers::start(&hosts, work.path());
@@ -325,6 +331,7 @@ impl Cluster {
             src,
             reports,
             _work: work,
+            _alone: alone,
         })
     }
 }

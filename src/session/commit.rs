@@ -135,9 +135,9 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     let (index, digest) = (job.index, job.digest);
     // Another session found every piece first: this one's is in the file
     // it committed (the very inode), and no journal is left beside it.
-    if committed_by_another(root, &job)? {
+    let Some(reread) = still_the_part(root, &job)? else {
         return Ok(Outcome::Piece(index, digest, None));
-    }
+    };
     let j = Journal {
         id: p.id,
         part: job.part_id,
@@ -146,18 +146,11 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     };
     journal::store(root, &job.journal_rel, &j, &job.secret)
         .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
-    match whole_digest(root, &job)? {
-        Some(total) => {
+    match whole_digest(root, &job, &reread)? {
+        Some((total, journals)) => {
             // A committed file is no part to join.
             crate::datapath::sys::remove_xattr(&job.part, super::receive::PIECES_XATTR)
                 .map_err(|e| SessionError::io(ctx("unmarking"), e))?;
-            let pieces = (0..p.piece.count).map(|k| Piece {
-                index: k,
-                ..p.piece
-            });
-            let journals: Vec<String> = pieces
-                .map(|k| journal::journal_of(&job.final_rel, Some(k)))
-                .collect();
             // Pieces came from several sessions, perhaps several owners:
             // the stamp names none, so a later run reads it again by
             // content before it counts as held.
@@ -176,20 +169,21 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     }
 }
 
-/// Under the part's lock: whether the part is the final file now
-/// (another session committed it). Err: neither name holds it.
-fn committed_by_another(root: &Root, job: &FinalJob) -> Result<bool, SessionError> {
+/// Under the part's lock: the part opened by its name to be read again,
+/// or `None` when it is the final file now (another session committed
+/// it). Err: neither name holds it.
+fn still_the_part(root: &Root, job: &FinalJob) -> Result<Option<File>, SessionError> {
     let here = |rel: &str| {
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         root.open_file(rel, flags, 0)
             .ok()
-            .and_then(|f| FileId::of(&f).ok())
+            .filter(|f| FileId::of(f).ok() == Some(job.part_id))
     };
-    if here(&job.part_rel()) == Some(job.part_id) {
-        return Ok(false);
+    if let Some(part) = here(&job.part_rel()) {
+        return Ok(Some(part));
     }
-    if here(&job.final_rel) == Some(job.part_id) {
-        return Ok(true);
+    if here(&job.final_rel).is_some() {
+        return Ok(None);
     }
     Err(SessionError::local(
         super::ErrorCode::Io,
@@ -200,13 +194,17 @@ fn committed_by_another(root: &Root, job: &FinalJob) -> Result<bool, SessionErro
     ))
 }
 
-/// Under the part's lock: the digest of the whole file when every piece
-/// is journaled complete in this part and its bytes there, read again
-/// now, have its journal's digest; `None` while some piece is not. A
-/// journal whose piece reads otherwise (another session wrote over it,
-/// or the part is a new file on a reused inode) is forgotten: that piece
-/// is sent again.
-fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<u64>, SessionError> {
+/// Under the part's lock: the digest of the whole file, and its pieces'
+/// journals, when every piece is journaled complete in this part and its
+/// bytes there, read again now (`reread`), have its journal's digest;
+/// `None` while some piece is not. A journal whose piece reads otherwise
+/// (another session wrote over it, or the part is a new file on a reused
+/// inode) is forgotten: that piece is sent again.
+fn whole_digest(
+    root: &Root,
+    job: &FinalJob,
+    reread: &File,
+) -> Result<Option<(u64, Vec<String>)>, SessionError> {
     let p = job.piece.as_ref().expect("a piece");
     let mut journals = Vec::with_capacity(p.piece.count as usize);
     for index in 0..p.piece.count {
@@ -222,18 +220,6 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<u64>, SessionError
         }
         journals.push((rel, (start, end), j.digest));
     }
-    // By its name, which holds this very inode (checked under the lock).
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    let reread = root
-        .open_file(&job.part_rel(), flags, 0)
-        .ok()
-        .filter(|f| FileId::of(f).ok() == Some(job.part_id))
-        .ok_or_else(|| {
-            SessionError::local(
-                super::ErrorCode::Io,
-                format!("{}: its part was replaced", job.final_rel),
-            )
-        })?;
     // Holes at its end were never written: the file is its size first.
     job.part
         .set_len(job.size)
@@ -241,16 +227,17 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<u64>, SessionError
     let never = std::sync::atomic::AtomicBool::new(false);
     let mut total = 0u64;
     let mut whole = true;
-    for (rel, span, digest) in journals {
-        let on_disk = journal::span_digest(&reread, span, &never)
+    for (rel, span, digest) in &journals {
+        let on_disk = journal::span_digest(reread, *span, &never)
             .map_err(|e| SessionError::io(format!("reading {} again", job.final_rel), e))?;
-        if on_disk != digest {
-            journal::remove(root, &rel);
+        if on_disk != *digest {
+            journal::remove(root, rel);
             whole = false;
         }
-        total = digest_add(total, digest);
+        total = digest_add(total, *digest);
     }
-    Ok(whole.then_some(total))
+    let rels = journals.into_iter().map(|(rel, _, _)| rel).collect();
+    Ok(whole.then_some((total, rels)))
 }
 
 /// Whether `bits` are set for blocks `[first, end)` and no other.

@@ -203,6 +203,15 @@ impl Acks {
             .is_some_and(|a| a.load(Ordering::Relaxed))
     }
 
+    /// Entry `entry` was acknowledged: settled, and counted done once.
+    pub(crate) fn acknowledged(&self, entry: u32) {
+        if let Some(a) = self.acked.get(entry as usize) {
+            if !a.swap(true, Ordering::Relaxed) {
+                self.files_done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Entry `entry` needs nothing more from this side.
     pub(crate) fn settle(&self, entry: u32) {
         if let Some(a) = self.acked.get(entry as usize) {

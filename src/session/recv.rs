@@ -2079,11 +2079,11 @@ fn offer_share(
             ))
         }
     };
-    let whole = super::shard::manifest_of(&tree.entries);
+    let (files, bytes, digest) = super::shard::summary(&tree.entries);
     let m = Message::ShardManifest {
-        files: whole.files,
-        bytes: whole.bytes,
-        digest: whole.digest_bytes(),
+        files,
+        bytes,
+        digest,
     };
     send_msg(s, &m)?;
     super::shard::select(

@@ -759,7 +759,8 @@ pub fn run_send(
     let room = cfg.follow.as_ref().map_or(0, |_| super::follow::ADDED_MAX);
     let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
-    let to_send = tree.file_bytes_in(block).saturating_sub(skipped);
+    let share = tree.file_bytes_in(block);
+    let to_send = share.saturating_sub(skipped);
     gauge.total.store(to_send, Ordering::Release);
     let follow = cfg.follow.as_ref().map(|f| FollowCtx {
         idle: f.idle,
@@ -782,7 +783,7 @@ pub fn run_send(
     describe_tree(&mut report, &tree, &push.refused);
     // Followed files count as large as they grew.
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
-    report.bytes_total = tree.file_bytes_in(block) + grew;
+    report.bytes_total = share + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
     let outcome = (data, receipts);
     let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
@@ -1111,11 +1112,7 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
     loop {
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
-                if let Some(a) = state.acked.get(file_index as usize) {
-                    if !a.swap(true, Ordering::Relaxed) {
-                        state.files_done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                state.acknowledged(file_index);
                 got.acks.push((file_index, digest))
             }
             Message::PieceAck {
@@ -1123,11 +1120,7 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                 digest,
                 whole,
             } => {
-                if let Some(a) = state.acked.get(file_index as usize) {
-                    if !a.swap(true, Ordering::Relaxed) {
-                        state.files_done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                state.acknowledged(file_index);
                 got.wholes.insert(file_index, whole);
                 got.acks.push((file_index, digest))
             }

@@ -168,20 +168,7 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Its digest's bytes (what a pull's daemon tells each shard).
-    pub fn digest_bytes(&self) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        for (k, o) in out.iter_mut().enumerate() {
-            *o = self
-                .digest
-                .get(2 * k..2 * k + 2)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .unwrap_or(0);
-        }
-        out
-    }
-
-    /// The manifest a pull's daemon told of.
+    /// The manifest a pull's daemon told of (see [`summary`]).
     pub fn told(files: u64, bytes: u64, digest: &[u8; 32]) -> Manifest {
         Manifest {
             files,
@@ -191,9 +178,9 @@ impl Manifest {
     }
 }
 
-/// The digest of a manifest, as every shard computes it before it keeps
-/// its share.
-pub fn manifest_of(entries: &[Entry]) -> Manifest {
+/// A manifest's files, bytes and digest (paths, kinds, sizes, mtimes), as
+/// every shard computes it before it keeps its share.
+pub fn summary(entries: &[Entry]) -> (u64, u64, [u8; 32]) {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     for e in entries {
@@ -205,11 +192,14 @@ pub fn manifest_of(entries: &[Entry]) -> Manifest {
         h.update(e.mtime_ns.to_le_bytes());
     }
     let files = entries.iter().filter(|e| e.kind == EntryKind::File);
-    Manifest {
-        files: files.clone().count() as u64,
-        bytes: files.map(|e| e.size).sum(),
-        digest: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
-    }
+    let (count, bytes) = (files.clone().count() as u64, files.map(|e| e.size).sum());
+    (count, bytes, h.finalize().into())
+}
+
+/// [`summary`] as a shard's report keeps it.
+pub fn manifest_of(entries: &[Entry]) -> Manifest {
+    let (files, bytes, digest) = summary(entries);
+    Manifest::told(files, bytes, &digest)
 }
 
 /// Files above this many bytes are split over the shards by default
