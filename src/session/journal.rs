@@ -524,7 +524,7 @@ pub fn content_digests(
 }
 
 /// Both digests of the blocks `ranges` (first block, count) of `file`, in
-/// blocks of `block` bytes.
+/// blocks of `block` bytes: a source's, every byte read.
 pub fn ranges_digests(
     file: &File,
     size: u64,
@@ -534,6 +534,32 @@ pub fn ranges_digests(
     tick: &mut dyn FnMut(),
 ) -> std::io::Result<HeldDigest> {
     use std::os::unix::fs::FileExt;
+    let read = |buf: &mut [u8], at: u64| file.read_exact_at(buf, at);
+    digests_of(read, (size, block), ranges, key, tick)
+}
+
+/// [`ranges_digests`] of a part file: what lies past its end reads as
+/// zeros (see [`read_or_zeros`]).
+pub fn part_digests(
+    part: &File,
+    size: u64,
+    block: u64,
+    ranges: &[(u64, u64)],
+    key: &FrameKey,
+    tick: &mut dyn FnMut(),
+) -> std::io::Result<HeldDigest> {
+    let read = |buf: &mut [u8], at: u64| read_or_zeros(part, buf, at);
+    digests_of(read, (size, block), ranges, key, tick)
+}
+
+/// Both digests of `ranges`, their bytes got by `read`.
+fn digests_of(
+    read: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
+    (size, block): (u64, u64),
+    ranges: &[(u64, u64)],
+    key: &FrameKey,
+    tick: &mut dyn FnMut(),
+) -> std::io::Result<HeldDigest> {
     let mut buf = vec![0u8; HASH_CHUNK.min(size.max(1) as usize)];
     let mut d = HeldDigest { plain: 0, keyed: 0 };
     for &(first, count) in ranges {
@@ -542,7 +568,7 @@ pub fn ranges_digests(
         let mut offset = start;
         while offset < end {
             let n = (end - offset).min(buf.len() as u64) as usize;
-            file.read_exact_at(&mut buf[..n], offset)?;
+            read(&mut buf[..n], offset)?;
             let (plain, keyed) = frame_terms(key, offset, &buf[..n]);
             d.plain = digest_add(d.plain, plain);
             d.keyed = digest_add(d.keyed, keyed);
@@ -551,6 +577,26 @@ pub fn ranges_digests(
         }
     }
     Ok(d)
+}
+
+/// Fill `buf` from `file` at `offset`; what lies past the file's end
+/// reads as zeros. A part grows only as its blocks are written and is cut
+/// to its size at the commit: a journaled block whose last pieces were
+/// holes (a sparse or hole frame) ends past the part's end, and those
+/// bytes are the zeros the commit gives it.
+fn read_or_zeros(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[got..].fill(0);
+    Ok(())
 }
 
 /// The plain digest of `file`'s first `size` bytes, as a followed file's
@@ -743,5 +789,24 @@ mod tests {
         go.store(true, std::sync::atomic::Ordering::Relaxed);
         let stopped = plain_digest(&f, size, &go).unwrap_err();
         assert_eq!(stopped.kind(), std::io::ErrorKind::Interrupted);
+    }
+
+    /// A part whose last journaled block ended in holes is shorter than
+    /// the block: those bytes are the zeros its commit gives it. A source
+    /// as short is read short (an error), never taken as zeros.
+    #[test]
+    fn a_part_reads_zeros_past_its_end_and_a_source_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("part");
+        let mut block = vec![0u8; 8192];
+        block[..4096].fill(7);
+        std::fs::write(&p, &block[..4096]).unwrap();
+        let f = File::open(&p).unwrap();
+        let key = FrameKey { k0: 1, k1: 2 };
+        let d = part_digests(&f, 8192, 8192, &[(0, 1)], &key, &mut || {}).unwrap();
+        assert_eq!(d.plain, crate::protocol::frame::content_terms(0, &block));
+        assert_eq!(d.keyed, frame_terms(&key, 0, &block).1);
+        let short = ranges_digests(&f, 8192, 8192, &[(0, 1)], &key, &mut || {});
+        assert_eq!(short.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
     }
 }

@@ -862,7 +862,7 @@ impl Incoming {
             return Ok(None);
         }
         let ranges = j.ranges();
-        let on_disk = journal::ranges_digests(&part, f.size, self.block, &ranges, key, tick).ok();
+        let on_disk = journal::part_digests(&part, f.size, self.block, &ranges, key, tick).ok();
         let Some(on_disk) = on_disk.filter(|d| d.plain == j.digest) else {
             return Ok(None);
         };
