@@ -532,8 +532,10 @@ fn a_daemon_shutting_down_under_a_pull_says_so() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("(the daemon is shutting down)"),
-        "{}",
-        stdout(&o)
+        "{} STDERR {} DLOG {}",
+        stdout(&o),
+        stderr(&o),
+        d.log()
     );
     assert!(
         stderr(&o).contains("the daemon ended the session"),

@@ -42,11 +42,14 @@ struct Pacer<'a> {
     /// What every lane admitted so far, and since when: the limit holds
     /// for the push as a whole, however its lanes share the work.
     work: &'a Work,
+    /// The push is stopped (the daemon closing, the client interrupted):
+    /// a lane waiting for its turn waits no more.
+    stop: &'a AtomicBool,
 }
 
 impl<'a> Pacer<'a> {
-    fn new(rate: Option<f64>, work: &'a Work) -> Self {
-        Pacer { rate, work }
+    fn new(rate: Option<f64>, work: &'a Work, stop: &'a AtomicBool) -> Self {
+        Pacer { rate, work, stop }
     }
 
     /// How long until `bytes` more may go out (None: now).
@@ -62,6 +65,9 @@ impl<'a> Pacer<'a> {
     /// (frames already admitted go out while this waits).
     fn admit(&mut self, bytes: u64, tx: &mut NetSender) -> Result<(), SessionError> {
         while let Some(d) = self.delay(bytes) {
+            if self.stop.load(Ordering::Relaxed) || self.work.failed() {
+                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+            }
             tx.poll(false)?;
             std::thread::sleep(d.min(Duration::from_millis(5)));
         }
@@ -375,7 +381,8 @@ pub(super) fn push_lane(
     tx: NetSender,
 ) -> Result<LaneDone, SessionError> {
     let mut announce = ControlAnnounce::new(from.announce_on)?;
-    let mut p = Pusher::new(params, from, (lane, fds), work, counters, &mut announce, tx)?;
+    let shared = (work, counters, stop);
+    let mut p = Pusher::new(params, from, (lane, fds), shared, &mut announce, tx)?;
     // A lane counted idle takes no pieces and no orphans: it must first be
     // counted busy again (`Idle::Work`), or a lane could leave while work
     // it might have to take back is still under way.
@@ -453,8 +460,7 @@ impl<'a> Pusher<'a> {
         params: &'a PushParams,
         from: &Sources<'a>,
         (lane, all): (&'a Lane, &[i32]),
-        work: &'a Work,
-        counters: &'a WorkerCounters,
+        (work, counters, stop): (&'a Work, &'a WorkerCounters, &'a AtomicBool),
         announce: &'a mut dyn Announce,
         mut tx: NetSender,
     ) -> Result<Self, SessionError> {
@@ -489,7 +495,7 @@ impl<'a> Pusher<'a> {
             block: u64::from(params.block_size),
             next_stream: 0,
             ready: VecDeque::with_capacity(bufs),
-            pacer: Pacer::new(params.rate_limit_bytes_per_s, work),
+            pacer: Pacer::new(params.rate_limit_bytes_per_s, work, stop),
             ledger: Ledger {
                 sent: (0..n).map(|_| Vec::with_capacity(LEDGER_RECORDS)).collect(),
                 prune_at: vec![LEDGER_RECORDS; n],
@@ -1394,6 +1400,37 @@ mod tests {
         }
     }
 
+    /// A lane waiting for its turn under --rate-limit stops when the push
+    /// is stopped (a daemon's closing must reach its client within the
+    /// grace it gives), not when its turn comes.
+    #[test]
+    fn a_paced_lane_stops_waiting_when_the_push_is_stopped() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![1u8; 4096]).unwrap();
+        let tree =
+            crate::session::tree::scan(std::slice::from_ref(&path), &Default::default()).unwrap();
+        let held = Held::default();
+        let work = Work::new(&tree, &held, 1, 4096);
+        let stop = AtomicBool::new(false);
+        // One byte a second: ten bytes are ten seconds away.
+        let mut pacer = Pacer::new(Some(1.0), &work, &stop);
+        let mut tx =
+            NetSender::prepare(1, 2, 4096, crate::datapath::net::ZeroCopy::Off, 2).unwrap();
+        let (out, _sink) = pair();
+        tx.start(&[out.as_raw_fd()]).unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                stop.store(true, Ordering::Relaxed);
+            });
+            let start = std::time::Instant::now();
+            let e = pacer.admit(10, &mut tx).unwrap_err();
+            assert!(e.to_string().contains("interrupted"), "{e}");
+            assert!(start.elapsed() < Duration::from_secs(5));
+        });
+    }
+
     #[test]
     fn a_piece_of_a_file_skips_held_blocks_and_ends_at_its_end() {
         let block = 4096;
@@ -1527,8 +1564,7 @@ mod tests {
                 &params,
                 &from,
                 (&lane, &fds),
-                &work,
-                &counters,
+                (&work, &counters, &stop),
                 &mut quiet,
                 tx,
             )
