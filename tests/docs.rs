@@ -103,6 +103,7 @@ fn help_examples() -> Vec<String> {
         "demo",
         "completions",
         "man",
+        "report",
     ] {
         let o = urmove().args([sub, "--help"]).output().unwrap();
         assert!(o.status.success(), "{sub} --help: {}", stderr(&o));
@@ -379,6 +380,10 @@ fn run_documented(sb: &mut Sandbox, doc: &str, words: &[String]) -> Result<(), S
         return run_daemon(sb, &args);
     }
     let cwd = sb.dir.path().join("fs/cwd");
+    let args = match args[0] == "report" {
+        true => with_reports(sb, &args)?,
+        false => args,
+    };
     let o = crate::util::output_within(
         {
             let mut c = urmove();
@@ -388,6 +393,46 @@ fn run_documented(sb: &mut Sandbox, doc: &str, words: &[String]) -> Result<(), S
         Duration::from_secs(600),
     );
     check_exit(doc, &args, &o)
+}
+
+/// A documented `report`'s files, made: `shard-K.json` (K of 0 and 1) is
+/// the `--json` report of `send --shard K/2` of the sandbox's tree (its
+/// 2 MiB file split), written where the command names it under the
+/// working directory; a glob (`DIR/shard-*.json`) is both, as the shell
+/// expands it.
+fn with_reports(sb: &Sandbox, args: &[String]) -> Result<Vec<String>, String> {
+    let cwd = sb.dir.path().join("fs/cwd");
+    let mut out = Vec::new();
+    for a in args {
+        let files = match a.strip_suffix("shard-*.json") {
+            Some(dir) => (0..2).map(|k| format!("{dir}shard-{k}.json")).collect(),
+            None => vec![a.clone()],
+        };
+        for f in files {
+            let shard = f
+                .rsplit_once("shard-")
+                .and_then(|(_, k)| k.strip_suffix(".json"))
+                .and_then(|k| k.parse::<u32>().ok());
+            if let Some(k) = shard {
+                let o = urmove()
+                    .args(["send", "--shard", &format!("{k}/2"), "--json"])
+                    .args(["--block", "1M", "--split-over", "1M", "--key-file"])
+                    .args([&sb.key(), "-p", &sb.port.to_string()])
+                    .arg(sb.fs("/data/run42"))
+                    .arg("127.0.0.1:docs-shards")
+                    .output()
+                    .unwrap();
+                if !o.status.success() {
+                    return Err(format!("shard {k} for `report`: {}", stderr(&o)));
+                }
+                let at = cwd.join(&f);
+                std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                std::fs::write(at, &o.stdout).unwrap();
+            }
+            out.push(f);
+        }
+    }
+    Ok(out)
 }
 
 /// Exit 0, or for a `--min-rate` gate that this machine's disk did not

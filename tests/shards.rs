@@ -694,3 +694,200 @@ fn another_key_holders_piece_is_never_reported_as_the_victims() {
         .unwrap();
     assert!(!stdout(&marks).contains("pieces"), "{}", stdout(&marks));
 }
+
+/// What the Indexed Job of dist/k8s runs: the container's shell command,
+/// its environment, its completions and the paths it mounts.
+struct IndexedJob {
+    completions: u32,
+    script: String,
+    env: Vec<(String, String)>,
+    mounts: Vec<String>,
+}
+
+impl IndexedJob {
+    fn read() -> IndexedJob {
+        let text = std::fs::read_to_string(script("dist/k8s/urmove-indexed-job.yaml")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let value = |key: &str| {
+            lines
+                .iter()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .map(|v| v.trim().trim_matches('"').to_string())
+        };
+        // The folded block after `args:` (`- >-`): its lines joined by spaces.
+        let at = lines.iter().position(|l| l.trim() == "- >-").unwrap();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        let script = lines[at + 1..]
+            .iter()
+            .take_while(|l| indent(l) > indent(lines[at]))
+            .map(|l| l.trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let env = lines
+            .windows(2)
+            .filter_map(|w| {
+                let name = w[0].trim().strip_prefix("- name: ")?;
+                let v = w[1].trim().strip_prefix("value: ")?;
+                Some((name.to_string(), v.trim_matches('"').to_string()))
+            })
+            .collect();
+        let mounts = lines
+            .iter()
+            .filter_map(|l| l.split("mountPath: ").nth(1))
+            .map(|m| m.split([',', ' ', '}']).next().unwrap().to_string())
+            .collect();
+        IndexedJob {
+            completions: value("completions:").unwrap().parse().unwrap(),
+            script,
+            env,
+            mounts,
+        }
+    }
+}
+
+/// The Indexed Job manifest as its pods run it: each index's container
+/// command with the manifest's environment, its mounts mapped onto
+/// directories here, its receivers (the two names of `URMOVE_TO`) two
+/// daemons on the default port in a network namespace of the test's own,
+/// sharing one root; then `urmove report` over the reports volume is
+/// whole, and the bytes equal (a 300 MiB sparse file is split over the
+/// pods by the default `--split-over`).
+#[test]
+fn the_indexed_job_manifest_runs_as_its_pods_would() {
+    if !is_root() || !have("ip") {
+        eprintln!("skipped: needs root and iproute2 (a network namespace)");
+        return;
+    }
+    let job = IndexedJob::read();
+    let count = |name: &str| job.env.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    assert_eq!(
+        count("JOB_COMPLETIONS").map(String::as_str),
+        Some(job.completions.to_string().as_str()),
+        "JOB_COMPLETIONS must say the Job's completions"
+    );
+    assert_eq!(job.mounts, ["/data", "/reports", "/etc/urmove"]);
+    let ns = format!("urk8s-{}", std::process::id());
+    assert!(ip(&["netns", "add", &ns]) && ip(&["-n", &ns, "link", "set", "lo", "up"]));
+    struct Gone(String, Vec<Child>);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            for c in &mut self.1 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let mut gone = Gone(ns.clone(), Vec::new());
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let at = |p: &str| work.path().join(p.trim_start_matches('/'));
+    for d in ["data/run42/sub", "reports", "etc/urmove", "root", "state"] {
+        std::fs::create_dir_all(at(d)).unwrap();
+    }
+    keygen(&at("etc/urmove/key"));
+    let big = std::fs::File::create(at("data/run42/big.img")).unwrap();
+    big.set_len(300 << 20).unwrap();
+    for k in 0..6u64 {
+        use std::os::unix::fs::FileExt;
+        big.write_all_at(&noise(1 << 20, k), k * (50 << 20) + 4097)
+            .unwrap();
+    }
+    for i in 0..50 {
+        std::fs::write(
+            at(&format!("data/run42/sub/f{i}")),
+            noise(3000 + i * 77, i as u64),
+        )
+        .unwrap();
+    }
+    // The receivers' names, in order, as two addresses of the namespace.
+    let to = count("URMOVE_TO").unwrap().clone();
+    let (hosts, dest) = to.split_once(':').unwrap();
+    let mut mapped_to = String::new();
+    for (k, host) in hosts.split(',').enumerate() {
+        let addr = format!("127.0.0.{}", k + 1);
+        mapped_to += &format!("{}{addr}", if k > 0 { "," } else { "" });
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(env!("CARGO_BIN_EXE_urmove"))
+            .args(["recv", "--listen", &format!("{addr}:7878"), "--root"])
+            .arg(at("root"))
+            .arg("--key-file")
+            .arg(at("etc/urmove/key"))
+            .arg("--state-dir")
+            .arg(at("state"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        gone.1.push(child);
+        let up = Instant::now();
+        while !Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "ss",
+                "-ltnH",
+                &format!("src {addr}:7878"),
+            ])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+        {
+            assert!(
+                up.elapsed() < Duration::from_secs(10),
+                "{host}'s receiver never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The mounts, here; the image's urmove, this build's.
+    let mut script = job.script.clone();
+    for m in &job.mounts {
+        script = script.replace(&format!("{m}/"), &format!("{}/", at(m).display()));
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_urmove")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let pods: Vec<Child> = (0..job.completions)
+        .map(|k| {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns, "sh", "-c", &script]);
+            for (n, v) in &job.env {
+                c.env(n, v);
+            }
+            c.env("URMOVE_TO", format!("{mapped_to}:{dest}"))
+                .env("JOB_COMPLETION_INDEX", k.to_string())
+                .env("PATH", &path)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (k, pod) in pods.into_iter().enumerate() {
+        let o = pod.wait_with_output().unwrap();
+        assert!(o.status.success(), "pod {k}: {}{}", stdout(&o), stderr(&o));
+    }
+    let (ok, m) = report(&at("reports"));
+    assert!(ok, "{m:#}");
+    assert_eq!(m["shards"], job.completions);
+    assert_eq!(m["files_verified"], 51);
+    same_tree(&at("data/run42"), &at(&format!("root/{dest}/run42")));
+    // Pod K sent to receiver K mod 2, and the large file went in pieces.
+    for s in m["per_shard"].as_array().unwrap() {
+        let k = s["index"].as_u64().unwrap();
+        assert_eq!(
+            s["receiver"],
+            format!("127.0.0.{}:7878", k % 2 + 1),
+            "{m:#}"
+        );
+        let own: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(s["file"].as_str().unwrap()).unwrap()).unwrap();
+        let pieces = own["shard"]["pieces"].as_array().unwrap();
+        assert_eq!(pieces.len(), 1, "{own:#}");
+        assert_eq!(pieces[0]["path"], "run42/big.img");
+    }
+}

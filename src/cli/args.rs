@@ -546,6 +546,11 @@ pub struct ResumeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit codes: 0 every file of the manifest is committed, 1 something is missing (named), 2 usage.\n\nExamples:\n  \
+      urmove report shard-0.json shard-1.json          two shards' `send --shard K/2 --json` reports\n  \
+      urmove report --json urmove-reports/shard-*.json   a Slurm array's (dist/slurm/urmove-array.sbatch), as JSON"
+)]
 pub struct ReportArgs {
     /// The shards' reports (`send --shard K/N --json > FILE`).
     #[arg(value_name = "FILE", num_args = 1.., required = true)]
