@@ -65,9 +65,7 @@ impl<'a> Pacer<'a> {
     /// (frames already admitted go out while this waits).
     fn admit(&mut self, bytes: u64, tx: &mut NetSender) -> Result<(), SessionError> {
         while let Some(d) = self.delay(bytes) {
-            if self.stop.load(Ordering::Relaxed) || self.work.failed() {
-                return Err(SessionError::local(ErrorCode::Io, "interrupted"));
-            }
+            stopped(self.stop, self.work)?;
             tx.poll(false)?;
             std::thread::sleep(d.min(Duration::from_millis(5)));
         }
@@ -358,6 +356,18 @@ fn held_within(ranges: &[(u64, u64)], block: u64, piece: &Piece) -> Vec<(u64, u6
         .collect()
 }
 
+/// A lane stops when the push is stopped, or when another lane failed
+/// (whose error, not this one, says why: [`ANOTHER_LANE_FAILED`]).
+fn stopped(stop: &AtomicBool, work: &Work) -> Result<(), SessionError> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+    }
+    if work.failed() {
+        return Err(SessionError::local(ErrorCode::Io, ANOTHER_LANE_FAILED));
+    }
+    Ok(())
+}
+
 /// Why a lane stopped when another failed.
 pub(super) const ANOTHER_LANE_FAILED: &str = "another lane of this transfer failed";
 
@@ -523,13 +533,7 @@ impl<'a> Pusher<'a> {
 
     /// Stop when asked, or when another lane failed.
     fn check_stop(&self, stop: &AtomicBool) -> Result<(), SessionError> {
-        if stop.load(Ordering::Relaxed) {
-            return Err(SessionError::local(ErrorCode::Io, "interrupted"));
-        }
-        if self.work.failed() {
-            return Err(SessionError::local(ErrorCode::Io, ANOTHER_LANE_FAILED));
-        }
-        Ok(())
+        stopped(stop, self.work)
     }
 
     /// Read and queue everything, then hand every frame to the sockets.
