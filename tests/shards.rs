@@ -891,3 +891,48 @@ fn the_indexed_job_manifest_runs_as_its_pods_would() {
         assert_eq!(pieces[0]["path"], "run42/big.img");
     }
 }
+
+/// Shards that split the manifest otherwise (another `--split-over`, or
+/// `--block`) are not one transfer: however their counts add up, the
+/// report names the difference and is not complete, and the coverage of
+/// the manifest is checked file by file count.
+#[test]
+fn shards_split_otherwise_are_never_reported_complete() {
+    let d = crate::transfer::Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("data");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..30u64 {
+        let len = 200_000 + (i as usize * 7919) % 200_000;
+        std::fs::write(top.join(format!("f{i}")), noise(len, i)).unwrap();
+    }
+    std::fs::write(top.join("big"), noise(2 << 20, 99)).unwrap();
+    let reports = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let shard = |k: u32, extra: &[&str]| {
+        let out = reports.path().join(format!("shard-{k}.json"));
+        let o = urmove()
+            .args(["send", "--shard", &format!("{k}/2"), "--block", "1M"])
+            .args(extra)
+            .args(["--json", "-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(state.path())
+            .arg(&top)
+            .arg("127.0.0.1:dest")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::write(&out, &o.stdout).unwrap();
+        out
+    };
+    let (a, b) = (shard(0, &["--split-over", "1M"]), shard(1, &[]));
+    let (code, text) = report_of(&[&a, &b]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("--split-over"), "{text}");
+    // Alike, the same shards are one transfer.
+    let a = shard(0, &[]);
+    let (code, text) = report_of(&[&a, &b]);
+    assert_eq!(code, Some(0), "{text}");
+    same_tree(&top, &d.root.path().join("dest/data"));
+}

@@ -102,6 +102,8 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
     };
     let (count, manifest) = (first.shard.count, first.shard.manifest.clone());
     let transfer = first.shard.transfer.clone();
+    let split = (first.shard.split_over, first.shard.block);
+    let first_file = first.file.clone();
     (m.shards, m.manifest_digest) = (count, manifest.digest.clone());
     (m.files, m.bytes_total) = (manifest.files, manifest.bytes);
     let mut latest: BTreeMap<u32, ShardRun> = BTreeMap::new();
@@ -117,6 +119,13 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
             m.problems.push(format!(
                 "{}: shard {} of {} of another transfer (manifest {}), not this one's {} of {count}",
                 r.file, r.shard.index, r.shard.count, short(&r.shard.manifest.digest), short(&manifest.digest)
+            ));
+            continue;
+        }
+        if (r.shard.split_over, r.shard.block) != split {
+            m.problems.push(format!(
+                "{}: shard {} split files above {} bytes in blocks of {}, not above {} in blocks of {} as {}: every shard must use the same --split-over and --block (and fit the same frames)",
+                r.file, r.shard.index, r.shard.split_over, r.shard.block, split.0, split.1, first_file
             ));
             continue;
         }
@@ -146,6 +155,9 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
     account(&mut m, &latest);
     let whole_files = check_shares(&mut m, &latest);
     let split = check_pieces(&mut m, &latest, count);
+    if m.missing_shards.is_empty() {
+        check_cover(&mut m, &latest);
+    }
     m.files_verified = whole_files + split;
     m.complete = m.problems.is_empty() && m.files_verified == m.files;
     if m.problems.is_empty() && !m.complete {
@@ -231,6 +243,25 @@ fn check_shares(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>) -> u64 {
         }
     }
     verified
+}
+
+/// Every shard reported: their whole files and the files they split must
+/// be the manifest's files, each once (shares chosen alike never overlap
+/// and leave nothing out; a count that differs says they were not).
+fn check_cover(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>) {
+    let whole: u64 = latest.values().map(|r| r.shard.share_files).sum();
+    let split: std::collections::BTreeSet<&str> = latest
+        .values()
+        .flat_map(|r| r.shard.pieces.iter().map(|p| p.path.as_str()))
+        .collect();
+    let covered = whole + split.len() as u64;
+    if covered != m.files {
+        m.problems.push(format!(
+            "the shares hold {whole} whole files and {} split ones, not the manifest's {}: the shards did not divide it alike",
+            split.len(),
+            m.files
+        ));
+    }
 }
 
 /// Split files: whole when held complete by some shard, or when every

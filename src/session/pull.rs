@@ -78,7 +78,8 @@ pub fn run_pull(
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
-    let (cfg, fitted) = &super::send::fit(cfg, 4, 4, "--block", obs)?;
+    let fitted = super::send::fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &super::send::fit_shard(cfg, fitted)?;
     let req = pull_request(cfg, paths)?;
     let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
         super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)

@@ -1348,6 +1348,7 @@ fn join_part(
                     return joined(f, part, is_direct, true).map_err(io);
                 }
                 drop(part);
+                forget_pieces(root, &f.final_rel);
                 clear_name(root, &rel)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1417,6 +1418,7 @@ fn create_part(
             Ok(p) => break p,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => {
                 tries += 1;
+                forget_pieces(root, &f.final_rel);
                 clear_name(root, &rel)?;
             }
             Err(e) => return Err(io(e)),
@@ -1437,6 +1439,34 @@ fn create_part(
     f.opened = f.opened.wrapping_add(1);
     f.direct = is_direct;
     Ok(())
+}
+
+/// Before a shared part at `final_rel`'s part name is replaced (by a
+/// whole file's part, or another version's pieces): the journals of its
+/// pieces go too, as many as its mark says (they speak of that part, and
+/// would be left beside the file for ever).
+fn forget_pieces(root: &Root, final_rel: &str) {
+    let rel = format!("{final_rel}{PART_SUFFIX}");
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let Ok(part) = root.open_file(&rel, flags, 0) else {
+        return;
+    };
+    if !part.metadata().is_ok_and(|m| is_own_file(&m)) {
+        return;
+    }
+    let count = crate::datapath::sys::get_xattr(&part, PIECES_XATTR)
+        .and_then(|mark| {
+            let text = String::from_utf8(mark).ok()?;
+            text.split(' ').next()?.parse::<u32>().ok()
+        })
+        .filter(|&n| n <= crate::protocol::manifest::PIECES_MAX);
+    for index in 0..count.unwrap_or(0) {
+        let piece = Piece {
+            index,
+            count: count.unwrap_or(0),
+        };
+        journal::remove(root, &journal::journal_of(final_rel, Some(piece)));
+    }
 }
 
 /// Remove what is not a directory at `rel` (its name only: a hardlink's

@@ -691,6 +691,27 @@ pub(crate) fn fit(
     Ok((cfg, f.count))
 }
 
+/// A shard splits the manifest by its blocks, as every other shard must:
+/// frames the locked-memory limit made smaller than `--block` would split
+/// it otherwise, so a shard refuses them (saying which `--block` fits).
+pub(crate) fn fit_shard(
+    asked: &SendConfig,
+    (cfg, count): (SendConfig, usize),
+) -> Result<(SendConfig, usize), SessionError> {
+    if asked.shard.is_none() || cfg.block_size == asked.block_size {
+        return Ok((cfg, count));
+    }
+    Err(SessionError::local(
+        ErrorCode::BadRequest,
+        format!(
+            "--shard: this host's locked-memory limit fits only {} KiB frames, and every shard must split the transfer by the same --block ({} KiB here): give every shard --block {}K, or raise the limit (LimitMEMLOCK=, CAP_IPC_LOCK)",
+            cfg.block_size >> 10,
+            asked.block_size >> 10,
+            cfg.block_size >> 10
+        ),
+    ))
+}
+
 /// Register this side's `buffers` with `make(count)`, halving the count
 /// while the kernel refuses them for want of locked memory: it counts
 /// RLIMIT_MEMLOCK per user, so this user's other transfers may hold part
@@ -744,7 +765,7 @@ pub fn run_send(
 ) -> Result<SendReport, SessionError> {
     let mut tree = scan_sources(cfg)?;
     // This side's buffers are registered before the receiver hears of us.
-    let (cfg, fitted) = &fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &fit_shard(cfg, fit(cfg, 4, 4, "--block", obs)?)?;
     let started = std::time::SystemTime::now();
     let whole = cfg.shard.map(|s| {
         let m = super::shard::manifest_of(&tree.entries);

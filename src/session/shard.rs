@@ -279,6 +279,11 @@ pub struct ShardReport {
     pub transfer: String,
     /// The whole transfer's manifest, as this shard built it.
     pub manifest: Manifest,
+    /// What its share was chosen by: files above `split_over` bytes split
+    /// into pieces of `block`-byte blocks. Shards that differ in either
+    /// split the manifest otherwise (a file two shares hold, or none).
+    pub split_over: u64,
+    pub block: u64,
     /// Its share: whole files, and bytes (pieces' spans counted).
     pub share_files: u64,
     pub share_bytes: u64,
@@ -321,6 +326,8 @@ impl ShardReport {
             receiver: format!("{}:{}", cfg.host, cfg.port),
             transfer: cfg.transfer.clone(),
             manifest,
+            split_over: cfg.split_over,
+            block,
             started_unix_s: unix_s(started),
             ended_unix_s: unix_s(std::time::SystemTime::now()),
             ..ShardReport::default()
