@@ -273,7 +273,11 @@ fn past_a_tbf_cap_the_loss_is_what_the_kernel_dropped() {
         Path::new("/var/tmp"),
         &["--udp"],
     );
-    // Below the cap, nothing is lost.
+    // Below the cap, nothing is lost but what the kernel dropped: a burst
+    // past the bucket at the start (12 of 8928 seen), or what a receiver
+    // starved of CPU by CI's parallel tests could not take in time (16
+    // seen): well under 1%, and every datagram of it counted.
+    let (drops, errors) = (path.qdisc_drops(), path.receive_errors());
     let o = from_a(
         &path,
         &d,
@@ -283,7 +287,10 @@ fn past_a_tbf_cap_the_loss_is_what_the_kernel_dropped() {
     );
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
     let v = json(&o);
-    assert_eq!(v["summary"]["lost"], 0, "{v}");
+    let per_write = v["datagrams_per_write"].as_u64().unwrap();
+    let kernel = (path.qdisc_drops() - drops) * per_write + path.receive_errors() - errors;
+    assert_eq!(v["summary"]["lost"], kernel, "{v}");
+    assert!(kernel < 90, "{v}");
     assert!(v["summary"]["received"].as_u64().unwrap() > 8000, "{v}");
     let (drops, errors) = (path.qdisc_drops(), path.receive_errors());
     let o = from_a(
