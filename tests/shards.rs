@@ -936,3 +936,151 @@ fn shards_split_otherwise_are_never_reported_complete() {
     assert_eq!(code, Some(0), "{text}");
     same_tree(&top, &d.root.path().join("dest/data"));
 }
+
+/// A shard's send into `d` as `shard_into` makes it, with `extra` options
+/// (`-I`, `--rate-limit`), started and not waited for.
+fn shard_child(
+    d: &crate::transfer::Daemon,
+    (k, n): (u32, u32),
+    (src, dest): (&Path, &str),
+    state: &Path,
+    extra: &[&str],
+) -> Child {
+    urmove()
+        .args(["send", "--shard", &format!("{k}/{n}"), "--split-over", "8M"])
+        .args([
+            "--block",
+            "1M",
+            "--json",
+            "-P",
+            "2",
+            "-p",
+            &d.port.to_string(),
+        ])
+        .args(extra)
+        .arg("--key-file")
+        .arg(&d.key)
+        .arg("--state-dir")
+        .arg(state)
+        .arg(src)
+        .arg(format!("127.0.0.1:{dest}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Two trees of `set/big` (16 MiB, the same size and mtime): the victim's,
+/// and another key holder's, its MiB at 12 MiB (piece 1 of 2) `other`.
+fn two_versions(dir: &Path, other: Option<u8>) -> (PathBuf, PathBuf, Vec<u8>) {
+    let (victim, attacker) = (dir.join("v"), dir.join("a"));
+    let big = noise(16 << 20, 21);
+    let mut theirs = big.clone();
+    if let Some(b) = other {
+        theirs[12 << 20..13 << 20].fill(b);
+    }
+    for (top, bytes) in [(&victim, &big), (&attacker, &theirs)] {
+        std::fs::create_dir_all(top.join("set")).unwrap();
+        std::fs::write(top.join("set/big"), bytes).unwrap();
+    }
+    let mtime = std::fs::metadata(victim.join("set/big"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(attacker.join("set/big"))
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    (victim.join("set"), attacker.join("set"), big)
+}
+
+/// Another key holder writes piece 1 again after the victim's shard 1
+/// journaled it (`-I`: from nothing), with bytes whose digest is the
+/// victim's (here the very bytes, standing for a forged collision of the
+/// unkeyed digest): the victim's shard 0 commits the file, but the
+/// receipts of its pieces are not the ones the victim's shards were
+/// given, so the merged report is not complete; the victim's shard 1 run
+/// again finds the file whole by content, and then it is.
+#[test]
+fn a_piece_written_again_by_another_session_is_not_the_shards_even_with_its_digest() {
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, attacker, big) = two_versions(dir.path(), None);
+    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
+    let r = |name: &str| dir.path().join(name);
+    let s1 = shard_into(&d, (1, 2), (&victim, "x"), &vs, &r("s1.json"));
+    assert!(s1.status.success(), "{}", stderr(&s1));
+    let a1 = shard_child(&d, (1, 2), (&attacker, "x"), &atk, &["-I"]);
+    let a1 = a1.wait_with_output().unwrap();
+    assert!(a1.status.success(), "{}", stderr(&a1));
+    let s0 = shard_into(&d, (0, 2), (&victim, "x"), &vs, &r("s0.json"));
+    assert!(s0.status.success(), "{}", stderr(&s0));
+    assert!(std::fs::read(d.root.path().join("x/set/big")).unwrap() == big);
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("other than the ones its shards verified"),
+        "{text}"
+    );
+    // Run again as the report says: the whole file read, and counted.
+    let s1 = shard_into(&d, (1, 2), (&victim, "x"), &vs, &r("s1.json"));
+    assert!(s1.status.success(), "{}", stderr(&s1));
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+}
+
+/// Another key holder writes piece 1 with other bytes while the victim's
+/// shard 0 finishes (slowly, so its range is locked then): the victim's
+/// session cannot commit under it, the file (if the other session
+/// commits it) holds the other bytes, and no report calls the victim's
+/// transfer complete; the victim's shards run again land its bytes.
+#[test]
+fn a_piece_written_while_the_victim_commits_never_lands_under_its_report() {
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, attacker, big) = two_versions(dir.path(), Some(0x5a));
+    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
+    let r = |name: &str| dir.path().join(name);
+    let s1 = shard_into(&d, (1, 2), (&victim, "y"), &vs, &r("s1.json"));
+    assert!(s1.status.success(), "{}", stderr(&s1));
+    // 8 MiB at 16 Mbit/s: four seconds with piece 1's range locked.
+    let a1 = shard_child(
+        &d,
+        (1, 2),
+        (&attacker, "y"),
+        &atk,
+        &["-I", "--rate-limit", "16Mbit"],
+    );
+    let journal = d.root.path().join("y/set/big.1.urmove.piece");
+    let t = Instant::now();
+    while journal.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !journal.exists(),
+        "joining from nothing forgets the victim's journal"
+    );
+    let s0 = shard_into(&d, (0, 2), (&victim, "y"), &vs, &r("s0.json"));
+    assert!(s0.status.success(), "{}", stderr(&s0));
+    let a1 = a1.wait_with_output().unwrap();
+    assert!(a1.status.success(), "{}", stderr(&a1));
+    let landed = d.root.path().join("y/set/big");
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        std::fs::read(&landed).is_ok_and(|b| b != big),
+        "the other session commits its version"
+    );
+    let s1 = shard_into(&d, (1, 2), (&victim, "y"), &vs, &r("s1.json"));
+    let s0 = shard_into(&d, (0, 2), (&victim, "y"), &vs, &r("s0.json"));
+    assert!(
+        s0.status.success() && s1.status.success(),
+        "{}",
+        stderr(&s0)
+    );
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(&landed).unwrap() == big);
+}

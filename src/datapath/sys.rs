@@ -898,9 +898,46 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// receivers sharing a filesystem never write the same range of a part.
 /// `Err(WouldBlock)` when another holds a lock over any of the range.
 pub fn lock_range(file: &File, start: u64, len: u64) -> io::Result<()> {
+    ofd_lock(file, libc::F_WRLCK, (start, len))
+}
+
+/// Let go of this opening's lock over `len` bytes from `start` (what it
+/// holds outside them stays).
+pub fn unlock_range(file: &File, start: u64, len: u64) -> io::Result<()> {
+    ofd_lock(file, libc::F_UNLCK, (start, len))
+}
+
+/// Lock all of `file`, as far as it ever reaches, for this opening: as
+/// [`lock_range`] (this opening's own ranges merge into it), so it fails
+/// while any other opening holds a lock on any of it.
+pub fn lock_whole(file: &File) -> io::Result<()> {
+    lock_range(file, 0, 0)
+}
+
+/// The lock another opening holds that keeps this one from locking `len`
+/// bytes of `file` from `start` for writing (`F_OFD_GETLK`): its start
+/// and length (0: to the end), or `None` when nothing would.
+pub fn lock_in_the_way(file: &File, start: u64, len: u64) -> io::Result<Option<(u64, u64)>> {
     // SAFETY: flock is a plain C struct; all-zero is a valid value.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = libc::F_WRLCK as i16;
+    l.l_whence = libc::SEEK_SET as i16;
+    l.l_start = i64::try_from(start).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    l.l_len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the descriptor is open for the call's length; F_OFD_GETLK
+    // reads and writes only `l`, which lives across it.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((l.l_type != libc::F_UNLCK as i16).then_some((l.l_start as u64, l.l_len as u64)))
+}
+
+/// An open file description lock (`F_OFD_SETLK`) of `kind` over `len`
+/// bytes from `start` (0: to the end, however far).
+fn ofd_lock(file: &File, kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<()> {
+    // SAFETY: flock is a plain C struct; all-zero is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as i16;
     l.l_whence = libc::SEEK_SET as i16;
     l.l_start = i64::try_from(start).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     l.l_len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -915,22 +952,4 @@ pub fn lock_range(file: &File, start: u64, len: u64) -> io::Result<()> {
         Some(libc::EAGAIN) | Some(libc::EACCES) => Err(io::Error::from(io::ErrorKind::WouldBlock)),
         _ => Err(e),
     }
-}
-
-/// Take `file`'s whole-file lock (`flock(LOCK_EX)`), waiting for it: held
-/// until this opening closes or [`unlock_file`].
-pub fn lock_file(file: &File) -> io::Result<()> {
-    // SAFETY: flock on an open descriptor touches no memory of ours.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Let go of [`lock_file`]'s lock.
-pub fn unlock_file(file: &File) {
-    // SAFETY: as in lock_file.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
 }

@@ -241,6 +241,21 @@ impl ErrorCode {
     }
 }
 
+/// A piece of a split file verified and journaled complete, as its
+/// receiver acknowledges it (protocol 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceDone {
+    /// Its digest over its blocks, agreed with its sender.
+    pub digest: u64,
+    /// The receiver's receipt for this very journal of it, made with the
+    /// receivers' secret: a piece written again by another session, even
+    /// with bytes of the same digest, gets another (`session::shard`).
+    pub receipt: u64,
+    /// When this session found every piece there and committed the file:
+    /// its digest, and the digest of its pieces' receipts.
+    pub whole: Option<(u64, u64)>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     Hello(Hello),
@@ -278,13 +293,11 @@ pub enum Message {
         bytes: u64,
         digest: [u8; 32],
     },
-    /// Protocol 10: a piece of a split file arrived, verified (`digest`
-    /// over its blocks) and journaled complete; `whole` is the file's
-    /// digest when this session found every piece there and committed it.
+    /// Protocol 10: a piece of a split file arrived, verified and
+    /// journaled complete (see [`PieceDone`]).
     PieceAck {
         file_index: u32,
-        digest: u64,
-        whole: Option<u64>,
+        done: PieceDone,
     },
     Error {
         code: ErrorCode,
@@ -596,13 +609,13 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u64(*bytes)
                 .bytes(digest);
         }
-        Message::PieceAck {
-            file_index,
-            digest,
-            whole,
-        } => {
-            w.u8(kind::PIECE_ACK).u32(*file_index).u64(*digest);
-            w.u8(u8::from(whole.is_some())).u64(whole.unwrap_or(0));
+        Message::PieceAck { file_index, done } => {
+            let (digest, receipts) = done.whole.unwrap_or((0, 0));
+            w.u8(kind::PIECE_ACK).u32(*file_index);
+            w.u64(done.digest).u64(done.receipt);
+            w.u8(u8::from(done.whole.is_some()))
+                .u64(digest)
+                .u64(receipts);
         }
         Message::Error { code, message } => {
             let text: String = message.chars().take(ERROR_TEXT_MAX / 4).collect();
@@ -916,18 +929,22 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             digest: r.array()?,
         },
         kind::PIECE_ACK => {
-            let (file_index, digest) = (r.u32()?, r.u64()?);
-            let (committed, whole) = (r.u8()?, r.u64()?);
-            if committed > 1 || (committed == 0 && whole != 0) {
+            let (file_index, digest, receipt) = (r.u32()?, r.u64()?, r.u64()?);
+            let (committed, whole) = (r.u8()?, (r.u64()?, r.u64()?));
+            if committed > 1 || (committed == 0 && whole != (0, 0)) {
                 return Err(DecodeError::Invalid {
                     what: "piece acknowledgement",
                     value: u64::from(committed),
                 });
             }
+            let whole = (committed == 1).then_some(whole);
             Message::PieceAck {
                 file_index,
-                digest,
-                whole: (committed == 1).then_some(whole),
+                done: PieceDone {
+                    digest,
+                    receipt,
+                    whole,
+                },
             }
         }
         kind::ERROR => {
@@ -1205,13 +1222,19 @@ mod tests {
             },
             Message::PieceAck {
                 file_index: 9,
-                digest: 7,
-                whole: Some(0),
+                done: PieceDone {
+                    digest: 7,
+                    receipt: 5,
+                    whole: Some((0, 3)),
+                },
             },
             Message::PieceAck {
                 file_index: 2,
-                digest: 7,
-                whole: None,
+                done: PieceDone {
+                    digest: 7,
+                    receipt: 1 << 63,
+                    whole: None,
+                },
             },
             Message::Shard {
                 index: 3,

@@ -647,6 +647,7 @@ impl<'s> Book<'s> {
             part: f.part_id.expect("written files are claimed"),
             digest: f.digest,
             blocks: f.written.clone(),
+            generation: f.generation,
         };
         (f.dirty, f.journaling, f.last_journal, f.wire_since_journal) = (false, true, now, 0);
         self.pending += 1;
@@ -669,7 +670,7 @@ impl<'s> Book<'s> {
                 self.remaining -= 1;
                 let outcome = r?;
                 match outcome {
-                    Outcome::Committed(i, _) | Outcome::Piece(i, _, _) => {
+                    Outcome::Committed(i, _) | Outcome::Piece(i, _) => {
                         self.file(i as usize).state = FileState::Done;
                         self.tally.done_files += 1;
                     }

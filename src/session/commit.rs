@@ -16,6 +16,7 @@ use super::journal::{self, Identity, Journal};
 use super::receive::{FileState, RecvFile, Rules};
 use super::secret::Secret;
 use super::SessionError;
+use crate::protocol::control::PieceDone;
 use crate::protocol::frame::digest_add;
 use crate::protocol::manifest::{piece_span, Piece};
 
@@ -42,11 +43,13 @@ pub(crate) struct FinalJob {
     piece: Option<PieceOf>,
 }
 
-/// A written piece: which, the file's identity, and its blocks.
+/// A written piece: which, the file's identity, its blocks and its
+/// journal's generation.
 struct PieceOf {
     piece: Piece,
     id: Identity,
     written: Vec<u64>,
+    generation: [u8; 16],
 }
 
 impl FinalJob {
@@ -72,6 +75,7 @@ impl FinalJob {
                 piece,
                 id: f.id,
                 written: std::mem::take(&mut f.written),
+                generation: f.generation,
             }),
         }
     }
@@ -88,10 +92,9 @@ pub(crate) enum Outcome {
     Committed(u32, u64),
     /// Differed from the source: (entry, this side's digest).
     Rejected(u32, u64),
-    /// A piece of a split file agreed and journaled complete: (entry, its
-    /// digest, and the whole file's when this session found every piece
-    /// there and committed it).
-    Piece(u32, u64, Option<u64>),
+    /// A piece of a split file agreed and journaled complete: (entry, what
+    /// its receiver tells of it).
+    Piece(u32, PieceDone),
 }
 
 /// Commit `job` when the digests agree, reject it when they do not.
@@ -120,53 +123,101 @@ fn reject(root: &Root, job: FinalJob) {
     journal::remove(root, &job.journal_rel);
 }
 
-/// A piece agreed: its blocks made durable and journaled complete; then,
-/// under the part's lock (one finisher at a time, on any receiver sharing
-/// the filesystem), the file is committed when every piece's journal says
-/// its piece is complete in this very part for this identity. Its digest
-/// is the sum of the pieces' (each agreed with the shard that sent it).
+/// A piece agreed: its blocks made durable and journaled complete; then
+/// the file is committed when every piece's journal says its piece is
+/// complete in this very part for this identity, by whichever session
+/// takes the whole file's lock: it fails while any other opening of the
+/// part holds a lock on any of it (a session writing a piece, on any
+/// receiver sharing the filesystem, or one committing). A session that
+/// cannot take it journals its piece under its own range's lock (no
+/// commit meanwhile), lets go of that and tries once more: the last to
+/// let go finds every journal there. The commit's digest is the sum of
+/// the pieces' (each agreed with the shard that sent it).
 fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let p = job.piece.as_ref().expect("a piece");
     job.part
         .sync_data()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    crate::datapath::sys::lock_file(&job.part).map_err(|e| SessionError::io(ctx("locking"), e))?;
-    let (index, digest) = (job.index, job.digest);
-    // Another session found every piece first: this one's is in the file
-    // it committed (the very inode), and no journal is left beside it.
-    let Some(reread) = still_the_part(root, &job)? else {
-        return Ok(Outcome::Piece(index, digest, None));
-    };
     let j = Journal {
         id: p.id,
         part: job.part_id,
         digest: job.digest,
         blocks: p.written.clone(),
+        generation: p.generation,
     };
-    journal::store(root, &job.journal_rel, &j, &job.secret)
-        .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
-    match whole_digest(root, &job, &reread)? {
-        Some((total, journals)) => {
-            // A committed file is no part to join.
-            crate::datapath::sys::remove_xattr(&job.part, super::receive::PIECES_XATTR)
-                .map_err(|e| SessionError::io(ctx("unmarking"), e))?;
-            // Pieces came from several sessions, perhaps several owners:
-            // the stamp names none, so a later run reads it again by
-            // content before it counts as held.
-            let whole = FinalJob {
-                digest: total,
-                sender_digest: total,
-                owner: None,
-                ..job
-            };
-            // The journals go first, as a single file's (see `finish`).
-            journals.iter().for_each(|rel| journal::remove(root, rel));
-            finish(root, whole)?;
-            Ok(Outcome::Piece(index, digest, Some(total)))
-        }
-        None => Ok(Outcome::Piece(index, digest, None)),
+    let done = PieceDone {
+        digest: job.digest,
+        receipt: super::shard::receipt(&job.secret, &j, p.piece),
+        whole: None,
+    };
+    let index = job.index;
+    // Another session found every piece first: this one's is in the file
+    // it committed (the very inode), and no journal is left beside it.
+    if still_the_part(root, &job)?.is_none() {
+        return Ok(Outcome::Piece(index, done));
     }
+    if !take_whole(&job)? {
+        journal::store(root, &job.journal_rel, &j, &job.secret)
+            .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
+        let (start, end) = piece_span(job.size, p.id.block, p.piece);
+        crate::datapath::sys::unlock_range(&job.part, start, end - start)
+            .map_err(|e| SessionError::io(ctx("unlocking"), e))?;
+        if !take_whole(&job)? {
+            return Ok(Outcome::Piece(index, done));
+        }
+    }
+    commit_pieces(root, job, &j, done)
+}
+
+/// Lock all of `job`'s part for this opening (see [`finish_piece`]):
+/// false while another opening holds a lock on any of it.
+fn take_whole(job: &FinalJob) -> Result<bool, SessionError> {
+    match crate::datapath::sys::lock_whole(&job.part) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(SessionError::io(format!("locking {}", job.part_rel()), e)),
+    }
+}
+
+/// Under the whole file's lock: journal the piece, and commit the file
+/// when every piece is there (see [`whole_digest`]).
+fn commit_pieces(
+    root: &Root,
+    job: FinalJob,
+    j: &Journal,
+    mut done: PieceDone,
+) -> Result<Outcome, SessionError> {
+    let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let index = job.index;
+    let Some(reread) = still_the_part(root, &job)? else {
+        return Ok(Outcome::Piece(index, done));
+    };
+    journal::store(root, &job.journal_rel, j, &job.secret)
+        .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
+    let Some(whole) = whole_digest(root, &job, &reread)? else {
+        return Ok(Outcome::Piece(index, done));
+    };
+    // A committed file is no part to join.
+    crate::datapath::sys::remove_xattr(&job.part, super::receive::PIECES_XATTR)
+        .map_err(|e| SessionError::io(ctx("unmarking"), e))?;
+    // Pieces came from several sessions, perhaps several owners: the
+    // stamp names none, so a later run reads it again by content before
+    // it counts as held.
+    let file = FinalJob {
+        digest: whole.digest,
+        sender_digest: whole.digest,
+        owner: None,
+        ..job
+    };
+    // The journals go first, as a single file's (see `finish`).
+    whole
+        .journals
+        .iter()
+        .for_each(|rel| journal::remove(root, rel));
+    finish(root, file)?;
+    done.whole = Some((whole.digest, whole.receipts));
+    Ok(Outcome::Piece(index, done))
 }
 
 /// Under the part's lock: the part opened by its name to be read again,
@@ -194,19 +245,24 @@ fn still_the_part(root: &Root, job: &FinalJob) -> Result<Option<File>, SessionEr
     ))
 }
 
-/// Under the part's lock: the digest of the whole file, and its pieces'
-/// journals, when every piece is journaled complete in this part and its
-/// bytes there, read again now (`reread`), have its journal's digest;
-/// `None` while some piece is not. A journal whose piece reads otherwise
-/// (another session wrote over it, or the part is a new file on a reused
-/// inode) is forgotten: that piece is sent again.
-fn whole_digest(
-    root: &Root,
-    job: &FinalJob,
-    reread: &File,
-) -> Result<Option<(u64, Vec<String>)>, SessionError> {
+/// A split file found whole: its digest (the pieces' summed), the digest
+/// of its pieces' receipts, and the pieces' journals.
+struct Whole {
+    digest: u64,
+    receipts: u64,
+    journals: Vec<String>,
+}
+
+/// Under the whole file's lock: the file [`Whole`], when every piece is
+/// journaled complete in this part and its bytes there, read again now
+/// (`reread`), have its journal's digest; `None` while some piece is not.
+/// A journal whose piece reads otherwise (another session wrote over it,
+/// or the part is a new file on a reused inode) is forgotten: that piece
+/// is sent again.
+fn whole_digest(root: &Root, job: &FinalJob, reread: &File) -> Result<Option<Whole>, SessionError> {
     let p = job.piece.as_ref().expect("a piece");
     let mut journals = Vec::with_capacity(p.piece.count as usize);
+    let mut receipts = Vec::with_capacity(p.piece.count as usize);
     for index in 0..p.piece.count {
         let piece = Piece { index, ..p.piece };
         let rel = journal::journal_of(&job.final_rel, Some(piece));
@@ -218,6 +274,7 @@ fn whole_digest(
         if j.part != job.part_id || !exactly(&j.blocks, blocks) {
             return Ok(None);
         }
+        receipts.push(super::shard::receipt(&job.secret, &j, piece));
         journals.push((rel, (start, end), j.digest));
     }
     // Holes at its end were never written: the file is its size first.
@@ -236,8 +293,11 @@ fn whole_digest(
         }
         total = digest_add(total, *digest);
     }
-    let rels = journals.into_iter().map(|(rel, _, _)| rel).collect();
-    Ok(whole.then_some((total, rels)))
+    Ok(whole.then(|| Whole {
+        digest: total,
+        receipts: super::shard::receipts_digest(&receipts),
+        journals: journals.into_iter().map(|(rel, _, _)| rel).collect(),
+    }))
 }
 
 /// Whether `bits` are set for blocks `[first, end)` and no other.

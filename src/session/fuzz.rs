@@ -202,6 +202,7 @@ mod tests {
             part,
             digest: 99,
             blocks,
+            generation: [5; 16],
         };
         let mut have = vec![1u8, 3];
         for size in [3 * 4096u32 + 1, 14, 8192] {

@@ -27,7 +27,9 @@ use super::secret::Secret;
 pub const JOURNAL_SUFFIX: &str = ".urmove.journal";
 const JOURNAL_MAGIC: [u8; 4] = *b"URMJ";
 const STAMP_MAGIC: [u8; 4] = *b"URMS";
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
+/// Journals of version 3 name no generation (read as all zeros).
+const VERSION_BEFORE_GENERATION: u16 = 3;
 /// Stamps of version 3 carry no time and no owner: their files are read
 /// again (and stamped anew when they are complete).
 const STAMP_VERSION: u16 = 4;
@@ -115,6 +117,11 @@ pub struct Journal {
     pub digest: u64,
     /// One bit per block.
     pub blocks: Vec<u64>,
+    /// Drawn at random when a session starts the part's blocks (a piece's)
+    /// from nothing, kept by a session that continues them: two journals
+    /// of the same blocks and digest written by two sessions differ here
+    /// (see `shard::receipt`).
+    pub generation: [u8; 16],
 }
 
 /// How a journal lists its blocks: whichever is smaller.
@@ -122,7 +129,7 @@ const AS_BITMAP: u8 = 0;
 const AS_RANGES: u8 = 1;
 
 /// Bytes of a journal before its list of blocks.
-const JOURNAL_HEAD_LEN: u64 = 4 + 2 + 28 + 24 + 1 + 8;
+const JOURNAL_HEAD_LEN: u64 = 4 + 2 + 28 + 24 + 16 + 1 + 8;
 
 fn is_set(blocks: &[u64], b: u64) -> bool {
     blocks[(b / 64) as usize] & (1 << (b % 64)) != 0
@@ -163,6 +170,7 @@ impl Journal {
         w.bytes(&JOURNAL_MAGIC).u16(VERSION);
         self.id.write(&mut w);
         w.u64(self.part.dev).u64(self.part.ino).u64(self.digest);
+        w.bytes(&self.generation);
         let ranges = self.ranges();
         if ranges.len() * 16 < self.blocks.len() * 8 {
             w.u8(AS_RANGES).u64(ranges.len() as u64);
@@ -198,7 +206,11 @@ impl Journal {
             return None;
         }
         let mut r = Reader::new(&bytes[..body]);
-        if r.array::<4>().ok()? != JOURNAL_MAGIC || r.u16().ok()? != VERSION {
+        if r.array::<4>().ok()? != JOURNAL_MAGIC {
+            return None;
+        }
+        let version = r.u16().ok()?;
+        if version != VERSION && version != VERSION_BEFORE_GENERATION {
             return None;
         }
         let id = &Identity::read(&mut r)?;
@@ -210,6 +222,10 @@ impl Journal {
             ino: r.u64().ok()?,
         };
         let digest = r.u64().ok()?;
+        let generation = match version {
+            VERSION => r.array::<16>().ok()?,
+            _ => [0; 16],
+        };
         let words = id.blocks().div_ceil(64) as usize;
         let blocks = match r.u8().ok()? {
             AS_BITMAP => decode_bitmap(&mut r, words, id.blocks())?,
@@ -221,6 +237,7 @@ impl Journal {
             part,
             digest,
             blocks,
+            generation,
         })
     }
 
@@ -651,7 +668,30 @@ mod tests {
             part: FileId { dev: 3, ino: 77 },
             digest: 42,
             blocks,
+            generation: [7; 16],
         }
+    }
+
+    /// A journal an earlier version wrote (version 3, no generation) is
+    /// read, its generation all zeros.
+    #[test]
+    fn a_journal_of_version_3_reads_with_no_generation() {
+        let secret = Secret::ephemeral().unwrap();
+        let j = journal(vec![0b111, 0, 0, 0]);
+        let mut w = Writer::default();
+        w.bytes(&JOURNAL_MAGIC).u16(VERSION_BEFORE_GENERATION);
+        j.id.write(&mut w);
+        w.u64(j.part.dev).u64(j.part.ino).u64(j.digest);
+        w.u8(AS_BITMAP).u64(j.blocks.len() as u64);
+        for b in &j.blocks {
+            w.u64(*b);
+        }
+        let mac = secret.mac(&[b"urmove journal", &w.buf]);
+        w.bytes(&mac);
+        let old = Journal::decode(&w.buf, &id(), &secret).unwrap();
+        assert_eq!(old.generation, [0; 16]);
+        assert_eq!(old.blocks, j.blocks);
+        assert_ne!(old, j);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! the sender keeps a minimum rate. One lane runs on the session's thread,
 //! its tick and the control step in turn, as a session always did.
 
+use crate::protocol::control::PieceDone;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,15 +111,9 @@ pub(crate) trait Landing {
     /// A file is under its final name.
     fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError>;
     /// A piece of a split file is verified and journaled complete (and
-    /// the whole file committed, `whole` its digest, when it was the last).
-    fn piece(
-        &mut self,
-        file_index: u32,
-        digest: u64,
-        whole: Option<u64>,
-    ) -> Result<(), SessionError> {
-        let _ = whole;
-        self.committed(file_index, digest)
+    /// the whole file committed when it was the last: see [`PieceDone`]).
+    fn piece(&mut self, file_index: u32, done: PieceDone) -> Result<(), SessionError> {
+        self.committed(file_index, done.digest)
     }
     /// A file differed from the source and was not committed.
     fn rejected(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError>;
@@ -636,7 +631,7 @@ impl<'s> Control<'s> {
         match outcome {
             Some(Outcome::Committed(i, digest)) => self.out.committed(i, digest),
             Some(Outcome::Rejected(i, digest)) => self.out.rejected(i, digest),
-            Some(Outcome::Piece(i, digest, whole)) => self.out.piece(i, digest, whole),
+            Some(Outcome::Piece(i, done)) => self.out.piece(i, done),
             None => Ok(()),
         }
     }

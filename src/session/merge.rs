@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::shard::{PieceReport, ShardReport};
+use super::shard::{receipts_digest, PieceReport, ShardReport};
 
 /// One shard's JSON report, as `urmove report` reads it.
 #[derive(Debug, Clone)]
@@ -288,30 +288,42 @@ fn check_pieces(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>, count: u32) ->
 }
 
 fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
+    let hex = |d: &str| u64::from_str_radix(d, 16).unwrap_or(0);
     let mut sum = 0u64;
+    let mut receipts = Vec::with_capacity(count as usize);
     let mut unverified = Vec::new();
     for k in 0..count {
-        let digest = pieces
+        let verified = pieces
             .iter()
             .find(|p| p.index == k)
-            .and_then(|p| p.digest.as_deref());
-        match digest {
-            Some(d) => sum = sum.wrapping_add(u64::from_str_radix(d, 16).unwrap_or(0)),
+            .and_then(|p| Some((p.digest.as_deref()?, p.receipt.as_deref()?)));
+        match verified {
+            Some((d, r)) => {
+                sum = sum.wrapping_add(hex(d));
+                receipts.push(hex(r));
+            }
             None => unverified.push(k),
         }
     }
     let want = format!("{sum:016x}");
-    let committed: Vec<&str> = pieces
+    let want_receipts = format!("{:016x}", receipts_digest(&receipts));
+    let committed: Vec<(&str, Option<&str>)> = pieces
         .iter()
-        .filter_map(|p| p.committed.as_deref())
+        .filter_map(|p| Some((p.committed.as_deref()?, p.committed_receipts.as_deref())))
         .collect();
     // A commit of other bytes than the shards sent outweighs any claim
     // that the file is held.
-    if unverified.is_empty() && committed.iter().any(|d| *d != want) {
+    if unverified.is_empty() && committed.iter().any(|(d, _)| *d != want) {
+        let digests: Vec<&str> = committed.iter().map(|(d, _)| *d).collect();
         return Err(format!(
             "committed with digest {}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent",
-            committed.join(", ")
+            digests.join(", ")
         ));
+    }
+    // The same digest, and pieces another session journaled after the
+    // shards' own (its bytes made to sum alike): other receipts.
+    if unverified.is_empty() && committed.iter().any(|(_, r)| *r != Some(&want_receipts)) {
+        return Err("committed with pieces other than the ones its shards verified (a session wrote a piece again after its shard's; run that shard again)".into());
     }
     if pieces.iter().any(|p| p.held) {
         return Ok(());

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use crate::datapath::beneath::Root;
-use crate::protocol::control::{Direction, ErrorCode, SessionRequest};
+use crate::protocol::control::{Direction, ErrorCode, PieceDone, SessionRequest};
 use crate::protocol::manifest::check_path;
 use crate::protocol::manifest::ENTRIES_MAX;
 
@@ -39,19 +39,17 @@ impl Landing for PullLanding<'_> {
         self.counters.add_holes(bytes);
     }
 
-    fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {
-        self.piece(file_index, digest, None)
-    }
-
-    fn piece(
-        &mut self,
-        file_index: u32,
-        digest: u64,
-        whole: Option<u64>,
-    ) -> Result<(), SessionError> {
+    fn committed(&mut self, file_index: u32, _digest: u64) -> Result<(), SessionError> {
         self.files_done.fetch_add(1, Ordering::Relaxed);
         self.committed += 1;
-        self.acked.record(file_index, digest, whole);
+        self.acked.record(file_index);
+        Ok(())
+    }
+
+    fn piece(&mut self, file_index: u32, done: PieceDone) -> Result<(), SessionError> {
+        self.files_done.fetch_add(1, Ordering::Relaxed);
+        self.committed += 1;
+        self.acked.record_piece(file_index, done);
         Ok(())
     }
 

@@ -363,6 +363,9 @@ pub(crate) struct RecvFile {
     /// bringing the other pieces.
     pub(crate) piece: Option<Piece>,
     pub(crate) span: (u64, u64),
+    /// Its journal's generation (see [`Journal::generation`]): drawn when
+    /// this session starts a piece from nothing, kept when it continues.
+    pub(crate) generation: [u8; 16],
 }
 
 impl RecvFile {
@@ -386,6 +389,7 @@ impl RecvFile {
             prefix: 0,
             piece: e.piece,
             span: e.span(block),
+            generation: [0; 16],
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -768,6 +772,7 @@ impl Incoming {
                     part: f.part_id.expect("claimed"),
                     digest: f.digest,
                     blocks: f.written.clone(),
+                    generation: f.generation,
                 }
                 .ranges();
                 self.have.push(HaveItem::Partial {
@@ -876,6 +881,7 @@ impl Incoming {
         f.seen = j.blocks.clone();
         f.written = j.blocks;
         f.digest = j.digest;
+        f.generation = j.generation;
         f.journaled = true;
         // Blocks the journal does not name may hold bytes of an earlier
         // session: a hole frame for one must clear it, not skip it.
@@ -1252,11 +1258,53 @@ pub(crate) fn open_part(
         return Ok(());
     }
     match (f.part_id, f.piece) {
-        (Some(id), _) => reopen_part(root, direct, f, id)?,
-        (None, Some(p)) => join_part(root, direct, f, p)?,
-        (None, None) => create_part(root, direct, rules, f)?,
+        (Some(id), None) => reopen_part(root, direct, f, id),
+        (Some(id), Some(_)) => {
+            reopen_part(root, direct, f, id)?;
+            match lock_span(root, f)? {
+                true => Ok(()),
+                false => Err(SessionError::local(
+                    ErrorCode::Busy,
+                    format!(
+                        "{}: committed or replaced by another session while this one brought a piece of it",
+                        f.final_rel
+                    ),
+                )),
+            }
+        }
+        (None, Some(p)) => join_piece(root, direct, f, p),
+        (None, None) => create_part(root, direct, rules, f),
     }
-    lock_span(f)
+}
+
+/// A piece's part joined ([`join_part`]) and its range locked while its
+/// name still holds it (a part committed or replaced meanwhile is left
+/// for the one there now). The piece starts from nothing: a journal of it
+/// there speaks of bytes this session now writes over, and goes, and
+/// its own journals get a generation of their own.
+fn join_piece(
+    root: &Root,
+    direct: DirectMode,
+    f: &mut RecvFile,
+    p: Piece,
+) -> Result<(), SessionError> {
+    for _ in 0..4 {
+        join_part(root, direct, f, p)?;
+        if lock_span(root, f)? {
+            journal::remove(root, &f.journal_rel());
+            crate::datapath::sys::random_bytes(&mut f.generation)
+                .map_err(|e| SessionError::io("drawing a journal generation", e))?;
+            return Ok(());
+        }
+        f.part_id = None;
+    }
+    Err(SessionError::local(
+        ErrorCode::Busy,
+        format!(
+            "{}: the part file keeps changing under this session",
+            f.part_rel()
+        ),
+    ))
 }
 
 /// Open `f`'s part to finish it ([`open_part`]); a piece whose blocks were
@@ -1284,26 +1332,68 @@ pub(crate) fn open_to_finish(
 }
 
 /// A piece's writes go to its range of the shared part, locked for this
-/// opening: another session bringing an overlapping range (in this
-/// daemon or another on the same filesystem) is told busy.
-fn lock_span(f: &mut RecvFile) -> Result<(), SessionError> {
+/// opening: another session bringing an overlapping range, or committing
+/// the file (in this daemon or another on the same filesystem), makes it
+/// busy. Once locked, no commit can rename the part until this opening
+/// closes: `false` (the part let go) when its name no longer holds it
+/// (committed or replaced before the lock).
+fn lock_span(root: &Root, f: &mut RecvFile) -> Result<bool, SessionError> {
+    use std::os::unix::fs::MetadataExt;
     let (Some(_), Some(part)) = (f.piece, f.part.as_ref()) else {
-        return Ok(());
+        return Ok(true);
     };
     let (start, end) = f.span;
-    match crate::datapath::sys::lock_range(part, start, end - start) {
-        Ok(()) => Ok(()),
+    match lock_waiting(part, (start, end - start)) {
+        Ok(()) => {
+            let named = root.symlink_metadata(&f.part_rel()).is_ok_and(|m| {
+                f.part_id
+                    == Some(FileId {
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    })
+            });
+            if !named {
+                f.part = None;
+            }
+            Ok(named)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             f.part = None;
             Err(SessionError::local(
                 ErrorCode::Busy,
                 format!(
-                    "{}: another session is writing bytes {start} to {end} of this file now",
+                    "{}: another session is writing bytes {start} to {end} of this file now, or committing it",
                     f.final_rel
                 ),
             ))
         }
         Err(e) => Err(SessionError::io(format!("locking {}", f.part_rel()), e)),
+    }
+}
+
+/// How long a piece's opening waits for a lock on the whole file (a
+/// session finishing its piece looks whether every piece is there, or
+/// commits the file) to go, before it says busy.
+const WHOLE_LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// Lock `len` bytes of `part` from `start` ([`sys::lock_range`]), waiting
+/// up to [`WHOLE_LOCK_WAIT`] while what is in the way is a lock on the
+/// whole file; another session's range is in the way at once.
+///
+/// [`sys::lock_range`]: crate::datapath::sys::lock_range
+fn lock_waiting(part: &File, (start, len): (u64, u64)) -> std::io::Result<()> {
+    use crate::datapath::sys::{lock_in_the_way, lock_range};
+    let until = Instant::now() + WHOLE_LOCK_WAIT;
+    loop {
+        match lock_range(part, start, len) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                if lock_in_the_way(part, start, len)?.is_some_and(|w| w != (0, 0)) {
+                    return Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
     }
 }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crate::datapath::beneath::Root;
 use crate::datapath::{sys, DirectMode};
 use crate::protocol::control::{
-    Direction, ErrorCode, Message, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
-    STREAMS_MAX,
+    Direction, ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT,
+    REQ_RESUME, STREAMS_MAX,
 };
 use crate::protocol::handshake::{
     check_stream_proof, AuthError, Key, Proof, ServerHandshake, SessionId, SessionKeys,
@@ -1719,19 +1719,9 @@ impl super::landing::Landing for DaemonLanding<'_, '_> {
         send_msg(&mut self.ctl, &Message::FileRejected { file_index, digest })
     }
 
-    fn piece(
-        &mut self,
-        file_index: u32,
-        digest: u64,
-        whole: Option<u64>,
-    ) -> Result<(), SessionError> {
+    fn piece(&mut self, file_index: u32, done: PieceDone) -> Result<(), SessionError> {
         self.stats.files_received.fetch_add(1, Ordering::Relaxed);
-        let m = Message::PieceAck {
-            file_index,
-            digest,
-            whole,
-        };
-        send_msg(&mut self.ctl, &m)
+        send_msg(&mut self.ctl, &Message::PieceAck { file_index, done })
     }
 
     fn tick(&mut self, streams: &[(u64, bool)]) -> Result<(), SessionError> {

@@ -1094,7 +1094,7 @@ fn settle_push(
     report.close();
     let mut acked = super::shard::Acked::default();
     let checked = acks.and_then(|a| {
-        acked = super::shard::Acked::from_acks(&a.acks, &a.wholes, &pushed.digests);
+        acked = super::shard::Acked::from_acks(&a.acks, &a.pieces, &pushed.digests);
         check_acks(entries, &pushed.digests, &push.held, &a, report)
     });
     if let Err(e) = checked {
@@ -1113,9 +1113,8 @@ pub(crate) fn fds_of(streams: &[TcpStream]) -> Vec<i32> {
 #[derive(Debug, Default)]
 struct Receipts {
     acks: Vec<(u32, u64)>,
-    /// Of the pieces acknowledged: the whole file's digest when that
-    /// session committed it.
-    wholes: std::collections::HashMap<u32, Option<u64>>,
+    /// Of the pieces acknowledged: what their receiver told.
+    pieces: std::collections::HashMap<u32, crate::protocol::control::PieceDone>,
     rejected: Vec<(u32, u64)>,
     /// What a `--delete` push removed (at most [`DELETED_KEPT`] named).
     deleted: Vec<String>,
@@ -1136,14 +1135,10 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                 state.acknowledged(file_index);
                 got.acks.push((file_index, digest))
             }
-            Message::PieceAck {
-                file_index,
-                digest,
-                whole,
-            } => {
+            Message::PieceAck { file_index, done } => {
                 state.acknowledged(file_index);
-                got.wholes.insert(file_index, whole);
-                got.acks.push((file_index, digest))
+                got.pieces.insert(file_index, done);
+                got.acks.push((file_index, done.digest))
             }
             Message::FileRejected { file_index, digest } => {
                 state.settle(file_index);
@@ -1208,7 +1203,7 @@ fn check_acks(
                 "unexpected acknowledgement for entry {i}"
             )));
         }
-        if got.wholes.contains_key(&file_index) != entries[i].piece.is_some() {
+        if got.pieces.contains_key(&file_index) != entries[i].piece.is_some() {
             return Err(SessionError::Protocol(format!(
                 "entry {i} acknowledged as a piece when it is none, or as a whole file when it is a piece"
             )));

@@ -8,6 +8,7 @@
 //! split file's pieces write them into one part file and commit it once
 //! every piece is verified (`receive`, `commit`).
 
+use crate::protocol::control::PieceDone;
 use crate::protocol::manifest::{Entry, EntryKind, Piece, PIECES_MAX};
 
 use super::tree::Tree;
@@ -206,21 +207,66 @@ pub fn manifest_of(entries: &[Entry]) -> Manifest {
 /// (`--split-over`).
 pub const SPLIT_OVER: u64 = 256 << 20;
 
-/// What the receiver acknowledged of a shard's files: each verified entry
-/// (its digest equal to ours) and, of pieces, the whole file's digest when
-/// that session committed it.
+/// The receipt a receiver gives for the journal `j` of `piece`: a MAC,
+/// with the receivers' secret (which every receiver sharing the root
+/// holds, and no sender), of the file's identity, the piece, the part, the
+/// digest and the journal's generation. A session that writes the piece
+/// again journals it with a generation of its own, so its receipt differs
+/// even where its bytes were made to have the same (unkeyed) digest.
+pub(crate) fn receipt(
+    secret: &super::secret::Secret,
+    j: &super::journal::Journal,
+    piece: Piece,
+) -> u64 {
+    let mut w = crate::protocol::wire::Writer::default();
+    w.u64(j.id.size)
+        .i64(j.id.mtime_s)
+        .u32(j.id.mtime_ns)
+        .u64(j.id.block)
+        .u32(piece.index)
+        .u32(piece.count)
+        .u64(j.part.dev)
+        .u64(j.part.ino)
+        .u64(j.digest)
+        .bytes(&j.generation);
+    let mac = secret.mac(&[b"urmove piece receipt", &w.buf]);
+    u64::from_le_bytes(mac[..8].try_into().expect("8 bytes"))
+}
+
+/// The digest of a split file's pieces' receipts, in piece order: what a
+/// committed file's acknowledgement names, and `urmove report` finds
+/// again from the shards' receipts.
+pub fn receipts_digest(receipts: &[u64]) -> u64 {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(b"urmove receipts");
+    for r in receipts {
+        h.update(r.to_le_bytes());
+    }
+    let d: [u8; 32] = h.finalize().into();
+    u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// What the receiver acknowledged of a shard's files: each verified whole
+/// file (its digest equal to ours), and each verified piece as its
+/// receiver told it.
 #[derive(Debug, Default)]
 pub(crate) struct Acked {
-    verified: std::collections::HashMap<u32, (u64, Option<u64>)>,
+    verified: std::collections::HashSet<u32>,
+    pieces: std::collections::HashMap<u32, PieceDone>,
     /// Held complete before the data, their content equal to the source's.
     held: std::collections::HashSet<u32>,
 }
 
 impl Acked {
-    /// Entry `i` arrived verified with `digest` (a piece: and the whole
-    /// file's, when its session committed it).
-    pub(crate) fn record(&mut self, i: u32, digest: u64, whole: Option<u64>) {
-        self.verified.insert(i, (digest, whole));
+    /// Whole file `i` arrived verified.
+    pub(crate) fn record(&mut self, i: u32) {
+        self.verified.insert(i);
+    }
+
+    /// Piece `i` arrived verified (a pull checked its digest).
+    pub(crate) fn record_piece(&mut self, i: u32, done: PieceDone) {
+        self.pieces.insert(i, done);
     }
 
     /// Entries held complete before the data.
@@ -229,20 +275,24 @@ impl Acked {
         self
     }
 
+    /// The acknowledgements (entry, digest) whose digest is ours, with
+    /// what the receiver told of pieces.
     pub(crate) fn from_acks(
         acks: &[(u32, u64)],
-        wholes: &std::collections::HashMap<u32, Option<u64>>,
+        pieces: &std::collections::HashMap<u32, PieceDone>,
         digests: &[u64],
     ) -> Acked {
-        let verified = acks
+        let mut a = Acked::default();
+        let ours = acks
             .iter()
-            .filter(|(i, d)| digests.get(*i as usize) == Some(d))
-            .map(|&(i, d)| (i, (d, wholes.get(&i).copied().flatten())))
-            .collect();
-        Acked {
-            verified,
-            held: Default::default(),
+            .filter(|(i, d)| digests.get(*i as usize) == Some(d));
+        for &(i, _) in ours {
+            match pieces.get(&i) {
+                Some(done) => a.record_piece(i, *done),
+                None => a.record(i),
+            }
         }
+        a
     }
 }
 
@@ -252,13 +302,19 @@ pub struct PieceReport {
     pub path: String,
     pub size: u64,
     pub index: u32,
-    /// The piece's digest (hex) when the receiver verified it.
+    /// The piece's digest (hex) when the receiver verified it, and the
+    /// receiver's receipt for its journal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
     /// The whole file's digest (hex) when this shard's session committed
-    /// the file (every piece was there).
+    /// the file (every piece was there), and the digest of the receipts
+    /// of the pieces it committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_receipts: Option<String>,
     /// The receiver held the whole file complete, its digest equal to the
     /// source's (or unchanged since its commit).
     #[serde(default)]
@@ -339,20 +395,25 @@ impl ShardReport {
         {
             let i = i as u32;
             let whole = acked.held.contains(&i);
-            let ack = acked.verified.get(&i);
             r.share_bytes += e.span_len(block);
             match e.piece {
-                Some(p) => r.pieces.push(PieceReport {
-                    path: e.path.clone(),
-                    size: e.size,
-                    index: p.index,
-                    digest: ack.map(|a| hex(a.0)),
-                    committed: ack.and_then(|a| a.1).map(hex),
-                    held: whole,
-                }),
+                Some(p) => {
+                    let done = acked.pieces.get(&i);
+                    let committed = done.and_then(|d| d.whole);
+                    r.pieces.push(PieceReport {
+                        path: e.path.clone(),
+                        size: e.size,
+                        index: p.index,
+                        digest: done.map(|d| hex(d.digest)),
+                        receipt: done.map(|d| hex(d.receipt)),
+                        committed: committed.map(|w| hex(w.0)),
+                        committed_receipts: committed.map(|w| hex(w.1)),
+                        held: whole,
+                    })
+                }
                 None => {
                     r.share_files += 1;
-                    if !whole && ack.is_none() {
+                    if !whole && !acked.verified.contains(&i) {
                         r.pending_count += 1;
                         if r.pending.len() < PENDING_KEPT {
                             r.pending.push(e.path.clone());
