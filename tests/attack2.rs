@@ -336,6 +336,84 @@ fn a_part_file_planted_by_a_local_user_is_never_adopted() {
     );
 }
 
+/// A local user plants directories at a file's name and at another's part
+/// name: those two are skipped with their reasons before any data (exit
+/// 23, as rsync's partial), every other file lands verified, the planted
+/// directories stay as they were, and a run again does the same (one bad
+/// entry never sinks the rest, run after run). A sharded send too.
+#[test]
+fn directories_planted_at_a_name_or_a_part_name_skip_that_file_alone() {
+    let d = Daemon::start();
+    let src = tmp();
+    let top = src.path().join("data");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..5 {
+        std::fs::write(
+            top.join(format!("g{i}")),
+            noise(30_000 + i * 1000, i as u64),
+        )
+        .unwrap();
+    }
+    std::fs::write(top.join("F"), noise(8 << 20, 9)).unwrap();
+    let dest = d.root.path().join("in/data");
+    for planted in ["F.urmove.part/inner", "g2/inner"] {
+        std::fs::create_dir_all(dest.join(planted)).unwrap();
+    }
+    let send = |extra: &[&str]| {
+        let mut args = vec!["--json", "--block", "1M"];
+        args.extend_from_slice(extra);
+        let o = d.send(&args, &[top.to_str().unwrap(), "127.0.0.1:in"]);
+        assert_eq!(o.status.code(), Some(23), "{}", both(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let skipped = v["skipped"].to_string();
+        assert!(
+            skipped.contains("data/F") && skipped.contains("part file"),
+            "{v}"
+        );
+        assert!(
+            skipped.contains("data/g2") && skipped.contains("directory"),
+            "{v}"
+        );
+        v
+    };
+    for _ in 0..2 {
+        let v = send(&[]);
+        assert_eq!(v["files_skipped"], 2, "{v}");
+        for i in [0, 1, 3, 4] {
+            let got = std::fs::read(dest.join(format!("g{i}"))).unwrap();
+            assert!(got == std::fs::read(top.join(format!("g{i}"))).unwrap());
+        }
+        assert!(dest.join("F.urmove.part/inner").is_dir() && dest.join("g2/inner").is_dir());
+        assert!(!dest.join("F").exists());
+    }
+    // A shard whose piece of F cannot land: the same, its other files sent.
+    let v = send(&["--shard", "0/2", "--split-over", "2M"]);
+    assert!(v["files_skipped"].as_u64().unwrap() >= 1, "{v}");
+    // A pull into a directory where one is planted: the daemon sends the
+    // rest, and not that file.
+    let local = tmp();
+    std::fs::create_dir_all(local.path().join("data/g3/inner")).unwrap();
+    let o = urmove()
+        .args(["pull", "--json", "-p", &d.port.to_string(), "--key-file"])
+        .arg(&d.key)
+        .arg("127.0.0.1:in/data")
+        .arg(local.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(23), "{}", both(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files_skipped"], 1, "{v}");
+    assert_eq!(
+        v["bytes"],
+        v["bytes_total"].as_u64().unwrap() - 33_000,
+        "{v}"
+    );
+    for i in [0, 1, 4] {
+        let got = std::fs::read(local.path().join(format!("data/g{i}"))).unwrap();
+        assert!(got == std::fs::read(top.join(format!("g{i}"))).unwrap());
+    }
+}
+
 // ---- the state directory ---------------------------------------------
 
 /// `--state-dir` is checked against the root after canonicalizing both;
@@ -669,6 +747,11 @@ fn sealed_until_closed(c: &mut Control) -> Vec<Message> {
 /// a level) finds a set of variants whose terms sum to the original's:
 /// 65,536 piece hashes, a second or so.
 fn forge_same_digest(data: &[u8]) -> Vec<u8> {
+    forge_same_digest_at(data, 0)
+}
+
+/// [`forge_same_digest`] of `data` lying at `base` in its file.
+pub(crate) fn forge_same_digest_at(data: &[u8], base: u64) -> Vec<u8> {
     use std::collections::HashMap;
     const PIECE: usize = 4096;
     const LISTS: usize = 64;
@@ -683,7 +766,7 @@ fn forge_same_digest(data: &[u8]) -> Vec<u8> {
     // Each node: (sum of deltas, the variant picked for each of its lists).
     let mut level: Vec<Vec<(u64, Vec<u16>)>> = (0..LISTS)
         .map(|i| {
-            let off = (i * PIECE) as u64;
+            let off = base + (i * PIECE) as u64;
             let orig = content_terms(off, &data[i * PIECE..(i + 1) * PIECE]);
             (0..PER)
                 .map(|c| {

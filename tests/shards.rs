@@ -997,38 +997,73 @@ fn two_versions(dir: &Path, other: Option<u8>) -> (PathBuf, PathBuf, Vec<u8>) {
 }
 
 /// Another key holder writes piece 1 again after the victim's shard 1
-/// journaled it (`-I`: from nothing), with bytes whose digest is the
-/// victim's (here the very bytes, standing for a forged collision of the
-/// unkeyed digest): the victim's shard 0 commits the file, but the
-/// receipts of its pieces are not the ones the victim's shards were
-/// given, so the merged report is not complete; the victim's shard 1 run
-/// again finds the file whole by content, and then it is.
+/// journaled it (`-I`: from nothing), with other bytes of the same
+/// unkeyed digest (Wagner's k-tree, as tests/attack2.rs forges them) and
+/// the same size and mtime: the victim's shard 0 then commits the file
+/// with the other bytes, and the digests the shards were told sum alike,
+/// but the receipts of the pieces committed are not the ones the victim's
+/// shards were given: the merged report is not complete. Both shards run
+/// again land the victim's bytes.
 #[test]
-fn a_piece_written_again_by_another_session_is_not_the_shards_even_with_its_digest() {
+fn a_piece_forged_to_the_same_digest_by_another_session_is_never_the_shards() {
     let d = crate::transfer::Daemon::start();
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let (victim, attacker, big) = two_versions(dir.path(), None);
+    let (victim, attacker) = (dir.path().join("v/set"), dir.path().join("a/set"));
+    let big = noise(512 << 10, 31);
+    let mut forged = big[..256 << 10].to_vec();
+    forged.extend(crate::attack2::forge_same_digest_at(
+        &big[256 << 10..],
+        256 << 10,
+    ));
+    assert_ne!(forged, big);
+    for (top, bytes) in [(&victim, &big), (&attacker, &forged)] {
+        std::fs::create_dir_all(top).unwrap();
+        std::fs::write(top.join("big"), bytes).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(top.join("big"))
+            .unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+            .unwrap();
+    }
     let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
     let r = |name: &str| dir.path().join(name);
-    let s1 = shard_into(&d, (1, 2), (&victim, "x"), &vs, &r("s1.json"));
-    assert!(s1.status.success(), "{}", stderr(&s1));
-    let a1 = shard_child(&d, (1, 2), (&attacker, "x"), &atk, &["-I"]);
-    let a1 = a1.wait_with_output().unwrap();
-    assert!(a1.status.success(), "{}", stderr(&a1));
-    let s0 = shard_into(&d, (0, 2), (&victim, "x"), &vs, &r("s0.json"));
-    assert!(s0.status.success(), "{}", stderr(&s0));
-    assert!(std::fs::read(d.root.path().join("x/set/big")).unwrap() == big);
+    let shard = |k: u32, src: &Path, state: &Path, extra: &[&str], out: &str| {
+        let o = urmove()
+            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "256K"])
+            .args(["--block", "256K", "--json", "-p", &d.port.to_string()])
+            .args(extra)
+            .arg("--key-file")
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(state)
+            .arg(src)
+            .arg("127.0.0.1:x")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::write(r(out), &o.stdout).unwrap();
+    };
+    shard(1, &victim, &vs, &[], "s1.json");
+    shard(1, &attacker, &atk, &["-I"], "a1.json");
+    shard(0, &victim, &vs, &[], "s0.json");
+    let landed = d.root.path().join("x/set/big");
+    assert!(
+        std::fs::read(&landed).unwrap() == forged,
+        "the forged piece was committed"
+    );
     let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
     assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("other than the ones its shards verified"),
         "{text}"
     );
-    // Run again as the report says: the whole file read, and counted.
-    let s1 = shard_into(&d, (1, 2), (&victim, "x"), &vs, &r("s1.json"));
-    assert!(s1.status.success(), "{}", stderr(&s1));
+    // Run again as the report says: read by content, sent again, right.
+    shard(1, &victim, &vs, &[], "s1.json");
+    shard(0, &victim, &vs, &[], "s0.json");
     let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
     assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(&landed).unwrap() == big);
 }
 
 /// Another key holder writes piece 1 with other bytes while the victim's

@@ -28,9 +28,36 @@ pub(crate) struct Held {
     /// `--checksum`: every complete file is compared by content, so none
     /// may be called unchanged.
     by_content: bool,
+    /// Files the receiver will not take (it said why before the data: a
+    /// directory in the way): never sent.
+    pub(crate) refused: HashSet<u32>,
 }
 
 impl Held {
+    /// Note the entries the receiver refused (`UNLISTED` ones are none of
+    /// the manifest's).
+    pub(crate) fn refuse(&mut self, refused: &[super::roles::Refused]) {
+        let listed = refused
+            .iter()
+            .map(|r| r.0)
+            .filter(|&i| i != crate::protocol::control::UNLISTED);
+        self.refused.extend(listed);
+    }
+
+    /// Whether entry `i` needs no data: held complete, or refused.
+    pub(crate) fn settled(&self, i: u32) -> bool {
+        self.complete.contains_key(&i) || self.refused.contains(&i)
+    }
+
+    /// Payload bytes of the files the receiver refused.
+    pub(crate) fn refused_bytes(&self, tree: &Tree, block: u64) -> u64 {
+        self.refused
+            .iter()
+            .filter_map(|&i| tree.entries.get(i as usize))
+            .map(|e| e.span_len(block))
+            .sum()
+    }
+
     /// Payload bytes the receiver needs no more.
     pub(crate) fn bytes(&self, tree: &Tree, block: u64) -> u64 {
         let complete: u64 = self

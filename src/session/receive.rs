@@ -671,10 +671,28 @@ impl Incoming {
                     *made_dir = dir.to_string();
                 }
                 let mut f = RecvFile::new(e, rel, self.block, &self.rules);
+                if let Some(why) = self.in_the_way(&f) {
+                    // Told to the sender before the data; its frames dropped.
+                    f.state = FileState::Skipped;
+                    self.refused.push((i, why));
+                    return Ok(Some(f));
+                }
                 self.prepare_file(i, &mut f, tick)?;
                 Ok(Some(f))
             }
         }
+    }
+
+    /// Why `f` cannot land, when a directory stands at its name or at its
+    /// part's (planted by someone who can write under the root: never
+    /// removed, and one such entry never fails the others).
+    fn in_the_way(&self, f: &RecvFile) -> Option<String> {
+        let dir = |rel: &str| self.root.symlink_metadata(rel).is_ok_and(|m| m.is_dir());
+        if dir(&f.final_rel) {
+            return Some("a directory of that name is in the way of the file".into());
+        }
+        let part = f.part_rel();
+        dir(&part).then(|| format!("a directory is in the way of its part file ({part}), which is not urmove's: remove it"))
     }
 
     /// Recreate a symlink as it is, unless its target leaves the root and

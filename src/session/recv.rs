@@ -1984,11 +1984,12 @@ fn pull_session(
     let OfferedPull {
         root,
         tree,
-        held,
+        mut held,
         _memory,
     } = offer_pull(s, req, keys, cfg, registry)?;
     let entries = tree.entries.len();
     let before = hear(s, Until::Placement { entries })?;
+    held.refuse(&before.refused);
     let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
     let (plan, txs) = super::source::prepare_senders(cfg.lanes, req.streams, req.streams, &params)?;

@@ -113,7 +113,15 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                     reason,
                 },
             ) => before.refused.push((file_index, path, reason)),
-            (Until::Placement { entries }, Message::Skipped { .. }) => {
+            // A pull's client: what it will not take is not sent.
+            (
+                Until::Placement { entries },
+                Message::Skipped {
+                    file_index,
+                    path,
+                    reason,
+                },
+            ) => {
                 refusals += 1;
                 if refusals > entries {
                     return Err(SessionError::local(
@@ -121,6 +129,7 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                         "more entries refused than the manifest has",
                     ));
                 }
+                before.refused.push((file_index, path, reason));
             }
             (Until::Ready, _) => {
                 return Err(SessionError::Protocol(

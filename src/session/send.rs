@@ -781,7 +781,8 @@ pub fn run_send(
     let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
     let share = tree.file_bytes_in(block);
-    let to_send = share.saturating_sub(skipped);
+    let refused = push.held.refused_bytes(&tree, block);
+    let to_send = share.saturating_sub(skipped + refused);
     gauge.total.store(to_send, Ordering::Release);
     let follow = cfg.follow.as_ref().map(|f| FollowCtx {
         idle: f.idle,
@@ -964,6 +965,7 @@ fn open_push<'t>(
         held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
         Ok(())
     })?;
+    held.refuse(&before.refused);
     let mut params = push_params(cfg, buffers);
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
     let shape = (tree.entries.len(), cfg.streams);

@@ -138,7 +138,7 @@ impl Tree {
     ) -> impl Iterator<Item = (usize, u64, u64)> + 'a {
         self.ids.iter().enumerate().filter_map(move |(i, id)| {
             let size = self.entries[i].size;
-            let done = size == 0 || held.complete.contains_key(&(i as u32));
+            let done = size == 0 || held.settled(i as u32);
             id.filter(|_| !done).map(|id| (i, id.dev, size))
         })
     }

@@ -151,7 +151,7 @@ impl Work {
                 // Held open by its follower until it ends.
                 files[i].pieces_left.store(1, Ordering::Relaxed);
             }
-            if e.kind != EntryKind::File || e.size == 0 || held.complete.contains_key(&(i as u32)) {
+            if e.kind != EntryKind::File || e.size == 0 || held.settled(i as u32) {
                 continue;
             }
             let queue = &mut pieces[route.of_entry(i)];
