@@ -293,6 +293,24 @@ fn slurm_ready() -> bool {
         && (have("slurmctld") || Path::new("/usr/sbin/slurmctld").exists())
 }
 
+/// One Slurm cluster at a time (its ports are fixed), whatever the threads.
+fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Slurm is here, or (skipped) not; under CI (`URMOVE_REQUIRE_SLURM`,
+/// which installs it) a missing Slurm fails.
+fn slurm_or_skip() -> bool {
+    if slurm_ready() {
+        return true;
+    }
+    let why = "needs root, iproute2 and Slurm (slurmctld, slurmd, sbatch, munge)";
+    assert!(std::env::var_os("URMOVE_REQUIRE_SLURM").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    false
+}
+
 /// What the Slurm tests run on: the receivers, the cluster, the sources.
 /// (Dropped in this order: the daemons before their namespaces.)
 struct Cluster {
@@ -310,14 +328,10 @@ impl Cluster {
     /// Everything up, or `None` (skipped) where Slurm is missing; under CI
     /// (`URMOVE_REQUIRE_SLURM`, which installs it) a missing Slurm fails.
     fn up() -> Option<Cluster> {
-        if !slurm_ready() {
-            let why = "needs root, iproute2 and Slurm (slurmctld, slurmd, sbatch, munge)";
-            assert!(std::env::var_os("URMOVE_REQUIRE_SLURM").is_none(), "{why}");
-            eprintln!("skipped: {why}");
+        if !slurm_or_skip() {
             return None;
         }
-        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let alone = ONE.lock().unwrap_or_else(|p| p.into_inner());
+        let alone = one_cluster();
         let work = tempfile::tempdir_in("/var/tmp").unwrap();
         let hosts = Hosts::new().expect("cannot create network namespaces");
         let r = Receivers::start(&hosts, work.path());
@@ -1118,4 +1132,64 @@ fn a_piece_written_while_the_victim_commits_never_lands_under_its_report() {
     let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
     assert_eq!(code, Some(0), "{text}");
     assert!(std::fs::read(&landed).unwrap() == big);
+}
+
+/// A Slurm array with a step (`--array=10-16:2`, tasks 10, 12, 14 and 16)
+/// is shards 0 to 3 of 4 under `--shard auto`: the shipped array script on
+/// the one-node cluster, a small tree to a daemon on loopback, the merged
+/// report whole.
+#[test]
+fn a_stepped_slurm_array_is_one_shard_a_task() {
+    if !slurm_or_skip() {
+        return;
+    }
+    let _alone = one_cluster();
+    let slurm = Slurm::start();
+    let d = crate::transfer::Daemon::start();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = work.path().join("set");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("large"), noise(6 << 20, 1)).unwrap();
+    for i in 0..30 {
+        std::fs::write(top.join(format!("f{i}")), noise(2000 + i * 50, i as u64)).unwrap();
+    }
+    let reports = work.path().join("reports");
+    let o = slurm
+        .cmd("sbatch")
+        .args(["--array=10-16:2", "--wait", "-o"])
+        .arg(work.path().join("task-%a.out"))
+        .env("URMOVE", env!("CARGO_BIN_EXE_urmove"))
+        .env("URMOVE_SOURCES", &top)
+        .env("URMOVE_TO", "127.0.0.1:stepped")
+        .env("URMOVE_KEY", &d.key)
+        .env("URMOVE_REPORTS", &reports)
+        .env(
+            "URMOVE_ARGS",
+            format!("-p {} --block 1M --split-over 2M", d.port),
+        )
+        .arg(script("dist/slurm/urmove-array.sbatch"))
+        .output()
+        .unwrap();
+    let tasks: String = [10, 12, 14, 16]
+        .iter()
+        .map(|k| {
+            std::fs::read_to_string(work.path().join(format!("task-{k}.out"))).unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        o.status.success(),
+        "sbatch: {}{}{tasks}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let (ok, m) = report(&reports);
+    assert!(ok, "{m:#}\n{tasks}");
+    let shards: Vec<u64> = m["per_shard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(shards, [0, 1, 2, 3], "{m:#}");
+    same_tree(&top, &d.root.path().join("stepped/set"));
 }

@@ -52,9 +52,10 @@ impl Shard {
     }
 
     /// Slurm's array task (`SLURM_ARRAY_TASK_ID` counted from
-    /// `SLURM_ARRAY_TASK_MIN`, of `SLURM_ARRAY_TASK_COUNT`), else a
-    /// Kubernetes Indexed Job's (`JOB_COMPLETION_INDEX` of
-    /// `JOB_COMPLETIONS`, which the Job's spec passes on).
+    /// `SLURM_ARRAY_TASK_MIN` in steps of `SLURM_ARRAY_TASK_STEP`, of
+    /// `SLURM_ARRAY_TASK_COUNT`), else a Kubernetes Indexed Job's
+    /// (`JOB_COMPLETION_INDEX` of `JOB_COMPLETIONS`, which the Job's spec
+    /// passes on).
     fn from_scheduler(env: &dyn Fn(&str) -> Option<String>) -> Result<Shard, String> {
         let num = |name: &str| -> Result<Option<u32>, String> {
             match env(name) {
@@ -66,22 +67,29 @@ impl Shard {
                     .map_err(|_| format!("--shard auto: {name}={v} is no count")),
             }
         };
-        let pick = |id: &str, count: &str, min: Option<u32>| -> Result<Option<Shard>, String> {
+        let pick = |id: &str,
+                    count: &str,
+                    (min, step): (u32, u32)|
+         -> Result<Option<Shard>, String> {
             let (Some(i), Some(n)) = (num(id)?, num(count)?) else {
                 return Ok(None);
             };
             let index = i
-                .checked_sub(min.unwrap_or(0))
-                .ok_or_else(|| format!("--shard auto: {id}={i} is below SLURM_ARRAY_TASK_MIN"))?;
-            Shard::new(index, n)
+                .checked_sub(min)
+                .filter(|k| k % step.max(1) == 0)
+                .ok_or_else(|| {
+                    format!("--shard auto: {id}={i} is not SLURM_ARRAY_TASK_MIN={min} and a whole number of SLURM_ARRAY_TASK_STEP={step} (an array of a list? give --shard K/N)")
+                })?;
+            Shard::new(index / step.max(1), n)
                 .map(Some)
                 .map_err(|why| format!("--shard auto ({id}, {count}): {why}"))
         };
-        let min = num("SLURM_ARRAY_TASK_MIN")?;
-        if let Some(s) = pick("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", min)? {
+        let (min, step) = (num("SLURM_ARRAY_TASK_MIN")?, num("SLURM_ARRAY_TASK_STEP")?);
+        let slurm = (min.unwrap_or(0), step.unwrap_or(1));
+        if let Some(s) = pick("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", slurm)? {
             return Ok(s);
         }
-        if let Some(s) = pick("JOB_COMPLETION_INDEX", "JOB_COMPLETIONS", None)? {
+        if let Some(s) = pick("JOB_COMPLETION_INDEX", "JOB_COMPLETIONS", (0, 1))? {
             return Ok(s);
         }
         Err("--shard auto: neither SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm array task) nor JOB_COMPLETION_INDEX and JOB_COMPLETIONS (a Kubernetes Indexed Job) are set".into())
@@ -465,6 +473,25 @@ mod tests {
             Shard::parse("auto", &slurm),
             Ok(Shard { index: 1, count: 4 })
         );
+        // --array=0-6:2: tasks 0, 2, 4 and 6 are shards 0 to 3 of 4.
+        let stepped = env(&[
+            ("SLURM_ARRAY_TASK_ID", "6"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_STEP", "2"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ]);
+        assert_eq!(
+            Shard::parse("auto", &stepped),
+            Ok(Shard { index: 3, count: 4 })
+        );
+        let off_step = env(&[
+            ("SLURM_ARRAY_TASK_ID", "5"),
+            ("SLURM_ARRAY_TASK_STEP", "2"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ]);
+        assert!(Shard::parse("auto", &off_step)
+            .unwrap_err()
+            .contains("--shard K/N"));
         let k8s = env(&[("JOB_COMPLETION_INDEX", "3"), ("JOB_COMPLETIONS", "8")]);
         assert_eq!(Shard::parse("auto", &k8s), Ok(Shard { index: 3, count: 8 }));
         let err = Shard::parse("auto", &none).unwrap_err();
