@@ -1193,3 +1193,119 @@ fn a_stepped_slurm_array_is_one_shard_a_task() {
     assert_eq!(shards, [0, 1, 2, 3], "{m:#}");
     same_tree(&top, &d.root.path().join("stepped/set"));
 }
+
+/// A proxy on 127.0.0.1 to `upstream`: its first connection (a session's
+/// control) passes at once, the later ones (its data streams) only once
+/// `go` is set. Returns its port.
+fn holding_proxy(upstream: u16, go: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::net::{TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (n, c) in l.incoming().enumerate() {
+            let Ok(c) = c else { return };
+            let go = go.clone();
+            std::thread::spawn(move || {
+                while n > 0 && !go.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let Ok(u) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    return;
+                };
+                let pipe = |mut a: TcpStream, mut b: TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut a, &mut b);
+                        let _ = b.shutdown(std::net::Shutdown::Write);
+                    })
+                };
+                pipe(c.try_clone().unwrap(), u.try_clone().unwrap());
+                pipe(u, c);
+            });
+        }
+    });
+    port
+}
+
+/// Two receivers in front of one root. Another key holder starts piece 1
+/// on the second while the victim's shard 1 is still sending it to the
+/// first, so it continues the victim's journal as it stood; its data is
+/// held until the victim's piece is whole, then it writes the blocks its
+/// copy of the journal lacks, the last 256 KiB forged to the victim's
+/// unkeyed digest. Its journal is its own (a writer draws a generation),
+/// so when the victim's shard 0 commits the file the receipts are not the
+/// victim's, and the report never calls other bytes complete.
+#[test]
+fn a_piece_continued_from_a_journal_that_moved_on_is_never_the_victims() {
+    let d = crate::transfer::Daemon::start();
+    let other = d.twin();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, attacker) = (dir.path().join("v/set"), dir.path().join("a/set"));
+    let big = noise(32 << 20, 41);
+    let at = (32 << 20) - (256 << 10);
+    let mut forged = big.clone();
+    forged[at..].copy_from_slice(&crate::attack2::forge_same_digest_at(&big[at..], at as u64));
+    for (top, bytes) in [(&victim, &big), (&attacker, &forged)] {
+        std::fs::create_dir_all(top).unwrap();
+        std::fs::write(top.join("big"), bytes).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(top.join("big"))
+            .unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+            .unwrap();
+    }
+    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
+    let send = |k: u32, port: u16, (src, state): (&Path, &Path), extra: &[&str]| {
+        urmove()
+            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "8M"])
+            .args([
+                "--block",
+                "1M",
+                "-P",
+                "1",
+                "--json",
+                "-p",
+                &port.to_string(),
+            ])
+            .args(extra)
+            .arg("--key-file")
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(state)
+            .arg(src)
+            .arg("127.0.0.1:dest")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let v1 = send(1, d.port, (&victim, &vs), &["--rate-limit", "40Mbit"]);
+    let journal = d.root.path().join("dest/set/big.1.urmove.piece");
+    let t = Instant::now();
+    while !journal.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "piece 1 never journaled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let go = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = holding_proxy(other.port, go.clone());
+    let a1 = send(1, proxy, (&attacker, &atk), &[]);
+    let v1 = v1.wait_with_output().unwrap();
+    assert!(v1.status.success(), "{}", stderr(&v1));
+    std::fs::write(dir.path().join("s1.json"), &v1.stdout).unwrap();
+    go.store(true, std::sync::atomic::Ordering::Release);
+    let _ = a1.wait_with_output().unwrap();
+    let v0 = send(0, other.port, (&victim, &vs), &[])
+        .wait_with_output()
+        .unwrap();
+    assert!(v0.status.success(), "{}", stderr(&v0));
+    std::fs::write(dir.path().join("s0.json"), &v0.stdout).unwrap();
+    let (code, text) = report_of(&[&dir.path().join("s0.json"), &dir.path().join("s1.json")]);
+    let landed = std::fs::read(d.root.path().join("dest/set/big")).unwrap_or_default();
+    assert!(
+        code != Some(0) || landed == big,
+        "complete with other bytes than the victim's: {text}"
+    );
+}

@@ -93,7 +93,34 @@ fn spawn_recv(
     (child, port, log)
 }
 
+/// A second daemon in front of a [`Daemon`]'s root, with its key and
+/// secret (two receivers sharing one filesystem): stopped when dropped.
+pub struct Twin {
+    child: Child,
+    pub port: u16,
+    /// Its log, read so that it never blocks on a full pipe.
+    _log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Drop for Twin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Daemon {
+    /// Another daemon on 127.0.0.1 in front of this one's root.
+    pub fn twin(&self) -> Twin {
+        let (child, port, log) =
+            spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &self.extra);
+        Twin {
+            child,
+            port,
+            _log: log,
+        }
+    }
+
     /// `bench --net HOST` against this daemon, with its port and key: the
     /// arguments, for `urmove` run here or in a namespace.
     pub fn bench_net_args(&self, host: &str) -> Vec<String> {

@@ -332,7 +332,7 @@ fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
         return Err(format!("piece {} not verified", list(&unverified)));
     }
     match committed.is_empty() {
-        true => Err("every piece verified, but no shard's receiver committed the file".into()),
+        true => Err("every piece verified, but no shard's receiver committed the file (another session held it then): run the shards of its pieces again, the last to finish commits it".into()),
         false => Ok(()),
     }
 }

@@ -363,9 +363,11 @@ pub(crate) struct RecvFile {
     /// bringing the other pieces.
     pub(crate) piece: Option<Piece>,
     pub(crate) span: (u64, u64),
-    /// Its journal's generation (see [`Journal::generation`]): drawn when
-    /// this session starts a piece from nothing, kept when it continues.
+    /// Its journal's generation (see [`Journal::generation`]): drawn by
+    /// this session once it writes any block of a piece (`own_generation`
+    /// then), kept while it only continues one whole.
     pub(crate) generation: [u8; 16],
+    pub(crate) own_generation: bool,
 }
 
 impl RecvFile {
@@ -390,6 +392,7 @@ impl RecvFile {
             piece: e.piece,
             span: e.span(block),
             generation: [0; 16],
+            own_generation: false,
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -409,6 +412,21 @@ impl RecvFile {
 
     pub(crate) fn part_rel(&self) -> String {
         format!("{}{PART_SUFFIX}", self.final_rel)
+    }
+
+    /// A piece is about to be written by this session: its journals get a
+    /// generation of their own (once), so their receipts are never those
+    /// of the journal it continued, which another session may have made
+    /// whole meanwhile and been told of (bytes this one writes over it,
+    /// even of the same unkeyed digest, are never that session's).
+    pub(crate) fn write_own(&mut self) -> Result<(), SessionError> {
+        if self.piece.is_none() || self.own_generation {
+            return Ok(());
+        }
+        crate::datapath::sys::random_bytes(&mut self.generation)
+            .map_err(|e| SessionError::io("drawing a journal generation", e))?;
+        self.own_generation = true;
+        Ok(())
     }
 
     /// Where its journal is kept: beside the file, or (a piece) beside it
@@ -683,16 +701,21 @@ impl Incoming {
         }
     }
 
-    /// Why `f` cannot land, when a directory stands at its name or at its
-    /// part's (planted by someone who can write under the root: never
-    /// removed, and one such entry never fails the others).
+    /// Why `f` cannot land, when a directory stands at its name, or at a
+    /// name of urmove's it writes (its part, its journal and the journal's
+    /// temporary): planted by someone who can write under the root, never
+    /// removed, and one such entry never fails the others.
     fn in_the_way(&self, f: &RecvFile) -> Option<String> {
         let dir = |rel: &str| self.root.symlink_metadata(rel).is_ok_and(|m| m.is_dir());
         if dir(&f.final_rel) {
             return Some("a directory of that name is in the way of the file".into());
         }
-        let part = f.part_rel();
-        dir(&part).then(|| format!("a directory is in the way of its part file ({part}), which is not urmove's: remove it"))
+        let journal = f.journal_rel();
+        let ours = [f.part_rel(), format!("{journal}.tmp"), journal];
+        let rel = ours.into_iter().find(|rel| dir(rel))?;
+        Some(format!(
+            "a directory is in the way of urmove's {rel}, which is not urmove's: remove it"
+        ))
     }
 
     /// Recreate a symlink as it is, unless its target leaves the root and
@@ -1310,9 +1333,7 @@ fn join_piece(
         join_part(root, direct, f, p)?;
         if lock_span(root, f)? {
             journal::remove(root, &f.journal_rel());
-            crate::datapath::sys::random_bytes(&mut f.generation)
-                .map_err(|e| SessionError::io("drawing a journal generation", e))?;
-            return Ok(());
+            return f.write_own();
         }
         f.part_id = None;
     }
