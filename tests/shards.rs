@@ -1226,36 +1226,26 @@ fn holding_proxy(upstream: u16, go: std::sync::Arc<std::sync::atomic::AtomicBool
     port
 }
 
-/// Two receivers in front of one root. Another key holder starts piece 1
-/// on the second while the victim's shard 1 is still sending it to the
-/// first, so it continues the victim's journal as it stood; its data is
-/// held until the victim's piece is whole, then it writes the blocks its
-/// copy of the journal lacks, the last 256 KiB forged to the victim's
-/// unkeyed digest. Its journal is its own (a writer draws a generation),
-/// so when the victim's shard 0 commits the file the receipts are not the
-/// victim's, and the report never calls other bytes complete.
-#[test]
-fn a_piece_continued_from_a_journal_that_moved_on_is_never_the_victims() {
-    let d = crate::transfer::Daemon::start();
-    let other = d.twin();
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let (victim, attacker) = (dir.path().join("v/set"), dir.path().join("a/set"));
-    let big = noise(32 << 20, 41);
-    let at = (32 << 20) - (256 << 10);
-    let mut forged = big.clone();
-    forged[at..].copy_from_slice(&crate::attack2::forge_same_digest_at(&big[at..], at as u64));
-    for (top, bytes) in [(&victim, &big), (&attacker, &forged)] {
-        std::fs::create_dir_all(top).unwrap();
-        std::fs::write(top.join("big"), bytes).unwrap();
-        let f = std::fs::File::options()
-            .write(true)
-            .open(top.join("big"))
-            .unwrap();
-        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
-            .unwrap();
-    }
-    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
-    let send = |k: u32, port: u16, (src, state): (&Path, &Path), extra: &[&str]| {
+/// Two receivers in front of one root, and two versions of `set/big`
+/// (32 MiB, the same size and mtime): the victim's, and another key
+/// holder's whose last 256 KiB are forged to the victim's unkeyed digest
+/// (or, not `forged`, whose last 8 MiB differ: the half of piece 1 the
+/// victim writes after the other key holder's session started).
+/// The victim's shard 1 sends piece 1 slowly to the first receiver; the
+/// other key holder's shard 1 starts on the second while it does, so it
+/// continues the victim's journal as it stood, its data (at `rate`) held
+/// by a proxy until the victim's piece is whole. Returns the other key
+/// holder's send, its data let go.
+struct Continued {
+    d: crate::transfer::Daemon,
+    other: crate::transfer::Twin,
+    dir: tempfile::TempDir,
+    big: Vec<u8>,
+}
+
+impl Continued {
+    fn send(&self, k: u32, port: u16, who: &str, extra: &[&str]) -> Child {
+        let dir = self.dir.path();
         urmove()
             .args(["send", "--shard", &format!("{k}/2"), "--split-over", "8M"])
             .args([
@@ -1269,43 +1259,115 @@ fn a_piece_continued_from_a_journal_that_moved_on_is_never_the_victims() {
             ])
             .args(extra)
             .arg("--key-file")
-            .arg(&d.key)
+            .arg(&self.d.key)
             .arg("--state-dir")
-            .arg(state)
-            .arg(src)
+            .arg(dir.join(format!("{who}-state")))
+            .arg(dir.join(format!("{who}/set")))
             .arg("127.0.0.1:dest")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
-    };
-    let v1 = send(1, d.port, (&victim, &vs), &["--rate-limit", "40Mbit"]);
-    let journal = d.root.path().join("dest/set/big.1.urmove.piece");
-    let t = Instant::now();
-    while !journal.exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "piece 1 never journaled"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
-    let go = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy = holding_proxy(other.port, go.clone());
-    let a1 = send(1, proxy, (&attacker, &atk), &[]);
-    let v1 = v1.wait_with_output().unwrap();
-    assert!(v1.status.success(), "{}", stderr(&v1));
-    std::fs::write(dir.path().join("s1.json"), &v1.stdout).unwrap();
-    go.store(true, std::sync::atomic::Ordering::Release);
+
+    fn start(rate: &str, forged: bool) -> (Continued, Child) {
+        let d = crate::transfer::Daemon::start();
+        let other = d.twin();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let big = noise(32 << 20, 41);
+        let at = (32 << 20) - (256 << 10);
+        let mut theirs = big.clone();
+        match forged {
+            true => theirs[at..]
+                .copy_from_slice(&crate::attack2::forge_same_digest_at(&big[at..], at as u64)),
+            false => theirs[24 << 20..].copy_from_slice(&noise(8 << 20, 42)),
+        }
+        for (who, bytes) in [("v", &big), ("a", &theirs)] {
+            let top = dir.path().join(format!("{who}/set"));
+            std::fs::create_dir_all(&top).unwrap();
+            std::fs::write(top.join("big"), bytes).unwrap();
+            let f = std::fs::File::options()
+                .write(true)
+                .open(top.join("big"))
+                .unwrap();
+            f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+                .unwrap();
+        }
+        let c = Continued { d, other, dir, big };
+        let v1 = c.send(1, c.d.port, "v", &["--rate-limit", "40Mbit"]);
+        let journal = c.d.root.path().join("dest/set/big.1.urmove.piece");
+        let t = Instant::now();
+        while !journal.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "piece 1 never journaled"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let go = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let proxy = holding_proxy(c.other.port, go.clone());
+        let a1 = c.send(1, proxy, "a", &["--rate-limit", rate]);
+        let v1 = v1.wait_with_output().unwrap();
+        assert!(v1.status.success(), "{}", stderr(&v1));
+        std::fs::write(c.dir.path().join("s1.json"), &v1.stdout).unwrap();
+        go.store(true, std::sync::atomic::Ordering::Release);
+        (c, a1)
+    }
+
+    /// The victim's shard 0 to the second receiver, then the merged
+    /// report: it never calls the file complete with other bytes.
+    fn finish(&self) -> Option<i32> {
+        let v0 = self
+            .send(0, self.other.port, "v", &[])
+            .wait_with_output()
+            .unwrap();
+        assert!(v0.status.success(), "{}", stderr(&v0));
+        let dir = self.dir.path();
+        std::fs::write(dir.join("s0.json"), &v0.stdout).unwrap();
+        let (code, text) = report_of(&[&dir.join("s0.json"), &dir.join("s1.json")]);
+        let landed = std::fs::read(self.d.root.path().join("dest/set/big")).unwrap_or_default();
+        assert!(
+            code != Some(0) || landed == self.big,
+            "complete with other bytes than the victim's: {text}"
+        );
+        code
+    }
+}
+
+/// The other key holder of [`Continued`] writes the blocks its copy of the
+/// journal lacks (the forged ones among them) and finishes: its journal's
+/// generation is its own, so its receipts are not the victim's.
+#[test]
+fn a_piece_continued_from_a_journal_that_moved_on_is_never_the_victims() {
+    let (c, a1) = Continued::start("1Gbit", true);
     let _ = a1.wait_with_output().unwrap();
-    let v0 = send(0, other.port, (&victim, &vs), &[])
-        .wait_with_output()
-        .unwrap();
-    assert!(v0.status.success(), "{}", stderr(&v0));
-    std::fs::write(dir.path().join("s0.json"), &v0.stdout).unwrap();
-    let (code, text) = report_of(&[&dir.path().join("s0.json"), &dir.path().join("s1.json")]);
-    let landed = std::fs::read(d.root.path().join("dest/set/big")).unwrap_or_default();
-    assert!(
-        code != Some(0) || landed == big,
-        "complete with other bytes than the victim's: {text}"
-    );
+    c.finish();
+}
+
+/// The other key holder of [`Continued`], its piece 1's last half other
+/// bytes, is killed while it writes them over the victim's blocks: the
+/// file is never committed with bytes nobody verified (the commit does not
+/// read them again: a journal names only what its writer held before its
+/// first write, `receive::tests`), and the victim's shard 1 run again
+/// makes it whole.
+#[test]
+fn a_piece_writer_killed_over_anothers_blocks_leaves_no_journal_naming_them() {
+    let (c, mut a1) = Continued::start("80Mbit", false);
+    std::thread::sleep(Duration::from_millis(500));
+    a1.kill().unwrap();
+    let _ = a1.wait();
+    assert_eq!(c.finish(), Some(1));
+    // Busy while the second receiver still winds the killed session down.
+    let t = Instant::now();
+    let v1 = loop {
+        let v1 = c.send(1, c.d.port, "v", &[]).wait_with_output().unwrap();
+        if v1.status.success() || !stderr(&v1).contains("(busy)") {
+            break v1;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", stderr(&v1));
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(v1.status.success(), "{}", stderr(&v1));
+    std::fs::write(c.dir.path().join("s1.json"), &v1.stdout).unwrap();
+    assert_eq!(c.finish(), Some(0));
 }

@@ -372,7 +372,7 @@ impl<'s> Book<'s> {
         }
         let f = self.files[index].as_mut().expect("files");
         super::receive::open_part(self.root, self.direct, self.rules, f)?;
-        f.write_own()?;
+        f.write_own(self.root, &self.rules.secret)?;
         self.open_parts += 1;
         self.open_order.push_back(index);
         Ok(())

@@ -154,7 +154,7 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     let index = job.index;
     // Another session found every piece first: this one's is in the file
     // it committed (the very inode), and no journal is left beside it.
-    if still_the_part(root, &job)?.is_none() {
+    if !still_the_part(root, &job)? {
         return Ok(Outcome::Piece(index, done));
     }
     if !take_whole(&job)? {
@@ -190,12 +190,12 @@ fn commit_pieces(
 ) -> Result<Outcome, SessionError> {
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let index = job.index;
-    let Some(reread) = still_the_part(root, &job)? else {
+    if !still_the_part(root, &job)? {
         return Ok(Outcome::Piece(index, done));
-    };
+    }
     journal::store(root, &job.journal_rel, j, &job.secret)
         .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
-    let Some(whole) = whole_digest(root, &job, &reread)? else {
+    let Some(whole) = whole_digest(root, &job)? else {
         return Ok(Outcome::Piece(index, done));
     };
     // A committed file is no part to join.
@@ -220,21 +220,19 @@ fn commit_pieces(
     Ok(Outcome::Piece(index, done))
 }
 
-/// Under the part's lock: the part opened by its name to be read again,
-/// or `None` when it is the final file now (another session committed
-/// it). Err: neither name holds it.
-fn still_the_part(root: &Root, job: &FinalJob) -> Result<Option<File>, SessionError> {
+/// Under the part's lock: whether the part name still holds it (`false`:
+/// the final name does, another session committed it). Err: neither.
+fn still_the_part(root: &Root, job: &FinalJob) -> Result<bool, SessionError> {
     let here = |rel: &str| {
         let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
         root.open_file(rel, flags, 0)
-            .ok()
-            .filter(|f| FileId::of(f).ok() == Some(job.part_id))
+            .is_ok_and(|f| FileId::of(&f).ok() == Some(job.part_id))
     };
-    if let Some(part) = here(&job.part_rel()) {
-        return Ok(Some(part));
+    if here(&job.part_rel()) {
+        return Ok(true);
     }
-    if here(&job.final_rel).is_some() {
-        return Ok(None);
+    if here(&job.final_rel) {
+        return Ok(false);
     }
     Err(SessionError::local(
         super::ErrorCode::Io,
@@ -254,15 +252,18 @@ struct Whole {
 }
 
 /// Under the whole file's lock: the file [`Whole`], when every piece is
-/// journaled complete in this part and its bytes there, read again now
-/// (`reread`), have its journal's digest; `None` while some piece is not.
-/// A journal whose piece reads otherwise (another session wrote over it,
-/// or the part is a new file on a reused inode) is forgotten: that piece
-/// is sent again.
-fn whole_digest(root: &Root, job: &FinalJob, reread: &File) -> Result<Option<Whole>, SessionError> {
+/// journaled complete in this part for this identity; `None` while some
+/// piece is not. Its bytes are not read again: a journal names only
+/// blocks whose bytes are the ones its digest was made of, since a session
+/// makes the journal of a piece name no more than it holds before it
+/// writes any of it, and a new part forgets the journals of any before it
+/// (`RecvFile::write_own`, `receive::join_part`); nobody else writes a
+/// part (its user's file, mode 0600, one name).
+fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<Whole>, SessionError> {
     let p = job.piece.as_ref().expect("a piece");
     let mut journals = Vec::with_capacity(p.piece.count as usize);
     let mut receipts = Vec::with_capacity(p.piece.count as usize);
+    let mut total = 0u64;
     for index in 0..p.piece.count {
         let piece = Piece { index, ..p.piece };
         let rel = journal::journal_of(&job.final_rel, Some(piece));
@@ -275,28 +276,17 @@ fn whole_digest(root: &Root, job: &FinalJob, reread: &File) -> Result<Option<Who
             return Ok(None);
         }
         receipts.push(super::shard::receipt(&job.secret, &j, piece));
-        journals.push((rel, (start, end), j.digest));
+        total = digest_add(total, j.digest);
+        journals.push(rel);
     }
     // Holes at its end were never written: the file is its size first.
     job.part
         .set_len(job.size)
         .map_err(|e| SessionError::io(format!("truncating {}", job.final_rel), e))?;
-    let never = std::sync::atomic::AtomicBool::new(false);
-    let mut total = 0u64;
-    let mut whole = true;
-    for (rel, span, digest) in &journals {
-        let on_disk = journal::span_digest(reread, *span, &never)
-            .map_err(|e| SessionError::io(format!("reading {} again", job.final_rel), e))?;
-        if on_disk != *digest {
-            journal::remove(root, rel);
-            whole = false;
-        }
-        total = digest_add(total, *digest);
-    }
-    Ok(whole.then(|| Whole {
+    Ok(Some(Whole {
         digest: total,
         receipts: super::shard::receipts_digest(&receipts),
-        journals: journals.into_iter().map(|(rel, _, _)| rel).collect(),
+        journals,
     }))
 }
 

@@ -623,20 +623,10 @@ pub fn plain_digest(
     size: u64,
     stop: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<u64> {
-    span_digest(file, (0, size), stop)
-}
-
-/// The plain digest of bytes `[start, end)` of `file` (`start` block
-/// aligned): a piece's terms, as the frames that brought it summed them.
-pub fn span_digest(
-    file: &File,
-    (start, size): (u64, u64),
-    stop: &std::sync::atomic::AtomicBool,
-) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
     use std::sync::atomic::Ordering;
-    let mut buf = vec![0u8; HASH_CHUNK.min((size - start).max(1) as usize)];
-    let (mut offset, mut d) = (start, 0);
+    let mut buf = vec![0u8; HASH_CHUNK.min(size.max(1) as usize)];
+    let (mut offset, mut d) = (0, 0);
     while offset < size {
         if stop.load(Ordering::Relaxed) {
             return Err(std::io::ErrorKind::Interrupted.into());

@@ -414,19 +414,38 @@ impl RecvFile {
         format!("{}{PART_SUFFIX}", self.final_rel)
     }
 
-    /// A piece is about to be written by this session: its journals get a
-    /// generation of their own (once), so their receipts are never those
-    /// of the journal it continued, which another session may have made
-    /// whole meanwhile and been told of (bytes this one writes over it,
-    /// even of the same unkeyed digest, are never that session's).
-    pub(crate) fn write_own(&mut self) -> Result<(), SessionError> {
+    /// A piece is about to be written by this session (its range locked):
+    /// its journals get a generation of their own (once), so their
+    /// receipts are never those of the journal it continued, which another
+    /// session may have made whole meanwhile and been told of (bytes this
+    /// one writes over it, even of the same unkeyed digest, are never that
+    /// session's). And before its first write the journal there names no
+    /// more than the blocks this session holds (none, when it starts from
+    /// nothing): whatever else it named, this session may write over, and
+    /// a journal never names a block whose bytes are not the ones its
+    /// digest was made of (the commit trusts it without reading it again).
+    pub(crate) fn write_own(&mut self, root: &Root, secret: &Secret) -> Result<(), SessionError> {
         if self.piece.is_none() || self.own_generation {
             return Ok(());
         }
         crate::datapath::sys::random_bytes(&mut self.generation)
             .map_err(|e| SessionError::io("drawing a journal generation", e))?;
         self.own_generation = true;
-        Ok(())
+        let (rel, part) = (self.journal_rel(), self.part_id);
+        let Some(part) = part.filter(|_| self.journaled) else {
+            journal::remove(root, &rel);
+            return Ok(());
+        };
+        let j = Journal {
+            id: self.id,
+            part,
+            digest: self.digest,
+            blocks: self.written.clone(),
+            generation: self.generation,
+        };
+        journal::store(root, &rel, &j, secret)
+            .map(|_| ())
+            .map_err(|e| SessionError::io(format!("writing the journal of {}", self.final_rel), e))
     }
 
     /// Where its journal is kept: beside the file, or (a piece) beside it
@@ -1313,7 +1332,7 @@ pub(crate) fn open_part(
                 )),
             }
         }
-        (None, Some(p)) => join_piece(root, direct, f, p),
+        (None, Some(p)) => join_piece((root, &rules.secret), direct, f, p),
         (None, None) => create_part(root, direct, rules, f),
     }
 }
@@ -1324,7 +1343,7 @@ pub(crate) fn open_part(
 /// there speaks of bytes this session now writes over, and goes, and
 /// its own journals get a generation of their own.
 fn join_piece(
-    root: &Root,
+    (root, secret): (&Root, &Secret),
     direct: DirectMode,
     f: &mut RecvFile,
     p: Piece,
@@ -1332,8 +1351,7 @@ fn join_piece(
     for _ in 0..4 {
         join_part(root, direct, f, p)?;
         if lock_span(root, f)? {
-            journal::remove(root, &f.journal_rel());
-            return f.write_own();
+            return f.write_own(root, secret);
         }
         f.part_id = None;
     }
@@ -1485,7 +1503,12 @@ fn join_part(
             Err(_) => clear_name(root, &rel)?,
         }
         match new_marked_part(root, direct, (&rel, &mark)) {
-            Ok((part, is_direct)) => return joined(f, part, is_direct, false).map_err(io),
+            Ok((part, is_direct)) => {
+                // No journal of an earlier part (whose inode this one may
+                // reuse) names blocks of this one.
+                forget_journals(root, &f.final_rel, p.count);
+                return joined(f, part, is_direct, false).map_err(io);
+            }
             // Another session made it first: join that one.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io(e)),
@@ -1589,11 +1612,13 @@ fn forget_pieces(root: &Root, final_rel: &str) {
             text.split(' ').next()?.parse::<u32>().ok()
         })
         .filter(|&n| n <= crate::protocol::manifest::PIECES_MAX);
-    for index in 0..count.unwrap_or(0) {
-        let piece = Piece {
-            index,
-            count: count.unwrap_or(0),
-        };
+    forget_journals(root, final_rel, count.unwrap_or(0));
+}
+
+/// Remove the journals of `final_rel`'s `count` pieces.
+fn forget_journals(root: &Root, final_rel: &str, count: u32) {
+    for index in 0..count {
+        let piece = Piece { index, count };
         journal::remove(root, &journal::journal_of(final_rel, Some(piece)));
     }
 }
@@ -1717,4 +1742,79 @@ fn covered(blocks: &[u64], size: u64, block: u64) -> u64 {
         .filter(|b| blocks[(b / 64) as usize] & (1 << (b % 64)) != 0)
         .map(|b| (size - b * block).min(block))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> Rules {
+        Rules {
+            owner: None,
+            owners: Default::default(),
+            ids: Default::default(),
+            dry_run: false,
+            follow: false,
+            live_parts: false,
+            keep: Default::default(),
+            secret: Secret::from_bytes([9; 32]),
+            keep_setid: false,
+            unsafe_links: Default::default(),
+            claims: Default::default(),
+            journal_budget: std::sync::Arc::new(JournalBudget::new(1 << 20)),
+        }
+    }
+
+    /// Piece 1 of 2 of a file of four 4 KiB blocks (blocks 2 and 3).
+    fn piece_file(rules: &Rules) -> RecvFile {
+        let e = Entry {
+            path: "big".into(),
+            kind: EntryKind::File,
+            size: 4 * 4096,
+            mode: 0o644,
+            piece: Some(Piece { index: 1, count: 2 }),
+            ..Default::default()
+        };
+        RecvFile::new(&e, "big".into(), 4096, rules)
+    }
+
+    /// Before a session writes a piece it continued, the journal there
+    /// names only the blocks that session holds, under a generation of its
+    /// own: another session's journal of the whole piece (blocks it may
+    /// write over) is gone. One starting from nothing leaves none.
+    #[test]
+    fn a_piece_writer_first_makes_the_journal_name_only_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = rules();
+        let part = std::fs::File::create(dir.path().join("big.urmove.part")).unwrap();
+        let mut f = piece_file(&rules);
+        // Continued from a journal of block 2 (its copy), while another
+        // session since journaled blocks 2 and 3.
+        (f.part_id, f.journaled, f.digest) = (Some(FileId::of(&part).unwrap()), true, 11);
+        (f.written, f.generation) = (vec![1 << 2], [1; 16]);
+        let theirs = Journal {
+            id: f.id,
+            part: f.part_id.unwrap(),
+            digest: 22,
+            blocks: vec![(1 << 2) | (1 << 3)],
+            generation: [1; 16],
+        };
+        journal::store(&root, &f.journal_rel(), &theirs, &rules.secret).unwrap();
+        f.write_own(&root, &rules.secret).unwrap();
+        let load = |f: &RecvFile| journal::load(&root, &f.journal_rel(), &rules.secret, &|_| true);
+        let now = load(&f).expect("a journal of what it holds");
+        assert_eq!((now.blocks, now.digest), (vec![1 << 2], 11));
+        assert_ne!(now.generation, [1; 16]);
+        assert_eq!(now.generation, f.generation);
+        // Once per session: its own journals keep that generation.
+        let drawn = f.generation;
+        f.write_own(&root, &rules.secret).unwrap();
+        assert_eq!(f.generation, drawn);
+        // From nothing: the journal there goes.
+        let mut fresh = piece_file(&rules);
+        fresh.part_id = f.part_id;
+        fresh.write_own(&root, &rules.secret).unwrap();
+        assert!(load(&fresh).is_none());
+    }
 }
