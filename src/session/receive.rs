@@ -368,6 +368,11 @@ pub(crate) struct RecvFile {
     /// then), kept while it only continues one whole.
     pub(crate) generation: [u8; 16],
     pub(crate) own_generation: bool,
+    /// A piece: the generation its journal carries as this session last
+    /// left it (the one it continued, then its own). Found otherwise when
+    /// it takes the piece's lock again, another session wrote the piece
+    /// meanwhile (every writer journals its generation before it writes).
+    pub(crate) journal_by: Option<[u8; 16]>,
 }
 
 impl RecvFile {
@@ -393,6 +398,7 @@ impl RecvFile {
             span: e.span(block),
             generation: [0; 16],
             own_generation: false,
+            journal_by: None,
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -421,21 +427,19 @@ impl RecvFile {
     /// one writes over it, even of the same unkeyed digest, are never that
     /// session's). And before its first write the journal there names no
     /// more than the blocks this session holds (none, when it starts from
-    /// nothing): whatever else it named, this session may write over, and
-    /// a journal never names a block whose bytes are not the ones its
-    /// digest was made of (the commit trusts it without reading it again).
+    /// nothing), under that generation: whatever else it named, this
+    /// session may write over, so a journal never names a block whose
+    /// bytes are not the ones its digest was made of (the commit trusts it
+    /// without reading it again), and a session that held the piece before
+    /// finds another's generation when it takes the lock again.
     pub(crate) fn write_own(&mut self, root: &Root, secret: &Secret) -> Result<(), SessionError> {
         if self.piece.is_none() || self.own_generation {
             return Ok(());
         }
+        let part = self.part_id.expect("a piece written is open");
         crate::datapath::sys::random_bytes(&mut self.generation)
             .map_err(|e| SessionError::io("drawing a journal generation", e))?;
         self.own_generation = true;
-        let (rel, part) = (self.journal_rel(), self.part_id);
-        let Some(part) = part.filter(|_| self.journaled) else {
-            journal::remove(root, &rel);
-            return Ok(());
-        };
         let j = Journal {
             id: self.id,
             part,
@@ -443,9 +447,12 @@ impl RecvFile {
             blocks: self.written.clone(),
             generation: self.generation,
         };
-        journal::store(root, &rel, &j, secret)
-            .map(|_| ())
-            .map_err(|e| SessionError::io(format!("writing the journal of {}", self.final_rel), e))
+        let rel = self.journal_rel();
+        journal::store(root, &rel, &j, secret).map_err(|e| {
+            SessionError::io(format!("writing the journal of {}", self.final_rel), e)
+        })?;
+        self.journal_by = Some(self.generation);
+        Ok(())
     }
 
     /// Where its journal is kept: beside the file, or (a piece) beside it
@@ -942,6 +949,7 @@ impl Incoming {
         f.written = j.blocks;
         f.digest = j.digest;
         f.generation = j.generation;
+        f.journal_by = f.piece.map(|_| j.generation);
         f.journaled = true;
         // Blocks the journal does not name may hold bytes of an earlier
         // session: a hole frame for one must clear it, not skip it.
@@ -1321,7 +1329,7 @@ pub(crate) fn open_part(
         (Some(id), None) => reopen_part(root, direct, f, id),
         (Some(id), Some(_)) => {
             reopen_part(root, direct, f, id)?;
-            match lock_span(root, f)? {
+            match lock_span((root, &rules.secret), f)? {
                 true => Ok(()),
                 false => Err(SessionError::local(
                     ErrorCode::Busy,
@@ -1350,7 +1358,7 @@ fn join_piece(
 ) -> Result<(), SessionError> {
     for _ in 0..4 {
         join_part(root, direct, f, p)?;
-        if lock_span(root, f)? {
+        if lock_span((root, secret), f)? {
             return f.write_own(root, secret);
         }
         f.part_id = None;
@@ -1394,7 +1402,7 @@ pub(crate) fn open_to_finish(
 /// busy. Once locked, no commit can rename the part until this opening
 /// closes: `false` (the part let go) when its name no longer holds it
 /// (committed or replaced before the lock).
-fn lock_span(root: &Root, f: &mut RecvFile) -> Result<bool, SessionError> {
+fn lock_span((root, secret): (&Root, &Secret), f: &mut RecvFile) -> Result<bool, SessionError> {
     use std::os::unix::fs::MetadataExt;
     let (Some(_), Some(part)) = (f.piece, f.part.as_ref()) else {
         return Ok(true);
@@ -1411,8 +1419,9 @@ fn lock_span(root: &Root, f: &mut RecvFile) -> Result<bool, SessionError> {
             });
             if !named {
                 f.part = None;
+                return Ok(false);
             }
-            Ok(named)
+            still_its_journal(root, secret, f).map(|()| true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             f.part = None;
@@ -1426,6 +1435,29 @@ fn lock_span(root: &Root, f: &mut RecvFile) -> Result<bool, SessionError> {
         }
         Err(e) => Err(SessionError::io(format!("locking {}", f.part_rel()), e)),
     }
+}
+
+/// Under the piece's lock: the journal there still carries the generation
+/// this session left it with (none expected before it held the piece).
+/// Otherwise another session wrote the piece since (it journals its own
+/// generation first), perhaps over blocks this one verified: busy, the
+/// part let go.
+fn still_its_journal(root: &Root, secret: &Secret, f: &mut RecvFile) -> Result<(), SessionError> {
+    let Some(expected) = f.journal_by else {
+        return Ok(());
+    };
+    let now = journal::load(root, &f.journal_rel(), secret, &|id| *id == f.id);
+    if now.is_some_and(|j| j.generation == expected) {
+        return Ok(());
+    }
+    f.part = None;
+    Err(SessionError::local(
+        ErrorCode::Busy,
+        format!(
+            "{}: another session wrote this piece since this one held it (its bytes here may not be the ones this one verified): run again",
+            f.final_rel
+        ),
+    ))
 }
 
 /// How long a piece's opening waits for a lock on the whole file (a
@@ -1811,10 +1843,41 @@ mod tests {
         let drawn = f.generation;
         f.write_own(&root, &rules.secret).unwrap();
         assert_eq!(f.generation, drawn);
-        // From nothing: the journal there goes.
+        // From nothing: the journal there names no block, under its own.
         let mut fresh = piece_file(&rules);
         fresh.part_id = f.part_id;
         fresh.write_own(&root, &rules.secret).unwrap();
-        assert!(load(&fresh).is_none());
+        let j = load(&fresh).expect("a journal of nothing");
+        assert_eq!((j.blocks, j.generation), (vec![0], fresh.generation));
+    }
+
+    /// A session that takes a piece's lock again (its part closed while
+    /// idle, or to finish it) finds the journal with the generation it
+    /// left there, or is told another session wrote the piece meanwhile.
+    #[test]
+    fn a_piece_taken_again_after_another_wrote_it_is_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = rules();
+        let part = std::fs::File::create(dir.path().join("big.urmove.part")).unwrap();
+        let mut f = piece_file(&rules);
+        f.part_id = Some(FileId::of(&part).unwrap());
+        f.write_own(&root, &rules.secret).unwrap();
+        let open = |f: &mut RecvFile| {
+            f.part = None;
+            open_part(&root, DirectMode::Off, &rules, f)
+        };
+        open(&mut f).unwrap();
+        // Another session writes it: its own generation first.
+        let mut other = piece_file(&rules);
+        other.part_id = f.part_id;
+        f.part = None;
+        other.write_own(&root, &rules.secret).unwrap();
+        let e = open(&mut f).unwrap_err();
+        assert!(
+            e.to_string().contains("another session wrote this piece"),
+            "{e}"
+        );
+        assert!(f.part.is_none());
     }
 }
