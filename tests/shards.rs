@@ -700,13 +700,16 @@ fn another_key_holders_piece_is_never_reported_as_the_victims() {
     let (code, text) = report_of(&[&r("s0.json"), &r("t1.json")]);
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("not this one's"), "{text}");
-    // No mark of a shared part is left on a committed file.
+    // No mark nor tag of a part is left on a committed file (its stamp,
+    // user.urmove, is).
     let marks = Command::new("getfattr")
-        .args(["-d", "-m", "user.urmove.pieces"])
+        .args(["-d", "-m", "^user\\.urmove"])
         .arg(&landed)
         .output()
         .unwrap();
-    assert!(!stdout(&marks).contains("pieces"), "{}", stdout(&marks));
+    let marks = stdout(&marks);
+    assert!(marks.contains("user.urmove="), "{marks}");
+    assert!(!marks.contains("user.urmove."), "{marks}");
 }
 
 /// What the Indexed Job of dist/k8s runs: the container's shell command,
@@ -1372,4 +1375,156 @@ fn a_piece_writer_killed_over_anothers_blocks_leaves_no_journal_naming_them() {
     assert!(v1.status.success(), "{}", stderr(&v1));
     std::fs::write(c.dir.path().join("s1.json"), &v1.stdout).unwrap();
     assert_eq!(c.finish(), Some(0));
+}
+
+/// A session that finished its piece first (and looked for the others
+/// under the whole file's lock) sends on (another file, slowly): the lock
+/// is let go of all the same (the finish unlocks its opening, which a
+/// lane's ring may hold a while yet), so the shard finishing the last
+/// piece meanwhile commits the file.
+#[test]
+fn a_finished_piece_lets_go_of_the_file_while_its_session_sends_on() {
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = dir.path().join("set");
+    std::fs::create_dir_all(&top).unwrap();
+    std::fs::write(top.join("big"), noise(16 << 20, 51)).unwrap();
+    for k in 0..2 {
+        std::fs::write(top.join(format!("slow{k}")), noise(24 << 20, 52 + k)).unwrap();
+    }
+    let state = dir.path().join("state");
+    let send = |k: u32, extra: &[&str]| {
+        urmove()
+            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "8M"])
+            .args(["--block", "1M", "-P", "1", "--lanes", "1", "--json"])
+            .args(extra)
+            .args(["-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg(&top)
+            .arg("127.0.0.1:dest")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Its piece (8 MiB) first, then its other file: two seconds more.
+    let first = send(0, &["--rate-limit", "12MB"]);
+    let journal = d.root.path().join("dest/set/big.0.urmove.piece");
+    let t = Instant::now();
+    while !journal.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "piece 0 never journaled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let last = send(1, &[]).wait_with_output().unwrap();
+    assert!(last.status.success(), "{}", stderr(&last));
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    let r = |name: &str, o: &std::process::Output| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, &o.stdout).unwrap();
+        p
+    };
+    let (a, b) = (r("s0.json", &first), r("s1.json", &last));
+    let (code, text) = report_of(&[&a, &b]);
+    assert_eq!(code, Some(0), "{text}");
+    same_tree(&top, &d.root.path().join("dest/set"));
+}
+
+/// Another key holder leaves a whole file's part and journal at the
+/// victim's path (killed), the victim's shard makes the shared part there
+/// (on a quiet ext4, often on the very inode number the other part had),
+/// and the other key holder resumes its whole file into it and is killed
+/// again: its journal names another part's tag, and a whole file never
+/// continues a part marked for pieces, so it writes nothing into the
+/// victim's piece; the report never calls the file complete with other
+/// bytes, and the victim's shards land its own.
+#[test]
+fn a_whole_files_stale_journal_never_writes_into_a_shared_part() {
+    crate::require!(crate::util::can_loop("ext4"), "needs root and loop devices");
+    let fs = crate::util::LoopFs::new("ext4", 400, 4096, false).unwrap();
+    let d = crate::transfer::Daemon::start_full(&[], "127.0.0.1", fs.path(), &[]);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, attacker) = (dir.path().join("v"), dir.path().join("a"));
+    let big = noise(64 << 20, 61);
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::create_dir_all(&attacker).unwrap();
+    std::fs::write(victim.join("big"), &big).unwrap();
+    let mut theirs = vec![0u8; 16 << 20];
+    theirs.extend(noise(32 << 20, 62));
+    std::fs::write(attacker.join("big"), &theirs).unwrap();
+    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
+    let push = |extra: &[&str]| {
+        urmove()
+            .args(["send", "--block", "1M", "-P", "1", "--lanes", "1"])
+            .args([
+                "--rate-limit",
+                "8MB",
+                "-p",
+                &d.port.to_string(),
+                "--key-file",
+            ])
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(&atk)
+            .args(extra)
+            .arg(attacker.join("big"))
+            .arg("127.0.0.1:d")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let killed = |mut c: Child, after: Duration| {
+        std::thread::sleep(after);
+        c.kill().unwrap();
+        let _ = c.wait();
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    killed(push(&[]), Duration::from_millis(1800));
+    let shard = |k: u32| {
+        let o = urmove()
+            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "16M"])
+            .args([
+                "--block",
+                "1M",
+                "-P",
+                "1",
+                "--json",
+                "-p",
+                &d.port.to_string(),
+            ])
+            .arg("--key-file")
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(&vs)
+            .arg(victim.join("big"))
+            .arg("127.0.0.1:d")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = dir.path().join(format!("s{k}.json"));
+        std::fs::write(&out, &o.stdout).unwrap();
+        out
+    };
+    let s1 = shard(1);
+    killed(push(&["--resume"]), Duration::from_millis(4500));
+    let s0 = shard(0);
+    let (code, text) = report_of(&[&s0, &s1]);
+    let landed = std::fs::read(d.root.path().join("d/big")).unwrap_or_default();
+    assert!(
+        code != Some(0) || landed == big,
+        "complete with other bytes: {text}"
+    );
+    if code != Some(0) {
+        let (s0, s1) = (shard(0), shard(1));
+        let (code, text) = report_of(&[&s0, &s1]);
+        assert_eq!(code, Some(0), "{text}");
+    }
+    assert!(std::fs::read(d.root.path().join("d/big")).unwrap() == big);
 }

@@ -353,9 +353,15 @@ impl<'s> Book<'s> {
     /// Close a file's part while it waits or is dropped (no write of it
     /// is in flight).
     fn close(&mut self, index: usize) {
-        if self.file(index).part.take().is_some() {
-            self.open_parts -= 1;
+        let f = self.file(index);
+        let Some(part) = f.part.take() else { return };
+        // A lane's ring may hold this opening a while yet (its registered
+        // slot): a piece's range is let go of now, not when that closes.
+        if f.piece.is_some() {
+            let (start, end) = f.span;
+            let _ = crate::datapath::sys::unlock_range(&part, start, end - start);
         }
+        self.open_parts -= 1;
     }
 
     /// The part of file `index` open for the frame just accepted (nothing
@@ -649,6 +655,7 @@ impl<'s> Book<'s> {
             digest: f.digest,
             blocks: f.written.clone(),
             generation: f.generation,
+            tag: f.part_tag,
         };
         (f.dirty, f.journaling, f.last_journal, f.wire_since_journal) = (false, true, now, 0);
         self.pending += 1;

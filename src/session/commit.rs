@@ -43,13 +43,14 @@ pub(crate) struct FinalJob {
     piece: Option<PieceOf>,
 }
 
-/// A written piece: which, the file's identity, its blocks and its
-/// journal's generation.
+/// A written piece: which, the file's identity, its blocks, its
+/// journal's generation and its part's tag.
 struct PieceOf {
     piece: Piece,
     id: Identity,
     written: Vec<u64>,
     generation: [u8; 16],
+    tag: [u8; 16],
 }
 
 impl FinalJob {
@@ -76,6 +77,7 @@ impl FinalJob {
                 id: f.id,
                 written: std::mem::take(&mut f.written),
                 generation: f.generation,
+                tag: f.part_tag,
             }),
         }
     }
@@ -135,6 +137,7 @@ fn reject(root: &Root, job: FinalJob) {
 /// the pieces' (each agreed with the shard that sent it).
 fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let _unlock = Unlocks::of(&job.part);
     let p = job.piece.as_ref().expect("a piece");
     job.part
         .sync_data()
@@ -145,6 +148,7 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         digest: job.digest,
         blocks: p.written.clone(),
         generation: p.generation,
+        tag: p.tag,
     };
     let done = PieceDone {
         digest: job.digest,
@@ -168,6 +172,25 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         }
     }
     commit_pieces(root, job, &j, done)
+}
+
+/// Lets go of every lock of an opening when dropped: a lane's ring may
+/// hold the opening (its registered slot) after the finish is done with
+/// it, and a lock it kept would stop every other session's commit.
+struct Unlocks(Option<File>);
+
+impl Unlocks {
+    fn of(part: &File) -> Unlocks {
+        Unlocks(part.try_clone().ok())
+    }
+}
+
+impl Drop for Unlocks {
+    fn drop(&mut self) {
+        if let Some(f) = &self.0 {
+            let _ = crate::datapath::sys::unlock_range(f, 0, 0);
+        }
+    }
 }
 
 /// Lock all of `job`'s part for this opening (see [`finish_piece`]):
@@ -272,7 +295,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<Whole>, SessionErr
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
         let blocks = (start / p.id.block, end.div_ceil(p.id.block));
-        if j.part != job.part_id || !exactly(&j.blocks, blocks) {
+        if j.part != job.part_id || j.tag != p.tag || !exactly(&j.blocks, blocks) {
             return Ok(None);
         }
         receipts.push(super::shard::receipt(&job.secret, &j, piece));
@@ -323,6 +346,9 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         crate::datapath::sys::remove_xattr(part, super::receive::LIVE_XATTR)
             .map_err(|e| SessionError::io(ctx("clearing the live attribute of"), e))?;
     }
+    // The part's tag is the part's, not the file's.
+    crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
+        .map_err(|e| SessionError::io(ctx("untagging"), e))?;
     let named = (part, job.final_rel.as_str());
     let _ = journal::stamp(named, job.digest, (&job.secret, job.owner));
     part.set_permissions(std::fs::Permissions::from_mode(job.mode))

@@ -203,6 +203,7 @@ mod tests {
             digest: 99,
             blocks,
             generation: [5; 16],
+            tag: [6; 16],
         };
         let mut have = vec![1u8, 3];
         for size in [3 * 4096u32 + 1, 14, 8192] {

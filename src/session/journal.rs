@@ -28,7 +28,7 @@ pub const JOURNAL_SUFFIX: &str = ".urmove.journal";
 const JOURNAL_MAGIC: [u8; 4] = *b"URMJ";
 const STAMP_MAGIC: [u8; 4] = *b"URMS";
 const VERSION: u16 = 4;
-/// Journals of version 3 name no generation (read as all zeros).
+/// Journals of version 3 name no generation nor tag (read as all zeros).
 const VERSION_BEFORE_GENERATION: u16 = 3;
 /// Stamps of version 3 carry no time and no owner: their files are read
 /// again (and stamped anew when they are complete).
@@ -122,6 +122,19 @@ pub struct Journal {
     /// of the same blocks and digest written by two sessions differ here
     /// (see `shard::receipt`).
     pub generation: [u8; 16],
+    /// The part's own tag ([`PART_TAG_XATTR`], drawn when the part was
+    /// made): a part made later on a reused inode number is not this one.
+    pub tag: [u8; 16],
+}
+
+/// Where a part file keeps the random tag it was made with.
+pub const PART_TAG_XATTR: &CStr = c"user.urmove.tag";
+
+/// The tag of `part` (all zeros for a part made before tags were).
+pub fn part_tag(part: &File) -> [u8; 16] {
+    sys::get_xattr(part, PART_TAG_XATTR)
+        .and_then(|t| t.try_into().ok())
+        .unwrap_or([0; 16])
 }
 
 /// How a journal lists its blocks: whichever is smaller.
@@ -129,7 +142,7 @@ const AS_BITMAP: u8 = 0;
 const AS_RANGES: u8 = 1;
 
 /// Bytes of a journal before its list of blocks.
-const JOURNAL_HEAD_LEN: u64 = 4 + 2 + 28 + 24 + 16 + 1 + 8;
+const JOURNAL_HEAD_LEN: u64 = 4 + 2 + 28 + 24 + 32 + 1 + 8;
 
 fn is_set(blocks: &[u64], b: u64) -> bool {
     blocks[(b / 64) as usize] & (1 << (b % 64)) != 0
@@ -170,7 +183,7 @@ impl Journal {
         w.bytes(&JOURNAL_MAGIC).u16(VERSION);
         self.id.write(&mut w);
         w.u64(self.part.dev).u64(self.part.ino).u64(self.digest);
-        w.bytes(&self.generation);
+        w.bytes(&self.generation).bytes(&self.tag);
         let ranges = self.ranges();
         if ranges.len() * 16 < self.blocks.len() * 8 {
             w.u8(AS_RANGES).u64(ranges.len() as u64);
@@ -222,9 +235,9 @@ impl Journal {
             ino: r.u64().ok()?,
         };
         let digest = r.u64().ok()?;
-        let generation = match version {
-            VERSION => r.array::<16>().ok()?,
-            _ => [0; 16],
+        let (generation, tag) = match version {
+            VERSION => (r.array::<16>().ok()?, r.array::<16>().ok()?),
+            _ => ([0; 16], [0; 16]),
         };
         let words = id.blocks().div_ceil(64) as usize;
         let blocks = match r.u8().ok()? {
@@ -238,14 +251,18 @@ impl Journal {
             digest,
             blocks,
             generation,
+            tag,
         })
     }
 
-    /// Whether `part` is the file this journal speaks of: the same device
-    /// and inode, and long enough to hold the last block named (a data
+    /// Whether `part` is the file this journal speaks of: the same device,
+    /// inode and tag, and long enough to hold the last block named (a data
     /// block extends the file; only a trailing hole would not, and is then
     /// written again).
     pub fn matches(&self, part: &File) -> bool {
+        if part_tag(part) != self.tag {
+            return false;
+        }
         let (Ok(m), Ok(id)) = (part.metadata(), FileId::of(part)) else {
             return false;
         };
@@ -659,6 +676,7 @@ mod tests {
             digest: 42,
             blocks,
             generation: [7; 16],
+            tag: [8; 16],
         }
     }
 
@@ -679,7 +697,7 @@ mod tests {
         let mac = secret.mac(&[b"urmove journal", &w.buf]);
         w.bytes(&mac);
         let old = Journal::decode(&w.buf, &id(), &secret).unwrap();
-        assert_eq!(old.generation, [0; 16]);
+        assert_eq!((old.generation, old.tag), ([0; 16], [0; 16]));
         assert_eq!(old.blocks, j.blocks);
         assert_ne!(old, j);
     }

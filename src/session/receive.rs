@@ -373,6 +373,9 @@ pub(crate) struct RecvFile {
     /// it takes the piece's lock again, another session wrote the piece
     /// meanwhile (every writer journals its generation before it writes).
     pub(crate) journal_by: Option<[u8; 16]>,
+    /// The tag of the part it writes ([`journal::PART_TAG_XATTR`]), which
+    /// its journals name.
+    pub(crate) part_tag: [u8; 16],
 }
 
 impl RecvFile {
@@ -399,6 +402,7 @@ impl RecvFile {
             generation: [0; 16],
             own_generation: false,
             journal_by: None,
+            part_tag: [0; 16],
             seen: vec![0; words],
             written: vec![0; words],
             received: 0,
@@ -446,6 +450,7 @@ impl RecvFile {
             digest: self.digest,
             blocks: self.written.clone(),
             generation: self.generation,
+            tag: self.part_tag,
         };
         let rel = self.journal_rel();
         journal::store(root, &rel, &j, secret).map_err(|e| {
@@ -840,6 +845,7 @@ impl Incoming {
                     digest: f.digest,
                     blocks: f.written.clone(),
                     generation: f.generation,
+                    tag: f.part_tag,
                 }
                 .ranges();
                 self.have.push(HaveItem::Partial {
@@ -928,9 +934,12 @@ impl Incoming {
         let Ok(part) = self.root.open_file(&rel, flags, 0) else {
             return Ok(None);
         };
-        // The very part the journal names, ours alone (one name, our user).
+        // The very part the journal names (inode and tag), ours alone (one
+        // name, our user), and marked for these very pieces, or for none.
         let own = part.metadata().is_ok_and(|m| is_own_file(&m));
-        if !own || !j.matches(&part) {
+        let mark = crate::datapath::sys::get_xattr(&part, PIECES_XATTR);
+        let want = f.piece.map(|p| pieces_mark(f, p).into_bytes());
+        if !own || !j.matches(&part) || mark != want {
             return Ok(None);
         }
         let ranges = j.ranges();
@@ -950,6 +959,7 @@ impl Incoming {
         f.digest = j.digest;
         f.generation = j.generation;
         f.journal_by = f.piece.map(|_| j.generation);
+        f.part_tag = j.tag;
         f.journaled = true;
         // Blocks the journal does not name may hold bytes of an earlier
         // session: a hole frame for one must clear it, not skip it.
@@ -1496,8 +1506,9 @@ pub(crate) const PIECES_XATTR: &std::ffi::CStr = c"user.urmove.pieces";
 /// The value of [`PIECES_XATTR`] for `f`'s pieces.
 fn pieces_mark(f: &RecvFile, p: Piece) -> String {
     let id = &f.id;
+    let name = xxhash_rust::xxh3::xxh3_64(f.final_rel.as_bytes());
     format!(
-        "{} {} {}.{:09} {}",
+        "{} {} {}.{:09} {} {name:016x}",
         p.count, id.size, id.mtime_s, id.mtime_ns, id.block
     )
 }
@@ -1524,6 +1535,7 @@ fn join_part(
                     && crate::datapath::sys::get_xattr(&part, PIECES_XATTR).as_deref()
                         == Some(mark.as_bytes());
                 if ours {
+                    f.part_tag = journal::part_tag(&part);
                     return joined(f, part, is_direct, true).map_err(io);
                 }
                 drop(part);
@@ -1534,11 +1546,12 @@ fn join_part(
             // A link, a FIFO, a directory: removed (a directory refused).
             Err(_) => clear_name(root, &rel)?,
         }
-        match new_marked_part(root, direct, (&rel, &mark)) {
-            Ok((part, is_direct)) => {
-                // No journal of an earlier part (whose inode this one may
-                // reuse) names blocks of this one.
+        match new_part(root, direct, (&rel, Some(&mark))) {
+            Ok((part, is_direct, tag)) => {
+                // The journals of an earlier part are of no use (and its
+                // tag is not this one's).
                 forget_journals(root, &f.final_rel, p.count);
+                f.part_tag = tag;
                 return joined(f, part, is_direct, false).map_err(io);
             }
             // Another session made it first: join that one.
@@ -1552,27 +1565,31 @@ fn join_part(
     ))
 }
 
-/// A new part at `rel`, marked before it has its name (made under a name
-/// of its own, then renamed where nothing is): a session that finds it
-/// there finds its mark. `Err(AlreadyExists)` when another came first.
-fn new_marked_part(
+/// A new part at `rel`, tagged (and, a shared one, marked `mark`) before
+/// it has its name (made under a name of its own, then renamed where
+/// nothing is): a session that finds it there finds its tag and mark.
+/// `Err(AlreadyExists)` when another came first.
+fn new_part(
     root: &Root,
     direct: DirectMode,
-    (rel, mark): (&str, &str),
-) -> std::io::Result<(File, bool)> {
-    let mut tag = [0u8; 8];
-    crate::datapath::sys::random_bytes(&mut tag)?;
+    (rel, mark): (&str, Option<&str>),
+) -> std::io::Result<(File, bool, [u8; 16])> {
+    use crate::datapath::sys::{random_bytes, set_xattr};
+    let mut tag = [0u8; 16];
+    random_bytes(&mut tag)?;
     let base = rel.strip_suffix(PART_SUFFIX).unwrap_or(rel);
-    let tmp = format!("{base}.{:016x}{PART_SUFFIX}", u64::from_le_bytes(tag));
+    let name = u64::from_le_bytes(tag[..8].try_into().expect("8 bytes"));
+    let tmp = format!("{base}.{name:016x}{PART_SUFFIX}");
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let (part, is_direct) = root.open_direct(&tmp, flags, 0o600, direct)?;
-    let placed = crate::datapath::sys::set_xattr(&part, PIECES_XATTR, mark.as_bytes())
+    let placed = set_xattr(&part, journal::PART_TAG_XATTR, &tag)
+        .and_then(|()| mark.map_or(Ok(()), |m| set_xattr(&part, PIECES_XATTR, m.as_bytes())))
         .and_then(|()| root.rename_new(&tmp, rel));
     if let Err(e) = placed {
         let _ = root.unlink(&tmp);
         return Err(e);
     }
-    Ok((part, is_direct))
+    Ok((part, is_direct, tag))
 }
 
 fn joined(f: &mut RecvFile, part: File, is_direct: bool, stale: bool) -> std::io::Result<()> {
@@ -1595,10 +1612,9 @@ fn create_part(
 ) -> Result<(), SessionError> {
     let rel = f.part_rel();
     let io = |e| SessionError::io(rel.clone(), e);
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let mut tries = 0;
-    let (part, is_direct) = loop {
-        match root.open_direct(&rel, flags, 0o600, direct) {
+    let (part, is_direct, tag) = loop {
+        match new_part(root, direct, (&rel, None)) {
             Ok(p) => break p,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => {
                 tries += 1;
@@ -1618,6 +1634,7 @@ fn create_part(
         part.set_permissions(mode).map_err(io)?;
     }
     f.part_id = Some(id);
+    f.part_tag = tag;
     journal::remove(root, &f.journal_rel());
     f.part = Some(part);
     f.opened = f.opened.wrapping_add(1);
@@ -1831,6 +1848,7 @@ mod tests {
             digest: 22,
             blocks: vec![(1 << 2) | (1 << 3)],
             generation: [1; 16],
+            tag: [0; 16],
         };
         journal::store(&root, &f.journal_rel(), &theirs, &rules.secret).unwrap();
         f.write_own(&root, &rules.secret).unwrap();
@@ -1849,6 +1867,20 @@ mod tests {
         fresh.write_own(&root, &rules.secret).unwrap();
         let j = load(&fresh).expect("a journal of nothing");
         assert_eq!((j.blocks, j.generation), (vec![0], fresh.generation));
+    }
+
+    /// A shared part is marked for its file's name too: another file's
+    /// part of the same size, mtime and split, renamed to this one's part
+    /// name by someone who can write under the root, is never joined.
+    #[test]
+    fn a_pieces_mark_names_its_file() {
+        let rules = rules();
+        let x = piece_file(&rules);
+        let mut y = piece_file(&rules);
+        y.final_rel = "other".into();
+        let p = x.piece.unwrap();
+        assert_eq!(pieces_mark(&x, p), pieces_mark(&piece_file(&rules), p));
+        assert_ne!(pieces_mark(&x, p), pieces_mark(&y, p));
     }
 
     /// A session that takes a piece's lock again (its part closed while

@@ -217,8 +217,8 @@ pub const SPLIT_OVER: u64 = 256 << 20;
 
 /// The receipt a receiver gives for the journal `j` of `piece`: a MAC,
 /// with the receivers' secret (which every receiver sharing the root
-/// holds, and no sender), of the file's identity, the piece, the part, the
-/// digest and the journal's generation. A session that writes the piece
+/// holds, and no sender), of the file's identity, the piece, the part (its
+/// inode and tag), the digest and the journal's generation. A session that writes the piece
 /// again journals it with a generation of its own, so its receipt differs
 /// even where its bytes were made to have the same (unkeyed) digest.
 pub(crate) fn receipt(
@@ -236,7 +236,8 @@ pub(crate) fn receipt(
         .u64(j.part.dev)
         .u64(j.part.ino)
         .u64(j.digest)
-        .bytes(&j.generation);
+        .bytes(&j.generation)
+        .bytes(&j.tag);
     let mac = secret.mac(&[b"urmove piece receipt", &w.buf]);
     u64::from_le_bytes(mac[..8].try_into().expect("8 bytes"))
 }
