@@ -1528,3 +1528,142 @@ fn a_whole_files_stale_journal_never_writes_into_a_shared_part() {
     }
     assert!(std::fs::read(d.root.path().join("d/big")).unwrap() == big);
 }
+
+/// A local user who may write in the destination puts the victim's own
+/// journal of piece 0 back after another key holder wrote the piece with
+/// other bytes (same size and mtime): the journal is authentic, but the
+/// part records the other session's generation for the piece, so the
+/// victim's last shard does not commit those bytes and the report is not
+/// complete; the victim's shard 0 run again lands its own.
+#[test]
+fn a_piece_journal_put_back_by_a_local_user_is_not_the_pieces() {
+    crate::require!(
+        crate::util::is_root() && have("setpriv"),
+        "needs root and setpriv"
+    );
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, attacker, big) = two_versions(dir.path(), Some(0x45));
+    // The destination, planted by nobody, writable by all.
+    let planted = d.root.path().join("x");
+    std::fs::create_dir(&planted).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(
+        &planted,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let as_nobody = |args: &[&std::ffi::OsStr]| {
+        let s = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "mv",
+                "-f",
+            ])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(s.success());
+    };
+    let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
+    let r = |name: &str| dir.path().join(name);
+    let shard = |k: u32, src: &Path, state: &Path, out: &str| {
+        let o = shard_into(&d, (k, 2), (&src.join("big"), "x"), state, &r(out));
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    shard(0, &victim, &vs, "s0.json");
+    let journal = planted.join("big.0.urmove.piece");
+    let aside = planted.join("saved");
+    as_nobody(&[journal.as_os_str(), aside.as_os_str()]);
+    shard(0, &attacker, &atk, "a0.json");
+    as_nobody(&[aside.as_os_str(), journal.as_os_str()]);
+    shard(1, &victim, &vs, "s1.json");
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    let landed = planted.join("big");
+    assert!(
+        code != Some(0) || std::fs::read(&landed).unwrap() == big,
+        "{text}"
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        !landed.exists(),
+        "committed with a piece the part does not record"
+    );
+    shard(0, &victim, &vs, "s0.json");
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(&landed).unwrap() == big);
+}
+
+/// A piece journaled, then its source rewritten in place with its mtime
+/// put back: the shard run again is told its held piece differs, starts
+/// it again in the shared part, and the transfer completes at once.
+#[test]
+fn a_piece_held_wrong_is_sent_again_into_the_shared_part() {
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (victim, _, _) = two_versions(dir.path(), None);
+    let state = dir.path().join("vs");
+    let r = |name: &str| dir.path().join(name);
+    let big = victim.join("big");
+    let shard = |k: u32, out: &str| {
+        let o = shard_into(&d, (k, 2), (&victim, "z"), &state, &r(out));
+        assert!(o.status.success(), "shard {k}: {}", stderr(&o));
+    };
+    shard(0, "s0.json");
+    let mtime = std::fs::metadata(&big).unwrap().modified().unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::options().write(true).open(&big).unwrap();
+        f.write_all_at(&noise(1 << 20, 77), 3 << 20).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+    shard(0, "s0.json");
+    shard(1, "s1.json");
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        std::fs::read(d.root.path().join("z/set/big")).unwrap() == std::fs::read(&big).unwrap()
+    );
+}
+
+/// A receiver's root on a filesystem without user attributes nor O_DIRECT
+/// (ramfs, as some NFS and FUSE mounts): whole files land, verified, and
+/// nothing of urmove's is left beside them.
+#[test]
+fn a_root_without_attributes_nor_o_direct_takes_whole_files() {
+    crate::require!(crate::util::is_root(), "needs root to mount a ramfs");
+    let mnt = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.path().to_path_buf());
+    let d = crate::transfer::Daemon::start_full(&[], "127.0.0.1", mnt.path(), &[]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let top = src.path().join("set");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..5u64 {
+        std::fs::write(
+            top.join(format!("f{i}")),
+            noise(300_000 + i as usize * 7, i),
+        )
+        .unwrap();
+    }
+    let o = d.send(&["--json"], &[top.to_str().unwrap(), "127.0.0.1:in"]);
+    let v = json(&o);
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["files_verified"], 5, "{v}");
+    same_tree(&top, &d.root.path().join("in/set"));
+    drop(d);
+}

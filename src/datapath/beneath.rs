@@ -190,14 +190,27 @@ impl Root {
         direct: super::DirectMode,
     ) -> io::Result<(File, bool)> {
         use super::DirectMode;
-        if direct != DirectMode::Off {
-            match self.open_file(rel, flags | libc::O_DIRECT, mode) {
-                Ok(f) => return Ok((f, true)),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct == DirectMode::Auto => {}
-                Err(e) => return Err(e),
-            }
+        // Opened first, O_DIRECT set after: a filesystem that refuses it
+        // refuses the flag, not the open (which may have made the file).
+        let f = self.open_file(rel, flags, mode)?;
+        if direct == DirectMode::Off {
+            return Ok((f, false));
         }
-        Ok((self.open_file(rel, flags, mode)?, false))
+        use std::os::fd::AsRawFd;
+        // SAFETY: F_GETFL and F_SETFL on a descriptor this function owns
+        // read and set its status flags; no memory is passed.
+        let set = unsafe {
+            let now = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+            now >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, now | libc::O_DIRECT) == 0
+        };
+        if set {
+            return Ok((f, true));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINVAL) if direct == DirectMode::Auto => Ok((f, false)),
+            _ => Err(e),
+        }
     }
 
     /// The directory holding `rel` (opened beneath the root) and the last

@@ -162,6 +162,9 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         return Ok(Outcome::Piece(index, done));
     }
     if !take_whole(&job)? {
+        if !still_ours(&job, &j) {
+            return Ok(Outcome::Piece(index, done));
+        }
         journal::store(root, &job.journal_rel, &j, &job.secret)
             .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
         let (start, end) = piece_span(job.size, p.id.block, p.piece);
@@ -172,6 +175,14 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         }
     }
     commit_pieces(root, job, &j, done)
+}
+
+/// Whether the part still records the generation of `j` for this piece:
+/// no other session wrote it since this one (it records its own first).
+/// Otherwise this one's journal is not stored again over the other's.
+fn still_ours(job: &FinalJob, j: &Journal) -> bool {
+    let p = job.piece.as_ref().expect("a piece");
+    super::receive::piece_generation(&job.part, p.piece) == Some(j.generation)
 }
 
 /// Lets go of every lock of an opening when dropped: a lane's ring may
@@ -213,7 +224,7 @@ fn commit_pieces(
 ) -> Result<Outcome, SessionError> {
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let index = job.index;
-    if !still_the_part(root, &job)? {
+    if !still_the_part(root, &job)? || !still_ours(&job, j) {
         return Ok(Outcome::Piece(index, done));
     }
     journal::store(root, &job.journal_rel, j, &job.secret)
@@ -221,8 +232,11 @@ fn commit_pieces(
     let Some(whole) = whole_digest(root, &job)? else {
         return Ok(Outcome::Piece(index, done));
     };
-    // A committed file is no part to join.
+    // A committed file is no part to join, and its pieces' generations
+    // were the part's.
+    let count = job.piece.as_ref().expect("a piece").piece.count;
     crate::datapath::sys::remove_xattr(&job.part, super::receive::PIECES_XATTR)
+        .and_then(|()| super::receive::clear_piece_generations(&job.part, count))
         .map_err(|e| SessionError::io(ctx("unmarking"), e))?;
     // Pieces came from several sessions, perhaps several owners: the
     // stamp names none, so a later run reads it again by content before
@@ -295,7 +309,9 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<Whole>, SessionErr
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
         let blocks = (start / p.id.block, end.div_ceil(p.id.block));
-        if j.part != job.part_id || j.tag != p.tag || !exactly(&j.blocks, blocks) {
+        let recorded = super::receive::piece_generation(&job.part, piece);
+        let current = recorded == Some(j.generation);
+        if j.part != job.part_id || j.tag != p.tag || !current || !exactly(&j.blocks, blocks) {
             return Ok(None);
         }
         receipts.push(super::shard::receipt(&job.secret, &j, piece));

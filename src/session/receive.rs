@@ -444,6 +444,17 @@ impl RecvFile {
         crate::datapath::sys::random_bytes(&mut self.generation)
             .map_err(|e| SessionError::io("drawing a journal generation", e))?;
         self.own_generation = true;
+        let (open, piece) = (self.part.as_ref(), self.piece.expect("a piece"));
+        set_piece_generation(open.expect("a piece written is open"), piece, &self.generation)
+            .map_err(|e| {
+                SessionError::io(
+                    format!(
+                        "{}: recording piece {}'s generation on its part (a filesystem with little room for attributes, as ext4 with about 100 a file, takes fewer shards)",
+                        self.final_rel, piece.index
+                    ),
+                    e,
+                )
+            })?;
         let j = Journal {
             id: self.id,
             part,
@@ -942,6 +953,13 @@ impl Incoming {
         if !own || !j.matches(&part) || mark != want {
             return Ok(None);
         }
+        // A piece's journal is the one its last writer left only with the
+        // generation that writer recorded on the part.
+        if f.piece
+            .is_some_and(|p| piece_generation(&part, p) != Some(j.generation))
+        {
+            return Ok(None);
+        }
         let ranges = j.ranges();
         let on_disk = journal::part_digests(&part, f.size, self.block, &ranges, key, tick).ok();
         let Some(on_disk) = on_disk.filter(|d| d.plain == j.digest) else {
@@ -1015,17 +1033,20 @@ impl Incoming {
                 }
                 FileState::Receiving if is_wrong => {
                     // Start over: the part goes (by inode), a new one comes.
+                    // A shared part keeps the other pieces, and this one's
+                    // journal is replaced under its lock when it is joined
+                    // again (`write_own`).
                     if let Some(id) = f.part_id.take().filter(|_| !self.rules.dry_run) {
-                        // A shared part keeps the other pieces.
                         if f.piece.is_none() {
                             let _ = self.root.unlink_file(&f.part_rel(), id);
                             lock_claims(&self.rules).remove(&id);
+                            journal::remove(&self.root, &f.journal_rel());
                         }
-                        journal::remove(&self.root, &f.journal_rel());
                     }
                     f.seen.fill(0);
                     f.written.fill(0);
                     (f.received, f.digest, f.journaled, f.stale) = (0, 0, false, false);
+                    (f.journal_by, f.own_generation) = (None, false);
                 }
                 _ => {}
             }
@@ -1457,7 +1478,9 @@ fn still_its_journal(root: &Root, secret: &Secret, f: &mut RecvFile) -> Result<(
         return Ok(());
     };
     let now = journal::load(root, &f.journal_rel(), secret, &|id| *id == f.id);
-    if now.is_some_and(|j| j.generation == expected) {
+    let (part, piece) = (f.part.as_ref(), f.piece.expect("a piece"));
+    let recorded = part.and_then(|p| piece_generation(p, piece));
+    if now.is_some_and(|j| j.generation == expected) && recorded == Some(expected) {
         return Ok(());
     }
     f.part = None;
@@ -1503,6 +1526,34 @@ fn lock_waiting(part: &File, (start, len): (u64, u64)) -> std::io::Result<()> {
 /// new part, so it never writes over blocks the others journaled.
 pub(crate) const PIECES_XATTR: &std::ffi::CStr = c"user.urmove.pieces";
 
+/// The attribute of a shared part that names the generation of the last
+/// session to write piece `p` (set under the piece's lock before its first
+/// write): a journal of the piece with another is not the piece's as it is
+/// now, however authentic (one a local user put back beside the part).
+fn generation_xattr(p: Piece) -> std::ffi::CString {
+    std::ffi::CString::new(format!("user.urmove.g.{}", p.index)).expect("no NUL")
+}
+
+/// The generation recorded on `part` for piece `p`.
+pub(crate) fn piece_generation(part: &File, p: Piece) -> Option<[u8; 16]> {
+    crate::datapath::sys::get_xattr(part, &generation_xattr(p))?
+        .try_into()
+        .ok()
+}
+
+fn set_piece_generation(part: &File, p: Piece, generation: &[u8; 16]) -> std::io::Result<()> {
+    crate::datapath::sys::set_xattr(part, &generation_xattr(p), generation)
+}
+
+/// Clear a committed file's pieces' generations (the part's, not the file's).
+pub(crate) fn clear_piece_generations(part: &File, count: u32) -> std::io::Result<()> {
+    for index in 0..count {
+        let name = generation_xattr(Piece { index, count });
+        crate::datapath::sys::remove_xattr(part, &name)?;
+    }
+    Ok(())
+}
+
 /// The value of [`PIECES_XATTR`] for `f`'s pieces.
 fn pieces_mark(f: &RecvFile, p: Piece) -> String {
     let id = &f.id;
@@ -1536,7 +1587,7 @@ fn join_part(
                         == Some(mark.as_bytes());
                 if ours {
                     f.part_tag = journal::part_tag(&part);
-                    return joined(f, part, is_direct, true).map_err(io);
+                    return joined(f, part, is_direct).map_err(io);
                 }
                 drop(part);
                 forget_pieces(root, &f.final_rel);
@@ -1552,7 +1603,7 @@ fn join_part(
                 // tag is not this one's).
                 forget_journals(root, &f.final_rel, p.count);
                 f.part_tag = tag;
-                return joined(f, part, is_direct, false).map_err(io);
+                return joined(f, part, is_direct).map_err(io);
             }
             // Another session made it first: join that one.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -1582,7 +1633,7 @@ fn new_part(
     let tmp = format!("{base}.{name:016x}{PART_SUFFIX}");
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let (part, is_direct) = root.open_direct(&tmp, flags, 0o600, direct)?;
-    let placed = set_xattr(&part, journal::PART_TAG_XATTR, &tag)
+    let placed = tag_part(&part, &mut tag, mark.is_some())
         .and_then(|()| mark.map_or(Ok(()), |m| set_xattr(&part, PIECES_XATTR, m.as_bytes())))
         .and_then(|()| root.rename_new(&tmp, rel));
     if let Err(e) = placed {
@@ -1592,9 +1643,25 @@ fn new_part(
     Ok((part, is_direct, tag))
 }
 
-fn joined(f: &mut RecvFile, part: File, is_direct: bool, stale: bool) -> std::io::Result<()> {
+/// Give `part` its tag. A whole file's part on a filesystem without user
+/// attributes goes untagged (`tag` all zeros: its journal is found by its
+/// own name, which its part's making clears, and no shared part is made
+/// there); a shared one needs them.
+fn tag_part(part: &File, tag: &mut [u8; 16], shared: bool) -> std::io::Result<()> {
+    match crate::datapath::sys::set_xattr(part, journal::PART_TAG_XATTR, tag) {
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) && !shared => {
+            *tag = [0; 16];
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// `f` writes into `part` now (a shared part's blocks are another
+/// session's, or were, until this one's lock: a hole it brings is cleared).
+fn joined(f: &mut RecvFile, part: File, is_direct: bool) -> std::io::Result<()> {
     f.part_id = Some(FileId::of(&part)?);
-    f.stale |= stale;
+    f.stale = true;
     f.part = Some(part);
     f.opened = f.opened.wrapping_add(1);
     f.direct = is_direct;
@@ -1842,6 +1909,7 @@ mod tests {
         // session since journaled blocks 2 and 3.
         (f.part_id, f.journaled, f.digest) = (Some(FileId::of(&part).unwrap()), true, 11);
         (f.written, f.generation) = (vec![1 << 2], [1; 16]);
+        f.part = Some(part.try_clone().unwrap());
         let theirs = Journal {
             id: f.id,
             part: f.part_id.unwrap(),
@@ -1857,13 +1925,18 @@ mod tests {
         assert_eq!((now.blocks, now.digest), (vec![1 << 2], 11));
         assert_ne!(now.generation, [1; 16]);
         assert_eq!(now.generation, f.generation);
+        // The part records it (a local user cannot set it back).
+        assert_eq!(
+            piece_generation(&part, f.piece.unwrap()),
+            Some(f.generation)
+        );
         // Once per session: its own journals keep that generation.
         let drawn = f.generation;
         f.write_own(&root, &rules.secret).unwrap();
         assert_eq!(f.generation, drawn);
         // From nothing: the journal there names no block, under its own.
         let mut fresh = piece_file(&rules);
-        fresh.part_id = f.part_id;
+        (fresh.part_id, fresh.part) = (f.part_id, Some(part.try_clone().unwrap()));
         fresh.write_own(&root, &rules.secret).unwrap();
         let j = load(&fresh).expect("a journal of nothing");
         assert_eq!((j.blocks, j.generation), (vec![0], fresh.generation));
@@ -1893,7 +1966,10 @@ mod tests {
         let rules = rules();
         let part = std::fs::File::create(dir.path().join("big.urmove.part")).unwrap();
         let mut f = piece_file(&rules);
-        f.part_id = Some(FileId::of(&part).unwrap());
+        (f.part_id, f.part) = (
+            Some(FileId::of(&part).unwrap()),
+            Some(part.try_clone().unwrap()),
+        );
         f.write_own(&root, &rules.secret).unwrap();
         let open = |f: &mut RecvFile| {
             f.part = None;
@@ -1902,14 +1978,29 @@ mod tests {
         open(&mut f).unwrap();
         // Another session writes it: its own generation first.
         let mut other = piece_file(&rules);
-        other.part_id = f.part_id;
+        (other.part_id, other.part) = (f.part_id, Some(part.try_clone().unwrap()));
         f.part = None;
         other.write_own(&root, &rules.secret).unwrap();
-        let e = open(&mut f).unwrap_err();
-        assert!(
-            e.to_string().contains("another session wrote this piece"),
-            "{e}"
-        );
-        assert!(f.part.is_none());
+        let busy = |f: &mut RecvFile| {
+            let e = open(f).unwrap_err();
+            assert!(
+                e.to_string().contains("another session wrote this piece"),
+                "{e}"
+            );
+            assert!(f.part.is_none());
+        };
+        busy(&mut f);
+        // Its own journal put back (by someone who can rename under the
+        // root): the part still records the other's generation.
+        let mine = Journal {
+            id: f.id,
+            part: f.part_id.unwrap(),
+            digest: 0,
+            blocks: vec![0],
+            generation: f.generation,
+            tag: [0; 16],
+        };
+        journal::store(&root, &f.journal_rel(), &mine, &rules.secret).unwrap();
+        busy(&mut f);
     }
 }

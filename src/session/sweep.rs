@@ -52,7 +52,8 @@ pub(crate) fn sweep(root: &Root, age: Duration, claims: &InodeClaims) -> usize {
                 let busy = claims
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .contains(&id);
+                    .contains(&id)
+                    || locked(root, &rel);
                 if !busy && root.unlink_file(&rel, id).is_ok() {
                     removed += 1;
                 }
@@ -67,4 +68,13 @@ fn stale(m: &std::fs::Metadata, now: SystemTime, age: Duration) -> bool {
         .ok()
         .and_then(|t| now.duration_since(t).ok())
         .is_some_and(|d| d > age)
+}
+
+/// A session holds a lock on it (a piece's writer, on any receiver of a
+/// shared root, or its commit, which gives the part its source's old
+/// mtime just before the rename): not claimed in this daemon, but in use.
+fn locked(root: &Root, rel: &str) -> bool {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    root.open_file(rel, flags, 0)
+        .is_ok_and(|f| crate::datapath::sys::lock_in_the_way(&f, 0, 0).is_ok_and(|l| l.is_some()))
 }
