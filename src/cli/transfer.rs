@@ -452,7 +452,11 @@ impl SendObserver for SendPrinter {
     }
 }
 
-pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, Failure> {
+/// A send's target as given (`HOST:DEST`), split, and its sources.
+type Aim = (String, (String, String), Vec<PathBuf>);
+
+/// What `a` sends where (see [`Aim`]), its rates checked.
+fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let (target, sources) = a.args.split_last().expect("clap requires two or more");
     let (host, dest) = split_target(target).ok_or_else(|| {
@@ -475,6 +479,11 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     if a.min_rate.as_ref().is_some_and(|r| r.bytes_per_s <= 0.0) || a.window.is_zero() {
         return Err(usage("--min-rate and --window must be above zero".into()));
     }
+    Ok((target.clone(), (host, dest), sources))
+}
+
+pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, Failure> {
+    let (target, (host, dest), sources) = send_what(&a)?;
     check_block("--block", a.block)?;
     let fixed = !(a.follow || a.tree.delete || a.tree.delete_excluded);
     let (host, shard) = shard_host(a.shard.as_deref(), fixed, &host)?;

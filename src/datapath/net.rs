@@ -715,30 +715,8 @@ impl NetSender {
         }
         let stream = tag.stream;
         if notif {
-            // The kernel is done with the buffer.
             let lease = lease.expect("a notification returns the buffer");
-            self.stats.zc_notifs += 1;
-            if result & ZC_COPIED != 0 {
-                self.stats.zc_copied += 1;
-            }
-            if self.mode == ZeroCopy::Auto
-                && self.zc_now
-                && self.stats.zc_notifs >= ZC_PROBE_NOTIFS
-                && self.stats.zc_copied == self.stats.zc_notifs
-            {
-                self.zc_now = false;
-                self.stats.zc_fell_back = true;
-            }
-            // Resume a short send only with its own buffer: another frame
-            // of this stream may have been sent since.
-            let q = &mut self.queues[stream as usize];
-            match q.rest_from {
-                Some((index, done)) if index == lease.index() => {
-                    q.rest_from = None;
-                    self.push_send(stream, lease, tag.len, done)
-                }
-                _ => self.ring.arena().give_back(lease),
-            }
+            self.notified(stream, lease, result, tag.len);
             return Ok(());
         }
         if !self.queues[stream as usize].live {
@@ -763,22 +741,7 @@ impl NetSender {
             return Ok(());
         }
         if result > 0 {
-            let now = Instant::now();
-            self.sent[stream as usize] += result as u64;
-            if let Some(p) = &self.published {
-                p.store(
-                    self.ids[stream as usize] as usize,
-                    self.sent[stream as usize],
-                );
-            }
-            self.queues[stream as usize].last_progress = now;
-            // The peer as a whole moves when its TCP acknowledges: a send
-            // into a fresh socket's buffer (a lost stream's frames moved to
-            // an idle one) is no sign of a live receiver.
-            if self.peer_acked(stream) {
-                self.last_any_progress = now;
-                self.lost_waiting = false;
-            }
+            self.progressed(stream, result as u64);
         }
         let done = tag.done + result as u32;
         assert!(done <= tag.len, "the kernel sent more than asked");
@@ -800,6 +763,53 @@ impl NetSender {
         self.queues[stream as usize].busy = false;
         self.issue(stream);
         Ok(())
+    }
+
+    /// A zero-copy send's notification: the kernel is done with `lease`.
+    fn notified(&mut self, stream: u32, lease: Lease, result: i32, len: u32) {
+        self.stats.zc_notifs += 1;
+        if result & ZC_COPIED != 0 {
+            self.stats.zc_copied += 1;
+        }
+        if self.mode == ZeroCopy::Auto
+            && self.zc_now
+            && self.stats.zc_notifs >= ZC_PROBE_NOTIFS
+            && self.stats.zc_copied == self.stats.zc_notifs
+        {
+            self.zc_now = false;
+            self.stats.zc_fell_back = true;
+        }
+        // Resume a short send only with its own buffer: another frame
+        // of this stream may have been sent since.
+        let q = &mut self.queues[stream as usize];
+        match q.rest_from {
+            Some((index, done)) if index == lease.index() => {
+                q.rest_from = None;
+                self.push_send(stream, lease, len, done)
+            }
+            _ => self.ring.arena().give_back(lease),
+        }
+    }
+
+    /// `bytes` of `stream` went out: counted, published, and the peer's
+    /// progress noted.
+    fn progressed(&mut self, stream: u32, bytes: u64) {
+        let now = Instant::now();
+        self.sent[stream as usize] += bytes;
+        if let Some(p) = &self.published {
+            p.store(
+                self.ids[stream as usize] as usize,
+                self.sent[stream as usize],
+            );
+        }
+        self.queues[stream as usize].last_progress = now;
+        // The peer as a whole moves when its TCP acknowledges: a send
+        // into a fresh socket's buffer (a lost stream's frames moved to
+        // an idle one) is no sign of a live receiver.
+        if self.peer_acked(stream) {
+            self.last_any_progress = now;
+            self.lost_waiting = false;
+        }
     }
 
     /// Send everything queued and wait for every buffer to come back.

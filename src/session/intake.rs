@@ -448,15 +448,14 @@ impl<'a> Intake<'a> {
 mod tests {
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
-    use std::sync::{mpsc, Arc};
+    use std::sync::mpsc;
 
     use super::*;
     use crate::datapath::alloc_count::allocations_during;
     use crate::datapath::beneath::Root;
     use crate::datapath::DirectMode;
     use crate::protocol::manifest::{Entry, EntryKind};
-    use crate::session::receive::{Incoming, JournalBudget, Rules};
-    use crate::session::secret::Secret;
+    use crate::session::receive::{Incoming, Rules};
 
     const BLOCK: u64 = 64 << 10;
     const BLOCKS: u64 = 64;
@@ -474,20 +473,7 @@ mod tests {
             link: None,
             ..Default::default()
         }];
-        let rules = Rules {
-            owner: None,
-            owners: Default::default(),
-            ids: Default::default(),
-            dry_run: false,
-            follow: false,
-            live_parts: false,
-            keep: Default::default(),
-            secret: Secret::from_bytes([7; 32]),
-            keep_setid: false,
-            unsafe_links: Default::default(),
-            claims: Default::default(),
-            journal_budget: Arc::new(JournalBudget::new(64 << 20)),
-        };
+        let rules = Rules::plain([7; 32], 64 << 20);
         let root = Root::open_for_writing(dir).unwrap();
         let (off, block) = (DirectMode::Off, BLOCK);
         Incoming::prepare(

@@ -95,58 +95,16 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
     let (runs, failed): (Vec<ShardRun>, Vec<ShardRun>) = runs
         .into_iter()
         .partition(|r| !r.shard.manifest.digest.is_empty());
-    let Some(first) = runs.first() else {
+    let Some(first) = runs.first().cloned() else {
         m.problems
             .push("no report of a shard that moved data".into());
         return m;
     };
-    let (count, manifest) = (first.shard.count, first.shard.manifest.clone());
-    let transfer = first.shard.transfer.clone();
-    let split = (first.shard.split_over, first.shard.block);
-    let first_file = first.file.clone();
+    let (count, manifest) = (first.shard.count, &first.shard.manifest);
     (m.shards, m.manifest_digest) = (count, manifest.digest.clone());
     (m.files, m.bytes_total) = (manifest.files, manifest.bytes);
-    let mut latest: BTreeMap<u32, ShardRun> = BTreeMap::new();
-    for r in runs {
-        if r.shard.transfer != transfer {
-            m.problems.push(format!(
-                "{}: shard {} of the transfer to {}, not this one's, to {transfer}",
-                r.file, r.shard.index, r.shard.transfer
-            ));
-            continue;
-        }
-        if r.shard.count != count || r.shard.manifest.digest != manifest.digest {
-            m.problems.push(format!(
-                "{}: shard {} of {} of another transfer (manifest {}), not this one's {} of {count}",
-                r.file, r.shard.index, r.shard.count, short(&r.shard.manifest.digest), short(&manifest.digest)
-            ));
-            continue;
-        }
-        if (r.shard.split_over, r.shard.block) != split {
-            m.problems.push(format!(
-                "{}: shard {} split files above {} bytes in blocks of {}, not above {} in blocks of {} as {}: every shard must use the same --split-over and --block (and fit the same frames)",
-                r.file, r.shard.index, r.shard.split_over, r.shard.block, split.0, split.1, first_file
-            ));
-            continue;
-        }
-        let newer = latest
-            .get(&r.shard.index)
-            .is_none_or(|o| o.shard.ended_unix_s <= r.shard.ended_unix_s);
-        if newer {
-            latest.insert(r.shard.index, r);
-        }
-    }
-    // A shard whose only runs failed before their data: why.
-    for r in failed
-        .iter()
-        .filter(|r| !latest.contains_key(&r.shard.index))
-    {
-        let why = r.error.as_deref().unwrap_or("no reason given");
-        m.problems.push(format!(
-            "{}: shard {} failed before its data ({}: {why})",
-            r.file, r.shard.index, r.status
-        ));
-    }
+    let latest = latest_runs(&mut m, runs, &first);
+    say_failed(&mut m, &failed, &latest);
     m.missing_shards = (0..count).filter(|k| !latest.contains_key(k)).collect();
     if !m.missing_shards.is_empty() {
         m.problems
@@ -167,6 +125,68 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
         ));
     }
     m
+}
+
+/// Each shard's latest run of the transfer `first` names; a run of
+/// another transfer, or split otherwise, is a problem and left out.
+fn latest_runs(m: &mut Merged, runs: Vec<ShardRun>, first: &ShardRun) -> BTreeMap<u32, ShardRun> {
+    let mut latest: BTreeMap<u32, ShardRun> = BTreeMap::new();
+    for r in runs {
+        if let Some(why) = not_of(&r, first) {
+            m.problems.push(why);
+            continue;
+        }
+        let newer = latest
+            .get(&r.shard.index)
+            .is_none_or(|o| o.shard.ended_unix_s <= r.shard.ended_unix_s);
+        if newer {
+            latest.insert(r.shard.index, r);
+        }
+    }
+    latest
+}
+
+/// Why `r` is not a shard of the transfer `first` is one of, if it is not.
+fn not_of(r: &ShardRun, first: &ShardRun) -> Option<String> {
+    let (s, f) = (&r.shard, &first.shard);
+    if s.transfer != f.transfer {
+        return Some(format!(
+            "{}: shard {} of the transfer to {}, not this one's, to {}",
+            r.file, s.index, s.transfer, f.transfer
+        ));
+    }
+    if s.count != f.count || s.manifest.digest != f.manifest.digest {
+        return Some(format!(
+            "{}: shard {} of {} of another transfer (manifest {}), not this one's {} of {}",
+            r.file,
+            s.index,
+            s.count,
+            short(&s.manifest.digest),
+            short(&f.manifest.digest),
+            f.count
+        ));
+    }
+    if (s.split_over, s.block) != (f.split_over, f.block) {
+        return Some(format!(
+            "{}: shard {} split files above {} bytes in blocks of {}, not above {} in blocks of {} as {}: every shard must use the same --split-over and --block (and fit the same frames)",
+            r.file, s.index, s.split_over, s.block, f.split_over, f.block, first.file
+        ));
+    }
+    None
+}
+
+/// A shard whose only runs failed before their data: why.
+fn say_failed(m: &mut Merged, failed: &[ShardRun], latest: &BTreeMap<u32, ShardRun>) {
+    for r in failed
+        .iter()
+        .filter(|r| !latest.contains_key(&r.shard.index))
+    {
+        let why = r.error.as_deref().unwrap_or("no reason given");
+        m.problems.push(format!(
+            "{}: shard {} failed before its data ({}: {why})",
+            r.file, r.shard.index, r.status
+        ));
+    }
 }
 
 fn short(d: &str) -> &str {

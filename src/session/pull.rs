@@ -100,24 +100,11 @@ pub fn run_pull(
     let expect = Expect::transfer(total, false);
     let (data, mut report, landed) =
         pull.receive(cfg, engine, (expect, &files_done), interrupt, obs)?;
-    report.command = "pull";
-    report.files = pull.incoming.file_count() as u64;
-    report.bytes_skipped = pull.incoming.file_bytes().saturating_sub(total);
-    report.bytes_total = pull.incoming.file_bytes();
-    (
-        report.files_unchanged,
-        report.files_found_complete,
-        report.files_continued,
-    ) = kept;
-    report.files_verified = complete_before - kept.0 + landed.committed;
-    report.skip(&pull.incoming.entries, &pull.refused);
-    let skipped: Vec<Refused> = pull
-        .incoming
-        .skipped
-        .iter()
-        .map(|(i, why)| (*i, String::new(), why.clone()))
-        .collect();
-    report.skip(&pull.incoming.entries, &skipped);
+    pull.count_into(
+        &mut report,
+        kept,
+        (total, complete_before - kept.0 + landed.committed),
+    );
     match data {
         Ok(lanes) => report.lanes = lanes,
         Err(e) => {
@@ -185,6 +172,37 @@ struct Pull {
     refused: Vec<Refused>,
     /// A sharded pull: the whole manifest, as the daemon told it.
     whole: Option<super::shard::Manifest>,
+}
+
+impl Pull {
+    /// The pull's files and bytes in `report`: `kept` held before (see
+    /// `held_counts`), `total` bytes it set out to fetch, `verified` files
+    /// verified in all.
+    fn count_into(
+        &self,
+        report: &mut SendReport,
+        kept: (u64, u64, u64),
+        (total, verified): (u64, u64),
+    ) {
+        let incoming = &self.incoming;
+        report.command = "pull";
+        report.files = incoming.file_count() as u64;
+        report.bytes_total = incoming.file_bytes();
+        report.bytes_skipped = incoming.file_bytes().saturating_sub(total);
+        (
+            report.files_unchanged,
+            report.files_found_complete,
+            report.files_continued,
+        ) = kept;
+        report.files_verified = verified;
+        report.skip(&incoming.entries, &self.refused);
+        let skipped: Vec<Refused> = incoming
+            .skipped
+            .iter()
+            .map(|(i, why)| (*i, String::new(), why.clone()))
+            .collect();
+        report.skip(&incoming.entries, &skipped);
+    }
 }
 
 /// Open a pull session for `req`: the daemon's manifest (only what was

@@ -201,6 +201,26 @@ impl JournalBudget {
 pub const JOURNAL_BYTES_PER_S: u64 = 64 << 20;
 
 impl Rules {
+    /// A session's rules with nothing asked for: `secret`, and a journal
+    /// budget of `journal_bytes` a second.
+    #[cfg(test)]
+    pub(crate) fn plain(secret: [u8; 32], journal_bytes: u64) -> Rules {
+        Rules {
+            owner: None,
+            owners: Default::default(),
+            ids: Default::default(),
+            dry_run: false,
+            follow: false,
+            live_parts: false,
+            keep: Default::default(),
+            secret: Secret::from_bytes(secret),
+            keep_setid: false,
+            unsafe_links: Default::default(),
+            claims: Default::default(),
+            journal_budget: Arc::new(JournalBudget::new(journal_bytes)),
+        }
+    }
+
     /// What entry `e` is given besides its bytes.
     pub(crate) fn dress(&self, e: &Entry) -> Dress {
         let o = &e.owner;
@@ -1865,20 +1885,7 @@ mod tests {
     use super::*;
 
     fn rules() -> Rules {
-        Rules {
-            owner: None,
-            owners: Default::default(),
-            ids: Default::default(),
-            dry_run: false,
-            follow: false,
-            live_parts: false,
-            keep: Default::default(),
-            secret: Secret::from_bytes([9; 32]),
-            keep_setid: false,
-            unsafe_links: Default::default(),
-            claims: Default::default(),
-            journal_budget: std::sync::Arc::new(JournalBudget::new(1 << 20)),
-        }
+        Rules::plain([9; 32], 1 << 20)
     }
 
     /// Piece 1 of 2 of a file of four 4 KiB blocks (blocks 2 and 3).

@@ -2023,23 +2023,27 @@ fn pull_session(
     }
     let bytes = counters.snapshot().0;
     let files = (tree.file_count() - pushed.skipped.len()) as u64;
-    registry
-        .stats
-        .bytes_sent
-        .fetch_add(bytes, Ordering::Relaxed);
-    registry
-        .stats
-        .files_sent
-        .fetch_add(files, Ordering::Relaxed);
-    send_msg(
-        s,
-        &Message::Summary {
-            files,
-            bytes,
-            ok: true,
-        },
-    )?;
+    pulled(s, registry, files, bytes)?;
     Ok((files, bytes))
+}
+
+/// A pull's data sent: counted in the daemon's stats and summed up to the
+/// client.
+fn pulled(
+    s: &mut Control,
+    registry: &Registry,
+    files: u64,
+    bytes: u64,
+) -> Result<(), SessionError> {
+    let stats = &registry.stats;
+    stats.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+    stats.files_sent.fetch_add(files, Ordering::Relaxed);
+    let summary = Message::Summary {
+        files,
+        bytes,
+        ok: true,
+    };
+    send_msg(s, &summary)
 }
 
 /// A pull's sources as offered: the root, the tree scanned beneath it,
