@@ -1013,6 +1013,66 @@ fn two_versions(dir: &Path, other: Option<u8>) -> (PathBuf, PathBuf, Vec<u8>) {
     (victim.join("set"), attacker.join("set"), big)
 }
 
+/// Two receivers of one root that keep secrets of their own (each DTN's
+/// package made its own): neither trusts the other's journals, so the split
+/// file is never committed. The shard whose receiver finds the other's
+/// journal says why, and so does the merged report (running the shards
+/// again would not help); once both run with one secret, the shards run
+/// again finish it.
+#[test]
+fn receivers_with_two_secrets_say_why_a_split_file_is_never_committed() {
+    let d = crate::transfer::Daemon::start();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (src, _, big) = two_versions(dir.path(), None);
+    let own = dir.path().join("other-state");
+    let other = d.twin_with(&["--state-dir", own.to_str().unwrap()]);
+    let r = |name: &str| dir.path().join(name);
+    let send = |k: u32, port: u16| {
+        let o = urmove()
+            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "8M"])
+            .args([
+                "--block",
+                "1M",
+                "--json",
+                "-P",
+                "2",
+                "-p",
+                &port.to_string(),
+            ])
+            .arg("--key-file")
+            .arg(&d.key)
+            .arg("--state-dir")
+            .arg(r("vs"))
+            .arg(&src)
+            .arg("127.0.0.1:x")
+            .output()
+            .unwrap();
+        std::fs::write(r(&format!("s{k}.json")), &o.stdout).unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let landed = d.root.path().join("x/set/big");
+    send(0, d.port);
+    let said = send(1, other.port);
+    assert!(
+        said.contains("piece 0's journal made with another secret"),
+        "{said}"
+    );
+    assert!(!landed.exists(), "committed with an untrusted journal");
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("made with another secret"), "{text}");
+    assert!(text.contains("must run with one secret"), "{text}");
+    // One secret: the piece journaled under the other is sent again.
+    drop(other);
+    let other = d.twin();
+    send(0, d.port);
+    send(1, other.port);
+    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(&landed).unwrap() == big);
+}
+
 /// Another key holder writes piece 1 again after the victim's shard 1
 /// journaled it (`-I`: from nothing), with other bytes of the same
 /// unkeyed digest (Wagner's k-tree, as tests/attack2.rs forges them) and

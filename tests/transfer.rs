@@ -112,8 +112,14 @@ impl Drop for Twin {
 impl Daemon {
     /// Another daemon on 127.0.0.1 in front of this one's root.
     pub fn twin(&self) -> Twin {
-        let (child, port, log) =
-            spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &self.extra);
+        self.twin_with(&[])
+    }
+
+    /// [`Daemon::twin`], with `more` arguments (as another `--state-dir`).
+    pub fn twin_with(&self, more: &[&str]) -> Twin {
+        let mut extra = self.extra.clone();
+        extra.extend(more.iter().map(|a| a.to_string()));
+        let (child, port, log) = spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &extra);
         Twin {
             child,
             port,

@@ -612,6 +612,19 @@ fn shard_summary(s: &crate::session::shard::ShardReport) -> String {
     )
 }
 
+/// A split file the shard's receiver cannot commit: the journal of another
+/// piece there was made with another secret (running again cannot help).
+fn warn_untrusted(r: &SendReport) {
+    for piece in r.shard.iter().flat_map(|s| &s.pieces) {
+        if let Some(k) = piece.untrusted {
+            render::warn(&format!(
+                "{}: the receiver found piece {k}'s journal made with another secret and cannot commit the file: receivers sharing a root must run with one secret (the same --state-dir, or its secret file copied)",
+                piece.path
+            ));
+        }
+    }
+}
+
 /// "4 streams", or what `-P auto` chose of those it opened; and the
 /// lanes (threads with a ring each) that carried them, when more than one.
 fn streams_text(r: &SendReport) -> String {
@@ -785,6 +798,7 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             }
         }
     }
+    warn_untrusted(r);
     if p.format == Format::Human && r.bytes_skipped > 0 {
         p.out.line(&held_summary(r));
     }

@@ -242,7 +242,7 @@ impl ErrorCode {
 }
 
 /// A piece of a split file verified and journaled complete, as its
-/// receiver acknowledges it (protocol 10).
+/// receiver acknowledges it (protocol 10; `untrusted`, 11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PieceDone {
     /// Its digest over its blocks, agreed with its sender.
@@ -254,6 +254,10 @@ pub struct PieceDone {
     /// When this session found every piece there and committed the file:
     /// its digest, and the digest of its pieces' receipts.
     pub whole: Option<(u64, u64)>,
+    /// When this session could not commit the file because the journal of
+    /// piece K there is not one its secret made (protocol 11): another
+    /// receiver's, run with another secret, or no journal of urmove's.
+    pub untrusted: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -610,12 +614,17 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .bytes(digest);
         }
         Message::PieceAck { file_index, done } => {
-            let (digest, receipts) = done.whole.unwrap_or((0, 0));
+            // What became of the file: 0 left to the last piece, 1
+            // committed (its digest, its receipts' digest), 2 not trusted
+            // (the piece whose journal this receiver could not trust).
+            let (state, a, b) = match (done.whole, done.untrusted) {
+                (Some((digest, receipts)), _) => (1, digest, receipts),
+                (None, Some(piece)) => (2, u64::from(piece), 0),
+                (None, None) => (0, 0, 0),
+            };
             w.u8(kind::PIECE_ACK).u32(*file_index);
             w.u64(done.digest).u64(done.receipt);
-            w.u8(u8::from(done.whole.is_some()))
-                .u64(digest)
-                .u64(receipts);
+            w.u8(state).u64(a).u64(b);
         }
         Message::Error { code, message } => {
             let text: String = message.chars().take(ERROR_TEXT_MAX / 4).collect();
@@ -930,20 +939,25 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         },
         kind::PIECE_ACK => {
             let (file_index, digest, receipt) = (r.u32()?, r.u64()?, r.u64()?);
-            let (committed, whole) = (r.u8()?, (r.u64()?, r.u64()?));
-            if committed > 1 || (committed == 0 && whole != (0, 0)) {
-                return Err(DecodeError::Invalid {
-                    what: "piece acknowledgement",
-                    value: u64::from(committed),
-                });
-            }
-            let whole = (committed == 1).then_some(whole);
+            let (state, a, b) = (r.u8()?, r.u64()?, r.u64()?);
+            let (whole, untrusted) = match (state, a, b) {
+                (0, 0, 0) => (None, None),
+                (1, digest, receipts) => (Some((digest, receipts)), None),
+                (2, piece, 0) if piece <= u64::from(u32::MAX) => (None, Some(piece as u32)),
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        what: "piece acknowledgement",
+                        value: u64::from(state),
+                    })
+                }
+            };
             Message::PieceAck {
                 file_index,
                 done: PieceDone {
                     digest,
                     receipt,
                     whole,
+                    untrusted,
                 },
             }
         }
@@ -1226,6 +1240,7 @@ mod tests {
                     digest: 7,
                     receipt: 5,
                     whole: Some((0, 3)),
+                    untrusted: None,
                 },
             },
             Message::PieceAck {
@@ -1234,6 +1249,16 @@ mod tests {
                     digest: 7,
                     receipt: 1 << 63,
                     whole: None,
+                    untrusted: None,
+                },
+            },
+            Message::PieceAck {
+                file_index: 4,
+                done: PieceDone {
+                    digest: 3,
+                    receipt: 2,
+                    whole: None,
+                    untrusted: Some(u32::MAX),
                 },
             },
             Message::Shard {
@@ -1374,6 +1399,31 @@ mod tests {
             decode_body(&w.buf),
             Err(DecodeError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn a_piece_acknowledgement_says_one_thing_of_its_file() {
+        let ack = |state: u8, a: u64, b: u64| {
+            let mut w = Writer::default();
+            w.u8(kind::PIECE_ACK).u32(1).u64(2).u64(3);
+            w.u8(state).u64(a).u64(b);
+            decode_body(&w.buf)
+        };
+        let untrusted = |m: Message| match m {
+            Message::PieceAck { done, .. } => (done.whole, done.untrusted),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(untrusted(ack(0, 0, 0).unwrap()), (None, None));
+        assert_eq!(untrusted(ack(1, 0, 0).unwrap()), (Some((0, 0)), None));
+        assert_eq!(untrusted(ack(2, 7, 0).unwrap()), (None, Some(7)));
+        // Left to the last with a digest, a piece past u32 or with a
+        // receipts digest, a state past 2: refused.
+        for (state, a, b) in [(0, 1, 0), (0, 0, 1), (2, 1 << 32, 0), (2, 1, 1), (3, 0, 0)] {
+            assert!(
+                matches!(ack(state, a, b), Err(DecodeError::Invalid { .. })),
+                "{state} {a} {b}"
+            );
+        }
     }
 
     #[test]

@@ -154,6 +154,7 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
         digest: job.digest,
         receipt: super::shard::receipt(&job.secret, &j, p.piece),
         whole: None,
+        untrusted: None,
     };
     let index = job.index;
     // Another session found every piece first: this one's is in the file
@@ -229,8 +230,13 @@ fn commit_pieces(
     }
     journal::store(root, &job.journal_rel, j, &job.secret)
         .map_err(|e| SessionError::io(ctx("writing the journal of"), e))?;
-    let Some(whole) = whole_digest(root, &job)? else {
-        return Ok(Outcome::Piece(index, done));
+    let whole = match whole_digest(root, &job)? {
+        Found::Whole(whole) => whole,
+        Found::Missing => return Ok(Outcome::Piece(index, done)),
+        Found::Untrusted(piece) => {
+            done.untrusted = Some(piece);
+            return Ok(Outcome::Piece(index, done));
+        }
     };
     // A committed file is no part to join, and its pieces' generations
     // were the part's.
@@ -288,15 +294,24 @@ struct Whole {
     journals: Vec<String>,
 }
 
+/// What [`whole_digest`] found of a split file's pieces.
+enum Found {
+    Whole(Whole),
+    /// Some piece is not journaled complete (yet) in this part.
+    Missing,
+    /// Piece K's journal is not one this receiver's secret made: it will
+    /// never count here (receivers sharing a root must share one secret).
+    Untrusted(u32),
+}
+
 /// Under the whole file's lock: the file [`Whole`], when every piece is
-/// journaled complete in this part for this identity; `None` while some
-/// piece is not. Its bytes are not read again: a journal names only
+/// journaled complete in this part for this identity. Its bytes are not read again: a journal names only
 /// blocks whose bytes are the ones its digest was made of, since a session
 /// makes the journal of a piece name no more than it holds before it
 /// writes any of it, and a new part forgets the journals of any before it
 /// (`RecvFile::write_own`, `receive::join_part`); nobody else writes a
 /// part (its user's file, mode 0600, one name).
-fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<Whole>, SessionError> {
+fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
     let p = job.piece.as_ref().expect("a piece");
     let mut journals = Vec::with_capacity(p.piece.count as usize);
     let mut receipts = Vec::with_capacity(p.piece.count as usize);
@@ -305,14 +320,17 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<Whole>, SessionErr
         let piece = Piece { index, ..p.piece };
         let rel = journal::journal_of(&job.final_rel, Some(piece));
         let Some(j) = journal::load(root, &rel, &job.secret, &|id| *id == p.id) else {
-            return Ok(None);
+            return Ok(match journal::untrusted(root, &rel, &job.secret) {
+                true => Found::Untrusted(index),
+                false => Found::Missing,
+            });
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
         let blocks = (start / p.id.block, end.div_ceil(p.id.block));
         let recorded = super::receive::piece_generation(&job.part, piece);
         let current = recorded == Some(j.generation);
         if j.part != job.part_id || j.tag != p.tag || !current || !exactly(&j.blocks, blocks) {
-            return Ok(None);
+            return Ok(Found::Missing);
         }
         receipts.push(super::shard::receipt(&job.secret, &j, piece));
         total = digest_add(total, j.digest);
@@ -322,7 +340,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Option<Whole>, SessionErr
     job.part
         .set_len(job.size)
         .map_err(|e| SessionError::io(format!("truncating {}", job.final_rel), e))?;
-    Ok(Some(Whole {
+    Ok(Found::Whole(Whole {
         digest: total,
         receipts: super::shard::receipts_digest(&receipts),
         journals,

@@ -362,6 +362,30 @@ pub fn load(
     Journal::decode_for(&bytes, secret, accept)
 }
 
+/// Whether the file at `rel` is a journal not made with `secret`: another
+/// receiver's (run with another secret), or a stranger's made to look like
+/// one. Only said, never trusted.
+pub fn untrusted(root: &Root, rel: &str, secret: &Secret) -> bool {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let Ok(f) = root.open_file(rel, flags, 0) else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut bytes = Vec::new();
+    let read = (&f)
+        .take((crate::session::SESSION_BLOCKS_MAX / 8) + 4096)
+        .read_to_end(&mut bytes);
+    let Some(body) = bytes.len().checked_sub(MAC_LEN) else {
+        return false;
+    };
+    let mac: [u8; MAC_LEN] = bytes[body..].try_into().expect("MAC_LEN bytes");
+    read.is_ok()
+        && bytes.starts_with(&JOURNAL_MAGIC)
+        && !secret.verify(&[b"urmove journal", &bytes[..body]], &mac)
+}
+
 /// Replace the journal at `rel` with `j`, durably; returns the bytes
 /// written.
 pub fn store(root: &Root, rel: &str, j: &Journal, secret: &Secret) -> std::io::Result<u64> {

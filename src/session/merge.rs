@@ -189,6 +189,16 @@ fn say_failed(m: &mut Merged, failed: &[ShardRun], latest: &BTreeMap<u32, ShardR
     }
 }
 
+/// Why a file whose piece's receiver found a journal it could not trust
+/// is not committed, and what to do: running the shards again cannot.
+fn untrusted(p: &PieceReport) -> String {
+    format!(
+        "the receiver of piece {} found the journal of piece {} made with another secret, and cannot commit the file: receivers sharing a root must run with one secret (the same --state-dir, or its secret file copied to each); then run the shards again",
+        p.index,
+        p.untrusted.unwrap_or_default()
+    )
+}
+
 fn short(d: &str) -> &str {
     &d[..d.len().min(12)]
 }
@@ -347,6 +357,11 @@ fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
     }
     if pieces.iter().any(|p| p.held) {
         return Ok(());
+    }
+    if committed.is_empty() {
+        if let Some(p) = pieces.iter().find(|p| p.untrusted.is_some()) {
+            return Err(untrusted(p));
+        }
     }
     if !unverified.is_empty() {
         return Err(format!("piece {} not verified", list(&unverified)));

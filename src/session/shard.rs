@@ -328,6 +328,11 @@ pub struct PieceReport {
     /// source's (or unchanged since its commit).
     #[serde(default)]
     pub held: bool,
+    /// The piece whose journal this shard's receiver could not trust when
+    /// it found the others there (not made with its secret): the file
+    /// cannot be committed there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untrusted: Option<u32>,
 }
 
 /// One shard's part of a transfer, in its JSON report (a run that failed
@@ -418,6 +423,7 @@ impl ShardReport {
                         committed: committed.map(|w| hex(w.0)),
                         committed_receipts: committed.map(|w| hex(w.1)),
                         held: whole,
+                        untrusted: done.and_then(|d| d.untrusted),
                     })
                 }
                 None => {
