@@ -1058,6 +1058,8 @@ fn receivers_with_two_secrets_say_why_a_split_file_is_never_committed() {
         said.contains("piece 0's journal made with another secret"),
         "{said}"
     );
+    let log = other.log_until("made with another secret");
+    assert!(log.contains("cannot commit the file"), "{log}");
     assert!(!landed.exists(), "committed with an untrusted journal");
     let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
     assert_eq!(code, Some(1), "{text}");

@@ -99,7 +99,25 @@ pub struct Twin {
     child: Child,
     pub port: u16,
     /// Its log, read so that it never blocks on a full pipe.
-    _log: std::sync::mpsc::Receiver<String>,
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Twin {
+    /// Its log lines until one holds `what` (at most 10 s), or all so far.
+    pub fn log_until(&self, what: &str) -> String {
+        let mut lines = Vec::new();
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            let Ok(line) = self.log.recv_timeout(left) else {
+                break;
+            };
+            lines.push(line);
+            if lines.last().is_some_and(|l| l.contains(what)) {
+                break;
+            }
+        }
+        lines.join("\n")
+    }
 }
 
 impl Drop for Twin {
@@ -120,11 +138,7 @@ impl Daemon {
         let mut extra = self.extra.clone();
         extra.extend(more.iter().map(|a| a.to_string()));
         let (child, port, log) = spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &extra);
-        Twin {
-            child,
-            port,
-            _log: log,
-        }
+        Twin { child, port, log }
     }
 
     /// `bench --net HOST` against this daemon, with its port and key: the

@@ -1721,6 +1721,16 @@ impl super::landing::Landing for DaemonLanding<'_, '_> {
 
     fn piece(&mut self, file_index: u32, done: PieceDone) -> Result<(), SessionError> {
         self.stats.files_received.fetch_add(1, Ordering::Relaxed);
+        if let Some(k) = done.untrusted {
+            let p = &self.progress;
+            (p.log)(
+                Level::Warn,
+                &format!(
+                    "{}: entry {file_index}: the journal of piece {k} here was made with another secret: this daemon cannot commit the file (receivers sharing a root must run with one secret, --state-dir)",
+                    p.peer
+                ),
+            );
+        }
         send_msg(&mut self.ctl, &Message::PieceAck { file_index, done })
     }
 
