@@ -587,6 +587,23 @@ fn three_sharded_pulls_fill_one_directory_and_report_one_transfer() {
     assert_eq!(two.status.code(), Some(1), "{}", stdout(&two));
 }
 
+/// `urmove send --shard K/N --json` with `d`'s key to `port` on loopback,
+/// and `opts`: its state directory, sources and target are the caller's.
+fn shard_cmd(
+    d: &crate::transfer::Daemon,
+    port: u16,
+    (k, n): (u32, u32),
+    opts: &[&str],
+) -> std::process::Command {
+    let mut c = urmove();
+    c.args(["send", "--shard", &format!("{k}/{n}"), "--json"])
+        .args(["-p", &port.to_string()])
+        .args(opts)
+        .arg("--key-file")
+        .arg(&d.key);
+    c
+}
+
 /// A shard on loopback into `d` (`SRC` as `dest`), with its own state
 /// directory (its own owner): its JSON report, written to `out`.
 fn shard_into(
@@ -596,18 +613,8 @@ fn shard_into(
     state: &Path,
     out: &Path,
 ) -> std::process::Output {
-    let o = urmove()
-        .args([
-            "send",
-            "--shard",
-            &format!("{k}/{n}"),
-            "--split-over",
-            "8M",
-            "--block",
-            "1M",
-        ])
-        .args(["--json", "-P", "2", "-p", &d.port.to_string(), "--key-file"])
-        .arg(&d.key)
+    let opts = ["--split-over", "8M", "--block", "1M", "-P", "2"];
+    let o = shard_cmd(d, d.port, (k, n), &opts)
         .arg("--state-dir")
         .arg(state)
         .arg(src)
@@ -928,11 +935,8 @@ fn shards_split_otherwise_are_never_reported_complete() {
     let state = tempfile::tempdir().unwrap();
     let shard = |k: u32, extra: &[&str]| {
         let out = reports.path().join(format!("shard-{k}.json"));
-        let o = urmove()
-            .args(["send", "--shard", &format!("{k}/2"), "--block", "1M"])
-            .args(extra)
-            .args(["--json", "-p", &d.port.to_string(), "--key-file"])
-            .arg(&d.key)
+        let opts = [&["--block", "1M"], extra].concat();
+        let o = shard_cmd(&d, d.port, (k, 2), &opts)
             .arg("--state-dir")
             .arg(state.path())
             .arg(&top)
@@ -1028,19 +1032,8 @@ fn receivers_with_two_secrets_say_why_a_split_file_is_never_committed() {
     let other = d.twin_with(&["--state-dir", own.to_str().unwrap()]);
     let r = |name: &str| dir.path().join(name);
     let send = |k: u32, port: u16| {
-        let o = urmove()
-            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "8M"])
-            .args([
-                "--block",
-                "1M",
-                "--json",
-                "-P",
-                "2",
-                "-p",
-                &port.to_string(),
-            ])
-            .arg("--key-file")
-            .arg(&d.key)
+        let opts = ["--split-over", "8M", "--block", "1M", "-P", "2"];
+        let o = shard_cmd(&d, port, (k, 2), &opts)
             .arg("--state-dir")
             .arg(r("vs"))
             .arg(&src)
@@ -1108,12 +1101,8 @@ fn a_piece_forged_to_the_same_digest_by_another_session_is_never_the_shards() {
     let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
     let r = |name: &str| dir.path().join(name);
     let shard = |k: u32, src: &Path, state: &Path, extra: &[&str], out: &str| {
-        let o = urmove()
-            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "256K"])
-            .args(["--block", "256K", "--json", "-p", &d.port.to_string()])
-            .args(extra)
-            .arg("--key-file")
-            .arg(&d.key)
+        let opts = [&["--split-over", "256K", "--block", "256K"], extra].concat();
+        let o = shard_cmd(&d, d.port, (k, 2), &opts)
             .arg("--state-dir")
             .arg(state)
             .arg(src)
@@ -1456,12 +1445,17 @@ fn a_finished_piece_lets_go_of_the_file_while_its_session_sends_on() {
     }
     let state = dir.path().join("state");
     let send = |k: u32, extra: &[&str]| {
-        urmove()
-            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "8M"])
-            .args(["--block", "1M", "-P", "1", "--lanes", "1", "--json"])
-            .args(extra)
-            .args(["-p", &d.port.to_string(), "--key-file"])
-            .arg(&d.key)
+        let opts = [
+            "--split-over",
+            "8M",
+            "--block",
+            "1M",
+            "-P",
+            "1",
+            "--lanes",
+            "1",
+        ];
+        shard_cmd(&d, d.port, (k, 2), &[&opts[..], extra].concat())
             .arg("--state-dir")
             .arg(&state)
             .arg(&top)
@@ -1550,19 +1544,8 @@ fn a_whole_files_stale_journal_never_writes_into_a_shared_part() {
     };
     killed(push(&[]), Duration::from_millis(1800));
     let shard = |k: u32| {
-        let o = urmove()
-            .args(["send", "--shard", &format!("{k}/2"), "--split-over", "16M"])
-            .args([
-                "--block",
-                "1M",
-                "-P",
-                "1",
-                "--json",
-                "-p",
-                &d.port.to_string(),
-            ])
-            .arg("--key-file")
-            .arg(&d.key)
+        let opts = ["--split-over", "16M", "--block", "1M", "-P", "1"];
+        let o = shard_cmd(&d, d.port, (k, 2), &opts)
             .arg("--state-dir")
             .arg(&vs)
             .arg(victim.join("big"))
