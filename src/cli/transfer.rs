@@ -752,6 +752,27 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             path.congestion_control.as_deref().unwrap_or("unknown")
         ));
     }
+    summarize(p, r);
+    warn_untrusted(r);
+    if p.format == Format::Human {
+        human_extras(p, r);
+    }
+    for s in &r.skipped {
+        render::warn(&format!("skipped {}: {}", s.path, s.reason));
+    }
+    if p.format == Format::Human && !r.skipped.is_empty() {
+        p.out.line(&format!(
+            "{} entries skipped (named above); everything else verified",
+            r.skipped.len()
+        ));
+    }
+    if let Some(e) = &r.error {
+        render::error(e);
+    }
+}
+
+/// The run's summary: a JSON document, or the human line(s).
+fn summarize(p: &mut SendPrinter, r: &SendReport) {
     match p.format {
         Format::Json => p
             .out
@@ -798,31 +819,21 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             }
         }
     }
-    warn_untrusted(r);
-    if p.format == Format::Human && r.bytes_skipped > 0 {
+}
+
+/// What a human reads after the summary: what was held, the lag of a
+/// follow, the rate gate, what --delete removed and --exclude left out.
+fn human_extras(p: &mut SendPrinter, r: &SendReport) {
+    if r.bytes_skipped > 0 {
         p.out.line(&held_summary(r));
     }
-    if let (Format::Human, Some(lag)) = (p.format, r.lag_max) {
+    if let Some(lag) = r.lag_max {
         p.out.line(&lag_summary(lag, r.kept_up == Some(true)));
     }
-    if let (Format::Human, Some(g)) = (p.format, r.min_rate) {
-        p.out.line(&format!(
-            "--min-rate {} over {} windows: {} (worst {} at {:.2} s; {} of {} windows short{})",
-            units::rate(g.min_rate_bytes_per_s, RateUnit::Gbit),
-            units::duration_s(g.window_s),
-            if g.ok { "OK" } else { "FAILED" },
-            units::rate(g.worst_window_bytes_per_s, RateUnit::Gbit),
-            g.worst_window_at_s,
-            g.windows_short,
-            g.windows_total,
-            if g.windows_total == 0 {
-                "; no window had that much waiting"
-            } else {
-                ""
-            }
-        ));
+    if let Some(g) = r.min_rate {
+        p.out.line(&min_rate_summary(&g));
     }
-    if p.format == Format::Human && r.files_deleted > 0 {
+    if r.files_deleted > 0 {
         for d in &r.deleted {
             // The receiver's text: its control characters written out.
             p.out
@@ -833,24 +844,31 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
             units::count(r.files_deleted, "entry")
         ));
     }
-    if p.format == Format::Human && r.files_excluded > 0 {
+    if r.files_excluded > 0 {
         p.out.line(&format!(
             "left out {} matching --exclude (nothing beneath an excluded directory was looked at)",
             units::count(r.files_excluded, "entry")
         ));
     }
-    for s in &r.skipped {
-        render::warn(&format!("skipped {}: {}", s.path, s.reason));
-    }
-    if p.format == Format::Human && !r.skipped.is_empty() {
-        p.out.line(&format!(
-            "{} entries skipped (named above); everything else verified",
-            r.skipped.len()
-        ));
-    }
-    if let Some(e) = &r.error {
-        render::error(e);
-    }
+}
+
+/// The `--min-rate` gate's verdict.
+fn min_rate_summary(g: &crate::coord::GateResult) -> String {
+    format!(
+        "--min-rate {} over {} windows: {} (worst {} at {:.2} s; {} of {} windows short{})",
+        units::rate(g.min_rate_bytes_per_s, RateUnit::Gbit),
+        units::duration_s(g.window_s),
+        if g.ok { "OK" } else { "FAILED" },
+        units::rate(g.worst_window_bytes_per_s, RateUnit::Gbit),
+        g.worst_window_at_s,
+        g.windows_short,
+        g.windows_total,
+        if g.windows_total == 0 {
+            "; no window had that much waiting"
+        } else {
+            ""
+        }
+    )
 }
 
 /// A transfer that did not finish: how far it got, what is done and what
