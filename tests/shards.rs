@@ -625,6 +625,14 @@ fn shard_into(
     o
 }
 
+/// The reports `s0.json` and `s1.json` in `dir` merge complete, and
+/// `landed` holds `want`.
+fn two_shards_land(dir: &Path, landed: &Path, want: &[u8]) {
+    let (code, text) = report_of(&[&dir.join("s0.json"), &dir.join("s1.json")]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(std::fs::read(landed).unwrap() == want);
+}
+
 fn report_of(files: &[&Path]) -> (Option<i32>, String) {
     let o = urmove().arg("report").args(files).output().unwrap();
     (o.status.code(), stdout(&o))
@@ -666,9 +674,7 @@ fn another_key_holders_piece_is_never_reported_as_the_victims() {
     assert!(!landed.exists(), "a file of two versions committed");
     // The victim's shard 1 again: whole, and the victim's bytes.
     shard_into(&d, (1, 2), (&victim.join("set"), "x"), &vs, &r("s1.json"));
-    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(std::fs::read(&landed).unwrap() == big);
+    two_shards_land(dir.path(), &landed, &big);
 
     // The same version (size, mtime) with a MiB of other bytes in piece 1.
     let mut other = big.clone();
@@ -1063,9 +1069,7 @@ fn receivers_with_two_secrets_say_why_a_split_file_is_never_committed() {
     let other = d.twin();
     send(0, d.port);
     send(1, other.port);
-    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(std::fs::read(&landed).unwrap() == big);
+    two_shards_land(dir.path(), &landed, &big);
 }
 
 /// Another key holder writes piece 1 again after the victim's shard 1
@@ -1129,9 +1133,7 @@ fn a_piece_forged_to_the_same_digest_by_another_session_is_never_the_shards() {
     // Run again as the report says: read by content, sent again, right.
     shard(1, &victim, &vs, &[], "s1.json");
     shard(0, &victim, &vs, &[], "s0.json");
-    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(std::fs::read(&landed).unwrap() == big);
+    two_shards_land(dir.path(), &landed, &big);
 }
 
 /// Another key holder writes piece 1 with other bytes while the victim's
@@ -1185,9 +1187,7 @@ fn a_piece_written_while_the_victim_commits_never_lands_under_its_report() {
         "{}",
         stderr(&s0)
     );
-    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(std::fs::read(&landed).unwrap() == big);
+    two_shards_land(dir.path(), &landed, &big);
 }
 
 /// A Slurm array with a step (`--array=10-16:2`, tasks 10, 12, 14 and 16)
@@ -1637,9 +1637,7 @@ fn a_piece_journal_put_back_by_a_local_user_is_not_the_pieces() {
         "committed with a piece the part does not record"
     );
     shard(0, &victim, &vs, "s0.json");
-    let (code, text) = report_of(&[&r("s0.json"), &r("s1.json")]);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(std::fs::read(&landed).unwrap() == big);
+    two_shards_land(dir.path(), &landed, &big);
 }
 
 /// A piece journaled, then its source rewritten in place with its mtime

@@ -42,12 +42,16 @@ pub struct FileId {
 impl FileId {
     /// The identity of an open file.
     pub fn of(file: &File) -> io::Result<FileId> {
+        Ok(FileId::of_metadata(&file.metadata()?))
+    }
+
+    /// The identity of what `m` describes.
+    pub fn of_metadata(m: &std::fs::Metadata) -> FileId {
         use std::os::unix::fs::MetadataExt;
-        let m = file.metadata()?;
-        Ok(FileId {
+        FileId {
             dev: m.dev(),
             ino: m.ino(),
-        })
+        }
     }
 }
 
@@ -177,6 +181,12 @@ impl Root {
     /// Open a file beneath the root.
     pub fn open_file(&self, rel: &str, flags: i32, mode: u32) -> io::Result<File> {
         self.openat(rel, flags, mode).map(File::from)
+    }
+
+    /// Open what is at `rel` to read it, through no link and without
+    /// waiting (a FIFO planted there opens at once, and reads nothing).
+    pub fn open_read(&self, rel: &str) -> io::Result<File> {
+        self.open_file(rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
     }
 
     /// Open a file beneath the root with O_DIRECT as `direct` asks: in

@@ -919,12 +919,7 @@ pub fn lock_whole(file: &File) -> io::Result<()> {
 /// bytes of `file` from `start` for writing (`F_OFD_GETLK`): its start
 /// and length (0: to the end), or `None` when nothing would.
 pub fn lock_in_the_way(file: &File, start: u64, len: u64) -> io::Result<Option<(u64, u64)>> {
-    // SAFETY: flock is a plain C struct; all-zero is a valid value.
-    let mut l: libc::flock = unsafe { std::mem::zeroed() };
-    l.l_type = libc::F_WRLCK as i16;
-    l.l_whence = libc::SEEK_SET as i16;
-    l.l_start = i64::try_from(start).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    l.l_len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut l = flock_of(libc::F_WRLCK, (start, len))?;
     // SAFETY: the descriptor is open for the call's length; F_OFD_GETLK
     // reads and writes only `l`, which lives across it.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
@@ -933,15 +928,22 @@ pub fn lock_in_the_way(file: &File, start: u64, len: u64) -> io::Result<Option<(
     Ok((l.l_type != libc::F_UNLCK as i16).then_some((l.l_start as u64, l.l_len as u64)))
 }
 
-/// An open file description lock (`F_OFD_SETLK`) of `kind` over `len`
-/// bytes from `start` (0: to the end, however far).
-fn ofd_lock(file: &File, kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<()> {
+/// A lock of `kind` over `len` bytes from `start` (0: to the end), as
+/// `fcntl` takes it.
+fn flock_of(kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<libc::flock> {
+    let range = |v: u64| i64::try_from(v).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
     // SAFETY: flock is a plain C struct; all-zero is a valid value.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = kind as i16;
     l.l_whence = libc::SEEK_SET as i16;
-    l.l_start = i64::try_from(start).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    l.l_len = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    (l.l_start, l.l_len) = (range(start)?, range(len)?);
+    Ok(l)
+}
+
+/// An open file description lock (`F_OFD_SETLK`) of `kind` over `len`
+/// bytes from `start` (0: to the end, however far).
+fn ofd_lock(file: &File, kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<()> {
+    let mut l = flock_of(kind, (start, len))?;
     // SAFETY: the descriptor is open for the call's length; `l` lives
     // across it and F_OFD_SETLK reads (and may write) only that struct.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) };

@@ -267,8 +267,7 @@ fn commit_pieces(
 /// the final name does, another session committed it). Err: neither.
 fn still_the_part(root: &Root, job: &FinalJob) -> Result<bool, SessionError> {
     let here = |rel: &str| {
-        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        root.open_file(rel, flags, 0)
+        root.open_read(rel)
             .is_ok_and(|f| FileId::of(&f).ok() == Some(job.part_id))
     };
     if here(&job.part_rel()) {
@@ -319,11 +318,10 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
     for index in 0..p.piece.count {
         let piece = Piece { index, ..p.piece };
         let rel = journal::journal_of(&job.final_rel, Some(piece));
-        let Some(j) = journal::load(root, &rel, &job.secret, &|id| *id == p.id) else {
-            return Ok(match journal::untrusted(root, &rel, &job.secret) {
-                true => Found::Untrusted(index),
-                false => Found::Missing,
-            });
+        let j = match journal::load_checked(root, &rel, &job.secret, &|id| *id == p.id) {
+            Ok(j) => j,
+            Err(journal::NoJournal::Absent) => return Ok(Found::Missing),
+            Err(journal::NoJournal::OtherSecret) => return Ok(Found::Untrusted(index)),
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
         let blocks = (start / p.id.block, end.div_ceil(p.id.block));
@@ -404,11 +402,7 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
 pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<(), SessionError> {
     use std::os::unix::fs::PermissionsExt;
     let file = root
-        .open_file(
-            &f.final_rel,
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0,
-        )
+        .open_read(&f.final_rel)
         .map_err(|e| SessionError::io(f.final_rel.clone(), e))?;
     // One name only: never a mode or a stamp through a hardlink. And only
     // the very file that was read, unchanged since (same inode and

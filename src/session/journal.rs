@@ -213,12 +213,10 @@ impl Journal {
         secret: &Secret,
         accept: &dyn Fn(&Identity) -> bool,
     ) -> Option<Journal> {
-        let body = bytes.len().checked_sub(MAC_LEN)?;
-        let mac: [u8; MAC_LEN] = bytes[body..].try_into().ok()?;
-        if !secret.verify(&[b"urmove journal", &bytes[..body]], &mac) {
+        let (body, true) = signed(bytes, secret)? else {
             return None;
-        }
-        let mut r = Reader::new(&bytes[..body]);
+        };
+        let mut r = Reader::new(body);
         if r.array::<4>().ok()? != JOURNAL_MAGIC {
             return None;
         }
@@ -339,6 +337,26 @@ pub fn journal_of(final_rel: &str, piece: Option<crate::protocol::manifest::Piec
 /// Ending of a piece's journal.
 pub const PIECE_SUFFIX: &str = ".urmove.piece";
 
+/// A journal's body and whether `secret` made its MAC (`None`: too short
+/// to have one).
+fn signed<'b>(bytes: &'b [u8], secret: &Secret) -> Option<(&'b [u8], bool)> {
+    let body = bytes.len().checked_sub(MAC_LEN)?;
+    let mac: [u8; MAC_LEN] = bytes[body..].try_into().ok()?;
+    let ours = secret.verify(&[b"urmove journal", &bytes[..body]], &mac);
+    Some((&bytes[..body], ours))
+}
+
+/// Why [`load_checked`] found no journal to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoJournal {
+    /// None there, or none of this identity, or not whole.
+    Absent,
+    /// A journal made with another secret: another receiver's, run with a
+    /// secret of its own, or a stranger's made to look like one (only
+    /// said, never trusted).
+    OtherSecret,
+}
+
 /// The journal at `rel` (see [`journal_of`]), if ours and for an
 /// identity `accept` takes.
 pub fn load(
@@ -347,9 +365,29 @@ pub fn load(
     secret: &Secret,
     accept: &dyn Fn(&Identity) -> bool,
 ) -> Option<Journal> {
-    let mut f = root
-        .open_file(rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)
-        .ok()?;
+    load_checked(root, rel, secret, accept).ok()
+}
+
+/// [`load`], saying why there is none (read once).
+pub fn load_checked(
+    root: &Root,
+    rel: &str,
+    secret: &Secret,
+    accept: &dyn Fn(&Identity) -> bool,
+) -> Result<Journal, NoJournal> {
+    let bytes = read_journal(root, rel).ok_or(NoJournal::Absent)?;
+    if let Some(j) = Journal::decode_for(&bytes, secret, accept) {
+        return Ok(j);
+    }
+    match signed(&bytes, secret) {
+        Some((body, false)) if body.starts_with(&JOURNAL_MAGIC) => Err(NoJournal::OtherSecret),
+        _ => Err(NoJournal::Absent),
+    }
+}
+
+/// The bytes of the regular file at `rel`, as much as a journal can hold.
+fn read_journal(root: &Root, rel: &str) -> Option<Vec<u8>> {
+    let mut f = root.open_read(rel).ok()?;
     if !f.metadata().ok()?.is_file() {
         return None;
     }
@@ -359,31 +397,7 @@ pub fn load(
         .take((crate::session::SESSION_BLOCKS_MAX / 8) + 4096)
         .read_to_end(&mut bytes)
         .ok()?;
-    Journal::decode_for(&bytes, secret, accept)
-}
-
-/// Whether the file at `rel` is a journal not made with `secret`: another
-/// receiver's (run with another secret), or a stranger's made to look like
-/// one. Only said, never trusted.
-pub fn untrusted(root: &Root, rel: &str, secret: &Secret) -> bool {
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    let Ok(f) = root.open_file(rel, flags, 0) else {
-        return false;
-    };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return false;
-    }
-    let mut bytes = Vec::new();
-    let read = (&f)
-        .take((crate::session::SESSION_BLOCKS_MAX / 8) + 4096)
-        .read_to_end(&mut bytes);
-    let Some(body) = bytes.len().checked_sub(MAC_LEN) else {
-        return false;
-    };
-    let mac: [u8; MAC_LEN] = bytes[body..].try_into().expect("MAC_LEN bytes");
-    read.is_ok()
-        && bytes.starts_with(&JOURNAL_MAGIC)
-        && !secret.verify(&[b"urmove journal", &bytes[..body]], &mac)
+    Some(bytes)
 }
 
 /// Replace the journal at `rel` with `j`, durably; returns the bytes
@@ -701,6 +715,30 @@ mod tests {
             blocks,
             generation: [7; 16],
             tag: [8; 16],
+        }
+    }
+
+    /// A journal made with another secret is told apart from none: what a
+    /// receiver of a shared root run with a secret of its own finds.
+    #[test]
+    fn a_journal_of_another_secret_is_said_to_be_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let (ours, theirs) = (Secret::ephemeral().unwrap(), Secret::ephemeral().unwrap());
+        let any = |_: &Identity| true;
+        let j = journal(vec![0b111, 0, 0, 0]);
+        store(&root, "x.journal", &j, &theirs).unwrap();
+        assert_eq!(load_checked(&root, "x.journal", &theirs, &any), Ok(j));
+        assert_eq!(
+            load_checked(&root, "x.journal", &ours, &any),
+            Err(NoJournal::OtherSecret)
+        );
+        std::fs::write(dir.path().join("junk"), [7u8; 100]).unwrap();
+        for rel in ["junk", "none"] {
+            assert_eq!(
+                load_checked(&root, rel, &ours, &any),
+                Err(NoJournal::Absent)
+            );
         }
     }
 

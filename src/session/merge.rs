@@ -189,13 +189,12 @@ fn say_failed(m: &mut Merged, failed: &[ShardRun], latest: &BTreeMap<u32, ShardR
     }
 }
 
-/// Why a file whose piece's receiver found a journal it could not trust
-/// is not committed, and what to do: running the shards again cannot.
-fn untrusted(p: &PieceReport) -> String {
+/// Why a file whose piece's receiver (of piece `by`) found a journal it
+/// could not trust (piece `of`'s) is not committed, and what to do:
+/// running the shards again cannot.
+fn untrusted((by, of): (u32, u32)) -> String {
     format!(
-        "the receiver of piece {} found the journal of piece {} made with another secret, and cannot commit the file: receivers sharing a root must run with one secret (the same --state-dir, or its secret file copied to each); then run the shards again",
-        p.index,
-        p.untrusted.unwrap_or_default()
+        "the receiver of piece {by} found the journal of piece {of} made with another secret, and cannot commit the file: receivers sharing a root must run with one secret (the same --state-dir, or its secret file copied to each); then run the shards again"
     )
 }
 
@@ -359,8 +358,8 @@ fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
         return Ok(());
     }
     if committed.is_empty() {
-        if let Some(p) = pieces.iter().find(|p| p.untrusted.is_some()) {
-            return Err(untrusted(p));
+        if let Some(seen) = pieces.iter().find_map(|p| Some((p.index, p.untrusted?))) {
+            return Err(untrusted(seen));
         }
     }
     if !unverified.is_empty() {

@@ -906,14 +906,7 @@ impl Incoming {
     /// `--checksum` for any file of the right size.
     fn held_complete(&self, f: &RecvFile, r: Resume, tick: &mut dyn FnMut()) -> Option<HeldFile> {
         use std::os::unix::fs::MetadataExt;
-        let file = self
-            .root
-            .open_file(
-                &f.final_rel,
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-                0,
-            )
-            .ok()?;
+        let file = self.root.open_read(&f.final_rel).ok()?;
         let m = file.metadata().ok()?;
         if !m.is_file() || m.len() != f.size {
             return None;
@@ -961,8 +954,7 @@ impl Incoming {
         j.blocks.resize(f.seen.len(), 0);
         j.id = f.id;
         let rel = f.part_rel();
-        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let Ok(part) = self.root.open_file(&rel, flags, 0) else {
+        let Ok(part) = self.root.open_read(&rel) else {
             return Ok(None);
         };
         // The very part the journal names (inode and tag), ours alone (one
@@ -1437,8 +1429,7 @@ pub(crate) fn open_to_finish(
     let (Err(_), Some(_), Some(id)) = (&opened, f.piece, f.part_id) else {
         return opened;
     };
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    match root.open_file(&f.final_rel, flags, 0) {
+    match root.open_read(&f.final_rel) {
         Ok(done) if FileId::of(&done).ok() == Some(id) => {
             f.part = Some(done);
             Ok(())
@@ -1454,20 +1445,15 @@ pub(crate) fn open_to_finish(
 /// closes: `false` (the part let go) when its name no longer holds it
 /// (committed or replaced before the lock).
 fn lock_span((root, secret): (&Root, &Secret), f: &mut RecvFile) -> Result<bool, SessionError> {
-    use std::os::unix::fs::MetadataExt;
     let (Some(_), Some(part)) = (f.piece, f.part.as_ref()) else {
         return Ok(true);
     };
     let (start, end) = f.span;
     match lock_waiting(part, (start, end - start)) {
         Ok(()) => {
-            let named = root.symlink_metadata(&f.part_rel()).is_ok_and(|m| {
-                f.part_id
-                    == Some(FileId {
-                        dev: m.dev(),
-                        ino: m.ino(),
-                    })
-            });
+            let named = root
+                .symlink_metadata(&f.part_rel())
+                .is_ok_and(|m| f.part_id == Some(FileId::of_metadata(&m)));
             if !named {
                 f.part = None;
                 return Ok(false);
@@ -1735,8 +1721,7 @@ fn create_part(
 /// would be left beside the file for ever).
 fn forget_pieces(root: &Root, final_rel: &str) {
     let rel = format!("{final_rel}{PART_SUFFIX}");
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    let Ok(part) = root.open_file(&rel, flags, 0) else {
+    let Ok(part) = root.open_read(&rel) else {
         return;
     };
     if !part.metadata().is_ok_and(|m| is_own_file(&m)) {

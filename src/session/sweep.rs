@@ -74,7 +74,6 @@ fn stale(m: &std::fs::Metadata, now: SystemTime, age: Duration) -> bool {
 /// shared root, or its commit, which gives the part its source's old
 /// mtime just before the rename): not claimed in this daemon, but in use.
 fn locked(root: &Root, rel: &str) -> bool {
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
-    root.open_file(rel, flags, 0)
+    root.open_read(rel)
         .is_ok_and(|f| crate::datapath::sys::lock_in_the_way(&f, 0, 0).is_ok_and(|l| l.is_some()))
 }
