@@ -625,6 +625,21 @@ fn shard_into(
     o
 }
 
+/// Give the file at `path` the modification time `t`.
+fn date(path: &Path, t: std::time::SystemTime) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(t).unwrap();
+}
+
+fn mtime_of(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path).unwrap().modified().unwrap()
+}
+
+/// A source's modification time well in the past (November 2023).
+fn long_ago() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+}
+
 /// The reports `s0.json` and `s1.json` in `dir` merge complete, and
 /// `landed` holds `want`.
 fn two_shards_land(dir: &Path, landed: &Path, want: &[u8]) {
@@ -680,16 +695,7 @@ fn another_key_holders_piece_is_never_reported_as_the_victims() {
     let mut other = big.clone();
     other[12 << 20..13 << 20].fill(0x5a);
     std::fs::write(attacker.join("set/big"), &other).unwrap();
-    let mtime = std::fs::metadata(victim.join("set/big"))
-        .unwrap()
-        .modified()
-        .unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(attacker.join("set/big"))
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    date(&attacker.join("set/big"), mtime_of(&victim.join("set/big")));
     let a1 = shard_into(
         &d,
         (1, 2),
@@ -1010,16 +1016,7 @@ fn two_versions(dir: &Path, other: Option<u8>) -> (PathBuf, PathBuf, Vec<u8>) {
         std::fs::create_dir_all(top.join("set")).unwrap();
         std::fs::write(top.join("set/big"), bytes).unwrap();
     }
-    let mtime = std::fs::metadata(victim.join("set/big"))
-        .unwrap()
-        .modified()
-        .unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(attacker.join("set/big"))
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    date(&attacker.join("set/big"), mtime_of(&victim.join("set/big")));
     (victim.join("set"), attacker.join("set"), big)
 }
 
@@ -1095,12 +1092,7 @@ fn a_piece_forged_to_the_same_digest_by_another_session_is_never_the_shards() {
     for (top, bytes) in [(&victim, &big), (&attacker, &forged)] {
         std::fs::create_dir_all(top).unwrap();
         std::fs::write(top.join("big"), bytes).unwrap();
-        let f = std::fs::File::options()
-            .write(true)
-            .open(top.join("big"))
-            .unwrap();
-        f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
-            .unwrap();
+        date(&top.join("big"), long_ago());
     }
     let (vs, atk) = (dir.path().join("vs"), dir.path().join("as"));
     let r = |name: &str| dir.path().join(name);
@@ -1342,12 +1334,7 @@ impl Continued {
             let top = dir.path().join(format!("{who}/set"));
             std::fs::create_dir_all(&top).unwrap();
             std::fs::write(top.join("big"), bytes).unwrap();
-            let f = std::fs::File::options()
-                .write(true)
-                .open(top.join("big"))
-                .unwrap();
-            f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
-                .unwrap();
+            date(&top.join("big"), long_ago());
         }
         let c = Continued { d, other, dir, big };
         let v1 = c.send(1, c.d.port, "v", &["--rate-limit", "40Mbit"]);
