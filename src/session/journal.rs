@@ -375,29 +375,38 @@ pub fn load_checked(
     secret: &Secret,
     accept: &dyn Fn(&Identity) -> bool,
 ) -> Result<Journal, NoJournal> {
-    let bytes = read_journal(root, rel).ok_or(NoJournal::Absent)?;
+    let (bytes, own) = read_journal(root, rel).ok_or(NoJournal::Absent)?;
     if let Some(j) = Journal::decode_for(&bytes, secret, accept) {
         return Ok(j);
     }
+    // Only a file a receiver of this user could have written (one name,
+    // mode 0600) speaks of another secret: one a local user planted is
+    // no journal, and no reason to move the secret.
     match signed(&bytes, secret) {
-        Some((body, false)) if body.starts_with(&JOURNAL_MAGIC) => Err(NoJournal::OtherSecret),
+        Some((body, false)) if own && body.starts_with(&JOURNAL_MAGIC) => {
+            Err(NoJournal::OtherSecret)
+        }
         _ => Err(NoJournal::Absent),
     }
 }
 
-/// The bytes of the regular file at `rel`, as much as a journal can hold.
-fn read_journal(root: &Root, rel: &str) -> Option<Vec<u8>> {
+/// The bytes of the regular file at `rel`, as much as a journal can hold,
+/// and whether it is as this user's receivers write journals.
+fn read_journal(root: &Root, rel: &str) -> Option<(Vec<u8>, bool)> {
+    use std::os::unix::fs::PermissionsExt;
     let mut f = root.open_read(rel).ok()?;
-    if !f.metadata().ok()?.is_file() {
+    let m = f.metadata().ok()?;
+    if !m.is_file() {
         return None;
     }
+    let own = super::receive::is_own_file(&m) && m.permissions().mode() & 0o077 == 0;
     let mut bytes = Vec::new();
     // A journal holds at most a bit per block: 2^30 blocks is 128 MiB.
     (&mut f)
         .take((crate::session::SESSION_BLOCKS_MAX / 8) + 4096)
         .read_to_end(&mut bytes)
         .ok()?;
-    Some(bytes)
+    Some((bytes, own))
 }
 
 /// Replace the journal at `rel` with `j`, durably; returns the bytes
@@ -722,6 +731,7 @@ mod tests {
     /// receiver of a shared root run with a secret of its own finds.
     #[test]
     fn a_journal_of_another_secret_is_said_to_be_one() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let root = Root::open_for_writing(dir.path()).unwrap();
         let (ours, theirs) = (Secret::ephemeral().unwrap(), Secret::ephemeral().unwrap());
@@ -734,7 +744,15 @@ mod tests {
             Err(NoJournal::OtherSecret)
         );
         std::fs::write(dir.path().join("junk"), [7u8; 100]).unwrap();
-        for rel in ["junk", "none"] {
+        // The other secret's journal as a local user could plant it: one
+        // another name holds too, or readable by others, is none.
+        let planted = dir.path().join("planted");
+        std::fs::copy(dir.path().join("x.journal"), &planted).unwrap();
+        std::fs::hard_link(&planted, dir.path().join("planted-too")).unwrap();
+        let open = dir.path().join("open");
+        std::fs::copy(dir.path().join("x.journal"), &open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+        for rel in ["junk", "none", "planted", "open"] {
             assert_eq!(
                 load_checked(&root, rel, &ours, &any),
                 Err(NoJournal::Absent)
