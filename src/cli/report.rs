@@ -40,6 +40,9 @@ fn rate(bits: f64) -> String {
 }
 
 /// The merged report as a person reads it.
+/// Files not committed named one a line in the text; the rest are counted.
+const NAMED: usize = 20;
+
 fn text(m: &Merged) -> String {
     let mut out = String::new();
     for s in &m.per_shard {
@@ -75,12 +78,40 @@ fn text(m: &Merged) -> String {
     for p in &m.problems {
         out += &format!("missing: {p}\n");
     }
-    for f in m.missing_files.iter().take(20) {
+    for f in m.missing_files.iter().take(NAMED) {
         out += &format!("not committed: {f}\n");
+    }
+    if m.missing_files.len() > NAMED {
+        out += &format!(
+            "not committed: {} more (--json lists every one)\n",
+            m.missing_files.len() - NAMED
+        );
     }
     out += match m.complete {
         true => "complete: every file of the manifest is committed and verified\n",
-        false => "INCOMPLETE: run the missing shards again (--resume is the default; what was verified is not sent again)\n",
+        false => "INCOMPLETE: mend what is named above and run its shards again (--resume is the default; what was verified is not sent again)\n",
     };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the files it names, the text counts the rest (a 2,000-file
+    /// share missing lists twenty, and says how many more).
+    #[test]
+    fn the_text_counts_the_files_it_does_not_name() {
+        let m = Merged {
+            missing_files: (0..25).map(|i| format!("f{i}")).collect(),
+            ..Merged::default()
+        };
+        let t = text(&m);
+        assert_eq!(t.matches("not committed: f").count(), NAMED);
+        assert!(
+            t.contains("not committed: 5 more (--json lists every one)"),
+            "{t}"
+        );
+        assert!(t.contains("INCOMPLETE"), "{t}");
+    }
 }
