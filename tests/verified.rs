@@ -1286,6 +1286,72 @@ fn key_client(key: &Path, sub: &str, port: u16, extra: &[&str], args: &[&str]) -
     c
 }
 
+/// Two receivers of one root that run as two users (nobody, daemon): the
+/// second cannot write into the split file's part the first made (its
+/// user's, mode 0600), and its shard is told why, not only "permission
+/// denied": receivers sharing a root run as one user.
+#[test]
+fn a_receiver_of_another_user_on_a_shared_root_says_they_must_be_one() {
+    crate::require!(crate::util::is_root(), "needs root (setpriv)");
+    let nb = nobody_dirs();
+    chmod(&nb.root, 0o777);
+    let second = tmp();
+    let (key2, state2) = (second.path().join("key"), second.path().join("state"));
+    std::fs::copy(&nb.key, &key2).unwrap();
+    std::fs::create_dir(&state2).unwrap();
+    chmod(second.path(), 0o755);
+    let st = Command::new("chown")
+        .args(["-R", "daemon:daemon"])
+        .arg(second.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let as_daemon = UNPRIV_LOCK.map(|a| match a {
+        "--reuid=nobody" => "--reuid=daemon",
+        "--regid=nogroup" => "--regid=daemon",
+        a => a,
+    });
+    let start = |wrapper: &[&str], key: &Path, state: &Path| {
+        let cmd = recv_cmd(wrapper, &nb.root, key, state, &[]);
+        let (child, port, log) = spawn_daemon(cmd).unwrap_or_else(|e| panic!("{e:?}"));
+        (Killed(child), port, log)
+    };
+    let (_a, port_a, _la) = start(&UNPRIV_LOCK, &nb.key, &nb.state);
+    let (_b, port_b, _lb) = start(&as_daemon, &key2, &state2);
+    let src = tmp();
+    std::fs::write(src.path().join("big"), noise(4 * MIB, 131)).unwrap();
+    let shard = |k: u32, port: u16| {
+        let opts = [
+            "--shard",
+            &format!("{k}/2"),
+            "--split-over",
+            "1M",
+            "--block",
+            "1M",
+        ];
+        output_within(
+            key_client(
+                &nb.key,
+                "send",
+                port,
+                &opts,
+                &[src.path().join("big").to_str().unwrap(), "127.0.0.1:in"],
+            ),
+            HANG,
+        )
+    };
+    let a = shard(0, port_a);
+    assert_eq!(a.status.code(), Some(0), "{}", both(&a));
+    let b = shard(1, port_b);
+    assert_ne!(b.status.code(), Some(0), "{}", both(&b));
+    assert!(
+        stderr(&b).contains("receivers sharing a root must run as one user"),
+        "{}",
+        both(&b)
+    );
+    assert!(!nb.root.join("in/big").exists());
+}
+
 #[test]
 fn an_unprivileged_daemon_under_the_default_memlock_limit_serves_or_refuses_to_start() {
     crate::require!(crate::util::is_root(), "needs root (setpriv)");

@@ -1600,6 +1600,14 @@ fn join_part(
                 clear_name(root, &rel)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Another user's part (mode 0600): a receiver of the shared
+            // root runs as another user than the one that made it.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(SessionError::io(
+                    format!("{rel} (another user's: receivers sharing a root must run as one user, with one secret)"),
+                    e,
+                ))
+            }
             // A link, a FIFO, a directory: removed (a directory refused).
             Err(_) => clear_name(root, &rel)?,
         }
