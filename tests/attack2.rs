@@ -676,6 +676,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
             file_index: 0,
             path: String::new(),
             reason: "no".into(),
+            rule: false,
         };
         if send_msg(&mut ctl, &m).is_err() {
             break;

@@ -690,12 +690,24 @@ fn delete_keeps_what_the_exclude_rules_leave_out_unless_delete_excluded() {
 /// A tree with all that `rsync -aHAX --numeric-ids` keeps: owners by name
 /// and by bare number (on a file, a directory and a symlink), a file with
 /// three names, user attributes, an access and a default ACL, a mode that
-/// is not the umask's, a name that is not UTF-8, an empty file, relative
-/// and absolute symlinks.
+/// is not the umask's, a name that is not UTF-8, names of 255 bytes (a
+/// directory, files of one-, two- and three-byte characters), a FIFO, a
+/// sparse file, an empty file, relative and absolute symlinks.
 fn rsync_tree(parent: &Path) -> PathBuf {
     let top = parent.join("run");
     std::fs::create_dir_all(top.join("dir")).unwrap();
     std::fs::create_dir_all(top.join("sub")).unwrap();
+    let long = top.join("d".repeat(255));
+    std::fs::create_dir_all(&long).unwrap();
+    std::fs::write(long.join("x".repeat(255)), crate::util::noise(70_000, 5)).unwrap();
+    std::fs::write(top.join("\u{e9}".repeat(127)), b"e-acute").unwrap();
+    std::fs::write(top.join("\u{6587}".repeat(85)), b"wen").unwrap();
+    let fifo = std::ffi::CString::new(top.join("pipe").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo reads it only.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o620) }, 0);
+    let sparse = std::fs::File::create(top.join("sparse")).unwrap();
+    sparse.set_len(64 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"middle", 32 << 20).unwrap();
     std::fs::write(top.join("a"), crate::util::noise(300_000, 4)).unwrap();
     std::fs::hard_link(top.join("a"), top.join("sub/a2")).unwrap();
     std::fs::hard_link(top.join("a"), top.join("z3")).unwrap();

@@ -20,6 +20,7 @@ mod hostile;
 mod lanes;
 mod limits;
 mod linters;
+mod names;
 mod net;
 mod placement;
 mod plot;

@@ -41,7 +41,7 @@ const UNPRIV: [&str; 5] = [
 ];
 /// nobody with CAP_IPC_LOCK alone: locked memory is no limit (this host
 /// cannot raise RLIMIT_MEMLOCK), file permissions are.
-const UNPRIV_LOCK: [&str; 6] = [
+pub(crate) const UNPRIV_LOCK: [&str; 6] = [
     "setpriv",
     "--reuid=nobody",
     "--regid=nogroup",
@@ -454,7 +454,7 @@ fn copy_altering(mut from: TcpStream, mut to: TcpStream, len: u32, struck: &Atom
 /// and its log, or its exit code and everything it printed. (The caller
 /// owns, kills and reaps a daemon that listens.)
 #[allow(clippy::type_complexity, clippy::zombie_processes)]
-fn spawn_daemon(
+pub(crate) fn spawn_daemon(
     mut cmd: Command,
 ) -> Result<(Child, u16, std::sync::mpsc::Receiver<String>), (Option<i32>, String)> {
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
@@ -497,7 +497,13 @@ fn spawn_daemon(
 }
 
 /// `urmove recv` on 127.0.0.1 under `wrapper`.
-fn recv_cmd(wrapper: &[&str], root: &Path, key: &Path, state: &Path, extra: &[&str]) -> Command {
+pub(crate) fn recv_cmd(
+    wrapper: &[&str],
+    root: &Path,
+    key: &Path,
+    state: &Path,
+    extra: &[&str],
+) -> Command {
     let mut c = Command::new(wrapper[0]);
     c.args(&wrapper[1..])
         .arg(env!("CARGO_BIN_EXE_urmove"))
@@ -512,7 +518,7 @@ fn recv_cmd(wrapper: &[&str], root: &Path, key: &Path, state: &Path, extra: &[&s
     c
 }
 
-struct Killed(Child);
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -1250,14 +1256,14 @@ fn an_interrupted_send_leaves_no_empty_part_files_and_resumes() {
 // ---- 11. unprivileged daemons and clients ----------------------------------
 
 /// A key, a root and a state directory owned by nobody.
-struct NobodyDirs {
+pub(crate) struct NobodyDirs {
     _base: tempfile::TempDir,
-    key: PathBuf,
-    root: PathBuf,
-    state: PathBuf,
+    pub(crate) key: PathBuf,
+    pub(crate) root: PathBuf,
+    pub(crate) state: PathBuf,
 }
 
-fn nobody_dirs() -> NobodyDirs {
+pub(crate) fn nobody_dirs() -> NobodyDirs {
     let base = tmp();
     chmod(base.path(), 0o755);
     let (key, root, state) = (
@@ -1277,7 +1283,13 @@ fn nobody_dirs() -> NobodyDirs {
     }
 }
 
-fn key_client(key: &Path, sub: &str, port: u16, extra: &[&str], args: &[&str]) -> Command {
+pub(crate) fn key_client(
+    key: &Path,
+    sub: &str,
+    port: u16,
+    extra: &[&str],
+    args: &[&str],
+) -> Command {
     let mut c = urmove();
     c.args([sub, "-p", &port.to_string(), "--key-file"])
         .arg(key)

@@ -352,7 +352,7 @@ pub enum ZeroCopyArg {
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-pull_only, udp, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
+devices, pull_only, udp, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {
@@ -455,6 +455,12 @@ pub struct RecvArgs {
     /// Keep setuid and setgid bits from the wire (dropped otherwise).
     #[arg(long)]
     pub keep_setid: bool,
+
+    /// Make the device nodes a `send -D` brings (only when the daemon runs
+    /// as root; off, each is refused as one skipped entry). FIFOs and
+    /// sockets are always made.
+    #[arg(long)]
+    pub devices: bool,
 
     /// Serve pulls only and refuse pushes (the root may be read-only).
     #[arg(long)]
@@ -755,6 +761,13 @@ pub struct FidelityArgs {
     /// arrive as holes, with or without it.
     #[arg(short = 'S', long)]
     pub sparse: bool,
+
+    /// Carry device nodes too (rsync's --devices; FIFOs and sockets always
+    /// go, as rsync -a sends them). The receiver makes them only where it
+    /// runs as root and, a daemon, when its config allows them (devices =
+    /// true); otherwise each is one skipped entry, named.
+    #[arg(short = 'D', long)]
+    pub devices: bool,
 }
 
 /// What of the sources goes, as rsync's filter options choose it.

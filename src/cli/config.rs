@@ -36,6 +36,7 @@ pub struct RecvSettings {
     pub state_dir: PathBuf,
     pub unsafe_links: LinksArg,
     pub keep_setid: bool,
+    pub devices: bool,
     pub pull_only: bool,
     pub udp: bool,
     pub cc: crate::datapath::tcp::Congestion,
@@ -76,6 +77,7 @@ struct RecvFile {
     state_dir: Option<Spanned<PathBuf>>,
     unsafe_links: Option<Spanned<LinksArg>>,
     keep_setid: Option<Spanned<bool>>,
+    devices: Option<Spanned<bool>>,
     pull_only: Option<Spanned<bool>>,
     udp: Option<Spanned<bool>>,
     cc: Option<Spanned<String>>,
@@ -110,6 +112,7 @@ pub const KEYS: &[(&str, Option<&str>)] = &[
     ("state_dir", None),
     ("unsafe_links", Some("\"keep\"")),
     ("keep_setid", Some("false")),
+    ("devices", Some("false")),
     ("pull_only", Some("false")),
     ("udp", Some("false")),
     ("cc", Some("\"auto\"")),
@@ -414,6 +417,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             .or(f.unsafe_links.map(Spanned::into_inner))
             .unwrap_or(LinksArg::Keep),
         keep_setid: a.keep_setid || f.keep_setid.is_some_and(Spanned::into_inner),
+        devices: a.devices || f.devices.is_some_and(Spanned::into_inner),
         pull_only: a.pull_only || f.pull_only.is_some_and(Spanned::into_inner),
         udp: a.udp || f.udp.is_some_and(Spanned::into_inner),
         cc: match (a.cc.clone(), f.cc) {

@@ -144,6 +144,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         require_encryption: false,
         state_dir: state_dir.clone(),
         keep_setid: false,
+        devices: false,
         unsafe_links: Default::default(),
         pull_only: false,
         udp: false,

@@ -54,12 +54,7 @@ struct DryRun<'a> {
 }
 
 fn kind_name(k: EntryKind) -> &'static str {
-    match k {
-        EntryKind::File => "file",
-        EntryKind::Dir => "dir",
-        EntryKind::Symlink => "symlink",
-        EntryKind::HardLink => "hard link",
-    }
+    k.name()
 }
 
 /// Ask the receiver what sending `cfg` would do, and say it; exit 0, or 23

@@ -78,6 +78,15 @@ fn text(m: &Merged) -> String {
     for p in &m.problems {
         out += &format!("missing: {p}\n");
     }
+    for s in m.skipped_by_rule.iter().take(NAMED) {
+        out += &format!("skipped by rule: {}: {}\n", s.path, s.reason);
+    }
+    if m.files_skipped_by_rule > NAMED as u64 {
+        out += &format!(
+            "skipped by rule: {} more (--json lists up to 1000 a shard)\n",
+            m.files_skipped_by_rule - NAMED as u64
+        );
+    }
     for f in m.missing_files.iter().take(NAMED) {
         out += &format!("not committed: {f}\n");
     }
@@ -87,9 +96,13 @@ fn text(m: &Merged) -> String {
             m.missing_files.len() - NAMED
         );
     }
-    out += match m.complete {
-        true => "complete: every file of the manifest is committed and verified\n",
-        false => "INCOMPLETE: mend what is named above and run its shards again (--resume is the default; what was verified is not sent again)\n",
+    out += &match (m.complete, m.files_skipped_by_rule) {
+        (true, 0) => "complete: every file of the manifest is committed and verified\n".to_string(),
+        (true, n) => format!(
+            "complete: every file of the manifest is committed and verified, but {} a rule left out (named above; running again cannot move them)\n",
+            units::count(n, "file")
+        ),
+        (false, _) => "INCOMPLETE: mend what is named above and run its shards again (--resume is the default; what was verified is not sent again)\n".to_string(),
     };
     out
 }

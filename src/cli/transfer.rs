@@ -200,6 +200,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         require_encryption: set.require_encryption,
         state_dir: set.state_dir.clone(),
         keep_setid: set.keep_setid,
+        devices: set.devices,
         unsafe_links: match set.unsafe_links {
             super::args::LinksArg::Keep => crate::session::receive::LinkPolicy::Keep,
             super::args::LinksArg::Skip => crate::session::receive::LinkPolicy::Skip,
@@ -850,6 +851,12 @@ fn human_extras(p: &mut SendPrinter, r: &SendReport) {
             units::count(r.files_excluded, "entry")
         ));
     }
+    if r.devices_left_out > 0 {
+        p.out.line(&format!(
+            "left out {} (-D sends them)",
+            units::count(r.devices_left_out, "device node")
+        ));
+    }
 }
 
 /// The `--min-rate` gate's verdict.
@@ -1084,6 +1091,7 @@ fn scan_rules(
         hard_links: keep.hard_links,
         xattrs: keep.xattrs,
         acls: keep.acls,
+        devices: keep.devices,
     }
 }
 

@@ -283,7 +283,10 @@ impl Root {
     }
 
     /// Rename `from` to `to`, both beneath the root, only when `to` names
-    /// nothing (`RENAME_NOREPLACE`): `Err(AlreadyExists)` otherwise.
+    /// nothing (`RENAME_NOREPLACE`): `Err(AlreadyExists)` otherwise. A
+    /// filesystem without that flag (EINVAL: NFS, CIFS, FUSE filesystems
+    /// of an older protocol) gets a hard link made and the old name
+    /// removed, which refuses a taken name as well.
     pub fn rename_new(&self, from: &str, to: &str) -> io::Result<()> {
         let (fd_from, n_from) = self.parent(from)?;
         let (fd_to, n_to) = self.parent(to)?;
@@ -297,6 +300,28 @@ impl Root {
                 libc::RENAME_NOREPLACE,
             )
         };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+        // SAFETY: both names are NUL-terminated; linkat reads them only.
+        let rc = unsafe {
+            libc::linkat(
+                fd_from.as_raw_fd(),
+                n_from.as_ptr(),
+                fd_to.as_raw_fd(),
+                n_to.as_ptr(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `n_from` is NUL-terminated; unlinkat reads it only.
+        let rc = unsafe { libc::unlinkat(fd_from.as_raw_fd(), n_from.as_ptr(), 0) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -385,6 +410,25 @@ impl Root {
             .map(File::from)
     }
 
+    /// The longest name the filesystem holding directory `rel` (or, where
+    /// it is not made yet, its nearest ancestor) takes; 255 when it will
+    /// not say.
+    pub fn name_max(&self, mut rel: &str) -> usize {
+        loop {
+            let at = if rel.is_empty() { "." } else { rel };
+            if let Ok(fd) = self.openat(at, libc::O_PATH | libc::O_DIRECTORY, 0) {
+                return match super::sys::name_max_fd(&fd) {
+                    Ok(n) if n > 0 => n,
+                    _ => 255,
+                };
+            }
+            if rel.is_empty() {
+                return 255;
+            }
+            rel = rel.rsplit_once('/').map_or("", |(d, _)| d);
+        }
+    }
+
     /// Names in directory `rel` beneath the root.
     pub fn read_dir(&self, rel: &str) -> io::Result<Vec<String>> {
         let fd = self.openat(rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
@@ -417,6 +461,43 @@ impl Root {
         }
         buf.truncate(n as usize);
         Ok(crate::protocol::names::from_bytes(&buf))
+    }
+
+    /// Make the FIFO, socket or device node `rel` beneath the root (its
+    /// type and permission bits in `mode`, a device's number in `rdev`),
+    /// never through a symlink; the process umask applies, as to mknod(2).
+    pub fn mknod(&self, rel: &str, mode: u32, rdev: u64) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        // SAFETY: `name` is NUL-terminated; mknodat reads it only.
+        let rc = unsafe { libc::mknodat(parent.as_raw_fd(), name.as_ptr(), mode, rdev) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Give the entry `rel` (not followed if a symlink) permission bits
+    /// `mode`, through a descriptor of it, only when it is of the type
+    /// `kind` (`S_IFIFO`, ...): whatever is put at the name meanwhile is
+    /// left as it is.
+    pub fn chmod_kind(&self, rel: &str, kind: u32, mode: u32) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let at = self.open_path(rel)?;
+        if at.metadata()?.mode() & libc::S_IFMT != kind {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{rel}: replaced while it was made"),
+            ));
+        }
+        // The descriptor's /proc name leads to its inode, whatever the
+        // name `rel` holds now (chmod has no flag for an O_PATH one on
+        // every kernel).
+        let path = cstr(&format!("/proc/self/fd/{}", at.as_raw_fd()))?;
+        // SAFETY: `path` is NUL-terminated; chmod reads it only.
+        if unsafe { libc::chmod(path.as_ptr(), mode) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Give `rel` (a symlink itself, not what it points to) owner `uid`

@@ -106,6 +106,21 @@ pub fn free_bytes_fd(fd: &impl AsRawFd) -> io::Result<Option<u64>> {
     Ok(available(&unsafe { st.assume_init() }))
 }
 
+/// The longest name (bytes) the filesystem of `fd` takes in a directory
+/// (`statfs.f_namelen`; NAME_MAX, 255, on ext4, XFS and btrfs).
+pub fn name_max_fd(fd: &impl AsRawFd) -> io::Result<usize> {
+    let mut st = MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: the descriptor is open for the call and `st` is a valid,
+    // writable statfs buffer; no memory is retained.
+    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs returned 0, so the buffer is initialised.
+    let len = unsafe { st.assume_init() }.f_namelen;
+    Ok(usize::try_from(len).unwrap_or(0))
+}
+
 /// The running kernel's release string, as `uname -r` prints it.
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")

@@ -69,7 +69,11 @@ pub const REQ_SPARSE: u32 = 2048;
 /// client sends `Shard` after its request, the daemon answers with
 /// `ShardManifest` (the whole manifest's) and offers only the share.
 pub const REQ_SHARD: u32 = 4096;
+/// Request flag (protocol 12): device nodes are carried (`-D`): a pull's
+/// daemon lists them, a receiver makes them where it may.
+pub const REQ_DEVICES: u32 = 8192;
 const REQ_KNOWN: u32 = REQ_SHARD
+    | REQ_DEVICES
     | REQ_LIVE_PARTS
     | REQ_SPARSE
     | REQ_HARD_LINKS
@@ -358,11 +362,15 @@ pub enum Message {
     /// sent) and the receiver does not wait for it; `file_index` is
     /// [`UNLISTED`] for one the scan left out of the manifest (a FIFO, a
     /// socket, a device), named by `path`. From the receiver: an entry its
-    /// policy will not create (an unsafe symlink).
+    /// policy will not create (an unsafe symlink). `rule` (protocol 12):
+    /// left out by a rule (a policy, an option, a name the filesystem
+    /// cannot hold), which running again cannot mend; otherwise a fault
+    /// (vanished, unreadable, changed while sent).
     Skipped {
         file_index: u32,
         path: String,
         reason: String,
+        rule: bool,
     },
     /// Part of the held files and blocks (from `Have`) whose content the
     /// sender found different from its sources: the receiver forgets them.
@@ -692,12 +700,14 @@ pub fn encode(m: &Message) -> Vec<u8> {
             file_index,
             path,
             reason,
+            rule,
         } => {
             let text: String = reason.chars().take(ERROR_TEXT_MAX / 4).collect();
             w.u8(kind::SKIPPED)
                 .u32(*file_index)
                 .name16(path)
-                .str16(&text);
+                .str16(&text)
+                .u8(u8::from(*rule));
         }
         Message::HeldWrong(items) => {
             assert!(items.len() as u32 <= LIST_PART_ITEMS_MAX);
@@ -1058,6 +1068,16 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             file_index: r.u32()?,
             path: r.name16("path", super::manifest::PATH_LEN_MAX)?,
             reason: r.str16("skip reason", ERROR_TEXT_MAX)?.to_string(),
+            rule: match r.u8()? {
+                0 => false,
+                1 => true,
+                v => {
+                    return Err(DecodeError::Invalid {
+                        what: "skip rule",
+                        value: u64::from(v),
+                    })
+                }
+            },
         },
         kind::HELD_WRONG => {
             let count = list_len(&mut r, "held entries")?;
@@ -1345,11 +1365,13 @@ mod tests {
                 file_index: 6,
                 path: String::new(),
                 reason: "vanished since the scan".into(),
+                rule: false,
             },
             Message::Skipped {
                 file_index: UNLISTED,
-                path: "run/fifo".into(),
-                reason: "a FIFO".into(),
+                path: "run/dev".into(),
+                reason: "a device node, not sent without -D".into(),
+                rule: true,
             },
             Message::HeldWrong(vec![1, 7]),
             Message::HeldChecked,

@@ -873,6 +873,11 @@ mod tests {
             entry("run42/a.dat", EntryKind::File, 12345, None),
             entry("run42/l", EntryKind::Symlink, 0, Some("a.dat")),
             entry("run42/up", EntryKind::Symlink, 0, Some("../run42/a.dat")),
+            entry("run42/pipe", EntryKind::Fifo, 0, None),
+            Entry {
+                rdev: 0x103,
+                ..entry("run42/null", EntryKind::CharDevice, 0, None)
+            },
         ];
         let refused = [
             entry("/etc/passwd", EntryKind::File, 1, None),

@@ -20,7 +20,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// Protocol version spoken here.
-pub const VERSION: u16 = 11;
+pub const VERSION: u16 = 12;
 pub const NONCE_LEN: usize = 32;
 pub const PROOF_LEN: usize = 32;
 pub const SESSION_ID_LEN: usize = 16;

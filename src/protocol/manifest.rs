@@ -61,6 +61,57 @@ pub enum EntryKind {
     /// Another name of a file earlier in the manifest (`send -H`): `link`
     /// holds that file's path.
     HardLink = 3,
+    /// A FIFO (named pipe), recreated empty (protocol 12).
+    Fifo = 4,
+    /// A Unix socket's name, recreated as one (protocol 12).
+    Socket = 5,
+    /// Device nodes (`-D`): `rdev` holds the device number (protocol 12).
+    CharDevice = 6,
+    BlockDevice = 7,
+}
+
+impl EntryKind {
+    /// A FIFO, a socket or a device node: made with `mknod`, no content.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            EntryKind::Fifo | EntryKind::Socket | EntryKind::CharDevice | EntryKind::BlockDevice
+        )
+    }
+
+    /// A device node (`-D`).
+    pub fn is_device(self) -> bool {
+        matches!(self, EntryKind::CharDevice | EntryKind::BlockDevice)
+    }
+
+    /// The kind a wire byte names (its growing and piece bits cleared).
+    fn from_byte(b: u8) -> Option<EntryKind> {
+        Some(match b {
+            0 => EntryKind::File,
+            1 => EntryKind::Dir,
+            2 => EntryKind::Symlink,
+            3 => EntryKind::HardLink,
+            4 => EntryKind::Fifo,
+            5 => EntryKind::Socket,
+            6 => EntryKind::CharDevice,
+            7 => EntryKind::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    /// How people call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Symlink => "symlink",
+            EntryKind::HardLink => "hard link",
+            EntryKind::Fifo => "fifo",
+            EntryKind::Socket => "socket",
+            EntryKind::CharDevice => "char device",
+            EntryKind::BlockDevice => "block device",
+        }
+    }
 }
 
 /// Longest user or group name on the wire.
@@ -124,6 +175,9 @@ pub struct Entry {
     /// the file is whole once every piece is, whichever sessions brought
     /// them. On the wire, bit 6 of the kind byte and the piece after it.
     pub piece: Option<Piece>,
+    /// A device node's number (`st_rdev`); 0 for every other kind. On the
+    /// wire after a device's kind byte.
+    pub rdev: u64,
 }
 
 impl Entry {
@@ -305,6 +359,9 @@ pub fn encode_entry(w: &mut Writer, e: &Entry) {
     if let Some(p) = piece {
         w.u32(p.index).u32(p.count);
     }
+    if e.kind.is_device() {
+        w.u64(e.rdev);
+    }
     w.u32(e.mode)
         .i64(e.mtime_s)
         .u32(e.mtime_ns)
@@ -336,17 +393,15 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         true => Some(decode_piece(r)?),
         false => None,
     };
-    let kind = match byte & !(GROWING | PIECE) {
-        0 => EntryKind::File,
-        1 => EntryKind::Dir,
-        2 => EntryKind::Symlink,
-        3 => EntryKind::HardLink,
-        _ => {
-            return Err(DecodeError::Invalid {
-                what: "entry kind",
-                value: u64::from(byte),
-            })
-        }
+    let Some(kind) = EntryKind::from_byte(byte & !(GROWING | PIECE)) else {
+        return Err(DecodeError::Invalid {
+            what: "entry kind",
+            value: u64::from(byte),
+        });
+    };
+    let rdev = match kind.is_device() {
+        true => r.u64()?,
+        false => 0,
     };
     if (byte & GROWING != 0 && !growing) || (byte & PIECE != 0 && piece.is_none()) {
         return Err(DecodeError::Invalid {
@@ -372,7 +427,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
     let size = r.u64()?;
     if kind != EntryKind::File && size != 0 {
         return Err(DecodeError::Invalid {
-            what: "size of a directory or symlink",
+            what: "size of an entry that is no file",
             value: size,
         });
     }
@@ -412,6 +467,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
         xattrs: decode_xattrs(r)?,
         growing,
         piece,
+        rdev,
     })
 }
 

@@ -82,6 +82,24 @@ pub fn byte_len(name: &str) -> usize {
     to_bytes(name).len()
 }
 
+/// The longest start of `name` that takes at most `max` bytes on disk,
+/// cut between characters (a byte held escaped is one character): never
+/// half of a UTF-8 character.
+pub fn prefix_within(name: &str, max: usize) -> &str {
+    let mut bytes = 0;
+    for (at, c) in name.char_indices() {
+        let n = match escaped_byte(c) {
+            Some(_) => 1,
+            None => c.len_utf8(),
+        };
+        if bytes + n > max {
+            return &name[..at];
+        }
+        bytes += n;
+    }
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +124,18 @@ mod tests {
         assert_eq!(from_bytes("caf\u{e9}".as_bytes()), "caf\u{e9}");
         assert_ne!(from_bytes(b"\xe9"), from_bytes("\u{e9}".as_bytes()));
         assert_eq!(byte_len(&from_bytes(b"a\xff")), 2);
+    }
+
+    #[test]
+    fn a_prefix_within_a_byte_count_cuts_between_characters() {
+        assert_eq!(prefix_within("abc", 2), "ab");
+        assert_eq!(prefix_within("abc", 9), "abc");
+        // \u{e9} takes two bytes: never half of it.
+        assert_eq!(prefix_within("a\u{e9}b", 2), "a");
+        assert_eq!(prefix_within("a\u{e9}b", 3), "a\u{e9}");
+        // An escaped byte is one byte on disk, four in the string.
+        let s = from_bytes(b"\xff\xfex");
+        assert_eq!(to_bytes(prefix_within(&s, 2)).as_ref(), b"\xff\xfe");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub(super) enum JobDone {
 pub(super) struct Tally {
     pub(super) done_files: usize,
     pub(super) bytes: u64,
-    pub(super) skipped: Vec<(u32, String)>,
+    pub(super) skipped: Vec<super::roles::Refused>,
     pub(super) rejected: Vec<u32>,
     pub(super) lost_streams: Vec<String>,
     pub(super) journal_bytes: u64,
@@ -499,7 +499,9 @@ impl<'s> Book<'s> {
                 .mkdir_all(dir, 0o755)
                 .map_err(|err| SessionError::io(rel.clone(), err))?;
         }
-        Ok((e.kind == EntryKind::File).then(|| RecvFile::new(e, rel, self.block, self.rules)))
+        let name_max = self.root.name_max(dir);
+        Ok((e.kind == EntryKind::File)
+            .then(|| RecvFile::new(e, (rel, name_max), self.block, self.rules)))
     }
 
     /// The mtimes of directories a follow changed (each a directory of the
@@ -593,7 +595,8 @@ impl<'s> Book<'s> {
 
     /// The sender dropped entry `i`: stop waiting for it. Its part stays
     /// only if it holds journaled data (see `Incoming`'s drop).
-    pub(super) fn skipped(&mut self, i: u32, why: String) -> Result<(), SessionError> {
+    pub(super) fn skipped(&mut self, r: super::roles::Refused) -> Result<(), SessionError> {
+        let i = r.entry;
         let Some(f) = self
             .files
             .get_mut(i as usize)
@@ -608,7 +611,7 @@ impl<'s> Book<'s> {
         f.state = FileState::Skipped;
         let idle = f.writing.is_empty();
         self.remaining -= 1;
-        self.tally.skipped.push((i, why));
+        self.tally.skipped.push(r);
         if idle {
             self.close(i as usize);
         }

@@ -12,6 +12,7 @@ use std::time::SystemTime;
 
 use crate::datapath::beneath::{FileId, Root};
 
+use super::beside::Beside;
 use super::journal::{self, Identity, Journal};
 use super::receive::{FileState, RecvFile, Rules};
 use super::secret::Secret;
@@ -32,6 +33,8 @@ pub(crate) struct FinalJob {
     mode: u32,
     mtime: SystemTime,
     final_rel: String,
+    /// The longest name its directory takes (see `Beside`).
+    name_max: usize,
     secret: Secret,
     owner: Option<[u8; 32]>,
     dress: super::receive::Dress,
@@ -67,6 +70,7 @@ impl FinalJob {
             mode: f.mode,
             mtime: f.mtime,
             final_rel: f.final_rel.clone(),
+            name_max: usize::from(f.name_max),
             secret: rules.secret.clone(),
             owner: rules.owner,
             dress: std::mem::take(&mut f.dress),
@@ -82,8 +86,12 @@ impl FinalJob {
         }
     }
 
+    fn beside(&self) -> Beside<'_> {
+        Beside::new(&self.final_rel, self.name_max)
+    }
+
     fn part_rel(&self) -> String {
-        format!("{}{}", self.final_rel, super::PART_SUFFIX)
+        self.beside().part()
     }
 }
 
@@ -317,7 +325,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
     let mut total = 0u64;
     for index in 0..p.piece.count {
         let piece = Piece { index, ..p.piece };
-        let rel = journal::journal_of(&job.final_rel, Some(piece));
+        let rel = job.beside().journal(Some(piece));
         let j = match journal::load_checked(root, &rel, &job.secret, &|id| *id == p.id) {
             Ok(j) => j,
             Err(journal::NoJournal::Absent) => return Ok(Found::Missing),
@@ -362,7 +370,7 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
     let part = &job.part;
     part.set_len(job.size)
         .map_err(|e| SessionError::io(ctx("truncating"), e))?;
-    part.set_times(std::fs::FileTimes::new().set_modified(job.mtime))
+    part.set_times(mtime_now_accessed(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
     job.dress.put_on(part).map_err(|e| {
         SessionError::local(super::ErrorCode::Io, format!("{}: {e}", job.final_rel))
@@ -395,6 +403,15 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
     Ok((job.index, job.digest))
 }
 
+/// Times that give a file `mtime` (and its access time now, as rsync
+/// does): both are set at once, since FUSE filesystems of the older
+/// protocol (libfuse 2) drop a change of the mtime alone.
+pub(crate) fn mtime_now_accessed(mtime: SystemTime) -> std::fs::FileTimes {
+    std::fs::FileTimes::new()
+        .set_accessed(SystemTime::now())
+        .set_modified(mtime)
+}
+
 /// A file the sender found complete here by its content (read again: its
 /// stamp was another client's, older, or touched since, or `--checksum`):
 /// give it the source's mode and mtime and a stamp for this session's
@@ -418,7 +435,7 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
     if !same {
         return Ok(());
     }
-    let _ = file.set_times(std::fs::FileTimes::new().set_modified(f.mtime));
+    let _ = file.set_times(mtime_now_accessed(f.mtime));
     let named = (&file, f.final_rel.as_str());
     let _ = journal::stamp(named, f.digest, (&rules.secret, rules.owner));
     let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));

@@ -228,8 +228,14 @@ pub(crate) fn spawn_peer_reader(
                 mtime_ns,
             }) => PeerEvent::FileEnd(file_index, size, (mtime_s, mtime_ns)),
             Ok(Message::Skipped {
-                file_index, reason, ..
-            }) => PeerEvent::Skipped(file_index, reason),
+                file_index,
+                reason,
+                rule,
+                ..
+            }) => PeerEvent::Skipped(super::roles::Refused::entry(
+                file_index,
+                super::roles::Why { text: reason, rule },
+            )),
             Ok(Message::Summary { files, bytes, ok }) => PeerEvent::Summary { files, bytes, ok },
             Ok(Message::Added { first, entries }) => PeerEvent::Added(first, entries),
             Ok(Message::AddedEnd) => PeerEvent::AddedEnd,

@@ -593,10 +593,7 @@ impl Follower<'_> {
     /// `source` appeared (as `rel`): its entries added to the session.
     fn appeared(&mut self, rel: &str, source: &Path) -> Result<(), SessionError> {
         let found = super::tree::scan_new(self.ctx.rules, rel, source);
-        let unlisted = crate::protocol::control::UNLISTED;
-        let listed = found.skipped.iter();
-        self.skipped
-            .extend(listed.map(|s| (unlisted, s.path.clone(), s.reason.clone())));
+        self.skipped.extend(found.skipped_refs());
         let mut batch = Vec::new();
         let first = (self.ctx.added.base + self.ctx.added.len()) as u32;
         for (k, mut e) in found.entries.into_iter().enumerate() {
@@ -646,8 +643,12 @@ impl Follower<'_> {
             }
             _ => "appeared while followed: only files and directories are added".to_string(),
         };
-        let unlisted = crate::protocol::control::UNLISTED;
-        self.skipped.push((unlisted, e.path.clone(), why));
+        self.skipped.push(Refused {
+            entry: crate::protocol::control::UNLISTED,
+            path: e.path.clone(),
+            reason: why,
+            rule: true,
+        });
         None
     }
 
@@ -679,13 +680,9 @@ impl Follower<'_> {
         if let Some(a) = self.acks {
             a.settle(i as u32);
         }
-        let m = Message::Skipped {
-            file_index: i as u32,
-            path: String::new(),
-            reason: why.clone(),
-        };
-        send_msg(&mut self.ctl, &m)?;
-        self.skipped.push((i as u32, String::new(), why));
+        let r = Refused::entry(i as u32, super::roles::Why::fault(why));
+        send_msg(&mut self.ctl, &r.message())?;
+        self.skipped.push(r);
         Ok(())
     }
 }

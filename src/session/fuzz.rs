@@ -234,8 +234,9 @@ mod tests {
             },
             Message::Skipped {
                 file_index: UNLISTED,
-                path: "d/fifo".into(),
-                reason: "a FIFO".into(),
+                path: "d/dev".into(),
+                reason: "a device node".into(),
+                rule: true,
             },
         ] {
             have.extend_from_slice(&encode(&m));

@@ -39,7 +39,7 @@ impl Held {
     pub(crate) fn refuse(&mut self, refused: &[super::roles::Refused]) {
         let listed = refused
             .iter()
-            .map(|r| r.0)
+            .map(|r| r.entry)
             .filter(|&i| i != crate::protocol::control::UNLISTED);
         self.refused.extend(listed);
     }

@@ -321,19 +321,6 @@ fn decode_ranges(r: &mut Reader<'_>, words: usize, blocks: u64) -> Option<Vec<u6
     Some(bits)
 }
 
-pub fn journal_rel(final_rel: &str) -> String {
-    format!("{final_rel}{JOURNAL_SUFFIX}")
-}
-
-/// The journal of `final_rel`, or of its piece (`NAME.K.urmove.piece`,
-/// with the pieces' count in its own identity).
-pub fn journal_of(final_rel: &str, piece: Option<crate::protocol::manifest::Piece>) -> String {
-    match piece {
-        Some(p) => format!("{final_rel}.{}{PIECE_SUFFIX}", p.index),
-        None => journal_rel(final_rel),
-    }
-}
-
 /// Ending of a piece's journal.
 pub const PIECE_SUFFIX: &str = ".urmove.piece";
 

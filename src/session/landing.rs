@@ -60,7 +60,7 @@ pub(crate) enum PeerEvent {
     /// The sender's digest of each file it read through: (entry, digest).
     Digests(Vec<(u32, u64)>),
     /// The sender dropped an entry: (entry, why).
-    Skipped(u32, String),
+    Skipped(super::roles::Refused),
     /// A heartbeat: the sender is there (its followed files are idle).
     Alive,
     /// Entries a follow added, numbered from the first.
@@ -582,7 +582,7 @@ impl<'s> Control<'s> {
                     b.sender_digest(i, digest)?;
                 }
             }
-            PeerEvent::Skipped(i, why) => book::lock(book).skipped(i, why)?,
+            PeerEvent::Skipped(r) => book::lock(book).skipped(r)?,
             PeerEvent::FileEnd(i, size, mtime) => book::lock(book).file_end(i, size, mtime)?,
             PeerEvent::Alive => {}
             PeerEvent::AddedEnd => book::lock(book).adding = false,

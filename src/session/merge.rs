@@ -85,6 +85,11 @@ pub struct Merged {
     /// Shards with no report, and why the transfer is not complete.
     pub missing_shards: Vec<u32>,
     pub missing_files: Vec<String>,
+    /// Files a rule left out (a name the receiving filesystem cannot
+    /// hold, a receiver's policy), named with why: a run again cannot mend
+    /// them, so they do not count against completeness.
+    pub files_skipped_by_rule: u64,
+    pub skipped_by_rule: Vec<super::tree::Skipped>,
     pub problems: Vec<String>,
 }
 
@@ -117,7 +122,8 @@ pub fn merge(runs: Vec<ShardRun>) -> Merged {
         check_cover(&mut m, &latest);
     }
     m.files_verified = whole_files + split;
-    m.complete = m.problems.is_empty() && m.files_verified == m.files;
+    let settled = m.files_verified + m.files_skipped_by_rule;
+    m.complete = m.problems.is_empty() && settled == m.files;
     if m.problems.is_empty() && !m.complete {
         m.problems.push(format!(
             "{} of {} files verified",
@@ -254,14 +260,19 @@ fn account(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>) {
 fn check_shares(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>) -> u64 {
     let mut verified = 0;
     for r in latest.values() {
-        if r.status != "ok" {
+        let s = &r.shard;
+        // Entries skipped by rule alone make a run `partial`, not short.
+        let by_rule_only = r.status == "partial" && s.skipped_faults == 0;
+        if r.status != "ok" && !by_rule_only {
             m.problems.push(format!(
                 "shard {} ended {} ({})",
                 r.shard.index, r.status, r.file
             ));
         }
-        let s = &r.shard;
-        verified += s.share_files - s.pending_count.min(s.share_files);
+        m.files_skipped_by_rule += s.skipped_by_rule_count;
+        m.skipped_by_rule.extend(s.skipped_by_rule.iter().cloned());
+        let unverified = s.pending_count + s.skipped_by_rule_count;
+        verified += s.share_files - unverified.min(s.share_files);
         m.missing_files.extend(s.pending.iter().cloned());
         if s.pending_count > s.pending.len() as u64 {
             m.problems.push(format!(

@@ -8,6 +8,7 @@
 
 mod admit;
 pub mod bench_net;
+mod beside;
 mod book;
 mod commit;
 mod confirm;

@@ -126,7 +126,8 @@ pub fn run_pull(
         let held = pull.incoming.complete_before().to_vec();
         let acked = landed.acked.with_held(held);
         let entries = &pull.incoming.entries;
-        let shard = super::shard::ShardReport::of((s, m), cfg, entries, &acked, started);
+        let listed = (entries.as_slice(), report.skipped.as_slice());
+        let shard = super::shard::ShardReport::of((s, m), cfg, listed, &acked, started);
         report.shard = Some(shard);
     }
     Ok(report)
@@ -196,12 +197,7 @@ impl Pull {
         ) = kept;
         report.files_verified = verified;
         report.skip(&incoming.entries, &self.refused);
-        let skipped: Vec<Refused> = incoming
-            .skipped
-            .iter()
-            .map(|(i, why)| (*i, String::new(), why.clone()))
-            .collect();
-        report.skip(&incoming.entries, &skipped);
+        report.skip(&incoming.entries, &incoming.skipped);
     }
 }
 
@@ -452,6 +448,10 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         live_parts: false,
         keep: Default::default(),
         keep_setid: false,
+        devices: super::receive::Devices::for_this_process(
+            cfg.scan.devices,
+            "device nodes are made only when asked for (-D, --devices)",
+        ),
         unsafe_links: super::receive::LinkPolicy::Keep,
         claims: Arc::default(),
         journal_budget: Arc::new(super::receive::JournalBudget::new(

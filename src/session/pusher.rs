@@ -159,7 +159,7 @@ impl Acks {
                 AtomicBool::new(
                     e.kind != EntryKind::File
                         || held.complete.contains_key(&i)
-                        || refused.iter().any(|r| r.0 == i),
+                        || refused.iter().any(|r| r.entry == i),
                 )
             })
             // Room for what a follow adds: settled until it is added.

@@ -23,9 +23,11 @@ use crate::protocol::manifest::{
     check_entry, link_stays_beneath, Entry, EntryKind, Piece, ENTRIES_MAX,
 };
 
+use super::beside::Beside;
 use super::conn::recv_msg;
 use super::filter::Filter;
 use super::journal::{self, Identity, Journal};
+use super::roles::{Refused, Why};
 use super::secret::Secret;
 use super::{SessionError, PART_SUFFIX};
 
@@ -85,6 +87,37 @@ pub struct Rules {
     /// `--live-parts`: growing files' parts readable as they grow, with
     /// their checked prefix in [`LIVE_XATTR`].
     pub live_parts: bool,
+    /// Whether device nodes of the manifest are made (`-D`).
+    pub devices: Devices,
+}
+
+/// Whether a receiver makes the device nodes a manifest holds (`-D`):
+/// only when asked for, allowed (a daemon's config says so) and running
+/// as root (mknod needs CAP_MKNOD); else each is one entry refused, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Devices {
+    Make,
+    Refuse(&'static str),
+}
+
+impl Default for Devices {
+    fn default() -> Self {
+        Devices::Refuse("device nodes are made only when asked for (-D, --devices)")
+    }
+}
+
+impl Devices {
+    /// A receiver that allows device nodes when `allowed` (else refuses
+    /// them, saying `not_allowed`), run by this process.
+    pub fn for_this_process(allowed: bool, not_allowed: &'static str) -> Devices {
+        match (allowed, crate::datapath::sys::effective_uid() == 0) {
+            (false, _) => Devices::Refuse(not_allowed),
+            (true, false) => Devices::Refuse(
+                "the receiver does not run as root: making a device node needs CAP_MKNOD",
+            ),
+            (true, true) => Devices::Make,
+        }
+    }
 }
 
 /// Bytes of block tables (two bits a block) the files of one follow may
@@ -212,6 +245,7 @@ impl Rules {
             dry_run: false,
             follow: false,
             live_parts: false,
+            devices: Devices::default(),
             keep: Default::default(),
             secret: Secret::from_bytes(secret),
             keep_setid: false,
@@ -396,12 +430,23 @@ pub(crate) struct RecvFile {
     /// The tag of the part it writes ([`journal::PART_TAG_XATTR`]), which
     /// its journals name.
     pub(crate) part_tag: [u8; 16],
+    /// The longest name its directory takes, which its part's and
+    /// journal's names fit (see [`Beside`]).
+    pub(crate) name_max: u16,
 }
 
 impl RecvFile {
-    pub(crate) fn new(e: &Entry, final_rel: String, block: u64, rules: &Rules) -> Self {
+    /// `e`, to land at `final_rel` in a directory taking names of at most
+    /// `name_max` bytes.
+    pub(crate) fn new(
+        e: &Entry,
+        (final_rel, name_max): (String, usize),
+        block: u64,
+        rules: &Rules,
+    ) -> Self {
         let words = e.size.div_ceil(block).div_ceil(64) as usize;
         RecvFile {
+            name_max: name_max.min(usize::from(u16::MAX)) as u16,
             dress: rules.dress(e),
             held_seen: None,
             part: None,
@@ -440,8 +485,13 @@ impl RecvFile {
         }
     }
 
+    /// Where its own files go (part, journal).
+    pub(crate) fn beside(&self) -> Beside<'_> {
+        Beside::new(&self.final_rel, usize::from(self.name_max))
+    }
+
     pub(crate) fn part_rel(&self) -> String {
-        format!("{}{PART_SUFFIX}", self.final_rel)
+        self.beside().part()
     }
 
     /// A piece is about to be written by this session (its range locked):
@@ -494,7 +544,7 @@ impl RecvFile {
     /// Where its journal is kept: beside the file, or (a piece) beside it
     /// under the piece's number.
     pub(crate) fn journal_rel(&self) -> String {
-        journal::journal_of(&self.final_rel, self.piece)
+        self.beside().journal(self.piece)
     }
 
     /// Block `block_no` (`len` bytes, `terms` of digest) is written; its
@@ -615,6 +665,59 @@ fn no_room(dir: &str, bytes: u64, free: u64) -> SessionError {
     )
 }
 
+/// The directories a manifest's preparation made: the last a file went
+/// into (and the longest name its filesystem takes), and those it could
+/// not make, with why.
+#[derive(Debug, Default)]
+struct Made {
+    dir: String,
+    name_max: usize,
+    unmade: std::collections::HashMap<String, Why>,
+}
+
+impl Made {
+    /// Why `rel` cannot be made: a directory above it could not be.
+    fn beneath_unmade(&self, rel: &str) -> Option<Why> {
+        if self.unmade.is_empty() {
+            return None;
+        }
+        let mut at = rel;
+        while let Some((dir, _)) = at.rsplit_once('/') {
+            if let Some(why) = self.unmade.get(dir) {
+                return Some(why.clone());
+            }
+            at = dir;
+        }
+        None
+    }
+}
+
+/// Whether `err` says the filesystem cannot hold a name as it is: too long
+/// for it (ENAMETOOLONG), characters or an encoding it refuses (EINVAL,
+/// EILSEQ, as strict-UTF-8 and case-folding filesystems answer).
+pub(crate) fn cannot_hold(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENAMETOOLONG | libc::EINVAL | libc::EILSEQ)
+    )
+}
+
+/// The file type bits (`S_IFIFO`, ...) of a special entry's kind.
+fn special_type(kind: EntryKind) -> u32 {
+    match kind {
+        EntryKind::Fifo => libc::S_IFIFO,
+        EntryKind::Socket => libc::S_IFSOCK,
+        EntryKind::CharDevice => libc::S_IFCHR,
+        EntryKind::BlockDevice => libc::S_IFBLK,
+        other => unreachable!("{} is no special file", other.name()),
+    }
+}
+
+/// Why an entry whose name its filesystem cannot hold is not made.
+fn unholdable(err: &std::io::Error) -> Why {
+    Why::rule(format!("the filesystem here cannot hold this name: {err}"))
+}
+
 /// A file found complete under its final name before any data.
 enum HeldFile {
     /// Untouched since its commit (its stamp says so): its plain digest.
@@ -638,14 +741,15 @@ pub(crate) struct Incoming {
     done_at_start: Vec<(u32, u64)>,
     /// What the receiver holds already, for the sender (resume).
     have: Vec<HaveItem>,
-    /// Entries this side refused to create (unsafe links): (entry, why).
-    refused: Vec<(u32, String)>,
+    /// Entries this side refused to create (unsafe links, names it cannot
+    /// hold, a directory in the way).
+    refused: Vec<Refused>,
     /// Files complete under their final names before any data came.
     complete_before: Vec<u32>,
     /// Those of them complete by their stamp alone (not read again).
     unchanged: HashSet<u32>,
     /// Entries the sender dropped (or this side refused), with the reason.
-    pub(crate) skipped: Vec<(u32, String)>,
+    pub(crate) skipped: Vec<Refused>,
     /// Files whose content differed from the sender's digest.
     pub(crate) rejected: Vec<u32>,
     pub(crate) done_files: usize,
@@ -707,10 +811,10 @@ impl Incoming {
             routed: false,
             names: names_of_links(&dest, &entries),
         };
-        let mut made_dir = String::new();
+        let mut made = Made::default();
         for (i, e) in entries.iter().enumerate() {
             tick();
-            let file = inc.prepare_entry(i as u32, e, &mut made_dir, tick)?;
+            let file = inc.prepare_entry(i as u32, e, &mut made, tick)?;
             inc.files.push(file);
         }
         inc.entries = entries;
@@ -722,77 +826,136 @@ impl Incoming {
         &mut self,
         i: u32,
         e: &Entry,
-        made_dir: &mut String,
+        made: &mut Made,
         tick: &mut dyn FnMut(),
     ) -> Result<Option<RecvFile>, SessionError> {
         let rel = join(&self.dest, &e.path);
+        if let Some(why) = made.beneath_unmade(&rel) {
+            self.refuse_entry(i, why);
+            return Ok(None);
+        }
         match e.kind {
             EntryKind::Dir if self.rules.dry_run => Ok(None),
             EntryKind::Dir => {
-                self.root
-                    .mkdir_all(&rel, 0o755)
-                    .map_err(|err| SessionError::io(rel.clone(), err))?;
+                if let Err(why) = self.make_dir(&rel, made)? {
+                    self.refuse_entry(i, why);
+                }
                 Ok(None)
             }
             EntryKind::Symlink => {
-                self.make_symlink(i, e, &rel)?;
+                if let Err(why) = self.make_symlink(e, &rel)? {
+                    self.refuse_entry(i, why);
+                }
                 Ok(None)
             }
             // Linked once every file is committed (`finish`).
             EntryKind::HardLink => Ok(None),
-            EntryKind::File => {
-                // The file's directory: made (beneath, through no link)
-                // once per directory, so a bad path fails before any data.
-                let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
-                if !dir.is_empty() && dir != made_dir.as_str() && !self.rules.dry_run {
-                    self.root
-                        .mkdir_all(dir, 0o755)
-                        .map_err(|err| SessionError::io(rel.clone(), err))?;
-                    *made_dir = dir.to_string();
+            EntryKind::File => self.prepare_file_entry(i, e, rel, made, tick),
+            EntryKind::Fifo
+            | EntryKind::Socket
+            | EntryKind::CharDevice
+            | EntryKind::BlockDevice => {
+                if let Err(why) = self.make_special(e, &rel)? {
+                    self.refuse_entry(i, why);
                 }
-                let mut f = RecvFile::new(e, rel, self.block, &self.rules);
-                if let Some(why) = self.in_the_way(&f) {
-                    // Told to the sender before the data; its frames dropped.
-                    f.state = FileState::Skipped;
-                    self.refused.push((i, why));
-                    return Ok(Some(f));
-                }
-                self.prepare_file(i, &mut f, tick)?;
-                Ok(Some(f))
+                Ok(None)
             }
         }
+    }
+
+    /// A regular file's entry: its directory made (beneath, through no
+    /// link, once per directory, so a bad path fails before any data),
+    /// then what it holds already found. A name its filesystem cannot hold
+    /// (its directory's or its own) is one refused entry.
+    fn prepare_file_entry(
+        &mut self,
+        i: u32,
+        e: &Entry,
+        rel: String,
+        made: &mut Made,
+        tick: &mut dyn FnMut(),
+    ) -> Result<Option<RecvFile>, SessionError> {
+        let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+        if dir != made.dir || made.name_max == 0 {
+            if !dir.is_empty() && !self.rules.dry_run {
+                if let Err(why) = self.make_dir(dir, made)? {
+                    self.refuse_entry(i, why);
+                    return Ok(None);
+                }
+            }
+            made.dir = dir.to_string();
+            made.name_max = self.root.name_max(dir);
+        }
+        let mut f = RecvFile::new(e, (rel, made.name_max), self.block, &self.rules);
+        if let Some(why) = self.in_the_way(&f) {
+            // Told to the sender before the data; its frames dropped.
+            f.state = FileState::Skipped;
+            self.refused.push(Refused::entry(i, why));
+            return Ok(Some(f));
+        }
+        self.prepare_file(i, &mut f, tick)?;
+        Ok(Some(f))
+    }
+
+    /// Make directory `rel` (and what leads to it): `Ok(Err(why))` when
+    /// its filesystem cannot hold a name on the way, which is then
+    /// remembered in `made` (whatever lies beneath it is refused too).
+    fn make_dir(&self, rel: &str, made: &mut Made) -> Result<Result<(), Why>, SessionError> {
+        match self.root.mkdir_all(rel, 0o755) {
+            Ok(()) => Ok(Ok(())),
+            Err(err) if cannot_hold(&err) => {
+                let why = Why::rule(format!("the filesystem here cannot hold the name of {rel} or of a directory above it: {err}"));
+                made.unmade.insert(rel.to_string(), why.clone());
+                Ok(Err(why))
+            }
+            Err(err) => Err(SessionError::io(rel.to_string(), err)),
+        }
+    }
+
+    /// Entry `i` will not be created: told to the sender before the data
+    /// (a file's frames are then dropped), one skipped entry with `why`.
+    fn refuse_entry(&mut self, i: u32, why: Why) {
+        self.refused.push(Refused::entry(i, why));
     }
 
     /// Why `f` cannot land, when a directory stands at its name, or at a
     /// name of urmove's it writes (its part, its journal and the journal's
     /// temporary): planted by someone who can write under the root, never
     /// removed, and one such entry never fails the others.
-    fn in_the_way(&self, f: &RecvFile) -> Option<String> {
-        let dir = |rel: &str| self.root.symlink_metadata(rel).is_ok_and(|m| m.is_dir());
-        if dir(&f.final_rel) {
-            return Some("a directory of that name is in the way of the file".into());
+    fn in_the_way(&self, f: &RecvFile) -> Option<Why> {
+        let found = self.root.symlink_metadata(&f.final_rel);
+        if let Err(err) = found.as_ref() {
+            if cannot_hold(err) {
+                return Some(unholdable(err));
+            }
         }
+        if found.is_ok_and(|m| m.is_dir()) {
+            return Some(Why::fault(
+                "a directory of that name is in the way of the file",
+            ));
+        }
+        let dir = |rel: &str| self.root.symlink_metadata(rel).is_ok_and(|m| m.is_dir());
         let journal = f.journal_rel();
         let ours = [f.part_rel(), format!("{journal}.tmp"), journal];
         let rel = ours.into_iter().find(|rel| dir(rel))?;
-        Some(format!(
+        Some(Why::fault(format!(
             "a directory is in the way of urmove's {rel}, which is not urmove's: remove it"
-        ))
+        )))
     }
 
     /// Recreate a symlink as it is, unless its target leaves the root and
-    /// the policy says to skip or refuse it.
-    fn make_symlink(&mut self, i: u32, e: &Entry, rel: &str) -> Result<(), SessionError> {
+    /// the policy says to skip or refuse it. `Ok(Err(why))`: this entry
+    /// alone is not made (skipped by policy, a directory in its way, a
+    /// name its filesystem cannot hold).
+    fn make_symlink(&mut self, e: &Entry, rel: &str) -> Result<Result<(), Why>, SessionError> {
         let target = e.link.as_deref().unwrap_or_default();
         if !link_stays_beneath(rel, target) {
             match self.rules.unsafe_links {
                 LinkPolicy::Keep => {}
                 LinkPolicy::Skip => {
-                    self.refused.push((
-                        i,
-                        format!("symlink to {target} leaves the receiver's root; the receiver skips such links"),
-                    ));
-                    return Ok(());
+                    return Ok(Err(Why::rule(format!(
+                        "symlink to {target} leaves the receiver's root; the receiver skips such links"
+                    ))))
                 }
                 LinkPolicy::Refuse => {
                     return Err(SessionError::local(
@@ -804,21 +967,22 @@ impl Incoming {
         }
         match self.root.symlink_metadata(rel) {
             Ok(m) if m.is_dir() => {
-                return Err(SessionError::local(
-                    ErrorCode::PathRefused,
-                    format!("{rel}: a directory is in the way of the symlink"),
-                ))
+                return Ok(Err(Why::fault(
+                    "a directory of that name is in the way of the symlink",
+                )))
             }
-            _ if self.rules.dry_run => return Ok(()),
+            Err(err) if cannot_hold(&err) => return Ok(Err(unholdable(&err))),
+            _ if self.rules.dry_run => return Ok(Ok(())),
             Ok(_) => self
                 .root
                 .unlink(rel)
                 .map_err(|err| SessionError::io(rel.to_string(), err))?,
             Err(_) => {}
         }
-        self.root
-            .symlink(target, rel)
-            .map_err(|err| SessionError::io(rel.to_string(), err))?;
+        match self.root.symlink(target, rel) {
+            Err(err) if cannot_hold(&err) => return Ok(Err(unholdable(&err))),
+            other => other.map_err(|err| SessionError::io(rel.to_string(), err))?,
+        }
         if let Some((uid, gid)) = self.rules.dress(e).owner {
             self.root
                 .lchown(rel, uid, gid)
@@ -827,7 +991,56 @@ impl Incoming {
         self.root
             .set_link_mtime(rel, (e.mtime_s, e.mtime_ns))
             .map_err(|err| SessionError::io(format!("giving {rel} its time"), err))?;
-        Ok(())
+        Ok(Ok(()))
+    }
+
+    /// Make a FIFO, socket or (`-D`, allowed) device node as it is on the
+    /// sending side, as `rsync -a` does: one of the same type (and device)
+    /// at the name is kept, anything else but a directory replaced, never
+    /// through a link; then its owner, mode and mtime. `Ok(Err(why))`:
+    /// this entry alone is not made.
+    fn make_special(&mut self, e: &Entry, rel: &str) -> Result<Result<(), Why>, SessionError> {
+        use std::os::unix::fs::MetadataExt;
+        if let (true, Devices::Refuse(why)) = (e.kind.is_device(), self.rules.devices) {
+            return Ok(Err(Why::rule(why)));
+        }
+        let io = |err| SessionError::io(rel.to_string(), err);
+        let kind = special_type(e.kind);
+        let found = self.root.symlink_metadata(rel);
+        let same = found.as_ref().is_ok_and(|m| {
+            let t = m.file_type();
+            !t.is_symlink()
+                && m.mode() & libc::S_IFMT == kind
+                && (!e.kind.is_device() || m.rdev() == e.rdev)
+        });
+        match found {
+            Ok(m) if m.is_dir() => {
+                return Ok(Err(Why::fault(format!(
+                    "a directory of that name is in the way of the {}",
+                    e.kind.name()
+                ))))
+            }
+            Err(err) if cannot_hold(&err) => return Ok(Err(unholdable(&err))),
+            _ if self.rules.dry_run => return Ok(Ok(())),
+            Ok(_) if !same => self.root.unlink(rel).map_err(io)?,
+            _ => {}
+        }
+        if !same {
+            match self.root.mknod(rel, kind | 0o600, e.rdev) {
+                Err(err) if cannot_hold(&err) => return Ok(Err(unholdable(&err))),
+                other => other.map_err(io)?,
+            }
+        }
+        if let Some((uid, gid)) = self.rules.dress(e).owner {
+            self.root.lchown(rel, uid, gid).map_err(io)?;
+        }
+        self.root
+            .chmod_kind(rel, kind, self.rules.mode(e.mode))
+            .map_err(io)?;
+        self.root
+            .set_link_mtime(rel, (e.mtime_s, e.mtime_ns))
+            .map_err(io)?;
+        Ok(Ok(()))
     }
 
     fn prepare_file(
@@ -1012,8 +1225,8 @@ impl Incoming {
         self.resume.is_some()
     }
 
-    /// Entries this side refused to create: (entry, why).
-    pub(crate) fn take_refused(&mut self) -> Vec<(u32, String)> {
+    /// Entries this side refused to create.
+    pub(crate) fn take_refused(&mut self) -> Vec<Refused> {
         let refused = std::mem::take(&mut self.refused);
         self.skipped.extend(refused.iter().cloned());
         refused
@@ -1310,7 +1523,7 @@ impl Incoming {
             }
             let _ = self.rules.dress(e).put_on(&d);
             let _ = d.set_permissions(std::fs::Permissions::from_mode(self.rules.mode(e.mode)));
-            let _ = d.set_times(std::fs::FileTimes::new().set_modified(mtime_of(e)));
+            let _ = d.set_times(super::commit::mtime_now_accessed(mtime_of(e)));
         }
     }
 }
@@ -1596,7 +1809,7 @@ fn join_part(
                     return joined(f, part, is_direct).map_err(io);
                 }
                 drop(part);
-                forget_pieces(root, &f.final_rel);
+                forget_pieces(root, f.beside());
                 clear_name(root, &rel)?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1615,7 +1828,7 @@ fn join_part(
             Ok((part, is_direct, tag)) => {
                 // The journals of an earlier part are of no use (and its
                 // tag is not this one's).
-                forget_journals(root, &f.final_rel, p.count);
+                forget_journals(root, f.beside(), p.count);
                 f.part_tag = tag;
                 return joined(f, part, is_direct).map_err(io);
             }
@@ -1699,7 +1912,7 @@ fn create_part(
             Ok(p) => break p,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => {
                 tries += 1;
-                forget_pieces(root, &f.final_rel);
+                forget_pieces(root, f.beside());
                 clear_name(root, &rel)?;
             }
             Err(e) => return Err(io(e)),
@@ -1727,8 +1940,8 @@ fn create_part(
 /// whole file's part, or another version's pieces): the journals of its
 /// pieces go too, as many as its mark says (they speak of that part, and
 /// would be left beside the file for ever).
-fn forget_pieces(root: &Root, final_rel: &str) {
-    let rel = format!("{final_rel}{PART_SUFFIX}");
+fn forget_pieces(root: &Root, beside: Beside<'_>) {
+    let rel = beside.part();
     let Ok(part) = root.open_read(&rel) else {
         return;
     };
@@ -1741,14 +1954,14 @@ fn forget_pieces(root: &Root, final_rel: &str) {
             text.split(' ').next()?.parse::<u32>().ok()
         })
         .filter(|&n| n <= crate::protocol::manifest::PIECES_MAX);
-    forget_journals(root, final_rel, count.unwrap_or(0));
+    forget_journals(root, beside, count.unwrap_or(0));
 }
 
-/// Remove the journals of `final_rel`'s `count` pieces.
-fn forget_journals(root: &Root, final_rel: &str, count: u32) {
+/// Remove the journals of a file's `count` pieces.
+fn forget_journals(root: &Root, beside: Beside<'_>, count: u32) {
     for index in 0..count {
         let piece = Piece { index, count };
-        journal::remove(root, &journal::journal_of(final_rel, Some(piece)));
+        journal::remove(root, &beside.journal(Some(piece)));
     }
 }
 
@@ -1891,7 +2104,7 @@ mod tests {
             piece: Some(Piece { index: 1, count: 2 }),
             ..Default::default()
         };
-        RecvFile::new(&e, "big".into(), 4096, rules)
+        RecvFile::new(&e, ("big".into(), 255), 4096, rules)
     }
 
     /// Before a session writes a piece it continued, the journal there

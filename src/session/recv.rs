@@ -52,6 +52,8 @@ pub struct RecvConfig {
     pub state_dir: PathBuf,
     /// Keep setuid and setgid bits from the wire.
     pub keep_setid: bool,
+    /// Make the device nodes a `send -D` brings (as root only).
+    pub devices: bool,
     /// Symlinks whose target leaves the root: keep, skip or refuse.
     pub unsafe_links: LinkPolicy,
     /// Serve pulls only (the root may then be read-only).
@@ -938,6 +940,10 @@ fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         keep: Default::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
+        devices: super::receive::Devices::for_this_process(
+            cfg.devices,
+            "the receiver does not make device nodes: its config does not allow them (devices = true, with the daemon running as root)",
+        ),
         claims: Arc::default(),
         journal_budget: Arc::new(super::receive::JournalBudget::new(
             super::receive::JOURNAL_BYTES_PER_S,
@@ -2129,13 +2135,8 @@ fn offer_pull<'r>(
     let resume = req.has(REQ_RESUME).then_some((&key, req.has(REQ_CHECKSUM)));
     let reserve = &mut |b| memory.reserve(b);
     let held = super::roles::offer(s, (&tree, block), resume, &local, reserve)?;
-    for (file_index, path, reason) in tree.skipped_refs() {
-        let m = Message::Skipped {
-            file_index,
-            path,
-            reason,
-        };
-        send_msg(s, &m)?;
+    for r in tree.skipped_refs() {
+        send_msg(s, &r.message())?;
     }
     Ok(OfferedPull {
         root,

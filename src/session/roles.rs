@@ -34,8 +34,73 @@ use super::route::Placement;
 use super::tree::Tree;
 use super::SessionError;
 
-/// An entry the other side will not move: (entry or `UNLISTED`, path, why).
-pub(crate) type Refused = (u32, String, String);
+/// An entry that is not moved: its index (or `UNLISTED` for one left out
+/// of the manifest, named by `path`), why, and whether a rule left it out
+/// (a policy, an option, a name the filesystem cannot hold: a run again
+/// cannot mend it) rather than a fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) entry: u32,
+    pub(crate) path: String,
+    pub(crate) reason: String,
+    pub(crate) rule: bool,
+}
+
+/// Why one entry is not moved (see [`Refused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Why {
+    pub(crate) text: String,
+    pub(crate) rule: bool,
+}
+
+impl Why {
+    /// Left out by a rule: a run again cannot mend it.
+    pub(crate) fn rule(text: impl Into<String>) -> Why {
+        Why {
+            text: text.into(),
+            rule: true,
+        }
+    }
+
+    /// A fault: a run again may mend it.
+    pub(crate) fn fault(text: impl Into<String>) -> Why {
+        Why {
+            text: text.into(),
+            rule: false,
+        }
+    }
+}
+
+impl Refused {
+    /// Entry `entry` of the manifest, not moved for `why`.
+    pub(crate) fn entry(entry: u32, why: Why) -> Refused {
+        Refused {
+            entry,
+            path: String::new(),
+            reason: why.text,
+            rule: why.rule,
+        }
+    }
+
+    /// Its message to the other side.
+    pub(crate) fn message(&self) -> Message {
+        Message::Skipped {
+            file_index: self.entry,
+            path: self.path.clone(),
+            reason: self.reason.clone(),
+            rule: self.rule,
+        }
+    }
+
+    fn from_message(file_index: u32, path: String, reason: String, rule: bool) -> Refused {
+        Refused {
+            entry: file_index,
+            path,
+            reason,
+            rule,
+        }
+    }
+}
 
 /// What the sink said before the data: the entries it will not create,
 /// and its placement (each stream's class and runs of entries' classes;
@@ -111,8 +176,11 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                     file_index,
                     path,
                     reason,
+                    rule,
                 },
-            ) => before.refused.push((file_index, path, reason)),
+            ) => before
+                .refused
+                .push(Refused::from_message(file_index, path, reason, rule)),
             // A pull's client: what it will not take is not sent.
             (
                 Until::Placement { entries },
@@ -120,6 +188,7 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                     file_index,
                     path,
                     reason,
+                    rule,
                 },
             ) => {
                 refusals += 1;
@@ -129,7 +198,9 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                         "more entries refused than the manifest has",
                     ));
                 }
-                before.refused.push((file_index, path, reason));
+                before
+                    .refused
+                    .push(Refused::from_message(file_index, path, reason, rule));
             }
             (Until::Ready, _) => {
                 return Err(SessionError::Protocol(
@@ -185,14 +256,8 @@ pub(crate) fn place(
 /// say which entries this side will not create.
 pub(crate) fn refuse(ctl: &mut Control, incoming: &mut Incoming) -> Result<(), SessionError> {
     incoming.check_space()?;
-    for (file_index, reason) in incoming.take_refused() {
-        let path = String::new();
-        let m = Message::Skipped {
-            file_index,
-            path,
-            reason,
-        };
-        send_msg(ctl, &m)?;
+    for r in incoming.take_refused() {
+        send_msg(ctl, &r.message())?;
     }
     Ok(())
 }

@@ -314,6 +314,8 @@ pub struct SendReport {
     pub skipped: Vec<Skipped>,
     /// Entries `--exclude` left out (an excluded directory counts once).
     pub files_excluded: u64,
+    /// Device nodes left out without `-D` (as rsync without --devices).
+    pub devices_left_out: u64,
     /// Further names sent as hard links (`-H`).
     pub hard_links: u64,
     /// What `--delete` removed on the receiver (paths under DEST; an
@@ -409,19 +411,20 @@ impl SendReport {
     /// Note entries skipped by either side: (entry, path when the entry
     /// is not in the manifest, why).
     pub(crate) fn skip(&mut self, entries: &[crate::protocol::manifest::Entry], list: &[Refused]) {
-        for (i, path, why) in list {
-            let path = match entries.get(*i as usize) {
+        for r in list {
+            let path = match entries.get(r.entry as usize) {
                 Some(e) => e.path.clone(),
-                None => path.clone(),
+                None => r.path.clone(),
             };
             let is_file = entries
-                .get(*i as usize)
+                .get(r.entry as usize)
                 .is_some_and(|e| e.kind == EntryKind::File);
             self.listed_files_skipped += u64::from(is_file);
             self.files_skipped += 1;
             self.skipped.push(Skipped {
                 path,
-                reason: why.clone(),
+                reason: r.reason.clone(),
+                by_rule: r.rule,
             });
         }
     }
@@ -811,7 +814,8 @@ pub fn run_send(
     let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
     if let Some((s, m)) = whole {
         let acked = pieces.with_held(push.held.complete.keys().copied());
-        let shard = super::shard::ShardReport::of((s, m), cfg, &entries, &acked, started);
+        let listed = (entries.as_slice(), report.skipped.as_slice());
+        let shard = super::shard::ShardReport::of((s, m), cfg, listed, &acked, started);
         report.shard = Some(shard);
     }
     if !matches!(report.status, "ok" | "partial") {
@@ -879,6 +883,7 @@ fn describe_tree(report: &mut SendReport, tree: &Tree, refused: &[Refused]) {
     report.skip(&tree.entries, &tree.skipped_refs());
     report.skip(&tree.entries, refused);
     report.files_excluded = tree.excluded;
+    report.devices_left_out = tree.devices_left;
     report.hard_links = tree.hard_links() as u64;
 }
 
@@ -1089,7 +1094,7 @@ fn settle_push(
     let skipped: Vec<Refused> = pushed
         .skipped
         .iter()
-        .map(|(i, why)| (*i, String::new(), why.clone()))
+        .map(|(i, why)| Refused::entry(*i, super::roles::Why::fault(why.clone())))
         .collect();
     report.skip(entries, &skipped);
     report.skip(entries, &pushed.follow_skipped);

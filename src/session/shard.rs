@@ -101,14 +101,14 @@ impl Shard {
     }
 }
 
-/// Which shard takes each file of `entries` that is not split, by a
-/// stable hash of its path weighted by its size (`None` for directories,
-/// which every shard makes, and for split files). Hard links go with their
-/// file.
+/// Which shard takes each entry of `entries` that is not split (files,
+/// symlinks, FIFOs, sockets, devices), by a stable hash of its path
+/// weighted by its size (`None` for directories, which every shard makes,
+/// and for split files). Hard links go with their file.
 fn owners(entries: &[Entry], split: &[bool], count: u32) -> Vec<Option<u32>> {
     let weight = |e: &Entry| e.size.saturating_add(FILE_WEIGHT);
     let mut whole: Vec<usize> = (0..entries.len())
-        .filter(|&i| matches!(entries[i].kind, EntryKind::File | EntryKind::Symlink) && !split[i])
+        .filter(|&i| !matches!(entries[i].kind, EntryKind::Dir | EntryKind::HardLink) && !split[i])
         .collect();
     whole.sort_by_cached_key(|&i| (xxhash_rust::xxh3::xxh3_64(entries[i].path.as_bytes()), i));
     let total: u128 = whole.iter().map(|&i| u128::from(weight(&entries[i]))).sum();
@@ -365,6 +365,14 @@ pub struct ShardReport {
     pub pending: Vec<String>,
     pub pending_count: u64,
     pub pieces: Vec<PieceReport>,
+    /// Whole files of its share a rule left out (a name the receiving
+    /// filesystem cannot hold, a policy): not pending, since a run again
+    /// cannot mend them (at most [`PENDING_KEPT`] named), and how many.
+    pub skipped_by_rule: Vec<super::tree::Skipped>,
+    pub skipped_by_rule_count: u64,
+    /// Entries of any kind skipped for a fault (a run again may mend
+    /// them): what makes its status `partial` count against the whole.
+    pub skipped_faults: u64,
 }
 
 /// Paths a shard's report names among its files not verified.
@@ -385,10 +393,15 @@ impl ShardReport {
     pub(crate) fn of(
         (shard, manifest): (Shard, Manifest),
         cfg: &super::send::SendConfig,
-        entries: &[Entry],
+        (entries, skipped): (&[Entry], &[super::tree::Skipped]),
         acked: &Acked,
         started: std::time::SystemTime,
     ) -> ShardReport {
+        let by_rule: std::collections::HashMap<&str, &super::tree::Skipped> = skipped
+            .iter()
+            .filter(|s| s.by_rule)
+            .map(|s| (s.path.as_str(), s))
+            .collect();
         let block = u64::from(cfg.block_size);
         let mut r = ShardReport {
             index: shard.index,
@@ -400,6 +413,7 @@ impl ShardReport {
             block,
             started_unix_s: unix_s(started),
             ended_unix_s: unix_s(std::time::SystemTime::now()),
+            skipped_faults: skipped.iter().filter(|s| !s.by_rule).count() as u64,
             ..ShardReport::default()
         };
         for (i, e) in entries
@@ -428,11 +442,19 @@ impl ShardReport {
                 }
                 None => {
                     r.share_files += 1;
-                    if !whole && !acked.verified.contains(&i) {
-                        r.pending_count += 1;
-                        if r.pending.len() < PENDING_KEPT {
-                            r.pending.push(e.path.clone());
+                    if whole || acked.verified.contains(&i) {
+                        continue;
+                    }
+                    if let Some(s) = by_rule.get(e.path.as_str()) {
+                        r.skipped_by_rule_count += 1;
+                        if r.skipped_by_rule.len() < PENDING_KEPT {
+                            r.skipped_by_rule.push((*s).clone());
                         }
+                        continue;
+                    }
+                    r.pending_count += 1;
+                    if r.pending.len() < PENDING_KEPT {
+                        r.pending.push(e.path.clone());
                     }
                 }
             }

@@ -116,13 +116,8 @@ impl Announce for ControlAnnounce {
     fn flush(&mut self) -> Result<(), SessionError> {
         use crate::protocol::control::LIST_PART_ITEMS_MAX;
         for (file_index, reason) in std::mem::take(&mut self.skips) {
-            let path = String::new();
-            let m = Message::Skipped {
-                file_index,
-                path,
-                reason,
-            };
-            send_msg(&mut self.ctl, &m)?;
+            let r = super::roles::Refused::entry(file_index, super::roles::Why::fault(reason));
+            send_msg(&mut self.ctl, &r.message())?;
         }
         while !self.digests.is_empty() {
             let n = self.digests.len().min(LIST_PART_ITEMS_MAX as usize);

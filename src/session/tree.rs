@@ -15,14 +15,19 @@ use crate::protocol::manifest::{check_path, is_reserved, Entry, EntryKind};
 use crate::protocol::names;
 
 use super::filter::Filter;
+use super::roles::Why;
 
 use super::SessionError;
 
-/// An entry that was not moved, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+/// An entry that was not moved, and why: `by_rule` when a rule left it
+/// out (a policy, an option, a name the filesystem cannot hold), which a
+/// run again cannot mend; otherwise a fault.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Skipped {
     pub path: String,
     pub reason: String,
+    #[serde(default)]
+    pub by_rule: bool,
 }
 
 /// The manifest and, for each regular file, where to read it.
@@ -39,6 +44,8 @@ pub struct Tree {
     /// Entries `--exclude` left out (a directory counts once, with nothing
     /// beneath it walked).
     pub excluded: u64,
+    /// Device nodes left out, as asked (no `-D`).
+    pub devices_left: u64,
     /// Files with more than one name, by identity: the path of the first
     /// name met (`-H`).
     first_names: std::collections::HashMap<FileId, String>,
@@ -58,16 +65,19 @@ pub struct ScanRules {
     pub xattrs: bool,
     /// `-A`: POSIX ACLs (system.posix_acl_access and _default).
     pub acls: bool,
+    /// `-D`: device nodes (FIFOs and sockets go always).
+    pub devices: bool,
 }
 
 impl ScanRules {
     /// The `REQ_*` bits that ask a scanning daemon for these rules.
     pub fn request_flags(&self) -> u32 {
-        use crate::protocol::control::{REQ_ACLS, REQ_HARD_LINKS, REQ_XATTRS};
+        use crate::protocol::control::{REQ_ACLS, REQ_DEVICES, REQ_HARD_LINKS, REQ_XATTRS};
         [
             (self.hard_links, REQ_HARD_LINKS),
             (self.xattrs, REQ_XATTRS),
             (self.acls, REQ_ACLS),
+            (self.devices, REQ_DEVICES),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -77,12 +87,13 @@ impl ScanRules {
     /// The rules a request's flags ask for (no filter: a pull names its
     /// paths).
     pub fn requested(flags: u32) -> ScanRules {
-        use crate::protocol::control::{REQ_ACLS, REQ_HARD_LINKS, REQ_XATTRS};
+        use crate::protocol::control::{REQ_ACLS, REQ_DEVICES, REQ_HARD_LINKS, REQ_XATTRS};
         ScanRules {
             filter: Default::default(),
             hard_links: flags & REQ_HARD_LINKS != 0,
             xattrs: flags & REQ_XATTRS != 0,
             acls: flags & REQ_ACLS != 0,
+            devices: flags & REQ_DEVICES != 0,
         }
     }
 
@@ -147,7 +158,12 @@ impl Tree {
     pub(crate) fn skipped_refs(&self) -> Vec<super::roles::Refused> {
         self.skipped
             .iter()
-            .map(|s| (UNLISTED, s.path.clone(), s.reason.clone()))
+            .map(|s| super::roles::Refused {
+                entry: UNLISTED,
+                path: s.path.clone(),
+                reason: s.reason.clone(),
+                rule: s.by_rule,
+            })
             .collect()
     }
 
@@ -205,10 +221,26 @@ impl Tree {
         self.ids.push(id);
     }
 
+    /// Whether `m` is a device node `rules` leave out (no `-D`, as rsync
+    /// without --devices): counted, not named.
+    fn left_as_device(&mut self, m: &std::fs::Metadata, rules: &ScanRules) -> bool {
+        let t = m.file_type();
+        let left = (t.is_block_device() || t.is_char_device()) && !rules.devices;
+        self.devices_left += u64::from(left);
+        left
+    }
+
+    /// `path` is not moved for a fault (vanished, unreadable).
     fn skip(&mut self, path: &str, reason: impl Into<String>) {
+        self.left_out(path, super::roles::Why::fault(reason));
+    }
+
+    /// `path` is not moved for `why`.
+    fn left_out(&mut self, path: &str, why: super::roles::Why) {
         self.skipped.push(Skipped {
             path: names::shown(path).into_owned(),
-            reason: reason.into(),
+            reason: why.text,
+            by_rule: why.rule,
         });
     }
 }
@@ -220,7 +252,7 @@ fn known_name(name: Option<String>) -> String {
 }
 
 /// The kind of entry `ft` makes, or why it is not moved.
-fn kind_of(ft: &std::fs::FileType) -> Result<EntryKind, &'static str> {
+fn kind_of(ft: &std::fs::FileType) -> Result<EntryKind, Why> {
     if ft.is_symlink() {
         Ok(EntryKind::Symlink)
     } else if ft.is_dir() {
@@ -228,13 +260,15 @@ fn kind_of(ft: &std::fs::FileType) -> Result<EntryKind, &'static str> {
     } else if ft.is_file() {
         Ok(EntryKind::File)
     } else if ft.is_fifo() {
-        Err("a FIFO (named pipe): not moved")
+        Ok(EntryKind::Fifo)
     } else if ft.is_socket() {
-        Err("a socket: not moved")
-    } else if ft.is_block_device() || ft.is_char_device() {
-        Err("a device node: not moved")
+        Ok(EntryKind::Socket)
+    } else if ft.is_block_device() {
+        Ok(EntryKind::BlockDevice)
+    } else if ft.is_char_device() {
+        Ok(EntryKind::CharDevice)
     } else {
-        Err("not a file, directory or symlink: not moved")
+        Err(Why::rule("of a file type urmove does not know: not moved"))
     }
 }
 
@@ -244,13 +278,15 @@ fn entry_from(
     path: &str,
     m: &std::fs::Metadata,
     read_link: impl FnOnce() -> std::io::Result<String>,
-) -> Result<Entry, String> {
+) -> Result<Entry, Why> {
     let kind = kind_of(&m.file_type())?;
     let link = match kind {
-        EntryKind::Symlink => Some(read_link().map_err(|e| format!("cannot read the link: {e}"))?),
+        EntryKind::Symlink => {
+            Some(read_link().map_err(|e| Why::fault(format!("cannot read the link: {e}")))?)
+        }
         _ => None,
     };
-    check_path(path).map_err(|e| e.to_string())?;
+    check_path(path).map_err(|e| Why::rule(e.to_string()))?;
     Ok(Entry {
         path: path.to_string(),
         kind,
@@ -264,6 +300,7 @@ fn entry_from(
         mtime_s: m.mtime(),
         mtime_ns: m.mtime_nsec() as u32,
         link,
+        rdev: if kind.is_device() { m.rdev() } else { 0 },
         ..Default::default()
     })
 }
@@ -280,13 +317,16 @@ fn walk(tree: &mut Tree, f: &ScanRules, rel: &str, source: &Path) -> Result<(), 
         tree.excluded += 1;
         return Ok(());
     }
+    if tree.left_as_device(&m, f) {
+        return Ok(());
+    }
     let e = entry_from(rel, &m, || {
         std::fs::read_link(source).map(|t| names::from_os(t.as_os_str()))
     });
     let mut e = match e {
         Ok(e) => e,
         Err(why) => {
-            tree.skip(rel, why);
+            tree.left_out(rel, why);
             return Ok(());
         }
     };
@@ -433,9 +473,12 @@ fn walk_beneath(
         Ok(held) => held,
         Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
     };
+    if tree.left_as_device(&m, rules) {
+        return;
+    }
     let mut e = match entry_from(rel, &m, || root.read_link(source)) {
         Ok(e) => e,
-        Err(why) => return tree.skip(rel, why),
+        Err(why) => return tree.left_out(rel, why),
     };
     tree.dress(&mut e, &m, rules);
     let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
@@ -466,7 +509,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn special_files_and_reserved_names_are_skipped_with_a_reason_and_the_rest_scanned() {
+    fn special_files_are_scanned_and_reserved_names_skipped_by_rule() {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let top = dir.path().join("top");
         std::fs::create_dir(&top).unwrap();
@@ -476,21 +519,55 @@ mod tests {
         let bad = std::ffi::OsStr::from_bytes_lossless(b"bad\xff");
         std::fs::write(top.join(bad), b"b").unwrap();
         let tree = scan(&[top], &ScanRules::default()).unwrap();
-        let paths: Vec<&str> = tree.entries.iter().map(|e| e.path.as_str()).collect();
-        let bad_name = format!("top/{}", names::from_bytes(b"bad\xff"));
-        assert_eq!(paths, ["top", "top/a", &bad_name]);
-        let why: Vec<(&str, &str)> = tree
-            .skipped
+        let found: Vec<(&str, EntryKind)> = tree
+            .entries
             .iter()
-            .map(|s| (s.path.as_str(), s.reason.as_str()))
+            .map(|e| (e.path.as_str(), e.kind))
             .collect();
-        assert_eq!(why.len(), 2, "{why:?}");
-        assert!(why
-            .iter()
-            .any(|(p, r)| *p == "top/sock" && r.contains("socket")));
-        assert!(why
-            .iter()
-            .any(|(p, r)| *p == "top/x.urmove.part" && r.contains("reserved")));
+        let bad_name = format!("top/{}", names::from_bytes(b"bad\xff"));
+        assert_eq!(
+            found,
+            [
+                ("top", EntryKind::Dir),
+                ("top/a", EntryKind::File),
+                (bad_name.as_str(), EntryKind::File),
+                ("top/sock", EntryKind::Socket),
+            ]
+        );
+        assert_eq!(tree.skipped.len(), 1, "{:?}", tree.skipped);
+        let s = &tree.skipped[0];
+        assert_eq!(s.path, "top/x.urmove.part");
+        assert!(s.reason.contains("reserved") && s.by_rule, "{s:?}");
+    }
+
+    /// Device nodes go with `-D` only; without it they are counted, not
+    /// named (as rsync without --devices).
+    #[test]
+    fn device_nodes_are_scanned_with_devices_and_counted_without() {
+        if crate::datapath::sys::effective_uid() != 0 {
+            eprintln!("skipped: making a device node needs root");
+            return;
+        }
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        std::fs::create_dir(&top).unwrap();
+        let root = crate::datapath::beneath::Root::open_for_writing(&top).unwrap();
+        root.mknod("null", libc::S_IFCHR | 0o644, libc::makedev(1, 3))
+            .unwrap();
+        let without = scan(std::slice::from_ref(&top), &ScanRules::default()).unwrap();
+        assert_eq!((without.entries.len(), without.devices_left), (1, 1));
+        assert!(without.skipped.is_empty());
+        let rules = ScanRules {
+            devices: true,
+            ..Default::default()
+        };
+        let with = scan(&[top], &rules).unwrap();
+        let dev = &with.entries[1];
+        assert_eq!(
+            (dev.kind, dev.rdev),
+            (EntryKind::CharDevice, libc::makedev(1, 3))
+        );
+        assert_eq!(with.devices_left, 0);
     }
 
     trait Lossless {

@@ -320,6 +320,7 @@ impl<'a> Watch<'a> {
             files_continued: 0,
             files_skipped: 0,
             files_excluded: 0,
+            devices_left_out: 0,
             bytes_total: 0,
             hard_links: 0,
             files_deleted: 0,
