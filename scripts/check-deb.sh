@@ -75,6 +75,8 @@ check_installed() {
 
 cleanup() {
   dpkg --purge urmove >/dev/null 2>&1 || true
+  # Neither was there before the check (it refuses to run otherwise).
+  rm -rf /var/lib/urmove /etc/urmove
   if [ "$user_before" = 0 ] && getent passwd urmove >/dev/null; then
     deluser --system --quiet urmove >/dev/null 2>&1 || true
     getent group urmove >/dev/null && delgroup --system --quiet urmove >/dev/null 2>&1 || true
@@ -107,4 +109,58 @@ done
   fail "dpkg still knows urmove after purge"
 getent passwd urmove >/dev/null || fail "purge removed the urmove user (postrm says it stays)"
 ok "purge: conffile and /var/lib/urmove gone; the urmove user kept, as documented"
+
+# An admin who tried urmove by hand as root before installing the package:
+# that run made /var/lib/urmove/secret, root's (mode 0600). The package takes
+# it over, and the unit's ExecStart, run as urmove with the unit's memlock
+# limit and state directory, starts; purge leaves what the package did not make.
+trial=$(mktemp -d)
+dpkg-deb -x "$deb" "$trial/pkg"
+u="$trial/pkg/usr/bin/urmove"
+"$u" keygen "$trial/key" >/dev/null
+mkdir -p "$trial/root" "$trial/src" "$trial/state"
+echo "a file" >"$trial/src/f"
+"$u" recv --listen 127.0.0.1:0 --root "$trial/root" --key-file "$trial/key" \
+  --state-dir "$trial/state" 2>"$trial/recv.log" &
+rpid=$!
+for _ in $(seq 50); do grep -q 'listening on' "$trial/recv.log" && break; sleep 0.1; done
+port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\),.*/\1/p' "$trial/recv.log" | head -n 1)
+[ -n "$port" ] || fail "the trial daemon did not start: $(cat "$trial/recv.log")"
+"$u" send -q -p "$port" --key-file "$trial/key" "$trial/src/f" 127.0.0.1: ||
+  fail "a root send by hand failed"
+kill "$rpid"; wait "$rpid" 2>/dev/null || true
+got=$(stat -c '%U %a' /var/lib/urmove/secret) || fail "the root send made no /var/lib/urmove/secret"
+[ "$got" = "root 600" ] || fail "/var/lib/urmove/secret after a root send is $got"
+ok "a send by hand as root made /var/lib/urmove/secret (root, 0600)"
+
+apt-get install -y -qq --no-install-recommends "$(realpath "$deb")" >/dev/null ||
+  fail "apt-get install $deb after a root run"
+got=$(stat -c '%U:%G %a' /var/lib/urmove/secret)
+[ "$got" = "urmove:urmove 600" ] || fail "the install left /var/lib/urmove/secret $got"
+ok "the install gave /var/lib/urmove and its secret to urmove"
+unit=/usr/lib/systemd/system/urmove-recv.service
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+memlock=$(sed -n 's/^LimitMEMLOCK=//p' "$unit")
+/usr/bin/urmove keygen /etc/urmove/key >/dev/null && chown urmove:urmove /etc/urmove/key
+install -d -o urmove -g urmove -m 0750 "$trial/srv"
+# The shipped config's root and listen address, for a trial on loopback.
+sed -e "s|^root = .*|root = \"$trial/srv\"|" -e 's|^listen = .*|listen = "127.0.0.1:0"|' \
+  -e 's|^metrics = .*|metrics = "127.0.0.1:0"|' /etc/urmove/urmove.toml >"$trial/urmove.toml"
+chmod 0644 "$trial/urmove.toml"; chmod 0755 "$trial"
+# shellcheck disable=SC2086
+STATE_DIRECTORY=/var/lib/urmove prlimit --memlock="$(numfmt --from=iec "$memlock")" \
+  setpriv --reuid=urmove --regid=urmove --init-groups \
+  ${exec_start/\/etc\/urmove\/urmove.toml/$trial/urmove.toml} 2>"$trial/service.log" &
+spid=$!
+for _ in $(seq 50); do grep -q 'listening on' "$trial/service.log" && break; sleep 0.1; done
+kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null || true
+grep -q 'listening on' "$trial/service.log" ||
+  fail "the unit's ExecStart as urmove did not start: $(cat "$trial/service.log")"
+ok "the unit's ExecStart starts as urmove over the secret a root run made"
+rm -f /etc/urmove/key
+dpkg --purge urmove >"$trial/purge.log" 2>&1 || fail "dpkg --purge urmove: $(cat "$trial/purge.log")"
+[ -f /var/lib/urmove/secret ] || fail "purge removed /var/lib/urmove, which the package did not make"
+grep -q 'left /var/lib/urmove' "$trial/purge.log" || fail "purge said nothing of /var/lib/urmove: $(cat "$trial/purge.log")"
+ok "purge left the /var/lib/urmove it did not make, and said so"
+rm -rf /var/lib/urmove "$trial"
 echo "check-deb: all checks passed for urmove $version"

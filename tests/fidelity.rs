@@ -702,7 +702,8 @@ fn rsync_tree(parent: &Path) -> PathBuf {
     std::fs::write(long.join("x".repeat(255)), crate::util::noise(70_000, 5)).unwrap();
     std::fs::write(top.join("\u{e9}".repeat(127)), b"e-acute").unwrap();
     std::fs::write(top.join("\u{6587}".repeat(85)), b"wen").unwrap();
-    let fifo = std::ffi::CString::new(top.join("pipe").into_os_string().into_encoded_bytes()).unwrap();
+    let fifo =
+        std::ffi::CString::new(top.join("pipe").into_os_string().into_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path; mkfifo reads it only.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o620) }, 0);
     let sparse = std::fs::File::create(top.join("sparse")).unwrap();

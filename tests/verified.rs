@@ -1111,10 +1111,24 @@ fn special_unreadable_and_vanished_entries_are_skipped_and_the_rest_verified() {
     }
     let o = finish(child);
     let skipped = partial_skips(&o);
-    for bad in ["fifo", "sock", "null", "secret"] {
-        assert!(named(&skipped, bad), "{bad} not among {skipped:?}");
+    assert!(named(&skipped, "secret"), "secret not among {skipped:?}");
+    for special in ["fifo", "sock", "null"] {
+        assert!(!named(&skipped, special), "{special} among {skipped:?}");
     }
     let got = d.root.path().join("in/tree");
+    // A FIFO and a socket arrive as rsync -a makes them; a device node
+    // waits for -D, counted apart.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(got.join("fifo"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(std::fs::symlink_metadata(got.join("sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+    assert!(!got.join("null").exists());
+    assert_eq!(json(&o)["devices_left_out"], 1);
     // Gone before it was read: skipped; read before it went: delivered.
     if !named(&skipped, "z_gone") {
         assert_eq!(std::fs::read(got.join("z_gone")).unwrap(), noise(3000, 84));

@@ -55,6 +55,28 @@ impl FileId {
     }
 }
 
+/// `f` with O_DIRECT as `direct` asks, and whether it is in force: in
+/// `Auto`, a filesystem that refuses the flag (EINVAL) gets buffered I/O.
+fn with_direct(f: File, direct: super::DirectMode) -> io::Result<(File, bool)> {
+    if direct == super::DirectMode::Off {
+        return Ok((f, false));
+    }
+    // SAFETY: F_GETFL and F_SETFL on a descriptor this function owns
+    // read and set its status flags; no memory is passed.
+    let set = unsafe {
+        let now = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        now >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, now | libc::O_DIRECT) == 0
+    };
+    if set {
+        return Ok((f, true));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL) if direct == super::DirectMode::Auto => Ok((f, false)),
+        _ => Err(e),
+    }
+}
+
 /// A name as the kernel takes it: its bytes ([`crate::protocol::names`]).
 fn cstr(s: &str) -> io::Result<CString> {
     CString::new(crate::protocol::names::to_bytes(s).into_owned())
@@ -139,7 +161,8 @@ impl Root {
         let c = cstr(rel)?;
         let how = OpenHow {
             flags: (flags | libc::O_CLOEXEC) as u64,
-            mode: if flags & libc::O_CREAT != 0 {
+            // openat2 takes a mode only where one makes a file.
+            mode: if flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE {
                 u64::from(mode)
             } else {
                 0
@@ -199,28 +222,53 @@ impl Root {
         mode: u32,
         direct: super::DirectMode,
     ) -> io::Result<(File, bool)> {
-        use super::DirectMode;
         // Opened first, O_DIRECT set after: a filesystem that refuses it
         // refuses the flag, not the open (which may have made the file).
         let f = self.open_file(rel, flags, mode)?;
-        if direct == DirectMode::Off {
-            return Ok((f, false));
+        with_direct(f, direct)
+    }
+
+    /// A new regular file with no name yet (`O_TMPFILE`) in directory
+    /// `dir` beneath the root, with O_DIRECT as `direct` asks (see
+    /// [`open_direct`](Self::open_direct)): nothing is left behind if the
+    /// process dies before [`link_unnamed`](Self::link_unnamed) names it.
+    /// `Ok(None)` where the filesystem makes no such files (NFS, FUSE).
+    pub fn open_unnamed(
+        &self,
+        dir: &str,
+        mode: u32,
+        direct: super::DirectMode,
+    ) -> io::Result<Option<(File, bool)>> {
+        let at = if dir.is_empty() { "." } else { dir };
+        match self.open_file(at, libc::O_TMPFILE | libc::O_WRONLY, mode) {
+            Ok(f) => with_direct(f, direct).map(Some),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => Ok(None),
+            Err(e) => Err(e),
         }
-        use std::os::fd::AsRawFd;
-        // SAFETY: F_GETFL and F_SETFL on a descriptor this function owns
-        // read and set its status flags; no memory is passed.
-        let set = unsafe {
-            let now = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-            now >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, now | libc::O_DIRECT) == 0
+    }
+
+    /// Give the unnamed file `file` ([`open_unnamed`](Self::open_unnamed))
+    /// the name `rel` beneath the root: `Err(AlreadyExists)` when the name
+    /// is taken (nothing is replaced).
+    pub fn link_unnamed(&self, file: &File, rel: &str) -> io::Result<()> {
+        let (parent, name) = self.parent(rel)?;
+        // The descriptor's /proc name is the file itself (linkat with
+        // AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
+        let proc = cstr(&format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        // SAFETY: both names are NUL-terminated; linkat reads them only.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                proc.as_ptr(),
+                parent.as_raw_fd(),
+                name.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
         };
-        if set {
-            return Ok((f, true));
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
         }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINVAL) if direct == DirectMode::Auto => Ok((f, false)),
-            _ => Err(e),
-        }
+        Ok(())
     }
 
     /// The directory holding `rel` (opened beneath the root) and the last

@@ -1844,9 +1844,9 @@ fn join_part(
 }
 
 /// A new part at `rel`, tagged (and, a shared one, marked `mark`) before
-/// it has its name (made under a name of its own, then renamed where
-/// nothing is): a session that finds it there finds its tag and mark.
-/// `Err(AlreadyExists)` when another came first.
+/// it has its name (made with none and linked there, or under a name of
+/// its own and renamed, where nothing is): a session that finds it there
+/// finds its tag and mark. `Err(AlreadyExists)` when another came first.
 fn new_part(
     root: &Root,
     direct: DirectMode,
@@ -1855,6 +1855,13 @@ fn new_part(
     use crate::datapath::sys::{random_bytes, set_xattr};
     let mut tag = [0u8; 16];
     random_bytes(&mut tag)?;
+    let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+    if let Some((part, is_direct)) = root.open_unnamed(dir, 0o600, direct)? {
+        tag_part(&part, &mut tag, mark.is_some())?;
+        mark.map_or(Ok(()), |m| set_xattr(&part, PIECES_XATTR, m.as_bytes()))?;
+        root.link_unnamed(&part, rel)?;
+        return Ok((part, is_direct, tag));
+    }
     let base = rel.strip_suffix(PART_SUFFIX).unwrap_or(rel);
     let name = u64::from_le_bytes(tag[..8].try_into().expect("8 bytes"));
     let tmp = format!("{base}.{name:016x}{PART_SUFFIX}");

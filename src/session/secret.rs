@@ -27,9 +27,31 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// Why the secret could not be had, with the path and what to change.
+/// Why the secret could not be had, with the path, the user this
+/// process runs as and what to change.
 fn refuse(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(format!("{}: {why}", path.display()))
+    std::io::Error::other(format!("{}: {why}; {}", path.display(), remedy(path)))
+}
+
+/// The user this process runs as, by name where it has one.
+fn running_as() -> (u32, String) {
+    let uid = crate::datapath::sys::effective_uid();
+    let name = crate::datapath::ids::user_name(uid).unwrap_or_else(|| format!("uid {uid}"));
+    (uid, name)
+}
+
+/// What an admin does when `path` (the secret or its directory) is not
+/// usable by this process's user.
+fn remedy(path: &Path) -> String {
+    let (uid, user) = running_as();
+    let dir = match path.file_name().is_some_and(|n| n == "secret") {
+        true => path.parent().unwrap_or(path),
+        false => path,
+    };
+    format!(
+        "urmove runs as {user} (uid {uid}) here: give {dir} and its secret to that user (chown -R {user} {dir}; the secret stays mode 0600), or point --state-dir (state_dir in the config, STATE_DIRECTORY under systemd) at a directory of its own",
+        dir = dir.display()
+    )
 }
 
 impl Secret {
@@ -88,7 +110,7 @@ impl Secret {
             return Err(refuse(
                 path,
                 format!(
-                    "must belong to the daemon's user (uid {euid}) with mode 0600 (it has uid {}, mode {:o})",
+                    "must belong to the user urmove runs as with mode 0600 (it has uid {}, mode {:o})",
                     m.uid(),
                     m.mode() & 0o7777
                 ),
