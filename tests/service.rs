@@ -668,3 +668,56 @@ fn the_daemons_log_tells_pushes_from_pulls_where_they_start_and_end() {
         assert_eq!(count, n, "{what}: {:#?}", d.seen);
     }
 }
+
+/// A state directory the daemon's user cannot use (a secret a root run
+/// made, or no HOME and no right to /var/lib/urmove): the refusal names
+/// the path, the user the daemon runs as and what to change.
+#[test]
+fn a_state_dir_the_daemons_user_cannot_use_is_named_with_the_remedy() {
+    use crate::verified::{nobody_dirs, recv_cmd, spawn_daemon, UNPRIV_LOCK};
+    crate::require!(is_root() && have("setpriv"), "needs root and setpriv");
+    let nb = nobody_dirs();
+    // The secret a run as root left there, root's and mode 0600.
+    std::fs::write(nb.state.join("secret"), [7u8; 32]).unwrap();
+    std::os::unix::fs::chown(nb.state.join("secret"), Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(
+        nb.state.join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let cmd = recv_cmd(&UNPRIV_LOCK, &nb.root, &nb.key, &nb.state, &[]);
+    let (code, log) = spawn_daemon(cmd).map(|_| ()).unwrap_err();
+    assert_eq!(code, Some(2), "{log}");
+    let secret = nb.state.join("secret");
+    for want in [
+        secret.to_str().unwrap(),
+        "runs as nobody (uid 65534)",
+        &format!("chown -R nobody {}", nb.state.display()),
+        "--state-dir",
+    ] {
+        assert!(log.contains(want), "{want}: {log}");
+    }
+    // No state directory given, no HOME: /var/lib/urmove, not nobody's.
+    let mut cmd = Command::new(UNPRIV_LOCK[0]);
+    cmd.args(&UNPRIV_LOCK[1..])
+        .args([
+            "env",
+            "-u",
+            "HOME",
+            "-u",
+            "XDG_STATE_HOME",
+            "-u",
+            "STATE_DIRECTORY",
+        ])
+        .arg(env!("CARGO_BIN_EXE_urmove"))
+        .args(["recv", "--listen", "127.0.0.1:0", "--root"])
+        .arg(&nb.root)
+        .arg("--key-file")
+        .arg(&nb.key);
+    let (code, log) = spawn_daemon(cmd).map(|_| ()).unwrap_err();
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("/var/lib/urmove") && log.contains("runs as nobody"),
+        "{log}"
+    );
+}

@@ -1028,13 +1028,9 @@ fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionError> {
 /// where it is) lies in the root or beneath it: any of its directories is
 /// the root itself (device and inode; a bind mount counts too).
 fn beneath_root(root: &Root, state_dir: &std::path::Path) -> Result<bool, SessionError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::MetadataExt;
     let io = |e| SessionError::io("--state-dir", e);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(state_dir)
-        .map_err(io)?;
+    super::secret::make_state_dir(state_dir).map_err(io)?;
     let root_id = root.id().map_err(io)?;
     let state = std::fs::canonicalize(state_dir).map_err(io)?;
     Ok(state.ancestors().any(|dir| {

@@ -33,6 +33,16 @@ fn refuse(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!("{}: {why}; {}", path.display(), remedy(path)))
 }
 
+/// Make the state directory `dir` (mode 0700) if it is missing; an error
+/// names it, this process's user and what to change.
+pub fn make_state_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| refuse(dir, e))
+}
+
 /// The user this process runs as, by name where it has one.
 fn running_as() -> (u32, String) {
     let uid = crate::datapath::sys::effective_uid();
@@ -73,11 +83,7 @@ impl Secret {
     /// random bytes. A secret file that others may read, that is not ours,
     /// or that is not a regular file of the right size is refused.
     pub fn load_or_create(dir: &Path) -> std::io::Result<Secret> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| refuse(dir, e))?;
+        make_state_dir(dir)?;
         let path = dir.join("secret");
         for _ in 0..3 {
             match Self::read(&path) {
