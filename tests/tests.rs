@@ -29,6 +29,7 @@ mod sealed;
 mod service;
 mod shards;
 mod sparse;
+mod stamps;
 mod transfer;
 mod trust;
 mod tune;

@@ -111,6 +111,20 @@ pub fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
+/// Whether `tag` is the start (at least 16 bytes) of the HMAC-SHA256 of
+/// `parts` under `key` (compared in constant time).
+pub fn verify_truncated(key: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
+    if tag.len() < 16 {
+        return false;
+    }
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    for p in parts {
+        mac.update(p);
+    }
+    mac.verify_truncated_left(tag).is_ok()
+}
+
 /// Whether `proof` is the HMAC-SHA256 of `parts` under `key` (compared in
 /// constant time).
 pub fn verify(key: &[u8], parts: &[&[u8]], proof: &Proof) -> bool {

@@ -390,7 +390,7 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
     crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
         .map_err(|e| SessionError::io(ctx("untagging"), e))?;
     let named = (part, job.final_rel.as_str());
-    let _ = journal::stamp(named, job.digest, (&job.secret, job.owner));
+    let _ = super::stamp::stamp(named, job.digest, (&job.secret, job.owner));
     part.set_permissions(std::fs::Permissions::from_mode(job.mode))
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
     part.sync_all()
@@ -437,7 +437,7 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
     }
     let _ = file.set_times(mtime_now_accessed(f.mtime));
     let named = (&file, f.final_rel.as_str());
-    let _ = journal::stamp(named, f.digest, (&rules.secret, rules.owner));
+    let _ = super::stamp::stamp(named, f.digest, (&rules.secret, rules.owner));
     let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));
     Ok(())
 }

@@ -34,6 +34,7 @@ pub mod secret;
 pub mod send;
 pub mod shard;
 mod source;
+mod stamp;
 pub mod survey;
 mod sweep;
 pub mod tree;

@@ -1124,7 +1124,7 @@ impl Incoming {
         if !m.is_file() || m.len() != f.size {
             return None;
         }
-        let ours = journal::stamped((&file, &f.final_rel), &f.id, &self.rules.secret);
+        let ours = super::stamp::stamped((&file, &f.final_rel), &f.id, &self.rules.secret);
         // One name only, or (`-H`) the names the manifest gives it on a
         // file our stamp proves we committed here: any other name is
         // someone else's, and no file of ours to keep.
@@ -1137,7 +1137,7 @@ impl Incoming {
             false => Some(ours?),
         };
         let seen = (FileId::of(&file).ok()?, (m.ctime(), m.ctime_nsec()));
-        let ours = |s: &journal::Stamped| self.rules.owner == Some(s.owner);
+        let ours = |s: &super::stamp::Stamped| super::stamp::owned_by(&s.owner, self.rules.owner);
         if let Some(s) = stamp.filter(|s| s.untouched && ours(s)) {
             return Some(HeldFile::Unchanged(s.digest));
         }

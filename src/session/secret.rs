@@ -167,6 +167,12 @@ impl Secret {
     pub fn verify(&self, parts: &[&[u8]], tag: &[u8; 32]) -> bool {
         verify(&self.bytes, parts, tag)
     }
+
+    /// Whether `tag` is the start (16 bytes or more) of the MAC of
+    /// `parts` (constant time).
+    pub fn verify_truncated(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        crate::protocol::handshake::verify_truncated(&self.bytes, parts, tag)
+    }
 }
 
 /// The token a client sends with its pushes to `host`:`port`, to have the
