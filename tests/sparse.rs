@@ -85,20 +85,34 @@ fn assert_as_sparse(want: &Path, got: &Path, islands: &[(&str, usize)]) {
     }
 }
 
-/// The last progress interval of a `--json-stream` run: holes count as
-/// done, so data and holes add up to the whole.
+/// The progress of a `--json-stream` run counts data alone: every
+/// interval's total is the data the summary counts (holes never count, so
+/// progress never leaps over one), nothing is counted done without
+/// crossing (no `-S`), and the last interval reaches the total.
 fn assert_reaches_the_end(o: &std::process::Output) -> serde_json::Value {
     assert!(o.status.success(), "{}", stderr(o));
     let out = stdout(o);
-    let last = out
-        .lines()
-        .rfind(|l| l.contains("\"type\":\"interval\""))
-        .unwrap_or_else(|| panic!("no interval: {out}"));
-    let v: serde_json::Value = serde_json::from_str(last).unwrap();
-    let done = v["total_bytes"].as_u64().unwrap() + v["hole_bytes"].as_u64().unwrap();
-    assert_eq!(done, v["expected_bytes"].as_u64().unwrap(), "{v}");
     let summary: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_eq!(summary["status"], "ok", "{summary}");
+    let intervals: Vec<serde_json::Value> = out
+        .lines()
+        .filter(|l| l.contains("\"type\":\"interval\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = intervals
+        .last()
+        .unwrap_or_else(|| panic!("no interval: {out}"));
+    let total =
+        summary["bytes_total"].as_u64().unwrap() - summary["bytes_skipped"].as_u64().unwrap();
+    for v in &intervals {
+        assert_eq!(v["expected_bytes"].as_u64(), Some(total), "{v}");
+        assert_eq!(v["unsent_bytes"], 0, "{v}");
+    }
+    assert_eq!(last["total_bytes"].as_u64(), Some(total), "{last}");
+    assert!(
+        summary["bytes_apparent"].as_u64().unwrap() > summary["bytes_total"].as_u64().unwrap(),
+        "{summary}"
+    );
     summary
 }
 

@@ -417,7 +417,7 @@ impl SendObserver for SendPrinter {
                     "rate_bits_per_s": iv.rate_bytes_per_s * 8.0,
                     "avg_rate_bits_per_s": iv.avg_rate_bytes_per_s * 8.0,
                     "total_bytes": iv.total_bytes,
-                    "hole_bytes": l.hole_bytes,
+                    "unsent_bytes": l.unsent_bytes,
                     "expected_bytes": l.total_bytes,
                 });
                 let mut v = v;
@@ -843,6 +843,13 @@ fn human_extras(p: &mut SendPrinter, r: &SendReport) {
         p.out.line(&format!(
             "--delete removed {} the sources do not have from the receiver",
             units::count(r.files_deleted, "entry")
+        ));
+    }
+    if r.bytes_apparent > r.bytes_total {
+        p.out.line(&format!(
+            "the files hold {} of holes, which do not cross (their sizes add up to {}); every total above counts data",
+            units::bytes_decimal(r.bytes_apparent - r.bytes_total),
+            units::bytes_decimal(r.bytes_apparent)
         ));
     }
     if r.files_excluded > 0 {

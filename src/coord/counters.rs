@@ -9,9 +9,9 @@ use std::sync::Arc;
 #[derive(Debug, Default)]
 pub struct WorkerCounters {
     bytes: AtomicU64,
-    /// Bytes of holes done without payload (a sparse file's empty blocks,
-    /// sent or received as header-only frames): progress, not traffic.
-    holes: AtomicU64,
+    /// Bytes the total counted as data that did not cross (zeros left
+    /// out): progress, not traffic. A source's holes count in neither.
+    unsent: AtomicU64,
     ops: AtomicU64,
     done: AtomicBool,
     streams: StreamBytes,
@@ -41,14 +41,16 @@ impl WorkerCounters {
         self.ops.fetch_add(ops, Ordering::Relaxed);
     }
 
-    /// `bytes` of holes done (no payload crossed for them).
-    pub fn add_holes(&self, bytes: u64) {
-        self.holes.fetch_add(bytes, Ordering::Relaxed);
+    /// `bytes` the transfer's total counted as data that turned out not to
+    /// cross (zeros left out with `--sparse`, a file with fewer data
+    /// pieces than it was thought to hold): done without a payload.
+    pub fn add_unsent(&self, bytes: u64) {
+        self.unsent.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Bytes of holes done so far.
-    pub fn holes(&self) -> u64 {
-        self.holes.load(Ordering::Relaxed)
+    /// Bytes done without a payload so far (see [`add_unsent`](Self::add_unsent)).
+    pub fn unsent(&self) -> u64 {
+        self.unsent.load(Ordering::Relaxed)
     }
 
     /// Bytes and ops completed so far.

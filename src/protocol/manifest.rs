@@ -196,6 +196,19 @@ impl Entry {
         b - a
     }
 
+    /// Bytes of data (not holes) this session moves of the file: its data
+    /// bytes, or a piece's share of them.
+    pub fn span_data(&self, block: u64) -> u64 {
+        let data = self.data.min(self.size);
+        match self.piece {
+            None => data,
+            Some(_) => {
+                let share = u128::from(data) * u128::from(self.span_len(block));
+                (share / u128::from(self.size.max(1))) as u64
+            }
+        }
+    }
+
     /// Bytes of text the entry holds (paths, names, attributes): what a
     /// receiver bounds a manifest by.
     pub fn text_len(&self) -> usize {

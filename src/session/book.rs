@@ -62,6 +62,9 @@ pub(super) struct Tally {
     /// Directories a follow changed, and their mtimes at its end (one
     /// each: the last said).
     pub(super) dir_times: std::collections::HashMap<u32, (i64, u32)>,
+    /// Bytes the files' data was counted at that did not come as payload
+    /// (see `Landing::unsent`), over the files finished or dropped.
+    pub(super) unsent: u64,
 }
 
 /// The table of files being received and what is in hand for them.
@@ -321,6 +324,7 @@ impl<'s> Book<'s> {
         }
         let len = (f.size - block_no * block).min(block);
         let wire = wire.unwrap_or(len);
+        f.payload += wire;
         f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + wire);
         if live {
             show_live(f, block);
@@ -419,6 +423,7 @@ impl<'s> Book<'s> {
         }
         // Its room for writes in flight is done with (a tree holds many).
         f.writing = Vec::new();
+        self.tally.unsent += f.data_left.saturating_sub(f.payload);
         let job = FinalJob::take(index as u32, f, self.rules);
         self.open_parts -= 1;
         self.pending += 1;
@@ -610,6 +615,7 @@ impl<'s> Book<'s> {
         };
         f.state = FileState::Skipped;
         let idle = f.writing.is_empty();
+        self.tally.unsent += f.data_left.saturating_sub(f.payload);
         self.remaining -= 1;
         self.tally.skipped.push(r);
         if idle {

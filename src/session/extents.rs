@@ -57,6 +57,15 @@ impl Extents {
         Extents { data }
     }
 
+    /// Bytes of data (whole pieces, as frames carry them) in
+    /// `[from, to)`.
+    pub(crate) fn data_bytes(&self, from: u64, to: u64) -> u64 {
+        self.data
+            .iter()
+            .map(|&(start, end)| end.min(to).saturating_sub(start.max(from)))
+            .sum()
+    }
+
     /// The first extent ending after `offset`.
     fn after(&self, offset: u64) -> Option<(u64, u64)> {
         let i = self.data.partition_point(|&(_, end)| end <= offset);
@@ -73,6 +82,17 @@ impl Extents {
     fn all_data(&self, offset: u64, len: u64) -> bool {
         self.after(offset)
             .is_some_and(|(start, end)| start <= offset && end >= offset + len)
+    }
+}
+
+/// Bytes of `file` (`size` bytes long) its frames carry as data: all of
+/// them unless it holds holes (fewer blocks than its size needs), then its
+/// data extents in whole pieces, as the frames carry them.
+pub(crate) fn data_of(file: &File, size: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    match file.metadata() {
+        Ok(m) if m.blocks() * 512 < size => Extents::of(file, 0, size).data_bytes(0, size),
+        _ => size,
     }
 }
 

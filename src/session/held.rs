@@ -49,26 +49,32 @@ impl Held {
         self.complete.contains_key(&i) || self.refused.contains(&i)
     }
 
-    /// Payload bytes of the files the receiver refused.
+    /// Bytes of data (holes left out) of the files the receiver refused.
     pub(crate) fn refused_bytes(&self, tree: &Tree, block: u64) -> u64 {
         self.refused
             .iter()
             .filter_map(|&i| tree.entries.get(i as usize))
-            .map(|e| e.span_len(block))
+            .map(|e| e.span_data(block))
             .sum()
     }
 
-    /// Payload bytes the receiver needs no more.
+    /// Bytes of data (holes left out) the receiver needs no more: files
+    /// held complete, and a held range's share of its file's data.
     pub(crate) fn bytes(&self, tree: &Tree, block: u64) -> u64 {
         let complete: u64 = self
             .complete
             .keys()
-            .map(|&i| tree.entries[i as usize].span_len(block))
+            .map(|&i| tree.entries[i as usize].span_data(block))
             .sum();
         let partial: u64 = self
             .partial
             .iter()
-            .map(|(&i, (_, ranges))| ranges_bytes(tree.entries[i as usize].size, block, ranges))
+            .map(|(&i, (_, ranges))| {
+                let e = &tree.entries[i as usize];
+                let held = ranges_bytes(e.size, block, ranges);
+                let share = u128::from(held) * u128::from(e.data.min(e.size));
+                (share / u128::from(e.size.max(1))) as u64
+            })
             .sum();
         complete + partial
     }

@@ -31,8 +31,7 @@ pub(super) struct LaneStatus {
     pub(super) starved: AtomicBool,
     /// Payload bytes the lane took in.
     pub(super) bytes: AtomicU64,
-    /// Bytes of holes it took in (header-only frames): progress only.
-    pub(super) holes: AtomicU64,
+
     /// Its streams' (delivered bytes, waiting), in the lane's order.
     pub(super) states: Mutex<Vec<(u64, bool)>>,
 }
@@ -309,13 +308,11 @@ impl<'a> Intake<'a> {
             }
             Ok(Accepted::Hole { terms }) => {
                 self.rx.give_back(lease);
-                let (index, len) = book.hole(header, terms)?;
-                self.status.holes.fetch_add(len, Ordering::Relaxed);
+                let (index, _) = book.hole(header, terms)?;
                 Ok(Some(index))
             }
             Ok(Accepted::Data { terms }) => {
-                let holes = u64::from(header.length) - data;
-                self.status.holes.fetch_add(holes, Ordering::Relaxed);
+                let _ = data;
                 self.write(book, header, lease, terms)
             }
         }

@@ -105,9 +105,10 @@ pub(crate) struct Pace {
 pub(crate) trait Landing {
     /// Payload bytes of a batch of frames.
     fn progress(&mut self, bytes: u64);
-    /// `bytes` more of holes done (no payload came for them): progress
-    /// towards the total, not traffic.
-    fn holes(&mut self, bytes: u64);
+    /// `bytes` more the total counted as data are done without a payload
+    /// (a file whose data was less than counted, its zeros left out):
+    /// progress towards the total, not traffic.
+    fn unsent(&mut self, bytes: u64);
     /// A file is under its final name.
     fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError>;
     /// A piece of a split file is verified and journaled complete (and
@@ -371,7 +372,7 @@ struct Control<'s> {
     states: Vec<(u64, bool)>,
     /// Payload bytes reported to `out` so far.
     reported: u64,
-    reported_holes: u64,
+    reported_unsent: u64,
 }
 
 impl<'s> Control<'s> {
@@ -401,7 +402,7 @@ impl<'s> Control<'s> {
             tcp_seen: vec![0; fds.len()],
             states: vec![(0, false); fds.len()],
             reported: 0,
-            reported_holes: 0,
+            reported_unsent: 0,
         }
     }
 
@@ -507,13 +508,14 @@ impl<'s> Control<'s> {
         book::lock(book).sweep_journals();
         self.bound_backlog(book)?;
         self.take_results(book)?;
-        self.report_progress();
+        self.report_progress(book);
         self.tick()?;
         self.check_pace(book)
     }
 
-    /// The lanes' new bytes, to `out`.
-    fn report_progress(&mut self) {
+    /// The lanes' new bytes, and what was settled without a payload, to
+    /// `out`.
+    fn report_progress(&mut self, book: &Mutex<Book>) {
         let total: u64 = self
             .lanes
             .iter()
@@ -523,14 +525,10 @@ impl<'s> Control<'s> {
             self.out.progress(total - self.reported);
             self.reported = total;
         }
-        let holes: u64 = self
-            .lanes
-            .iter()
-            .map(|l| l.holes.load(Ordering::Relaxed))
-            .sum();
-        if holes > self.reported_holes {
-            self.out.holes(holes - self.reported_holes);
-            self.reported_holes = holes;
+        let unsent = book::lock(book).tally.unsent;
+        if unsent > self.reported_unsent {
+            self.out.unsent(unsent - self.reported_unsent);
+            self.reported_unsent = unsent;
         }
     }
 
@@ -716,7 +714,7 @@ impl<'s> Control<'s> {
     /// Wait for every job in hand, keeping the first error.
     fn drain(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
         // The lanes are done: what they took in since the last step.
-        self.report_progress();
+        self.report_progress(book);
         let mut first = Ok(());
         while book::lock(book).pending > 0 {
             let Ok(r) = self.results.recv() else { break };

@@ -35,8 +35,8 @@ impl Landing for PullLanding<'_> {
         self.counters.add(bytes, 0);
     }
 
-    fn holes(&mut self, bytes: u64) {
-        self.counters.add_holes(bytes);
+    fn unsent(&mut self, bytes: u64) {
+        self.counters.add_unsent(bytes);
     }
 
     fn committed(&mut self, file_index: u32, _digest: u64) -> Result<(), SessionError> {
@@ -86,13 +86,14 @@ pub fn run_pull(
     let root = Root::open_for_writing(local)
         .map_err(|e| SessionError::io(local.display().to_string(), e))?;
     let mut pull = open_pull(cfg, req, (root, rules, paths), &engine.0)?;
-    let total = pull.incoming.bytes_missing();
+    let total = pull.incoming.data_missing();
     let complete_before = pull.incoming.complete_before().len() as u64;
     let kept = pull.incoming.held_counts();
     if kept != (0, 0, 0) {
         obs.info(&format!(
-            "this side holds {}; {total} bytes to fetch",
-            super::send::held_text(kept).replace("the receiver's", "its")
+            "this side holds {}; {} to fetch",
+            super::send::held_text(kept).replace("the receiver's", "its"),
+            crate::coord::units::bytes_decimal(total)
         ));
     }
     let files_done = Arc::new(AtomicU64::new(complete_before));
@@ -188,8 +189,9 @@ impl Pull {
         let incoming = &self.incoming;
         report.command = "pull";
         report.files = incoming.file_count() as u64;
-        report.bytes_total = incoming.file_bytes();
-        report.bytes_skipped = incoming.file_bytes().saturating_sub(total);
+        report.bytes_total = incoming.file_data();
+        report.bytes_apparent = incoming.file_bytes();
+        report.bytes_skipped = incoming.file_data().saturating_sub(total);
         (
             report.files_unchanged,
             report.files_found_complete,

@@ -775,7 +775,8 @@ impl<'a> Pusher<'a> {
                 self.tx.give_back(lease);
                 return Ok(());
             }
-            self.queue_hole(i, offset, n, lease);
+            // Wholly a hole of the source: no data of it was counted.
+            self.queue_hole(i, (offset, n), 0, lease);
             return Ok(());
         }
         self.pacer.admit(n as u64, &mut self.tx)?;
@@ -813,8 +814,9 @@ impl<'a> Pusher<'a> {
         Ok(())
     }
 
-    /// Queue a hole block (no payload) of entry `i`.
-    fn queue_hole(&mut self, i: usize, offset: u64, n: usize, lease: Lease) {
+    /// Queue a hole block (no payload) of entry `i`; `expected`: the data
+    /// bytes the total counted in it (zeros left out with `--sparse`).
+    fn queue_hole(&mut self, i: usize, (offset, n): (u64, usize), expected: u64, lease: Lease) {
         let h = FrameHeader::hole(&self.params.key, i as u32, offset);
         self.digests[i] = digest_add(self.digests[i], zero_terms(offset, n as u64));
         let r = Sent {
@@ -828,7 +830,7 @@ impl<'a> Pusher<'a> {
             end: 0,
         };
         self.make_ready(lease, h, r);
-        self.counters.add_holes(n as u64);
+        self.counters.add_unsent(expected);
     }
 
     /// Reads that finished in the ring.
@@ -887,18 +889,26 @@ impl<'a> Pusher<'a> {
         let data = &payload_mut(&mut lease)[..b.len];
         // A growing file's blocks all go as data (see `add_source`).
         let zeros = self.params.zeros && !self.is_growing(b.entry);
-        let map = map_of(b.offset, data, self.sources[k].extents.as_ref(), zeros);
+        let extents = self.sources[k].extents.as_ref();
+        let map = map_of(b.offset, data, extents, zeros);
+        // The data the total counted in this block (a source's holes it
+        // never counted).
+        let end = b.offset + b.len as u64;
+        let expected = extents.map_or(b.len as u64, |e| {
+            e.data_bytes(b.offset, end).min(b.len as u64)
+        });
         if map.as_ref().is_some_and(|m| m.present() == 0) {
             // Nothing but zeros the source does not hold (or, with
             // --sparse, zeros at all): a hole.
-            self.queue_hole(b.entry, b.offset, b.len, lease);
+            self.queue_hole(b.entry, (b.offset, b.len), expected, lease);
             return;
         }
         let (h, r, terms) = frame_block(&self.params.key, (b, map), &mut lease);
         self.digests[b.entry] = digest_add(self.digests[b.entry], terms);
         self.make_ready(lease, h, r);
         self.counters.add(r.data_bytes(), 1);
-        self.counters.add_holes(u64::from(r.len) - r.data_bytes());
+        self.counters
+            .add_unsent(expected.saturating_sub(r.data_bytes()));
     }
 
     /// Whether source `k` still has the size and mtime of the manifest;

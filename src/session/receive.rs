@@ -433,6 +433,10 @@ pub(crate) struct RecvFile {
     /// The longest name its directory takes, which its part's and
     /// journal's names fit (see [`Beside`]).
     pub(crate) name_max: u16,
+    /// Bytes of data (holes left out) it was to bring when the data began
+    /// (see [`Incoming::data_missing`]), and the payload that came since.
+    pub(crate) data_left: u64,
+    pub(crate) payload: u64,
 }
 
 impl RecvFile {
@@ -447,6 +451,8 @@ impl RecvFile {
         let words = e.size.div_ceil(block).div_ceil(64) as usize;
         RecvFile {
             name_max: name_max.min(usize::from(u16::MAX)) as u16,
+            data_left: e.span_data(block),
+            payload: 0,
             dress: rules.dress(e),
             held_seen: None,
             part: None,
@@ -1374,13 +1380,28 @@ impl Incoming {
         super::send::held_counts(self.complete_before.len(), self.unchanged.len(), continued)
     }
 
-    /// Bytes still to come (not complete, not journaled).
-    pub(crate) fn bytes_missing(&self) -> u64 {
-        self.files
-            .iter()
-            .flatten()
-            .filter(|f| f.state == FileState::Receiving)
-            .map(|f| f.want() - f.received.min(f.want()))
+    /// Bytes of data still to come (holes left out; not complete, not
+    /// journaled): each file's data less its held share, noted on it as
+    /// what its payload is measured against when it is done.
+    pub(crate) fn data_missing(&mut self) -> u64 {
+        let mut sum = 0;
+        for f in self.files.iter_mut().flatten() {
+            if f.state != FileState::Receiving {
+                continue;
+            }
+            let want = f.want();
+            let left = u128::from(f.data_left) * u128::from(want - f.received.min(want));
+            f.data_left = (left / u128::from(want.max(1))) as u64;
+            sum += f.data_left;
+        }
+        sum
+    }
+
+    /// Bytes of data (holes left out) the files hold in all.
+    pub(crate) fn file_data(&self) -> u64 {
+        (0..self.files.len())
+            .filter(|&i| self.files[i].is_some())
+            .map(|i| self.entries[i].span_data(self.block))
             .sum()
     }
 

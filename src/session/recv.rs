@@ -343,9 +343,9 @@ struct RecvProgress<'a> {
     metric_tracker: crate::coord::IntervalTracker,
     last_rate: Option<f64>,
     total: u64,
-    /// Bytes of holes received (no payload): they count towards
-    /// `expected`.
-    holes: u64,
+    /// Bytes `expected` counted as data that were done without a payload
+    /// (see `Landing::unsent`).
+    unsent: u64,
     expected: Option<u64>,
 }
 
@@ -374,7 +374,7 @@ impl<'a> RecvProgress<'a> {
             metric_tracker: crate::coord::IntervalTracker::new(1_000_000_000),
             last_rate: None,
             total: 0,
-            holes: 0,
+            unsent: 0,
             expected,
         }
     }
@@ -404,7 +404,7 @@ impl<'a> RecvProgress<'a> {
             rate(iv.avg_rate_bytes_per_s, RateUnit::Gbit)
         );
         if let Some(total) = self.expected.filter(|&t| t > 0) {
-            let done = self.total + self.holes;
+            let done = self.total + self.unsent;
             let left = total.saturating_sub(done) as f64;
             let eta = if iv.avg_rate_bytes_per_s > 0.0 {
                 left / iv.avg_rate_bytes_per_s
@@ -1451,7 +1451,7 @@ fn push_session(
             peer,
             cfg.interval,
             // A follow's files grow: no percent of a total.
-            (!req.has(crate::protocol::control::REQ_FOLLOW)).then(|| incoming.bytes_missing()),
+            (!req.has(crate::protocol::control::REQ_FOLLOW)).then(|| incoming.data_missing()),
         ),
         ctl: s.try_clone()?,
         last_beat: Instant::now(),
@@ -1708,8 +1708,8 @@ impl super::landing::Landing for DaemonLanding<'_, '_> {
         self.progress.add(bytes);
     }
 
-    fn holes(&mut self, bytes: u64) {
-        self.progress.holes += bytes;
+    fn unsent(&mut self, bytes: u64) {
+        self.progress.unsent += bytes;
     }
 
     fn committed(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {

@@ -231,10 +231,11 @@ impl SendConfig {
 #[derive(Debug, Clone, Copy)]
 pub struct NetInterval {
     pub interval: Interval,
+    /// Bytes of data the run moves in all (holes never count).
     pub total_bytes: u64,
-    /// Bytes of holes done by the interval's end (no payload crossed for
-    /// them): they count towards `total_bytes`, as the percent does.
-    pub hole_bytes: u64,
+    /// Bytes `total_bytes` counted that are done without crossing, by the
+    /// interval's end (zeros `--sparse` left out): they count as done.
+    pub unsent_bytes: u64,
     /// `send --follow`: how far the copy is behind the files' writers.
     pub lag: Option<Lag>,
 }
@@ -253,9 +254,10 @@ pub struct Lag {
 }
 
 impl NetInterval {
-    /// Bytes of the run done by the interval's end: payload and holes.
+    /// Bytes of the run done by the interval's end: payload, and what was
+    /// counted but did not need to cross.
     pub fn done_bytes(&self) -> u64 {
-        self.interval.total_bytes + self.hole_bytes
+        self.interval.total_bytes + self.unsent_bytes
     }
 }
 
@@ -292,9 +294,12 @@ pub struct SendReport {
     /// Payload bytes that crossed the network.
     pub bytes: u64,
     pub bytes_skipped: u64,
-    /// Bytes of every file the manifest lists (what a whole run moves or
-    /// finds held).
+    /// Bytes of data of every file the manifest lists (what a whole run
+    /// moves or finds held; holes never count).
     pub bytes_total: u64,
+    /// The same files' bytes as their sizes say (holes counted): above
+    /// `bytes_total` where they hold holes.
+    pub bytes_apparent: u64,
     pub files: u64,
     /// Files whose bytes the receiver's digest of what it holds matched
     /// with this side's digest of the source, in this run.
@@ -783,7 +788,7 @@ pub fn run_send(
     let room = cfg.follow.as_ref().map_or(0, |_| super::follow::ADDED_MAX);
     let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
-    let share = tree.file_bytes_in(block);
+    let share = tree.data_bytes_in(block);
     let refused = push.held.refused_bytes(&tree, block);
     let to_send = share.saturating_sub(skipped + refused);
     gauge.total.store(to_send, Ordering::Release);
@@ -809,6 +814,7 @@ pub fn run_send(
     // Followed files count as large as they grew.
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
     report.bytes_total = share + grew;
+    report.bytes_apparent = tree.file_bytes_in(block) + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
     let outcome = (data, receipts);
     let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
@@ -870,9 +876,9 @@ fn note_held(
     );
     if kept != (0, 0, 0) {
         obs.info(&format!(
-            "the receiver holds {}; {} bytes to send",
+            "the receiver holds {}; {} to send",
             held_text(kept),
-            tree.file_bytes_in(u64::from(block)).saturating_sub(skipped)
+            units::bytes_decimal(tree.data_bytes_in(u64::from(block)).saturating_sub(skipped))
         ));
     }
     (skipped, kept)

@@ -187,8 +187,9 @@ impl Manifest {
     }
 }
 
-/// A manifest's files, bytes and digest (paths, kinds, sizes, mtimes), as
-/// every shard computes it before it keeps its share.
+/// A manifest's files, bytes of data (holes left out) and digest (paths,
+/// kinds, sizes, mtimes), as every shard computes it before it keeps its
+/// share.
 pub fn summary(entries: &[Entry]) -> (u64, u64, [u8; 32]) {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
@@ -200,9 +201,10 @@ pub fn summary(entries: &[Entry]) -> (u64, u64, [u8; 32]) {
         h.update(e.mtime_s.to_le_bytes());
         h.update(e.mtime_ns.to_le_bytes());
     }
+    // The bytes that cross: data, holes left out.
     let files = entries.iter().filter(|e| e.kind == EntryKind::File);
-    let (count, bytes) = (files.clone().count() as u64, files.map(|e| e.size).sum());
-    (count, bytes, h.finalize().into())
+    let data = files.clone().map(|e| e.data.min(e.size)).sum();
+    (files.count() as u64, data, h.finalize().into())
 }
 
 /// [`summary`] as a shard's report keeps it.

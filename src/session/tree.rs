@@ -6,7 +6,7 @@
 //! is left out and named with its reason; the rest goes on. Names are
 //! carried as bytes, UTF-8 or not ([`names`]).
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::datapath::beneath::FileId;
@@ -112,6 +112,16 @@ impl Tree {
             .iter()
             .filter(|e| e.kind == EntryKind::File)
             .map(|e| e.span_len(block))
+            .sum()
+    }
+
+    /// Bytes of data (holes left out) this session moves of its files:
+    /// what crosses the network.
+    pub fn data_bytes_in(&self, block: u64) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| e.span_data(block))
             .sum()
     }
 
@@ -331,6 +341,16 @@ fn walk(tree: &mut Tree, f: &ScanRules, rel: &str, source: &Path) -> Result<(), 
         }
     };
     tree.dress(&mut e, &m, f);
+    if e.kind == EntryKind::File && e.data < e.size {
+        // Holes, or fewer blocks than the size: what its frames carry.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(source);
+        if let Ok(file) = opened {
+            e.data = super::extents::data_of(&file, e.size);
+        }
+    }
     let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list(source, keep, max);
     if let Err(why) = add_xattrs(&mut e, read, f) {
         tree.skip(rel, why);
@@ -481,6 +501,11 @@ fn walk_beneath(
         Err(why) => return tree.left_out(rel, why),
     };
     tree.dress(&mut e, &m, rules);
+    if e.kind == EntryKind::File && e.data < e.size {
+        if let Ok(file) = root.open_read(source) {
+            e.data = super::extents::data_of(&file, e.size);
+        }
+    }
     let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
     if let Err(why) = add_xattrs(&mut e, read, rules) {
         return tree.skip(rel, why);

@@ -229,8 +229,8 @@ impl<'a> Watch<'a> {
         if self.done_at.is_some() {
             return;
         }
-        let lag = self.follow_total(t, bytes + counters.holes());
-        let (done, total) = (bytes + counters.holes(), self.total);
+        let lag = self.follow_total(t, bytes + counters.unsent());
+        let (done, total) = (bytes + counters.unsent(), self.total);
         if let Some(g) = &mut self.gate {
             g.take(t, done, total.saturating_sub(done));
         }
@@ -238,7 +238,7 @@ impl<'a> Watch<'a> {
             .growing
             .as_ref()
             .is_some_and(|g| g.0.active.load(Ordering::Acquire));
-        if self.total > 0 && !still && bytes + counters.holes() >= self.total {
+        if self.total > 0 && !still && done >= self.total {
             self.done_at = Some(t);
             return;
         }
@@ -246,7 +246,7 @@ impl<'a> Watch<'a> {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
-                hole_bytes: counters.holes(),
+                unsent_bytes: counters.unsent(),
                 lag,
             });
             obs.stream_intervals(self.per_stream.close(t, iv.full, counters.streams()));
@@ -295,12 +295,12 @@ impl<'a> Watch<'a> {
         // A last part-interval with no byte in it (the test's end, just
         // after a full one) says nothing, and would read as a stall.
         let last = self.tracker.finish(end, delivered);
-        let lag = self.follow_total(end, delivered + counters.holes());
+        let lag = self.follow_total(end, delivered + counters.unsent());
         if let Some(iv) = last.filter(|iv| iv.full || iv.bytes > 0) {
             obs.interval(&NetInterval {
                 interval: iv,
                 total_bytes: self.total,
-                hole_bytes: counters.holes(),
+                unsent_bytes: counters.unsent(),
                 lag,
             });
             obs.stream_intervals(self.per_stream.close(end, iv.full, counters.streams()));
@@ -322,6 +322,7 @@ impl<'a> Watch<'a> {
             files_excluded: 0,
             devices_left_out: 0,
             bytes_total: 0,
+            bytes_apparent: 0,
             hard_links: 0,
             files_deleted: 0,
             deleted: Vec::new(),
