@@ -756,3 +756,65 @@ fn a_pull_killed_half_way_resumes_and_fetches_less_the_second_time() {
     assert_same_tree(&top, &local.path().join("run"));
     assert!(no_part_files(local.path()));
 }
+
+/// Ctrl-C 1.5 s into a pull: this side journals what it verified at
+/// once, says what it kept, the daemon logs a client that stopped, and the
+/// pull again fetches only the rest.
+#[test]
+fn a_pull_stopped_with_ctrl_c_keeps_what_was_verified() {
+    let d = Daemon::start();
+    let top = d.root.path().join("out/run");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..2 {
+        std::fs::write(top.join(format!("f{i}")), noise(64 * MIB, 30 + i)).unwrap();
+    }
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let pull = |extra: &[&str]| {
+        let mut c = urmove();
+        c.args([
+            "pull",
+            "-p",
+            &d.port.to_string(),
+            "-P",
+            "2",
+            "--block",
+            "1M",
+            "--json",
+        ])
+        .args(extra)
+        .arg("--key-file")
+        .arg(&d.key)
+        .arg("127.0.0.1:out/run")
+        .arg(local.path());
+        c
+    };
+    let child = pull(&["--rate-limit", "40MB"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    crate::service::ctrl_c(&child);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["status"], "interrupted", "{v}");
+    let kept = v["kept"]["bytes"].as_u64().unwrap_or_else(|| panic!("{v}"));
+    assert!(kept > 0, "{v}");
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut log = String::new();
+    while !log.contains("pull session stopped by the client") && Instant::now() < until {
+        log += &d.log();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(log.contains("pull session stopped by the client"), "{log}");
+    let o = pull(&[]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = json(&o);
+    assert!(
+        again["bytes_skipped"].as_u64().unwrap() >= kept,
+        "{again} after {v}"
+    );
+    assert_same_tree(&top, &local.path().join("run"));
+    assert!(no_part_files(local.path()));
+}

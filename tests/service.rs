@@ -98,7 +98,7 @@ impl Drop for Service {
 }
 
 /// The `ADDR:PORT` after `marker` in `line`, up to whitespace, `,` or `/`.
-fn addr_after(line: &str, marker: &str) -> String {
+pub(crate) fn addr_after(line: &str, marker: &str) -> String {
     let rest = line
         .split(marker)
         .nth(1)
@@ -109,7 +109,7 @@ fn addr_after(line: &str, marker: &str) -> String {
         .to_string()
 }
 
-fn scrape(addr: &str) -> String {
+pub(crate) fn scrape(addr: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -720,4 +720,79 @@ fn a_state_dir_the_daemons_user_cannot_use_is_named_with_the_remedy() {
         log.contains("/var/lib/urmove") && log.contains("runs as nobody"),
         "{log}"
     );
+}
+
+/// Send SIGINT (the terminal's Ctrl-C) to `child`.
+pub(crate) fn ctrl_c(child: &Child) {
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Ctrl-C 1.5 s into a push: the client says what the receiver kept, the
+/// daemon journals what was verified at once (not at its next interval),
+/// logs a client that stopped (not a failed session) and counts it apart
+/// from I/O errors; the run again continues from what was kept.
+#[test]
+fn a_push_stopped_with_ctrl_c_keeps_what_was_verified_and_the_daemon_says_so() {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = keygen(dir.path());
+    let root = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (mut d, metrics, port) = recv_with_metrics(root.path(), &key);
+    let top = dir.path().join("run");
+    std::fs::create_dir_all(&top).unwrap();
+    for i in 0..3 {
+        std::fs::write(top.join(format!("f{i}")), noise(48 << 20, i)).unwrap();
+    }
+    let send = |extra: &[&str]| {
+        let mut c = urmove();
+        c.args(["send", "-p", &port, "-P", "2", "--block", "1M", "--json"])
+            .args(extra)
+            .arg("--key-file")
+            .arg(&key)
+            .arg(&top)
+            .arg("127.0.0.1:in");
+        c
+    };
+    let child = send(&["--rate-limit", "40MB"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    ctrl_c(&child);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["status"], "interrupted", "{v}");
+    let kept = v["kept"]["bytes"].as_u64().unwrap_or_else(|| panic!("{v}"));
+    assert!(v["kept"]["files"].as_u64() >= Some(1) && kept > 0, "{v}");
+    let line = d.wait_for("session stopped by the client");
+    assert!(line.contains("Ctrl-C") && line.contains("kept"), "{line}");
+    assert!(
+        !d.seen.iter().any(|l| l.contains("session failed")),
+        "{:?}",
+        d.seen
+    );
+    let samples = parse_metrics(&scrape(&metrics));
+    let aborted = |kind: &str| {
+        let series = format!("urmove_sessions_aborted_by_peer_total{{kind=\"{kind}\"}}");
+        samples
+            .iter()
+            .find(|(s, _)| *s == series)
+            .map_or(0.0, |s| s.1)
+    };
+    assert_eq!((aborted("interrupted"), aborted("io_error")), (1.0, 0.0));
+    // The run again sends what was not kept, and no more.
+    let o = send(&[]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = json(&o);
+    assert!(
+        again["bytes_skipped"].as_u64().unwrap() >= kept,
+        "{again} after {v}"
+    );
+    assert!(again["files_continued"].as_u64() >= Some(1), "{again}");
+    assert_same_tree(&top, &root.path().join("in/run"));
 }

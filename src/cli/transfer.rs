@@ -899,12 +899,8 @@ fn stopped_summary(r: &SendReport) -> String {
     };
     let settled = r.files_verified + r.files_unchanged + r.files_skipped;
     let unfinished = r.files.saturating_sub(settled);
-    let kept = match r.command {
-        "pull" => "the parts journaled here are kept",
-        _ => "the parts the receiver journaled are kept",
-    };
     format!(
-        "stopped after {} ({why}): {verb} {} of {} to move at {}; {} of {} {checked}{}, {} not finished ({kept})\nto continue where it stopped, run the same command again: {}",
+        "stopped after {} ({why}): {verb} {} of {} to move at {}; {} of {} {checked}{}, {} not finished; {}\nto continue where it stopped, run the same command again: {}",
         units::duration_s(r.elapsed_s),
         units::bytes_decimal(r.bytes),
         units::bytes_decimal(r.bytes_total.saturating_sub(r.bytes_skipped)),
@@ -916,8 +912,29 @@ fn stopped_summary(r: &SendReport) -> String {
             n => format!(", {n} unchanged"),
         },
         unfinished,
+        kept_text(r),
         render::command_line(),
     )
+}
+
+/// What an unfinished run left for the next one to continue, as far as
+/// this side knows.
+fn kept_text(r: &SendReport) -> String {
+    let whose = match r.command {
+        "pull" => "this side",
+        _ => "the receiver",
+    };
+    match r.kept {
+        Some(k) if k.files > 0 => format!(
+            "{whose} kept the verified blocks of {} ({}), which the next run does not send again",
+            units::count(k.files, "unfinished file"),
+            units::bytes_decimal(k.bytes)
+        ),
+        Some(_) => {
+            format!("{whose} kept nothing of the unfinished files: the next run sends them whole")
+        }
+        None => format!("{whose} keeps what it journaled (about once a second) for the next run"),
+    }
 }
 
 /// A follow's lag behind the writers, at its largest.

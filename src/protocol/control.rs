@@ -208,6 +208,9 @@ pub enum ErrorCode {
     Internal = 9,
     /// The receiver was told to stop (SIGTERM) before the session ended.
     ShuttingDown = 10,
+    /// The client's user stopped it (Ctrl-C; protocol 12): a stop, not a
+    /// fault.
+    Interrupted = 11,
 }
 
 impl ErrorCode {
@@ -224,6 +227,7 @@ impl ErrorCode {
             Busy,
             Internal,
             ShuttingDown,
+            Interrupted,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -241,6 +245,7 @@ impl ErrorCode {
             ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
             ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::Interrupted => "interrupted",
         }
     }
 }
@@ -293,6 +298,13 @@ pub enum Message {
         index: u32,
         count: u32,
         split_over: u64,
+    },
+    /// Protocol 12, from the receiver once the sender stopped (an
+    /// `Error` of code `Interrupted`): the files whose verified blocks it
+    /// journaled, and those blocks' bytes, which the next run continues.
+    Kept {
+        files: u64,
+        bytes: u64,
     },
     /// Protocol 10, the daemon's answer to `Shard`: the whole manifest's
     /// files, bytes and digest, before the share's manifest.
@@ -466,6 +478,7 @@ mod kind {
     pub const PIECE_ACK: u8 = 32;
     pub const SHARD: u8 = 33;
     pub const SHARD_MANIFEST: u8 = 34;
+    pub const KEPT: u8 = 35;
 }
 
 /// A part of a manifest (or of what a follow added): its count, bounded,
@@ -620,6 +633,9 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .u64(*files)
                 .u64(*bytes)
                 .bytes(digest);
+        }
+        Message::Kept { files, bytes } => {
+            w.u8(kind::KEPT).u64(*files).u64(*bytes);
         }
         Message::PieceAck { file_index, done } => {
             // What became of the file: 0 left to the last piece, 1
@@ -946,6 +962,10 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             files: r.u64()?,
             bytes: r.u64()?,
             digest: r.array()?,
+        },
+        kind::KEPT => Message::Kept {
+            files: r.u64()?,
+            bytes: r.u64()?,
         },
         kind::PIECE_ACK => {
             let (file_index, digest, receipt) = (r.u32()?, r.u64()?, r.u64()?);
@@ -1290,6 +1310,10 @@ mod tests {
                 files: 2001,
                 bytes: 5 << 30,
                 digest: [9; 32],
+            },
+            Message::Kept {
+                files: 3,
+                bytes: 7 << 20,
             },
             Message::Error {
                 code: ErrorCode::PathRefused,

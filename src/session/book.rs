@@ -658,6 +658,16 @@ impl<'s> Book<'s> {
         let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok()) else {
             return true;
         };
+        self.send_journal(index, part, now);
+        false
+    }
+
+    /// Hand file `index`'s journal, of the blocks written now, to a
+    /// finalizer, which syncs `part` (its part) first.
+    fn send_journal(&mut self, index: usize, part: std::fs::File, now: Instant) {
+        let f = self.files[index]
+            .as_mut()
+            .expect("journaled entries are files");
         let j = Journal {
             id: f.id,
             part: f.part_id.expect("written files are claimed"),
@@ -676,7 +686,34 @@ impl<'s> Book<'s> {
             journal: j,
             secret: self.rules.secret.clone(),
         }));
-        false
+    }
+
+    /// The receive is over before its files are (the sender stopped, or
+    /// went): every file with written blocks its journal does not name
+    /// yet is journaled now, whatever the interval and the budget, so what
+    /// was verified is kept for the next run. A part closed while it
+    /// waited is opened again (by name, only while it holds the file).
+    pub(super) fn journal_all_now(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.files.len() {
+            let Some(f) = self.files[index].as_ref() else {
+                continue;
+            };
+            if f.state != FileState::Receiving || !f.dirty || f.journaling {
+                continue;
+            }
+            let part = match &f.part {
+                Some(p) => p.try_clone().ok(),
+                None => self
+                    .root
+                    .open_read(&f.part_rel())
+                    .ok()
+                    .filter(|p| crate::datapath::beneath::FileId::of(p).ok() == f.part_id),
+            };
+            if let Some(part) = part {
+                self.send_journal(index, part, now);
+            }
+        }
     }
 
     /// A finalizer's job came back: what to tell the peer, if anything.

@@ -134,6 +134,10 @@ pub(crate) trait Landing {
     fn admitted(&mut self, _upto: u32) -> Result<(), SessionError> {
         Ok(())
     }
+    /// This side's user stopped the receive (a pull's Ctrl-C).
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 /// Bytes over the last window, against the minimum rate.
@@ -504,6 +508,12 @@ impl<'s> Control<'s> {
     }
 
     fn step(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
+        if self.out.stopped() {
+            return Err(SessionError::local(
+                ErrorCode::Interrupted,
+                "interrupted (Ctrl-C)",
+            ));
+        }
         self.hear_peer(book)?;
         book::lock(book).sweep_journals();
         self.bound_backlog(book)?;
@@ -711,10 +721,13 @@ impl<'s> Control<'s> {
         ))
     }
 
-    /// Wait for every job in hand, keeping the first error.
+    /// Journal what is verified and not journaled yet (the receive may
+    /// end before its files: the sender stopped or went), then wait for
+    /// every job in hand, keeping the first error.
     fn drain(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
         // The lanes are done: what they took in since the last step.
         self.report_progress(book);
+        book::lock(book).journal_all_now();
         let mut first = Ok(());
         while book::lock(book).pending > 0 {
             let Ok(r) = self.results.recv() else { break };

@@ -28,6 +28,8 @@ struct PullLanding<'a> {
     rejected: Vec<u32>,
     /// Each file verified, for a shard's report.
     acked: super::shard::Acked,
+    /// This side's user stopped the pull (Ctrl-C).
+    stop: &'a AtomicBool,
 }
 
 impl Landing for PullLanding<'_> {
@@ -60,6 +62,10 @@ impl Landing for PullLanding<'_> {
 
     fn tick(&mut self, _streams: &[(u64, bool)]) -> Result<(), SessionError> {
         Ok(())
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
     }
 }
 
@@ -109,6 +115,15 @@ pub fn run_pull(
     match data {
         Ok(lanes) => report.lanes = lanes,
         Err(e) => {
+            // Stopped here: the daemon hears it as this side's stop; what
+            // was verified is journaled by now, and kept.
+            let m = crate::protocol::control::Message::Error {
+                code: e.code(),
+                message: e.to_string(),
+            };
+            let _ = super::conn::send_msg(&mut pull.ctl, &m);
+            let (files, bytes) = pull.incoming.kept();
+            report.kept = Some(super::send::Kept { files, bytes });
             report.fail(&e, interrupt.load(Ordering::Relaxed));
             return Ok(report);
         }
@@ -326,13 +341,14 @@ impl Pull {
         let peer = std::sync::Mutex::new(peer);
         let mut landed = (0u64, Vec::new(), super::shard::Acked::default());
         let (incoming, streams) = (&mut self.incoming, &self.streams);
-        let (data, report) = drive(cfg, expect, streams, interrupt, obs, |counters, _stop| {
+        let (data, report) = drive(cfg, expect, streams, interrupt, obs, |counters, stop| {
             let mut out = PullLanding {
                 counters,
                 files_done,
                 committed: 0,
                 rejected: Vec::new(),
                 acked: super::shard::Acked::default(),
+                stop,
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
             let r = incoming.receive(streams, engine, pace, (&key, &open), &peer, &mut out);

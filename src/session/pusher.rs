@@ -360,7 +360,10 @@ fn held_within(ranges: &[(u64, u64)], block: u64, piece: &Piece) -> Vec<(u64, u6
 /// (whose error, not this one, says why: [`ANOTHER_LANE_FAILED`]).
 fn stopped(stop: &AtomicBool, work: &Work) -> Result<(), SessionError> {
     if stop.load(Ordering::Relaxed) {
-        return Err(SessionError::local(ErrorCode::Io, "interrupted"));
+        return Err(SessionError::local(
+            ErrorCode::Interrupted,
+            "interrupted (Ctrl-C)",
+        ));
     }
     if work.failed() {
         return Err(SessionError::local(ErrorCode::Io, ANOTHER_LANE_FAILED));

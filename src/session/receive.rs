@@ -1405,6 +1405,16 @@ impl Incoming {
             .sum()
     }
 
+    /// Files not finished whose verified blocks are journaled (kept for
+    /// the next run), and the bytes of those blocks.
+    pub(crate) fn kept(&self) -> (u64, u64) {
+        self.files
+            .iter()
+            .flatten()
+            .filter(|f| f.state == FileState::Receiving && f.journaled && !f.dirty)
+            .fold((0, 0), |(n, bytes), f| (n + 1, bytes + f.received))
+    }
+
     /// Number of regular files in the manifest.
     pub(crate) fn file_count(&self) -> usize {
         self.files.iter().flatten().count()

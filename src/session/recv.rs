@@ -1141,13 +1141,31 @@ fn control(
         Err(e) => {
             let e = fail(s, e);
             registry.stats.failed(&e);
-            log(
-                Level::Warn,
-                &format!("{peer}: {} session failed: {e}", kind.name()),
-            );
+            log_end(log, (peer, kind), &e);
         }
     }
     Ok(())
+}
+
+/// A session that did not end as it should, in the log: a client's stop
+/// (Ctrl-C) said as that, anything else as a failure.
+fn log_end(log: &Log, (peer, kind): (SocketAddr, Kind), e: &SessionError) {
+    match e {
+        SessionError::Refused {
+            code: ErrorCode::Interrupted,
+            message,
+        } => log(
+            Level::Info,
+            &format!(
+                "{peer}: {} session stopped by the client: {message}",
+                kind.name()
+            ),
+        ),
+        e => log(
+            Level::Warn,
+            &format!("{peer}: {} session failed: {e}", kind.name()),
+        ),
+    }
 }
 
 /// What a session does, as its log lines name it.
@@ -1482,7 +1500,8 @@ fn push_session(
     let key = frame_key(keys);
     let received = incoming
         .receive(&streams, pool, pace, (&key, &open), &peer, &mut out)
-        .and_then(|_lanes| incoming.finish());
+        .and_then(|_lanes| incoming.finish())
+        .map_err(|e| interrupted_kept(s, incoming, e));
     if let Ok((files, bytes)) = &received {
         let (files, bytes) = (*files, *bytes);
         if req.has(crate::protocol::control::REQ_DELETE) {
@@ -1503,6 +1522,60 @@ fn push_session(
     drop(peer);
     let _ = reader.join();
     received
+}
+
+/// The data streams of a pull broke: when its client was stopped (Ctrl-C)
+/// it says so on the control connection as it goes, and the session ends
+/// as the client's stop, not as a fault. Other errors pass.
+fn client_stopped(s: &mut Control, e: SessionError) -> SessionError {
+    if !e.is_connection_loss() {
+        return e;
+    }
+    // What the client said before it stopped (its `Error` comes back as
+    // the peer's refusal).
+    let until = Instant::now() + Duration::from_secs(1);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    while Instant::now() < until {
+        match super::conn::recv_msg(s) {
+            Err(SessionError::Refused {
+                code: ErrorCode::Interrupted,
+                ..
+            }) => {
+                return SessionError::Refused {
+                    code: ErrorCode::Interrupted,
+                    message:
+                        "the client stopped it (Ctrl-C); what it verified is kept for its next run"
+                            .into(),
+                }
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    e
+}
+
+/// A push its client interrupted (Ctrl-C): the client is told what was
+/// kept for its next run (what was verified is journaled by now), and the
+/// session ends as the client's stop, saying so. Other errors pass.
+fn interrupted_kept(s: &mut Control, incoming: &Incoming, e: SessionError) -> SessionError {
+    let SessionError::Refused {
+        code: ErrorCode::Interrupted,
+        ..
+    } = e
+    else {
+        return e;
+    };
+    let (files, bytes) = incoming.kept();
+    let _ = send_msg(s, &Message::Kept { files, bytes });
+    SessionError::Refused {
+        code: ErrorCode::Interrupted,
+        message: format!(
+            "the client stopped it (Ctrl-C); the verified blocks of {} ({}) are kept for its next run",
+            crate::coord::units::count(files, "file"),
+            crate::coord::units::bytes_decimal(bytes)
+        ),
+    }
 }
 
 /// Shuts the reading side of a control connection down when dropped,
@@ -2028,7 +2101,7 @@ fn pull_session(
             .load(Ordering::Acquire)
         {
             true => shutting_down(),
-            false => e,
+            false => client_stopped(s, e),
         })?;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);

@@ -227,6 +227,14 @@ impl SendConfig {
     }
 }
 
+/// What a receiving side kept of an unfinished run: the files whose
+/// verified blocks it journaled, and those blocks' bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Kept {
+    pub files: u64,
+    pub bytes: u64,
+}
+
 /// One interval line of a transfer.
 #[derive(Debug, Clone, Copy)]
 pub struct NetInterval {
@@ -396,6 +404,11 @@ pub struct SendReport {
     pub bytes_in_test: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_s: Option<f64>,
+    /// A run that stopped before its end: what the receiving side
+    /// journaled for the next run to continue (absent when it did not
+    /// say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Kept>,
     /// `send --shard`: this shard's part of the whole transfer, which
     /// `urmove report` merges.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1083,6 +1096,10 @@ fn settle_push(
             // to report: the lost streams only follow from it.
             let e = match acks {
                 Err(refused @ SessionError::Refused { .. }) if e.is_connection_loss() => refused,
+                Ok(Receipts { kept, .. }) => {
+                    report.kept = kept;
+                    e
+                }
                 _ => e,
             };
             report.fail(&e, interrupted);
@@ -1132,6 +1149,8 @@ struct Receipts {
     /// What a `--delete` push removed (at most [`DELETED_KEPT`] named).
     deleted: Vec<String>,
     deleted_count: u64,
+    /// After an interrupt, what the receiver journaled for the next run.
+    kept: Option<Kept>,
 }
 
 /// Paths of a `--delete` kept for the report; the rest are counted.
@@ -1172,6 +1191,10 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                 got.deleted_count += paths.len() as u64;
                 let room = DELETED_KEPT.saturating_sub(got.deleted.len());
                 got.deleted.extend(paths.into_iter().take(room));
+            }
+            Message::Kept { files, bytes } => {
+                got.kept = Some(Kept { files, bytes });
+                return Ok(got);
             }
             Message::Summary { ok: true, .. } => return Ok(got),
             Message::Summary { .. } => {

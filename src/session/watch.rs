@@ -323,6 +323,7 @@ impl<'a> Watch<'a> {
             devices_left_out: 0,
             bytes_total: 0,
             bytes_apparent: 0,
+            kept: None,
             hard_links: 0,
             files_deleted: 0,
             deleted: Vec::new(),
