@@ -30,6 +30,7 @@ mod service;
 mod shards;
 mod sparse;
 mod stamps;
+mod summaries;
 mod transfer;
 mod trust;
 mod tune;

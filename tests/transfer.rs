@@ -701,14 +701,14 @@ fn the_demo_transfers_checks_and_cleans_up() {
 
 /// Two network namespaces joined by a veth pair: the project's own test
 /// hosts, removed on drop.
-struct NetnsPair {
-    a: String,
-    b: String,
-    addr_b: String,
+pub(crate) struct NetnsPair {
+    pub(crate) a: String,
+    pub(crate) b: String,
+    pub(crate) addr_b: String,
 }
 
 impl NetnsPair {
-    fn new() -> Option<NetnsPair> {
+    pub(crate) fn new() -> Option<NetnsPair> {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tag = format!("{}-{n}", std::process::id() % 100_000);

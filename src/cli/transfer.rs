@@ -762,9 +762,10 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
         render::warn(&format!("skipped {}: {}", s.path, s.reason));
     }
     if p.format == Format::Human && !r.skipped.is_empty() {
-        p.out.line(&format!(
-            "{} entries skipped (named above); everything else verified",
-            r.skipped.len()
+        // Beside the names, on the same stream.
+        render::info(&format!(
+            "{} skipped (named above); everything else verified",
+            units::count(r.skipped.len() as u64, "entry")
         ));
     }
     if let Some(e) = &r.error {
@@ -795,26 +796,15 @@ fn summarize(p: &mut SendPrinter, r: &SendReport) {
             p.out.line(&stopped_summary(r));
         }
         Format::Human => {
-            let (verb, checked) = if r.command == "pull" {
-                ("pulled", "verified against the sender")
-            } else {
-                ("sent", "verified by the receiver")
-            };
-            let unchanged = match r.files_unchanged {
-                0 => String::new(),
-                n => format!(", {n} unchanged"),
-            };
-            p.out.line(&format!(
-                "{verb} {}, {} in {}: {}, {}, {}; {} of {} {checked}{unchanged}",
-                units::count(r.files, "file"),
-                units::bytes_both(r.bytes),
-                units::duration_s(r.elapsed_s),
-                units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
-                min_interval(r),
-                streams_text(r),
-                r.files_verified,
-                units::count(r.files, "file"),
-            ));
+            match nothing_moved(r) {
+                Some(line) => p.out.line(&line),
+                None => {
+                    p.out.line(&moved_summary(r));
+                    if let Some(line) = time_parts(r) {
+                        p.out.line(&line);
+                    }
+                }
+            }
             if let Some(s) = &r.shard {
                 p.out.line(&shard_summary(s));
             }
@@ -822,10 +812,93 @@ fn summarize(p: &mut SendPrinter, r: &SendReport) {
     }
 }
 
+/// A transfer that moved data: files, bytes and the wall time; the rate
+/// while the data flowed (over how long), its slowest interval (not for
+/// a follow, whose writers pause: its lag says how it kept up), streams;
+/// what was verified.
+fn moved_summary(r: &SendReport) -> String {
+    let (verb, checked) = if r.command == "pull" {
+        ("pulled", "verified against the sender")
+    } else {
+        ("sent", "verified by the receiver")
+    };
+    let unchanged = match r.files_unchanged {
+        0 => String::new(),
+        n => format!(", {n} unchanged"),
+    };
+    let slowest = match r.kept_up {
+        Some(_) => String::new(),
+        None => format!(", {}", min_interval(r)),
+    };
+    format!(
+        "{verb} {}, {} in {}: {} over {} of data{slowest}, {}; {} of {} {checked}{unchanged}",
+        units::count(r.files, "file"),
+        units::bytes_both(r.bytes),
+        units::duration_s(r.wall_s.max(r.elapsed_s)),
+        units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
+        units::duration_s(r.elapsed_s),
+        streams_text(r),
+        r.files_verified,
+        units::count(r.files, "file"),
+    )
+}
+
+/// A run that found everything at the other side already (nothing
+/// crossed, nothing written): said as that, with how it knew, not as a
+/// transfer of 0 bytes.
+fn nothing_moved(r: &SendReport) -> Option<String> {
+    let nothing = r.bytes == 0
+        && r.files_verified == r.files_found_complete
+        && r.files_continued == 0
+        && matches!(r.status, "ok" | "partial");
+    if !nothing {
+        return None;
+    }
+    let (what, place) = match r.command {
+        "pull" => ("pull", "here"),
+        _ => ("send", "at the receiver"),
+    };
+    let held = crate::session::send::held_text((
+        r.files_unchanged,
+        r.files_found_complete,
+        r.files_continued,
+    ));
+    let hint = match r.files_unchanged {
+        0 => "",
+        _ => " (--checksum compares them by content, --ignore-times sends them again)",
+    };
+    Some(format!(
+        "nothing to {what}: {} of {} already {place}: {held}; checked in {}{hint}",
+        units::count(r.files, "file"),
+        units::bytes_decimal(r.bytes_skipped),
+        units::duration_s(r.wall_s.max(r.elapsed_s)),
+    ))
+}
+
+/// Where the wall time went, when a second or more of it was not the data
+/// (a long scan, a `--checksum` reading both sides, slow commits): every
+/// part.
+fn time_parts(r: &SendReport) -> Option<String> {
+    let ph = r.phases?;
+    if r.wall_s - ph.data_s < 1.0 {
+        return None;
+    }
+    // (A pull's scan is the daemon's, within its compare.)
+    Some(format!(
+        "time: {} in all: scan {}, connect {}, compare {}, data {}, commit {}",
+        units::duration_s(r.wall_s),
+        units::duration_s(ph.scan_s),
+        units::duration_s(ph.connect_s),
+        units::duration_s(ph.compare_s),
+        units::duration_s(ph.data_s),
+        units::duration_s(ph.commit_s),
+    ))
+}
+
 /// What a human reads after the summary: what was held, the lag of a
 /// follow, the rate gate, what --delete removed and --exclude left out.
 fn human_extras(p: &mut SendPrinter, r: &SendReport) {
-    if r.bytes_skipped > 0 {
+    if r.bytes_skipped > 0 && nothing_moved(r).is_none() {
         p.out.line(&held_summary(r));
     }
     if let Some(lag) = r.lag_max {

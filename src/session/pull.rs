@@ -79,6 +79,7 @@ pub fn run_pull(
 ) -> Result<SendReport, SessionError> {
     let rules = client_rules(cfg)?;
     let started = std::time::SystemTime::now();
+    let began = std::time::Instant::now();
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
@@ -92,6 +93,8 @@ pub fn run_pull(
     let root = Root::open_for_writing(local)
         .map_err(|e| SessionError::io(local.display().to_string(), e))?;
     let mut pull = open_pull(cfg, req, (root, rules, paths), &engine.0)?;
+    // The daemon's scan, its manifest and what this side holds.
+    let setup = began.elapsed();
     let total = pull.incoming.data_missing();
     let complete_before = pull.incoming.complete_before().len() as u64;
     let kept = pull.incoming.held_counts();
@@ -112,6 +115,9 @@ pub fn run_pull(
         kept,
         (total, complete_before - kept.0 + landed.committed),
     );
+    let phases = |r: &mut SendReport| {
+        r.time_phases((std::time::Duration::ZERO, setup), setup, began.elapsed())
+    };
     match data {
         Ok(lanes) => report.lanes = lanes,
         Err(e) => {
@@ -125,6 +131,7 @@ pub fn run_pull(
             let (files, bytes) = pull.incoming.kept();
             report.kept = Some(super::send::Kept { files, bytes });
             report.fail(&e, interrupt.load(Ordering::Relaxed));
+            phases(&mut report);
             return Ok(report);
         }
     }
@@ -146,6 +153,7 @@ pub fn run_pull(
         let shard = super::shard::ShardReport::of((s, m), cfg, listed, &acked, started);
         report.shard = Some(shard);
     }
+    phases(&mut report);
     Ok(report)
 }
 

@@ -1007,7 +1007,12 @@ impl<'a> Pusher<'a> {
             }
             for (s, why) in lost {
                 let id = self.tx.stream_id(s);
-                self.repair.lost.push(format!("stream {id}: {why}"));
+                // A stream that carried nothing still wanted (the receiver
+                // had every file it holds, or closed it once a file it was
+                // bringing was dropped) is no loss to report.
+                if self.carried_wanted(s) {
+                    self.repair.lost.push(format!("stream {id}: {why}"));
+                }
                 if self.ledger.acked.is_some_and(Acks::all) {
                     // The receiver has every file: it may close streams early.
                     continue;
@@ -1089,6 +1094,23 @@ impl<'a> Pusher<'a> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Whether stream `s` carried frames not delivered of files the
+    /// receiver still wants (not dropped, not acknowledged).
+    fn carried_wanted(&self, s: u32) -> bool {
+        let id = self.tx.stream_id(s);
+        let acked = |entry: u32| {
+            self.ledger
+                .acked
+                .and_then(|a| a.acked.get(entry as usize))
+                .is_some_and(|a| a.load(Ordering::Relaxed))
+        };
+        self.ledger.sent[s as usize].iter().any(|r| {
+            self.ledger.undelivered(id, r)
+                && !self.work.is_dropped(r.entry as usize)
+                && !acked(r.entry)
+        })
     }
 
     fn resend_stream(&mut self, s: u32) -> Result<(), SessionError> {

@@ -227,6 +227,20 @@ impl SendConfig {
     }
 }
 
+/// Where a run's time went, in seconds: the scan of the sources, the
+/// connection and handshake (with the receiver's placement and streams),
+/// comparing what the receiver holds with the sources (both read them
+/// under `--checksum`), the data until the peer's TCP had the last byte,
+/// and the receiver's last commits and summary after it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Phases {
+    pub scan_s: f64,
+    pub connect_s: f64,
+    pub compare_s: f64,
+    pub data_s: f64,
+    pub commit_s: f64,
+}
+
 /// What a receiving side kept of an unfinished run: the files whose
 /// verified blocks it journaled, and those blocks' bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -340,6 +354,11 @@ pub struct SendReport {
     #[serde(skip)]
     pub(crate) listed_files_skipped: u64,
     pub elapsed_s: f64,
+    /// The whole run by the wall clock (scan, setup, data, commits), and
+    /// its parts (transfers; a benchmark's is its test).
+    pub wall_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
     pub rate_bits_per_s: f64,
     /// The lowest rate of an interval, never above `rate_bits_per_s`; with
     /// no interval of the whole --interval (`intervals_full` 0), the
@@ -500,6 +519,30 @@ impl SendReport {
             self.intervals_full,
             rate_bits_per_s,
         );
+    }
+
+    /// The run's wall time (`wall`, from before its scan), split: the scan
+    /// and the setup up to the data (`setup`, of which `compare` compared
+    /// what the receiver holds), then the data (until the peer's TCP had
+    /// its last byte) and the commits after it.
+    pub(crate) fn time_phases(
+        &mut self,
+        (scan, setup): (Duration, Duration),
+        compare: Duration,
+        wall: Duration,
+    ) {
+        let data = self
+            .data_elapsed
+            .map_or(self.elapsed_s, |d| d.as_secs_f64());
+        let data = data.min(self.elapsed_s);
+        self.wall_s = wall.as_secs_f64();
+        self.phases = Some(Phases {
+            scan_s: scan.as_secs_f64(),
+            connect_s: setup.saturating_sub(compare).as_secs_f64(),
+            compare_s: compare.as_secs_f64(),
+            data_s: data,
+            commit_s: (self.elapsed_s - data).max(0.0),
+        });
     }
 
     /// End the run now: the time (and so the rate) covers the data and the
@@ -784,7 +827,9 @@ pub fn run_send(
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
+    let began = Instant::now();
     let mut tree = scan_sources(cfg)?;
+    let scanned = began.elapsed();
     // This side's buffers are registered before the receiver hears of us.
     let (cfg, fitted) = &fit_shard(cfg, fit(cfg, 4, 4, "--block", obs)?)?;
     let started = std::time::SystemTime::now();
@@ -796,6 +841,7 @@ pub fn run_send(
     mark_followed(cfg, &mut tree, obs);
     let (gauge, added) = (Gauge::default(), Added::new(tree.entries.len()));
     let mut push = open_push(cfg, &tree, *fitted, obs)?;
+    let opened = began.elapsed();
     let (skipped, kept) = note_held(&tree, &push.held, cfg.block_size, obs);
     let block = u64::from(cfg.block_size);
     let room = cfg.follow.as_ref().map_or(0, |_| super::follow::ADDED_MAX);
@@ -844,6 +890,12 @@ pub fn run_send(
         report.files_verified = done.saturating_sub(report.files_unchanged);
     }
     report.judge_rate();
+    let compare = push.compare;
+    report.time_phases(
+        (scanned, opened.saturating_sub(scanned)),
+        compare,
+        began.elapsed(),
+    );
     Ok(report)
 }
 
@@ -952,6 +1004,8 @@ struct Push<'t> {
     params: PushParams,
     plan: Vec<lanes::Lane>,
     txs: Vec<crate::datapath::net::NetSender>,
+    /// How long comparing what the receiver holds took.
+    compare: Duration,
 }
 
 /// Set up a push of `tree` with `buffers` registered first (see
@@ -984,9 +1038,12 @@ fn open_push<'t>(
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
     let resume = cfg.resume || cfg.checksum;
     let mut held = Held::default();
+    let mut compare = Duration::ZERO;
     let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
         let key = resume.then_some((key, cfg.checksum));
+        let t = Instant::now();
         held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
+        compare = t.elapsed();
         Ok(())
     })?;
     held.refuse(&before.refused);
@@ -1004,6 +1061,7 @@ fn open_push<'t>(
         params,
         plan,
         txs,
+        compare,
     })
 }
 

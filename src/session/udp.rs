@@ -259,7 +259,7 @@ impl Sender {
         time: Duration,
         stop: &AtomicBool,
         sent: &[AtomicU64],
-    ) -> Result<(), SessionError> {
+    ) -> Result<f64, SessionError> {
         let epoch = Instant::now();
         let until = epoch + time;
         let (flows, size, run, rate) = (self.flows, self.size, self.run, self.rate);
@@ -278,7 +278,8 @@ impl Sender {
             let r = wire::send_flows(&fds, &numbers, &plan, sent);
             lanes::StopOthers(stop).on(r.map_err(SessionError::from))
         });
-        lanes::all_ok(results).map(|_| ())
+        // How long it sent: what its rate is offered over.
+        lanes::all_ok(results).map(|_| epoch.elapsed().as_secs_f64())
     }
 }
 
@@ -530,8 +531,10 @@ impl Run<'_> {
             let sending = s.spawn(|| sender.send(&tagger, t.time, &stop, &sent));
             let r = self.hear_counts(&events, start, (&sending, &stop, &sent));
             stop.store(true, Ordering::Release);
-            sending.join().expect("the sending lanes panicked")?;
-            r
+            let span = sending.join().expect("the sending lanes panicked")?;
+            // The offered rate over the time it sent, not until this
+            // side noticed it had ended.
+            r.map(|(flows, foreign, _)| (flows, foreign, span))
         })
         .map(|ended| (ended, events))
     }
@@ -543,7 +546,7 @@ impl Run<'_> {
         events: &Events,
         start: Instant,
         (sending, stop, sent): (
-            &std::thread::ScopedJoinHandle<'_, Result<(), SessionError>>,
+            &std::thread::ScopedJoinHandle<'_, Result<f64, SessionError>>,
             &AtomicBool,
             &[AtomicU64],
         ),
@@ -609,6 +612,8 @@ impl Run<'_> {
         let (sent, end) =
             counter.count(&tagger, &stop, || self.hear_sent(&events, start, &counter))??;
         let (flows, foreign) = tell_done(self.ctl, &counter, &sent)?;
+        // The daemon sends for the test's time (its end is heard later).
+        let end = end.min(t.time.as_secs_f64());
         Ok(((flows, foreign, end), events))
     }
 
@@ -924,7 +929,7 @@ fn daemon_sends(
 fn tell_sent(
     s: &mut Control,
     interval: Duration,
-    sending: &std::thread::ScopedJoinHandle<'_, Result<(), SessionError>>,
+    sending: &std::thread::ScopedJoinHandle<'_, Result<f64, SessionError>>,
     now_sent: &dyn Fn() -> Vec<u64>,
 ) -> Result<(), SessionError> {
     let mut next = Instant::now() + interval;

@@ -330,6 +330,8 @@ impl<'a> Watch<'a> {
             skipped: Vec::new(),
             listed_files_skipped: 0,
             elapsed_s: secs,
+            wall_s: secs,
+            phases: None,
             rate_bits_per_s: 0.0,
             interval_rate_min_bits_per_s: 0.0,
             intervals_full: self.tracker.nominal_count(),
