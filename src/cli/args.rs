@@ -23,8 +23,11 @@ use super::parse;
                   While they run, send, pull and bench show a progress bar on a terminal and \
                   interval lines otherwise (--progress, --quiet), then a summary; --json prints \
                   one document instead.\n\n\
-                  Exit codes: 0 success, 1 the run failed (I/O error, verify failure, rate gate \
-                  not met, interrupted), 2 usage or configuration error."
+                  Exit codes: 0 success (every file verified); 23 verified but for skipped \
+                  entries, each named with why; 1 the run failed (I/O error, files that arrived \
+                  different, rate gate not met, interrupted; what was verified is kept); 2 usage \
+                  or configuration error; any other: killed by a signal (128+N) or a bug (101). \
+                  The man pages' EXIT STATUS says more."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -43,6 +43,31 @@ pub const EXIT_USAGE: u8 = 2;
 /// skipped some entries, each named with its reason (as rsync's 23).
 pub const EXIT_PARTIAL: u8 = 23;
 
+/// Every exit code and what it means, as `--help`, the man pages and the
+/// README list them.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    (
+        "0",
+        "success: every file verified (send, pull), every file of the manifest committed (report), the test ran and met its gate (bench)",
+    ),
+    (
+        "23",
+        "a transfer verified everything it moved, but skipped some entries, each named with why: left out by a rule (a receiver's policy, a name its filesystem cannot hold), which a run again cannot mend, or a fault (vanished, unreadable, changed during the send), which it may",
+    ),
+    (
+        "1",
+        "the run failed: an I/O error, files that arrived different, the --min-rate gate not met, the peer gone or refusing, or interrupted (Ctrl-C); what was verified is kept for the next run",
+    ),
+    (
+        "2",
+        "usage or configuration: bad arguments, a key, config or state directory refused (the message says what to change), the peer refusing the key or the path",
+    ),
+    (
+        "other",
+        "urmove did not end by itself: killed by a signal (a shell shows 128+N, as 137 for kill -9) or a bug (101: it panicked; please report it)",
+    ),
+];
+
 /// What went wrong, and which exit code it earns.
 #[derive(Debug)]
 pub(crate) enum Failure {

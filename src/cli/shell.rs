@@ -82,14 +82,12 @@ fn write_pages(
 /// The pages that also get CONFIGURATION FILE and FILES.
 const DAEMON_PAGES: [&str; 2] = ["urmove", "urmove-recv"];
 
-/// The page of `cmd` as clap_mangen renders it; on [`DAEMON_PAGES`] the
-/// extra sections go in before VERSION, as clap_mangen orders its own.
+/// The page of `cmd` as clap_mangen renders it, with EXIT STATUS (and, on
+/// [`DAEMON_PAGES`], CONFIGURATION FILE and FILES) before VERSION, as
+/// clap_mangen orders its own.
 fn render_page(top: &clap::Command, cmd: &clap::Command, w: &mut dyn Write) -> std::io::Result<()> {
     let man = clap_mangen::Man::new(cmd.clone());
     let name = cmd.get_display_name().unwrap_or(cmd.get_name());
-    if !DAEMON_PAGES.contains(&name) {
-        return man.render(w);
-    }
     man.render_title(w)?;
     man.render_name_section(w)?;
     man.render_synopsis_section(w)?;
@@ -103,11 +101,14 @@ fn render_page(top: &clap::Command, cmd: &clap::Command, w: &mut dyn Write) -> s
     if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
         man.render_extra_section(w)?;
     }
-    let recv = top
-        .find_subcommand("recv")
-        .expect("urmove has a recv command");
-    config_section(recv).to_writer(w)?;
-    files_section().to_writer(w)?;
+    if DAEMON_PAGES.contains(&name) {
+        let recv = top
+            .find_subcommand("recv")
+            .expect("urmove has a recv command");
+        config_section(recv).to_writer(w)?;
+        files_section().to_writer(w)?;
+    }
+    exit_section().to_writer(w)?;
     if cmd.get_version().or(cmd.get_long_version()).is_some() {
         man.render_version_section(w)?;
     }
@@ -180,6 +181,18 @@ const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// EXIT STATUS, from [`super::EXIT_CODES`].
+fn exit_section() -> Roff {
+    let mut r = Roff::new();
+    r.control("SH", ["EXIT STATUS"]);
+    for (code, what) in super::EXIT_CODES {
+        r.control("TP", []);
+        r.text([bold(*code)]);
+        r.text([roman(*what)]);
+    }
+    r
+}
+
 /// FILES, from [`FILES`].
 fn files_section() -> Roff {
     let mut r = Roff::new();
@@ -195,6 +208,26 @@ fn files_section() -> Roff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every page lists every exit code, and `--help` names each.
+    #[test]
+    fn every_page_and_the_help_list_the_exit_codes() {
+        let help = Cli::command().get_long_about().unwrap().to_string();
+        for (code, _) in super::super::EXIT_CODES {
+            let code = if *code == "other" { "any other" } else { code };
+            assert!(help.contains(code), "--help lacks exit code {code}");
+        }
+        for name in ["urmove", "send", "pull", "report", "recv", "bench"] {
+            let text = page(name);
+            let exit = section(&text, "\"EXIT STATUS\"");
+            for (code, _) in super::super::EXIT_CODES {
+                assert!(
+                    exit.contains(&format!("\\fB{code}\\fR")),
+                    "{name}: {code}: {exit}"
+                );
+            }
+        }
+    }
 
     fn page(name: &str) -> String {
         let mut top = Cli::command().disable_help_subcommand(true);
