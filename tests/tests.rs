@@ -9,6 +9,7 @@ mod attack3;
 mod attack4;
 mod budgets;
 mod cli_errors;
+mod commit_race;
 mod datapath;
 mod disk;
 mod disk_devices;

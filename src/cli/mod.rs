@@ -78,6 +78,7 @@ pub(crate) enum Failure {
 /// Parse, run, and map the result to an exit code (the binary's whole main).
 pub fn main() -> ExitCode {
     sys::ignore_sigxfsz();
+    sys::ignore_sigio();
     let parsed = <Cli as clap::CommandFactory>::command()
         .try_get_matches()
         .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m).map(|c| (c, m)));

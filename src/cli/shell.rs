@@ -213,14 +213,14 @@ mod tests {
     #[test]
     fn every_page_and_the_help_list_the_exit_codes() {
         let help = Cli::command().get_long_about().unwrap().to_string();
-        for (code, _) in super::super::EXIT_CODES {
+        for (code, _) in crate::cli::EXIT_CODES {
             let code = if *code == "other" { "any other" } else { code };
             assert!(help.contains(code), "--help lacks exit code {code}");
         }
         for name in ["urmove", "send", "pull", "report", "recv", "bench"] {
             let text = page(name);
             let exit = section(&text, "\"EXIT STATUS\"");
-            for (code, _) in super::super::EXIT_CODES {
+            for (code, _) in crate::cli::EXIT_CODES {
                 assert!(
                     exit.contains(&format!("\\fB{code}\\fR")),
                     "{name}: {code}: {exit}"

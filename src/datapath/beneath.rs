@@ -83,19 +83,36 @@ fn cstr(s: &str) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
+/// A path refused beneath the root: it goes through a symlink, leads
+/// out of the root, or names another file than the one expected there.
+/// What someone who can write under the root may cause for one entry:
+/// that entry is refused, never the session (see [`refused`]).
+#[derive(Debug)]
+pub struct Refusal(String);
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Whether `e` is a [`Refusal`].
+pub fn refused(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Refusal>())
+}
+
 /// Turn the kernel's EXDEV/ELOOP into an error that says what happened.
 fn name_escape(rel: &str, e: io::Error, no_symlinks: bool) -> io::Error {
-    match e.raw_os_error() {
-        Some(libc::ELOOP) if no_symlinks => io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{rel}: refused, it goes through a symlink (the receiver never follows links when it writes)"),
-        ),
-        Some(libc::EXDEV | libc::ELOOP) => io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{rel}: refused, it resolves outside the receiver's root"),
-        ),
-        _ => e,
-    }
+    let why = match e.raw_os_error() {
+        Some(libc::ELOOP) if no_symlinks => format!("{rel}: refused, it goes through a symlink (the receiver never follows links when it writes)"),
+        Some(libc::EXDEV | libc::ELOOP) => {
+            format!("{rel}: refused, it resolves outside the receiver's root")
+        }
+        _ => return e,
+    };
+    io::Error::new(io::ErrorKind::PermissionDenied, Refusal(why))
 }
 
 impl Root {
@@ -331,10 +348,10 @@ impl Root {
     }
 
     /// Rename `from` to `to`, both beneath the root, only when `to` names
-    /// nothing (`RENAME_NOREPLACE`): `Err(AlreadyExists)` otherwise. A
-    /// filesystem without that flag (EINVAL: NFS, CIFS, FUSE filesystems
-    /// of an older protocol) gets a hard link made and the old name
-    /// removed, which refuses a taken name as well.
+    /// nothing (`RENAME_NOREPLACE`): `Err(AlreadyExists)` otherwise, and
+    /// `Err(Unsupported)` on a filesystem without that flag (NFS, CIFS,
+    /// FUSE filesystems of an older protocol: see
+    /// [`link_new`](Self::link_new)).
     pub fn rename_new(&self, from: &str, to: &str) -> io::Result<()> {
         let (fd_from, n_from) = self.parent(from)?;
         let (fd_to, n_to) = self.parent(to)?;
@@ -351,10 +368,25 @@ impl Root {
         if rc == 0 {
             return Ok(());
         }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Err(e);
+        match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EINVAL) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{to}: no RENAME_NOREPLACE here ({e})"),
+            )),
+            e => Err(e),
         }
+    }
+
+    /// Give the file at `from` the further name `to`, both beneath the
+    /// root, only when `to` names nothing (`Err(AlreadyExists)`
+    /// otherwise). With the old name then removed, it is a rename that
+    /// replaces nothing where `RENAME_NOREPLACE` is missing; the old name
+    /// is best removed while nothing holds the file open (a FUSE or NFS
+    /// filesystem keeps an open file's removed name until its last close,
+    /// under a hidden one).
+    pub fn link_new(&self, from: &str, to: &str) -> io::Result<()> {
+        let (fd_from, n_from) = self.parent(from)?;
+        let (fd_to, n_to) = self.parent(to)?;
         // SAFETY: both names are NUL-terminated; linkat reads them only.
         let rc = unsafe {
             libc::linkat(
@@ -365,11 +397,6 @@ impl Root {
                 0,
             )
         };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `n_from` is NUL-terminated; unlinkat reads it only.
-        let rc = unsafe { libc::unlinkat(fd_from.as_raw_fd(), n_from.as_ptr(), 0) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -701,7 +728,9 @@ fn stat_at(dir: &OwnedFd, name: &CString) -> io::Result<FileId> {
 fn replaced(rel: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("{rel}: refused, the name now holds another file than the one this session wrote"),
+        Refusal(format!(
+            "{rel}: refused, the name now holds another file than the one this session wrote"
+        )),
     )
 }
 

@@ -43,6 +43,34 @@ pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
     Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
 }
 
+/// The link count and ctime (ns since the epoch) of an open file as the
+/// filesystem says them now, not as a cache holds them
+/// (`AT_STATX_FORCE_SYNC`: a FUSE or network filesystem is asked again; a
+/// local one answers as ever).
+pub fn fresh_links_and_ctime(file: &File) -> io::Result<(u64, i128)> {
+    let mut stx = MaybeUninit::<libc::statx>::zeroed();
+    let empty = c"";
+    // SAFETY: `stx` is a valid, writable statx buffer for the duration of the
+    // call and `empty` is a NUL-terminated string; no memory is retained.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_NLINK | libc::STATX_CTIME,
+            stx.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statx returned 0, so the buffer is initialised (it was zeroed too).
+    let stx = unsafe { stx.assume_init() };
+    let ctime =
+        i128::from(stx.stx_ctime.tv_sec) * 1_000_000_000 + i128::from(stx.stx_ctime.tv_nsec);
+    Ok((u64::from(stx.stx_nlink), ctime))
+}
+
 /// The filesystem's magic number (`statfs.f_type`) and a readable name.
 pub fn fs_type(file: &File) -> io::Result<(i64, &'static str)> {
     let mut st = MaybeUninit::<libc::statfs>::zeroed();
@@ -336,6 +364,54 @@ pub fn ignore_sigxfsz() {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+}
+
+/// Ignore SIGIO: the kernel sends it to a lease holder whose lease another
+/// open breaks (see [`take_write_lease`]), and its default would end the
+/// process. The opener waits until the lease is let go either way.
+pub fn ignore_sigio() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler
+    // code and touches no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGIO, libc::SIG_IGN);
+    }
+}
+
+/// Take a write lease on `file` (`F_SETLEASE`, `F_WRLCK`): until it is let
+/// go ([`end_lease`]), every other open of the file (or truncate by
+/// path) waits, so nobody but this process opens it to write. Fails
+/// where another opening of it exists, or on a filesystem without leases.
+pub fn take_write_lease(file: &File) -> io::Result<()> {
+    // SAFETY: F_SETLEASE on a descriptor the caller owns; no memory is
+    // passed.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Let go of `file`'s lease (a ring holding the opening would keep it
+/// otherwise, and every open of the file would wait the kernel's
+/// lease-break time).
+pub fn end_lease(file: &File) {
+    // SAFETY: F_SETLEASE on a descriptor the caller owns; no memory is
+    // passed.
+    unsafe {
+        libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
+    }
+}
+
+/// The coarse real-time clock (what the kernel stamps an inode's times
+/// with when nobody looked at them since), in nanoseconds since the epoch.
+pub fn coarse_now_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec the call writes.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
 /// The local wall-clock time as (hours, minutes, seconds), for interval lines.

@@ -43,7 +43,8 @@ pub(super) enum Job {
 }
 
 pub(super) enum JobDone {
-    Finished(Result<Outcome, SessionError>),
+    /// A file finished, or why not (with its entry).
+    Finished(Result<Outcome, (u32, SessionError)>),
     Journaled(u32, Result<u64, SessionError>),
 }
 
@@ -65,6 +66,9 @@ pub(super) struct Tally {
     /// Bytes the files' data was counted at that did not come as payload
     /// (see `Landing::unsent`), over the files finished or dropped.
     pub(super) unsent: u64,
+    /// Files this side refused while the data came (a link planted in a
+    /// path, a part replaced), not told to the sender yet.
+    pub(super) refused_now: Vec<super::roles::Refused>,
 }
 
 /// The table of files being received and what is in hand for them.
@@ -269,8 +273,11 @@ impl<'s> Book<'s> {
     ) -> Result<Accepted, SessionError> {
         let layout = (self.block, &mut self.growth_left);
         let a = accept_frame(self.files, layout, header, data_terms)?;
-        self.ensure_open(header.file_index as usize, &a)?;
-        Ok(a)
+        match self.ensure_open(header.file_index as usize, &a)? {
+            true => Ok(a),
+            // Refused now: its frames go nowhere.
+            false => Ok(Accepted::Drop),
+        }
     }
 
     /// A hole frame accepted: nothing to write (a continued part's old
@@ -373,19 +380,46 @@ impl<'s> Book<'s> {
     /// session are open at once: past that, the one idle longest is closed
     /// (and opened again, by name and inode, when its next block comes), so
     /// a sender starting many files at once holds no more descriptors.
-    fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<(), SessionError> {
+    fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<bool, SessionError> {
         if matches!(a, Accepted::Drop) || self.file(index).part.is_some() {
-            return Ok(());
+            return Ok(true);
         }
         if self.open_parts >= OPEN_PARTS_MAX {
             self.close_idle_part();
         }
         let f = self.files[index].as_mut().expect("files");
-        super::receive::open_part(self.root, self.direct, self.rules, f)?;
-        f.write_own(self.root, &self.rules.secret)?;
+        let opened = super::receive::open_part(self.root, self.direct, self.rules, f)
+            .and_then(|()| f.write_own(self.root, &self.rules.secret));
+        match opened {
+            Err(e) if e.is_entry_fault() => {
+                self.refuse_now(index, &e);
+                return Ok(false);
+            }
+            other => other?,
+        }
         self.open_parts += 1;
         self.open_order.push_back(index);
-        Ok(())
+        Ok(true)
+    }
+
+    /// File `index` cannot land (`e`, its entry's fault alone): it is
+    /// skipped from now on, its frames dropped, the sender told, and the
+    /// session goes on.
+    fn refuse_now(&mut self, index: usize, e: &SessionError) {
+        let f = self.file(index);
+        if matches!(f.state, FileState::Receiving | FileState::Finishing) {
+            let receiving = f.state == FileState::Receiving;
+            f.state = FileState::Skipped;
+            let unsent = f.data_left.saturating_sub(f.payload);
+            self.remaining -= usize::from(receiving);
+            self.tally.unsent += unsent;
+        }
+        let r = super::roles::Refused::entry(
+            index as u32,
+            super::roles::Why::fault(format!("refused here while it arrived: {e}")),
+        );
+        self.tally.skipped.push(r.clone());
+        self.tally.refused_now.push(r);
     }
 
     /// Close the open part idle longest (no write or journal in flight).
@@ -418,7 +452,13 @@ impl<'s> Book<'s> {
         }
         // A file whose blocks were all held, or holes, may have no part open.
         if f.part.is_none() {
-            super::receive::open_to_finish(self.root, self.direct, self.rules, f)?;
+            match super::receive::open_to_finish(self.root, self.direct, self.rules, f) {
+                Err(e) if e.is_entry_fault() => {
+                    self.refuse_now(index, &e);
+                    return Ok(());
+                }
+                other => other?,
+            }
             self.open_parts += 1;
         }
         // Its room for writes in flight is done with (a tree holds many).
@@ -722,7 +762,13 @@ impl<'s> Book<'s> {
         match r {
             JobDone::Finished(r) => {
                 self.remaining -= 1;
-                let outcome = r?;
+                let outcome = match r {
+                    Err((i, e)) if e.is_entry_fault() => {
+                        self.refuse_now(i as usize, &e);
+                        return Ok(None);
+                    }
+                    r => r.map_err(|(_, e)| e)?,
+                };
                 match outcome {
                     Outcome::Committed(i, _) | Outcome::Piece(i, _) => {
                         self.file(i as usize).state = FileState::Done;
@@ -736,9 +782,16 @@ impl<'s> Book<'s> {
                 Ok(Some(outcome))
             }
             JobDone::Journaled(i, r) => {
-                self.tally.journal_bytes += r?;
                 let f = self.file(i as usize);
-                (f.journaling, f.journaled) = (false, true);
+                f.journaling = false;
+                match r {
+                    Err(e) if e.is_entry_fault() => {
+                        self.refuse_now(i as usize, &e);
+                        return Ok(None);
+                    }
+                    r => self.tally.journal_bytes += r?,
+                }
+                self.file(i as usize).journaled = true;
                 self.try_finish(i as usize).map(|()| None)
             }
         }

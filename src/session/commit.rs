@@ -86,6 +86,11 @@ impl FinalJob {
         }
     }
 
+    /// The entry it finishes.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
     fn beside(&self) -> Beside<'_> {
         Beside::new(&self.final_rel, self.name_max)
     }
@@ -361,10 +366,13 @@ fn exactly(bits: &[u64], (first, end): (u64, u64)) -> bool {
     })
 }
 
-/// Cut to size, set mtime, stamp, set mode, sync, and rename to the final
-/// name. Returns the file's index and digest.
+/// Commit an agreed file: cut to size, its mtime, its part's own
+/// attributes gone, synced; then given to its owner and renamed to its
+/// final name in an order in which nobody but this receiver can open it
+/// to write before its bytes are final and its stamp can tell any later
+/// change (see [`dress_settled`], [`dress_renamed`]). Returns the file's
+/// index and digest.
 pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionError> {
-    use std::os::unix::fs::PermissionsExt;
     assert_eq!(job.digest, job.sender_digest, "only agreed files commit");
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let part = &job.part;
@@ -372,15 +380,6 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("truncating"), e))?;
     part.set_times(mtime_now_accessed(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
-    job.dress.put_on(part).map_err(|e| {
-        SessionError::local(super::ErrorCode::Io, format!("{}: {e}", job.final_rel))
-    })?;
-    // The long sync before the stamp: what follows it (mode, a metadata
-    // sync, the rename) is quick, well within the stamp's settling time.
-    part.sync_all()
-        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    // Before the mode: a read-only mode would forbid setting the stamp.
-    // Without a stamp a later resume sends the file again: not an error.
     if job.live {
         // A committed file is whole: no reader needs its prefix.
         crate::datapath::sys::remove_xattr(part, super::receive::LIVE_XATTR)
@@ -389,18 +388,177 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
     // The part's tag is the part's, not the file's.
     crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
         .map_err(|e| SessionError::io(ctx("untagging"), e))?;
+    // Still this receiver's alone (mode 0600, no ACL): a write lease keeps
+    // every other open out from here until its stamp's settling time.
+    match super::lease::hold(part) {
+        Some(lease) => dress_settled(root, &job, Some(lease))?,
+        // No lease here (a filesystem without them): as well, where the
+        // file dressed lets nobody but this receiver's user write it.
+        None if !job.others_may_write() => dress_settled(root, &job, None)?,
+        None => dress_renamed(root, &job)?,
+    }
+    Ok((job.index, job.digest))
+}
+
+impl FinalJob {
+    /// Whether the file, once dressed, lets a user other than this
+    /// receiver's write it: another owner, a group or other write bit, or
+    /// an ACL (whatever it grants).
+    fn others_may_write(&self) -> bool {
+        let me = crate::datapath::sys::effective_uid();
+        self.dress.owner.is_some_and(|(uid, _)| uid != me)
+            || self.mode & 0o022 != 0
+            || self
+                .dress
+                .xattrs
+                .iter()
+                .any(|(name, _)| name.starts_with("system."))
+    }
+}
+
+/// Under a write lease (or where only this receiver's user may write the
+/// file): the owner and attributes, the long sync, then the stamp, the
+/// mode and the rename, each within the stamp's settling time of the
+/// moment it is written (a lease lets go only once the clock is past it,
+/// so whatever changes the file later shows a later ctime), then a sync
+/// of what they changed.
+fn dress_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(), SessionError> {
+    let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let part = &job.part;
+    let undo = |e: SessionError| {
+        if let Some(l) = &lease {
+            crate::datapath::sys::end_lease(l);
+        }
+        e
+    };
+    job.dress
+        .put_on(part)
+        .map_err(|e| SessionError::local(super::ErrorCode::Io, format!("{}: {e}", job.final_rel)))
+        .and_then(|()| {
+            part.sync_all()
+                .map_err(|e| SessionError::io(ctx("syncing"), e))
+        })
+        .map_err(undo)?;
+    let mut settled = settle_by();
+    // Before the mode: a read-only mode would forbid setting the stamp.
+    // Without a stamp a later resume sends the file again: not an error.
     let named = (part, job.final_rel.as_str());
-    let _ = super::stamp::stamp(named, job.digest, (&job.secret, job.owner));
-    part.set_permissions(std::fs::Permissions::from_mode(job.mode))
-        .map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
+    let owner = (&job.secret, job.owner);
+    let _ = super::stamp::stamp(named, job.digest, owner, Some(settled));
+    let renamed = set_mode(part, job.mode)
+        .map_err(|e| SessionError::io(ctx("setting the mode of"), e))
+        .and_then(|()| rename_part(root, job));
+    // A slow filesystem (FUSE, a network's) may have taken longer than the
+    // settling time: stamped again, with a later one, where it may be.
+    if renamed.is_ok() && changed_after(part, settled) {
+        settled = settle_by();
+        let _ = super::stamp::stamp(named, job.digest, owner, Some(settled));
+    }
+    if let Some(l) = lease {
+        super::lease::release_after(l, settled);
+    }
+    renamed?;
+    part.sync_all()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))
+}
+
+/// Without a lease (another opening of the part exists, or the filesystem
+/// has none) for a file others may write once dressed: synced and stamped
+/// with no settling time (the next run reads it again), renamed while still this receiver's alone (mode 0600, no
+/// ACL), and only then given its owner, attributes and mode: whoever may
+/// write it then writes a committed file.
+fn dress_renamed(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
+    let ctx = |what: &str| format!("{what} {}", job.final_rel);
+    let part = &job.part;
     part.sync_all()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    // The journal goes first: a crash between the two leaves a part with
-    // no journal (sent again), never a journal beside a finished file.
+    let named = (part, job.final_rel.as_str());
+    let _ = super::stamp::stamp(named, job.digest, (&job.secret, job.owner), None);
+    rename_part(root, job)?;
+    job.dress.put_on(part).map_err(|e| {
+        SessionError::local(super::ErrorCode::Io, format!("{}: {e}", job.final_rel))
+    })?;
+    set_mode(part, job.mode).map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
+    part.sync_all()
+        .map_err(|e| SessionError::io(ctx("syncing"), e))
+}
+
+/// Whether the file's ctime, as its filesystem says it now, is later
+/// than `settled` (ns since the epoch).
+fn changed_after(file: &File, settled: i128) -> bool {
+    crate::datapath::sys::fresh_links_and_ctime(file).is_ok_and(|(_, ctime)| ctime > settled)
+}
+
+/// The journal goes first: a crash between the two leaves a part with no
+/// journal (sent again), never a journal beside a finished file. The
+/// rename moves the very part this session wrote.
+fn rename_part(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
     journal::remove(root, &job.journal_rel);
     root.rename_file(&job.part_rel(), &job.final_rel, job.part_id)
-        .map_err(|e| SessionError::io(ctx("renaming"), e))?;
-    Ok((job.index, job.digest))
+        .map_err(|e| SessionError::io(format!("renaming {}", job.final_rel), e))
+}
+
+fn set_mode(file: &File, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+/// A committed file held still while the receiver gives it further names
+/// (`-H`), which moves its ctime: under a write lease (or where nobody but
+/// this receiver's user may write it) and with its stamp read untouched,
+/// so that once linked it can be stamped anew. Without one of those the
+/// links are made all the same and the next run reads the file.
+pub(crate) struct Relink {
+    file: File,
+    held: super::stamp::Stamped,
+    lease: Option<File>,
+}
+
+impl Relink {
+    /// Hold the file at `rel` (`expect`, when known), if it can be.
+    pub(crate) fn hold(
+        root: &Root,
+        rel: &str,
+        expect: Option<FileId>,
+        secret: &Secret,
+    ) -> Option<Relink> {
+        use std::os::unix::fs::MetadataExt;
+        let file = root.open_read(rel).ok()?;
+        if expect.is_some_and(|want| FileId::of(&file).ok() != Some(want)) {
+            return None;
+        }
+        let lease = super::lease::hold(&file);
+        let m = file.metadata().ok()?;
+        let own = m.uid() == crate::datapath::sys::effective_uid() && m.mode() & 0o022 == 0;
+        let held = super::stamp::stamped_now((&file, rel), secret).filter(|s| s.untouched);
+        match held {
+            Some(held) if lease.is_some() || own => Some(Relink { file, held, lease }),
+            _ => {
+                if let Some(l) = &lease {
+                    crate::datapath::sys::end_lease(l);
+                }
+                None
+            }
+        }
+    }
+
+    /// The links made: stamp it anew (same digest and owner) and let go.
+    pub(crate) fn settle(self, rel: &str, secret: &Secret) {
+        let settled = settle_by();
+        let _ = super::stamp::settle_again((&self.file, rel), &self.held, secret, settled);
+        if let Some(l) = self.lease {
+            super::lease::release_after(l, settled);
+        }
+    }
+}
+
+/// The settling time of a stamp written now (ns since the epoch): by then
+/// the receiver's own last changes to the inode are done.
+fn settle_by() -> i128 {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now + super::lease::SETTLE_MARGIN).as_nanos() as i128
 }
 
 /// Times that give a file `mtime` (and its access time now, as rsync
@@ -435,9 +593,12 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
     if !same {
         return Ok(());
     }
+    // Nobody but this receiver's user may write it (see above): its
+    // own last changes are done by the settling time.
     let _ = file.set_times(mtime_now_accessed(f.mtime));
+    let settled = settle_by();
     let named = (&file, f.final_rel.as_str());
-    let _ = super::stamp::stamp(named, f.digest, (&rules.secret, rules.owner));
+    let _ = super::stamp::stamp(named, f.digest, (&rules.secret, rules.owner), Some(settled));
     let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));
     Ok(())
 }

@@ -138,6 +138,11 @@ pub(crate) trait Landing {
     fn stopped(&self) -> bool {
         false
     }
+    /// An entry this side refused while the data came (a link planted in
+    /// its path): a daemon tells the sender, which stops waiting for it.
+    fn refused(&mut self, _r: &super::roles::Refused) -> Result<(), SessionError> {
+        Ok(())
+    }
 }
 
 /// Bytes over the last window, against the minimum rate.
@@ -293,7 +298,10 @@ fn finalizer(
     loop {
         let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let r = match job {
-            Ok(Job::Finish(job)) => JobDone::Finished(commit::run(root, job)),
+            Ok(Job::Finish(job)) => {
+                let index = job.index();
+                JobDone::Finished(commit::run(root, job).map_err(|e| (index, e)))
+            }
             Ok(Job::Journal(j)) => {
                 let index = j.index;
                 JobDone::Journaled(index, commit::write_journal(root, j))
@@ -518,9 +526,16 @@ impl<'s> Control<'s> {
         book::lock(book).sweep_journals();
         self.bound_backlog(book)?;
         self.take_results(book)?;
+        self.report_refused(book)?;
         self.report_progress(book);
         self.tick()?;
         self.check_pace(book)
+    }
+
+    /// Entries refused since the last step, to `out`.
+    fn report_refused(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
+        let refused = std::mem::take(&mut book::lock(book).tally.refused_now);
+        refused.iter().try_for_each(|r| self.out.refused(r))
     }
 
     /// The lanes' new bytes, and what was settled without a payload, to
@@ -737,7 +752,7 @@ impl<'s> Control<'s> {
                 }
             }
         }
-        first
+        first.and_then(|()| self.report_refused(book))
     }
 }
 

@@ -22,6 +22,7 @@ mod intake;
 mod journal;
 mod landing;
 pub mod lanes;
+mod lease;
 pub mod merge;
 mod prune;
 pub mod pull;
@@ -234,6 +235,30 @@ impl SessionError {
             SessionError::Data(crate::datapath::Error::Stream { .. }) => true,
             _ => false,
         }
+    }
+
+    /// Whether this error is one entry's alone: its path goes through a
+    /// link or out of the root, names another file than expected, or its
+    /// directory is missing, not one, refused to this user, or cannot hold
+    /// its name: what someone who can write under the root may cause, so
+    /// that entry is refused and the session goes on.
+    pub fn is_entry_fault(&self) -> bool {
+        let SessionError::Io { source, .. } = self else {
+            return false;
+        };
+        crate::datapath::beneath::refused(source)
+            || matches!(
+                source.raw_os_error(),
+                Some(
+                    libc::ENOTDIR
+                        | libc::ENOENT
+                        | libc::EACCES
+                        | libc::EPERM
+                        | libc::ELOOP
+                        | libc::ENAMETOOLONG
+                        | libc::EILSEQ
+                )
+            )
     }
 
     /// Whether the fault is configuration or usage (exit 2), not the run.

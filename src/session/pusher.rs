@@ -139,6 +139,8 @@ pub(crate) struct Acks {
     pub(crate) waiting: Vec<AtomicBool>,
     /// Entries below this the receiver has ready (a follow's `Admitted`).
     pub(crate) admitted: std::sync::atomic::AtomicU32,
+    /// Files the receiver refused while the data came: not sent further.
+    pub(crate) refused: Vec<AtomicBool>,
 }
 
 impl Acks {
@@ -172,7 +174,26 @@ impl Acks {
             received: (0..streams).map(|_| AtomicU64::new(0)).collect(),
             waiting: (0..streams).map(|_| AtomicBool::new(false)).collect(),
             admitted: std::sync::atomic::AtomicU32::new(tree.entries.len() as u32),
+            refused: (0..tree.entries.len() + added)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
         }
+    }
+
+    /// The receiver refused file `entry` while the data came: it waits for
+    /// nothing more of it, and nothing more of it is sent.
+    pub(crate) fn refuse(&self, entry: u32) {
+        if let Some(r) = self.refused.get(entry as usize) {
+            r.store(true, Ordering::Release);
+        }
+        self.settle(entry);
+    }
+
+    /// Whether the receiver refused file `entry`.
+    pub(crate) fn is_refused(&self, entry: usize) -> bool {
+        self.refused
+            .get(entry)
+            .is_some_and(|r| r.load(Ordering::Acquire))
     }
 
     /// Entries below this the receiver has ready.
@@ -746,6 +767,19 @@ impl<'a> Pusher<'a> {
         self.skipped.push((i as u32, why));
     }
 
+    /// Whether the receiver refused source `k`'s file while the data came:
+    /// it is dropped here too (the receiver knows why; nothing to say).
+    fn refused_here(&mut self, k: usize) -> bool {
+        let entry = self.sources[k].entry;
+        let refused = self.ledger.acked.is_some_and(|a| a.is_refused(entry));
+        if refused && !self.sources[k].dropped {
+            self.sources[k].dropped = true;
+            self.sources[k].next = self.sources[k].end;
+            self.work.drop_file(entry);
+        }
+        refused
+    }
+
     /// Drop the source at `k` (unreadable, or changed) with `why`.
     fn drop_source(&mut self, k: usize, why: String) {
         if !self.sources[k].dropped {
@@ -866,7 +900,7 @@ impl<'a> Pusher<'a> {
             self.sources[k].dropped = true;
             self.sources[k].next = self.sources[k].end;
         }
-        if self.sources[k].dropped {
+        if self.refused_here(k) || self.sources[k].dropped {
             self.tx.give_back(lease);
             return;
         }
@@ -921,7 +955,7 @@ impl<'a> Pusher<'a> {
         let Some(end) = src.file_end.or_else(|| self.work.end_of(src.entry)) else {
             return true;
         };
-        match check_unchanged(&src.file, end) {
+        match check_unchanged(&src.file, end, self.work.ctime_of(src.entry)) {
             Ok(()) => true,
             Err(why) => {
                 self.drop_source(k, why);
@@ -971,12 +1005,18 @@ impl<'a> Pusher<'a> {
         if self.sources[k].dropped || self.work.is_dropped(i) {
             return;
         }
+        // Every piece, read through, must find the file as it was scanned
+        // (its ctime too): a change during any piece's read, whatever
+        // lane read the others, is never part of a digest announced.
+        if !self.is_growing(i) && !self.unchanged(k) {
+            return;
+        }
         self.work.add_digest(i, terms);
         if let Some(digest) = self.work.piece_done(i) {
             if self.is_growing(i) {
                 // Checked against the file as it ended, by its follower.
                 self.work.finish_growing(i, digest);
-            } else if self.unchanged(k) {
+            } else {
                 self.announce.digest(i as u32, digest);
             }
         }
@@ -1378,8 +1418,14 @@ fn frame_block(
 }
 
 /// A source read through must still have the size and mtime the manifest
-/// announced: a file still being written is reported, not sent half-old.
-pub(super) fn check_unchanged(file: &File, (size, mtime_s, mtime_ns): End) -> Result<(), String> {
+/// announced, and the ctime it was scanned with (`ctime`, where known): a
+/// file still being written, or rewritten in place with its mtime put
+/// back, is reported, not sent half-old.
+pub(super) fn check_unchanged(
+    file: &File,
+    (size, mtime_s, mtime_ns): End,
+    ctime: Option<(i64, u32)>,
+) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata().map_err(|err| format!("stat: {err}"))?;
     if m.len() != size {
@@ -1390,6 +1436,12 @@ pub(super) fn check_unchanged(file: &File, (size, mtime_s, mtime_ns): End) -> Re
     }
     if m.mtime() != mtime_s || m.mtime_nsec() as u32 != mtime_ns {
         return Err("changed during the send (modified); send it again when it is complete".into());
+    }
+    if ctime.is_some_and(|c| c != (m.ctime(), m.ctime_nsec() as u32)) {
+        return Err(
+            "changed during the send (its ctime moved: written or changed, its mtime put back); send it again"
+                .into(),
+        );
     }
     Ok(())
 }

@@ -37,6 +37,14 @@ const MANIFEST_TEXT_BYTES_MAX: u64 = 256 << 20;
 /// (the entry, its file's state and two copies of its name), for budgets.
 pub(crate) const ENTRY_COST_BYTES: u64 = 320;
 
+/// What a receive's end found: files and bytes committed, and the entries
+/// refused while finishing (see `Incoming::finish`).
+pub(crate) struct Finished {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+    pub(crate) refused: Vec<Refused>,
+}
+
 /// What to do with a symlink whose target is absolute or climbs out of the
 /// root (`--unsafe-links`). The receiver never follows a link when it
 /// writes, so keeping them as they are (as `rsync -a` and `cp -a` do) is
@@ -1135,7 +1143,12 @@ impl Incoming {
         // file our stamp proves we committed here: any other name is
         // someone else's, and no file of ours to keep.
         let names = self.names.get(&f.final_rel).copied().unwrap_or(1);
-        if m.nlink() != 1 && (ours.is_none() || m.nlink() != names) {
+        // A FUSE filesystem may still count a name just removed.
+        let nlink = match m.nlink() {
+            1 => 1,
+            _ => crate::datapath::sys::fresh_links_and_ctime(&file).ok()?.0,
+        };
+        if nlink != 1 && (ours.is_none() || nlink != names) {
             return None;
         }
         let stamp = match r.checksum {
@@ -1144,7 +1157,13 @@ impl Incoming {
         };
         let seen = (FileId::of(&file).ok()?, (m.ctime(), m.ctime_nsec()));
         let ours = |s: &super::stamp::Stamped| super::stamp::owned_by(&s.owner, self.rules.owner);
-        if let Some(s) = stamp.filter(|s| s.untouched && ours(s)) {
+        // Untouched, and as the manifest would make it (a mode or owner
+        // changed within the stamp's settling time shows here).
+        let dressed = m.mode() & 0o7777 == f.mode
+            && f.dress
+                .owner
+                .is_none_or(|(u, g)| (m.uid(), m.gid()) == (u, g));
+        if let Some(s) = stamp.filter(|s| s.untouched && ours(s) && dressed) {
             return Some(HeldFile::Unchanged(s.digest));
         }
         let on_disk = journal::content_digests(&file, f.size, &r.key, tick).ok()?;
@@ -1427,8 +1446,10 @@ impl Incoming {
 
     /// Check that every file is committed (or skipped), then give
     /// directories their mode and mtime (adding files changed them), never
-    /// through a link and never to the root itself. Returns (files, bytes).
-    pub(crate) fn finish(&self) -> Result<(u64, u64), SessionError> {
+    /// through a link and never to the root itself. Returns (files, bytes)
+    /// and the entries refused here while finishing (a further name whose
+    /// path another hand changed), which are skipped, not the session's end.
+    pub(crate) fn finish(&mut self) -> Result<Finished, SessionError> {
         let file_count = self.file_count();
         if !self.rejected.is_empty() {
             let names: Vec<&str> = self
@@ -1466,30 +1487,40 @@ impl Incoming {
                 ),
             ));
         }
-        self.make_hard_links()?;
+        let refused = self.make_hard_links()?;
+        self.skipped.extend(refused.iter().cloned());
         self.sync_dirs()?;
         self.settle_dirs();
-        Ok((self.done_files as u64, self.bytes))
+        Ok(Finished {
+            files: self.done_files as u64,
+            bytes: self.bytes,
+            refused,
+        })
     }
 
     /// Give committed files their further names (`-H`): each link names
     /// the file this session committed or found held at its first name,
-    /// checked by identity, through no symlink. A first name the sender
-    /// skipped gets no links.
-    fn make_hard_links(&self) -> Result<(), SessionError> {
+    /// checked by identity, through no symlink, and the file is stamped
+    /// anew after (see `commit::Relink`). A first name the sender skipped
+    /// gets no links. A name that cannot be made for its own entry's fault
+    /// (a link planted in its path) is refused alone.
+    fn make_hard_links(&self) -> Result<Vec<Refused>, SessionError> {
         let by_path: std::collections::HashMap<&str, usize> = self
             .entries
             .iter()
             .enumerate()
             .map(|(i, e)| (e.path.as_str(), i))
             .collect();
-        for e in self
-            .entries
-            .iter()
-            .filter(|e| e.kind == EntryKind::HardLink)
-        {
+        let mut further: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (i, e) in self.entries.iter().enumerate() {
             let first = e.link.as_deref().unwrap_or_default();
-            let Some(f) = by_path.get(first).and_then(|&i| self.files[i].as_ref()) else {
+            if let (EntryKind::HardLink, Some(&at)) = (e.kind, by_path.get(first)) {
+                further.entry(at).or_default().push(i);
+            }
+        }
+        let mut refused = Vec::new();
+        for (first, links) in further {
+            let Some(f) = self.files[first].as_ref() else {
                 continue;
             };
             let expect = match f.state {
@@ -1497,14 +1528,49 @@ impl Incoming {
                 FileState::HeldComplete => f.held_seen.map(|(id, _)| id),
                 _ => continue,
             };
-            let rel = join(&self.dest, &e.path);
-            self.root
-                .hard_link(&f.final_rel, &rel, expect)
-                .map_err(|err| {
-                    SessionError::io(format!("linking {rel} to {}", f.final_rel), err)
-                })?;
+            let linked = |&i: &usize| {
+                let rel = join(&self.dest, &self.entries[i].path);
+                let there = self.root.symlink_metadata(&rel).ok();
+                there.is_some_and(|m| Some(FileId::of_metadata(&m)) == expect)
+            };
+            if expect.is_some() && links.iter().all(linked) {
+                continue;
+            }
+            let secret = &self.rules.secret;
+            let held = super::commit::Relink::hold(&self.root, &f.final_rel, expect, secret);
+            for i in links {
+                self.link_one(i, (&f.final_rel, expect), &mut refused)?;
+            }
+            if let Some(h) = held {
+                h.settle(&f.final_rel, secret);
+            }
         }
-        Ok(())
+        Ok(refused)
+    }
+
+    /// Entry `i`'s name made a further name of `first` (`expect`), or, for
+    /// its own entry's fault, refused.
+    fn link_one(
+        &self,
+        i: usize,
+        (first, expect): (&str, Option<FileId>),
+        refused: &mut Vec<Refused>,
+    ) -> Result<(), SessionError> {
+        let rel = join(&self.dest, &self.entries[i].path);
+        let linked = self
+            .root
+            .hard_link(first, &rel, expect)
+            .map_err(|err| SessionError::io(format!("linking {rel} to {first}"), err));
+        match linked {
+            Err(err) if err.is_entry_fault() => {
+                refused.push(Refused::entry(
+                    i as u32,
+                    Why::fault(format!("refused here: {err}")),
+                ));
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
     }
 
     /// Make the renames durable: sync every directory that gained an entry
@@ -1901,11 +1967,49 @@ fn new_part(
     let placed = tag_part(&part, &mut tag, mark.is_some())
         .and_then(|()| mark.map_or(Ok(()), |m| set_xattr(&part, PIECES_XATTR, m.as_bytes())))
         .and_then(|()| root.rename_new(&tmp, rel));
-    if let Err(e) = placed {
-        let _ = root.unlink(&tmp);
-        return Err(e);
+    match placed {
+        Ok(()) => Ok((part, is_direct, tag)),
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            linked_part(root, direct, (&tmp, rel), (part, tag))
+        }
+        Err(e) => {
+            let _ = root.unlink(&tmp);
+            Err(e)
+        }
     }
-    Ok((part, is_direct, tag))
+}
+
+/// Where a rename cannot refuse a taken name: the tagged part at `tmp`
+/// linked at `rel` (refused if taken), closed before its first name goes
+/// (or FUSE and NFS would keep it under a hidden name, counting two links
+/// until this session's last close), and opened again at `rel`: the very
+/// part by its tag (or, untagged, its inode), or `Err(AlreadyExists)` as
+/// when another came first.
+fn linked_part(
+    root: &Root,
+    direct: DirectMode,
+    (tmp, rel): (&str, &str),
+    (part, tag): (File, [u8; 16]),
+) -> std::io::Result<(File, bool, [u8; 16])> {
+    let id = FileId::of(&part)?;
+    let linked = root.link_new(tmp, rel);
+    drop(part);
+    let _ = root.unlink(tmp);
+    linked?;
+    let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let (again, is_direct) = root.open_direct(rel, flags, 0, direct)?;
+    let same = match tag == [0; 16] {
+        true => FileId::of(&again)? == id,
+        false => crate::datapath::sys::get_xattr(&again, journal::PART_TAG_XATTR)
+            .is_some_and(|t| t[..] == tag[..]),
+    };
+    match same {
+        true => Ok((again, is_direct, tag)),
+        false => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{rel}: another part took its name"),
+        )),
+    }
 }
 
 /// Give `part` its tag. A whole file's part on a filesystem without user

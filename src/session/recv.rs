@@ -1502,8 +1502,11 @@ fn push_session(
         .receive(&streams, pool, pace, (&key, &open), &peer, &mut out)
         .and_then(|_lanes| incoming.finish())
         .map_err(|e| interrupted_kept(s, incoming, e));
-    if let Ok((files, bytes)) = &received {
-        let (files, bytes) = (*files, *bytes);
+    if let Ok(done) = &received {
+        let (files, bytes) = (done.files, done.bytes);
+        for r in &done.refused {
+            send_msg(s, &r.message())?;
+        }
         if req.has(crate::protocol::control::REQ_DELETE) {
             delete_extras(s, incoming, log)?;
         }
@@ -1521,7 +1524,7 @@ fn push_session(
     let _ = s.tcp().shutdown(std::net::Shutdown::Read);
     drop(peer);
     let _ = reader.join();
-    received
+    received.map(|d| (d.files, d.bytes))
 }
 
 /// The data streams of a pull broke: when its client was stopped (Ctrl-C)
@@ -1792,6 +1795,10 @@ impl super::landing::Landing for DaemonLanding<'_, '_> {
 
     fn rejected(&mut self, file_index: u32, digest: u64) -> Result<(), SessionError> {
         send_msg(&mut self.ctl, &Message::FileRejected { file_index, digest })
+    }
+
+    fn refused(&mut self, r: &super::roles::Refused) -> Result<(), SessionError> {
+        send_msg(&mut self.ctl, &r.message())
     }
 
     fn piece(&mut self, file_index: u32, done: PieceDone) -> Result<(), SessionError> {

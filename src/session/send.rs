@@ -1182,6 +1182,7 @@ fn settle_push(
     report.close();
     let mut acked = super::shard::Acked::default();
     let checked = acks.and_then(|a| {
+        report.skip(entries, &a.refused);
         acked = super::shard::Acked::from_acks(&a.acks, &a.pieces, &pushed.digests);
         check_acks(entries, &pushed.digests, &push.held, &a, report)
     });
@@ -1209,6 +1210,8 @@ struct Receipts {
     deleted_count: u64,
     /// After an interrupt, what the receiver journaled for the next run.
     kept: Option<Kept>,
+    /// Files the receiver refused while the data came, and why.
+    refused: Vec<Refused>,
 }
 
 /// Paths of a `--delete` kept for the report; the rest are counted.
@@ -1249,6 +1252,20 @@ fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> 
                 got.deleted_count += paths.len() as u64;
                 let room = DELETED_KEPT.saturating_sub(got.deleted.len());
                 got.deleted.extend(paths.into_iter().take(room));
+            }
+            Message::Skipped {
+                file_index,
+                path,
+                reason,
+                rule,
+            } => {
+                state.refuse(file_index);
+                got.refused.push(Refused {
+                    entry: file_index,
+                    path,
+                    reason,
+                    rule,
+                });
             }
             Message::Kept { files, bytes } => {
                 got.kept = Some(Kept { files, bytes });

@@ -1,8 +1,13 @@
 //! The stamp a receiver leaves on a file it committed: the `user.urmove`
 //! attribute, naming the file's digest, for whom it was committed and
-//! until when its inode may have changed by the commit's own doing. A
-//! re-run skips a file whose stamp holds unread ("unchanged since an
-//! earlier run"), or reads it and compares its digest.
+//! until when its inode may have changed by the commit's own doing (its
+//! settling time). A re-run skips a file whose stamp holds and whose ctime
+//! is no later than that unread ("unchanged since an earlier run"), or
+//! reads it and compares its digest. Nobody but the receiver can have
+//! changed the file by then (it holds a write lease until the coarse clock
+//! passes it: see `lease`), and any change after moves the ctime past it,
+//! which nobody can put back. A stamp written without a lease names no
+//! settling time: its file is always read again.
 //!
 //! Version 5 is 42 bytes, so that with its name it fits in the inode of
 //! ext4 (256-byte inodes, the default: about 64 bytes of value) and XFS
@@ -13,12 +18,14 @@
 //! trusted:
 //!
 //! ```text
-//! 'S' 5 | digest u64 | settled_ns i64 | owner 8 bytes | MAC 16 bytes
+//! 'S' 5 | digest u64 | settled_ns i64 (i64::MIN: never) | owner 8 | MAC 16
 //! MAC = HMAC-SHA256(secret, "urmove stamp 5" | name | NUL | dev | ino |
 //!                   size | mtime | the 26 bytes before it), first 16 bytes
 //! ```
 //!
-//! Versions 3 and 4 (`URMS`, 94 and 126 bytes) are still read.
+//! Versions 3 and 4 (`URMS`, 94 and 126 bytes) are still read, never as
+//! untouched (they named a settling window within which an edit went
+//! unseen): their files are read again once and stamped anew.
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -46,10 +53,6 @@ const LEGACY_MAGIC: [u8; 4] = *b"URMS";
 const LEGACY_VERSION: u16 = 4;
 const LEGACY_BEFORE_TIME: u16 = 3;
 const LEGACY_MAC: usize = 32;
-
-/// How long after its stamp a file's commit may still change its inode
-/// (the mode, the sync and the rename that follow the stamp).
-pub const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A file's stamp, when it is ours, for this very file (device and
 /// inode), and the file still has the size and mtime it was stamped with.
@@ -90,24 +93,47 @@ fn ns_of((s, ns): (i64, u32)) -> i128 {
 
 /// Record on a finished file (its size and mtime already final) its
 /// digest, bound to the file itself, to `rel` (the name it has or is
-/// about to get under the root), to this moment and to `owner` (see
-/// [`Rules::owner`](super::receive::Rules::owner)), authenticated with
-/// `secret`. Filesystems without user xattrs simply get no stamp (a later
-/// run then sends the file again).
+/// about to get under the root) and to `owner` (see
+/// [`Rules::owner`](super::receive::Rules::owner)), and by when
+/// (`settled`, ns since the epoch; `None`: never) its inode is done
+/// changing by the receiver's doing, authenticated with `secret`.
+/// Filesystems without user xattrs simply get no stamp (a later run then
+/// sends the file again).
 pub fn stamp(
-    (file, rel): (&File, &str),
+    named: (&File, &str),
     digest: u64,
     (secret, owner): (&Secret, Option<[u8; 32]>),
+    settled: Option<i128>,
+) -> std::io::Result<()> {
+    let mut kept = [0u8; OWNER_LEN];
+    kept.copy_from_slice(&owner.unwrap_or_default()[..OWNER_LEN]);
+    write_v5(named, (digest, kept), secret, settled)
+}
+
+/// Stamp anew a file whose stamp `held` was read as untouched and which
+/// the receiver changed since (a further name linked to it), with the
+/// same digest and owner and a new settling time.
+pub fn settle_again(
+    named: (&File, &str),
+    held: &Stamped,
+    secret: &Secret,
+    settled: i128,
+) -> std::io::Result<()> {
+    write_v5(named, (held.digest, held.owner), secret, Some(settled))
+}
+
+fn write_v5(
+    (file, rel): (&File, &str),
+    (digest, owner): (u64, [u8; OWNER_LEN]),
+    secret: &Secret,
+    settled: Option<i128>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let settled = now.saturating_add(STAMP_SETTLE).as_nanos() as i64;
+    let settled = settled.map_or(i64::MIN, |ns| ns.clamp(0, i128::from(i64::MAX)) as i64);
     let mut w = Writer::default();
     w.bytes(&V5_MAGIC).u64(digest).i64(settled);
-    w.bytes(&owner.unwrap_or_default()[..OWNER_LEN]);
+    w.bytes(&owner);
     let bound = v5_bound(
         rel,
         FileId::of(file)?,
@@ -120,6 +146,19 @@ pub fn stamp(
         Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Ok(()),
         other => other,
     }
+}
+
+/// `file`'s stamp as it is now (its own size and mtime), if it holds.
+pub fn stamped_now(named: (&File, &str), secret: &Secret) -> Option<Stamped> {
+    use std::os::unix::fs::MetadataExt;
+    let m = named.0.metadata().ok()?;
+    let id = Identity {
+        size: m.len(),
+        mtime_s: m.mtime(),
+        mtime_ns: m.mtime_nsec() as u32,
+        block: 0,
+    };
+    stamped(named, &id, secret)
 }
 
 /// `file`'s stamp (see [`Stamped`]), if it holds for it under the name
@@ -157,7 +196,10 @@ fn read_v5(bytes: &[u8], bound: &[u8], secret: &Secret) -> Option<(u64, i128, [u
     }
     let mut r = Reader::new(&body[V5_MAGIC.len()..]);
     let digest = r.u64().ok()?;
-    let settled = i128::from(r.i64().ok()?);
+    let settled = match r.i64().ok()? {
+        i64::MIN => i128::MIN,
+        ns => i128::from(ns),
+    };
     let owner = r.array::<OWNER_LEN>().ok()?;
     Some((digest, settled, owner))
 }
@@ -182,21 +224,18 @@ fn read_legacy(
         ino: r.u64().ok()?,
     };
     let stamped_as = (r.u64().ok()?, (r.i64().ok()?, r.u32().ok()?));
-    let (settled, owner, mac_ok) = match version {
+    // Neither counts as untouched (see the module).
+    let (owner, mac_ok) = match version {
         LEGACY_VERSION => {
-            let at = (r.i64().ok()?, r.u32().ok()?);
+            let _at = (r.i64().ok()?, r.u32().ok()?);
             let owner: [u8; 32] = r.array().ok()?;
-            let settle = i128::from(STAMP_SETTLE.as_secs()) * 1_000_000_000;
             let ok = secret.verify(&[b"urmove stamp", rel.as_bytes(), b"\0", body], &mac);
-            (ns_of(at) + settle, owner, ok)
+            (owner, ok)
         }
-        // Version 3 bound no name, and never counts as untouched.
-        _ => (
-            i128::MIN,
-            [0; 32],
-            secret.verify(&[b"urmove stamp", body], &mac),
-        ),
+        // Version 3 bound no name.
+        _ => ([0; 32], secret.verify(&[b"urmove stamp", body], &mac)),
     };
+    let settled = i128::MIN;
     let digest = r.u64().ok()?;
     r.finish().ok()?;
     let holds = mac_ok && stamped_id == id && stamped_as == (size, mtime);
@@ -232,7 +271,11 @@ mod tests {
         }
         let want = identity(5);
         let owner = Some([7u8; 32]);
-        if stamp((&a, "a"), 99, (&secret, owner)).is_err() || sys::get_xattr(&a, XATTR).is_none() {
+        // Settled a second from now: whatever changed it before then
+        // would not show (the receiver holds a lease until then).
+        let settled = sys::coarse_now_ns() + 1_000_000_000;
+        let stamped_now = stamp((&a, "a"), 99, (&secret, owner), Some(settled));
+        if stamped_now.is_err() || sys::get_xattr(&a, XATTR).is_none() {
             eprintln!("skipped: no user xattrs here");
             return;
         }
@@ -268,8 +311,47 @@ mod tests {
         }
     }
 
-    /// Stamps written by version 4 and 3 are still read (3: never
-    /// untouched, no owner).
+    /// A change after the stamp's settling time, the mtime put back, makes
+    /// the file touched (its ctime moved past it); a stamp with no settling
+    /// time (written without a lease) never counts as untouched.
+    #[test]
+    fn any_change_after_the_settling_time_is_seen() {
+        let secret = Secret::ephemeral().unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let p = dir.path().join("a");
+        std::fs::write(&p, b"hello").unwrap();
+        let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 7);
+        let a = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        a.set_times(std::fs::FileTimes::new().set_modified(t))
+            .unwrap();
+        let want = identity(5);
+        // As a commit names it: a margin past the fine clock (an inode's
+        // ctime may come from it) for the stamp's own change.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let settled = now.unwrap().as_nanos() as i128 + 20_000_000;
+        if stamp((&a, "a"), 5, (&secret, None), Some(settled)).is_err() {
+            eprintln!("skipped: no user xattrs here");
+            return;
+        }
+        assert!(stamped((&a, "a"), &want, &secret).unwrap().untouched);
+        while sys::coarse_now_ns() <= settled {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        use std::os::unix::fs::FileExt;
+        a.write_all_at(b"J", 0).unwrap();
+        a.set_times(std::fs::FileTimes::new().set_modified(t))
+            .unwrap();
+        let after = stamped((&a, "a"), &want, &secret).unwrap();
+        assert!(
+            !after.untouched,
+            "an edit with its mtime put back went unseen"
+        );
+        stamp((&a, "a"), 5, (&secret, None), None).unwrap();
+        assert!(!stamped((&a, "a"), &want, &secret).unwrap().untouched);
+    }
+
+    /// Stamps written by version 4 and 3 are still read (never untouched;
+    /// 3: no owner).
     #[test]
     fn stamps_of_earlier_versions_are_read() {
         let secret = Secret::ephemeral().unwrap();
@@ -314,7 +396,7 @@ mod tests {
         sys::set_xattr(&a, XATTR, &w.buf).unwrap();
         let v4 = Stamped {
             digest: 43,
-            untouched: true,
+            untouched: false,
             owner: [9; OWNER_LEN],
         };
         assert_eq!(stamped((&a, "a"), &want, &secret), Some(v4));

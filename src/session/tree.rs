@@ -39,6 +39,10 @@ pub struct Tree {
     /// What each regular file was when scanned: opening it later must find
     /// the same file.
     pub ids: Vec<Option<FileId>>,
+    /// Each regular file's ctime when scanned: nothing may have changed it
+    /// by the time its blocks are read (an mtime can be put back; a ctime
+    /// cannot).
+    pub ctimes: Vec<Option<(i64, u32)>>,
     /// What the scan left out.
     pub skipped: Vec<Skipped>,
     /// Entries `--exclude` left out (a directory counts once, with nothing
@@ -141,6 +145,8 @@ impl Tree {
         self.sources.retain(|_| *k.next().unwrap_or(&false));
         let mut k = keep.iter();
         self.ids.retain(|_| *k.next().unwrap_or(&false));
+        let mut k = keep.iter();
+        self.ctimes.retain(|_| *k.next().unwrap_or(&false));
     }
 
     pub fn file_count(&self) -> usize {
@@ -222,10 +228,13 @@ impl Tree {
     }
 
     fn push(&mut self, e: Entry, source: PathBuf, m: &std::fs::Metadata) {
-        let id = (e.kind == EntryKind::File).then(|| FileId {
+        let file = e.kind == EntryKind::File;
+        let id = file.then(|| FileId {
             dev: m.dev(),
             ino: m.ino(),
         });
+        self.ctimes
+            .push(file.then(|| (m.ctime(), m.ctime_nsec() as u32)));
         self.entries.push(e);
         self.sources.push(source);
         self.ids.push(id);

@@ -86,6 +86,9 @@ pub(crate) struct Work {
     /// Where each file ends: the manifest's, or (a growing file) none
     /// until its follower says.
     ends: Mutex<Vec<Option<End>>>,
+    /// Each file's ctime when scanned (none for a growing one): no
+    /// change may have come to it by the end of any of its pieces.
+    ctimes: Vec<Option<(i64, u32)>>,
     /// Files still grow (`send --follow`): a lane with nothing to do waits
     /// for their pieces rather than leave.
     following: AtomicBool,
@@ -197,6 +200,12 @@ impl Work {
                     .chain(std::iter::repeat_n(None, slots - tree.entries.len()))
                     .collect(),
             ),
+            ctimes: tree
+                .entries
+                .iter()
+                .zip(&tree.ctimes)
+                .map(|(e, c)| c.filter(|_| !e.growing))
+                .collect(),
             following: AtomicBool::new(added.is_some()),
             deferred: Mutex::default(),
             finished: Mutex::default(),
@@ -309,6 +318,12 @@ impl Work {
     /// Where `entry` ends, when known (a growing file's: once it ended).
     pub(crate) fn end_of(&self, entry: usize) -> Option<End> {
         self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry]
+    }
+
+    /// `entry`'s ctime when it was scanned (none for a growing file, or
+    /// one a follow added).
+    pub(crate) fn ctime_of(&self, entry: usize) -> Option<(i64, u32)> {
+        self.ctimes.get(entry).copied().flatten()
     }
 
     /// The rest of a growing file's piece is not on disk yet: the follower
