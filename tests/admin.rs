@@ -625,3 +625,53 @@ fn bench_net_prints_each_streams_line_with_its_retransmits() {
     assert!(sent >= v["bytes"].as_u64().unwrap(), "{v}");
     assert!(streams.iter().all(|s| s["retransmits"].is_u64()), "{v}");
 }
+
+/// A rate is in bits unless a B says bytes: `--rate-limit 8M` (iperf3's
+/// -b) and `1MB` are one limit, echoed in the unit given, and the kernel
+/// paces every stream at the same share of it.
+#[test]
+fn rates_as_people_type_them_pace_alike() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = src.path().join("f.dat");
+    // Enough for each of two streams to carry the megabyte after which
+    // its TCP figures are reported.
+    std::fs::write(&f, crate::util::noise(5 << 19, 32)).unwrap();
+    let f = f.to_str().unwrap();
+    for (given, echoed) in [
+        ("8M", "--rate-limit 8.00 Mb/s (1.00 MB/s) in all"),
+        ("1MB", "--rate-limit 1.00 MB/s (8.00 Mb/s) in all"),
+    ] {
+        let dest = format!("127.0.0.1:{given}");
+        let o = d.send(
+            &[
+                "--rate-limit",
+                given,
+                "-P",
+                "2",
+                "--block",
+                "256k",
+                "--json",
+            ],
+            &[f, &dest],
+        );
+        assert!(o.status.success(), "{given}: {}", stderr(&o));
+        assert!(stderr(&o).contains(echoed), "{given}: {}", stderr(&o));
+        let v = json(&o);
+        let caps: Vec<u64> = v["path"]["streams"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{given}: no streams in {v}"))
+            .iter()
+            .map(|s| s["pacing_cap_bits_per_s"].as_u64().unwrap())
+            .collect();
+        assert_eq!(caps, [4_000_000, 4_000_000], "{given}: {v}");
+    }
+    // A rate's unit is said when it is not one.
+    let o = d.send(&["--rate-limit", "8Mbyte"], &[f, "127.0.0.1:x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("bits: 4G, 4Gbit, 4Gbps, 1gbit; bytes: 500MB, 450MiB"),
+        "{}",
+        stderr(&o)
+    );
+}

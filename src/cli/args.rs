@@ -205,9 +205,11 @@ pub struct BenchArgs {
 
     /// bench --net: send no faster than RATE in total, each stream paced to
     /// its share (SO_MAX_PACING_RATE); with --reverse the daemon, which
-    /// sends, paces its streams so.
+    /// sends, paces its streams so. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate, requires = "net")]
-    pub rate_limit: Option<f64>,
+    pub rate_limit: Option<parse::Rate>,
 
     /// bench --net: zero-copy sends (auto: not over virtual devices or a
     /// round trip above 1 ms, and dropped where the kernel copies).
@@ -285,13 +287,15 @@ pub struct BenchArgs {
     #[arg(long)]
     pub keep: bool,
 
-    /// With --mode write: write at RATE per second (as 2Gbit, 250MB),
+    /// With --mode write: write at RATE (as 2Gbit, 250MB),
     /// from the start of the file once, as a recorder does (with --time, a
     /// file of RATE x its length); the file is kept, so `send --follow` can
     /// copy it meanwhile, as a rehearsal of a recording and its copy. With
     /// --net --udp: offer datagrams at RATE in all [default: as fast as
-    /// the sender can].
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    /// the sender can]. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub rate: Option<parse::Rate>,
 
     /// Write zeros instead of incompressible, non-dedupable data.
@@ -303,8 +307,10 @@ pub struct BenchArgs {
     pub destroy: bool,
 
     /// Fail (exit 1) if any --window of the aggregate rate falls below RATE
-    /// (as 4Gbit, 500MB or 450MiB, per second; echoed in the unit given).
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    /// (as 4Gbit, 500MB or 450MiB). RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub min_rate: Option<parse::Rate>,
 
     /// Window of the --min-rate gate.
@@ -490,9 +496,11 @@ pub struct RecvArgs {
     pub max_manifest_memory: Option<u64>,
 
     /// A sender slower than this over a whole --timeout (while the daemon
-    /// waits for its data) ends its session [default: 8kbit].
+    /// waits for its data) ends its session [default: 8kbit]. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub min_rate: Option<f64>,
+    pub min_rate: Option<parse::Rate>,
 
     /// Remove part files and journals (what an interrupted session left for
     /// --resume) untouched for this long; 0 keeps them [default: 7d].
@@ -610,7 +618,10 @@ pub struct SendArgs {
     /// have at RATE (or, when less waited to go at the window's start, less
     /// than all of that: a writer's pause or the run's last bytes are not
     /// held against it); the files still arrive whole and verified.
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    /// RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub min_rate: Option<parse::Rate>,
 
     /// Window of the --min-rate gate.
@@ -625,11 +636,13 @@ pub struct SendArgs {
     #[arg(long, value_name = "WHEN", value_parser = parse::follow_until, requires = "follow")]
     pub follow_until: Option<crate::session::send::FollowUntil>,
 
-    /// Send no faster than RATE per second in total (as 4Gbit, 500MB,
-    /// 450MiB); each stream is paced to its share (SO_MAX_PACING_RATE), so
-    /// the data leaves evenly instead of in bursts.
+    /// Send no faster than RATE in total (as 4Gbit, 500MB, 450MiB); each
+    /// stream is paced to its share (SO_MAX_PACING_RATE), so the data
+    /// leaves evenly instead of in bursts. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub rate_limit: Option<f64>,
+    pub rate_limit: Option<parse::Rate>,
 
     /// Receiver's port.
     #[arg(short = 'p', long, default_value_t = 7878)]
@@ -844,11 +857,13 @@ pub struct PullArgs {
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
 
-    /// Have the daemon send no faster than RATE per second in total (as
-    /// 4Gbit, 500MB, 450MiB); it paces each of its streams to its share
-    /// (SO_MAX_PACING_RATE).
+    /// Have the daemon send no faster than RATE in total (as 4Gbit,
+    /// 500MB, 450MiB); it paces each of its streams to its share
+    /// (SO_MAX_PACING_RATE). RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub rate_limit: Option<f64>,
+    pub rate_limit: Option<parse::Rate>,
 
     /// Socket receive buffer per stream on this side. Setting it turns off
     /// the kernel's autotuning of that buffer, which otherwise grows it to

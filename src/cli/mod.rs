@@ -269,6 +269,12 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     };
     let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
     printer.min_rate_unit = a.min_rate.map(|r| r.unit);
+    if let (Some(r), false) = (a.rate, printer.show.quiet) {
+        render::info(&format!(
+            "--rate {}: written as a recorder writes",
+            r.echo()
+        ));
+    }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let targets_shown = cfg
         .targets

@@ -195,7 +195,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             files: set.max_files,
             buffer_bytes: set.max_buffer_memory,
             manifest_bytes: set.max_manifest_memory,
-            min_rate_bytes_per_s: set.min_rate_bytes_per_s,
+            min_rate_bytes_per_s: set.min_rate.bytes_per_s as u64,
         },
         require_encryption: set.require_encryption,
         state_dir: set.state_dir.clone(),
@@ -226,6 +226,16 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
     }
     let served = serve(cfg, &stop, Arc::clone(&log), stats, &mut |addr| {
         super::service::sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
+        let r = set.min_rate;
+        if r != super::config::min_rate_default() {
+            log(
+                crate::session::recv::Level::Info,
+                &format!(
+                    "--min-rate {}: a sender slower over a whole --timeout ends its session",
+                    r.echo()
+                ),
+            );
+        }
     });
     super::service::sd_notify("STOPPING=1");
     metrics_stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -474,11 +484,10 @@ fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
             "nothing to send: give SOURCE... or --files-from FILE before HOST:DEST".into(),
         ));
     }
-    if a.rate_limit.is_some_and(|r| r <= 0.0) {
-        return Err(usage("--rate-limit must be above zero".into()));
-    }
-    if a.min_rate.as_ref().is_some_and(|r| r.bytes_per_s <= 0.0) || a.window.is_zero() {
-        return Err(usage("--min-rate and --window must be above zero".into()));
+    above_zero("--rate-limit", a.rate_limit)?;
+    above_zero("--min-rate", a.min_rate)?;
+    if a.window.is_zero() {
+        return Err(usage("--window must be above zero".into()));
     }
     Ok((target.clone(), (host, dest), sources))
 }
@@ -491,7 +500,8 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
-    let (streams, auto_streams) = auto_unless_limited(a.streams, a.rate_limit);
+    let rate_limit = a.rate_limit.map(|r| r.bytes_per_s);
+    let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
     let cfg = SendConfig {
         dest: dest.trim_end_matches('/').to_string(),
         sources,
@@ -502,7 +512,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         direct: direct(a.direct),
         interval: a.interval,
         sock_buf: a.sock_buf.map(|b| b as usize),
-        rate_limit_bytes_per_s: a.rate_limit,
+        rate_limit_bytes_per_s: rate_limit,
         congestion: a.cc.clone(),
         lanes: a.lanes,
         resume: !a.resume.ignore_times,
@@ -541,6 +551,11 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;
     printer.shard = cfg.shard;
+    echo_rates(
+        &mut printer,
+        a.rate_limit,
+        a.min_rate.map(|r| (r, a.window)),
+    );
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
@@ -966,13 +981,11 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     }
     let block = a.bs.unwrap_or(crate::session::bench_net::FRAME_DEFAULT);
     check_block("--bs", block)?;
-    if a.rate_limit.is_some_and(|r| r <= 0.0) {
-        return Err(usage("--rate-limit must be above zero".into()));
-    }
+    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
-    let (streams, auto_streams) = match auto_unless_limited(a.streams, a.rate_limit) {
+    let (streams, auto_streams) = match auto_unless_limited(a.streams, rate_limit) {
         // Reversed, the daemon sends: it takes a fixed count.
         (_, true) if a.reverse => (crate::session::send::AUTO_START, false),
         chosen => chosen,
@@ -986,7 +999,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         interval: a.interval,
         encrypt: a.encrypt,
         congestion: a.cc.clone(),
-        rate_limit_bytes_per_s: a.rate_limit,
+        rate_limit_bytes_per_s: rate_limit,
         lanes: a.lanes,
         ..SendConfig::to(host, a.port, key)
     };
@@ -998,6 +1011,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     if a.reverse {
         printer.direction = "Net In";
     }
+    echo_rates(&mut printer, a.rate_limit, None);
     let what = if a.reverse {
         "bench --net --reverse"
     } else {
@@ -1016,9 +1030,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let mut host = None;
     let mut paths = Vec::new();
-    if a.rate_limit.is_some_and(|r| r <= 0.0) {
-        return Err(usage("--rate-limit must be above zero".into()));
-    }
+    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
     for r in remotes {
         let (h, p) = split_target(r).ok_or_else(|| usage(format!("{r}: expected HOST:PATH")))?;
         if host.as_ref().is_some_and(|prev| prev != &h) {
@@ -1048,7 +1060,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         split_over: a.split_over,
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
-        rate_limit_bytes_per_s: a.rate_limit,
+        rate_limit_bytes_per_s: rate_limit,
         sock_buf: a.sock_buf.map(|b| b as usize),
         block_size: a.block as u32,
         direct: direct(a.direct),
@@ -1073,11 +1085,42 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
     printer.streams = cfg.streams;
     printer.shard = cfg.shard;
     printer.direction = "Net In";
+    echo_rates(&mut printer, a.rate_limit, None);
     let local = PathBuf::from(local);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
     })
+}
+
+/// A rate option's value in bytes per second, refused unless above zero.
+fn above_zero(flag: &str, r: Option<super::parse::Rate>) -> Result<Option<f64>, Failure> {
+    match r.map(|r| r.bytes_per_s) {
+        Some(b) if b <= 0.0 => Err(Failure::Usage(anyhow::anyhow!("{flag} must be above zero"))),
+        b => Ok(b),
+    }
+}
+
+/// Say the rates given back, each in the unit it was given in and the
+/// other (`--rate-limit 8M` is 8 Mb/s, 1 MB/s).
+fn echo_rates(
+    printer: &mut SendPrinter,
+    limit: Option<super::parse::Rate>,
+    gate: Option<(super::parse::Rate, Duration)>,
+) {
+    if let Some(r) = limit {
+        printer.info(&format!(
+            "--rate-limit {} in all, each stream paced to its share",
+            r.echo()
+        ));
+    }
+    if let Some((r, window)) = gate {
+        printer.info(&format!(
+            "--min-rate {} over every {} window",
+            r.echo(),
+            units::duration_s(window.as_secs_f64())
+        ));
+    }
 }
 
 /// What a scan reads of each entry: `filter`'s choice of entries, and
