@@ -150,10 +150,10 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
             "--state-dir",
             other_state.path().to_str().unwrap(),
         ],
-        &[&file(&theirs), "127.0.0.1:shared"],
+        &[&file(&theirs), "127.0.0.1:shared/"],
     );
     assert_eq!(json(&o)["status"], "ok");
-    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(v["status"], "ok", "{v}");
     assert_eq!(v["files_unchanged"], 0, "{v}");
     assert_eq!(v["files_verified"], 1, "{v}");
@@ -163,7 +163,7 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
         "the other key holder's bytes stayed"
     );
     // And now it is this client's: its re-run skips it unread.
-    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(
         (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
         (Some(0), Some(1))
@@ -172,13 +172,13 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
     // nothing; then stamped for it, so its own re-run reads nothing.
     let third = tempfile::tempdir_in("/var/tmp").unwrap();
     let as_third = ["--json", "--state-dir", third.path().to_str().unwrap()];
-    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(
         (v["bytes"].as_u64(), v["files_found_complete"].as_u64()),
         (Some(0), Some(1)),
         "{v}"
     );
-    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(v["files_unchanged"], 1, "{v}");
 }
 

@@ -578,11 +578,17 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
       urmove send --key-file k /data/run42 dtn2:ingest      creates ingest/run42/... under the receiver's root\n  \
+      urmove send --key-file k /data/run42/ dtn2:ingest/run42   run42's contents into ingest/run42 (rsync's trailing /)\n  \
+      urmove send --key-file k big.dat dtn2:ingest/big-copy.dat   one file takes the name given where no directory has it\n  \
       urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself\n  \
       urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h\n  \
       urmove send --shard 1/2 --key-file k /data/run42 dtn2:ingest   this host's half (another runs --shard 0/2)")]
 pub struct SendArgs {
-    /// Files or directories to send, then HOST:DEST (DEST under the receiver's root).
+    /// Files or directories to send, then HOST:DEST (DEST under the
+    /// receiver's root, never absolute). As rsync reads them: a directory
+    /// arrives as DEST/DIR, or given as DIR/ its contents arrive in DEST
+    /// (DEST keeps its own mode and mtime); one file arrives as DEST itself
+    /// where the receiver has no directory DEST and DEST ends in no /.
     #[arg(value_name = "SOURCE... HOST:DEST", num_args = 1.., required = true)]
     pub args: Vec<String>,
 
@@ -845,9 +851,15 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
       urmove pull --key-file k dtn2:ingest/run42 /data     creates /data/run42/... from the receiver's root\n  \
+      urmove pull --key-file k dtn2:ingest/run42/ /data/run42   run42's contents into /data/run42 (rsync's trailing /)\n  \
+      urmove pull --key-file k dtn2:ingest/run42/a.dat /data/a-copy.dat   one file takes the name given where no directory has it\n  \
       urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it")]
 pub struct PullArgs {
-    /// HOST:PATH (PATH under the daemon's root; one host), then LOCAL_DIR.
+    /// HOST:PATH (PATH under the daemon's root, never absolute; one
+    /// host), then LOCAL_DIR. As rsync reads them: a directory arrives as
+    /// LOCAL_DIR/DIR, or given as DIR/ its contents arrive in LOCAL_DIR
+    /// (which keeps its own mode and mtime); one file arrives as LOCAL_DIR
+    /// itself where that is no directory and ends in no /.
     #[arg(value_name = "HOST:PATH... LOCAL_DIR", num_args = 2.., required = true)]
     pub args: Vec<String>,
 

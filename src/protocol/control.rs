@@ -72,8 +72,20 @@ pub const REQ_SHARD: u32 = 4096;
 /// Request flag (protocol 12): device nodes are carried (`-D`): a pull's
 /// daemon lists them, a receiver makes them where it may.
 pub const REQ_DEVICES: u32 = 8192;
+/// Request flag (protocol 12): a push of a directory's contents (a source
+/// given as `DIR/`, rsync's trailing slash): the destination stands for
+/// that directory, so with `REQ_DELETE` what it holds beyond the manifest
+/// goes too (never the receiver's root itself: refused there).
+pub const REQ_CONTENTS: u32 = 16384;
+/// Request flag (protocol 12): a push of one file (no directory) that may
+/// take the destination's name, as rsync and scp rename a single file:
+/// where the destination is no directory on the receiver, the file lands
+/// at the destination itself (`send obs.dat HOST:new.dat`).
+pub const REQ_ONE_FILE: u32 = 32768;
 const REQ_KNOWN: u32 = REQ_SHARD
     | REQ_DEVICES
+    | REQ_CONTENTS
+    | REQ_ONE_FILE
     | REQ_LIVE_PARTS
     | REQ_SPARSE
     | REQ_HARD_LINKS

@@ -4,14 +4,13 @@
 //! push (`.urmove.part`, verified blocks, committed only when the daemon's
 //! digest of the source equals this side's of what it wrote).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, PieceDone, SessionRequest};
-use crate::protocol::manifest::check_path;
-use crate::protocol::manifest::ENTRIES_MAX;
+use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
@@ -67,7 +66,7 @@ impl Landing for PullLanding<'_> {
 pub fn run_pull(
     cfg: &SendConfig,
     paths: &[String],
-    local: &PathBuf,
+    local: &Path,
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
@@ -82,10 +81,7 @@ pub fn run_pull(
     let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
         super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)
     })?;
-    std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let root = Root::open_for_writing(local)
-        .map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let mut pull = open_pull(cfg, req, (root, rules, paths), &engine.0)?;
+    let mut pull = open_pull(cfg, req, (local, rules, paths), &engine.0)?;
     let total = pull.incoming.bytes_missing();
     let complete_before = pull.incoming.complete_before().len() as u64;
     let kept = pull.incoming.held_counts();
@@ -134,10 +130,13 @@ pub fn run_pull(
 }
 
 /// The request of a pull of `paths`, each checked as a receiver checks a
-/// path, all within one request.
+/// path (a directory's contents, `DIR/`, keep their `/`), all within one
+/// request.
 fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, SessionError> {
+    use crate::protocol::control::{REQ_CONTENTS, REQ_ONE_FILE};
     for p in paths {
-        check_path(p)
+        let dir = p.strip_suffix('/').unwrap_or(p);
+        check_path(dir)
             .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
     }
     let joined = paths.join("\0");
@@ -154,7 +153,9 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
-        flags: cfg.flags()
+        // This side lands the files: what a push asks of its receiver
+        // (contents, one file's name) it does itself.
+        flags: cfg.flags() & !(REQ_CONTENTS | REQ_ONE_FILE)
             | match cfg.shard {
                 Some(_) => crate::protocol::control::REQ_SHARD,
                 None => 0,
@@ -202,41 +203,33 @@ impl Pull {
 }
 
 /// Open a pull session for `req`: the daemon's manifest (only what was
-/// asked for) prepared under `root` with `rules`, and the sink's part of
-/// the setup (see `roles::accept`) over this side's `lanes`.
+/// asked for) prepared under `local` with `rules` (see [`local_root`]),
+/// and the sink's part of the setup (see `roles::accept`) over this side's
+/// `lanes`.
 fn open_pull(
     cfg: &SendConfig,
     req: SessionRequest,
-    (root, rules, paths): (Root, Rules, &[String]),
+    (local, rules, paths): (&Path, Rules, &[String]),
     lanes: &[super::lanes::Lane],
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
     let mut whole = None;
-    let mut root = Some(root);
     let (ctl, streams, keys, Before { refused, .. }) =
         open_session(cfg, req, lanes.len(), &mut |ctl, key| {
             if let Some(s) = cfg.shard {
                 whole = Some(ask_share(ctl, s, cfg.split_over)?);
             }
-            let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+            let mut entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
             check_asked_for(&entries, paths)?;
             let resume = (cfg.resume || cfg.checksum).then_some(Resume {
                 checksum: cfg.checksum,
                 key: *key,
             });
-            let root = root.take().expect("the manifest arrives once");
+            let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
             let block = u64::from(cfg.block_size);
             let (rules, tick) = (rules.clone(), &mut || {});
-            let mut prepared = Incoming::prepare(
-                root,
-                String::new(),
-                entries,
-                block,
-                cfg.direct,
-                rules,
-                resume,
-                tick,
-            )?;
+            let mut prepared =
+                Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
             accept(ctl, &mut prepared, lanes, &mut || {})?;
             incoming = Some(prepared);
             Ok(())
@@ -382,14 +375,75 @@ fn settle_pull(
     incoming.finish().map(|_| ())
 }
 
+/// Where a pull lands under `local`: the root this side writes beneath
+/// and the destination under it. A manifest of `one_file` (one entry, no
+/// directory) that may take LOCAL's name, where LOCAL is no directory
+/// (nor a link to one), lands at LOCAL itself, its parent the root (as
+/// rsync and scp rename a single file); anything else lands in LOCAL, the
+/// root (made if missing). A dry run makes nothing: with no LOCAL yet, its
+/// root is the nearest directory that is, LOCAL the destination under it.
+pub(crate) fn local_root(
+    local: &Path,
+    (entries, one_file): (&mut [Entry], bool),
+    dry: bool,
+) -> Result<(Root, String), SessionError> {
+    let mut at = local.to_path_buf();
+    let name = local.file_name().map(crate::protocol::names::from_os);
+    if let ([one], true, Some(name)) = (entries, one_file, name) {
+        if one.kind != EntryKind::Dir && !local.is_dir() {
+            one.path = name;
+            at = local.parent().map_or_else(PathBuf::new, Path::to_path_buf);
+        }
+    }
+    if at.as_os_str().is_empty() {
+        at = PathBuf::from(".");
+    }
+    let (made, dest) = match dry {
+        true => nearest_dir(&at),
+        false => {
+            std::fs::create_dir_all(&at)
+                .map_err(|e| SessionError::io(at.display().to_string(), e))?;
+            (at, String::new())
+        }
+    };
+    let root = Root::open_for_writing(&made)
+        .map_err(|e| SessionError::io(made.display().to_string(), e))?;
+    Ok((root, dest))
+}
+
+/// `at`, or where it is not a directory yet, its nearest ancestor that
+/// is, and the rest of `at` beneath it.
+fn nearest_dir(at: &Path) -> (PathBuf, String) {
+    let mut base = at.to_path_buf();
+    let mut rest: Vec<String> = Vec::new();
+    while !base.is_dir() {
+        let Some(name) = base.file_name().map(crate::protocol::names::from_os) else {
+            break;
+        };
+        rest.push(name);
+        base = base
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        if base.as_os_str().is_empty() {
+            base = PathBuf::from(".");
+        }
+    }
+    rest.reverse();
+    (base, rest.join("/"))
+}
+
 /// Every entry the daemon sends must lie under what was asked for: each
 /// requested path arrives as its last component (as the daemon names
 /// them), and a daemon that names anything else beside it (`.bashrc`,
-/// `.ssh`) is refused before a byte lands.
+/// `.ssh`) is refused before a byte lands. A directory's contents
+/// (`DIR/`) may hold any name: LOCAL stands for that directory.
 fn check_asked_for(
     entries: &[crate::protocol::manifest::Entry],
     paths: &[String],
 ) -> Result<(), SessionError> {
+    if paths.iter().any(|p| p.ends_with('/')) {
+        return Ok(());
+    }
     let names: Vec<&str> = paths
         .iter()
         .map(|p| p.rsplit('/').next().unwrap_or(p))

@@ -1486,7 +1486,8 @@ fn push_session(
     if let Ok((files, bytes)) = &received {
         let (files, bytes) = (*files, *bytes);
         if req.has(crate::protocol::control::REQ_DELETE) {
-            delete_extras(s, incoming, log)?;
+            let whole = req.has(crate::protocol::control::REQ_CONTENTS);
+            delete_extras(s, (incoming, whole), log)?;
         }
         send_msg(
             s,
@@ -1532,7 +1533,8 @@ fn survey_push(
     super::roles::settle_held(s, incoming)?;
     super::roles::refuse(s, incoming)?;
     if req.has(crate::protocol::control::REQ_DELETE) {
-        let pruned = super::prune::prune(incoming, true);
+        let whole = req.has(crate::protocol::control::REQ_CONTENTS);
+        let pruned = super::prune::prune(incoming, true, whole);
         for part in pruned.deleted.chunks(1024) {
             send_msg(s, &Message::Deleted(part.to_vec()))?;
         }
@@ -1550,8 +1552,12 @@ fn survey_push(
 /// manifest's directories and tell the sender what went (failures are
 /// logged, and end the session with an error naming them, the files
 /// being committed already).
-fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), SessionError> {
-    let pruned = super::prune::prune(incoming, false);
+fn delete_extras(
+    s: &mut Control,
+    (incoming, whole_dest): (&Incoming, bool),
+    log: &Log,
+) -> Result<(), SessionError> {
+    let pruned = super::prune::prune(incoming, false, whole_dest);
     // What was removed changed its directories: durable, and their mtimes
     // the sender's again.
     incoming.sync_dirs()?;
@@ -1594,16 +1600,14 @@ fn prepare_push<'r>(
     cfg: &RecvConfig,
     registry: &'r Registry,
 ) -> Result<PreparedPush<'r>, SessionError> {
-    let dest = match req.path.as_str() {
-        "" | "." => String::new(),
-        p => {
-            check_path(p)
-                .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
-            p.to_string()
-        }
-    };
+    let dest = push_dest(req)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
-    let entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
+    let mut entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
+    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let dest = match req.has(crate::protocol::control::REQ_ONE_FILE) {
+        true => super::receive::one_file_at_dest(&root, dest, &mut entries),
+        false => dest,
+    };
     memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
     if req.has(crate::protocol::control::REQ_FOLLOW) {
         // The block tables its files may add as they grow.
@@ -1618,7 +1622,6 @@ fn prepare_push<'r>(
         true => Claims::none(&registry.claimed),
         false => claim_names(registry, &dest, &entries)?,
     };
-    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let mut beat = super::conn::Beat::new(s)?;
     let incoming = Incoming::prepare(
         root,
@@ -1635,6 +1638,28 @@ fn prepare_push<'r>(
         claims,
         memory,
     })
+}
+
+/// A push's destination under the root, checked; `REQ_CONTENTS` with
+/// `REQ_DELETE` would prune the destination itself, refused for the root
+/// (everything other clients sent there would go).
+fn push_dest(req: &SessionRequest) -> Result<String, SessionError> {
+    use crate::protocol::control::{REQ_CONTENTS, REQ_DELETE};
+    let dest = match req.path.as_str() {
+        "" | "." => String::new(),
+        p => {
+            check_path(p)
+                .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
+            p.to_string()
+        }
+    };
+    if dest.is_empty() && req.has(REQ_CONTENTS) && req.has(REQ_DELETE) {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            "--delete of a directory's contents (DIR/) into the root itself would remove everything else under the root: give a destination beneath it",
+        ));
+    }
+    Ok(dest)
 }
 
 /// What the receive loop of a push reports: `Net In` lines and metrics,

@@ -107,6 +107,12 @@ pub struct SendConfig {
     pub delete: bool,
     /// `--delete-excluded`: what `--exclude` leaves out is removed too.
     pub delete_excluded: bool,
+    /// A source is a directory's contents (`DIR/`): the destination
+    /// stands for that directory (`--delete` prunes it too).
+    pub contents: bool,
+    /// One file, no directory, that may take the destination's name where
+    /// the receiver holds no directory there (rsync's and scp's rename).
+    pub one_file: bool,
     /// `--follow`: files still being written go as they grow, each ending
     /// once nobody writes it and it stayed idle for `idle`
     /// (`--follow-idle`); what appears in the directories is added until
@@ -157,6 +163,8 @@ impl SendConfig {
             sparse: false,
             delete: false,
             delete_excluded: false,
+            contents: false,
+            one_file: false,
             follow: None,
             min_rate: None,
             shard: None,
@@ -184,6 +192,12 @@ impl SendConfig {
             f |= crate::protocol::control::REQ_DELETE;
         }
         f |= self.scan.request_flags();
+        if self.contents {
+            f |= crate::protocol::control::REQ_CONTENTS;
+        }
+        if self.one_file {
+            f |= crate::protocol::control::REQ_ONE_FILE;
+        }
         if self.sparse {
             f |= crate::protocol::control::REQ_SPARSE;
         }
