@@ -789,18 +789,21 @@ pub struct FidelityArgs {
     pub devices: bool,
 }
 
-/// What of the sources goes, as rsync's filter options choose it.
+/// What of the sources goes, what goes from the receiving side, and
+/// whether anything happens at all, as rsync's options choose them:
+/// declared once, for `send` and `pull` alike.
 #[derive(Debug, Args)]
 pub struct TreeArgs {
     /// Leave out entries matching PATTERN (repeatable; rsync's rules: a
     /// name pattern such as '*.tmp' matches at any depth, a leading / anchors
     /// it at the top, a trailing / matches directories only, ** crosses
     /// directories). --include and --exclude rules are tried in the order
-    /// given, the first match deciding.
+    /// given, the first match deciding. A pull carries them to the daemon,
+    /// which lists only what they let through.
     #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
 
-    /// Send entries matching PATTERN even if a later --exclude matches them
+    /// Move entries matching PATTERN even if a later --exclude matches them
     /// (repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub include: Vec<String>,
@@ -813,21 +816,24 @@ pub struct TreeArgs {
     #[command(flatten)]
     pub keep: FidelityArgs,
 
-    /// After the transfer, remove what the receiver holds under the
-    /// directories sent that the sources do not have (rsync's --delete):
-    /// only inside those directories, never urmove's part files, and not
-    /// what --exclude leaves out; the summary lists what was removed.
+    /// After the transfer, remove what the receiving side (the daemon of a
+    /// send, LOCAL_DIR of a pull) holds under the directories moved that
+    /// the source does not have (rsync's --delete): only inside those
+    /// directories (and in DEST itself when a directory's contents, DIR/,
+    /// were moved), never urmove's part files, and not what --exclude
+    /// leaves out; the summary lists what was removed.
     #[arg(long)]
     pub delete: bool,
 
-    /// --delete, and what --exclude leaves out goes from the receiver too
-    /// (rsync's --delete-excluded).
+    /// --delete, and what --exclude leaves out goes from the receiving side
+    /// too (rsync's --delete-excluded).
     #[arg(long)]
     pub delete_excluded: bool,
 
-    /// Ask the receiver what the run would do and do none of it: each file
-    /// that would be sent and its bytes, what the receiver holds already,
-    /// what it would refuse and (with --delete) remove. Nothing is sent
+    /// Say what the run would do and do none of it: each file that would
+    /// move and its bytes, what the receiving side holds already, what it
+    /// would refuse and (with --delete) remove. A send asks the daemon; a
+    /// pull asks the daemon for its list and looks here. Nothing is moved
     /// or written on either side.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -853,7 +859,9 @@ pub struct DemoArgs {
       urmove pull --key-file k dtn2:ingest/run42 /data     creates /data/run42/... from the receiver's root\n  \
       urmove pull --key-file k dtn2:ingest/run42/ /data/run42   run42's contents into /data/run42 (rsync's trailing /)\n  \
       urmove pull --key-file k dtn2:ingest/run42/a.dat /data/a-copy.dat   one file takes the name given where no directory has it\n  \
-      urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it")]
+      urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it\n  \
+      urmove pull --delete --exclude '*.tmp' --key-file k dtn2:ingest/run42 /data   also removes what run42 lost, keeping *.tmp\n  \
+      urmove pull -n --delete --key-file k dtn2:ingest/run42 /data   what that would fetch and remove, doing nothing")]
 pub struct PullArgs {
     /// HOST:PATH (PATH under the daemon's root, never absolute; one
     /// host), then LOCAL_DIR. As rsync reads them: a directory arrives as
@@ -960,7 +968,7 @@ pub struct PullArgs {
     pub resume: ResumeArgs,
 
     #[command(flatten)]
-    pub keep: FidelityArgs,
+    pub tree: TreeArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -70,7 +70,9 @@ pub fn main() -> ExitCode {
             filters::of(matches.subcommand_matches("send")).and_then(|f| transfer::send(a, f))
         }
         Command::Demo(a) => demo::demo(a),
-        Command::Pull(a) => transfer::pull(a),
+        Command::Pull(a) => {
+            filters::of(matches.subcommand_matches("pull")).and_then(|f| transfer::pull(a, f))
+        }
         Command::Report(a) => report::report(a),
         Command::Tune(a) => tune::tune(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),

@@ -1149,12 +1149,16 @@ fn pull_what(a: &super::args::PullArgs) -> Result<(String, Vec<String>, bool), F
     Ok((host.expect("at least one HOST:PATH"), paths, one_file))
 }
 
-pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
+pub fn pull(
+    a: super::args::PullArgs,
+    filter: crate::session::filter::Filter,
+) -> Result<u8, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
     let (host, paths, one_file) = pull_what(&a)?;
     check_block("--block", a.block)?;
-    let (host, shard) = shard_host(a.shard.as_deref(), true, &host)?;
+    let delete = a.tree.delete || a.tree.delete_excluded;
+    let (host, shard) = shard_host(a.shard.as_deref(), !delete, &host)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
@@ -1179,13 +1183,18 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::secret::default_state_dir),
-        scan: scan_rules(Default::default(), a.keep),
-        numeric_ids: a.keep.numeric_ids,
-        sparse: a.keep.sparse,
+        scan: scan_rules(filter, a.tree.keep),
+        numeric_ids: a.tree.keep.numeric_ids,
+        sparse: a.tree.keep.sparse,
+        delete,
+        delete_excluded: a.tree.delete_excluded,
         one_file,
         ..SendConfig::to(host, a.port, key)
     };
     let local = PathBuf::from(local);
+    if a.tree.dry_run {
+        return super::dry_run::show_pull(&cfg, (&paths, &local), format);
+    }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;

@@ -1,5 +1,5 @@
-//! `send --delete`: once a push is committed, the receiver removes what
-//! it holds under the manifest's directories
+//! `send --delete` and `pull --delete`: once a transfer is committed, the
+//! receiving side removes what it holds under the manifest's directories
 //! that the manifest does not list, as `rsync --delete` does: only inside
 //! directories the transfer carried (the destination itself only when a
 //! directory's contents were sent, `DIR/`; never beside them),
@@ -22,6 +22,25 @@ use super::receive::{join, Incoming};
 pub(crate) struct Pruned {
     pub(crate) deleted: Vec<String>,
     pub(crate) failed: Vec<String>,
+}
+
+impl Pruned {
+    /// The error of a delete pass that could not remove everything, naming
+    /// the first few (`whose`: whose extra entries they were).
+    pub(crate) fn failure(&self, whose: &str) -> Result<(), super::SessionError> {
+        if self.failed.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = self.failed.iter().take(5).map(String::as_str).collect();
+        Err(super::SessionError::local(
+            crate::protocol::control::ErrorCode::Io,
+            format!(
+                "--delete could not remove {} of {whose} extra entries: {}",
+                self.failed.len(),
+                shown.join("; ")
+            ),
+        ))
+    }
 }
 
 /// Remove the extras under each directory of a committed push (beneath

@@ -14,7 +14,7 @@ use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
-use super::roles::{accept, differed, Before, Refused};
+use super::roles::{accept, differed, Refused};
 use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
 use super::SessionError;
 
@@ -113,6 +113,7 @@ pub fn run_pull(
     // A reader waiting to hand on an event ends once nobody takes it.
     drop(landed.events);
     let _ = landed.reader.join();
+    let outcome = outcome.and_then(|()| delete_extras(cfg, (&pull.incoming, paths), &mut report));
     report.close();
     match outcome {
         Ok(()) => report.settle_status(),
@@ -129,11 +130,38 @@ pub fn run_pull(
     Ok(report)
 }
 
+/// `pull --delete`, once every file is committed: remove what this side
+/// holds under the directories pulled (and in LOCAL itself when a
+/// directory's contents, `DIR/`, were) that the daemon's manifest does
+/// not list, keeping what the rules exclude (`--delete-excluded`: none);
+/// what went is in `report`, and what could not go fails the run.
+fn delete_extras(
+    cfg: &SendConfig,
+    (incoming, paths): (&Incoming, &[String]),
+    report: &mut SendReport,
+) -> Result<(), SessionError> {
+    if !cfg.delete {
+        return Ok(());
+    }
+    let whole_dest = paths.iter().any(|p| p.ends_with('/'));
+    let pruned = super::prune::prune(incoming, false, whole_dest);
+    // What was removed changed its directories: durable, and their mtimes
+    // the daemon's again.
+    incoming.sync_dirs()?;
+    incoming.settle_dirs();
+    report.files_deleted = pruned.deleted.len() as u64;
+    report.deleted = pruned.deleted.clone();
+    pruned.failure("this side's")
+}
+
 /// The request of a pull of `paths`, each checked as a receiver checks a
 /// path (a directory's contents, `DIR/`, keep their `/`), all within one
 /// request.
-fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, SessionError> {
-    use crate::protocol::control::{REQ_CONTENTS, REQ_ONE_FILE};
+pub(crate) fn pull_request(
+    cfg: &SendConfig,
+    paths: &[String],
+) -> Result<SessionRequest, SessionError> {
+    use crate::protocol::control::{REQ_CONTENTS, REQ_DELETE, REQ_ONE_FILE};
     for p in paths {
         let dir = p.strip_suffix('/').unwrap_or(p);
         check_path(dir)
@@ -147,15 +175,16 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
         ));
     }
     Ok(SessionRequest {
-        protect: Vec::new(),
+        // The daemon's scan lists what these let through.
+        filter: cfg.filter_rules(),
         owner: [0; 32],
         rate_limit: cfg.rate_limit_bytes_per_s.map_or(0, |r| r.ceil() as u64),
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
         // This side lands the files: what a push asks of its receiver
-        // (contents, one file's name) it does itself.
-        flags: cfg.flags() & !(REQ_CONTENTS | REQ_ONE_FILE)
+        // (contents, one file's name, --delete) it does itself.
+        flags: cfg.flags() & !(REQ_CONTENTS | REQ_ONE_FILE | REQ_DELETE)
             | match cfg.shard {
                 Some(_) => crate::protocol::control::REQ_SHARD,
                 None => 0,
@@ -172,6 +201,8 @@ struct Pull {
     streams: Vec<std::net::TcpStream>,
     keys: crate::protocol::handshake::SessionKeys,
     refused: Vec<Refused>,
+    /// What the daemon's scan left out unnamed: (excluded, device nodes).
+    left_out: (u64, u64),
     /// A sharded pull: the whole manifest, as the daemon told it.
     whole: Option<super::shard::Manifest>,
 }
@@ -199,6 +230,7 @@ impl Pull {
         report.files_verified = verified;
         report.skip(&incoming.entries, &self.refused);
         report.skip(&incoming.entries, &incoming.skipped);
+        (report.files_excluded, report.devices_left_out) = self.left_out;
     }
 }
 
@@ -214,39 +246,39 @@ fn open_pull(
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
     let mut whole = None;
-    let (ctl, streams, keys, Before { refused, .. }) =
-        open_session(cfg, req, lanes.len(), &mut |ctl, key| {
-            if let Some(s) = cfg.shard {
-                whole = Some(ask_share(ctl, s, cfg.split_over)?);
-            }
-            let mut entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
-            check_asked_for(&entries, paths)?;
-            let resume = (cfg.resume || cfg.checksum).then_some(Resume {
-                checksum: cfg.checksum,
-                key: *key,
-            });
-            let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
-            let block = u64::from(cfg.block_size);
-            let (rules, tick) = (rules.clone(), &mut || {});
-            let mut prepared =
-                Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
-            accept(ctl, &mut prepared, lanes, &mut || {})?;
-            incoming = Some(prepared);
-            Ok(())
-        })?;
+    let (ctl, streams, keys, before) = open_session(cfg, req, lanes.len(), &mut |ctl, key| {
+        if let Some(s) = cfg.shard {
+            whole = Some(ask_share(ctl, s, cfg.split_over)?);
+        }
+        let mut entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+        check_asked_for(&entries, paths)?;
+        let resume = (cfg.resume || cfg.checksum).then_some(Resume {
+            checksum: cfg.checksum,
+            key: *key,
+        });
+        let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
+        let block = u64::from(cfg.block_size);
+        let (rules, tick) = (rules.clone(), &mut || {});
+        let mut prepared =
+            Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
+        accept(ctl, &mut prepared, lanes, &mut || {})?;
+        incoming = Some(prepared);
+        Ok(())
+    })?;
     Ok(Pull {
         incoming: incoming.expect("prepared before the streams opened"),
         ctl,
         streams,
         keys,
-        refused,
+        refused: before.refused,
+        left_out: before.left_out,
         whole,
     })
 }
 
 /// A sharded pull: tell the daemon which shard, hear of the whole
 /// manifest (the daemon offers only the share).
-fn ask_share(
+pub(crate) fn ask_share(
     ctl: &mut super::conn::Control,
     s: super::shard::Shard,
     split_over: u64,
@@ -437,7 +469,7 @@ fn nearest_dir(at: &Path) -> (PathBuf, String) {
 /// them), and a daemon that names anything else beside it (`.bashrc`,
 /// `.ssh`) is refused before a byte lands. A directory's contents
 /// (`DIR/`) may hold any name: LOCAL stands for that directory.
-fn check_asked_for(
+pub(crate) fn check_asked_for(
     entries: &[crate::protocol::manifest::Entry],
     paths: &[String],
 ) -> Result<(), SessionError> {
@@ -483,7 +515,7 @@ fn wait_summary(rx: &mpsc::Receiver<PeerEvent>) -> Option<(u64, u64, bool)> {
 /// How this side receives a pull: with its user's own secret (made at
 /// first use in the state directory), keeping links as they are and
 /// dropping setuid and setgid bits.
-fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
+pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
     let secret = super::secret::Secret::load_or_create(&cfg.state_dir)
         .map_err(|e| SessionError::io("the state directory (--state-dir)", e))?;
     Ok(Rules {
@@ -500,7 +532,12 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         dry_run: false,
         follow: false,
         live_parts: false,
-        keep: Default::default(),
+        // What `--exclude` leaves out is kept by `--delete`, as rsync keeps
+        // it (`--delete-excluded`: nothing is).
+        keep: match cfg.delete_excluded {
+            true => Default::default(),
+            false => cfg.scan.filter.clone(),
+        },
         keep_setid: false,
         devices: super::receive::Devices::for_this_process(
             cfg.scan.devices,

@@ -1408,6 +1408,24 @@ impl Incoming {
         super::send::held_counts(self.complete_before.len(), self.unchanged.len(), continued)
     }
 
+    /// What a run would do with entry `i`, from what this side holds of
+    /// it before any data (a pull's dry run): held unchanged (by its
+    /// stamp) or complete (read and found right), a part of which `bytes`
+    /// are still to come, refused, or all of it to come.
+    pub(crate) fn plan_of(&self, i: usize) -> (super::survey::Action, u64) {
+        use super::survey::Action;
+        let Some(f) = self.files.get(i).and_then(Option::as_ref) else {
+            return (Action::Send, 0);
+        };
+        match f.state {
+            FileState::Done if self.unchanged.contains(&(i as u32)) => (Action::Unchanged, 0),
+            FileState::Done => (Action::Complete, 0),
+            FileState::Skipped => (Action::Refused, 0),
+            _ if f.received > 0 => (Action::Continue, f.want() - f.received.min(f.want())),
+            _ => (Action::Send, f.want()),
+        }
+    }
+
     /// Bytes still to come (not complete, not journaled).
     pub(crate) fn bytes_missing(&self) -> u64 {
         self.files

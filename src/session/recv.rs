@@ -965,7 +965,7 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> 
         ),
         ids: Arc::default(),
         dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
-        keep: kept_by(&req.protect)?,
+        keep: filter_of(&req.filter)?,
         follow: req.has(crate::protocol::control::REQ_FOLLOW),
         live_parts: req.has(crate::protocol::control::REQ_FOLLOW)
             && req.has(crate::protocol::control::REQ_LIVE_PARTS),
@@ -973,19 +973,20 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> 
     })
 }
 
-/// The filter of a request's `--delete` rules.
-fn kept_by(rules: &[crate::protocol::control::FilterRule]) -> Result<Filter, SessionError> {
-    let mut keep = Filter::default();
+/// The filter of a request's rules (a pull's scan, a `--delete` push's
+/// keep).
+fn filter_of(rules: &[crate::protocol::control::FilterRule]) -> Result<Filter, SessionError> {
+    let mut filter = Filter::default();
     for r in rules {
         let verdict = match r.include {
             true => Verdict::Include,
             false => Verdict::Exclude,
         };
-        keep.push(verdict, &r.pattern).map_err(|e| {
-            SessionError::local(ErrorCode::BadRequest, format!("--delete rule {e}"))
-        })?;
+        filter
+            .push(verdict, &r.pattern)
+            .map_err(|e| SessionError::local(ErrorCode::BadRequest, format!("filter rule {e}")))?;
     }
-    Ok(keep)
+    Ok(filter)
 }
 
 /// The registered memory all sessions may hold: `max_buffer_memory`,
@@ -1203,6 +1204,10 @@ impl Kind {
             Kind::Push => format!(
                 "push session started: into {:?}, {streams} data streams",
                 req.path
+            ),
+            Kind::Pull if req.has(crate::protocol::control::REQ_DRY_RUN) => format!(
+                "pull session started: a dry run of {:?} (it lists, sends no data)",
+                req.path.split('\0').collect::<Vec<_>>()
             ),
             Kind::Pull => format!(
                 "pull session started: of {:?}, {streams} data streams",
@@ -1568,18 +1573,7 @@ fn delete_extras(
     for part in pruned.deleted.chunks(1024) {
         send_msg(s, &Message::Deleted(part.to_vec()))?;
     }
-    if !pruned.failed.is_empty() {
-        let shown: Vec<&str> = pruned.failed.iter().take(5).map(String::as_str).collect();
-        return Err(SessionError::local(
-            ErrorCode::Io,
-            format!(
-                "--delete could not remove {} of the receiver's extra entries: {}",
-                pruned.failed.len(),
-                shown.join("; ")
-            ),
-        ));
-    }
-    Ok(())
+    pruned.failure("the receiver's")
 }
 
 /// A push's files prepared on the daemon: their names claimed from other
@@ -2024,6 +2018,11 @@ fn pull_session(
         mut held,
         _memory,
     } = offer_pull(s, req, keys, cfg, registry)?;
+    if req.has(crate::protocol::control::REQ_DRY_RUN) {
+        // The client looks at what it holds by itself: nothing is sent.
+        pulled(s, registry, 0, 0)?;
+        return Ok((0, 0));
+    }
     let entries = tree.entries.len();
     let before = hear(s, Until::Placement { entries })?;
     held.refuse(&before.refused);
@@ -2141,7 +2140,7 @@ fn offer_pull<'r>(
     use super::source::open_source_beneath;
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
-    let rules = super::tree::ScanRules::requested(req.flags);
+    let rules = super::tree::ScanRules::requested(req.flags, filter_of(&req.filter)?);
     let mut tree = super::tree::scan_beneath(&root, &paths, &rules)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
@@ -2156,6 +2155,10 @@ fn offer_pull<'r>(
     let resume = req.has(REQ_RESUME).then_some((&key, req.has(REQ_CHECKSUM)));
     let reserve = &mut |b| memory.reserve(b);
     let held = super::roles::offer(s, (&tree, block), resume, &local, reserve)?;
+    if tree.excluded + tree.devices_left > 0 {
+        let (excluded, devices) = (tree.excluded, tree.devices_left);
+        send_msg(s, &Message::LeftOut { excluded, devices })?;
+    }
     for r in tree.skipped_refs() {
         send_msg(s, &r.message())?;
     }

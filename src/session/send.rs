@@ -221,16 +221,21 @@ impl SendConfig {
             block_size: self.block_size,
             flags: self.flags(),
             path: self.dest.clone(),
-            protect: self.protect(),
+            filter: self.protect(),
         }
     }
 
     /// The rules a `--delete` push gives the receiver, for it to keep what
     /// they exclude (none without `--delete`, or with `--delete-excluded`).
     pub fn protect(&self) -> Vec<FilterRule> {
-        if !self.delete || self.delete_excluded {
-            return Vec::new();
+        match self.delete && !self.delete_excluded {
+            true => self.filter_rules(),
+            false => Vec::new(),
         }
+    }
+
+    /// `--exclude` and `--include`, in order, as a request carries them.
+    pub fn filter_rules(&self) -> Vec<FilterRule> {
         let rules = self.scan.filter.rules();
         rules
             .map(|(v, p)| FilterRule {

@@ -85,12 +85,12 @@ impl ScanRules {
         .fold(0, |f, (_, bit)| f | bit)
     }
 
-    /// The rules a request's flags ask for (no filter: a pull names its
-    /// paths).
-    pub fn requested(flags: u32) -> ScanRules {
+    /// The rules a request's flags and `filter` (a pull's `--exclude`,
+    /// `--include`) ask for.
+    pub fn requested(flags: u32, filter: Filter) -> ScanRules {
         use crate::protocol::control::{REQ_ACLS, REQ_DEVICES, REQ_HARD_LINKS, REQ_XATTRS};
         ScanRules {
-            filter: Default::default(),
+            filter,
             hard_links: flags & REQ_HARD_LINKS != 0,
             xattrs: flags & REQ_XATTRS != 0,
             acls: flags & REQ_ACLS != 0,
@@ -540,6 +540,10 @@ fn walk_beneath(
         Ok(held) => held,
         Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
     };
+    if !rules.filter.admits(rel, m.is_dir()) {
+        tree.excluded += 1;
+        return;
+    }
     if tree.left_as_device(&m, rules) {
         return;
     }
