@@ -154,6 +154,12 @@ fn a_trailing_slash_copies_the_contents_as_rsync_does() {
     rsync(&[p(&root.join("x")), p(&into_rsync)]);
     assert_as_rsync(&into, &into_rsync);
     assert!(into.join("x/sub/c.dat").is_file());
+    // `LINK/` is what the link leads to beneath the root, as rsync reads it.
+    std::os::unix::fs::symlink("x", root.join("lnk")).unwrap();
+    let (into, into_rsync) = (local.path().join("l3"), theirs.path().join("l3"));
+    ok(pull(&d, &["-q"], &["127.0.0.1:lnk/", p(&into)]));
+    rsync(&[&format!("{}/", p(&root.join("lnk"))), p(&into_rsync)]);
+    assert_as_rsync(&into, &into_rsync);
 }
 
 /// One file sent or pulled to a name that is no directory takes that

@@ -111,7 +111,9 @@ pub struct SendConfig {
     /// stands for that directory (`--delete` prunes it too).
     pub contents: bool,
     /// One file, no directory, that may take the destination's name where
-    /// the receiver holds no directory there (rsync's and scp's rename).
+    /// the receiver holds no directory there (rsync's and scp's rename): a
+    /// push asks the daemon (`REQ_ONE_FILE`); a pull's client, the
+    /// receiver, decides it by itself for LOCAL_DIR.
     pub one_file: bool,
     /// `--follow`: files still being written go as they grow, each ending
     /// once nobody writes it and it stayed idle for `idle`

@@ -508,7 +508,10 @@ pub fn scan_beneath(
         let m = root
             .symlink_metadata(p)
             .map_err(|e| SessionError::io(p.to_string(), e))?;
-        if contents && !m.is_dir() {
+        // `DIR/` names what a link there leads to beneath the root, as a
+        // trailing slash does in a local path.
+        let is_dir = m.is_dir() || (contents && root.read_dir(p).is_ok());
+        if contents && !is_dir {
             return Err(SessionError::local(
                 ErrorCode::PathRefused,
                 format!("{p}/: not a directory (leave out the / to pull it as itself)"),
