@@ -151,10 +151,10 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
             "--state-dir",
             other_state.path().to_str().unwrap(),
         ],
-        &[&file(&theirs), "127.0.0.1:shared"],
+        &[&file(&theirs), "127.0.0.1:shared/"],
     );
     assert_eq!(json(&o)["status"], "ok");
-    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(v["status"], "ok", "{v}");
     assert_eq!(v["files_unchanged"], 0, "{v}");
     assert_eq!(v["files_verified"], 1, "{v}");
@@ -164,7 +164,7 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
         "the other key holder's bytes stayed"
     );
     // And now it is this client's: its re-run skips it unread.
-    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&["--json"], &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(
         (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
         (Some(0), Some(1))
@@ -173,13 +173,13 @@ fn another_key_holders_file_of_the_same_name_size_and_mtime_is_never_skipped_unr
     // nothing; then stamped for it, so its own re-run reads nothing.
     let third = tempfile::tempdir_in("/var/tmp").unwrap();
     let as_third = ["--json", "--state-dir", third.path().to_str().unwrap()];
-    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(
         (v["bytes"].as_u64(), v["files_found_complete"].as_u64()),
         (Some(0), Some(1)),
         "{v}"
     );
-    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared"]));
+    let v = json(&d.send(&as_third, &[&file(&mine), "127.0.0.1:shared/"]));
     assert_eq!(v["files_unchanged"], 1, "{v}");
 }
 
@@ -628,4 +628,54 @@ fn bench_net_prints_each_streams_line_with_its_retransmits() {
         .sum();
     assert!(sent >= v["bytes"].as_u64().unwrap(), "{v}");
     assert!(streams.iter().all(|s| s["retransmits"].is_u64()), "{v}");
+}
+
+/// A rate is in bits unless a B says bytes: `--rate-limit 8M` (iperf3's
+/// -b) and `1MB` are one limit, echoed in the unit given, and the kernel
+/// paces every stream at the same share of it.
+#[test]
+fn rates_as_people_type_them_pace_alike() {
+    let d = Daemon::start();
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = src.path().join("f.dat");
+    // Enough for each of two streams to carry the megabyte after which
+    // its TCP figures are reported.
+    std::fs::write(&f, crate::util::noise(5 << 19, 32)).unwrap();
+    let f = f.to_str().unwrap();
+    for (given, echoed) in [
+        ("8M", "--rate-limit 8.00 Mb/s (1.00 MB/s) in all"),
+        ("1MB", "--rate-limit 1.00 MB/s (8.00 Mb/s) in all"),
+    ] {
+        let dest = format!("127.0.0.1:{given}");
+        let o = d.send(
+            &[
+                "--rate-limit",
+                given,
+                "-P",
+                "2",
+                "--block",
+                "256k",
+                "--json",
+            ],
+            &[f, &dest],
+        );
+        assert!(o.status.success(), "{given}: {}", stderr(&o));
+        assert!(stderr(&o).contains(echoed), "{given}: {}", stderr(&o));
+        let v = json(&o);
+        let caps: Vec<u64> = v["path"]["streams"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{given}: no streams in {v}"))
+            .iter()
+            .map(|s| s["pacing_cap_bits_per_s"].as_u64().unwrap())
+            .collect();
+        assert_eq!(caps, [4_000_000, 4_000_000], "{given}: {v}");
+    }
+    // A rate's unit is said when it is not one.
+    let o = d.send(&["--rate-limit", "8Mbyte"], &[f, "127.0.0.1:x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("bits: 4G, 4Gbit, 4Gbps, 1gbit; bytes: 500MB, 450MiB"),
+        "{}",
+        stderr(&o)
+    );
 }

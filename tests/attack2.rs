@@ -592,7 +592,7 @@ fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
     send_msg(
         &mut ctl,
         &Message::Request(SessionRequest {
-            protect: Vec::new(),
+            filter: Vec::new(),
             owner: [0; 32],
             rate_limit: 0,
             direction: Direction::Pull,
@@ -653,7 +653,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
     send_msg(
         &mut ctl,
         &Message::Request(SessionRequest {
-            protect: Vec::new(),
+            filter: Vec::new(),
             owner: [0; 32],
             rate_limit: 0,
             direction: Direction::Pull,
@@ -693,7 +693,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
     send_msg(
         &mut ctl,
         &Message::Request(SessionRequest {
-            protect: Vec::new(),
+            filter: Vec::new(),
             owner: [0; 32],
             rate_limit: 0,
             direction: Direction::Pull,

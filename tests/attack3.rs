@@ -250,7 +250,7 @@ fn a_key_holders_symlink_never_replaces_a_file_of_a_session_still_running() {
     let mine = src.path().join("mine.txt");
     std::fs::write(&mine, b"the key holder's words, not the sender's\n").unwrap();
     let o = output_within(
-        send_cmd(&d, &[], &[mine.as_os_str(), "127.0.0.1:hand".as_ref()]),
+        send_cmd(&d, &[], &[mine.as_os_str(), "127.0.0.1:hand/".as_ref()]),
         HANG,
     );
     assert_eq!(o.status.code(), Some(0), "{}", both(&o));
@@ -417,7 +417,7 @@ fn a_resume_never_counts_a_file_with_a_forged_equal_digest_as_held() {
             &["--state-dir", state.path().to_str().unwrap()],
             &[
                 theirs.join("data.bin").as_os_str(),
-                "127.0.0.1:hand".as_ref(),
+                "127.0.0.1:hand/".as_ref(),
             ],
         ),
         HANG,
@@ -436,7 +436,7 @@ fn a_resume_never_counts_a_file_with_a_forged_equal_digest_as_held() {
         send_cmd(
             &d,
             &["--resume", "--json"],
-            &[mine.as_os_str(), "127.0.0.1:hand".as_ref()],
+            &[mine.as_os_str(), "127.0.0.1:hand/".as_ref()],
         ),
         HANG,
     );

@@ -812,3 +812,155 @@ fn a_pushed_and_a_pulled_tree_leave_rsync_nothing_to_change() {
         assert!(changes.lines().any(|l| l == line), "{line}: {changes}");
     }
 }
+
+/// `pull` takes what `send` takes to choose what goes: `--exclude` rules
+/// go to the daemon, whose listing leaves those entries out (counted);
+/// `--dry-run` says what would come and go and changes nothing here;
+/// `--delete` removes this side's extras under the directories pulled,
+/// never what `--exclude` leaves out (unless `--delete-excluded`) nor
+/// anything beside them; `DIR/` prunes LOCAL itself.
+#[test]
+fn pull_excludes_deletes_and_dry_runs_as_send_does() {
+    let d = Daemon::start();
+    let top = filter_tree(d.root.path());
+    std::fs::remove_dir_all(top.join("cache")).unwrap();
+    let local = tempfile::tempdir_in("/var/tmp").unwrap();
+    let pull = |extra: &[&str], paths: &[&str], into: &Path| {
+        urmove()
+            .args(["pull", "-p", &d.port.to_string(), "--key-file"])
+            .arg(&d.key)
+            .args(extra)
+            .args(paths)
+            .arg(into)
+            .output()
+            .unwrap()
+    };
+    let ex = ["--exclude", "*.tmp", "--exclude", "/run/debug.log"];
+    let o = pull(
+        &[&ex[..], &["--json"]].concat(),
+        &["127.0.0.1:run"],
+        local.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(
+        (v["files_verified"].as_u64(), v["files_excluded"].as_u64()),
+        (Some(4), Some(2)),
+        "{v}"
+    );
+    let got = local.path().join("run");
+    assert!(got.join("raw/sub/b.dat").is_file() && got.join("notes.txt").is_file());
+    assert!(!got.join("raw/a.tmp").exists() && !got.join("debug.log").exists());
+    let o = pull(&ex, &["127.0.0.1:run"], local.path());
+    assert!(
+        stdout(&o).contains("left out 2 entries matching --exclude"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Extras here: one under run (goes), one --exclude keeps, one beside.
+    std::fs::write(got.join("raw/extra.dat"), b"only here").unwrap();
+    std::fs::write(got.join("old.tmp"), b"excluded here").unwrap();
+    std::fs::write(local.path().join("beside.dat"), b"not pulled").unwrap();
+    std::fs::write(top.join("notes.txt"), b"longer notes").unwrap();
+    let before = snapshot(local.path());
+    let dry = [&ex[..], &["-n", "--delete"]].concat();
+    let o = pull(&dry, &["127.0.0.1:run"], local.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("12 B  run/notes.txt"), "{out}");
+    assert!(
+        out.contains("delete  run/raw/extra.dat") && !out.contains("old.tmp"),
+        "{out}"
+    );
+    let want = format!(
+        "dry run: would pull 1 file, 12 B from 127.0.0.1:run into {}, 2 entries left out by --exclude; this side holds 3 files unchanged",
+        local.path().display()
+    );
+    assert!(
+        out.contains(&want) && out.contains("; would delete 1 entry; nothing was sent or written"),
+        "{out}"
+    );
+    assert_eq!(
+        snapshot(local.path()),
+        before,
+        "the dry run changed this side"
+    );
+    assert!(d.log().contains("a dry run of"), "{}", d.log());
+    let v = json(&pull(
+        &[&dry[..], &["--json"]].concat(),
+        &["127.0.0.1:run"],
+        local.path(),
+    ));
+    assert_eq!(
+        (v["command"].as_str(), v["files"].as_u64()),
+        (Some("pull"), Some(1)),
+        "{v}"
+    );
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!(["run/raw/extra.dat"]),
+        "{v}"
+    );
+    assert_eq!(
+        snapshot(local.path()),
+        before,
+        "the dry run changed this side"
+    );
+
+    // The real run does what the dry run said.
+    let v = json(&pull(
+        &[&ex[..], &["--delete", "--json"]].concat(),
+        &["127.0.0.1:run"],
+        local.path(),
+    ));
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!(["run/raw/extra.dat"]),
+        "{v}"
+    );
+    assert_eq!(
+        (v["files_verified"].as_u64(), v["files_deleted"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read(got.join("notes.txt")).unwrap(),
+        b"longer notes"
+    );
+    assert!(got.join("old.tmp").is_file() && local.path().join("beside.dat").is_file());
+    let v = json(&pull(
+        &[&ex[..], &["--delete-excluded", "--json"]].concat(),
+        &["127.0.0.1:run"],
+        local.path(),
+    ));
+    assert_eq!(v["deleted"], serde_json::json!(["run/old.tmp"]), "{v}");
+    assert!(local.path().join("beside.dat").is_file());
+
+    // A directory's contents: LOCAL stands for it, and is pruned too.
+    let into = local.path().join("c");
+    let o = pull(&[], &["127.0.0.1:run/"], &into);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(into.join("top-extra"), b"x").unwrap();
+    let v = json(&pull(&["--delete", "--json"], &["127.0.0.1:run/"], &into));
+    assert_eq!(v["deleted"], serde_json::json!(["top-extra"]), "{v}");
+    assert_eq!(names_under(&into), names_under(&top));
+
+    // Usage: --delete with --shard is refused (exit 2); a dry run with
+    // nothing listening fails, saying it was one (exit 1).
+    let o = pull(
+        &["--delete", "--shard", "0/2"],
+        &["127.0.0.1:run"],
+        local.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = urmove()
+        .args(["pull", "-n", "-p", "9", "--key-file"])
+        .arg(&d.key)
+        .args(["127.0.0.1:run"])
+        .arg(local.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dry run: "), "{}", stderr(&o));
+}

@@ -125,7 +125,7 @@ fn follow_send(d: &Daemon, state: &Path, src: &Path, extra: &[&str]) -> Command 
         .args(["--follow", "--follow-idle", "2s", "--block", "1M"])
         .args(extra)
         .arg(src)
-        .arg("127.0.0.1:in");
+        .arg("127.0.0.1:in/");
     c
 }
 

@@ -52,7 +52,7 @@ fn a_good_transfer_still_arrives(d: &mut Daemon, name: &str) {
     let bytes = noise((1 << 20) + 333, name.len() as u64);
     std::fs::write(&f, &bytes).unwrap();
     let o = output_within(
-        send_cmd(d.port, &d.key, &["--block", "256k", "-P", "2"], &f, "good"),
+        send_cmd(d.port, &d.key, &["--block", "256k", "-P", "2"], &f, "good/"),
         SEND_LIMIT,
     );
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
@@ -357,7 +357,13 @@ fn a_recorded_handshake_replayed_on_a_new_connection_fails_auth() {
     // A real client through a relay that records its control connection.
     let (relay_port, recording) = recording_relay(d.port, 2);
     let o = output_within(
-        send_cmd(relay_port, &d.key, &["-P", "1", "--block", "64k"], &f, "in"),
+        send_cmd(
+            relay_port,
+            &d.key,
+            &["-P", "1", "--block", "64k"],
+            &f,
+            "in/",
+        ),
         SEND_LIMIT,
     );
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());

@@ -175,7 +175,7 @@ impl Recv {
         let src = tempfile::tempdir_in("/var/tmp").unwrap();
         let file = src.path().join(name);
         std::fs::write(&file, bytes).unwrap();
-        let o = output_within(self.send_cmd(&["-P", "2"], &file, "in"), SEND_LIMIT);
+        let o = output_within(self.send_cmd(&["-P", "2"], &file, "in/"), SEND_LIMIT);
         assert!(o.status.success(), "send failed: {}", stderr(&o));
         let got = std::fs::read(self.root.path().join("in").join(name)).unwrap();
         assert!(got == bytes, "{name} arrived different");

@@ -1517,7 +1517,7 @@ fn a_whole_files_stale_journal_never_writes_into_a_shared_part() {
             .arg(&atk)
             .args(extra)
             .arg(attacker.join("big"))
-            .arg("127.0.0.1:d")
+            .arg("127.0.0.1:d/")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -1536,7 +1536,7 @@ fn a_whole_files_stale_journal_never_writes_into_a_shared_part() {
             .arg("--state-dir")
             .arg(&vs)
             .arg(victim.join("big"))
-            .arg("127.0.0.1:d")
+            .arg("127.0.0.1:d/")
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", stderr(&o));

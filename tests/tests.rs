@@ -23,6 +23,7 @@ mod limits;
 mod linters;
 mod names;
 mod net;
+mod paths;
 mod placement;
 mod plot;
 mod protocol_io;

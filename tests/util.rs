@@ -417,7 +417,7 @@ pub fn push_request(streams: u16, block_size: u32) -> Message {
 /// A push request with request flags (`REQ_*`).
 pub fn push_request_with(streams: u16, block_size: u32, flags: u32) -> Message {
     Message::Request(SessionRequest {
-        protect: Vec::new(),
+        filter: Vec::new(),
         owner: [0; 32],
         rate_limit: 0,
         direction: Direction::Push,

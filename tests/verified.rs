@@ -661,10 +661,10 @@ fn a_second_key_holder_cannot_reach_a_victims_part_file() {
         "send",
         d.port,
         &slow,
-        &[victim.to_str().unwrap(), "127.0.0.1:in"],
+        &[victim.to_str().unwrap(), "127.0.0.1:in/"],
     ));
     wait_for_percent(&d, 5.0);
-    let attack = send(&d, &["--json"], &[evil.to_str().unwrap(), "127.0.0.1:in"]);
+    let attack = send(&d, &["--json"], &[evil.to_str().unwrap(), "127.0.0.1:in/"]);
     let o = finish(v);
     let got = std::fs::read(d.root.path().join("in/big.dat")).ok();
     let same = got.as_deref() == Some(&std::fs::read(&victim).unwrap()[..]);
@@ -950,7 +950,7 @@ fn a_key_holder_cannot_change_the_root_through_a_link_and_setid_bits_are_dropped
     }
     let f = src.path().join("after");
     std::fs::write(&f, noise(70_000, 6)).unwrap();
-    let o = send(&d, &[], &[f.to_str().unwrap(), "127.0.0.1:later"]);
+    let o = send(&d, &[], &[f.to_str().unwrap(), "127.0.0.1:later/"]);
     assert_eq!(o.status.code(), Some(0), "{}", both(&o));
     assert_eq!(
         std::fs::read(d.root.path().join("later/after")).unwrap(),
@@ -961,11 +961,11 @@ fn a_key_holder_cannot_change_the_root_through_a_link_and_setid_bits_are_dropped
     let s = src.path().join("suid");
     std::fs::write(&s, b"#!/bin/sh\n").unwrap();
     chmod(&s, 0o6755);
-    let o = send(&d, &[], &[s.to_str().unwrap(), "127.0.0.1:bits"]);
+    let o = send(&d, &[], &[s.to_str().unwrap(), "127.0.0.1:bits/"]);
     assert_eq!(o.status.code(), Some(0), "{}", both(&o));
     assert_eq!(mode_of(&d.root.path().join("bits/suid")), 0o755);
     let k = rx(&["--keep-setid"]);
-    let o = send(&k, &[], &[s.to_str().unwrap(), "127.0.0.1:bits"]);
+    let o = send(&k, &[], &[s.to_str().unwrap(), "127.0.0.1:bits/"]);
     assert_eq!(o.status.code(), Some(0), "{}", both(&o));
     assert_eq!(mode_of(&k.root.path().join("bits/suid")), 0o6755);
 }
@@ -1200,7 +1200,7 @@ fn symlinks_are_recreated_as_they_are_skipped_or_refused_as_configured() {
         assert_eq!(std::fs::read(parent.path().join("x")).unwrap(), b"outside");
         assert_eq!(names(parent.path()).len(), 2, "{:?}", names(parent.path()));
         // ../../x from a/b/c stays inside the root: kept in every mode.
-        let o = send(&d, &[], &[lone.to_str().unwrap(), "127.0.0.1:a/b/c"]);
+        let o = send(&d, &[], &[lone.to_str().unwrap(), "127.0.0.1:a/b/c/"]);
         assert_eq!(o.status.code(), Some(0), "{mode:?}: {}", both(&o));
         assert_eq!(
             readlink(&d.root.path().join("a/b/c/up_link")),

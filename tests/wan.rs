@@ -301,7 +301,7 @@ fn a_send_resumes_after_the_line_is_cut_longer_than_the_timeout() {
             &d,
             &["--block", "1M", "--timeout", "3s", "--json"],
             &f,
-            "cut",
+            "cut/",
         )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -397,7 +397,7 @@ fn a_send_resumes_after_the_line_is_cut_longer_than_the_timeout() {
             &d,
             &["--block", "1M", "--timeout", "3s", "--json", "--resume"],
             &f,
-            "cut",
+            "cut/",
         ),
         Duration::from_secs(60),
     );

@@ -208,9 +208,11 @@ pub struct BenchArgs {
 
     /// bench --net: send no faster than RATE in total, each stream paced to
     /// its share (SO_MAX_PACING_RATE); with --reverse the daemon, which
-    /// sends, paces its streams so.
+    /// sends, paces its streams so. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate, requires = "net")]
-    pub rate_limit: Option<f64>,
+    pub rate_limit: Option<parse::Rate>,
 
     /// bench --net: zero-copy sends (auto: not over virtual devices or a
     /// round trip above 1 ms, and dropped where the kernel copies).
@@ -288,13 +290,15 @@ pub struct BenchArgs {
     #[arg(long)]
     pub keep: bool,
 
-    /// With --mode write: write at RATE per second (as 2Gbit, 250MB),
+    /// With --mode write: write at RATE (as 2Gbit, 250MB),
     /// from the start of the file once, as a recorder does (with --time, a
     /// file of RATE x its length); the file is kept, so `send --follow` can
     /// copy it meanwhile, as a rehearsal of a recording and its copy. With
     /// --net --udp: offer datagrams at RATE in all [default: as fast as
-    /// the sender can].
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    /// the sender can]. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub rate: Option<parse::Rate>,
 
     /// Write zeros instead of incompressible, non-dedupable data.
@@ -306,8 +310,10 @@ pub struct BenchArgs {
     pub destroy: bool,
 
     /// Fail (exit 1) if any --window of the aggregate rate falls below RATE
-    /// (as 4Gbit, 500MB or 450MiB, per second; echoed in the unit given).
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    /// (as 4Gbit, 500MB or 450MiB). RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub min_rate: Option<parse::Rate>,
 
     /// Window of the --min-rate gate.
@@ -493,9 +499,11 @@ pub struct RecvArgs {
     pub max_manifest_memory: Option<u64>,
 
     /// A sender slower than this over a whole --timeout (while the daemon
-    /// waits for its data) ends its session [default: 8kbit].
+    /// waits for its data) ends its session [default: 8kbit]. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub min_rate: Option<f64>,
+    pub min_rate: Option<parse::Rate>,
 
     /// Remove part files and journals (what an interrupted session left for
     /// --resume) untouched for this long; 0 keeps them [default: 7d].
@@ -573,11 +581,17 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
       urmove send --key-file k /data/run42 dtn2:ingest      creates ingest/run42/... under the receiver's root\n  \
+      urmove send --key-file k /data/run42/ dtn2:ingest/run42   run42's contents into ingest/run42 (rsync's trailing /)\n  \
+      urmove send --key-file k big.dat dtn2:ingest/big-copy.dat   one file takes the name given where no directory has it\n  \
       urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself\n  \
       urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h\n  \
       urmove send --shard 1/2 --key-file k /data/run42 dtn2:ingest   this host's half (another runs --shard 0/2)")]
 pub struct SendArgs {
-    /// Files or directories to send, then HOST:DEST (DEST under the receiver's root).
+    /// Files or directories to send, then HOST:DEST (DEST under the
+    /// receiver's root, never absolute). As rsync reads them: a directory
+    /// arrives as DEST/DIR, or given as DIR/ its contents arrive in DEST
+    /// (DEST keeps its own mode and mtime); one file arrives as DEST itself
+    /// where the receiver has no directory DEST and DEST ends in no /.
     #[arg(value_name = "SOURCE... HOST:DEST", num_args = 1.., required = true)]
     pub args: Vec<String>,
 
@@ -613,7 +627,10 @@ pub struct SendArgs {
     /// have at RATE (or, when less waited to go at the window's start, less
     /// than all of that: a writer's pause or the run's last bytes are not
     /// held against it); the files still arrive whole and verified.
-    #[arg(long, value_name = "RATE", value_parser = parse::rate_given)]
+    /// RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
+    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub min_rate: Option<parse::Rate>,
 
     /// Window of the --min-rate gate.
@@ -628,11 +645,13 @@ pub struct SendArgs {
     #[arg(long, value_name = "WHEN", value_parser = parse::follow_until, requires = "follow")]
     pub follow_until: Option<crate::session::send::FollowUntil>,
 
-    /// Send no faster than RATE per second in total (as 4Gbit, 500MB,
-    /// 450MiB); each stream is paced to its share (SO_MAX_PACING_RATE), so
-    /// the data leaves evenly instead of in bursts.
+    /// Send no faster than RATE in total (as 4Gbit, 500MB, 450MiB); each
+    /// stream is paced to its share (SO_MAX_PACING_RATE), so the data
+    /// leaves evenly instead of in bursts. RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub rate_limit: Option<f64>,
+    pub rate_limit: Option<parse::Rate>,
 
     /// Receiver's port.
     #[arg(short = 'p', long, default_value_t = 7878)]
@@ -773,18 +792,21 @@ pub struct FidelityArgs {
     pub devices: bool,
 }
 
-/// What of the sources goes, as rsync's filter options choose it.
+/// What of the sources goes, what goes from the receiving side, and
+/// whether anything happens at all, as rsync's options choose them:
+/// declared once, for `send` and `pull` alike.
 #[derive(Debug, Args)]
 pub struct TreeArgs {
     /// Leave out entries matching PATTERN (repeatable; rsync's rules: a
     /// name pattern such as '*.tmp' matches at any depth, a leading / anchors
     /// it at the top, a trailing / matches directories only, ** crosses
     /// directories). --include and --exclude rules are tried in the order
-    /// given, the first match deciding.
+    /// given, the first match deciding. A pull carries them to the daemon,
+    /// which lists only what they let through.
     #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
 
-    /// Send entries matching PATTERN even if a later --exclude matches them
+    /// Move entries matching PATTERN even if a later --exclude matches them
     /// (repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub include: Vec<String>,
@@ -797,21 +819,24 @@ pub struct TreeArgs {
     #[command(flatten)]
     pub keep: FidelityArgs,
 
-    /// After the transfer, remove what the receiver holds under the
-    /// directories sent that the sources do not have (rsync's --delete):
-    /// only inside those directories, never urmove's part files, and not
-    /// what --exclude leaves out; the summary lists what was removed.
+    /// After the transfer, remove what the receiving side (the daemon of a
+    /// send, LOCAL_DIR of a pull) holds under the directories moved that
+    /// the source does not have (rsync's --delete): only inside those
+    /// directories (and in DEST itself when a directory's contents, DIR/,
+    /// were moved), never urmove's part files, and not what --exclude
+    /// leaves out; the summary lists what was removed.
     #[arg(long)]
     pub delete: bool,
 
-    /// --delete, and what --exclude leaves out goes from the receiver too
-    /// (rsync's --delete-excluded).
+    /// --delete, and what --exclude leaves out goes from the receiving side
+    /// too (rsync's --delete-excluded).
     #[arg(long)]
     pub delete_excluded: bool,
 
-    /// Ask the receiver what the run would do and do none of it: each file
-    /// that would be sent and its bytes, what the receiver holds already,
-    /// what it would refuse and (with --delete) remove. Nothing is sent
+    /// Say what the run would do and do none of it: each file that would
+    /// move and its bytes, what the receiving side holds already, what it
+    /// would refuse and (with --delete) remove. A send asks the daemon; a
+    /// pull asks the daemon for its list and looks here. Nothing is moved
     /// or written on either side.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
@@ -835,9 +860,17 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
       urmove pull --key-file k dtn2:ingest/run42 /data     creates /data/run42/... from the receiver's root\n  \
-      urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it")]
+      urmove pull --key-file k dtn2:ingest/run42/ /data/run42   run42's contents into /data/run42 (rsync's trailing /)\n  \
+      urmove pull --key-file k dtn2:ingest/run42/a.dat /data/a-copy.dat   one file takes the name given where no directory has it\n  \
+      urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it\n  \
+      urmove pull --delete --exclude '*.tmp' --key-file k dtn2:ingest/run42 /data   also removes what run42 lost, keeping *.tmp\n  \
+      urmove pull -n --delete --key-file k dtn2:ingest/run42 /data   what that would fetch and remove, doing nothing")]
 pub struct PullArgs {
-    /// HOST:PATH (PATH under the daemon's root; one host), then LOCAL_DIR.
+    /// HOST:PATH (PATH under the daemon's root, never absolute; one
+    /// host), then LOCAL_DIR. As rsync reads them: a directory arrives as
+    /// LOCAL_DIR/DIR, or given as DIR/ its contents arrive in LOCAL_DIR
+    /// (which keeps its own mode and mtime); one file arrives as LOCAL_DIR
+    /// itself where that is no directory and ends in no /.
     #[arg(value_name = "HOST:PATH... LOCAL_DIR", num_args = 2.., required = true)]
     pub args: Vec<String>,
 
@@ -847,11 +880,13 @@ pub struct PullArgs {
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
 
-    /// Have the daemon send no faster than RATE per second in total (as
-    /// 4Gbit, 500MB, 450MiB); it paces each of its streams to its share
-    /// (SO_MAX_PACING_RATE).
+    /// Have the daemon send no faster than RATE in total (as 4Gbit,
+    /// 500MB, 450MiB); it paces each of its streams to its share
+    /// (SO_MAX_PACING_RATE). RATE is in bits per second unless a B says bytes
+    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
+    /// powers of 1000); echoed in the unit given.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub rate_limit: Option<f64>,
+    pub rate_limit: Option<parse::Rate>,
 
     /// Socket receive buffer per stream on this side. Setting it turns off
     /// the kernel's autotuning of that buffer, which otherwise grows it to
@@ -936,7 +971,7 @@ pub struct PullArgs {
     pub resume: ResumeArgs,
 
     #[command(flatten)]
-    pub keep: FidelityArgs,
+    pub tree: TreeArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

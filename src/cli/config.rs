@@ -42,8 +42,18 @@ pub struct RecvSettings {
     pub cc: crate::datapath::tcp::Congestion,
     pub lanes: crate::session::lanes::Lanes,
     pub max_manifest_memory: u64,
-    pub min_rate_bytes_per_s: u64,
+    /// `min_rate`, in the unit given.
+    pub min_rate: parse::Rate,
     pub part_max_age: Duration,
+}
+
+/// The daemon's `min_rate` unless one is given: 8 kbit/s.
+pub fn min_rate_default() -> parse::Rate {
+    let bytes_per_s = crate::session::MIN_RATE_BYTES_PER_S as f64;
+    parse::Rate {
+        bytes_per_s,
+        unit: crate::coord::units::RateUnit::Gbit,
+    }
 }
 
 /// A number, or a string with a unit ("4G", "30s").
@@ -445,14 +455,14 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             (None, Some(v)) => size(p, t, "max_manifest_memory", v)?,
             (None, None) => 1 << 30,
         },
-        min_rate_bytes_per_s: match (a.min_rate, f.min_rate) {
-            (Some(r), _) => r as u64,
+        min_rate: match (a.min_rate, f.min_rate) {
+            (Some(r), _) => r,
             (None, Some(v)) => {
                 let span = v.span();
-                parse::rate(v.get_ref()).map_err(|e| at(p, t, span, format!("min_rate: {e}")))?
-                    as u64
+                let r = parse::rate(v.get_ref());
+                r.map_err(|e| at(p, t, span, format!("min_rate: {e}")))?
             }
-            (None, None) => crate::session::MIN_RATE_BYTES_PER_S,
+            (None, None) => min_rate_default(),
         },
         part_max_age: match (a.part_max_age, f.part_max_age) {
             (Some(d), _) => d,
@@ -679,7 +689,7 @@ mod tests {
         assert_eq!(s.root, PathBuf::from("/srv/urmove"));
         assert_eq!(s.max_buffer_memory, 2 << 30);
         assert_eq!(s.max_manifest_memory, 1 << 30);
-        assert_eq!(s.min_rate_bytes_per_s, 1000);
+        assert_eq!(s.min_rate.bytes_per_s, 1000.0);
         assert_eq!(s.state_dir, PathBuf::from("/var/lib/urmove"));
         assert_eq!(s.unsafe_links, LinksArg::Keep);
         assert!(!s.keep_setid && !s.pull_only);

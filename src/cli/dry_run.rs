@@ -1,14 +1,16 @@
-//! `send --dry-run`: what a send would move, with sizes, as the receiver
-//! answers it: the files it holds unchanged, whole or in part are not
-//! counted as sent, what it would refuse is named and, with `--delete`,
-//! what it would remove is listed. Nothing is sent and nothing written on
-//! either side (the receiver is asked with `REQ_DRY_RUN`).
+//! `send --dry-run` and `pull --dry-run`: what a run would move, with
+//! sizes, as the receiving side answers it (the daemon of a send; this
+//! side of a pull, from the daemon's listing): the files it holds
+//! unchanged, whole or in part are not counted as moved, what it would
+//! refuse is named and, with `--delete`, what it would remove is listed.
+//! Nothing is moved and nothing written on either side (the daemon is
+//! asked with `REQ_DRY_RUN`).
 
 use crate::coord::units;
 use crate::protocol::manifest::EntryKind;
 use crate::protocol::names;
 use crate::session::send::{held_text, SendConfig};
-use crate::session::survey::{survey, Action, Survey};
+use crate::session::survey::{survey, survey_pull, Action, Survey};
 use crate::session::tree::{scan, Skipped, Tree};
 
 use super::render::{self, Format, Out};
@@ -36,6 +38,9 @@ struct DryRun<'a> {
     status: &'static str,
     dry_run: bool,
     dest: &'a str,
+    /// A pull's paths under the daemon's root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paths: Option<&'a [String]>,
     /// Files that would be sent, whole or their rest.
     files: u64,
     /// Bytes that would be sent.
@@ -67,29 +72,70 @@ pub(crate) fn show(cfg: &SendConfig, format: Format) -> Result<u8, Failure> {
         let block = u64::from(cfg.block_size);
         crate::session::shard::select(&mut tree, s, cfg.split_over, block);
     }
+    let side = Side {
+        command: "send",
+        dest: &cfg.dest,
+        paths: None,
+    };
     let answer = match survey(cfg, &tree) {
         Ok(a) => a,
-        Err(e) => return Err(refused(cfg, format, &e)),
+        Err(e) => return Err(refused(&side, format, &e)),
     };
-    let run = dry_run(cfg, &tree, &answer);
-    let mut out = Out::default();
-    match format {
-        Format::Human => print_human(&mut out, cfg, &run),
-        _ => out.line(&serde_json::to_string_pretty(&run).expect("reports serialize")),
-    }
-    Ok(match run.files_skipped + run.refused.len() {
-        0 => 0,
-        _ => EXIT_PARTIAL,
-    })
+    let run = dry_run(cfg, &tree, &answer, side);
+    Ok(say(cfg, &run, format))
 }
 
-/// A dry run the receiver refused (or never answered): said as a send
+/// `pull --dry-run`: ask the daemon for its listing of `paths`, look here
+/// at what a pull into `local` would do, and say it; exit 0, or 23 when
+/// some entries could not be moved (as the real run would).
+pub(crate) fn show_pull(
+    cfg: &SendConfig,
+    (paths, local): (&[String], &std::path::Path),
+    format: Format,
+) -> Result<u8, Failure> {
+    let dest = local.display().to_string();
+    let side = Side {
+        command: "pull",
+        dest: &dest,
+        paths: Some(paths),
+    };
+    let (tree, answer) = match survey_pull(cfg, (paths, local)) {
+        Ok(a) => a,
+        Err(e) => return Err(refused(&side, format, &e)),
+    };
+    let run = dry_run(cfg, &tree, &answer, side);
+    Ok(say(cfg, &run, format))
+}
+
+/// Which run a dry run is of: its command, where it lands (DEST under the
+/// daemon's root, or a pull's LOCAL_DIR) and a pull's paths.
+struct Side<'a> {
+    command: &'static str,
+    dest: &'a str,
+    paths: Option<&'a [String]>,
+}
+
+/// Print a dry run; its exit code: 0, or 23 when entries would be
+/// skipped or refused.
+fn say(cfg: &SendConfig, run: &DryRun<'_>, format: Format) -> u8 {
+    let mut out = Out::default();
+    match format {
+        Format::Human => print_human(&mut out, cfg, run),
+        _ => out.line(&serde_json::to_string_pretty(run).expect("reports serialize")),
+    }
+    match run.files_skipped + run.refused.len() {
+        0 => 0,
+        _ => EXIT_PARTIAL,
+    }
+}
+
+/// A dry run the daemon refused (or never answered): said as the run
 /// says it, a JSON document for machines.
-fn refused(cfg: &SendConfig, format: Format, e: &crate::session::SessionError) -> Failure {
+fn refused(side: &Side<'_>, format: Format, e: &crate::session::SessionError) -> Failure {
     if format != Format::Human {
         let doc = serde_json::json!({
-            "schema": 1, "command": "send", "status": e.code().name(), "error": e.to_string(),
-            "dry_run": true, "dest": cfg.dest, "files": 0, "bytes": 0,
+            "schema": 1, "command": side.command, "status": e.code().name(), "error": e.to_string(),
+            "dry_run": true, "dest": side.dest, "files": 0, "bytes": 0,
         });
         Out::default().line(&doc.to_string());
     }
@@ -100,8 +146,13 @@ fn refused(cfg: &SendConfig, format: Format, e: &crate::session::SessionError) -
     }
 }
 
-/// The report of a dry run of `tree`, from the receiver's `answer`.
-fn dry_run<'a>(cfg: &'a SendConfig, tree: &'a Tree, answer: &'a Survey) -> DryRun<'a> {
+/// The report of a dry run of `tree`, from the receiving side's `answer`.
+fn dry_run<'a>(
+    cfg: &'a SendConfig,
+    tree: &'a Tree,
+    answer: &'a Survey,
+    side: Side<'a>,
+) -> DryRun<'a> {
     let entries: Vec<Listed> = tree
         .entries
         .iter()
@@ -122,10 +173,11 @@ fn dry_run<'a>(cfg: &'a SendConfig, tree: &'a Tree, answer: &'a Survey) -> DryRu
     });
     DryRun {
         schema: 1,
-        command: "send",
+        command: side.command,
         status: "dry-run",
         dry_run: true,
-        dest: &cfg.dest,
+        dest: side.dest,
+        paths: side.paths,
         files: entries
             .iter()
             .filter(moving)
@@ -168,17 +220,18 @@ fn print_human(out: &mut Out, cfg: &SendConfig, run: &DryRun<'_>) {
     for s in run.skipped {
         render::warn(&format!("would skip {}: {}", s.path, s.reason));
     }
+    let receiver = match run.command {
+        "pull" => "this side",
+        _ => "the receiver",
+    };
     for r in &run.refused {
-        render::warn(&format!(
-            "the receiver would refuse {}: {}",
-            r.path, r.reason
-        ));
+        render::warn(&format!("{receiver} would refuse {}: {}", r.path, r.reason));
     }
     out.line(&summary(cfg, run));
 }
 
-/// The dry run's last line: what would cross, what the receiver holds and
-/// would delete, and that nothing was done.
+/// The dry run's last line: what would cross, what the receiving side
+/// holds and would delete, and that nothing was done.
 fn summary(cfg: &SendConfig, run: &DryRun<'_>) -> String {
     let left_out = match run.files_excluded {
         0 => String::new(),
@@ -189,23 +242,36 @@ fn summary(cfg: &SendConfig, run: &DryRun<'_>) -> String {
         run.files_found_complete,
         run.files_continued,
     );
-    let held = match held {
-        (0, 0, 0) => String::new(),
-        h => format!("; the receiver holds {}", held_text(h)),
+    let held = match (held, run.command) {
+        ((0, 0, 0), _) => String::new(),
+        (h, "pull") => format!(
+            "; this side holds {}",
+            held_text(h).replace("the receiver's", "its")
+        ),
+        (h, _) => format!("; the receiver holds {}", held_text(h)),
     };
     let deleted = match run.files_deleted {
         0 => String::new(),
         n => format!("; would delete {}", units::count(n as u64, "entry")),
     };
-    format!(
-        "dry run: would send {}, {} to {}:{}{left_out}{held}{deleted}; nothing was sent or written",
-        units::count(run.files, "file"),
-        units::bytes_both(run.bytes),
-        cfg.host,
-        if cfg.dest.is_empty() {
-            "(its root)"
-        } else {
-            cfg.dest.as_str()
-        },
-    )
+    let files = units::count(run.files, "file");
+    let bytes = units::bytes_both(run.bytes);
+    let whither = match (run.command, run.paths) {
+        ("pull", Some(paths)) => format!(
+            "would pull {files}, {bytes} from {}:{} into {}",
+            cfg.host,
+            paths.join(" "),
+            run.dest
+        ),
+        _ => format!(
+            "would send {files}, {bytes} to {}:{}",
+            cfg.host,
+            if run.dest.is_empty() {
+                "(its root)"
+            } else {
+                run.dest
+            }
+        ),
+    };
+    format!("dry run: {whither}{left_out}{held}{deleted}; nothing was sent or written")
 }

@@ -13,7 +13,7 @@ enum Given {
     File(std::path::PathBuf),
 }
 
-/// The filter of a `send` command line.
+/// The filter of a `send` or `pull` command line.
 pub(crate) fn of(m: Option<&ArgMatches>) -> Result<Filter, Failure> {
     let Some(m) = m else {
         return Ok(Filter::default());

@@ -96,7 +96,9 @@ pub fn main() -> ExitCode {
             filters::of(matches.subcommand_matches("send")).and_then(|f| transfer::send(a, f))
         }
         Command::Demo(a) => demo::demo(a),
-        Command::Pull(a) => transfer::pull(a),
+        Command::Pull(a) => {
+            filters::of(matches.subcommand_matches("pull")).and_then(|f| transfer::pull(a, f))
+        }
         Command::Report(a) => report::report(a),
         Command::Tune(a) => tune::tune(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
@@ -295,6 +297,12 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     };
     let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
     printer.min_rate_unit = a.min_rate.map(|r| r.unit);
+    if let (Some(r), false) = (a.rate, printer.show.quiet) {
+        render::info(&format!(
+            "--rate {}: written as a recorder writes",
+            r.echo()
+        ));
+    }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let targets_shown = cfg
         .targets

@@ -98,40 +98,6 @@ pub fn size(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// A rate in bytes per second: `4Gbit` (bits, powers of 1000), `500MB`
-/// (bytes, powers of 1000), `450MiB` (bytes, powers of 1024); `/s` may follow.
-pub fn rate(s: &str) -> Result<f64, String> {
-    let (v, unit) = split_number(s)?;
-    let unit = unit.strip_suffix("/s").unwrap_or(unit).trim();
-    let per_s = match unit {
-        "bit" | "b" => v / 8.0,
-        "kbit" | "Kbit" | "kb" | "Kb" => v * 1e3 / 8.0,
-        "Mbit" | "Mb" => v * 1e6 / 8.0,
-        "Gbit" | "Gb" => v * 1e9 / 8.0,
-        "Tbit" | "Tb" => v * 1e12 / 8.0,
-        "B" => v,
-        "kB" | "KB" => v * 1e3,
-        "MB" => v * 1e6,
-        "GB" => v * 1e9,
-        "TB" => v * 1e12,
-        "KiB" => v * 1024.0,
-        "MiB" => v * 1024.0 * 1024.0,
-        "GiB" => v * 1024f64.powi(3),
-        "TiB" => v * 1024f64.powi(4),
-        "" => {
-            return Err(format!(
-                "rate '{s}' needs a unit, as 4Gbit, 500MB or 450MiB"
-            ))
-        }
-        _ => {
-            return Err(format!(
-                "unknown rate unit '{unit}' in '{s}' (use Gbit, Mbit, GB, MB, GiB, MiB)"
-            ))
-        }
-    };
-    Ok(per_s)
-}
-
 /// A rate as given: bytes per second, and the unit family it was written
 /// in, to echo it back in that unit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,18 +106,78 @@ pub struct Rate {
     pub unit: crate::coord::units::RateUnit,
 }
 
-/// [`rate`], keeping the unit family: bits (`4Gbit`), binary bytes
-/// (`450MiB`) or decimal bytes (`500MB`).
-pub fn rate_given(s: &str) -> Result<Rate, String> {
+impl Rate {
+    /// The rate in the unit it was given, then in the other family:
+    /// `8.00 Mb/s (1.00 MB/s)`, `1.00 MB/s (8.00 Mb/s)`.
+    pub fn echo(&self) -> String {
+        use crate::coord::units::{rate, RateUnit};
+        let other = match self.unit {
+            RateUnit::Gbit => RateUnit::Mb,
+            RateUnit::Mb | RateUnit::Mib => RateUnit::Gbit,
+        };
+        format!(
+            "{} ({})",
+            rate(self.bytes_per_s, self.unit),
+            rate(self.bytes_per_s, other)
+        )
+    }
+}
+
+/// What one spelling of a rate's unit says: its multiplier, and whether
+/// it counts bytes.
+fn rate_unit(unit: &str) -> Option<(f64, bool, bool)> {
+    // `/s` or `ps` may end it: `4Gbit/s`, `4Gbps`, `500MBps`.
+    let unit = unit.strip_suffix("/s").unwrap_or(unit);
+    let unit = match unit.len().checked_sub(2).map(|at| unit.split_at(at)) {
+        Some((rest, ps)) if ps.eq_ignore_ascii_case("ps") && !rest.is_empty() => rest,
+        _ => unit,
+    };
+    let (power, rest) = match unit.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (1, &unit[1..]),
+        Some('m') => (2, &unit[1..]),
+        Some('g') => (3, &unit[1..]),
+        Some('t') => (4, &unit[1..]),
+        _ => (0, unit),
+    };
+    let (base, rest) = match rest.strip_prefix('i') {
+        Some(rest) if power > 0 => (1024f64, rest),
+        _ => (1000f64, rest),
+    };
+    let bytes = match rest {
+        // A binary prefix names what it multiplies: `4GiB`, `4Gibit`.
+        "" if base == 1024.0 => return None,
+        "" | "b" => false,
+        "B" => true,
+        word if word.eq_ignore_ascii_case("bit") || word.eq_ignore_ascii_case("bits") => false,
+        _ => return None,
+    };
+    Some((base.powi(power), bytes, base == 1024.0))
+}
+
+/// A rate: bits per second unless a `B` says bytes. `4G`, `4g`, `4Gb`,
+/// `4gbit`, `4Gbit`, `4Gbps` are bits (iperf3's -b, tc's spelling in any
+/// case); `500MB` and `450MiB` bytes; k, M, G, T are powers of 1000, Ki,
+/// Mi, Gi, Ti of 1024; `/s` may follow; a bare number is bits per second.
+/// Every rate option takes it, and echoes it in the unit family given.
+pub fn rate(s: &str) -> Result<Rate, String> {
     use crate::coord::units::RateUnit;
-    let bytes_per_s = rate(s)?;
-    let unit = s.trim().trim_end_matches("/s");
-    let unit = if unit.ends_with("bit") || unit.ends_with('b') {
-        RateUnit::Gbit
-    } else if unit.ends_with("iB") {
-        RateUnit::Mib
-    } else {
-        RateUnit::Mb
+    let (v, unit) = split_number(s)?;
+    let Some((mult, bytes, binary)) = rate_unit(unit) else {
+        return Err(format!(
+            "unknown rate unit '{unit}' in '{s}' (bits: 4G, 4Gbit, 4Gbps, 1gbit; bytes: 500MB, 450MiB)"
+        ));
+    };
+    let bytes_per_s = match bytes {
+        true => v * mult,
+        false => v * mult / 8.0,
+    };
+    if !bytes_per_s.is_finite() {
+        return Err(format!("rate '{s}' is too large"));
+    }
+    let unit = match (bytes, binary) {
+        (false, _) => RateUnit::Gbit,
+        (true, true) => RateUnit::Mib,
+        (true, false) => RateUnit::Mb,
     };
     Ok(Rate { bytes_per_s, unit })
 }
@@ -265,12 +291,20 @@ mod tests {
     #[test]
     fn rates_keep_the_unit_given() {
         use crate::coord::units::RateUnit;
-        let unit = |s: &str| rate_given(s).unwrap().unit;
-        assert_eq!(unit("4Gbit"), RateUnit::Gbit);
-        assert_eq!(unit("4Gb/s"), RateUnit::Gbit);
+        let unit = |s: &str| rate(s).unwrap().unit;
+        for bits in ["4Gbit", "4Gb/s", "4G", "4Gbps", "1gbit", "8M", "450"] {
+            assert_eq!(unit(bits), RateUnit::Gbit, "{bits}");
+        }
         assert_eq!(unit("450MiB"), RateUnit::Mib);
         assert_eq!(unit("500MB/s"), RateUnit::Mb);
-        assert_eq!(rate_given("4Gbit").unwrap().bytes_per_s, 5e8);
+        assert_eq!(unit("500MBps"), RateUnit::Mb);
+    }
+
+    #[test]
+    fn a_rate_echoes_in_the_unit_given_then_the_other() {
+        assert_eq!(rate("8M").unwrap().echo(), "8.00 Mb/s (1.00 MB/s)");
+        assert_eq!(rate("1MB").unwrap().echo(), "1.00 MB/s (8.00 Mb/s)");
+        assert_eq!(rate("450MiB").unwrap().echo(), "450 MiB/s (3.77 Gb/s)");
     }
 
     #[test]
@@ -288,12 +322,61 @@ mod tests {
     }
 
     #[test]
-    fn rates() {
-        assert_eq!(rate("4Gbit"), Ok(5e8));
-        assert_eq!(rate("500MB"), Ok(5e8));
-        assert_eq!(rate("450MiB/s"), Ok(450.0 * 1048576.0));
-        assert!(rate("450").is_err());
-        assert!(rate("4Gbps").is_err());
+    fn rates_are_bits_unless_a_b_says_bytes() {
+        let bps = |s: &str| rate(s).unwrap().bytes_per_s;
+        // Bits: iperf3's -b, tc's spelling in any case, a bare number.
+        for four_g in [
+            "4G",
+            "4g",
+            "4Gb",
+            "4gb",
+            "4gbit",
+            "4Gbit",
+            "4GBIT",
+            "4Gbits",
+            "4Gbps",
+            "4gbps",
+            "4Gbit/s",
+            "4Gb/s",
+            "4G/s",
+            "4000M",
+            "4000Mbit",
+            "4000000k",
+            "4000000kbit",
+            "4000000000",
+            "4000000000bit",
+            "4000000000b/s",
+        ] {
+            assert_eq!(bps(four_g), 5e8, "{four_g}");
+        }
+        assert_eq!(bps("1gbit"), 1.25e8);
+        assert_eq!(bps("1Gb"), 1.25e8);
+        assert_eq!(bps("500M"), 62.5e6);
+        assert_eq!(bps("8kbit"), 1000.0);
+        assert_eq!(bps("1T"), 1.25e11);
+        assert_eq!(bps("1Mibit"), 1048576.0 / 8.0);
+        // Bytes: a B says so.
+        assert_eq!(bps("500MB"), 5e8);
+        assert_eq!(bps("500MB/s"), 5e8);
+        assert_eq!(bps("500MBps"), 5e8);
+        assert_eq!(bps("2GB"), 2e9);
+        assert_eq!(bps("1kB"), 1e3);
+        assert_eq!(bps("1KB"), 1e3);
+        assert_eq!(bps("100B"), 100.0);
+        assert_eq!(bps("450MiB"), 450.0 * 1048576.0);
+        assert_eq!(bps("450MiB/s"), 450.0 * 1048576.0);
+        assert_eq!(bps("1GiB"), 1073741824.0);
+        assert_eq!(bps("1KiB"), 1024.0);
+        assert_eq!(bps("1.5Gbit"), 1.875e8);
+        for bad in [
+            "4Q", "4Gbyte", "fast", "4 G bit", "4Gi", "4ibit", "ps", "4xps",
+        ] {
+            let e = rate(bad).unwrap_err();
+            assert!(e.contains("rate") || e.contains("number"), "{bad}: {e}");
+        }
+        assert!(rate("4Qbit")
+            .unwrap_err()
+            .contains("bits: 4G, 4Gbit, 4Gbps, 1gbit; bytes: 500MB, 450MiB"));
     }
 
     #[test]

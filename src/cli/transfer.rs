@@ -195,7 +195,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             files: set.max_files,
             buffer_bytes: set.max_buffer_memory,
             manifest_bytes: set.max_manifest_memory,
-            min_rate_bytes_per_s: set.min_rate_bytes_per_s,
+            min_rate_bytes_per_s: set.min_rate.bytes_per_s as u64,
         },
         require_encryption: set.require_encryption,
         state_dir: set.state_dir.clone(),
@@ -225,7 +225,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         );
     }
     let served = serve(cfg, &stop, Arc::clone(&log), stats, &mut |addr| {
-        super::service::sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
+        listening(addr, set.min_rate, &log);
     });
     super::service::sd_notify("STOPPING=1");
     metrics_stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -236,14 +236,78 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `HOST:DEST`, with `[v6]:DEST` for IPv6 literals.
+/// The daemon listens on `addr`: systemd is told, and a `--min-rate`
+/// other than the default is said back in the unit given.
+fn listening(addr: SocketAddr, min_rate: super::parse::Rate, log: &crate::session::recv::Log) {
+    super::service::sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
+    if min_rate != super::config::min_rate_default() {
+        log(
+            crate::session::recv::Level::Info,
+            &format!(
+                "--min-rate {}: a sender slower over a whole --timeout ends its session",
+                min_rate.echo()
+            ),
+        );
+    }
+}
+
+/// `HOST:DEST`, with `[v6]:DEST` for IPv6 literals; a `:` after a `/` is
+/// part of a local path (`./a:b`), as scp reads it.
 fn split_target(t: &str) -> Option<(String, String)> {
     if let Some(rest) = t.strip_prefix('[') {
         let (host, dest) = rest.split_once("]:")?;
         return Some((host.to_string(), dest.to_string()));
     }
     let (host, dest) = t.split_once(':')?;
-    (!host.is_empty()).then(|| (host.to_string(), dest.to_string()))
+    (!host.is_empty() && !host.contains('/')).then(|| (host.to_string(), dest.to_string()))
+}
+
+/// `HOST:PATH` as the user wrote it, and the relative path to give
+/// instead of an absolute one: urmove's paths are beneath the daemon's
+/// root (`--root`), and the daemon refuses absolute ones. `what` names the
+/// path (DEST, PATH), `whose` the side whose root it is under.
+fn beneath_root(host: &str, path: &str, (what, whose): (&str, &str)) -> Result<(), Failure> {
+    if !path.starts_with('/') {
+        return Ok(());
+    }
+    let host = match host.contains(':') {
+        true => format!("[{host}]"),
+        false => host.to_string(),
+    };
+    let rel = path.trim_start_matches('/');
+    let instead = match rel {
+        "" => format!("{host}: for the root itself"),
+        rel => format!("{host}:{rel} for ROOT/{rel}"),
+    };
+    Err(Failure::Usage(anyhow::anyhow!(
+        "{host}:{path}: an absolute path is refused: {what} is relative to the {whose}'s root (its --root); give {instead}"
+    )))
+}
+
+/// The refusal of a `send` whose last argument is no `HOST:DEST`: when a
+/// source names a host, the user meant `pull`.
+fn no_target(target: &str, sources: &[String]) -> Failure {
+    let remote = sources.iter().any(|s| split_target(s).is_some());
+    Failure::Usage(anyhow::anyhow!(match remote {
+        true => format!(
+            "{target}: the last argument must be HOST:DEST, and {} names a host: to fetch from it into {target}, run `urmove pull {} {target}` (with the same options)",
+            sources.iter().find(|s| split_target(s).is_some()).expect("one does"),
+            sources.join(" ")
+        ),
+        false => format!("{target}: the last argument must be HOST:DEST (DEST may be empty)"),
+    }))
+}
+
+/// The refusal of a `pull` argument that is no `HOST:PATH`: when the last
+/// argument names a host, the user meant `send`.
+fn no_source(arg: &str, remotes: &[String], local: &str) -> Failure {
+    Failure::Usage(anyhow::anyhow!(match split_target(local) {
+        Some(_) => format!(
+            "{arg}: expected HOST:PATH, and the last argument {local} names a host: to push {arg} to it, run `urmove send {} {local}` (with the same options)",
+            remotes.join(" ")
+        ),
+        None => format!("{arg}: expected HOST:PATH"),
+    }))
 }
 
 /// Progress and summaries of `send`, `pull` and `bench --net`: interval
@@ -460,38 +524,70 @@ type Aim = (String, (String, String), Vec<PathBuf>);
 fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let (target, sources) = a.args.split_last().expect("clap requires two or more");
-    let (host, dest) = split_target(target).ok_or_else(|| {
-        usage(format!(
-            "{target}: the last argument must be HOST:DEST (DEST may be empty)"
-        ))
-    })?;
+    let (host, dest) = split_target(target).ok_or_else(|| no_target(target, sources))?;
+    beneath_root(&host, &dest, ("DEST", "receiver"))?;
     let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
     if let Some(list) = &a.files_from {
-        sources.extend(listed_paths(list)?.into_iter().map(PathBuf::from));
+        // A listed path is itself: a trailing / changes nothing there.
+        let listed = listed_paths(list)?.into_iter();
+        sources.extend(listed.map(|p| PathBuf::from(p.trim_end_matches('/'))));
     }
     if sources.is_empty() {
         return Err(usage(
             "nothing to send: give SOURCE... or --files-from FILE before HOST:DEST".into(),
         ));
     }
-    if a.rate_limit.is_some_and(|r| r <= 0.0) {
-        return Err(usage("--rate-limit must be above zero".into()));
-    }
-    if a.min_rate.as_ref().is_some_and(|r| r.bytes_per_s <= 0.0) || a.window.is_zero() {
-        return Err(usage("--min-rate and --window must be above zero".into()));
+    above_zero("--rate-limit", a.rate_limit)?;
+    above_zero("--min-rate", a.min_rate)?;
+    if a.window.is_zero() {
+        return Err(usage("--window must be above zero".into()));
     }
     Ok((target.clone(), (host, dest), sources))
 }
 
+/// How rsync's habits shape a send of `sources` to `dest`: whether a
+/// source is a directory's contents (`DIR/`), and whether one file may
+/// take DEST's name (one source, no directory, DEST not ending in `/`;
+/// the receiver renames it only where DEST is no directory). What urmove
+/// does not do as rsync would is refused, saying so.
+fn send_shape(a: &SendArgs, dest: &str, sources: &[PathBuf]) -> Result<(bool, bool), Failure> {
+    use crate::session::tree::is_contents;
+    let usage = |m: String| Err(Failure::Usage(anyhow::anyhow!(m)));
+    let contents = sources.iter().find(|s| is_contents(s));
+    if let (Some(dir), true) = (contents, a.follow) {
+        return usage(format!(
+            "--follow takes each directory as itself, not its contents: give {} without the trailing / (it then arrives under DEST as itself)",
+            dir.display()
+        ));
+    }
+    let deletes = a.tree.delete || a.tree.delete_excluded;
+    if contents.is_some() && deletes && matches!(dest.trim_matches('/'), "" | ".") {
+        return usage(
+            "--delete of a directory's contents (DIR/) into the receiver's root itself would remove everything else under the root: give HOST:DEST"
+                .into(),
+        );
+    }
+    let one_file = match sources {
+        [one] => std::fs::symlink_metadata(one).is_ok_and(|m| !m.is_dir()) && !is_contents(one),
+        _ => false,
+    };
+    Ok((
+        contents.is_some(),
+        one_file && !dest.is_empty() && !dest.ends_with('/'),
+    ))
+}
+
 pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, Failure> {
     let (target, (host, dest), sources) = send_what(&a)?;
+    let (contents, one_file) = send_shape(&a, &dest, &sources)?;
     check_block("--block", a.block)?;
     let fixed = !(a.follow || a.tree.delete || a.tree.delete_excluded);
     let (host, shard) = shard_host(a.shard.as_deref(), fixed, &host)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
-    let (streams, auto_streams) = auto_unless_limited(a.streams, a.rate_limit);
+    let rate_limit = a.rate_limit.map(|r| r.bytes_per_s);
+    let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
     let cfg = SendConfig {
         dest: dest.trim_end_matches('/').to_string(),
         sources,
@@ -502,7 +598,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         direct: direct(a.direct),
         interval: a.interval,
         sock_buf: a.sock_buf.map(|b| b as usize),
-        rate_limit_bytes_per_s: a.rate_limit,
+        rate_limit_bytes_per_s: rate_limit,
         congestion: a.cc.clone(),
         lanes: a.lanes,
         resume: !a.resume.ignore_times,
@@ -511,24 +607,20 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         encrypt: a.resume.encrypt,
         state_dir: a
             .state_dir
+            .clone()
             .unwrap_or_else(crate::session::secret::default_state_dir),
         scan: scan_rules(filter, a.tree.keep),
         numeric_ids: a.tree.keep.numeric_ids,
         sparse: a.tree.keep.sparse,
         delete: a.tree.delete || a.tree.delete_excluded,
         delete_excluded: a.tree.delete_excluded,
+        contents,
+        one_file,
         min_rate: a.min_rate.map(|r| crate::session::send::MinRate {
             bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
-        follow: a.follow.then(|| crate::session::send::Follow {
-            idle: a.follow_idle,
-            until: a
-                .follow_until
-                .clone()
-                .unwrap_or(crate::session::send::FollowUntil::Files),
-            live_parts: a.live_parts,
-        }),
+        follow: follow_of(&a),
         shard,
         split_over: a.split_over,
         transfer: target.to_string(),
@@ -541,9 +633,26 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;
     printer.shard = cfg.shard;
+    echo_rates(
+        &mut printer,
+        a.rate_limit,
+        a.min_rate.map(|r| (r, a.window)),
+    );
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
+    })
+}
+
+/// What `--follow` asks for, if given.
+fn follow_of(a: &SendArgs) -> Option<crate::session::send::Follow> {
+    a.follow.then(|| crate::session::send::Follow {
+        idle: a.follow_idle,
+        until: a
+            .follow_until
+            .clone()
+            .unwrap_or(crate::session::send::FollowUntil::Files),
+        live_parts: a.live_parts,
     })
 }
 
@@ -1063,13 +1172,11 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     }
     let block = a.bs.unwrap_or(crate::session::bench_net::FRAME_DEFAULT);
     check_block("--bs", block)?;
-    if a.rate_limit.is_some_and(|r| r <= 0.0) {
-        return Err(usage("--rate-limit must be above zero".into()));
-    }
+    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
-    let (streams, auto_streams) = match auto_unless_limited(a.streams, a.rate_limit) {
+    let (streams, auto_streams) = match auto_unless_limited(a.streams, rate_limit) {
         // Reversed, the daemon sends: it takes a fixed count.
         (_, true) if a.reverse => (crate::session::send::AUTO_START, false),
         chosen => chosen,
@@ -1083,7 +1190,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         interval: a.interval,
         encrypt: a.encrypt,
         congestion: a.cc.clone(),
-        rate_limit_bytes_per_s: a.rate_limit,
+        rate_limit_bytes_per_s: rate_limit,
         lanes: a.lanes,
         ..SendConfig::to(host, a.port, key)
     };
@@ -1095,6 +1202,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     if a.reverse {
         printer.direction = "Net In";
     }
+    echo_rates(&mut printer, a.rate_limit, None);
     let what = if a.reverse {
         "bench --net --reverse"
     } else {
@@ -1108,34 +1216,46 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     })
 }
 
-pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
-    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+/// What `a` pulls from where: the host, the paths under its root (a
+/// directory's contents keep their trailing `/`), and whether one file may
+/// take LOCAL's name (one path, neither it nor LOCAL ending in `/`; it
+/// does where LOCAL is no directory).
+fn pull_what(a: &super::args::PullArgs) -> Result<(String, Vec<String>, bool), Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let mut host = None;
     let mut paths = Vec::new();
-    if a.rate_limit.is_some_and(|r| r <= 0.0) {
-        return Err(usage("--rate-limit must be above zero".into()));
-    }
     for r in remotes {
-        let (h, p) = split_target(r).ok_or_else(|| usage(format!("{r}: expected HOST:PATH")))?;
+        let (h, p) = split_target(r).ok_or_else(|| no_source(r, remotes, local))?;
         if host.as_ref().is_some_and(|prev| prev != &h) {
-            return Err(usage(
-                "all HOST:PATH arguments of one pull name the same host".into(),
-            ));
+            return Err(Failure::Usage(anyhow::anyhow!(
+                "all HOST:PATH arguments of one pull name the same host"
+            )));
         }
+        beneath_root(&h, &p, ("PATH", "daemon"))?;
         host = Some(h);
-        paths.push(p.trim_end_matches('/').to_string());
+        let contents = if p.ends_with('/') { "/" } else { "" };
+        paths.push(format!("{}{contents}", p.trim_end_matches('/')));
     }
+    let one_file = matches!(paths.as_slice(), [p] if !p.ends_with('/')) && !local.ends_with('/');
     if let Some(list) = &a.files_from {
-        paths.extend(
-            listed_paths(list)?
-                .iter()
-                .map(|p| p.trim_end_matches('/').to_string()),
-        );
+        // A listed path is itself: a trailing / changes nothing there.
+        let listed = listed_paths(list)?;
+        paths.extend(listed.iter().map(|p| p.trim_end_matches('/').to_string()));
     }
+    let one_file = one_file && paths.len() == 1;
+    Ok((host.expect("at least one HOST:PATH"), paths, one_file))
+}
+
+pub fn pull(
+    a: super::args::PullArgs,
+    filter: crate::session::filter::Filter,
+) -> Result<u8, Failure> {
+    let (local, remotes) = a.args.split_last().expect("clap requires two or more");
+    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
+    let (host, paths, one_file) = pull_what(&a)?;
     check_block("--block", a.block)?;
-    let host = host.expect("at least one HOST:PATH");
-    let (host, shard) = shard_host(a.shard.as_deref(), true, &host)?;
+    let delete = a.tree.delete || a.tree.delete_excluded;
+    let (host, shard) = shard_host(a.shard.as_deref(), !delete, &host)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
     let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
     let format = Format::pick(a.json, a.json_stream);
@@ -1145,7 +1265,7 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
         split_over: a.split_over,
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
-        rate_limit_bytes_per_s: a.rate_limit,
+        rate_limit_bytes_per_s: rate_limit,
         sock_buf: a.sock_buf.map(|b| b as usize),
         block_size: a.block as u32,
         direct: direct(a.direct),
@@ -1160,21 +1280,58 @@ pub fn pull(a: super::args::PullArgs) -> Result<u8, Failure> {
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::secret::default_state_dir),
-        scan: scan_rules(Default::default(), a.keep),
-        numeric_ids: a.keep.numeric_ids,
-        sparse: a.keep.sparse,
+        scan: scan_rules(filter, a.tree.keep),
+        numeric_ids: a.tree.keep.numeric_ids,
+        sparse: a.tree.keep.sparse,
+        delete,
+        delete_excluded: a.tree.delete_excluded,
+        one_file,
         ..SendConfig::to(host, a.port, key)
     };
+    let local = PathBuf::from(local);
+    if a.tree.dry_run {
+        return super::dry_run::show_pull(&cfg, (&paths, &local), format);
+    }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
     printer.streams = cfg.streams;
     printer.shard = cfg.shard;
     printer.direction = "Net In";
-    let local = PathBuf::from(local);
+    echo_rates(&mut printer, a.rate_limit, None);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
     })
+}
+
+/// A rate option's value in bytes per second, refused unless above zero.
+fn above_zero(flag: &str, r: Option<super::parse::Rate>) -> Result<Option<f64>, Failure> {
+    match r.map(|r| r.bytes_per_s) {
+        Some(b) if b <= 0.0 => Err(Failure::Usage(anyhow::anyhow!("{flag} must be above zero"))),
+        b => Ok(b),
+    }
+}
+
+/// Say the rates given back, each in the unit it was given in and the
+/// other (`--rate-limit 8M` is 8 Mb/s, 1 MB/s).
+fn echo_rates(
+    printer: &mut SendPrinter,
+    limit: Option<super::parse::Rate>,
+    gate: Option<(super::parse::Rate, Duration)>,
+) {
+    if let Some(r) = limit {
+        printer.info(&format!(
+            "--rate-limit {} in all, each stream paced to its share",
+            r.echo()
+        ));
+    }
+    if let Some((r, window)) = gate {
+        printer.info(&format!(
+            "--min-rate {} over every {} window",
+            r.echo(),
+            units::duration_s(window.as_secs_f64())
+        ));
+    }
 }
 
 /// What a scan reads of each entry: `filter`'s choice of entries, and
@@ -1204,4 +1361,35 @@ fn listed_paths(list: &std::path::Path) -> Result<Vec<String>, Failure> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_string)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `HOST:PATH` as scp reads it: a `:` after a `/` is a local name's.
+    #[test]
+    fn a_colon_after_a_slash_is_a_local_name() {
+        let split = |t: &str| split_target(t);
+        assert_eq!(split("dtn2:in"), Some(("dtn2".into(), "in".into())));
+        assert_eq!(split("dtn2:"), Some(("dtn2".into(), String::new())));
+        assert_eq!(split("[::1]:a/b"), Some(("::1".into(), "a/b".into())));
+        assert_eq!(split("./a:b"), None);
+        assert_eq!(split("/data/a:b"), None);
+        assert_eq!(split(":x"), None);
+        assert_eq!(split("local"), None);
+    }
+
+    /// An absolute path is refused with the relative one to give.
+    #[test]
+    fn an_absolute_path_is_refused_saying_what_to_give() {
+        let said = |host: &str, path: &str| match beneath_root(host, path, ("DEST", "receiver")) {
+            Err(Failure::Usage(e)) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(beneath_root("h", "data/x", ("DEST", "receiver")).is_ok());
+        assert!(said("h", "/data/x").ends_with("give h:data/x for ROOT/data/x"));
+        assert!(said("h", "//").ends_with("give h: for the root itself"));
+        assert!(said("::1", "/x").starts_with("[::1]:/x: an absolute path is refused"));
+    }
 }

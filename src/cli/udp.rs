@@ -85,7 +85,7 @@ pub fn bench_udp(a: BenchArgs) -> Result<u8, Failure> {
     let format = Format::pick(a.json, a.json_stream);
     let mut out = Out::default();
     if format == Format::Human {
-        out.line(&header(&cfg, &t, size));
+        out.line(&header(&cfg, &t, size, a.rate));
     }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
     let mut on = |f: &UdpFigures| print_interval(&mut Out::default(), format, f);
@@ -115,10 +115,10 @@ fn failure(e: SessionError) -> Failure {
     }
 }
 
-fn header(cfg: &SendConfig, t: &UdpTest, size: usize) -> String {
+fn header(cfg: &SendConfig, t: &UdpTest, size: usize, rate: Option<super::parse::Rate>) -> String {
     let way = if t.reverse { "from" } else { "to" };
-    let pace = match t.rate {
-        Some(r) => format!("at {}", units::rate(r, RateUnit::Gbit)),
+    let pace = match rate {
+        Some(r) => format!("at {}", r.echo()),
         None => "as fast as the sender can".into(),
     };
     format!(

@@ -902,6 +902,9 @@ pub struct TcpPath {
     /// Bytes sent and bytes sent again.
     pub bytes_sent: u64,
     pub bytes_retrans: u64,
+    /// The cap on its pacing (`SO_MAX_PACING_RATE`), bytes per second;
+    /// `u64::MAX` when none is set.
+    pub pacing_cap_bytes_per_s: u64,
 }
 
 /// `TCP_INFO`'s path fields of a TCP socket, `None` when it is not one.
@@ -918,6 +921,7 @@ pub fn tcp_path(fd: std::os::fd::RawFd) -> Option<TcpPath> {
         mss: info.tcpi_snd_mss,
         bytes_sent: info.tcpi_bytes_sent,
         bytes_retrans: info.tcpi_bytes_retrans,
+        pacing_cap_bytes_per_s: info.tcpi_max_pacing_rate,
     })
 }
 

@@ -154,6 +154,10 @@ pub struct StreamPath {
     pub bytes_sent: u64,
     pub retransmits: u64,
     pub rtt_ms: f64,
+    /// The cap `--rate-limit` put on its pacing (its share of the limit,
+    /// `SO_MAX_PACING_RATE`), as the kernel holds it; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing_cap_bits_per_s: Option<u64>,
 }
 
 /// Every stream's own `TCP_INFO` figures.
@@ -166,6 +170,8 @@ fn per_stream(fds: &[RawFd]) -> Vec<StreamPath> {
                 bytes_sent: p.bytes_sent,
                 retransmits: u64::from(p.retransmits),
                 rtt_ms: f64::from(p.rtt_us) / 1e3,
+                pacing_cap_bits_per_s: (p.pacing_cap_bytes_per_s != u64::MAX)
+                    .then(|| p.pacing_cap_bytes_per_s.saturating_mul(8)),
             })
         })
         .collect()

@@ -72,8 +72,20 @@ pub const REQ_SHARD: u32 = 4096;
 /// Request flag (protocol 12): device nodes are carried (`-D`): a pull's
 /// daemon lists them, a receiver makes them where it may.
 pub const REQ_DEVICES: u32 = 8192;
+/// Request flag (protocol 12): a push of a directory's contents (a source
+/// given as `DIR/`, rsync's trailing slash): the destination stands for
+/// that directory, so with `REQ_DELETE` what it holds beyond the manifest
+/// goes too (never the receiver's root itself: refused there).
+pub const REQ_CONTENTS: u32 = 16384;
+/// Request flag (protocol 12): a push of one file (no directory) that may
+/// take the destination's name, as rsync and scp rename a single file:
+/// where the destination is no directory on the receiver, the file lands
+/// at the destination itself (`send obs.dat HOST:new.dat`).
+pub const REQ_ONE_FILE: u32 = 32768;
 const REQ_KNOWN: u32 = REQ_SHARD
     | REQ_DEVICES
+    | REQ_CONTENTS
+    | REQ_ONE_FILE
     | REQ_LIVE_PARTS
     | REQ_SPARSE
     | REQ_HARD_LINKS
@@ -136,10 +148,11 @@ pub struct SessionRequest {
     /// no limit): a pull's `--rate-limit`, kept by the daemon, which
     /// paces each stream to its share.
     pub rate_limit: u64,
-    /// A `--delete` push's `--exclude`/`--include` rules, in order: what
-    /// they exclude is kept on the receiver, as rsync keeps it (empty
-    /// otherwise, and with `--delete-excluded`).
-    pub protect: Vec<FilterRule>,
+    /// The client's `--exclude`/`--include` rules, in order. A pull's:
+    /// the daemon lists only what they let through (protocol 12). A
+    /// `--delete` push's: what they exclude is kept on the receiver, as
+    /// rsync keeps it (none with `--delete-excluded`). Empty otherwise.
+    pub filter: Vec<FilterRule>,
 }
 
 /// One `--exclude` (or `--include`) rule, as given on the command line.
@@ -389,6 +402,14 @@ pub enum Message {
     HeldWrong(Vec<u32>),
     /// The sender checked everything `Have` named against its sources.
     HeldChecked,
+    /// From the daemon of a pull (protocol 12), with what its scan left
+    /// out, when it left out anything unnamed: entries the request's
+    /// filter excluded (a directory counts once, nothing beneath it looked
+    /// at) and device nodes left out without `REQ_DEVICES`.
+    LeftOut {
+        excluded: u64,
+        devices: u64,
+    },
     /// From the receiver of a `--delete` push, before its summary: part of
     /// what it removed (paths under the destination), as rsync's
     /// "deleting" lines.
@@ -479,6 +500,7 @@ mod kind {
     pub const SHARD: u8 = 33;
     pub const SHARD_MANIFEST: u8 = 34;
     pub const KEPT: u8 = 35;
+    pub const LEFT_OUT: u8 = 36;
 }
 
 /// A part of a manifest (or of what a follow added): its count, bounded,
@@ -530,9 +552,9 @@ pub fn encode(m: &Message) -> Vec<u8> {
                 .name16(&r.path)
                 .bytes(&r.owner)
                 .u64(r.rate_limit);
-            assert!(r.protect.len() <= FILTER_RULES_MAX);
-            w.u16(r.protect.len() as u16);
-            for rule in &r.protect {
+            assert!(r.filter.len() <= FILTER_RULES_MAX);
+            w.u16(r.filter.len() as u16);
+            for rule in &r.filter {
                 w.u8(u8::from(rule.include)).str16(&rule.pattern);
             }
         }
@@ -742,6 +764,9 @@ pub fn encode(m: &Message) -> Vec<u8> {
         Message::HeldChecked => {
             w.u8(kind::HELD_CHECKED);
         }
+        Message::LeftOut { excluded, devices } => {
+            w.u8(kind::LEFT_OUT).u64(*excluded).u64(*devices);
+        }
         Message::Alive { streams } => {
             assert!(streams.len() <= usize::from(STREAMS_MAX));
             w.u8(kind::ALIVE).u16(streams.len() as u16);
@@ -865,7 +890,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 path,
                 owner: r.array()?,
                 rate_limit: r.u64()?,
-                protect: filter_rules(&mut r)?,
+                filter: filter_rules(&mut r)?,
             })
         }
         kind::MANIFEST => Message::Manifest(decode_manifest_part(&mut r)?),
@@ -1105,6 +1130,10 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::HeldWrong(items)
         }
         kind::HELD_CHECKED => Message::HeldChecked,
+        kind::LEFT_OUT => Message::LeftOut {
+            excluded: r.u64()?,
+            devices: r.u64()?,
+        },
         kind::DELETED => {
             let count = list_len(&mut r, "deleted paths")?;
             let paths = (0..count)
@@ -1178,7 +1207,7 @@ fn list_len(r: &mut Reader<'_>, what: &'static str) -> Result<usize, DecodeError
     Ok(count as usize)
 }
 
-/// A request's `--delete` rules: a count, then each rule's verdict (0
+/// A request's filter rules: a count, then each rule's verdict (0
 /// exclude, 1 include) and pattern.
 fn filter_rules(r: &mut Reader<'_>) -> Result<Vec<FilterRule>, DecodeError> {
     let count = r.count16("filter rules", FILTER_RULES_MAX)?;
@@ -1234,7 +1263,7 @@ mod tests {
                 session_id: [5; 16],
             }),
             Message::Request(SessionRequest {
-                protect: vec![
+                filter: vec![
                     FilterRule {
                         include: true,
                         pattern: "keep.tmp".into(),
@@ -1399,6 +1428,10 @@ mod tests {
             },
             Message::HeldWrong(vec![1, 7]),
             Message::HeldChecked,
+            Message::LeftOut {
+                excluded: 3,
+                devices: 1,
+            },
             Message::Alive {
                 streams: vec![(1, true), (2, false)],
             },
@@ -1497,7 +1530,7 @@ mod tests {
         // Zero or too many streams, zero block size.
         for (streams, bs) in [(0u16, 1u32), (STREAMS_MAX + 1, 1), (1, 0)] {
             let b = encode(&Message::Request(SessionRequest {
-                protect: Vec::new(),
+                filter: Vec::new(),
                 owner: [0; 32],
                 rate_limit: 0,
                 direction: Direction::Pull,
@@ -1522,14 +1555,14 @@ mod tests {
             decode(&b)
         );
         let mut many = good.clone();
-        many.protect = vec![good.protect[0].clone(); FILTER_RULES_MAX];
+        many.filter = vec![good.filter[0].clone(); FILTER_RULES_MAX];
         assert!(decode(&encode(&Message::Request(many.clone()))).is_ok());
         let mut b = encode(&Message::Request(many));
         let count = b.len() - FILTER_RULES_MAX * (1 + 2 + 8) - 2;
         b[count..count + 2].copy_from_slice(&(FILTER_RULES_MAX as u16 + 1).to_le_bytes());
         assert!(matches!(decode(&b), Err(DecodeError::TooLarge { .. })));
         let mut long = good.clone();
-        long.protect[0].pattern = "x".repeat(FILTER_PATTERN_MAX + 1);
+        long.filter[0].pattern = "x".repeat(FILTER_PATTERN_MAX + 1);
         assert!(decode(&encode(&Message::Request(long))).is_err());
         // Truncated bodies at every length.
         for m in samples() {

@@ -65,7 +65,7 @@ pub fn run_bench_net(
     let mut params = push_params(cfg, buffers);
     txs.iter_mut().for_each(fill_bench_buffers);
     let req = SessionRequest {
-        protect: Vec::new(),
+        filter: Vec::new(),
         owner: [0; 32],
         rate_limit: 0,
         direction: Direction::Bench,
@@ -142,7 +142,7 @@ fn run_bench_net_reverse(
         bench_receivers(cfg.lanes, cfg.streams, n, cfg.block_size)
     })?;
     let req = SessionRequest {
-        protect: Vec::new(),
+        filter: Vec::new(),
         owner: [0; 32],
         // The daemon sends: it paces its streams as asked.
         rate_limit: cfg.rate_limit_bytes_per_s.map_or(0, |r| r.ceil() as u64),

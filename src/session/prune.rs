@@ -1,7 +1,8 @@
-//! `send --delete`: once a push is committed, the receiver removes what
-//! it holds under the manifest's directories that the manifest does not
-//! list, as `rsync --delete` does: only inside directories the transfer
-//! carried (never beside them, never the destination's other contents),
+//! `send --delete` and `pull --delete`: once a transfer is committed, the
+//! receiving side removes what it holds under the manifest's directories
+//! that the manifest does not list, as `rsync --delete` does: only inside
+//! directories the transfer carried (the destination itself only when a
+//! directory's contents were sent, `DIR/`; never beside them),
 //! through no symlink (a link is removed as itself, never followed), and
 //! never urmove's own part files and journals, which belong to sessions
 //! still running or to resume.
@@ -23,35 +24,49 @@ pub(crate) struct Pruned {
     pub(crate) failed: Vec<String>,
 }
 
+impl Pruned {
+    /// The error of a delete pass that could not remove everything, naming
+    /// the first few (`whose`: whose extra entries they were).
+    pub(crate) fn failure(&self, whose: &str) -> Result<(), super::SessionError> {
+        if self.failed.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = self.failed.iter().take(5).map(String::as_str).collect();
+        Err(super::SessionError::local(
+            crate::protocol::control::ErrorCode::Io,
+            format!(
+                "--delete could not remove {} of {whose} extra entries: {}",
+                self.failed.len(),
+                shown.join("; ")
+            ),
+        ))
+    }
+}
+
 /// Remove the extras under each directory of a committed push (beneath
-/// its destination); with `dry` (`--dry-run`), only list what would go.
-pub(crate) fn prune(incoming: &Incoming, dry: bool) -> Pruned {
+/// its destination) and, with `whole_dest` (the manifest is a directory's
+/// contents, `DIR/`), under the destination itself; with `dry`
+/// (`--dry-run`), only list what would go.
+pub(crate) fn prune(incoming: &Incoming, dry: bool, whole_dest: bool) -> Pruned {
     let (root, dest) = (&incoming.root, incoming.dest.as_str());
     let entries = &incoming.entries;
     let listed: HashSet<String> = entries.iter().map(|e| join(dest, &e.path)).collect();
     let sweep = Sweep {
         root,
-        under_dest: format!("{dest}/"),
+        under_dest: match dest {
+            "" => String::new(),
+            d => format!("{d}/"),
+        },
         keep: &incoming.rules.keep,
         dry,
     };
     let mut out = Pruned::default();
-    for e in entries.iter().filter(|e| e.kind == EntryKind::Dir) {
-        let dir = join(dest, &e.path);
-        // A directory that is not one here now (a link put in its place)
-        // is not looked into.
-        if !root.symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
-            continue;
-        }
-        let Ok(names) = root.read_dir(&dir) else {
-            continue;
-        };
-        for name in names.iter().filter(|n| !is_reserved(n)) {
-            let rel = format!("{dir}/{name}");
-            if !listed.contains(&rel) {
-                sweep.remove_tree(&rel, &mut out);
-            }
-        }
+    let dirs = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Dir)
+        .map(|e| join(dest, &e.path));
+    for dir in whole_dest.then(|| dest.to_string()).into_iter().chain(dirs) {
+        sweep.extras_in(&dir, &listed, &mut out);
     }
     out
 }
@@ -66,6 +81,25 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
+    /// Remove what directory `dir` (empty: the root) holds that `listed`
+    /// does not name. A directory that is not one here now (a link put in
+    /// its place) is not looked into.
+    fn extras_in(&self, dir: &str, listed: &HashSet<String>, out: &mut Pruned) {
+        let at = if dir.is_empty() { "." } else { dir };
+        if !self.root.symlink_metadata(at).is_ok_and(|m| m.is_dir()) {
+            return;
+        }
+        let Ok(names) = self.root.read_dir(at) else {
+            return;
+        };
+        for name in names.iter().filter(|n| !is_reserved(n)) {
+            let rel = join(dir, name);
+            if !listed.contains(&rel) {
+                self.remove_tree(&rel, out);
+            }
+        }
+    }
+
     /// Remove `rel` and, for a directory, all beneath it, but what the
     /// rules exclude and urmove's own files (a directory holding one
     /// stays); `dry`: list them only. Whether `rel` is gone.

@@ -4,18 +4,17 @@
 //! push (`.urmove.part`, verified blocks, committed only when the daemon's
 //! digest of the source equals this side's of what it wrote).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, PieceDone, SessionRequest};
-use crate::protocol::manifest::check_path;
-use crate::protocol::manifest::ENTRIES_MAX;
+use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
 use super::landing::{Landing, Pace, PeerEvent};
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
-use super::roles::{accept, differed, Before, Refused};
+use super::roles::{accept, differed, Refused};
 use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
 use super::SessionError;
 
@@ -73,7 +72,7 @@ impl Landing for PullLanding<'_> {
 pub fn run_pull(
     cfg: &SendConfig,
     paths: &[String],
-    local: &PathBuf,
+    local: &Path,
     interrupt: &AtomicBool,
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
@@ -89,10 +88,7 @@ pub fn run_pull(
     let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
         super::landing::prepare_receivers(cfg.lanes, cfg.streams, n, cfg.block_size as usize)
     })?;
-    std::fs::create_dir_all(local).map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let root = Root::open_for_writing(local)
-        .map_err(|e| SessionError::io(local.display().to_string(), e))?;
-    let mut pull = open_pull(cfg, req, (root, rules, paths), &engine.0)?;
+    let mut pull = open_pull(cfg, req, (local, rules, paths), &engine.0)?;
     // The daemon's scan, its manifest and what this side holds.
     let setup = began.elapsed();
     let total = pull.incoming.data_missing();
@@ -140,6 +136,7 @@ pub fn run_pull(
     // A reader waiting to hand on an event ends once nobody takes it.
     drop(landed.events);
     let _ = landed.reader.join();
+    let outcome = outcome.and_then(|()| delete_extras(cfg, (&pull.incoming, paths), &mut report));
     report.close();
     match outcome {
         Ok(()) => report.settle_status(),
@@ -157,11 +154,41 @@ pub fn run_pull(
     Ok(report)
 }
 
+/// `pull --delete`, once every file is committed: remove what this side
+/// holds under the directories pulled (and in LOCAL itself when a
+/// directory's contents, `DIR/`, were) that the daemon's manifest does
+/// not list, keeping what the rules exclude (`--delete-excluded`: none);
+/// what went is in `report`, and what could not go fails the run.
+fn delete_extras(
+    cfg: &SendConfig,
+    (incoming, paths): (&Incoming, &[String]),
+    report: &mut SendReport,
+) -> Result<(), SessionError> {
+    if !cfg.delete {
+        return Ok(());
+    }
+    let whole_dest = paths.iter().any(|p| p.ends_with('/'));
+    let pruned = super::prune::prune(incoming, false, whole_dest);
+    // What was removed changed its directories: durable, and their mtimes
+    // the daemon's again.
+    incoming.sync_dirs()?;
+    incoming.settle_dirs();
+    report.files_deleted = pruned.deleted.len() as u64;
+    report.deleted = pruned.deleted.clone();
+    pruned.failure("this side's")
+}
+
 /// The request of a pull of `paths`, each checked as a receiver checks a
-/// path, all within one request.
-fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, SessionError> {
+/// path (a directory's contents, `DIR/`, keep their `/`), all within one
+/// request.
+pub(crate) fn pull_request(
+    cfg: &SendConfig,
+    paths: &[String],
+) -> Result<SessionRequest, SessionError> {
+    use crate::protocol::control::{REQ_CONTENTS, REQ_DELETE, REQ_ONE_FILE};
     for p in paths {
-        check_path(p)
+        let dir = p.strip_suffix('/').unwrap_or(p);
+        check_path(dir)
             .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
     }
     let joined = paths.join("\0");
@@ -172,13 +199,16 @@ fn pull_request(cfg: &SendConfig, paths: &[String]) -> Result<SessionRequest, Se
         ));
     }
     Ok(SessionRequest {
-        protect: Vec::new(),
+        // The daemon's scan lists what these let through.
+        filter: cfg.filter_rules(),
         owner: [0; 32],
         rate_limit: cfg.rate_limit_bytes_per_s.map_or(0, |r| r.ceil() as u64),
         direction: Direction::Pull,
         streams: cfg.streams,
         block_size: cfg.block_size,
-        flags: cfg.flags()
+        // This side lands the files: what a push asks of its receiver
+        // (contents, one file's name, --delete) it does itself.
+        flags: cfg.flags() & !(REQ_CONTENTS | REQ_ONE_FILE | REQ_DELETE)
             | match cfg.shard {
                 Some(_) => crate::protocol::control::REQ_SHARD,
                 None => 0,
@@ -195,6 +225,8 @@ struct Pull {
     streams: Vec<std::net::TcpStream>,
     keys: crate::protocol::handshake::SessionKeys,
     refused: Vec<Refused>,
+    /// What the daemon's scan left out unnamed: (excluded, device nodes).
+    left_out: (u64, u64),
     /// A sharded pull: the whole manifest, as the daemon told it.
     whole: Option<super::shard::Manifest>,
 }
@@ -223,62 +255,55 @@ impl Pull {
         report.files_verified = verified;
         report.skip(&incoming.entries, &self.refused);
         report.skip(&incoming.entries, &incoming.skipped);
+        (report.files_excluded, report.devices_left_out) = self.left_out;
     }
 }
 
 /// Open a pull session for `req`: the daemon's manifest (only what was
-/// asked for) prepared under `root` with `rules`, and the sink's part of
-/// the setup (see `roles::accept`) over this side's `lanes`.
+/// asked for) prepared under `local` with `rules` (see [`local_root`]),
+/// and the sink's part of the setup (see `roles::accept`) over this side's
+/// `lanes`.
 fn open_pull(
     cfg: &SendConfig,
     req: SessionRequest,
-    (root, rules, paths): (Root, Rules, &[String]),
+    (local, rules, paths): (&Path, Rules, &[String]),
     lanes: &[super::lanes::Lane],
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
     let mut whole = None;
-    let mut root = Some(root);
-    let (ctl, streams, keys, Before { refused, .. }) =
-        open_session(cfg, req, lanes.len(), &mut |ctl, key| {
-            if let Some(s) = cfg.shard {
-                whole = Some(ask_share(ctl, s, cfg.split_over)?);
-            }
-            let entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
-            check_asked_for(&entries, paths)?;
-            let resume = (cfg.resume || cfg.checksum).then_some(Resume {
-                checksum: cfg.checksum,
-                key: *key,
-            });
-            let root = root.take().expect("the manifest arrives once");
-            let block = u64::from(cfg.block_size);
-            let (rules, tick) = (rules.clone(), &mut || {});
-            let mut prepared = Incoming::prepare(
-                root,
-                String::new(),
-                entries,
-                block,
-                cfg.direct,
-                rules,
-                resume,
-                tick,
-            )?;
-            accept(ctl, &mut prepared, lanes, &mut || {})?;
-            incoming = Some(prepared);
-            Ok(())
-        })?;
+    let (ctl, streams, keys, before) = open_session(cfg, req, lanes.len(), &mut |ctl, key| {
+        if let Some(s) = cfg.shard {
+            whole = Some(ask_share(ctl, s, cfg.split_over)?);
+        }
+        let mut entries = recv_manifest(ctl, ENTRIES_MAX, &mut |_| Ok(()))?;
+        check_asked_for(&entries, paths)?;
+        let resume = (cfg.resume || cfg.checksum).then_some(Resume {
+            checksum: cfg.checksum,
+            key: *key,
+        });
+        let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
+        let block = u64::from(cfg.block_size);
+        let (rules, tick) = (rules.clone(), &mut || {});
+        let mut prepared =
+            Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
+        accept(ctl, &mut prepared, lanes, &mut || {})?;
+        incoming = Some(prepared);
+        Ok(())
+    })?;
     Ok(Pull {
         incoming: incoming.expect("prepared before the streams opened"),
         ctl,
         streams,
         keys,
-        refused,
+        refused: before.refused,
+        left_out: before.left_out,
         whole,
     })
 }
 
 /// A sharded pull: tell the daemon which shard, hear of the whole
 /// manifest (the daemon offers only the share).
-fn ask_share(
+pub(crate) fn ask_share(
     ctl: &mut super::conn::Control,
     s: super::shard::Shard,
     split_over: u64,
@@ -408,14 +433,75 @@ fn settle_pull(
     incoming.finish().map(|_| ())
 }
 
+/// Where a pull lands under `local`: the root this side writes beneath
+/// and the destination under it. A manifest of `one_file` (one entry, no
+/// directory) that may take LOCAL's name, where LOCAL is no directory
+/// (nor a link to one), lands at LOCAL itself, its parent the root (as
+/// rsync and scp rename a single file); anything else lands in LOCAL, the
+/// root (made if missing). A dry run makes nothing: with no LOCAL yet, its
+/// root is the nearest directory that is, LOCAL the destination under it.
+pub(crate) fn local_root(
+    local: &Path,
+    (entries, one_file): (&mut [Entry], bool),
+    dry: bool,
+) -> Result<(Root, String), SessionError> {
+    let mut at = local.to_path_buf();
+    let name = local.file_name().map(crate::protocol::names::from_os);
+    if let ([one], true, Some(name)) = (entries, one_file, name) {
+        if one.kind != EntryKind::Dir && !local.is_dir() {
+            one.path = name;
+            at = local.parent().map_or_else(PathBuf::new, Path::to_path_buf);
+        }
+    }
+    if at.as_os_str().is_empty() {
+        at = PathBuf::from(".");
+    }
+    let (made, dest) = match dry {
+        true => nearest_dir(&at),
+        false => {
+            std::fs::create_dir_all(&at)
+                .map_err(|e| SessionError::io(at.display().to_string(), e))?;
+            (at, String::new())
+        }
+    };
+    let root = Root::open_for_writing(&made)
+        .map_err(|e| SessionError::io(made.display().to_string(), e))?;
+    Ok((root, dest))
+}
+
+/// `at`, or where it is not a directory yet, its nearest ancestor that
+/// is, and the rest of `at` beneath it.
+fn nearest_dir(at: &Path) -> (PathBuf, String) {
+    let mut base = at.to_path_buf();
+    let mut rest: Vec<String> = Vec::new();
+    while !base.is_dir() {
+        let Some(name) = base.file_name().map(crate::protocol::names::from_os) else {
+            break;
+        };
+        rest.push(name);
+        base = base
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        if base.as_os_str().is_empty() {
+            base = PathBuf::from(".");
+        }
+    }
+    rest.reverse();
+    (base, rest.join("/"))
+}
+
 /// Every entry the daemon sends must lie under what was asked for: each
 /// requested path arrives as its last component (as the daemon names
 /// them), and a daemon that names anything else beside it (`.bashrc`,
-/// `.ssh`) is refused before a byte lands.
-fn check_asked_for(
+/// `.ssh`) is refused before a byte lands. A directory's contents
+/// (`DIR/`) may hold any name: LOCAL stands for that directory.
+pub(crate) fn check_asked_for(
     entries: &[crate::protocol::manifest::Entry],
     paths: &[String],
 ) -> Result<(), SessionError> {
+    if paths.iter().any(|p| p.ends_with('/')) {
+        return Ok(());
+    }
     let names: Vec<&str> = paths
         .iter()
         .map(|p| p.rsplit('/').next().unwrap_or(p))
@@ -455,7 +541,7 @@ fn wait_summary(rx: &mpsc::Receiver<PeerEvent>) -> Option<(u64, u64, bool)> {
 /// How this side receives a pull: with its user's own secret (made at
 /// first use in the state directory), keeping links as they are and
 /// dropping setuid and setgid bits.
-fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
+pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
     let secret = super::secret::Secret::load_or_create(&cfg.state_dir)
         .map_err(|e| SessionError::io("the state directory (--state-dir)", e))?;
     Ok(Rules {
@@ -472,7 +558,12 @@ fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         dry_run: false,
         follow: false,
         live_parts: false,
-        keep: Default::default(),
+        // What `--exclude` leaves out is kept by `--delete`, as rsync keeps
+        // it (`--delete-excluded`: nothing is).
+        keep: match cfg.delete_excluded {
+            true => Default::default(),
+            false => cfg.scan.filter.clone(),
+        },
         keep_setid: false,
         devices: super::receive::Devices::for_this_process(
             cfg.scan.devices,

@@ -781,6 +781,40 @@ pub(crate) struct Incoming {
     names: std::collections::HashMap<String, u64>,
 }
 
+/// Where a manifest of one file that may take its destination's name
+/// (`REQ_ONE_FILE`, rsync's and scp's rename of a single file) lands: at
+/// `dest` itself where nothing is there or something it replaces (a file,
+/// a link to no directory), the returned destination being its parent and
+/// the entry named as `dest`'s last component. A manifest of anything
+/// else, or a `dest` that is a directory, lands beneath `dest` as sent;
+/// so does a link to a directory, or one `root` will not follow (a
+/// writing root follows none: the push is refused there, as any push
+/// through a link is).
+pub(crate) fn one_file_at_dest(root: &Root, dest: String, entries: &mut [Entry]) -> String {
+    let [one] = entries else { return dest };
+    if one.kind == EntryKind::Dir || dest.is_empty() || !takes_a_file(root, &dest) {
+        return dest;
+    }
+    let (parent, name) = dest.rsplit_once('/').unwrap_or(("", &dest));
+    one.path = name.to_string();
+    parent.to_string()
+}
+
+/// Whether a file may land at `rel` itself: nothing is there, or no
+/// directory (a link followed beneath the root to what it names).
+fn takes_a_file(root: &Root, rel: &str) -> bool {
+    let followed = || {
+        root.openat(rel, libc::O_PATH, 0)
+            .and_then(|fd| File::from(fd).metadata())
+            .is_ok_and(|m| !m.is_dir())
+    };
+    match root.symlink_metadata(rel) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(m) if m.file_type().is_symlink() => followed(),
+        Ok(m) => !m.is_dir(),
+    }
+}
+
 impl Incoming {
     /// Check every entry, then create directories and symlinks, finish
     /// empty files and find what a resume holds, before any byte arrives.
@@ -1397,6 +1431,24 @@ impl Incoming {
             .filter(|f| f.state == FileState::Receiving && f.received > 0)
             .count();
         super::send::held_counts(self.complete_before.len(), self.unchanged.len(), continued)
+    }
+
+    /// What a run would do with entry `i`, from what this side holds of
+    /// it before any data (a pull's dry run): held unchanged (by its
+    /// stamp) or complete (read and found right), a part of which `bytes`
+    /// are still to come, refused, or all of it to come.
+    pub(crate) fn plan_of(&self, i: usize) -> (super::survey::Action, u64) {
+        use super::survey::Action;
+        let Some(f) = self.files.get(i).and_then(Option::as_ref) else {
+            return (Action::Send, 0);
+        };
+        match f.state {
+            FileState::Done if self.unchanged.contains(&(i as u32)) => (Action::Unchanged, 0),
+            FileState::Done => (Action::Complete, 0),
+            FileState::Skipped => (Action::Refused, 0),
+            _ if f.received > 0 => (Action::Continue, f.want() - f.received.min(f.want())),
+            _ => (Action::Send, f.want()),
+        }
     }
 
     /// Bytes of data still to come (holes left out; not complete, not

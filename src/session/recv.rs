@@ -965,7 +965,7 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> 
         ),
         ids: Arc::default(),
         dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
-        keep: kept_by(&req.protect)?,
+        keep: filter_of(&req.filter)?,
         follow: req.has(crate::protocol::control::REQ_FOLLOW),
         live_parts: req.has(crate::protocol::control::REQ_FOLLOW)
             && req.has(crate::protocol::control::REQ_LIVE_PARTS),
@@ -973,19 +973,20 @@ fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, SessionError> 
     })
 }
 
-/// The filter of a request's `--delete` rules.
-fn kept_by(rules: &[crate::protocol::control::FilterRule]) -> Result<Filter, SessionError> {
-    let mut keep = Filter::default();
+/// The filter of a request's rules (a pull's scan, a `--delete` push's
+/// keep).
+fn filter_of(rules: &[crate::protocol::control::FilterRule]) -> Result<Filter, SessionError> {
+    let mut filter = Filter::default();
     for r in rules {
         let verdict = match r.include {
             true => Verdict::Include,
             false => Verdict::Exclude,
         };
-        keep.push(verdict, &r.pattern).map_err(|e| {
-            SessionError::local(ErrorCode::BadRequest, format!("--delete rule {e}"))
-        })?;
+        filter
+            .push(verdict, &r.pattern)
+            .map_err(|e| SessionError::local(ErrorCode::BadRequest, format!("filter rule {e}")))?;
     }
-    Ok(keep)
+    Ok(filter)
 }
 
 /// The registered memory all sessions may hold: `max_buffer_memory`,
@@ -1221,6 +1222,10 @@ impl Kind {
             Kind::Push => format!(
                 "push session started: into {:?}, {streams} data streams",
                 req.path
+            ),
+            Kind::Pull if req.has(crate::protocol::control::REQ_DRY_RUN) => format!(
+                "pull session started: a dry run of {:?} (it lists, sends no data)",
+                req.path.split('\0').collect::<Vec<_>>()
             ),
             Kind::Pull => format!(
                 "pull session started: of {:?}, {streams} data streams",
@@ -1508,7 +1513,8 @@ fn push_session(
             send_msg(s, &r.message())?;
         }
         if req.has(crate::protocol::control::REQ_DELETE) {
-            delete_extras(s, incoming, log)?;
+            let whole = req.has(crate::protocol::control::REQ_CONTENTS);
+            delete_extras(s, (incoming, whole), log)?;
         }
         send_msg(
             s,
@@ -1608,7 +1614,8 @@ fn survey_push(
     super::roles::settle_held(s, incoming)?;
     super::roles::refuse(s, incoming)?;
     if req.has(crate::protocol::control::REQ_DELETE) {
-        let pruned = super::prune::prune(incoming, true);
+        let whole = req.has(crate::protocol::control::REQ_CONTENTS);
+        let pruned = super::prune::prune(incoming, true, whole);
         for part in pruned.deleted.chunks(1024) {
             send_msg(s, &Message::Deleted(part.to_vec()))?;
         }
@@ -1626,8 +1633,12 @@ fn survey_push(
 /// manifest's directories and tell the sender what went (failures are
 /// logged, and end the session with an error naming them, the files
 /// being committed already).
-fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), SessionError> {
-    let pruned = super::prune::prune(incoming, false);
+fn delete_extras(
+    s: &mut Control,
+    (incoming, whole_dest): (&Incoming, bool),
+    log: &Log,
+) -> Result<(), SessionError> {
+    let pruned = super::prune::prune(incoming, false, whole_dest);
     // What was removed changed its directories: durable, and their mtimes
     // the sender's again.
     incoming.sync_dirs()?;
@@ -1638,18 +1649,7 @@ fn delete_extras(s: &mut Control, incoming: &Incoming, log: &Log) -> Result<(), 
     for part in pruned.deleted.chunks(1024) {
         send_msg(s, &Message::Deleted(part.to_vec()))?;
     }
-    if !pruned.failed.is_empty() {
-        let shown: Vec<&str> = pruned.failed.iter().take(5).map(String::as_str).collect();
-        return Err(SessionError::local(
-            ErrorCode::Io,
-            format!(
-                "--delete could not remove {} of the receiver's extra entries: {}",
-                pruned.failed.len(),
-                shown.join("; ")
-            ),
-        ));
-    }
-    Ok(())
+    pruned.failure("the receiver's")
 }
 
 /// A push's files prepared on the daemon: their names claimed from other
@@ -1670,16 +1670,14 @@ fn prepare_push<'r>(
     cfg: &RecvConfig,
     registry: &'r Registry,
 ) -> Result<PreparedPush<'r>, SessionError> {
-    let dest = match req.path.as_str() {
-        "" | "." => String::new(),
-        p => {
-            check_path(p)
-                .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
-            p.to_string()
-        }
-    };
+    let dest = push_dest(req)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
-    let entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
+    let mut entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
+    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
+    let dest = match req.has(crate::protocol::control::REQ_ONE_FILE) {
+        true => super::receive::one_file_at_dest(&root, dest, &mut entries),
+        false => dest,
+    };
     memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
     if req.has(crate::protocol::control::REQ_FOLLOW) {
         // The block tables its files may add as they grow.
@@ -1694,7 +1692,6 @@ fn prepare_push<'r>(
         true => Claims::none(&registry.claimed),
         false => claim_names(registry, &dest, &entries)?,
     };
-    let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let mut beat = super::conn::Beat::new(s)?;
     let incoming = Incoming::prepare(
         root,
@@ -1711,6 +1708,28 @@ fn prepare_push<'r>(
         claims,
         memory,
     })
+}
+
+/// A push's destination under the root, checked; `REQ_CONTENTS` with
+/// `REQ_DELETE` would prune the destination itself, refused for the root
+/// (everything other clients sent there would go).
+fn push_dest(req: &SessionRequest) -> Result<String, SessionError> {
+    use crate::protocol::control::{REQ_CONTENTS, REQ_DELETE};
+    let dest = match req.path.as_str() {
+        "" | "." => String::new(),
+        p => {
+            check_path(p)
+                .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
+            p.to_string()
+        }
+    };
+    if dest.is_empty() && req.has(REQ_CONTENTS) && req.has(REQ_DELETE) {
+        return Err(SessionError::local(
+            ErrorCode::BadRequest,
+            "--delete of a directory's contents (DIR/) into the root itself would remove everything else under the root: give a destination beneath it",
+        ));
+    }
+    Ok(dest)
 }
 
 /// What the receive loop of a push reports: `Net In` lines and metrics,
@@ -2079,6 +2098,11 @@ fn pull_session(
         mut held,
         _memory,
     } = offer_pull(s, req, keys, cfg, registry)?;
+    if req.has(crate::protocol::control::REQ_DRY_RUN) {
+        // The client looks at what it holds by itself: nothing is sent.
+        pulled(s, registry, 0, 0)?;
+        return Ok((0, 0));
+    }
     let entries = tree.entries.len();
     let before = hear(s, Until::Placement { entries })?;
     held.refuse(&before.refused);
@@ -2196,7 +2220,7 @@ fn offer_pull<'r>(
     use super::source::open_source_beneath;
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
-    let rules = super::tree::ScanRules::requested(req.flags);
+    let rules = super::tree::ScanRules::requested(req.flags, filter_of(&req.filter)?);
     let mut tree = super::tree::scan_beneath(&root, &paths, &rules)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     memory.reserve(tree.entries.len() as u64 * super::receive::ENTRY_COST_BYTES)?;
@@ -2211,6 +2235,10 @@ fn offer_pull<'r>(
     let resume = req.has(REQ_RESUME).then_some((&key, req.has(REQ_CHECKSUM)));
     let reserve = &mut |b| memory.reserve(b);
     let held = super::roles::offer(s, (&tree, block), resume, &local, reserve)?;
+    if tree.excluded + tree.devices_left > 0 {
+        let (excluded, devices) = (tree.excluded, tree.devices_left);
+        send_msg(s, &Message::LeftOut { excluded, devices })?;
+    }
     for r in tree.skipped_refs() {
         send_msg(s, &r.message())?;
     }

@@ -109,6 +109,9 @@ impl Refused {
 pub(crate) struct Before {
     pub(crate) refused: Vec<Refused>,
     pub(crate) placement: Placement,
+    /// A pull's daemon: what its scan left out unnamed (entries its
+    /// filter excluded, device nodes without `-D`).
+    pub(crate) left_out: (u64, u64),
 }
 
 /// Send a manifest in parts, then its end.
@@ -170,6 +173,9 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                 }
             }
             (Until::Ready, Message::Alive { .. }) => {}
+            (Until::Ready, Message::LeftOut { excluded, devices }) => {
+                before.left_out = (excluded, devices);
+            }
             (
                 Until::Ready,
                 Message::Skipped {

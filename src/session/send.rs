@@ -107,6 +107,14 @@ pub struct SendConfig {
     pub delete: bool,
     /// `--delete-excluded`: what `--exclude` leaves out is removed too.
     pub delete_excluded: bool,
+    /// A source is a directory's contents (`DIR/`): the destination
+    /// stands for that directory (`--delete` prunes it too).
+    pub contents: bool,
+    /// One file, no directory, that may take the destination's name where
+    /// the receiver holds no directory there (rsync's and scp's rename): a
+    /// push asks the daemon (`REQ_ONE_FILE`); a pull's client, the
+    /// receiver, decides it by itself for LOCAL_DIR.
+    pub one_file: bool,
     /// `--follow`: files still being written go as they grow, each ending
     /// once nobody writes it and it stayed idle for `idle`
     /// (`--follow-idle`); what appears in the directories is added until
@@ -157,6 +165,8 @@ impl SendConfig {
             sparse: false,
             delete: false,
             delete_excluded: false,
+            contents: false,
+            one_file: false,
             follow: None,
             min_rate: None,
             shard: None,
@@ -184,6 +194,12 @@ impl SendConfig {
             f |= crate::protocol::control::REQ_DELETE;
         }
         f |= self.scan.request_flags();
+        if self.contents {
+            f |= crate::protocol::control::REQ_CONTENTS;
+        }
+        if self.one_file {
+            f |= crate::protocol::control::REQ_ONE_FILE;
+        }
         if self.sparse {
             f |= crate::protocol::control::REQ_SPARSE;
         }
@@ -207,16 +223,21 @@ impl SendConfig {
             block_size: self.block_size,
             flags: self.flags(),
             path: self.dest.clone(),
-            protect: self.protect(),
+            filter: self.protect(),
         }
     }
 
     /// The rules a `--delete` push gives the receiver, for it to keep what
     /// they exclude (none without `--delete`, or with `--delete-excluded`).
     pub fn protect(&self) -> Vec<FilterRule> {
-        if !self.delete || self.delete_excluded {
-            return Vec::new();
+        match self.delete && !self.delete_excluded {
+            true => self.filter_rules(),
+            false => Vec::new(),
         }
+    }
+
+    /// `--exclude` and `--include`, in order, as a request carries them.
+    pub fn filter_rules(&self) -> Vec<FilterRule> {
         let rules = self.scan.filter.rules();
         rules
             .map(|(v, p)| FilterRule {

@@ -3,6 +3,11 @@
 //! a real run checks it), whether it all fits, what it would refuse and,
 //! with `--delete`, what it would remove; then it ends. No data stream is
 //! opened, and the receiver writes nothing (`REQ_DRY_RUN`).
+//!
+//! `pull --dry-run`: this side is the receiver. The daemon lists (its
+//! manifest, what its scan left out, its check of what this side holds),
+//! then ends; this side decides the rest where it would land, writing
+//! nothing.
 
 use crate::datapath::DirectMode;
 use crate::protocol::control::{Message, REQ_DRY_RUN};
@@ -113,4 +118,100 @@ fn actions(tree: &Tree, held: &Held, refused: &[(u32, String)], block: u64) -> V
             }
         })
         .collect()
+}
+
+/// Ask the daemon of `cfg` for what a pull of `paths` into `local` would
+/// bring, and look here at what it would do: the daemon's manifest as a
+/// tree (with what its scan left out), and this side's answer on it (per
+/// entry, what is held; what it would refuse; with `--delete`, what it
+/// would remove). Nothing is written under `local`.
+pub fn survey_pull(
+    cfg: &SendConfig,
+    (paths, local): (&[String], &std::path::Path),
+) -> Result<(Tree, Survey), SessionError> {
+    use super::receive::{recv_manifest, Incoming, Resume, Rules};
+    let mut req = super::pull::pull_request(cfg, paths)?;
+    req.flags |= REQ_DRY_RUN;
+    let (mut ctl, keys) = super::send::begin(cfg, req)?;
+    if let Some(s) = cfg.shard {
+        super::pull::ask_share(&mut ctl, s, cfg.split_over)?;
+    }
+    let max = crate::protocol::manifest::ENTRIES_MAX;
+    let mut entries = recv_manifest(&mut ctl, max, &mut |_| Ok(()))?;
+    super::pull::check_asked_for(&entries, paths)?;
+    let (root, dest) = super::pull::local_root(local, (&mut entries, cfg.one_file), true)?;
+    let rules = Rules {
+        dry_run: true,
+        ..super::pull::client_rules(cfg)?
+    };
+    let resume = (cfg.resume || cfg.checksum).then(|| Resume {
+        checksum: cfg.checksum,
+        key: crate::protocol::seal::frame_key(&keys),
+    });
+    let block = u64::from(cfg.block_size);
+    let (direct, tick) = (DirectMode::Off, &mut || {});
+    let mut incoming = Incoming::prepare(root, dest, entries, block, direct, rules, resume, tick)?;
+    super::roles::settle_held(&mut ctl, &mut incoming)?;
+    let mut tree = hear_listing(&mut ctl)?;
+    tree.entries = incoming.entries.clone();
+    incoming.check_space()?;
+    Ok((tree, answer_here(cfg, &mut incoming, paths)))
+}
+
+/// The rest of what a pull's daemon says of its listing until its
+/// summary: what its scan left out, named and counted (a tree of no
+/// entries yet).
+fn hear_listing(ctl: &mut Control) -> Result<Tree, SessionError> {
+    let mut tree = Tree::default();
+    loop {
+        match recv_msg(ctl)? {
+            Message::Skipped {
+                path, reason, rule, ..
+            } => tree.skipped.push(super::tree::Skipped {
+                path,
+                reason,
+                by_rule: rule,
+            }),
+            Message::LeftOut { excluded, devices } => {
+                (tree.excluded, tree.devices_left) = (excluded, devices)
+            }
+            Message::Summary { .. } => return Ok(tree),
+            _ => {
+                return Err(SessionError::Protocol(
+                    "expected the daemon's listing of a dry run".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// This side's word on a pull it would receive into `incoming`: each
+/// entry's action, what it would refuse and, with `--delete`, remove.
+fn answer_here(
+    cfg: &SendConfig,
+    incoming: &mut super::receive::Incoming,
+    paths: &[String],
+) -> Survey {
+    let refused: Vec<(u32, String)> = incoming
+        .take_refused()
+        .into_iter()
+        .map(|r| (r.entry, r.reason))
+        .collect();
+    let refused_at: std::collections::HashSet<u32> = refused.iter().map(|r| r.0).collect();
+    let actions = (0..incoming.entries.len())
+        .map(|i| match refused_at.contains(&(i as u32)) {
+            true => (Action::Refused, 0),
+            false => incoming.plan_of(i),
+        })
+        .collect();
+    let whole_dest = paths.iter().any(|p| p.ends_with('/'));
+    let deleted = match cfg.delete {
+        true => super::prune::prune(incoming, true, whole_dest).deleted,
+        false => Vec::new(),
+    };
+    Survey {
+        actions,
+        refused,
+        deleted,
+    }
 }

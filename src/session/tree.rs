@@ -1,6 +1,7 @@
 //! The sender's view of its sources: files, directory trees and symlinks
-//! turned into a manifest, as `cp -r SRC DEST/` would copy them (a
-//! directory is copied as itself, under its own name). One entry that
+//! turned into a manifest, as `rsync -a SRC DEST/` would copy them (a
+//! directory is copied as itself, under its own name; given as `DIR/`, its
+//! contents are, as rsync's trailing slash says). One entry that
 //! cannot be moved (a FIFO, a socket, a device node, a reserved name, a
 //! directory that cannot be listed, something that vanished while walked)
 //! is left out and named with its reason; the rest goes on. Names are
@@ -88,12 +89,12 @@ impl ScanRules {
         .fold(0, |f, (_, bit)| f | bit)
     }
 
-    /// The rules a request's flags ask for (no filter: a pull names its
-    /// paths).
-    pub fn requested(flags: u32) -> ScanRules {
+    /// The rules a request's flags and `filter` (a pull's `--exclude`,
+    /// `--include`) ask for.
+    pub fn requested(flags: u32, filter: Filter) -> ScanRules {
         use crate::protocol::control::{REQ_ACLS, REQ_DEVICES, REQ_HARD_LINKS, REQ_XATTRS};
         ScanRules {
-            filter: Default::default(),
+            filter,
             hard_links: flags & REQ_HARD_LINKS != 0,
             xattrs: flags & REQ_XATTRS != 0,
             acls: flags & REQ_ACLS != 0,
@@ -383,14 +384,65 @@ fn walk_children(
     let mut children = match listed {
         Ok(c) => c,
         Err(e) => {
-            tree.skip(rel, format!("its contents cannot be listed: {e}"));
+            // The top of a DIR/ source is named as given.
+            let shown = source.display().to_string();
+            let named = if rel.is_empty() { &shown } else { rel };
+            tree.skip(named, format!("its contents cannot be listed: {e}"));
             return Ok(());
         }
     };
     children.sort_by_key(|c| c.file_name());
     for c in children {
         let name = names::from_os(&c.file_name());
-        walk(tree, f, &format!("{rel}/{name}"), &c.path())?;
+        walk(tree, f, &beneath(rel, &name), &c.path())?;
+    }
+    Ok(())
+}
+
+/// `name` in directory `rel` of the manifest (`rel` empty: at its top).
+fn beneath(rel: &str, name: &str) -> String {
+    match rel {
+        "" => name.to_string(),
+        _ => format!("{rel}/{name}"),
+    }
+}
+
+/// Whether source `s` names a directory's contents rather than the
+/// directory itself, as rsync reads a trailing slash: `DIR/`, `DIR/.`,
+/// `.`.
+pub fn is_contents(s: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let b = s.as_os_str().as_bytes();
+    b.ends_with(b"/") || b.ends_with(b"/.") || b == b"."
+}
+
+/// Two sources that would land on one path of the manifest are refused,
+/// naming the path and both sources as given (`given`: the first entry of
+/// each source, and how it was given).
+fn check_landing(
+    entries: &[Entry],
+    given: &[(usize, String)],
+    what: &str,
+) -> Result<(), SessionError> {
+    let source_of = |i: usize| {
+        let k = given.partition_point(|(first, _)| *first <= i);
+        given[k.saturating_sub(1)].1.as_str()
+    };
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, e) in entries.iter().enumerate() {
+        let Some(&first) = seen.get(e.path.as_str()) else {
+            seen.insert(&e.path, i);
+            continue;
+        };
+        return Err(SessionError::local(
+            crate::protocol::control::ErrorCode::BadRequest,
+            format!(
+                "two {what} are named {} under the destination (from {} and {}): they would land on the same path",
+                names::shown(&e.path),
+                source_of(first),
+                source_of(i)
+            ),
+        ));
     }
     Ok(())
 }
@@ -421,10 +473,20 @@ fn add_xattrs(
 }
 
 /// Build the manifest of `sources` (files, directories, symlinks; a
-/// directory is copied as itself, recursively), as `rules` say.
+/// directory is copied as itself, recursively, or given as `DIR/` its
+/// contents are), as `rules` say. Two sources whose entries would land on
+/// one path are refused.
 pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionError> {
     let mut tree = Tree::default();
+    let mut given = Vec::with_capacity(sources.len());
     for s in sources {
+        given.push((tree.entries.len(), s.display().to_string()));
+        let m = std::fs::symlink_metadata(s)
+            .map_err(|e| SessionError::io(s.display().to_string(), e))?;
+        if is_contents(s) && m.is_dir() {
+            walk_children(&mut tree, filter, "", s)?;
+            continue;
+        }
         let trimmed = s.components().as_path();
         let name = trimmed.file_name().map(names::from_os).ok_or_else(|| {
             SessionError::local(
@@ -435,18 +497,9 @@ pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionErro
                 ),
             )
         })?;
-        if tree.entries.iter().any(|e| e.path == name) {
-            return Err(SessionError::local(
-                crate::protocol::control::ErrorCode::BadRequest,
-                format!(
-                    "two sources are named {}: they would land on the same path",
-                    names::shown(&name)
-                ),
-            ));
-        }
-        std::fs::symlink_metadata(s).map_err(|e| SessionError::io(s.display().to_string(), e))?;
         walk(&mut tree, filter, &name, s)?;
     }
+    check_landing(&tree.entries, &given, "sources")?;
     Ok(tree)
 }
 
@@ -461,9 +514,10 @@ pub(crate) fn scan_new(rules: &ScanRules, rel: &str, source: &Path) -> Tree {
 }
 
 /// The daemon's side of a pull: the manifest of `paths` under `root`, each
-/// copied as itself (its last component names it), walked and stat'ed
-/// beneath the root only. `sources` hold root-relative paths. urmove's own
-/// files (parts, journals) are never listed.
+/// copied as itself (its last component names it), or, given as `DIR/`,
+/// its contents; walked and stat'ed beneath the root only. `sources` hold
+/// root-relative paths. urmove's own files (parts, journals) are never
+/// listed. Two paths whose entries would land on one path are refused.
 pub fn scan_beneath(
     root: &crate::datapath::beneath::Root,
     paths: &[&str],
@@ -471,20 +525,36 @@ pub fn scan_beneath(
 ) -> Result<Tree, SessionError> {
     use crate::protocol::control::ErrorCode;
     let mut tree = Tree::default();
+    let mut given = Vec::with_capacity(paths.len());
     for p in paths {
+        given.push((tree.entries.len(), p.to_string()));
+        let (p, contents) = match p.strip_suffix('/') {
+            Some(dir) => (dir, true),
+            None => (*p, false),
+        };
         check_path(p)
             .map_err(|e| SessionError::local(ErrorCode::PathRefused, format!("{p}: {e}")))?;
-        let name = p.rsplit('/').next().unwrap_or(p);
-        if tree.entries.iter().any(|e| e.path == name) {
+        let m = root
+            .symlink_metadata(p)
+            .map_err(|e| SessionError::io(p.to_string(), e))?;
+        // `DIR/` names what a link there leads to beneath the root, as a
+        // trailing slash does in a local path.
+        let is_dir = m.is_dir() || (contents && root.read_dir(p).is_ok());
+        if contents && !is_dir {
             return Err(SessionError::local(
-                ErrorCode::BadRequest,
-                format!("two paths are named {name}: they would land on the same path"),
+                ErrorCode::PathRefused,
+                format!("{p}/: not a directory (leave out the / to pull it as itself)"),
             ));
         }
-        root.symlink_metadata(p)
-            .map_err(|e| SessionError::io(p.to_string(), e))?;
-        walk_beneath((root, rules), &mut tree, name, p);
+        match contents {
+            true => walk_beneath_children((root, rules), &mut tree, "", p),
+            false => {
+                let name = p.rsplit('/').next().unwrap_or(p);
+                walk_beneath((root, rules), &mut tree, name, p);
+            }
+        }
     }
+    check_landing(&tree.entries, &given, "paths")?;
     Ok(tree)
 }
 
@@ -502,6 +572,10 @@ fn walk_beneath(
         Ok(held) => held,
         Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
     };
+    if !rules.filter.admits(rel, m.is_dir()) {
+        tree.excluded += 1;
+        return;
+    }
     if tree.left_as_device(&m, rules) {
         return;
     }
@@ -521,18 +595,32 @@ fn walk_beneath(
     }
     let kind = e.kind;
     tree.push(e, PathBuf::from(source), &m);
-    if kind != EntryKind::Dir {
-        return;
+    if kind == EntryKind::Dir {
+        walk_beneath_children((root, rules), tree, rel, source);
     }
+}
+
+/// What directory `source` (`rel` in the manifest, empty at its top)
+/// holds, beneath the root.
+fn walk_beneath_children(
+    (root, rules): (&crate::datapath::beneath::Root, &ScanRules),
+    tree: &mut Tree,
+    rel: &str,
+    source: &str,
+) {
     let names = match root.read_dir(source) {
         Ok(n) => n,
-        Err(e) => return tree.skip(rel, format!("its contents cannot be listed: {e}")),
+        // The top of a DIR/ path is named as asked.
+        Err(e) => {
+            let named = if rel.is_empty() { source } else { rel };
+            return tree.skip(named, format!("its contents cannot be listed: {e}"));
+        }
     };
     for name in names.iter().filter(|n| !is_reserved(n)) {
         walk_beneath(
             (root, rules),
             tree,
-            &format!("{rel}/{name}"),
+            &beneath(rel, name),
             &format!("{source}/{name}"),
         );
     }
@@ -602,6 +690,36 @@ mod tests {
             (EntryKind::CharDevice, libc::makedev(1, 3))
         );
         assert_eq!(with.devices_left, 0);
+    }
+
+    /// `DIR/` is DIR's contents, `DIR` itself; two sources landing on one
+    /// path are refused, naming both as given.
+    #[test]
+    fn a_trailing_slash_scans_the_contents_and_collisions_are_refused() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        for top in ["top", "other"] {
+            std::fs::create_dir_all(dir.path().join(top).join("sub")).unwrap();
+            std::fs::write(dir.path().join(top).join("sub/b"), b"b").unwrap();
+        }
+        std::fs::write(dir.path().join("top/a"), b"a").unwrap();
+        let paths = |sources: &[PathBuf]| -> Vec<String> {
+            let tree = scan(sources, &ScanRules::default()).unwrap();
+            tree.entries.into_iter().map(|e| e.path).collect()
+        };
+        let top = dir.path().join("top");
+        let slash = PathBuf::from(format!("{}/", top.display()));
+        assert_eq!(paths(std::slice::from_ref(&slash)), ["a", "sub", "sub/b"]);
+        assert_eq!(paths(&[top.join(".")]), ["a", "sub", "sub/b"]);
+        assert_eq!(paths(&[top]), ["top", "top/a", "top/sub", "top/sub/b"]);
+        assert!(is_contents(Path::new(".")) && !is_contents(Path::new("a.")));
+        let other = PathBuf::from(format!("{}/", dir.path().join("other").display()));
+        let e = scan(&[slash.clone(), other.clone()], &ScanRules::default()).unwrap_err();
+        let want = format!(
+            "two sources are named sub under the destination (from {} and {})",
+            slash.display(),
+            other.display()
+        );
+        assert!(e.to_string().contains(&want), "{e}");
     }
 
     trait Lossless {

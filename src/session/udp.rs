@@ -444,7 +444,7 @@ pub fn run_udp(
         path: String::new(),
         owner: [0; 32],
         rate_limit: t.rate.map_or(0, |r| r.ceil() as u64),
-        protect: Vec::new(),
+        filter: Vec::new(),
     };
     let (mut ctl, keys) = super::send::begin(cfg, req)?;
     let mut report = UdpReport {

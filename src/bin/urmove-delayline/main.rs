@@ -49,10 +49,11 @@ struct Args {
     /// Round-trip time the line adds (half each way).
     #[arg(long, default_value = "100ms", value_parser = parse::duration)]
     rtt: Duration,
-    /// Rate of each direction (tbf on each device), as 1Gbit; none: as
-    /// fast as the line moves packets.
+    /// Rate of each direction (tbf on each device), as 1Gbit (bits unless
+    /// a B says bytes, as urmove reads rates); none: as fast as the line
+    /// moves packets.
     #[arg(long, value_parser = parse::rate)]
-    rate: Option<f64>,
+    rate: Option<parse::Rate>,
     /// Bytes tbf queues before it drops (the bottleneck's buffer); default
     /// one bandwidth-delay product, at least 1 MiB.
     #[arg(long, value_parser = parse::size)]
@@ -115,9 +116,10 @@ impl Args {
             ns: [self.ns_a.clone(), self.ns_b.clone()],
             addr: [self.addr_a, self.addr_b],
             mtu: self.mtu,
-            rate_bytes_per_s: self.rate,
+            rate_bytes_per_s: self.rate.map(|r| r.bytes_per_s),
             queue_bytes: self.queue.unwrap_or_else(|| {
-                let bdp = self.rate.unwrap_or(0.0) * self.rtt.as_secs_f64();
+                let rate = self.rate.map_or(0.0, |r| r.bytes_per_s);
+                let bdp = rate * self.rtt.as_secs_f64();
                 (bdp as u64).max(1 << 20)
             }),
         }
