@@ -13,8 +13,12 @@
 #   disk     scripts/bench-disk.sh   (urmove bench --disk vs fio and dd)
 #   lanes    scripts/bench-scaling.sh (urmove's lanes vs iperf3 and fio)
 #   shards   scripts/bench-shards.sh (send --shard over 1, 2, 4 shards)
-#   wan      scripts/bench-wan.sh    (long paths through urmove-delayline;
-#            the longest part: about an hour at its defaults on 2 cores)
+#   wan      scripts/bench-wan.sh    (long paths through urmove-delayline)
+# How long, at the defaults on a 2-core VM (counted from the runs each part
+# makes, not timed whole): about 30 min without wan (bench-net about 18,
+# lanes 8, disk 3, shards 2), and wan about 70 more (3 paths x 3 losses x 14
+# configurations x 3 rounds of 10 s or a 2 GiB send); each part's time is in
+# the document.
 # Each script drops the page cache where its tables say "cold cache", and
 # each stays usable on its own; this one gives each TSV=FILE, the
 # machine-readable rounds, configurations, versions and comparison rows that
