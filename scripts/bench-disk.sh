@@ -6,7 +6,9 @@
 # Tests: sequential write and read (1 MiB blocks, QD 32, SIZE_MB MiB) and 4 KiB
 # random read (QD 32, time-based; fio psync is QD 1, dd has no random read).
 # Each test runs ROUNDS times, tool order rotated per round; the script prints
-# a Markdown table of medians and urmove/peer ratios, then every round value.
+# a Markdown table of medians and urmove/peer ratios (and against the best
+# peer configuration of each test), then every round value; the caption
+# names fio's and dd's versions (their own --version) and options.
 #
 # Usage (as root):
 #   scripts/bench-disk.sh [DIR]
@@ -19,6 +21,8 @@
 #   DIR=/var/tmp/urmove-bench-disk   work dir (the first argument overrides it)
 #   URMOVE=         urmove binary (default: cargo build --release in this repo)
 #   KEEP=1          keep $DIR/bench.dat on exit
+#   TSV=            also write every round, configuration and version to this
+#                   file, tab-separated (scripts/bench-all.sh reads it)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -27,6 +31,7 @@ RAND_S=${RAND_S:-15}
 DIR=${1:-${DIR:-/var/tmp/urmove-bench-disk}}
 URMOVE=${URMOVE:-}
 KEEP=${KEEP:-0}
+TSV=${TSV:-}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CMDLINE="ROUNDS=$ROUNDS SIZE_MB=$SIZE_MB RAND_S=$RAND_S $0${*:+ $*}"
@@ -120,9 +125,9 @@ measure() {
     local rw section
     local -a fiorw
     case $test in
-        seq-write) rw=write;    fiorw=(--rw=write --bs=1M);    section=write ;;
-        seq-read)  rw=read;     fiorw=(--rw=read --bs=1M);     section=read ;;
-        rand-read) rw=randread; fiorw=(--rw=randread --bs=4k --time_based "--runtime=$RAND_S"); section=read ;;
+        seq-write) rw="write";    fiorw=(--rw=write --bs=1M);    section="write" ;;
+        seq-read)  rw="read";     fiorw=(--rw=read --bs=1M);     section="read" ;;
+        rand-read) rw=randread; fiorw=(--rw=randread --bs=4k --time_based "--runtime=$RAND_S"); section="read" ;;
     esac
     case $tool in
         urmove)
@@ -190,15 +195,38 @@ ELAPSED=$(( $(date +%s) - START ))
 FS=$(findmnt -no FSTYPE,SOURCE -T "$DIR" 2>/dev/null | awk '{ print $1 " on " $2 }' || true)
 [ -n "$FS" ] || FS=$(df -PT "$DIR" | awk 'NR == 2 { print $2 " on " $1 }')
 
-python3 - "$RESULTS" <<'EOF'
-import sys
+V_FIO=$(fio --version 2>/dev/null || echo "fio (version unknown)")
+V_DD=$(dd --version 2>/dev/null | head -1 || echo "dd (version unknown)")
+COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")
+
+SIZE_MB=$SIZE_MB RAND_S=$RAND_S V_FIO="$V_FIO" V_DD="$V_DD" TSV="$TSV" python3 - "$RESULTS" <<'EOF'
+import os, sys
 from collections import defaultdict
 from statistics import median
 
+E = os.environ
 vals = defaultdict(list)           # (test, tool) -> [value per round]
+rounds = []
 for line in open(sys.argv[1]):
-    test, tool, rnd, v = line.split("\t")
+    test, tool, rnd, v = line.rstrip("\n").split("\t")
     vals[test, tool].append(float(v))
+    rounds.append((test, tool, rnd, v))
+size, rand_s, vfio, vdd = E["SIZE_MB"], E["RAND_S"], E["V_FIO"], E["V_DD"]
+conf = {
+    "urmove": f"urmove bench --disk FILE --size {size}M --bs 1M --qd 32 --direct required (--mode write, read);"
+              f" --mode randread --bs 4k --qd 32 --time {rand_s}s",
+    "fio-uring": f"{vfio} --ioengine=io_uring --fixedbufs=1 --registerfiles=1 --iodepth=32 --direct=1"
+                 f" --invalidate=1 --size={size}M --bs=1M (--rw=write, read); --rw=randread --bs=4k"
+                 f" --time_based --runtime={rand_s}",
+    "fio-psync": f"{vfio} --ioengine=psync --numjobs=1 --direct=1 --invalidate=1 --size={size}M (queue depth 1)",
+    "dd": f"{vdd}: bs=1M count={size} oflag=direct conv=notrunc (write, zeros); iflag=direct (read)",
+}
+print(f"### Disk: urmove bench --disk vs {vfio} and {vdd}, O_DIRECT on one {size} MiB file\n")
+print("Each tool, as run (all on the same file, page cache dropped before each read):\n")
+names = {"urmove": "urmove", "fio-uring": "fio io_uring", "fio-psync": "fio psync", "dd": "dd"}
+for t, text in conf.items():
+    print(f"- {names[t]}: {text}")
+print()
 
 tools = [("urmove", "urmove"), ("fio-uring", "fio io_uring"),
          ("fio-psync", "fio psync"), ("dd", "dd")]
@@ -225,25 +253,59 @@ for test, label, scale in tests:
             row.append("n/a")
     print(f"| {label} | " + " | ".join(row) + " |")
 
-print("\nRound values (medians above):")
+print("\nBest peer per test (by median):\n")
+cmp_rows = []
+jobs = {"seq-write": f"sequential write, {size} MiB, O_DIRECT, 1 MiB QD32",
+        "seq-read": f"sequential read, {size} MiB, O_DIRECT, 1 MiB QD32",
+        "rand-read": "4 KiB random read, QD32"}
+for test, label, scale in tests:
+    ps = [t for t, _ in peers if (test, t) in vals]
+    if not ps or (test, "urmove") not in vals:
+        continue
+    b = max(ps, key=lambda t: median(vals[test, t]))
+    u, bv = median(vals[test, "urmove"]), median(vals[test, b])
+    unit = "IOPS" if test == "rand-read" else "MB/s"
+    bname = dict(tools)[b] + (" (QD1)" if b == "fio-psync" else "")
+    print(f"- {label}: {bname}, urmove/{bname} {u / bv:.2f}")
+    ver = vdd if b == "dd" else vfio
+    cmp_rows.append((jobs[test], f"`bench --disk`: {u / scale:.0f} {unit}",
+                     f"{bname} ({ver}): {bv / scale:.0f} {unit}", f"{u / bv:.2f}"))
+
+print("\nRound values (medians above):\n")
+print("```text")
 for test, label, scale in tests:
     for t, name in tools:
         if (test, t) in vals:
-            rounds = ", ".join(f"{v / scale:.0f}" for v in vals[test, t])
-            print(f"  {label:30} {name:13} {rounds}")
+            rs = ", ".join(f"{v / scale:.0f}" for v in vals[test, t])
+            print(f"  {label:30} {name:13} {rs}")
+print("```")
+
+if E.get("TSV"):
+    with open(E["TSV"], "a") as f:
+        for r in rounds:
+            f.write("\t".join(("round", "disk") + r) + "\n")
+        for t, text in conf.items():
+            f.write("\t".join(("conf", "disk", "disk", t, text)) + "\n")
+        f.write("\t".join(("version", "disk", "fio", vfio)) + "\n")
+        f.write("\t".join(("version", "disk", "dd", vdd)) + "\n")
+        for row in cmp_rows:
+            f.write("\t".join(("cmp", "disk") + row) + "\n")
 EOF
 
 cat <<EOF
 
-Notes: MB/s are decimal (1e6 bytes/s); ratios are of medians. All tools use
-O_DIRECT on the same file; fio psync runs at QD1 by nature; dd writes zeros
-(urmove and fio write non-zero data) and has no random read mode.
+How it was measured: MB/s are decimal (1e6 bytes/s); ratios are of medians.
+All tools use O_DIRECT on the same file, tool order rotated each round; fio
+psync runs at QD1 by nature; dd writes zeros (urmove and fio write non-zero
+data) and has no random read mode.
 
+\`\`\`text
 Command: $CMDLINE
 Date:    $(date -Is)
 Kernel:  $(uname -r)
 File:    $FILE (${SIZE_MB} MiB) on ${FS}
-urmove:  $URMOVE
-fio:     $(fio --version)
+urmove:  $URMOVE ($COMMIT)
+Peers:   $V_FIO, $V_DD
 Rounds:  $ROUNDS, rand-read ${RAND_S}s per tool and round, took ${ELAPSED}s
+\`\`\`
 EOF

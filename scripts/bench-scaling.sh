@@ -11,7 +11,10 @@
 #   send direct                 the same file read with O_DIRECT (--direct required)
 #   send cached --encrypt
 # and prints, per line: the rate (median of ROUNDS alternating rounds), the
-# ratio to iperf3 -P STREAMS -l 1M (bench lines) or to bench --net at the
+# ratio to iperf3 at its best (bench lines: the better by median of one
+# process, iperf3 -P STREAMS -l 1M, and STREAMS processes of -P 1 -l 1M side
+# by side, each to its own server, rates summed: iperf3 3.12 runs all the
+# streams of one process on one thread) or to bench --net at the
 # same lanes (send lines), CPU seconds per GB (machine-wide from /proc/stat,
 # and each side's process), and the busiest lane thread's share of its
 # side's lane CPU (the sender from its JSON, the daemon from /proc). fio's
@@ -35,7 +38,9 @@
 #   DEST=        the daemon's root (default: $WORKDIR/dest; on tmpfs, such as
 #                /dev/shm, the send lines measure the data path, not a disk)
 #   URMOVE=      urmove binary (default: cargo build --release in this repo)
-#   PORT=17979 IPERF_PORT=15279
+#   PORT=17979 IPERF_PORT=15279   (the iperf3 processes: IPERF_PORT and up)
+#   TSV=         also write every round, configuration and version to this
+#                file, tab-separated (scripts/bench-all.sh reads it)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -79,7 +84,11 @@ if [ ! -f "$BIG" ] || [ "$(stat -c %s "$BIG")" -ne $((SIZE_MB << 20)) ]; then
     head -c $((SIZE_MB << 20)) /dev/urandom >"$BIG"
 fi
 
-export URMOVE ROUNDS DUR STREAMS BIG DEST PORT IPERF_PORT LANES MODES WORKDIR CORES
+V_IPERF3=$(iperf3 --version 2>/dev/null | head -1 | awk '{ print "iperf3", $2 }')
+V_FIO=$(fio --version 2>/dev/null)
+COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")
+TSV=${TSV:-}
+export URMOVE ROUNDS DUR STREAMS BIG DEST PORT IPERF_PORT LANES MODES WORKDIR CORES V_IPERF3 V_FIO COMMIT TSV
 exec python3 - <<'EOF'
 import json, os, shutil, signal, statistics, subprocess, sys, time
 
@@ -186,21 +195,32 @@ def urmove_line(mode, lanes, daemon_pid):
             "daemon": daemon / gb, "cshare": client_share(doc), "dshare": dshare,
             "lanes": len(doc.get("lanes", []))}
 
-def iperf_line():
-    srv = subprocess.Popen(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(IPORT)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+IPERF_CONFS = {
+    "P": f"one process, iperf3 -c -P {STREAMS} -l 1M -t {DUR}",
+    "procs": f"{STREAMS} processes side by side, iperf3 -c -P 1 -l 1M -t {DUR} each, each to its own server, rates summed",
+}
+
+def iperf_line(conf):
+    """iperf3 as one process (-P STREAMS) or as STREAMS processes of -P 1."""
+    n = 1 if conf == "P" else STREAMS
+    srvs = [subprocess.Popen(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(IPORT + k)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for k in range(n)]
     time.sleep(0.5)
     m0 = machine_busy()
-    out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(IPORT), "-P", str(STREAMS),
-                          "-l", "1M", "-t", str(DUR), "-J"], capture_output=True, check=True).stdout
+    clients = [subprocess.Popen(["iperf3", "-c", "127.0.0.1", "-p", str(IPORT + k),
+                                 "-P", str(STREAMS if conf == "P" else 1), "-l", "1M", "-t", str(DUR), "-J"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for k in range(n)]
+    outs = [c.communicate()[0] for c in clients]
     m1 = machine_busy()
-    srv.terminate(); srv.wait()
-    e = json.loads(out)["end"]
-    gb = e["sum_received"]["bytes"] / GB
-    cpu = e["cpu_utilization_percent"]
-    secs = e["sum_received"]["seconds"]
-    return {"rate": e["sum_received"]["bits_per_second"] / 1e9, "machine": (m1 - m0) / gb,
-            "client": cpu["host_total"] / 100 * secs / gb, "daemon": cpu["remote_total"] / 100 * secs / gb}
+    for srv in srvs:
+        srv.terminate(); srv.wait()
+    if any(c.returncode for c in clients):
+        sys.exit(f"bench-scaling: iperf3 ({IPERF_CONFS[conf]}) failed")
+    ends = [json.loads(o)["end"] for o in outs]
+    gb = sum(e["sum_received"]["bytes"] for e in ends) / GB
+    cpu = lambda k: sum(e["cpu_utilization_percent"][k] / 100 * e["sum_received"]["seconds"] for e in ends)
+    return {"rate": sum(e["sum_received"]["bits_per_second"] for e in ends) / 1e9, "machine": (m1 - m0) / gb,
+            "client": cpu("host_total") / gb, "daemon": cpu("remote_total") / gb}
 
 def fio_line():
     subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
@@ -224,7 +244,7 @@ def fio_write_line():
 subprocess.run([U, "keygen", KEY], check=True, stdout=subprocess.DEVNULL) if not os.path.exists(KEY) else None
 log(f"{os.cpu_count()} cores, streams {STREAMS}, lanes {' '.join(LANES)}, modes {' '.join(MODES)}, {ROUNDS} rounds of {DUR} s")
 rows = {}   # (lanes, mode) -> list of results
-peers = {"iperf3": [], "fio": [], "fio-write": []}
+peers = {"iperf3-P": [], "iperf3-procs": [], "fio": [], "fio-write": []}
 for rnd in range(ROUNDS):
     order = LANES[rnd % len(LANES):] + LANES[:rnd % len(LANES)]
     for lanes in order:
@@ -234,8 +254,9 @@ for rnd in range(ROUNDS):
             log(f"round {rnd + 1}: lanes {lanes}: {mode}")
             rows.setdefault((lanes, mode), []).append(urmove_line(mode, lanes, d.p.pid))
         d.stop()
-    log(f"round {rnd + 1}: iperf3 -P {STREAMS} -l 1M")
-    peers["iperf3"].append(iperf_line())
+    for conf in ("P", "procs")[rnd % 2:] + ("P", "procs")[:rnd % 2]:
+        log(f"round {rnd + 1}: iperf3, {IPERF_CONFS[conf]}")
+        peers["iperf3-" + conf].append(iperf_line(conf))
     if "send-direct" in MODES:
         log(f"round {rnd + 1}: fio O_DIRECT read of the file")
         peers["fio"].append(fio_line())
@@ -245,23 +266,29 @@ for rnd in range(ROUNDS):
         peers["fio-write"].append(fio_write_line())
 
 med = lambda xs, k: statistics.median(x[k] for x in xs)
-ip = peers["iperf3"]
-print(f"\n#### Scaling on {os.cpu_count()} cores: -P {STREAMS}, loopback, medians of {ROUNDS} rounds\n")
-print(f"iperf3 -P {STREAMS} -l 1M: {med(ip, 'rate'):.2f} Gbit/s, {med(ip, 'machine'):.3f} CPU s/GB machine-wide"
-      f" ({med(ip, 'client'):.3f} client, {med(ip, 'daemon'):.3f} server)")
+V_IPERF3, V_FIO = os.environ["V_IPERF3"], os.environ["V_FIO"]
+best_conf = max(("P", "procs"), key=lambda c: med(peers["iperf3-" + c], "rate"))
+ip = peers["iperf3-" + best_conf]
+print(f"### Lanes: urmove's data path by thread count vs {V_IPERF3} at its best and {V_FIO},"
+      f" {os.cpu_count()} cores, -P {STREAMS}, loopback, medians of {ROUNDS} rounds\n")
+print(f"{V_IPERF3} runs every stream of one process on one thread; both configurations ran, each round:\n")
+for conf in ("P", "procs"):
+    x = peers["iperf3-" + conf]
+    print(f"- {IPERF_CONFS[conf]}: {med(x, 'rate'):.2f} Gbit/s, {med(x, 'machine'):.3f} CPU s/GB machine-wide"
+          f" ({med(x, 'client'):.3f} client, {med(x, 'daemon'):.3f} server)" + (" (best: the iperf3 column below)" if conf == best_conf else ""))
 if peers["fio"]:
-    print(f"fio O_DIRECT read of the file: {med(peers['fio'], 'rate'):.2f} Gbit/s")
+    print(f"- {V_FIO} --rw=read --bs=1M --direct=1 --ioengine=io_uring --iodepth=32 of the file (cold cache): {med(peers['fio'], 'rate'):.2f} Gbit/s")
 if peers["fio-write"]:
-    print(f"fio O_DIRECT write under the daemon's root ({DEST}): {med(peers['fio-write'], 'rate'):.2f} Gbit/s")
+    print(f"- {V_FIO} --rw=write --bs=1M --direct=1 --ioengine=io_uring --iodepth=32 under the daemon's root ({DEST}): {med(peers['fio-write'], 'rate'):.2f} Gbit/s")
 print()
-print("| lanes | line | Gbit/s | vs | CPU s/GB machine | vs iperf3 | sender s/GB | receiver s/GB | busiest lane, sender | busiest lane, daemon |")
+print("| lanes | line | Gbit/s | vs | CPU s/GB machine | vs iperf3 best | sender s/GB | receiver s/GB | busiest lane, sender | busiest lane, daemon |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for lanes in LANES:
     for mode in MODES:
         r = rows[(lanes, mode)]
         rate = med(r, "rate")
         if mode.startswith("bench"):
-            vs = f"{rate / med(ip, 'rate'):.2f} iperf3"
+            vs = f"{rate / med(ip, 'rate'):.2f} iperf3 best"
         else:
             b = rows.get((lanes, "bench"))
             vs = f"{rate / med(b, 'rate'):.2f} bench" if b else "-"
@@ -273,10 +300,37 @@ if "auto" in LANES and "1" in LANES:
     for mode in MODES:
         a, o = med(rows[("auto", mode)], "rate"), med(rows[("1", mode)], "rate")
         print(f"- {mode}: {a / o:.2f}")
-print("\nEvery round (Gbit/s):")
+print("\nEvery round (Gbit/s):\n")
+print("```text")
 for (lanes, mode), r in sorted(rows.items()):
-    print(f"- lanes {lanes} {mode}: " + " ".join(f"{x['rate']:.2f}" for x in r))
-print("- iperf3: " + " ".join(f"{x['rate']:.2f}" for x in ip))
+    print(f"  lanes {lanes} {mode}: " + " ".join(f"{x['rate']:.2f}" for x in r))
+for conf in ("P", "procs"):
+    print(f"  iperf3 {conf}: " + " ".join(f"{x['rate']:.2f}" for x in peers["iperf3-" + conf]))
+if peers["fio"]:
+    print("  fio read: " + " ".join(f"{x['rate']:.2f}" for x in peers["fio"]))
 if peers["fio-write"]:
-    print("- fio write: " + " ".join(f"{x['rate']:.2f}" for x in peers["fio-write"]))
+    print("  fio write: " + " ".join(f"{x['rate']:.2f}" for x in peers["fio-write"]))
+print("```")
+print(f"\nHow it was measured: both sides on this host, loopback; the daemon restarted per lane count with"
+      f" the same --lanes; rates are what the receiver had; CPU s/GB machine-wide from /proc/stat, per side"
+      f" from the processes' own counters; send lines: the file from the page cache (cat first) or read with"
+      f" O_DIRECT after a page-cache drop; the daemon writes under {DEST}.\n")
+print("```text")
+print(f"Command: ROUNDS={ROUNDS} DUR={DUR} STREAMS={STREAMS} SIZE_MB={os.path.getsize(BIG) >> 20} LANES=\"{' '.join(LANES)}\" MODES=\"{' '.join(MODES)}\" scripts/bench-scaling.sh")
+print(f"urmove:  {U} ({os.environ['COMMIT']})")
+print(f"Peers:   {V_IPERF3}, {V_FIO}")
+print(f"Date:    {time.strftime('%Y-%m-%dT%H:%M:%S%z')}")
+print("```")
+if os.environ.get("TSV"):
+    with open(os.environ["TSV"], "a") as t:
+        for (lanes, mode), r in rows.items():
+            for i, x in enumerate(r):
+                t.write(f"round\tscaling\t{mode}\tlanes-{lanes}\t{i + 1}\t{x['rate'] * 1e9}\t{x['machine']}\n")
+        for k, xs in peers.items():
+            for i, x in enumerate(xs):
+                t.write(f"round\tscaling\tpeer\t{k}\t{i + 1}\t{x['rate'] * 1e9}\t{x.get('machine', '')}\n")
+        for conf, text in IPERF_CONFS.items():
+            t.write(f"conf\tscaling\tpeer\tiperf3-{conf}\t{text}\n")
+        t.write(f"version\tscaling\tiperf3\t{V_IPERF3}\n")
+        t.write(f"version\tscaling\tfio\t{V_FIO}\n")
 EOF

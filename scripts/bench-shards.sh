@@ -33,6 +33,8 @@
 #   WORKDIR=/var/tmp/urmove-bench-shards   sources, reports and logs
 #   URMOVE=        urmove binary (default: cargo build --release in this repo)
 #   PORT=17980
+#   TSV=           also write every round, configuration and version to this
+#                  file, tab-separated (scripts/bench-all.sh reads it)
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -94,7 +96,8 @@ fi
 
 # One sharded transfer into a fresh destination: its merged report.
 run_shards() {
-  local n=$1 out=$WORKDIR/reports-$n dest=bench-$n
+  local n=$1
+  local out=$WORKDIR/reports-$n dest=bench-$n
   rm -rf "$out"; mkdir -p "$out"
   [ "$local_dest" = 1 ] && rm -rf "${DEST:?}/$dest"
   sync; echo 3 > /proc/sys/vm/drop_caches
@@ -146,16 +149,26 @@ print("shards %s %s %.0f %s %s %s" % (sys.argv[1], sys.argv[2], m["rate_bits_per
   done
 done
 
+V_FIO=$(fio --version 2>/dev/null)
+COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")
+V_FIO=$V_FIO LAUNCH=$LAUNCH RECEIVERS=$RECEIVERS FILES=$FILES SIZE_MB=$SIZE_MB ARGS=$ARGS TSV=${TSV:-} \
 python3 - "$results" "$bytes" <<'EOF'
-import statistics, sys
+import os, statistics, sys
+E = os.environ
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 fio = {r[1]: float(r[2]) for r in rows if r[0] == "fio"}
 runs = [r for r in rows if r[0] == "shards"]
 counts = sorted({int(r[1]) for r in runs})
 def med(xs): return statistics.median(xs) if xs else float("nan")
 one = {r[2]: float(r[3]) for r in runs if r[1] == str(counts[0])}
-print(f"{int(sys.argv[2]) / 2**20:.0f} MiB per transfer, median of {len(fio)} rounds")
-print(f"{'shards':>6} {'aggregate':>12} {'x %d shard' % counts[0]:>10} {'x fio write':>11} {'complete':>8}  per-shard Mb/s (slowest)")
+print(f"### Sharded sends: one transfer over {', '.join(map(str, counts))} shards (urmove alone; the"
+      f" receiving disk's limit from {E['V_FIO']})\n")
+print(f"{int(sys.argv[2]) / 2**20:.0f} MiB per transfer (one {E['SIZE_MB']} MiB file split over the shards and"
+      f" {E['FILES']} small files), receivers {E['RECEIVERS']} sharing one root, shards launched {E['LAUNCH']},"
+      f" reports merged by urmove report; median of {len(fio)} rounds. fio: --rw=write --bs=4M --direct=1"
+      f" --ioengine=libaio --iodepth=8 of as many bytes under the receivers' root, in the same round.\n")
+print(f"| shards | aggregate Gbit/s | x {counts[0]} shard | x fio write | complete | per-shard Mb/s, last round (slowest) |")
+print("|---:|---:|---:|---:|---|---|")
 for n in counts:
     rs = [r for r in runs if int(r[1]) == n]
     agg = med([float(r[3]) for r in rs])
@@ -163,5 +176,26 @@ for n in counts:
     vsf = med([float(r[3]) / fio[r[2]] for r in rs if r[2] in fio])
     done = all(r[4] == "True" for r in rs)
     last = rs[-1]
-    print(f"{n:>6} {agg / 1e9:>9.2f} Gb/s {vs1:>10.2f} {vsf:>11.2f} {str(done):>8}  {' '.join(last[6:])} (shard {last[5]})")
+    print(f"| {n} | {agg / 1e9:.2f} | {vs1:.2f} | {vsf:.2f} | {done} | {' '.join(last[6:])} (shard {last[5]}) |")
+print("\nEvery round (Gbit/s):\n")
+print("```text")
+for n in counts:
+    print(f"  {n} shards: " + ", ".join(f"{float(r[3]) / 1e9:.2f}" for r in runs if int(r[1]) == n))
+print("  fio write: " + ", ".join(f"{v / 1e9:.2f}" for v in fio.values()))
+print("```")
+if E.get("TSV"):
+    with open(E["TSV"], "a") as t:
+        for r in runs:
+            t.write(f"round\tshards\tshards\t{r[1]}\t{r[2]}\t{r[3]}\t{r[4]}\n")
+        for k, v in fio.items():
+            t.write(f"round\tshards\tshards\tfio-write\t{k}\t{v}\t\n")
+        t.write(f"version\tshards\tfio\t{E['V_FIO']}\n")
+EOF
+cat <<EOF
+
+\`\`\`text
+Command: ROUNDS=$ROUNDS SHARDS="$SHARDS" SIZE_MB=$SIZE_MB FILES=$FILES LAUNCH=$LAUNCH scripts/bench-shards.sh
+urmove:  $URMOVE ($COMMIT)
+Date:    $(date -Is)
+\`\`\`
 EOF

@@ -9,7 +9,9 @@
 #   urmove bench --net   at defaults, then -P N for N in SWEEP
 #   urmove send          of one FILE_MB file (disk to disk, O_DIRECT on the
 #                        receiver), at defaults, then -P N for N in SWEEP
-#   iperf3 -c            -P N for N in IPERF_P (memory to memory)
+#   iperf3 -c            -P N for N in IPERF_P (memory to memory), and N
+#                        processes side by side (-P 1 each, each its own
+#                        server, rates summed) for N in IPERF_PROCS
 #   FDT                  -P N -ss 16M for N in FDT_P, memory to memory
 #                        (-nettest) and the file, only when FDT_JAR is given
 # Both namespaces get the per-namespace part (net.ipv4.*: socket buffer
@@ -31,13 +33,18 @@
 #   DUR=10                   seconds per memory-to-memory run
 #   FILE_MB=2048             size of the file sent (random, made once)
 #   SWEEP="1 4 8 12"         urmove -P values after the defaults ("" for none)
-#   IPERF_P="1 4 8"          iperf3 -P values
+#   IPERF_P="1 4 8"          iperf3 -P values (one process: iperf3 3.12 runs
+#                            its streams on one thread)
+#   IPERF_PROCS=             iperf3 process counts (e.g. "8"; none by default)
 #   FDT_P="4 8 12"           FDT -P values; FDT_JAR=path/to/fdt.jar to run it
 #   HOST=tuned|default       sysctls in the namespaces (see above)
 #   TIMEOUT=300              seconds before one run counts as hung
 #   WORKDIR=/var/tmp/urmove-bench-wan    sources, receiver root, keys, logs
 #   URMOVE=                  urmove binary (default: cargo build --release here)
 #   NS_A=urmwan-a NS_B=urmwan-b ADDR_A=10.79.0.1 ADDR_B=10.79.0.2
+#   TSV=                     also write every round, configuration and version
+#                            to this file, tab-separated (scripts/bench-all.sh)
+# The iperf3 servers listen on 15301 and up (one per process of IPERF_PROCS).
 set -euo pipefail
 
 PATHS=${PATHS:-1Gbit:100ms 10Gbit:20ms 2Gbit:100ms}
@@ -47,6 +54,8 @@ DUR=${DUR:-10}
 FILE_MB=${FILE_MB:-2048}
 SWEEP=${SWEEP-1 4 8 12}
 IPERF_P=${IPERF_P-1 4 8}
+IPERF_PROCS=${IPERF_PROCS-}
+TSV=${TSV:-}
 FDT_P=${FDT_P-4 8 12}
 FDT_JAR=${FDT_JAR:-}
 HOST=${HOST:-tuned}
@@ -102,9 +111,9 @@ FDT_PID=
 stop_line() {
   for p in $FDT_PID $IPERF_PID $RECV_PID; do kill "$p" 2>/dev/null || true; done
   for p in $FDT_PID $IPERF_PID $RECV_PID; do wait "$p" 2>/dev/null || true; done
-  FDT_PID= IPERF_PID= RECV_PID=
+  FDT_PID='' IPERF_PID='' RECV_PID=''
   if [ -n "$LINE_PID" ]; then
-    echo quit >&"${LINE[1]}" 2>/dev/null || true
+    { echo quit >&"${LINE[1]}"; } 2>/dev/null || true
     wait "$LINE_PID" 2>/dev/null || true
     LINE_PID=
   fi
@@ -127,6 +136,7 @@ start_line() { # RATE RTT LOSS
   coproc LINE { exec "$DELAYLINE" --replace --ns-a "$NS_A" --ns-b "$NS_B" \
     --addr-a "$ADDR_A" --addr-b "$ADDR_B" --rate "$rate" --rtt "$rtt" --loss "$loss" \
     2>>"$WORKDIR/logs/delayline.log"; }
+  # shellcheck disable=SC2269 # coproc LINE set it; named here for the reader
   LINE_PID=$LINE_PID
   local ready
   read -r -t 30 ready <&"${LINE[0]}" || die "the delay line did not start (see $WORKDIR/logs/delayline.log)"
@@ -145,6 +155,12 @@ start_line() { # RATE RTT LOSS
   RECV_PID=$!
   ip netns exec "$NS_B" iperf3 -s -p "$IPERF_PORT" >/dev/null 2>&1 &
   IPERF_PID=$!
+  local k most=0
+  for k in $IPERF_PROCS; do [ "$k" -gt "$most" ] && most=$k; done
+  for ((k = 1; k < most; k++)); do
+    ip netns exec "$NS_B" iperf3 -s -p $((IPERF_PORT + k)) >/dev/null 2>&1 &
+    IPERF_PID="$IPERF_PID $!"
+  done
   if [ -n "$FDT_JAR" ]; then
     ip netns exec "$NS_B" java -jar "$FDT_JAR" -p "$FDT_PORT" -noupdates \
       >>"$WORKDIR/logs/fdt-server.log" 2>&1 &
@@ -202,6 +218,24 @@ except Exception:
 EOF
 }
 
+run_iperf3_procs() { # N: N clients of -P 1 at once, to IPERF_PORT and up
+  local k rc=0 pids=()
+  for ((k = 0; k < $1; k++)); do
+    in_a iperf3 -c "$ADDR_B" -p $((IPERF_PORT + k)) -P 1 -t "$DUR" -J \
+      >"$WORKDIR/logs/iperf3-$k.json" 2>/dev/null &
+    pids+=($!)
+  done
+  for k in "${pids[@]}"; do wait "$k" || rc=1; done
+  [ "$rc" = 0 ] || { echo fail; return; }
+  python3 - "$WORKDIR/logs/iperf3" "$1" <<'EOF'
+import json, sys
+try:
+    print(f"{sum(json.load(open(f'{sys.argv[1]}-{k}.json'))['end']['sum_received']['bits_per_second'] for k in range(int(sys.argv[2]))) / 1e6:.0f}")
+except Exception:
+    print("fail")
+EOF
+}
+
 fdt_rate() { # LOG: FDT's last average, Mb/s
   python3 - "$1" <<'EOF'
 import re, sys
@@ -238,7 +272,10 @@ median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -n | awk '{v[NR]=$1} END {if
 REPORT=$WORKDIR/report.md
 : >"$REPORT"
 echo "# bench-wan $(date -u +%Y-%m-%dT%H:%MZ): HOST=$HOST ROUNDS=$ROUNDS DUR=$DUR FILE_MB=$FILE_MB" | tee -a "$REPORT"
-echo "urmove $("$URMOVE" --version 2>/dev/null | head -1), iperf3 $(iperf3 --version | head -1 | awk '{print $2}'), kernel $(uname -r)" | tee -a "$REPORT"
+V_IPERF3="iperf3 $(iperf3 --version | head -1 | awk '{print $2}')"
+echo "urmove $("$URMOVE" --version 2>/dev/null | head -1), $V_IPERF3, kernel $(uname -r)" | tee -a "$REPORT"
+echo "Peers: $V_IPERF3 -c -t $DUR, memory to memory: \"iperf3 -P N\" is one process (3.12 runs its streams on one thread), \"iperf3 x N processes\" N processes of -P 1 side by side, each to its own server, rates summed.$([ -n "$FDT_JAR" ] && echo " FDT: $FDT_JAR, -P N -ss 16M.") Sysctls in both namespaces: HOST=$HOST." | tee -a "$REPORT"
+if [ -n "$TSV" ]; then printf 'version\twan\tiperf3\t%s\n' "$V_IPERF3" >>"$TSV"; fi
 
 for path in $PATHS; do
   rate=${path%%:*} rtt=${path##*:}
@@ -251,6 +288,7 @@ for path in $PATHS; do
     configs+=("urmove send (defaults)|run_urmove_send ''")
     for p in $SWEEP; do configs+=("urmove send -P $p|run_urmove_send $p"); done
     for p in $IPERF_P; do configs+=("iperf3 -P $p|run_iperf3 $p"); done
+    for p in $IPERF_PROCS; do configs+=("iperf3 x $p processes|run_iperf3_procs $p"); done
     if [ -n "$FDT_JAR" ]; then
       for p in $FDT_P; do
         configs+=("FDT -nettest -P $p -ss 16M|run_fdt_net $p" "FDT file -P $p -ss 16M|run_fdt_file $p")
@@ -278,10 +316,20 @@ for path in $PATHS; do
       for ((i = 0; i < n; i++)); do
         label=${configs[$i]%%|*}
         m=$(echo "${got[$i]}" | median)
-        ratio=$([ "$m" = fail ] && echo - || python3 -c "print(f'{$m * 1e6 / $bits:.2f}')")
+        ratio=-
+        if [ "$m" != fail ]; then ratio=$(python3 -c "print(f'{$m * 1e6 / $bits:.2f}')"); fi
         echo "| $label | $m | $ratio | ${got[$i]# } |"
       done
     } | tee -a "$REPORT"
+    if [ -n "$TSV" ]; then
+      for ((i = 0; i < n; i++)); do
+        r=0
+        for v in ${got[$i]}; do
+          r=$((r + 1))
+          printf 'round\twan\t%s\t%s\t%s\t%s\t%s\n' "$rate x $rtt loss $loss" "${configs[$i]%%|*}" "$r" "$v" "$bits" >>"$TSV"
+        done
+      done
+    fi
     unset got
     stop_line
   done
