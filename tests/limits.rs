@@ -18,7 +18,7 @@ use urmove::protocol::manifest::{Entry, EntryKind};
 use crate::require;
 use crate::util::{
     connect, data_stream, hand_push, handshake, have, noise, output_within, raw, read_msg, refusal,
-    send_sealed, stderr, urmove,
+    sealed_refusal, send_sealed, stderr, urmove,
 };
 
 /// A bound against hangs, not a speed check.
@@ -590,8 +590,8 @@ fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
     );
     // Before authenticating, a stranger (no key) that answers the
     // challenge with an auth_failed Error of its own is refused as the
-    // daemon's verdict: its text is not logged, and the count is the
-    // daemon's own.
+    // daemon's verdict: its text is not logged, and it is counted as a
+    // connection that failed before it authenticated, no session's error.
     let mut s = connect(d.port);
     let (_, hello) = ClientHandshake::new([7; 32], [9; 32]);
     s.write_all(&encode(&Message::Hello(hello))).unwrap();
@@ -610,8 +610,16 @@ fn a_peers_text_cannot_forge_log_lines_or_the_daemons_error_counts() {
     assert!(!line.contains("gone"), "{line}");
     let text = d.scrape();
     assert_eq!(
-        value(&text, "urmove_session_errors_total{kind=\"auth_failed\"}"),
+        value(
+            &text,
+            "urmove_connections_failed_before_auth_total{kind=\"auth_failed\"}"
+        ),
         Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "urmove_session_errors_total{kind=\"auth_failed\"}"),
+        None,
         "{text}"
     );
     assert_eq!(
@@ -672,4 +680,92 @@ fn bad_limits_are_refused_alike_from_the_command_line_and_the_file() {
             stderr(&file)
         );
     }
+}
+
+/// Strangers cannot fill the log or the sessions' error counts: 3,000
+/// connections of junk from one address write a line or two per kind in
+/// each 10 s, the next one after says how many were left out, and every
+/// one is counted as a connection that failed before it authenticated
+/// (or was refused for its address's unauthenticated share), never as a
+/// session's error. (Before: a line each, 3,000 in 0.35 s, all counted
+/// as session errors of kind malformed.)
+#[test]
+fn junk_connections_write_a_few_lines_and_count_apart_from_sessions() {
+    let mut d = Recv::start(&[]);
+    let n = 3000;
+    for i in 0..n {
+        let mut s = connect(d.port);
+        let _ = s.write_all(&[0xFF; 64]);
+        // Wait for the daemon's answer (or its close) now and then, so
+        // the address's unauthenticated share is mostly free.
+        if i % 16 == 0 {
+            let _ = until_closed(&mut s, Duration::from_secs(5));
+        }
+    }
+    let failed = |d: &Recv| {
+        let text = d.scrape();
+        let kinds: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("urmove_connections_failed_before_auth_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        let refused = value(&text, "urmove_unauthenticated_refused_total").unwrap_or(0.0);
+        (kinds + refused, text)
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    let (mut seen, mut text) = failed(&d);
+    while seen < n as f64 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        (seen, text) = failed(&d);
+    }
+    assert_eq!(seen, n as f64, "{text}");
+    assert!(!text.contains("urmove_session_errors_total{"), "{text}");
+    let lines = d.log().iter().filter(|l| l.contains("127.0.0.1:")).count();
+    assert!(lines <= 6, "{lines} lines for junk: {:#?}", d.log());
+    // The next one after the interval says how many were left out.
+    std::thread::sleep(Duration::from_secs(10));
+    let mut s = connect(d.port);
+    let _ = s.write_all(&[0xFF; 64]);
+    let line = d.wait_for("more like it in the last 10 s, not logged");
+    assert!(line.contains("127.0.0.1:"), "{line}");
+}
+
+/// A client whose data streams do not fit under --max-connections hears
+/// so at once, not after the daemon's 30 s wait for streams: a real push
+/// with more streams than there is room for is refused on its request,
+/// and a session whose stream is turned away at the limit after it was
+/// admitted (another connection took the place) ends within a second or
+/// so, saying why. (Before: "only 2 of 16 data streams arrived" after 30 s.)
+#[test]
+fn a_client_refused_at_the_connection_limit_hears_it_at_once() {
+    let mut d = Recv::start(&["--max-connections", "3"]);
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = src.path().join("f");
+    std::fs::write(&file, noise(1 << 20, 5)).unwrap();
+    let o = output_within(d.send_cmd(&["-P", "16"], &file, "in/"), SEND_LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("16 data streams asked, and the daemon has room for 2 more connections (1 open, --max-connections 3)"),
+        "{}",
+        stderr(&o)
+    );
+    // Admitted with room for its two streams; then an idle connection
+    // takes the last place before the second stream comes.
+    let (mut ctl, keys) =
+        hand_push(d.port, &d.key, vec![file_entry("f", 1 << 20)], 2, 65536).expect("ready");
+    let _first = data_stream(d.port, &keys, 0);
+    d.metric_becomes("urmove_connections_open", 2.0);
+    let _idle = connect(d.port);
+    d.metric_becomes("urmove_connections_open", 3.0);
+    let _second = data_stream(d.port, &keys, 1);
+    let waited = Instant::now();
+    let (code, message) = sealed_refusal(&mut ctl);
+    assert!(waited.elapsed() < Duration::from_secs(20), "no answer");
+    assert_eq!(code, ErrorCode::Busy, "{message}");
+    assert!(
+        message.contains("1 of this session's data streams were turned away at the daemon's connection limit (--max-connections 3)"),
+        "{message}"
+    );
+    let line = d.wait_for("turned away");
+    assert!(line.contains("try again later"), "{line}");
 }

@@ -323,3 +323,118 @@ fn past_a_tbf_cap_the_loss_is_what_the_kernel_dropped() {
         stderr(&o)
     );
 }
+
+/// A reversed test's plan names where the daemon is to send: a key holder
+/// naming another port of its host (a listener there; on a daemon reached
+/// over loopback, any service of the daemon's own host) gets nothing sent
+/// there. The daemon sends only to where a datagram carrying the
+/// session's token came from; a plan whose port never says so is refused
+/// within the wait, and one answered from another socket is sent to that
+/// socket alone. (Before: 1.1 M datagrams to the named listener in 3 s.)
+#[test]
+fn a_reversed_test_sends_only_where_the_clients_own_socket_asked() {
+    let d = udp_daemon();
+    let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
+    victim
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let received = |u: &UdpSocket, for_: Duration| {
+        let (mut n, until) = (0, std::time::Instant::now() + for_);
+        let mut buf = [0u8; 2048];
+        while std::time::Instant::now() < until {
+            n += u64::from(u.recv_from(&mut buf).is_ok());
+        }
+        n
+    };
+    // The plan names the victim's port, and nothing says so from there.
+    let (mut ctl, _keys, door) = reversed_plan(&d, victim.local_addr().unwrap().port());
+    assert_ne!(door, 0, "the daemon names the port it hears on");
+    assert_eq!(received(&victim, Duration::from_secs(3)), 0);
+    let (code, message) = crate::util::sealed_refusal(&mut ctl);
+    assert_eq!(code, urmove::protocol::control::ErrorCode::Io, "{message}");
+    assert!(
+        message.contains("no datagram came from the client's UDP port"),
+        "{message}"
+    );
+    assert_eq!(received(&victim, Duration::from_millis(500)), 0);
+    // The plan names the victim again; the client's own socket says so.
+    let (_ctl, keys, door) = reversed_plan(&d, victim.local_addr().unwrap().port());
+    let own = UdpSocket::bind("127.0.0.1:0").unwrap();
+    own.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let k = urmove::protocol::seal::frame_key(&keys);
+    let tagger = urmove::datapath::udp::Tagger::new(k.k0, k.k1);
+    let mut hello = [0u8; urmove::datapath::udp::HEADER];
+    let stamp = urmove::datapath::udp::Stamp {
+        flow: u32::MAX,
+        seq: 0,
+        sent_ns: 0,
+    };
+    tagger.stamp(&mut hello, stamp);
+    own.send_to(&hello, ("127.0.0.1", door)).unwrap();
+    assert!(received(&own, Duration::from_secs(1)) > 100);
+    assert_eq!(received(&victim, Duration::from_millis(300)), 0);
+}
+
+/// A key holder's reversed UDP test of 2 s at 50 Mbit/s whose plan names
+/// `port`: the control connection, the keys, and the port the daemon
+/// said it hears on.
+fn reversed_plan(
+    d: &Daemon,
+    port: u16,
+) -> (
+    urmove::session::conn::Control,
+    urmove::protocol::handshake::SessionKeys,
+    u16,
+) {
+    use urmove::protocol::control::{Direction, Message, SessionRequest};
+    let (mut ctl, keys) = crate::util::handshake(d.port, &d.key);
+    let req = SessionRequest {
+        filter: Vec::new(),
+        owner: [0; 32],
+        rate_limit: 0,
+        direction: Direction::UdpReverse,
+        streams: 1,
+        block_size: 1 << 20,
+        flags: 0,
+        path: String::new(),
+    };
+    crate::util::send_sealed(&mut ctl, &Message::Request(req));
+    let plan = Message::UdpPlan {
+        flows: 1,
+        size: 1200,
+        rate: 50_000_000 / 8,
+        time_ms: 2000,
+        interval_ms: 100,
+        port,
+    };
+    crate::util::send_sealed(&mut ctl, &plan);
+    match urmove::session::conn::recv_any(&mut ctl) {
+        Ok(Message::UdpReady { port }) => (ctl, keys, port),
+        other => panic!("no UdpReady: {other:?}"),
+    }
+}
+
+/// A test longer than the daemon's udp_time_max is refused, naming it.
+#[test]
+fn a_test_longer_than_the_daemon_takes_is_refused() {
+    let d = Daemon::start_full(
+        &[],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &["--udp", "--udp-time-max", "5s"],
+    );
+    let o = run(bench(
+        &d,
+        "127.0.0.1",
+        &["--rate", "10Mbit", "--time", "6s", "--reverse"],
+    ));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "a UDP test of 6 s asked; this daemon runs them for 5 s at most (udp_time_max)"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -361,7 +361,7 @@ pub enum ZeroCopyArg {
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-devices, pull_only, udp, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
+devices, pull_only, udp, udp_time_max, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {
@@ -479,6 +479,11 @@ pub struct RecvArgs {
     /// number in UDP, one test at a time (off: such tests are refused).
     #[arg(long)]
     pub udp: bool,
+
+    /// The longest UDP test the daemon runs (a longer one is refused);
+    /// at most 24h [default: 10m].
+    #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
+    pub udp_time_max: Option<Duration>,
 
     /// Congestion control of the streams the daemon sends on (pulls,
     /// bench --net --reverse): auto (BBR where the kernel has it) or a

@@ -39,6 +39,7 @@ pub struct RecvSettings {
     pub devices: bool,
     pub pull_only: bool,
     pub udp: bool,
+    pub udp_time_max: Duration,
     pub cc: crate::datapath::tcp::Congestion,
     pub lanes: crate::session::lanes::Lanes,
     pub max_manifest_memory: u64,
@@ -90,6 +91,7 @@ struct RecvFile {
     devices: Option<Spanned<bool>>,
     pull_only: Option<Spanned<bool>>,
     udp: Option<Spanned<bool>>,
+    udp_time_max: Option<Spanned<Amount>>,
     cc: Option<Spanned<String>>,
     lanes: Option<Spanned<Amount>>,
     max_manifest_memory: Option<Spanned<Amount>>,
@@ -125,6 +127,7 @@ pub const KEYS: &[(&str, Option<&str>)] = &[
     ("devices", Some("false")),
     ("pull_only", Some("false")),
     ("udp", Some("false")),
+    ("udp_time_max", Some("\"10m\"")),
     ("cc", Some("\"auto\"")),
     ("lanes", Some("\"auto\"")),
     ("max_manifest_memory", Some("\"1G\"")),
@@ -242,6 +245,10 @@ const TIMEOUT: DurationRule = DurationRule {
 const HANDSHAKE_TIMEOUT: DurationRule = DurationRule {
     key: "handshake_timeout",
     default: Duration::from_secs(10),
+};
+const UDP_TIME_MAX: DurationRule = DurationRule {
+    key: "udp_time_max",
+    default: Duration::from_secs(600),
 };
 
 impl DurationRule {
@@ -430,6 +437,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
         devices: a.devices || f.devices.is_some_and(Spanned::into_inner),
         pull_only: a.pull_only || f.pull_only.is_some_and(Spanned::into_inner),
         udp: a.udp || f.udp.is_some_and(Spanned::into_inner),
+        udp_time_max: duration_setting(src, &UDP_TIME_MAX, a.udp_time_max, f.udp_time_max)?,
         cc: match (a.cc.clone(), f.cc) {
             (Some(c), _) => c,
             (None, Some(v)) => {

@@ -148,6 +148,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         unsafe_links: Default::default(),
         pull_only: false,
         udp: false,
+        udp_time_max: Duration::from_secs(600),
         congestion: Default::default(),
         lanes: Default::default(),
         part_max_age: None,

@@ -400,6 +400,17 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
         "Sessions the peer ended with its own error message, by the kind it gave",
         aborted,
     );
+    let preauth = Family::<Vec<(String, String)>, Counter<u64>>::default();
+    for (kind, n) in stats.preauth_failures() {
+        preauth
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .inc_by(n);
+    }
+    reg.register(
+        "connections_failed_before_auth",
+        "Connections that failed before they proved they hold the key (strangers, scanners, a wrong key), by kind: apart from session_errors",
+        preauth,
+    );
     let bytes = Family::<Vec<(String, String)>, Gauge<i64>>::default();
     let rates = Family::<Vec<(String, String)>, Gauge<i64>>::default();
     for s in stats.sessions() {

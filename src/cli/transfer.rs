@@ -208,6 +208,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         },
         pull_only: set.pull_only,
         udp: set.udp,
+        udp_time_max: set.udp_time_max,
         congestion: set.cc.clone(),
         lanes: set.lanes,
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),

@@ -435,7 +435,8 @@ pub enum Message {
     /// From the client of a UDP test, once admitted: `flows` flows of
     /// `size`-byte datagrams at `rate` bytes a second in all (0: as fast as
     /// the sender can) for `time_ms`, counts every `interval_ms`; reversed,
-    /// the client's `port` to send to (at the control connection's address).
+    /// the client's counting `port` (the daemon sends only once a tagged
+    /// datagram from there reached it: see `UdpReady`).
     UdpPlan {
         flows: u16,
         size: u32,
@@ -444,8 +445,11 @@ pub enum Message {
         interval_ms: u32,
         port: u16,
     },
-    /// From the daemon of a UDP test: ready, receiving on `port` (reversed:
-    /// about to send, `port` 0).
+    /// From the daemon of a UDP test: ready, receiving on `port`; reversed,
+    /// `port` is where it waits for the client's hello (a datagram of flow
+    /// `u32::MAX` tagged under the session's key, from the client's
+    /// counting port at the control connection's address) before it sends
+    /// to where that came from.
     UdpReady {
         port: u16,
     },

@@ -60,6 +60,8 @@ pub struct RecvConfig {
     pub pull_only: bool,
     /// Take UDP tests (`bench --net --udp`) on the listen port's number.
     pub udp: bool,
+    /// The longest UDP test taken (`udp_time_max`).
+    pub udp_time_max: Duration,
     /// Congestion control of the data streams (it governs those it sends on).
     pub congestion: crate::datapath::tcp::Congestion,
     /// Remove parts and journals untouched this long (None or 0: keep them).
@@ -135,6 +137,22 @@ struct Shared {
     closing: AtomicBool,
     /// A UDP test runs (one at a time: they share the port).
     udp_busy: AtomicBool,
+    /// Lines of connections that failed before they authenticated, by
+    /// kind, each at most once per interval (outsiders cannot fill the log).
+    preauth_lines: Mutex<HashMap<&'static str, Throttled>>,
+}
+
+impl Shared {
+    /// A connection that failed before it proved it holds the key: counted
+    /// apart from sessions' errors, its line throttled by kind.
+    fn failed_before_auth(&self, peer: SocketAddr, e: &SessionError, log: &Log) {
+        let kind = self.stats.preauth_failed(e);
+        let mut lines = self.preauth_lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines
+            .entry(kind)
+            .or_default()
+            .log(log, Level::Warn, &connection_failed(peer, e));
+    }
 }
 
 /// Manifest memory a session holds, given back when it ends.
@@ -455,6 +473,8 @@ pub struct DaemonStats {
     /// Connections refused at once because their address had
     /// `--max-unauthenticated-per-address` connections not yet authenticated.
     pub unauthenticated_refused: AtomicU64,
+    /// Connections refused at once at `--max-connections`.
+    pub connections_refused: AtomicU64,
     /// Connections not yet authenticated, per address group.
     unauthenticated: PerAddress,
     /// Failed sessions and refused connections, by error code: the
@@ -462,6 +482,9 @@ pub struct DaemonStats {
     errors: Mutex<HashMap<&'static str, u64>>,
     /// Sessions the peer ended with its own `Error`, by the code it sent.
     aborted_by_peer: Mutex<HashMap<&'static str, u64>>,
+    /// Connections that failed before they proved they hold the key (a
+    /// stranger, a scanner, a wrong key), by error code: no session's.
+    preauth_failures: Mutex<HashMap<&'static str, u64>>,
     /// Sessions running now: id -> what they moved so far.
     sessions: Mutex<HashMap<u64, SessionStat>>,
     next_id: AtomicU64,
@@ -528,6 +551,23 @@ impl DaemonStats {
     /// Sessions the peer ended with an `Error` message, by its code name.
     pub fn aborted_by_peer(&self) -> Vec<(&'static str, u64)> {
         sorted(&self.aborted_by_peer)
+    }
+
+    /// Count a connection that failed before it authenticated, by the
+    /// daemon's verdict (a stranger's own `Error` is its refusal of our
+    /// challenge: counted as the code it gave); its kind.
+    fn preauth_failed(&self, e: &SessionError) -> &'static str {
+        let kind = match e {
+            SessionError::Refused { code, .. } => code.name(),
+            e => e.code().name(),
+        };
+        tally(&self.preauth_failures, kind);
+        kind
+    }
+
+    /// Connections that failed before they authenticated, by kind.
+    pub fn preauth_failures(&self) -> Vec<(&'static str, u64)> {
+        sorted(&self.preauth_failures)
     }
 
     /// Connections open now that have not authenticated yet.
@@ -662,6 +702,7 @@ pub fn serve(
         buffer_budget,
         closing: AtomicBool::new(false),
         udp_busy: AtomicBool::new(false),
+        preauth_lines: Mutex::default(),
     });
     std::thread::scope(|scope| {
         if let Some(age) = cfg.part_max_age.filter(|a| !a.is_zero()) {
@@ -823,10 +864,10 @@ impl Door {
         let stats = &registry.stats;
         let max = cfg.limits.unauthenticated_per_address;
         let Some(unauthenticated) = Unauthenticated::take(stats, peer.ip(), max) else {
+            // Counted apart (unauthenticated_refused), no session's error.
             stats
                 .unauthenticated_refused
                 .fetch_add(1, Ordering::Relaxed);
-            stats.error(ErrorCode::Busy);
             refuse_now(
                 s,
                 ErrorCode::Busy,
@@ -841,6 +882,7 @@ impl Door {
         };
         let Some(conn) = Hold::take(stats, Count::Connections, cfg.limits.connections) else {
             stats.error(ErrorCode::Busy);
+            stats.connections_refused.fetch_add(1, Ordering::AcqRel);
             refuse_now(
                 s,
                 ErrorCode::Busy,
@@ -863,8 +905,7 @@ impl Door {
                 if let Err(e) =
                     connection(s, peer, conn, unauthenticated, &cfg, &registry, &thread_log)
                 {
-                    registry.stats.failed(&e);
-                    thread_log(Level::Warn, &connection_failed(peer, &e));
+                    registry.failed_before_auth(peer, &e, &thread_log);
                 }
             });
         // Without a thread the connection (and its holds) is dropped.
@@ -1110,8 +1151,9 @@ fn connection(
 
 /// Serve a control connection's session and log how it went: once it is
 /// admitted, its start, then its end or failure (counted here), each line
-/// naming what it is (push, pull, bench). Errors before that (the
-/// handshake, a refused request) are returned for the caller to log.
+/// naming what it is (push, pull, bench), and a request it refused. Errors
+/// before the peer authenticated are returned for the caller to count and
+/// log apart.
 fn control(
     s: &mut Control,
     mut opening: Opening,
@@ -1120,9 +1162,24 @@ fn control(
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(), SessionError> {
-    let (keys, req) = authenticate(s, &mut opening, cfg).map_err(|e| fail(s, e))?;
+    // A key holder's failed request: logged and counted here.
+    let refused = |s: &mut Control, e: SessionError| {
+        let e = fail(s, e);
+        registry.stats.failed(&e);
+        log(Level::Warn, &connection_failed(peer, &e));
+        Ok(())
+    };
+    let (keys, req) = match authenticate(s, &mut opening, cfg) {
+        Ok(authenticated) => authenticated,
+        Err(e) if opening.unauthenticated.is_some() => return Err(fail(s, e)),
+        // It proved it holds the key.
+        Err(e) => return refused(s, e),
+    };
     let kind = Kind::of(&req);
-    let (_session, reserved) = admit_session(&req, cfg, registry).map_err(|e| fail(s, e))?;
+    let (_session, reserved) = match admit_session(&req, cfg, registry) {
+        Ok(admitted) => admitted,
+        Err(e) => return refused(s, e),
+    };
     log(Level::Info, &format!("{peer}: {}", kind.started(&req)));
     let started = Instant::now();
     let run = run_session(s, &req, reserved.count, &keys, cfg, registry, peer, log);
@@ -1381,9 +1438,39 @@ fn admit_session<'r>(
             "this daemon serves pulls only (pull_only): it takes no pushes",
         ));
     }
+    streams_fit(req, cfg, &registry.stats)?;
     // As many buffers as it wants, or as many as are left, down to the
     // fewest it works with.
     Ok((session, reserve_buffers(registry, req)?))
+}
+
+/// A session's data streams fit under `--max-connections` beside the
+/// connections open now (its own control connection among them), or it
+/// is refused at once: its streams would be refused as they came.
+fn streams_fit(
+    req: &SessionRequest,
+    cfg: &RecvConfig,
+    stats: &DaemonStats,
+) -> Result<(), SessionError> {
+    if Kind::of(req) == Kind::Udp {
+        return Ok(());
+    }
+    let (open, max) = (
+        stats.connections_open.load(Ordering::Acquire),
+        cfg.limits.connections,
+    );
+    let room = max.saturating_sub(open);
+    if usize::from(req.streams) <= room {
+        return Ok(());
+    }
+    Err(SessionError::local(
+        ErrorCode::Busy,
+        format!(
+            "{} asked, and the daemon has room for {} ({open} open, --max-connections {max}); try again later, or ask fewer streams (-P)",
+            crate::coord::units::count(u64::from(req.streams), "data stream"),
+            crate::coord::units::count(room as u64, "more connection"),
+        ),
+    ))
 }
 
 /// Run an admitted session with its `buffers`: a bench, a pull or a push.
@@ -1421,6 +1508,7 @@ fn run_session(
                 lanes: cfg.lanes,
                 buffers,
                 timeout: cfg.timeout,
+                time_max: cfg.udp_time_max,
             };
             let (bytes, line) = super::udp::daemon(s, req, keys, &side)?;
             log(Level::Info, &format!("{peer}: UDP test: {line}"));
@@ -1947,8 +2035,12 @@ fn collect_streams(
                 tx,
             },
         );
-    let waited = send_msg(s, &Message::Ready)
-        .and_then(|()| wait_for_streams(s, &rx, count, cfg.stream_wait));
+    let watch = Awaited {
+        count,
+        wait: cfg.stream_wait,
+        refused: (&registry.stats.connections_refused, cfg.limits.connections),
+    };
+    let waited = send_msg(s, &Message::Ready).and_then(|()| wait_for_streams(s, &rx, watch));
     registry
         .registry
         .lock()
@@ -1961,23 +2053,44 @@ fn collect_streams(
     Ok(streams)
 }
 
-/// Take the data streams as they arrive until all `count` are here or
-/// `wait` is up. A client that closes its control connection or gives up
-/// (its `Error`) meanwhile ends the wait at once.
+/// What a session awaits: `count` data streams within `wait`, while the
+/// daemon's count of connections `refused` at its limit says whether some
+/// of them may have been turned away.
+struct Awaited<'a> {
+    count: u16,
+    wait: Duration,
+    refused: (&'a AtomicU64, usize),
+}
+
+/// How long a session still waits for its streams once the daemon turned
+/// a connection away at its limit (which may have been one of them).
+const REFUSED_STREAM_GRACE: Duration = Duration::from_secs(1);
+
+/// Take the data streams as they arrive until all are here or the wait
+/// is up. A client that closes its control connection or gives up (its
+/// `Error`) meanwhile ends the wait at once, and so does a stream turned
+/// away at the connection limit (the client is told so, at once).
 fn wait_for_streams(
     s: &mut Control,
     rx: &mpsc::Receiver<Arrived>,
-    count: u16,
-    wait: Duration,
+    w: Awaited<'_>,
 ) -> Result<Streams, SessionError> {
-    let mut slots: Vec<Option<Arrived>> = (0..count).map(|_| None).collect();
-    let deadline = Instant::now() + wait;
+    let mut slots: Vec<Option<Arrived>> = (0..w.count).map(|_| None).collect();
+    let deadline = Instant::now() + w.wait;
+    let refused_before = w.refused.0.load(Ordering::Acquire);
+    let mut turned_away: Option<Instant> = None;
     let mut arrived = 0;
     while arrived < slots.len() {
         watch_control(s, deadline)?;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
+        }
+        if w.refused.0.load(Ordering::Acquire) != refused_before {
+            let since = *turned_away.get_or_insert_with(Instant::now);
+            if since.elapsed() >= REFUSED_STREAM_GRACE {
+                return Err(limit_refused(slots.len() - arrived, w.refused.1));
+            }
         }
         match rx.recv_timeout(left.min(CONTROL_WATCH_INTERVAL)) {
             Ok(a) if slots[a.index as usize].is_none() => {
@@ -2001,6 +2114,15 @@ fn wait_for_streams(
         .map(|a| (a.stream, a.conn))
         .unzip();
     Ok(Streams { streams, _conns })
+}
+
+fn limit_refused(missing: usize, max: usize) -> SessionError {
+    SessionError::local(
+        ErrorCode::Busy,
+        format!(
+            "{missing} of this session's data streams were turned away at the daemon's connection limit (--max-connections {max}); try again later, or ask fewer streams (-P)"
+        ),
+    )
 }
 
 /// Whether the client still waits on its control connection while its

@@ -6,8 +6,11 @@
 //! on the listen port's number in UDP, tagged under a key of the session
 //! (a stranger's are counted apart, never as the test's).
 //!
-//! The control exchange (protocol 8), after the request:
-//! client `UdpPlan` → daemon `UdpReady`; then every interval the daemon's
+//! The control exchange (protocol 8; reversed, protocol 12), after the
+//! request: client `UdpPlan` → daemon `UdpReady`; reversed, the client's
+//! hello datagram from its counting port to the port `UdpReady` named,
+//! until the daemon's first counts (the daemon sends to no address that
+//! has not shown it holds the session's key); then every interval the daemon's
 //! `UdpCounts` (what it counted, or reversed what it sent); the sending
 //! side's `UdpEnd` with each flow's datagrams; after a grace for the last
 //! datagrams, the counting side's `UdpCounts { done }`; the daemon's
@@ -329,6 +332,23 @@ impl Counter {
         })
     }
 
+    /// Tell the daemon's UDP port `to` from this counter's port that this
+    /// side asked for the test's datagrams (see [`validated`]).
+    fn hello(&self, to: SocketAddr, tagger: &Tagger) -> Result<(), SessionError> {
+        let mut d = [0u8; wire::HEADER];
+        let stamp = wire::Stamp {
+            flow: HELLO_FLOW,
+            seq: 0,
+            sent_ns: 0,
+        };
+        tagger.stamp(&mut d, stamp);
+        let fd = &self.parts[0][0].1;
+        socket2::SockRef::from(fd)
+            .send_to(&d, &to.into())
+            .map(|_| ())
+            .map_err(|e| SessionError::io(format!("a datagram to {to}"), e))
+    }
+
     /// Every flow's counts now, and the foreign datagrams.
     pub(crate) fn snapshot(&self) -> (Vec<UdpCount>, u64) {
         let c = self.counts.lock().expect("counts");
@@ -604,13 +624,15 @@ impl Run<'_> {
             buffers,
         )?;
         self.report.lanes = counter.plan.len();
-        self.ready(counter.port)?;
+        let door = SocketAddr::new(address(self.ctl, false)?.ip(), self.ready(counter.port)?);
         let events = reader(self.ctl, |m| matches!(m, Message::Summary { .. }))?;
         let stop = AtomicBool::new(false);
         let start = Instant::now();
         let tagger = self.tagger.clone();
-        let (sent, end) =
-            counter.count(&tagger, &stop, || self.hear_sent(&events, start, &counter))??;
+        let hello = || counter.hello(door, &tagger);
+        let (sent, end) = counter.count(&tagger, &stop, || {
+            self.hear_sent(&events, start, (&counter, &hello))
+        })??;
         let (flows, foreign) = tell_done(self.ctl, &counter, &sent)?;
         // The daemon sends for the test's time (its end is heard later).
         let end = end.min(t.time.as_secs_f64());
@@ -624,20 +646,30 @@ impl Run<'_> {
         &mut self,
         events: &Events,
         start: Instant,
-        counter: &Counter,
+        (counter, hello): (&Counter, &dyn Fn() -> Result<(), SessionError>),
     ) -> Result<(Vec<u64>, f64), SessionError> {
         let mut last = Snapshot::default();
+        // The daemon sends once it heard from this side's port; until its
+        // first word, said again now and then (a datagram may be lost).
+        let mut heard = false;
+        let mut said = Instant::now();
+        hello()?;
         loop {
             if self.interrupt.load(Ordering::Relaxed) {
                 return Err(SessionError::local(ErrorCode::Io, "interrupted"));
             }
-            let m = match events.recv_timeout(Duration::from_millis(50)) {
+            if !heard && said.elapsed() >= HELLO_EVERY {
+                hello()?;
+                said = Instant::now();
+            }
+            let m = match events.recv_timeout(Duration::from_millis(20)) {
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(unexpected("(none: the daemon left)"))
                 }
                 Ok(m) => m?,
             };
+            heard = true;
             match m {
                 Message::UdpCounts { flows: sent, .. } => {
                     let (mut flows, _) = counter.snapshot();
@@ -729,8 +761,9 @@ struct Asked {
     port: u16,
 }
 
-/// Read and check the client's plan for the session `req` asked.
-fn asked(s: &mut Control, req: &SessionRequest) -> Result<Asked, SessionError> {
+/// Read and check the client's plan for the session `req` asked, no
+/// longer than `time_max`.
+fn asked(s: &mut Control, req: &SessionRequest, time_max: Duration) -> Result<Asked, SessionError> {
     let bad = |m: String| SessionError::local(ErrorCode::BadRequest, m);
     let Message::UdpPlan {
         flows,
@@ -754,10 +787,14 @@ fn asked(s: &mut Control, req: &SessionRequest) -> Result<Asked, SessionError> {
         return Err(bad(format!("a datagram of {size} bytes")));
     }
     let time = Duration::from_millis(time_ms);
-    if time > TIME_MAX {
+    if time > time_max.min(TIME_MAX) {
         return Err(SessionError::local(
             ErrorCode::TooLarge,
-            "a UDP test longer than a day",
+            format!(
+                "a UDP test of {} s asked; this daemon runs them for {} s at most (udp_time_max)",
+                time.as_secs_f64(),
+                time_max.min(TIME_MAX).as_secs_f64()
+            ),
         ));
     }
     Ok(Asked {
@@ -780,6 +817,8 @@ pub(crate) struct DaemonSide<'a> {
     pub(crate) buffers: usize,
     /// Longest silence of a client.
     pub(crate) timeout: Duration,
+    /// The longest test taken (`udp_time_max`).
+    pub(crate) time_max: Duration,
 }
 
 /// The daemon's half of a UDP test on session `s`: count what the client
@@ -803,7 +842,7 @@ pub(crate) fn daemon(
     s.tcp()
         .set_write_timeout(Some(d.timeout.max(Duration::from_secs(1))))
         .map_err(|e| SessionError::io("the control connection", e))?;
-    let a = asked(s, req)?;
+    let a = asked(s, req, d.time_max)?;
     let tagger = tagger(keys);
     let done = if req.direction == Direction::UdpReverse {
         daemon_sends(s, &a, &tagger, d)
@@ -895,11 +934,25 @@ fn daemon_sends(
     tagger: &Tagger,
     d: &DaemonSide<'_>,
 ) -> Result<(Vec<UdpCount>, u64), SessionError> {
-    // Only to the client's own address: never a third party's.
-    let to = SocketAddr::new(address(s, false)?.ip(), a.port);
-    datagram_size(to, Some(a.size)).map_err(|m| SessionError::local(ErrorCode::BadRequest, m))?;
+    // Only to the client's own address and the port it names, and only
+    // once a datagram from there proved it holds the session's key.
+    let asked_to = SocketAddr::new(address(s, false)?.ip(), a.port);
+    datagram_size(asked_to, Some(a.size))
+        .map_err(|m| SessionError::local(ErrorCode::BadRequest, m))?;
+    let door = std::net::UdpSocket::bind(SocketAddr::new(address(s, true)?.ip(), 0))
+        .map_err(|e| SessionError::io("the UDP test's own port", e))?;
+    let door_port = door
+        .local_addr()
+        .map_err(|e| SessionError::io("UDP port", e))?;
+    send_msg(
+        s,
+        &Message::UdpReady {
+            port: door_port.port(),
+        },
+    )?;
+    let wait = d.timeout.min(HELLO_WAIT);
+    let to = validated(&door, asked_to, tagger, wait)?;
     let sender = Sender::connect(to, (a.flows, a.size, a.rate), d.lanes)?;
-    send_msg(s, &Message::UdpReady { port: 0 })?;
     let sent: Vec<AtomicU64> = (0..a.flows).map(|_| AtomicU64::new(0)).collect();
     let stop = AtomicBool::new(false);
     let now_sent = || {
@@ -923,6 +976,50 @@ fn daemon_sends(
         } => Ok((flows, foreign)),
         _ => Err(unexpected("instead of the client's counts")),
     }
+}
+
+/// The flow number of the datagram a reversed test's client sends first,
+/// from its counting port to the daemon's (see [`validated`]).
+const HELLO_FLOW: u32 = u32::MAX;
+/// How long a daemon waits for that datagram, at most.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+/// How often the client sends it until the daemon answers.
+const HELLO_EVERY: Duration = Duration::from_millis(100);
+
+/// Wait on `door` for the client's hello: a datagram from the control
+/// connection's peer address tagged under the session's key, as QUIC
+/// validates an address before it sends there. It is sent to where that
+/// datagram came from (the port the plan named, or what a NAT between
+/// made of it), never elsewhere; anything else is ignored. The address
+/// to send to, or why none came.
+fn validated(
+    door: &std::net::UdpSocket,
+    asked_to: SocketAddr,
+    tagger: &Tagger,
+    wait: Duration,
+) -> Result<SocketAddr, SessionError> {
+    let until = Instant::now() + wait;
+    let mut buf = [0u8; 2048];
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        door.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| SessionError::io("the UDP test's own port", e))?;
+        let Ok((n, from)) = door.recv_from(&mut buf) else {
+            continue;
+        };
+        let hello = tagger
+            .check(&buf[..n])
+            .is_some_and(|st| st.flow == HELLO_FLOW);
+        if hello && from.ip() == asked_to.ip() {
+            return Ok(from);
+        }
+    }
+    Err(SessionError::local(
+        ErrorCode::Io,
+        format!(
+            "no datagram came from the client's UDP port ({asked_to}) with the session's token within {} s: the daemon sends only where the client's own socket wrote from (a firewall or NAT between drops it?)",
+            wait.as_secs()
+        ),
+    ))
 }
 
 /// Every `interval` while `sending` runs, each flow's datagrams sent.
