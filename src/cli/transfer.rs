@@ -1082,11 +1082,23 @@ fn stopped_summary(r: &SendReport) -> String {
     };
     let settled = r.files_verified + r.files_unchanged + r.files_skipped;
     let unfinished = r.files.saturating_sub(settled);
+    let to_move = r.bytes_total.saturating_sub(r.bytes_skipped);
+    // Frames of a lost stream go again: the wire may have carried more.
+    let moved = match r.bytes > to_move {
+        false => format!(
+            "{} of {} to move",
+            units::bytes_decimal(r.bytes),
+            units::bytes_decimal(to_move)
+        ),
+        true => format!(
+            "{} on the wire for {} to move (the frames of lost streams went again)",
+            units::bytes_decimal(r.bytes),
+            units::bytes_decimal(to_move)
+        ),
+    };
     format!(
-        "stopped after {} ({why}): {verb} {} of {} to move at {}; {} of {} {checked}{}, {} not finished; {}\nto continue where it stopped, run the same command again: {}",
+        "stopped after {} ({why}): {verb} {moved} at {}; {} of {} {checked}{}, {} not finished; {}\nto continue where it stopped, run the same command again: {}",
         units::duration_s(r.elapsed_s),
-        units::bytes_decimal(r.bytes),
-        units::bytes_decimal(r.bytes_total.saturating_sub(r.bytes_skipped)),
         units::rate(r.rate_bits_per_s / 8.0, RateUnit::Gbit),
         r.files_verified,
         units::count(r.files, "file"),

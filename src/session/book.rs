@@ -69,6 +69,9 @@ pub(super) struct Tally {
     /// Files this side refused while the data came (a link planted in a
     /// path, a part replaced), not told to the sender yet.
     pub(super) refused_now: Vec<super::roles::Refused>,
+    /// Every file refused so (its entry): what the sender says of it
+    /// before it heard (its digest, its own skip) is no fault.
+    pub(super) refused_here: HashSet<u32>,
 }
 
 /// The table of files being received and what is in hand for them.
@@ -420,6 +423,7 @@ impl<'s> Book<'s> {
         );
         self.tally.skipped.push(r.clone());
         self.tally.refused_now.push(r);
+        self.tally.refused_here.insert(index as u32);
     }
 
     /// Close the open part idle longest (no write or journal in flight).
@@ -473,6 +477,9 @@ impl<'s> Book<'s> {
 
     /// The sender's digest of entry `i`: once per file being received.
     pub(super) fn sender_digest(&mut self, i: u32, digest: u64) -> Result<(), SessionError> {
+        if self.tally.refused_here.contains(&i) {
+            return Ok(());
+        }
         let f = self
             .files
             .get_mut(i as usize)
@@ -642,6 +649,9 @@ impl<'s> Book<'s> {
     /// only if it holds journaled data (see `Incoming`'s drop).
     pub(super) fn skipped(&mut self, r: super::roles::Refused) -> Result<(), SessionError> {
         let i = r.entry;
+        if self.tally.refused_here.contains(&i) {
+            return Ok(());
+        }
         let Some(f) = self
             .files
             .get_mut(i as usize)
