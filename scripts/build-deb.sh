@@ -84,6 +84,11 @@ done
 put 0644 dist/deb/copyright /usr/share/doc/urmove/copyright
 gzip -9n <README.md >"$stage/readme.gz"
 put 0644 "$stage/readme.gz" /usr/share/doc/urmove/README.md.gz
+# The pages the README links, beside it (kept as they are, so the links
+# between them hold).
+for page in docs/*.md docs/*.svg docs/internals/*.md; do
+  if [ -f "$page" ]; then put 0644 "$page" "/usr/share/doc/urmove/$page"; fi
+done
 
 # Depends: the shared libraries the binary links, at the versions it needs
 # (dpkg-shlibdeps reads them from the installed libraries' symbols files).

@@ -75,6 +75,10 @@ else
   say "no tuning/sysctl.d/90-urmove.conf in this tree: sysctl profile skipped"
 fi
 put 0644 README.md "$prefix/share/doc/urmove/README.md"
+# The pages the README links, beside it (docs/ and docs/internals/).
+for page in docs/*.md docs/*.svg docs/internals/*.md; do
+  if [ -f "$page" ]; then put 0644 "$page" "$prefix/share/doc/urmove/$page"; fi
+done
 
 # Man pages and completions, when this urmove can write them.
 mandir=$(mktemp -d)

@@ -1,4 +1,4 @@
-//! Every command line the README and docs/benchmarks.md show (in their
+//! Every command line the README and every page under docs/ show (in their
 //! code blocks, and inline where a span is a whole command) and every
 //! example in `--help` is run, and must exit as documented: the README's
 //! examples are the first thing a newcomer types. Lines that run other
@@ -25,11 +25,87 @@ use std::time::{Duration, Instant};
 
 use crate::util::{stderr, stdout, urmove};
 
-/// The commands of the README, then of docs/benchmarks.md.
+/// The commands of the README, then of every page under docs/ (its
+/// folders too), in name order.
 fn readme_commands() -> Vec<String> {
     let mut out = doc_commands(&doc("README.md"));
-    out.extend(doc_commands(&doc("docs/benchmarks.md")));
+    for page in doc_pages() {
+        out.extend(doc_commands(&doc(&page)));
+    }
     out
+}
+
+/// Every Markdown page under docs/, by its path from the repository, in
+/// name order.
+fn doc_pages() -> Vec<String> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        for n in names {
+            let (path, rel) = (dir.join(&n), format!("{rel}/{n}"));
+            if path.is_dir() {
+                walk(&path, &rel, out);
+            } else if n.ends_with(".md") {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"), "docs", &mut out);
+    out
+}
+
+/// Every page under docs/ is reachable from the README (linked from it,
+/// or from a page it links), and every relative link of the README and
+/// the pages names a file that exists.
+#[test]
+fn every_page_is_linked_and_every_link_leads_somewhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut reached = std::collections::BTreeSet::new();
+    let mut todo = vec!["README.md".to_string()];
+    while let Some(page) = todo.pop() {
+        let text = doc(&page);
+        let dir = Path::new(&page).parent().unwrap().to_path_buf();
+        for target in links(&text) {
+            let path = normalize(&dir.join(&target));
+            assert!(root.join(&path).exists(), "{page}: a link to {target}, which is not there");
+            if path.ends_with(".md") && reached.insert(path.clone()) {
+                todo.push(path);
+            }
+        }
+    }
+    for page in doc_pages() {
+        assert!(reached.contains(&page), "{page} is linked from nowhere the README leads");
+    }
+}
+
+/// The relative targets of Markdown links `](target)` in `text` (no
+/// scheme, no anchor-only), without their `#anchor`.
+fn links(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|t| t.split('#').next().unwrap_or_default().to_string())
+        .filter(|t| !t.is_empty() && !t.contains("://") && !t.starts_with("mailto:"))
+        .collect()
+}
+
+/// `p` with its `.` and `..` components worked out, as a `/` path.
+fn normalize(p: &Path) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(s) => out.push(s.to_string_lossy().into_owned()),
+            _ => {}
+        }
+    }
+    out.join("/")
 }
 
 /// A file of the repository, as text.

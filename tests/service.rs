@@ -479,6 +479,8 @@ fn the_install_script_stages_binary_unit_config_and_docs() {
         "etc/systemd/system/urmove-recv.service",
         "etc/urmove/urmove.toml",
         "usr/local/share/doc/urmove/README.md",
+        "usr/local/share/doc/urmove/docs/service.md",
+        "usr/local/share/doc/urmove/docs/internals/formats.md",
     ] {
         assert!(s.join(f).exists(), "{f} not staged");
     }

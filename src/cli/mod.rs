@@ -43,8 +43,8 @@ pub const EXIT_USAGE: u8 = 2;
 /// skipped some entries, each named with its reason (as rsync's 23).
 pub const EXIT_PARTIAL: u8 = 23;
 
-/// Every exit code and what it means, as `--help`, the man pages and the
-/// README list them.
+/// Every exit code and what it means, as `--help`, the man pages and
+/// docs/transfers.md list them.
 pub const EXIT_CODES: &[(&str, &str)] = &[
     (
         "0",

@@ -269,7 +269,7 @@ pub fn render(plan: &Plan, settings: &[Setting], header: &str) -> String {
     for line in header.lines() {
         s += &format!("# {line}\n");
     }
-    s += "# Check a host against it with `urmove tune`; see README.md, \"Tuning a host for 10G and 100G\".\n";
+    s += "# Check a host against it with `urmove tune`; see docs/tuning.md.\n";
     for page in SOURCE_PAGES {
         s += &format!("# Source: {page}\n");
     }
