@@ -54,7 +54,11 @@ fn doc_pages() -> Vec<String> {
         }
     }
     let mut out = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"), "docs", &mut out);
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("docs"),
+        "docs",
+        &mut out,
+    );
     out
 }
 
@@ -71,14 +75,20 @@ fn every_page_is_linked_and_every_link_leads_somewhere() {
         let dir = Path::new(&page).parent().unwrap().to_path_buf();
         for target in links(&text) {
             let path = normalize(&dir.join(&target));
-            assert!(root.join(&path).exists(), "{page}: a link to {target}, which is not there");
+            assert!(
+                root.join(&path).exists(),
+                "{page}: a link to {target}, which is not there"
+            );
             if path.ends_with(".md") && reached.insert(path.clone()) {
                 todo.push(path);
             }
         }
     }
     for page in doc_pages() {
-        assert!(reached.contains(&page), "{page} is linked from nowhere the README leads");
+        assert!(
+            reached.contains(&page),
+            "{page} is linked from nowhere the README leads"
+        );
     }
 }
 

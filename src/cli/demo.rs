@@ -155,7 +155,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {
-        let log: crate::session::recv::Log = Arc::new(|_, m: &str| {
+        let log: crate::session::log::Log = Arc::new(|_, m: &str| {
             let _ = writeln!(std::io::stderr(), "urmove recv: {m}");
         });
         let stats = Arc::default();

@@ -9,8 +9,10 @@
 use crate::coord::units;
 use crate::protocol::manifest::EntryKind;
 use crate::protocol::names;
-use crate::session::send::{held_text, SendConfig};
-use crate::session::survey::{survey, survey_pull, Action, Survey};
+use crate::session::held::held_text;
+use crate::session::held::Action;
+use crate::session::send::SendConfig;
+use crate::session::survey::{survey, survey_pull, Survey};
 use crate::session::tree::{scan, Skipped, Tree};
 
 use super::render::{self, Format, Out};

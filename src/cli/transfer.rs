@@ -221,7 +221,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             super::service::serve_metrics(addr, Arc::clone(&stats), Arc::clone(&metrics_stop))
                 .map_err(|e| usage(anyhow::anyhow!(e)))?;
         log(
-            crate::session::recv::Level::Info,
+            crate::session::log::Level::Info,
             &format!("metrics at http://{bound}/metrics"),
         );
     }
@@ -239,11 +239,11 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
 
 /// The daemon listens on `addr`: systemd is told, and a `--min-rate`
 /// other than the default is said back in the unit given.
-fn listening(addr: SocketAddr, min_rate: super::parse::Rate, log: &crate::session::recv::Log) {
+fn listening(addr: SocketAddr, min_rate: super::parse::Rate, log: &crate::session::log::Log) {
     super::service::sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
     if min_rate != super::config::min_rate_default() {
         log(
-            crate::session::recv::Level::Info,
+            crate::session::log::Level::Info,
             &format!(
                 "--min-rate {}: a sender slower over a whole --timeout ends its session",
                 min_rate.echo()
@@ -702,7 +702,7 @@ fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bo
 /// What a shard's run says of its share: a piece verified is not its file
 /// committed (that waits for every piece, on whichever shard brings the
 /// last), and only `urmove report` over every shard tells the transfer.
-fn shard_summary(s: &crate::session::shard::ShardReport) -> String {
+fn shard_summary(s: &crate::session::shard_report::ShardReport) -> String {
     let whole = s.share_files - s.pending_count.min(s.share_files);
     let pieces = s
         .pieces
@@ -968,7 +968,7 @@ fn nothing_moved(r: &SendReport) -> Option<String> {
         "pull" => ("pull", "here"),
         _ => ("send", "at the receiver"),
     };
-    let held = crate::session::send::held_text((
+    let held = crate::session::held::held_text((
         r.files_unchanged,
         r.files_found_complete,
         r.files_continued,
@@ -1147,7 +1147,7 @@ fn lag_summary(lag: crate::session::send::Lag, kept_up: bool) -> String {
 
 /// What a run found at the receiver and did not send again, and why.
 fn held_summary(r: &SendReport) -> String {
-    let held = crate::session::send::held_text((
+    let held = crate::session::held::held_text((
         r.files_unchanged,
         r.files_found_complete,
         r.files_continued,

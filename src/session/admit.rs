@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::control::{encode, ErrorCode, Message};
 
-use super::recv::{Level, Log};
+use super::log::{Level, Log};
 
 /// The first retry after a failed `accept` waits this long, each further
 /// one twice as long as the one before...

@@ -18,10 +18,11 @@ use crate::protocol::seal::Direction as SealDirection;
 use super::conn::{recv_msg, Control};
 use super::lanes::{self, Lane, LaneReport, Lanes};
 use super::send::{
-    drive, fds_of, fit, note_zero_copy, open_session, push_params, register_fitted, Expect,
-    Sealing, SendConfig, SendObserver, SendReport, AUTO_START,
+    drive, fit, note_zero_copy, open_session, push_params, register_fitted, Expect, SendConfig,
+    SendObserver, SendReport, AUTO_START,
 };
 use super::source::PushParams;
+use super::streams::{fds_of, Sealing};
 use super::SessionError;
 
 /// `bench --net`'s frame size unless `--bs` says otherwise. Chosen by

@@ -53,7 +53,7 @@ pub(super) enum JobDone {
 pub(super) struct Tally {
     pub(super) done_files: usize,
     pub(super) bytes: u64,
-    pub(super) skipped: Vec<super::roles::Refused>,
+    pub(super) skipped: Vec<super::refused::Refused>,
     pub(super) rejected: Vec<u32>,
     pub(super) lost_streams: Vec<String>,
     pub(super) journal_bytes: u64,
@@ -68,7 +68,7 @@ pub(super) struct Tally {
     pub(super) unsent: u64,
     /// Files this side refused while the data came (a link planted in a
     /// path, a part replaced), not told to the sender yet.
-    pub(super) refused_now: Vec<super::roles::Refused>,
+    pub(super) refused_now: Vec<super::refused::Refused>,
     /// Every file refused so (its entry): what the sender says of it
     /// before it heard (its digest, its own skip) is no fault.
     pub(super) refused_here: HashSet<u32>,
@@ -417,9 +417,9 @@ impl<'s> Book<'s> {
             self.remaining -= usize::from(receiving);
             self.tally.unsent += unsent;
         }
-        let r = super::roles::Refused::entry(
+        let r = super::refused::Refused::entry(
             index as u32,
-            super::roles::Why::fault(format!("refused here while it arrived: {e}")),
+            super::refused::Why::fault(format!("refused here while it arrived: {e}")),
         );
         self.tally.skipped.push(r.clone());
         self.tally.refused_now.push(r);
@@ -637,7 +637,7 @@ impl<'s> Book<'s> {
             mtime_ns,
             block,
         };
-        f.mtime = super::receive::mtime_at(mtime_s, mtime_ns);
+        f.mtime = super::tree::mtime_at(mtime_s, mtime_ns);
         // Blocks counted while it grew were whole; the last may be short.
         if f.is_written() {
             return self.try_finish(i as usize);
@@ -647,7 +647,7 @@ impl<'s> Book<'s> {
 
     /// The sender dropped entry `i`: stop waiting for it. Its part stays
     /// only if it holds journaled data (see `Incoming`'s drop).
-    pub(super) fn skipped(&mut self, r: super::roles::Refused) -> Result<(), SessionError> {
+    pub(super) fn skipped(&mut self, r: super::refused::Refused) -> Result<(), SessionError> {
         let i = r.entry;
         if self.tally.refused_here.contains(&i) {
             return Ok(());

@@ -165,7 +165,7 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
     };
     let done = PieceDone {
         digest: job.digest,
-        receipt: super::shard::receipt(&job.secret, &j, p.piece),
+        receipt: super::receipt::receipt(&job.secret, &j, p.piece),
         whole: None,
         untrusted: None,
     };
@@ -343,7 +343,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
         if j.part != job.part_id || j.tag != p.tag || !current || !exactly(&j.blocks, blocks) {
             return Ok(Found::Missing);
         }
-        receipts.push(super::shard::receipt(&job.secret, &j, piece));
+        receipts.push(super::receipt::receipt(&job.secret, &j, piece));
         total = digest_add(total, j.digest);
         journals.push(rel);
     }
@@ -353,7 +353,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
         .map_err(|e| SessionError::io(format!("truncating {}", job.final_rel), e))?;
     Ok(Found::Whole(Whole {
         digest: total,
-        receipts: super::shard::receipts_digest(&receipts),
+        receipts: super::receipt::receipts_digest(&receipts),
         journals,
     }))
 }

@@ -11,6 +11,9 @@ use crate::protocol::handshake::SessionKeys;
 use crate::protocol::seal::{Direction, FrameOpener, FrameSealer, TAG_LEN};
 
 use super::SessionError;
+use crate::datapath::sys::Waker;
+use crate::protocol::manifest::Entry;
+use std::sync::mpsc;
 
 /// The "stream" whose keys seal control messages (data streams are 0..256).
 const CONTROL_STREAM: u16 = u16::MAX;
@@ -207,8 +210,7 @@ const PEER_EVENTS_QUEUED: usize = 16;
 /// file is a long silence.
 pub(crate) fn spawn_peer_reader(
     ctl: &Control,
-) -> Result<(std::thread::JoinHandle<()>, super::landing::Peer), SessionError> {
-    use super::landing::{Peer, PeerEvent};
+) -> Result<(std::thread::JoinHandle<()>, Peer), SessionError> {
     let mut c = ctl.try_clone()?;
     c.set_read_timeout(None)?;
     // Bounded: a peer that floods the control connection (a follow's
@@ -232,9 +234,9 @@ pub(crate) fn spawn_peer_reader(
                 reason,
                 rule,
                 ..
-            }) => PeerEvent::Skipped(super::roles::Refused::entry(
+            }) => PeerEvent::Skipped(super::refused::Refused::entry(
                 file_index,
-                super::roles::Why { text: reason, rule },
+                super::refused::Why { text: reason, rule },
             )),
             Ok(Message::Summary { files, bytes, ok }) => PeerEvent::Summary { files, bytes, ok },
             Ok(Message::Added { first, entries }) => PeerEvent::Added(first, entries),
@@ -371,4 +373,36 @@ pub fn fail(c: &mut Control, e: SessionError) -> SessionError {
         }
     }
     e
+}
+
+/// The other side's words while data flows, from its reader thread, and
+/// the eventfd that thread rings so a receive loop asleep in its ring
+/// wakes to hear them.
+pub(crate) struct Peer {
+    pub(crate) events: mpsc::Receiver<PeerEvent>,
+    pub(crate) waker: std::sync::Arc<Waker>,
+}
+
+/// What the other side says on the control connection while data flows.
+#[derive(Debug)]
+pub(crate) enum PeerEvent {
+    /// The sender's digest of each file it read through: (entry, digest).
+    Digests(Vec<(u32, u64)>),
+    /// The sender dropped an entry: (entry, why).
+    Skipped(super::refused::Refused),
+    /// A heartbeat: the sender is there (its followed files are idle).
+    Alive,
+    /// Entries a follow added, numbered from the first.
+    Added(u32, Vec<Entry>),
+    /// A follow adds nothing more.
+    AddedEnd,
+    /// Directories a follow changed: (entry, mtime).
+    DirTimes(Vec<(u32, i64, u32)>),
+    /// A growing file stopped growing: (entry, its size, its mtime).
+    FileEnd(u32, u64, (i64, u32)),
+    /// The sender's summary (pull: the daemon is done sending).
+    Summary { files: u64, bytes: u64, ok: bool },
+    /// The control connection ended: cleanly (`None`) or with the peer's
+    /// error or a broken connection.
+    Closed(Option<SessionError>),
 }

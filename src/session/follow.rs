@@ -33,7 +33,7 @@ use crate::protocol::manifest::{Entry, EntryKind};
 use super::confirm::{Confirmer, Ended, Verdict};
 use super::conn::{send_msg, Control};
 use super::pusher::Acks;
-use super::roles::Refused;
+use super::refused::Refused;
 use super::tree::{ScanRules, Tree};
 use super::work::{End, Work};
 use super::SessionError;
@@ -139,7 +139,7 @@ pub(crate) fn mark_growing(tree: &mut Tree, block: u64, idle: Duration) -> usize
         if e.kind != EntryKind::File {
             continue;
         }
-        let mtime = super::receive::mtime_at(e.mtime_s, e.mtime_ns);
+        let mtime = super::tree::mtime_at(e.mtime_s, e.mtime_ns);
         let recent = now.duration_since(mtime).map_or(true, |d| d < idle);
         if recent || id.is_some_and(|id| writing.contains(&id)) {
             grow_from_whole_blocks(e, block);
@@ -680,7 +680,7 @@ impl Follower<'_> {
         if let Some(a) = self.acks {
             a.settle(i as u32);
         }
-        let r = Refused::entry(i as u32, super::roles::Why::fault(why));
+        let r = Refused::entry(i as u32, super::refused::Why::fault(why));
         send_msg(&mut self.ctl, &r.message())?;
         self.skipped.push(r);
         Ok(())

@@ -13,6 +13,7 @@ use crate::protocol::manifest::{Entry, EntryKind};
 use super::conn::{recv_msg, send_msg, Control};
 use super::tree::Tree;
 use super::SessionError;
+use crate::coord::units;
 
 /// What the receiver holds already (it said so when the session resumed),
 /// once this side checked it against the sources.
@@ -36,7 +37,7 @@ pub(crate) struct Held {
 impl Held {
     /// Note the entries the receiver refused (`UNLISTED` ones are none of
     /// the manifest's).
-    pub(crate) fn refuse(&mut self, refused: &[super::roles::Refused]) {
+    pub(crate) fn refuse(&mut self, refused: &[super::refused::Refused]) {
         let listed = refused
             .iter()
             .map(|r| r.entry)
@@ -205,7 +206,7 @@ impl Held {
         (tree, block, key): (&Tree, u64, &FrameKey),
         open: &dyn Fn(usize) -> Result<File, String>,
     ) -> Result<(), SessionError> {
-        use super::journal::{content_digests, ranges_digests};
+        use super::digest::{content_digests, ranges_digests};
         use crate::protocol::control::LIST_PART_ITEMS_MAX;
         let mut beat = super::conn::Beat::new(ctl)?;
         let mut wrong = Vec::new();
@@ -335,6 +336,55 @@ pub(super) fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u64)]) -> u64 
             end - start
         })
         .sum()
+}
+
+/// What a receiver held before the data, from `complete` files
+/// (`unchanged` of them by their stamp) and `partial` ones: (unchanged,
+/// found complete by content, continued).
+pub(crate) fn held_counts(complete: usize, unchanged: usize, partial: usize) -> (u64, u64, u64) {
+    let u = unchanged as u64;
+    (u, complete as u64 - u, partial as u64)
+}
+
+/// `(unchanged, found complete, continued)` in words, the empty ones left
+/// out: what a resumed run skips and why.
+pub fn held_text((unchanged, found, continued): (u64, u64, u64)) -> String {
+    let mut parts = Vec::new();
+    if unchanged > 0 {
+        parts.push(format!(
+            "{} unchanged since an earlier run (size, mtime and the receiver's stamp match)",
+            units::count(unchanged, "file")
+        ));
+    }
+    if found > 0 {
+        parts.push(format!(
+            "{} complete by content",
+            units::count(found, "file")
+        ));
+    }
+    if continued > 0 {
+        parts.push(format!(
+            "{} in part (continued)",
+            units::count(continued, "file")
+        ));
+    }
+    parts.join(", ")
+}
+
+/// What a real run would do with an entry of the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Sent whole (a directory or link: made).
+    Send,
+    /// A file the receiver holds in part: the rest is sent.
+    Continue,
+    /// A file the receiver's stamp says is untouched since an earlier run.
+    Unchanged,
+    /// A file the receiver holds whole, its content read and found equal.
+    Complete,
+    /// An entry the receiver would not create (its policy says why).
+    Refused,
 }
 
 #[cfg(test)]

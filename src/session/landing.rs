@@ -28,10 +28,11 @@ use crate::protocol::manifest::Entry;
 
 use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
 use super::commit::{self, Outcome};
+use super::conn::{Peer, PeerEvent};
 use super::intake::{Intake, LaneStatus};
 use super::lanes::{self, Lane, LaneReport, Lanes};
 use super::receive::Incoming;
-use super::send::Sealing;
+use super::streams::Sealing;
 use super::SessionError;
 
 /// Threads that sync and rename complete files.
@@ -45,38 +46,6 @@ const BACKLOG_WAIT: Duration = Duration::from_millis(1);
 /// How long the control thread of running lanes sleeps at most between
 /// its steps (it wakes at once for the peer and the finalizers).
 const CONTROL_EVERY: Duration = Duration::from_millis(50);
-
-/// The other side's words while data flows, from its reader thread, and
-/// the eventfd that thread rings so a receive loop asleep in its ring
-/// wakes to hear them.
-pub(crate) struct Peer {
-    pub(crate) events: mpsc::Receiver<PeerEvent>,
-    pub(crate) waker: std::sync::Arc<Waker>,
-}
-
-/// What the other side says on the control connection while data flows.
-#[derive(Debug)]
-pub(crate) enum PeerEvent {
-    /// The sender's digest of each file it read through: (entry, digest).
-    Digests(Vec<(u32, u64)>),
-    /// The sender dropped an entry: (entry, why).
-    Skipped(super::roles::Refused),
-    /// A heartbeat: the sender is there (its followed files are idle).
-    Alive,
-    /// Entries a follow added, numbered from the first.
-    Added(u32, Vec<Entry>),
-    /// A follow adds nothing more.
-    AddedEnd,
-    /// Directories a follow changed: (entry, mtime).
-    DirTimes(Vec<(u32, i64, u32)>),
-    /// A growing file stopped growing: (entry, its size, its mtime).
-    FileEnd(u32, u64, (i64, u32)),
-    /// The sender's summary (pull: the daemon is done sending).
-    Summary { files: u64, bytes: u64, ok: bool },
-    /// The control connection ended: cleanly (`None`) or with the peer's
-    /// error or a broken connection.
-    Closed(Option<SessionError>),
-}
 
 /// The receiving lanes for `streams` streams with `buffers` buffers of
 /// `payload_max` bytes in all, each lane's registered now (before any peer
@@ -140,7 +109,7 @@ pub(crate) trait Landing {
     }
     /// An entry this side refused while the data came (a link planted in
     /// its path): a daemon tells the sender, which stops waiting for it.
-    fn refused(&mut self, _r: &super::roles::Refused) -> Result<(), SessionError> {
+    fn refused(&mut self, _r: &super::refused::Refused) -> Result<(), SessionError> {
         Ok(())
     }
 }

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use super::shard::{receipts_digest, PieceReport, ShardReport};
+use super::shard_report::{PieceReport, ShardReport};
+
+use super::receipt::receipts_digest;
 
 /// One shard's JSON report, as `urmove report` reads it.
 #[derive(Debug, Clone)]

@@ -12,9 +12,12 @@ use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, PieceDone, SessionRequest};
 use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
-use super::landing::{Landing, Pace, PeerEvent};
+use super::landing::{Landing, Pace};
+
+use super::conn::PeerEvent;
 use super::receive::{recv_manifest, Incoming, Resume, Rules};
-use super::roles::{accept, differed, Refused};
+use super::refused::Refused;
+use super::roles::{accept, differed};
 use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
 use super::SessionError;
 
@@ -26,7 +29,7 @@ struct PullLanding<'a> {
     committed: u64,
     rejected: Vec<u32>,
     /// Each file verified, for a shard's report.
-    acked: super::shard::Acked,
+    acked: super::shard_report::Acked,
     /// This side's user stopped the pull (Ctrl-C).
     stop: &'a AtomicBool,
 }
@@ -97,7 +100,7 @@ pub fn run_pull(
     if kept != (0, 0, 0) {
         obs.info(&format!(
             "this side holds {}; {} to fetch",
-            super::send::held_text(kept).replace("the receiver's", "its"),
+            super::held::held_text(kept).replace("the receiver's", "its"),
             crate::coord::units::bytes_decimal(total)
         ));
     }
@@ -147,7 +150,7 @@ pub fn run_pull(
         let acked = landed.acked.with_held(held);
         let entries = &pull.incoming.entries;
         let listed = (entries.as_slice(), report.skipped.as_slice());
-        let shard = super::shard::ShardReport::of((s, m), cfg, listed, &acked, started);
+        let shard = super::shard_report::ShardReport::of((s, m), cfg, listed, &acked, started);
         report.shard = Some(shard);
     }
     phases(&mut report);
@@ -333,7 +336,7 @@ pub(crate) fn ask_share(
 struct Landed {
     committed: u64,
     rejected: Vec<u32>,
-    acked: super::shard::Acked,
+    acked: super::shard_report::Acked,
     events: mpsc::Receiver<PeerEvent>,
     reader: std::thread::JoinHandle<()>,
 }
@@ -372,7 +375,7 @@ impl Pull {
         };
         let (reader, peer) = super::conn::spawn_peer_reader(&self.ctl)?;
         let peer = std::sync::Mutex::new(peer);
-        let mut landed = (0u64, Vec::new(), super::shard::Acked::default());
+        let mut landed = (0u64, Vec::new(), super::shard_report::Acked::default());
         let (incoming, streams) = (&mut self.incoming, &self.streams);
         let (data, report) = drive(cfg, expect, streams, interrupt, obs, |counters, stop| {
             let mut out = PullLanding {
@@ -380,7 +383,7 @@ impl Pull {
                 files_done,
                 committed: 0,
                 rejected: Vec::new(),
-                acked: super::shard::Acked::default(),
+                acked: super::shard_report::Acked::default(),
                 stop,
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());

@@ -150,7 +150,7 @@ impl Acks {
         tree: &Tree,
         (held, added): (&Held, usize),
         streams: u16,
-        refused: &[super::roles::Refused],
+        refused: &[super::refused::Refused],
     ) -> Acks {
         let acked: Vec<AtomicBool> = tree
             .entries

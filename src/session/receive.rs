@@ -27,8 +27,9 @@ use super::beside::Beside;
 use super::conn::recv_msg;
 use super::filter::Filter;
 use super::journal::{self, Identity, Journal};
-use super::roles::{Refused, Why};
+use super::refused::{Refused, Why};
 use super::secret::Secret;
+use super::tree::mtime_at;
 use super::{SessionError, PART_SUFFIX};
 
 /// Bytes of paths and link targets one manifest may carry.
@@ -307,7 +308,7 @@ pub(crate) struct Resume {
     /// here), not by its stamp.
     pub(crate) checksum: bool,
     /// The session's frame key: what is held is told to the sender by its
-    /// digest keyed with it (`journal::HeldDigest`).
+    /// digest keyed with it (`super::digest::HeldDigest`).
     pub(crate) key: FrameKey,
 }
 
@@ -656,16 +657,6 @@ fn names_of_links(dest: &str, entries: &[Entry]) -> std::collections::HashMap<St
     names
 }
 
-/// The time `s` seconds and `ns` nanoseconds from the epoch.
-pub(crate) fn mtime_at(s: i64, ns: u32) -> SystemTime {
-    let d = Duration::new(s.unsigned_abs(), ns);
-    if s >= 0 {
-        SystemTime::UNIX_EPOCH + d
-    } else {
-        SystemTime::UNIX_EPOCH - d
-    }
-}
-
 /// The refusal of files needing `bytes` on a filesystem with `free`.
 fn no_room(dir: &str, bytes: u64, free: u64) -> SessionError {
     use crate::coord::units::bytes_both;
@@ -738,7 +729,7 @@ enum HeldFile {
     Unchanged(u64),
     /// Read again now: both digests of its bytes, and the file's identity
     /// and ctime before it was read.
-    Read(journal::HeldDigest, (FileId, (i64, i64))),
+    Read(super::digest::HeldDigest, (FileId, (i64, i64))),
 }
 
 /// A manifest being received beneath a root.
@@ -1200,7 +1191,7 @@ impl Incoming {
         if let Some(s) = stamp.filter(|s| s.untouched && ours(s) && dressed) {
             return Some(HeldFile::Unchanged(s.digest));
         }
-        let on_disk = journal::content_digests(&file, f.size, &r.key, tick).ok()?;
+        let on_disk = super::digest::content_digests(&file, f.size, &r.key, tick).ok()?;
         stamp
             .is_none_or(|s| s.digest == on_disk.plain)
             .then_some(HeldFile::Read(on_disk, seen))
@@ -1245,7 +1236,8 @@ impl Incoming {
             return Ok(None);
         }
         let ranges = j.ranges();
-        let on_disk = journal::part_digests(&part, f.size, self.block, &ranges, key, tick).ok();
+        let on_disk =
+            super::digest::part_digests(&part, f.size, self.block, &ranges, key, tick).ok();
         let Some(on_disk) = on_disk.filter(|d| d.plain == j.digest) else {
             return Ok(None);
         };
@@ -1430,15 +1422,15 @@ impl Incoming {
             .flatten()
             .filter(|f| f.state == FileState::Receiving && f.received > 0)
             .count();
-        super::send::held_counts(self.complete_before.len(), self.unchanged.len(), continued)
+        super::held::held_counts(self.complete_before.len(), self.unchanged.len(), continued)
     }
 
     /// What a run would do with entry `i`, from what this side holds of
     /// it before any data (a pull's dry run): held unchanged (by its
     /// stamp) or complete (read and found right), a part of which `bytes`
     /// are still to come, refused, or all of it to come.
-    pub(crate) fn plan_of(&self, i: usize) -> (super::survey::Action, u64) {
-        use super::survey::Action;
+    pub(crate) fn plan_of(&self, i: usize) -> (super::held::Action, u64) {
+        use super::held::Action;
         let Some(f) = self.files.get(i).and_then(Option::as_ref) else {
             return (Action::Send, 0);
         };

@@ -26,6 +26,7 @@ use crate::protocol::manifest::check_path;
 use super::admit::{refuse_now, Backoff, PerAddress, Throttled};
 use super::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
 use super::landing::Pace;
+pub use super::log::{Level, Log};
 use super::receive::{join, recv_manifest, Incoming, LinkPolicy, Resume, Rules};
 use super::SessionError;
 use crate::protocol::seal::{frame_key, Direction as SealDirection};
@@ -444,17 +445,6 @@ impl Drop for RecvProgress<'_> {
         self.stats.end(self.id);
     }
 }
-
-/// How much a log line matters (journald's priorities, in short).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Info,
-    Warn,
-    Error,
-}
-
-/// Where the daemon's log lines go (stderr, under systemd the journal).
-pub type Log = Arc<dyn Fn(Level, &str) + Send + Sync>;
 
 /// What the daemon has done and is doing, for its metrics: plain atomics
 /// the sessions bump and a scrape reads.
@@ -1904,7 +1894,7 @@ impl super::landing::Landing for DaemonLanding<'_, '_> {
         send_msg(&mut self.ctl, &Message::FileRejected { file_index, digest })
     }
 
-    fn refused(&mut self, r: &super::roles::Refused) -> Result<(), SessionError> {
+    fn refused(&mut self, r: &super::refused::Refused) -> Result<(), SessionError> {
         send_msg(&mut self.ctl, &r.message())
     }
 
@@ -2194,7 +2184,7 @@ fn pace_as_asked(
     if req.rate_limit == 0 {
         return Ok(());
     }
-    let fds = super::send::fds_of(streams);
+    let fds = super::streams::fds_of(streams);
     crate::datapath::tcp::pace(&fds, req.rate_limit as f64, streams.len())
         .map_err(|e| SessionError::io("pacing the data streams", e))
 }
@@ -2478,7 +2468,7 @@ fn bench_take(
         .has(REQ_ENCRYPT)
         .then(|| (keys.clone(), SealDirection::ClientToServer));
     let key = frame_key(keys);
-    let plan = super::lanes::place_streams(plan.len(), &super::send::fds_of(&streams));
+    let plan = super::lanes::place_streams(plan.len(), &super::streams::fds_of(&streams));
     let counted = AtomicU64::new(0);
     let count = |b: u64| {
         counted.fetch_add(b, Ordering::Relaxed);

@@ -20,15 +20,12 @@ use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::{stream_proof, ClientHandshake, Key, SessionKeys};
 use crate::protocol::seal::Direction as SealDirection;
 
-/// The keys and direction a session's frames are sealed with, if it is
-/// encrypted.
-pub(crate) type Sealing = Option<(SessionKeys, SealDirection)>;
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, send_msg, Control};
 use super::held::Held;
 use super::lanes::{self, LaneReport, Lanes};
-use super::roles::Refused;
+use super::refused::Refused;
 use super::roles::{differed, hear, offer, Before, Until};
 use super::route;
 use super::source::{open_source, prepare_senders, push_data, Acks, PushParams, Sources};
@@ -39,6 +36,7 @@ use super::SessionError;
 
 pub use super::follow::FollowUntil;
 use super::follow::{Added, FollowCtx, Gauge};
+use super::held::{held_counts, held_text};
 
 /// `send --min-rate RATE --window DURATION`: the copy must sustain RATE
 /// over every window in which that much waited to go.
@@ -452,7 +450,7 @@ pub struct SendReport {
     /// `send --shard`: this shard's part of the whole transfer, which
     /// `urmove report` merges.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<super::shard::ShardReport>,
+    pub shard: Option<super::shard_report::ShardReport>,
 }
 
 impl SendReport {
@@ -901,7 +899,7 @@ pub fn run_send(
     if let Some((s, m)) = whole {
         let acked = pieces.with_held(push.held.complete.keys().copied());
         let listed = (entries.as_slice(), report.skipped.as_slice());
-        let shard = super::shard::ShardReport::of((s, m), cfg, listed, &acked, started);
+        let shard = super::shard_report::ShardReport::of((s, m), cfg, listed, &acked, started);
         report.shard = Some(shard);
     }
     if !matches!(report.status, "ok" | "partial") {
@@ -977,39 +975,6 @@ fn describe_tree(report: &mut SendReport, tree: &Tree, refused: &[Refused]) {
     report.files_excluded = tree.excluded;
     report.devices_left_out = tree.devices_left;
     report.hard_links = tree.hard_links() as u64;
-}
-
-/// What a receiver held before the data, from `complete` files
-/// (`unchanged` of them by their stamp) and `partial` ones: (unchanged,
-/// found complete by content, continued).
-pub(crate) fn held_counts(complete: usize, unchanged: usize, partial: usize) -> (u64, u64, u64) {
-    let u = unchanged as u64;
-    (u, complete as u64 - u, partial as u64)
-}
-
-/// `(unchanged, found complete, continued)` in words, the empty ones left
-/// out: what a resumed run skips and why.
-pub fn held_text((unchanged, found, continued): (u64, u64, u64)) -> String {
-    let mut parts = Vec::new();
-    if unchanged > 0 {
-        parts.push(format!(
-            "{} unchanged since an earlier run (size, mtime and the receiver's stamp match)",
-            units::count(unchanged, "file")
-        ));
-    }
-    if found > 0 {
-        parts.push(format!(
-            "{} complete by content",
-            units::count(found, "file")
-        ));
-    }
-    if continued > 0 {
-        parts.push(format!(
-            "{} in part (continued)",
-            units::count(continued, "file")
-        ));
-    }
-    parts.join(", ")
 }
 
 /// A push set up for its data: the sources, what the receiver holds and
@@ -1167,7 +1132,7 @@ fn settle_push(
     interrupted: bool,
     report: &mut SendReport,
     obs: &mut dyn SendObserver,
-) -> super::shard::Acked {
+) -> super::shard_report::Acked {
     let pushed = match data {
         Ok(pushed) => pushed,
         Err(e) => {
@@ -1182,7 +1147,7 @@ fn settle_push(
                 _ => e,
             };
             report.fail(&e, interrupted);
-            return super::shard::Acked::default();
+            return super::shard_report::Acked::default();
         }
     };
     note_zero_copy(report, &pushed.stats, obs);
@@ -1196,26 +1161,21 @@ fn settle_push(
     let skipped: Vec<Refused> = pushed
         .skipped
         .iter()
-        .map(|(i, why)| Refused::entry(*i, super::roles::Why::fault(why.clone())))
+        .map(|(i, why)| Refused::entry(*i, super::refused::Why::fault(why.clone())))
         .collect();
     report.skip(entries, &skipped);
     report.skip(entries, &pushed.follow_skipped);
     report.close();
-    let mut acked = super::shard::Acked::default();
+    let mut acked = super::shard_report::Acked::default();
     let checked = acks.and_then(|a| {
         report.skip(entries, &a.refused);
-        acked = super::shard::Acked::from_acks(&a.acks, &a.pieces, &pushed.digests);
+        acked = super::shard_report::Acked::from_acks(&a.acks, &a.pieces, &pushed.digests);
         check_acks(entries, &pushed.digests, &push.held, &a, report)
     });
     if let Err(e) = checked {
         report.fail(&e, false);
     }
     acked
-}
-
-/// The descriptors of `streams`.
-pub(crate) fn fds_of(streams: &[TcpStream]) -> Vec<i32> {
-    streams.iter().map(|s| s.as_raw_fd()).collect()
 }
 
 /// What the receiver said of the files: (entry, its digest) of each it

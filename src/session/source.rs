@@ -51,7 +51,7 @@ pub(crate) struct PushParams {
     /// all of it ends the session.
     pub(crate) timeout: Duration,
     /// Seal every frame with these keys.
-    pub(crate) seal: super::send::Sealing,
+    pub(crate) seal: super::streams::Sealing,
     /// The session's frame checksum key (`seal::frame_key`).
     pub(crate) key: FrameKey,
     /// `--sparse`: runs of zeros inside data go as holes too.
@@ -116,7 +116,7 @@ impl Announce for ControlAnnounce {
     fn flush(&mut self) -> Result<(), SessionError> {
         use crate::protocol::control::LIST_PART_ITEMS_MAX;
         for (file_index, reason) in std::mem::take(&mut self.skips) {
-            let r = super::roles::Refused::entry(file_index, super::roles::Why::fault(reason));
+            let r = super::refused::Refused::entry(file_index, super::refused::Why::fault(reason));
             send_msg(&mut self.ctl, &r.message())?;
         }
         while !self.digests.is_empty() {
@@ -142,7 +142,7 @@ pub(crate) struct Pushed {
     /// Where each lane ran and what it took.
     pub(crate) lanes: Vec<LaneReport>,
     /// What a follow could not add or send, and why.
-    pub(crate) follow_skipped: Vec<super::roles::Refused>,
+    pub(crate) follow_skipped: Vec<super::refused::Refused>,
 }
 
 /// prepared as `params` say, its share of the buffers registered now
@@ -192,7 +192,7 @@ pub(crate) fn push_data(
     let block = u64::from(params.block_size);
     let added = from.follow.map(|_| super::follow::ADDED_MAX);
     let work = Work::routed(from.tree, from.held, (plan, from.route), (block, added));
-    let fds = super::send::fds_of(streams);
+    let fds = super::streams::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
     let mut follower = match from.follow {
         Some(ctx) => Some(Follower::new(

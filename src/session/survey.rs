@@ -14,27 +14,12 @@ use crate::protocol::control::{Message, REQ_DRY_RUN};
 use crate::protocol::manifest::EntryKind;
 
 use super::conn::{recv_msg, Control};
+pub use super::held::Action;
 use super::held::Held;
 use super::send::SendConfig;
 use super::source::open_source;
 use super::tree::Tree;
 use super::SessionError;
-
-/// What a real run would do with an entry of the manifest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Sent whole (a directory or link: made).
-    Send,
-    /// A file the receiver holds in part: the rest is sent.
-    Continue,
-    /// A file the receiver's stamp says is untouched since an earlier run.
-    Unchanged,
-    /// A file the receiver holds whole, its content read and found equal.
-    Complete,
-    /// An entry the receiver would not create (its policy says why).
-    Refused,
-}
 
 /// The receiver's answer to a dry run.
 #[derive(Debug, Default)]

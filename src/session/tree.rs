@@ -16,9 +16,10 @@ use crate::protocol::manifest::{check_path, is_reserved, Entry, EntryKind};
 use crate::protocol::names;
 
 use super::filter::Filter;
-use super::roles::Why;
+use super::refused::Why;
 
 use super::SessionError;
+use std::time::{Duration, SystemTime};
 
 /// An entry that was not moved, and why: `by_rule` when a rule left it
 /// out (a policy, an option, a name the filesystem cannot hold), which a
@@ -172,10 +173,10 @@ impl Tree {
     }
 
     /// What the scan left out, as the session reports skipped entries.
-    pub(crate) fn skipped_refs(&self) -> Vec<super::roles::Refused> {
+    pub(crate) fn skipped_refs(&self) -> Vec<super::refused::Refused> {
         self.skipped
             .iter()
-            .map(|s| super::roles::Refused {
+            .map(|s| super::refused::Refused {
                 entry: UNLISTED,
                 path: s.path.clone(),
                 reason: s.reason.clone(),
@@ -252,11 +253,11 @@ impl Tree {
 
     /// `path` is not moved for a fault (vanished, unreadable).
     fn skip(&mut self, path: &str, reason: impl Into<String>) {
-        self.left_out(path, super::roles::Why::fault(reason));
+        self.left_out(path, super::refused::Why::fault(reason));
     }
 
     /// `path` is not moved for `why`.
-    fn left_out(&mut self, path: &str, why: super::roles::Why) {
+    fn left_out(&mut self, path: &str, why: super::refused::Why) {
         self.skipped.push(Skipped {
             path: names::shown(path).into_owned(),
             reason: why.text,
@@ -623,6 +624,16 @@ fn walk_beneath_children(
             &beneath(rel, name),
             &format!("{source}/{name}"),
         );
+    }
+}
+
+/// The time `s` seconds and `ns` nanoseconds from the epoch.
+pub(crate) fn mtime_at(s: i64, ns: u32) -> SystemTime {
+    let d = Duration::new(s.unsigned_abs(), ns);
+    if s >= 0 {
+        SystemTime::UNIX_EPOCH + d
+    } else {
+        SystemTime::UNIX_EPOCH - d
     }
 }
 
