@@ -28,7 +28,7 @@ use urmove::protocol::frame::{content_terms, FrameHeader, FrameKey};
 use urmove::protocol::handshake::{Key, ServerHandshake};
 use urmove::protocol::manifest::{Entry, EntryKind};
 use urmove::protocol::seal::frame_key;
-use urmove::session::conn::{recv_any, send_msg, Control};
+use urmove::session::link::conn::{recv_any, send_msg, Control};
 
 use crate::require;
 use crate::transfer::Daemon;

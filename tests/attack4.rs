@@ -13,7 +13,7 @@ use urmove::protocol::frame::FrameHeader;
 use urmove::protocol::handshake::SessionKeys;
 use urmove::protocol::manifest::{Entry, EntryKind};
 use urmove::protocol::seal::frame_key;
-use urmove::session::conn::Control;
+use urmove::session::link::conn::Control;
 
 use crate::follow::growing;
 use crate::transfer::Daemon;
@@ -49,7 +49,7 @@ fn refusal(ctl: &mut Control, secs: u64) -> String {
         .unwrap();
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
-        match urmove::session::conn::recv_any(ctl) {
+        match urmove::session::link::conn::recv_any(ctl) {
             Ok(Message::Error { message, .. }) => return message,
             Ok(_) => {}
             Err(urmove::session::SessionError::Io { source, .. })

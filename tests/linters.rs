@@ -95,6 +95,100 @@ fn rooms_use_only_rooms_below() {
     check_room("coord", &[]);
 }
 
+/// The rooms inside `session/`, each with the rooms it may use (its own
+/// files reach each other by `super::`). `roles` is the one file
+/// `session/roles.rs`; `session/mod.rs` (the error type and buffer sizes
+/// every room uses) and `session/fuzz.rs` stand outside them.
+const SESSION_ROOMS: [(&str, &[&str]); 8] = [
+    (
+        "daemon",
+        &["probe", "client", "roles", "sink", "source", "plan", "link"],
+    ),
+    (
+        "probe",
+        &["client", "roles", "sink", "source", "plan", "link"],
+    ),
+    ("client", &["roles", "sink", "source", "plan", "link"]),
+    ("roles", &["sink", "source", "plan", "link"]),
+    ("sink", &["plan", "link"]),
+    ("source", &["plan", "link"]),
+    ("plan", &["link"]),
+    ("link", &[]),
+];
+
+/// The session rooms `code` names (`crate::session::ROOM`, grouped
+/// imports included; from `session/roles.rs`, `super::ROOM` too), and any
+/// `super::super::` reach out of a room.
+fn session_rooms_used(code: &str, at_session_root: bool) -> BTreeSet<String> {
+    let mut used = BTreeSet::new();
+    let names: Vec<&str> = SESSION_ROOMS.iter().map(|(r, _)| *r).collect();
+    let mut prefixes = vec!["crate::session::"];
+    if at_session_root {
+        prefixes.push("super::");
+    }
+    for prefix in prefixes {
+        let mut rest = code;
+        while let Some(i) = rest.find(prefix) {
+            rest = &rest[i + prefix.len()..];
+            let group = rest
+                .strip_prefix('{')
+                .map(|g| &g[..g.find('}').unwrap_or(g.len())]);
+            for item in group.map_or(vec![rest], |g| g.split(',').collect()) {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if names.contains(&name.as_str()) {
+                    used.insert(name);
+                }
+            }
+        }
+    }
+    if code.contains("super::super::") {
+        used.insert("super::super".into());
+    }
+    used
+}
+
+/// Inside `session/`, each room uses only the rooms below it: no import
+/// runs back up, so no circle spans two rooms.
+#[test]
+fn session_rooms_use_only_rooms_below() {
+    let session = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/session");
+    for (room, allowed) in SESSION_ROOMS {
+        let files = match room {
+            "roles" => vec![(
+                session.join("roles.rs").display().to_string(),
+                std::fs::read_to_string(session.join("roles.rs")).unwrap(),
+            )],
+            _ => sources(&format!("session/{room}")),
+        };
+        for (path, text) in files {
+            for used in session_rooms_used(&code(&text), room == "roles") {
+                assert!(
+                    used == room || allowed.contains(&used.as_str()),
+                    "{path}: session room `{room}` uses `{used}`, which is not below it"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_session_checker_sees_grouped_imports_and_reaches_out() {
+    let used = session_rooms_used(
+        "use crate::session::{sink::book, plan};\nlet x = crate::session::daemon::f();\nuse super::super::a;",
+        false,
+    );
+    assert_eq!(
+        used.into_iter().collect::<Vec<_>>(),
+        ["daemon", "plan", "sink", "super::super"]
+    );
+    assert!(session_rooms_used("use super::sink::x;", true).contains("sink"));
+    assert!(session_rooms_used("use super::sink::x;", false).is_empty());
+}
+
 #[test]
 fn the_checker_sees_grouped_and_nested_imports() {
     let used = rooms_used(

@@ -383,7 +383,7 @@ fn reversed_plan(
     d: &Daemon,
     port: u16,
 ) -> (
-    urmove::session::conn::Control,
+    urmove::session::link::conn::Control,
     urmove::protocol::handshake::SessionKeys,
     u16,
 ) {
@@ -409,7 +409,7 @@ fn reversed_plan(
         port,
     };
     crate::util::send_sealed(&mut ctl, &plan);
-    match urmove::session::conn::recv_any(&mut ctl) {
+    match urmove::session::link::conn::recv_any(&mut ctl) {
         Ok(Message::UdpReady { port }) => (ctl, keys, port),
         other => panic!("no UdpReady: {other:?}"),
     }

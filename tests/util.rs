@@ -15,7 +15,7 @@ use urmove::protocol::control::{
 use urmove::protocol::handshake::{parse_key, stream_proof, ClientHandshake, Key, SessionKeys};
 use urmove::protocol::manifest::Entry;
 use urmove::protocol::wire::DecodeError;
-pub use urmove::session::conn::Control;
+pub use urmove::session::link::conn::Control;
 
 /// Skip a test with a printed reason when the machine cannot run it.
 #[macro_export]
@@ -370,13 +370,13 @@ pub fn handshake(port: u16, key_file: &Path) -> (Control, SessionKeys) {
 
 /// Send `m` on a sealed control connection.
 pub fn send_sealed(c: &mut Control, m: &Message) {
-    urmove::session::conn::send_msg(c, m).unwrap();
+    urmove::session::link::conn::send_msg(c, m).unwrap();
 }
 
 /// Send bytes that are one encoded message (prefix and body, perhaps
 /// malformed on purpose), sealed as a message is.
 pub fn write_sealed(c: &mut Control, bytes: Vec<u8>) {
-    urmove::session::conn::send_encoded(c, bytes).unwrap();
+    urmove::session::link::conn::send_encoded(c, bytes).unwrap();
 }
 
 /// Every sealed message the daemon sends until it closes the connection;
@@ -385,7 +385,7 @@ pub fn sealed_replies(c: &mut Control) -> Vec<Message> {
     c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut out = Vec::new();
     loop {
-        match urmove::session::conn::recv_any(c) {
+        match urmove::session::link::conn::recv_any(c) {
             Ok(m) => out.push(m),
             Err(urmove::session::SessionError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::TimedOut =>
@@ -452,10 +452,10 @@ pub fn hand_push_with(
     let (mut ctl, keys) = handshake(port, key_file);
     send_sealed(&mut ctl, &push_request_with(streams, block_size, flags));
     // The daemon may refuse the request before it reads the manifest.
-    let _ = urmove::session::conn::send_msg(&mut ctl, &Message::Manifest(entries));
-    let _ = urmove::session::conn::send_msg(&mut ctl, &Message::ManifestEnd);
+    let _ = urmove::session::link::conn::send_msg(&mut ctl, &Message::Manifest(entries));
+    let _ = urmove::session::link::conn::send_msg(&mut ctl, &Message::ManifestEnd);
     loop {
-        match urmove::session::conn::recv_any(&mut ctl) {
+        match urmove::session::link::conn::recv_any(&mut ctl) {
             Ok(Message::Ready) => return Ok((ctl, keys)),
             // Where the daemon writes each file (a hint for routing).
             Ok(Message::Placement { .. }) => {}

@@ -178,7 +178,7 @@ pub struct BenchArgs {
     /// core with its own ring, buffers and share of the streams; auto: the
     /// cores this process may run on, at most one per stream.
     #[arg(long, default_value = "auto", requires = "net", value_parser = parse::lanes, value_name = "N|auto")]
-    pub lanes: crate::session::lanes::Lanes,
+    pub lanes: crate::session::link::lanes::Lanes,
 
     /// bench --net: the pre-shared key (the receiver's).
     #[arg(long, value_name = "FILE", requires = "net")]
@@ -496,7 +496,7 @@ pub struct RecvArgs {
     /// and share of the streams; auto: the cores this process may run on,
     /// at most one per stream [default: auto].
     #[arg(long, value_name = "N|auto", value_parser = parse::lanes)]
-    pub lanes: Option<crate::session::lanes::Lanes>,
+    pub lanes: Option<crate::session::link::lanes::Lanes>,
 
     /// Memory the manifests of all sessions may take together
     /// [default: 1G].
@@ -648,7 +648,7 @@ pub struct SendArgs {
     /// ends once every file followed has. Without it, new files are added
     /// while some file is still followed.
     #[arg(long, value_name = "WHEN", value_parser = parse::follow_until, requires = "follow")]
-    pub follow_until: Option<crate::session::send::FollowUntil>,
+    pub follow_until: Option<crate::session::client::send::FollowUntil>,
 
     /// Send no faster than RATE in total (as 4Gbit, 500MB, 450MiB); each
     /// stream is paced to its share (SO_MAX_PACING_RATE), so the data
@@ -693,7 +693,7 @@ pub struct SendArgs {
     /// large ones) in turn; auto: the cores this process may run on, at
     /// most one per stream.
     #[arg(long, default_value = "auto", value_parser = parse::lanes, value_name = "N|auto")]
-    pub lanes: crate::session::lanes::Lanes,
+    pub lanes: crate::session::link::lanes::Lanes,
 
     /// Socket send buffer per stream (FDT's -ss). Setting it turns off the
     /// kernel's autotuning of that buffer, which otherwise grows it to what
@@ -934,7 +934,7 @@ pub struct PullArgs {
     /// ring, buffers and share of the streams; auto: the cores this
     /// process may run on, at most one per stream.
     #[arg(long, default_value = "auto", value_parser = parse::lanes, value_name = "N|auto")]
-    pub lanes: crate::session::lanes::Lanes,
+    pub lanes: crate::session::link::lanes::Lanes,
 
     /// Congestion control of this side's data streams (TCP_CONGESTION:
     /// auto, bbr, cubic, ...). A pull's data comes from the daemon, whose

@@ -41,7 +41,7 @@ pub struct RecvSettings {
     pub udp: bool,
     pub udp_time_max: Duration,
     pub cc: crate::datapath::tcp::Congestion,
-    pub lanes: crate::session::lanes::Lanes,
+    pub lanes: crate::session::link::lanes::Lanes,
     pub max_manifest_memory: u64,
     /// `min_rate`, in the unit given.
     pub min_rate: parse::Rate,
@@ -428,7 +428,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             .state_dir
             .clone()
             .or(f.state_dir.map(Spanned::into_inner))
-            .unwrap_or_else(crate::session::secret::default_state_dir),
+            .unwrap_or_else(crate::session::link::secret::default_state_dir),
         unsafe_links: a
             .unsafe_links
             .or(f.unsafe_links.map(Spanned::into_inner))
@@ -456,7 +456,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
                 };
                 parse::lanes(&text).map_err(|e| at(p, t, span, format!("lanes: {e}")))?
             }
-            (None, None) => crate::session::lanes::Lanes::Auto,
+            (None, None) => crate::session::link::lanes::Lanes::Auto,
         },
         max_manifest_memory: match (a.max_manifest_memory, f.max_manifest_memory) {
             (Some(n), _) => n,

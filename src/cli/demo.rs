@@ -14,8 +14,8 @@ use anyhow::Context;
 use crate::coord::units;
 use crate::datapath::disk::fill_random;
 use crate::datapath::{sys, DirectMode};
-use crate::session::recv::{serve, RecvConfig};
-use crate::session::send::{run_send, SendConfig};
+use crate::session::client::send::{run_send, SendConfig};
+use crate::session::daemon::recv::{serve, RecvConfig};
 
 use super::args::DemoArgs;
 use super::render::{Format, Out};
@@ -155,7 +155,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {
-        let log: crate::session::log::Log = Arc::new(|_, m: &str| {
+        let log: crate::session::daemon::log::Log = Arc::new(|_, m: &str| {
             let _ = writeln!(std::io::stderr(), "urmove recv: {m}");
         });
         let stats = Arc::default();

@@ -9,11 +9,11 @@
 use crate::coord::units;
 use crate::protocol::manifest::EntryKind;
 use crate::protocol::names;
-use crate::session::held::held_text;
-use crate::session::held::Action;
-use crate::session::send::SendConfig;
-use crate::session::survey::{survey, survey_pull, Survey};
-use crate::session::tree::{scan, Skipped, Tree};
+use crate::session::client::send::SendConfig;
+use crate::session::client::survey::{survey, survey_pull, Survey};
+use crate::session::plan::held::held_text;
+use crate::session::plan::held::Action;
+use crate::session::plan::tree::{scan, Skipped, Tree};
 
 use super::render::{self, Format, Out};
 use super::{Failure, EXIT_PARTIAL};
@@ -72,7 +72,7 @@ pub(crate) fn show(cfg: &SendConfig, format: Format) -> Result<u8, Failure> {
     // A shard's dry run shows its share.
     if let Some(s) = cfg.shard {
         let block = u64::from(cfg.block_size);
-        crate::session::shard::select(&mut tree, s, cfg.split_over, block);
+        crate::session::plan::shard::select(&mut tree, s, cfg.split_over, block);
     }
     let side = Side {
         command: "send",

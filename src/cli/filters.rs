@@ -4,7 +4,7 @@
 
 use clap::ArgMatches;
 
-use crate::session::filter::{Filter, Verdict};
+use crate::session::plan::filter::{Filter, Verdict};
 
 use super::Failure;
 

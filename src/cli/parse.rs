@@ -31,8 +31,8 @@ pub fn streams(s: &str) -> Result<Streams, String> {
 }
 
 /// `--lanes`: `auto` or a lane count from 1 to 64.
-pub fn lanes(s: &str) -> Result<crate::session::lanes::Lanes, String> {
-    use crate::session::lanes::{Lanes, LANES_MAX};
+pub fn lanes(s: &str) -> Result<crate::session::link::lanes::Lanes, String> {
+    use crate::session::link::lanes::{Lanes, LANES_MAX};
     if s == "auto" {
         return Ok(Lanes::Auto);
     }
@@ -55,7 +55,7 @@ pub enum Streams {
 impl Streams {
     /// (streams to open, whether `-P auto` chooses how many carry data).
     pub fn resolve(self) -> (u16, bool) {
-        use crate::session::send::{AUTO_CAP, AUTO_START};
+        use crate::session::client::send::{AUTO_CAP, AUTO_START};
         match self {
             Streams::Auto => (AUTO_CAP.max(AUTO_START), true),
             Streams::Count(n) => (n, false),
@@ -207,8 +207,8 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 /// `--follow-until`: a duration from now (`2h`), a time with its offset
 /// (`2026-12-03T18:00:00Z`, `...T19:00+01:00`), or a marker file whose
 /// appearance ends the follow (a path with a `/`: `./done`, `/data/END`).
-pub fn follow_until(s: &str) -> Result<crate::session::send::FollowUntil, String> {
-    use crate::session::send::FollowUntil;
+pub fn follow_until(s: &str) -> Result<crate::session::client::send::FollowUntil, String> {
+    use crate::session::client::send::FollowUntil;
     if let Ok(d) = duration(s) {
         return Ok(FollowUntil::At(std::time::SystemTime::now() + d));
     }
@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn follow_until_takes_a_duration_a_time_or_a_marker_path() {
-        use crate::session::send::FollowUntil;
+        use crate::session::client::send::FollowUntil;
         let at = |s: &str| match follow_until(s) {
             Ok(FollowUntil::At(t)) => t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(),
             other => panic!("{s}: {other:?}"),

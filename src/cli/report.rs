@@ -2,7 +2,7 @@
 //! told (see `session::merge`).
 
 use crate::coord::units;
-use crate::session::merge::{merge, Merged, ShardRun};
+use crate::session::client::merge::{merge, Merged, ShardRun};
 
 use super::args::ReportArgs;
 use super::Failure;

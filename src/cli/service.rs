@@ -14,9 +14,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::session::recv::DaemonStats;
+use crate::session::daemon::recv::DaemonStats;
 
-use crate::session::log::{Level, Log};
+use crate::session::daemon::log::{Level, Log};
 
 use super::args::LogFormatArg;
 

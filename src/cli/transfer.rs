@@ -12,8 +12,8 @@ use crate::coord::units::{self, RateUnit};
 use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
 use crate::protocol::control::ErrorCode;
-use crate::session::recv::{serve, RecvConfig};
-use crate::session::send::{run_send, NetInterval, SendConfig, SendObserver, SendReport};
+use crate::session::client::send::{run_send, NetInterval, SendConfig, SendObserver, SendReport};
+use crate::session::daemon::recv::{serve, RecvConfig};
 use crate::session::{SessionError, DEFAULT_PORT};
 
 use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
@@ -187,7 +187,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         stream_wait: Duration::from_secs(30),
         interval: (!set.interval.is_zero()).then_some(set.interval),
         timeout: set.timeout,
-        limits: crate::session::recv::Limits {
+        limits: crate::session::daemon::recv::Limits {
             sessions: set.max_sessions,
             connections: set.max_connections,
             unauthenticated_per_address: set.max_unauthenticated_per_address,
@@ -202,9 +202,9 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         keep_setid: set.keep_setid,
         devices: set.devices,
         unsafe_links: match set.unsafe_links {
-            super::args::LinksArg::Keep => crate::session::receive::LinkPolicy::Keep,
-            super::args::LinksArg::Skip => crate::session::receive::LinkPolicy::Skip,
-            super::args::LinksArg::Refuse => crate::session::receive::LinkPolicy::Refuse,
+            super::args::LinksArg::Keep => crate::session::sink::receive::LinkPolicy::Keep,
+            super::args::LinksArg::Skip => crate::session::sink::receive::LinkPolicy::Skip,
+            super::args::LinksArg::Refuse => crate::session::sink::receive::LinkPolicy::Refuse,
         },
         pull_only: set.pull_only,
         udp: set.udp,
@@ -214,14 +214,14 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
     };
     let log = super::service::logger(set.log_format);
-    let stats = Arc::new(crate::session::recv::DaemonStats::default());
+    let stats = Arc::new(crate::session::daemon::recv::DaemonStats::default());
     let metrics_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(addr) = &set.metrics {
         let bound =
             super::service::serve_metrics(addr, Arc::clone(&stats), Arc::clone(&metrics_stop))
                 .map_err(|e| usage(anyhow::anyhow!(e)))?;
         log(
-            crate::session::log::Level::Info,
+            crate::session::daemon::log::Level::Info,
             &format!("metrics at http://{bound}/metrics"),
         );
     }
@@ -239,11 +239,15 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
 
 /// The daemon listens on `addr`: systemd is told, and a `--min-rate`
 /// other than the default is said back in the unit given.
-fn listening(addr: SocketAddr, min_rate: super::parse::Rate, log: &crate::session::log::Log) {
+fn listening(
+    addr: SocketAddr,
+    min_rate: super::parse::Rate,
+    log: &crate::session::daemon::log::Log,
+) {
     super::service::sd_notify(&format!("READY=1\nSTATUS=listening on {addr}"));
     if min_rate != super::config::min_rate_default() {
         log(
-            crate::session::log::Level::Info,
+            crate::session::daemon::log::Level::Info,
             &format!(
                 "--min-rate {}: a sender slower over a whole --timeout ends its session",
                 min_rate.echo()
@@ -331,7 +335,7 @@ pub(crate) struct SendPrinter {
     pub(crate) streams: u16,
     /// `send --shard`: named also in the summary of a run that failed
     /// before its data, so `urmove report` says which shard it was.
-    pub(crate) shard: Option<crate::session::shard::Shard>,
+    pub(crate) shard: Option<crate::session::plan::shard::Shard>,
 }
 
 impl SendPrinter {
@@ -552,7 +556,7 @@ fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
 /// the receiver renames it only where DEST is no directory). What urmove
 /// does not do as rsync would is refused, saying so.
 fn send_shape(a: &SendArgs, dest: &str, sources: &[PathBuf]) -> Result<(bool, bool), Failure> {
-    use crate::session::tree::is_contents;
+    use crate::session::plan::tree::is_contents;
     let usage = |m: String| Err(Failure::Usage(anyhow::anyhow!(m)));
     let contents = sources.iter().find(|s| is_contents(s));
     if let (Some(dir), true) = (contents, a.follow) {
@@ -578,7 +582,7 @@ fn send_shape(a: &SendArgs, dest: &str, sources: &[PathBuf]) -> Result<(bool, bo
     ))
 }
 
-pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, Failure> {
+pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result<u8, Failure> {
     let (target, (host, dest), sources) = send_what(&a)?;
     let (contents, one_file) = send_shape(&a, &dest, &sources)?;
     check_block("--block", a.block)?;
@@ -609,7 +613,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         state_dir: a
             .state_dir
             .clone()
-            .unwrap_or_else(crate::session::secret::default_state_dir),
+            .unwrap_or_else(crate::session::link::secret::default_state_dir),
         scan: scan_rules(filter, a.tree.keep),
         numeric_ids: a.tree.keep.numeric_ids,
         sparse: a.tree.keep.sparse,
@@ -617,7 +621,7 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
         delete_excluded: a.tree.delete_excluded,
         contents,
         one_file,
-        min_rate: a.min_rate.map(|r| crate::session::send::MinRate {
+        min_rate: a.min_rate.map(|r| crate::session::client::send::MinRate {
             bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
@@ -646,13 +650,13 @@ pub fn send(a: SendArgs, filter: crate::session::filter::Filter) -> Result<u8, F
 }
 
 /// What `--follow` asks for, if given.
-fn follow_of(a: &SendArgs) -> Option<crate::session::send::Follow> {
-    a.follow.then(|| crate::session::send::Follow {
+fn follow_of(a: &SendArgs) -> Option<crate::session::client::send::Follow> {
+    a.follow.then(|| crate::session::client::send::Follow {
         idle: a.follow_idle,
         until: a
             .follow_until
             .clone()
-            .unwrap_or(crate::session::send::FollowUntil::Files),
+            .unwrap_or(crate::session::client::send::FollowUntil::Files),
         live_parts: a.live_parts,
     })
 }
@@ -663,8 +667,8 @@ fn shard_host(
     shard: Option<&str>,
     fixed: bool,
     host: &str,
-) -> Result<(String, Option<crate::session::shard::Shard>), Failure> {
-    use crate::session::shard::Shard;
+) -> Result<(String, Option<crate::session::plan::shard::Shard>), Failure> {
+    use crate::session::plan::shard::Shard;
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let hosts: Vec<&str> = host.split(',').collect();
     if hosts.iter().any(|h| h.is_empty()) {
@@ -694,7 +698,7 @@ fn shard_host(
 /// streams (paced streams gain nothing in number, and would seem to).
 fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bool) {
     match p.resolve() {
-        (_, true) if limit.is_some() => (crate::session::send::AUTO_START, false),
+        (_, true) if limit.is_some() => (crate::session::client::send::AUTO_START, false),
         chosen => chosen,
     }
 }
@@ -702,7 +706,7 @@ fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bo
 /// What a shard's run says of its share: a piece verified is not its file
 /// committed (that waits for every piece, on whichever shard brings the
 /// last), and only `urmove report` over every shard tells the transfer.
-fn shard_summary(s: &crate::session::shard_report::ShardReport) -> String {
+fn shard_summary(s: &crate::session::client::shard_report::ShardReport) -> String {
     let whole = s.share_files - s.pending_count.min(s.share_files);
     let pieces = s
         .pieces
@@ -765,7 +769,7 @@ fn fewer_if_refused(
     obs: &mut dyn SendObserver,
     run: &mut Run<'_>,
 ) -> Result<SendReport, SessionError> {
-    use crate::session::send::AUTO_START;
+    use crate::session::client::send::AUTO_START;
     match run(cfg, obs) {
         Err(SessionError::Refused {
             code: ErrorCode::TooLarge,
@@ -968,7 +972,7 @@ fn nothing_moved(r: &SendReport) -> Option<String> {
         "pull" => ("pull", "here"),
         _ => ("send", "at the receiver"),
     };
-    let held = crate::session::held::held_text((
+    let held = crate::session::plan::held::held_text((
         r.files_unchanged,
         r.files_found_complete,
         r.files_continued,
@@ -1133,7 +1137,7 @@ fn kept_text(r: &SendReport) -> String {
 }
 
 /// A follow's lag behind the writers, at its largest.
-fn lag_summary(lag: crate::session::send::Lag, kept_up: bool) -> String {
+fn lag_summary(lag: crate::session::client::send::Lag, kept_up: bool) -> String {
     let verdict = match kept_up {
         true => "the link kept up",
         false => "the link fell behind the writers",
@@ -1147,7 +1151,7 @@ fn lag_summary(lag: crate::session::send::Lag, kept_up: bool) -> String {
 
 /// What a run found at the receiver and did not send again, and why.
 fn held_summary(r: &SendReport) -> String {
-    let held = crate::session::held::held_text((
+    let held = crate::session::plan::held::held_text((
         r.files_unchanged,
         r.files_found_complete,
         r.files_continued,
@@ -1183,7 +1187,8 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
                 .into(),
         ));
     }
-    let block = a.bs.unwrap_or(crate::session::bench_net::FRAME_DEFAULT);
+    let block =
+        a.bs.unwrap_or(crate::session::probe::bench_net::FRAME_DEFAULT);
     check_block("--bs", block)?;
     let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
@@ -1191,7 +1196,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let format = Format::pick(a.json, a.json_stream);
     let (streams, auto_streams) = match auto_unless_limited(a.streams, rate_limit) {
         // Reversed, the daemon sends: it takes a fixed count.
-        (_, true) if a.reverse => (crate::session::send::AUTO_START, false),
+        (_, true) if a.reverse => (crate::session::client::send::AUTO_START, false),
         chosen => chosen,
     };
     let cfg = SendConfig {
@@ -1224,7 +1229,9 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let plot = net_plot(plot_file, what, &cfg);
     run_plotted(&mut printer, "bench --net", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| {
-            crate::session::bench_net::run_bench_net(c, time, a.verify, a.reverse, &interrupt, obs)
+            crate::session::probe::bench_net::run_bench_net(
+                c, time, a.verify, a.reverse, &interrupt, obs,
+            )
         })
     })
 }
@@ -1261,7 +1268,7 @@ fn pull_what(a: &super::args::PullArgs) -> Result<(String, Vec<String>, bool), F
 
 pub fn pull(
     a: super::args::PullArgs,
-    filter: crate::session::filter::Filter,
+    filter: crate::session::plan::filter::Filter,
 ) -> Result<u8, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
@@ -1292,7 +1299,7 @@ pub fn pull(
         state_dir: a
             .state_dir
             .clone()
-            .unwrap_or_else(crate::session::secret::default_state_dir),
+            .unwrap_or_else(crate::session::link::secret::default_state_dir),
         scan: scan_rules(filter, a.tree.keep),
         numeric_ids: a.tree.keep.numeric_ids,
         sparse: a.tree.keep.sparse,
@@ -1313,7 +1320,7 @@ pub fn pull(
     echo_rates(&mut printer, a.rate_limit, None);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
-        crate::session::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
+        crate::session::client::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
     })
 }
 
@@ -1350,10 +1357,10 @@ fn echo_rates(
 /// What a scan reads of each entry: `filter`'s choice of entries, and
 /// what `keep` asks for besides their bytes.
 fn scan_rules(
-    filter: crate::session::filter::Filter,
+    filter: crate::session::plan::filter::Filter,
     keep: super::args::FidelityArgs,
-) -> crate::session::tree::ScanRules {
-    crate::session::tree::ScanRules {
+) -> crate::session::plan::tree::ScanRules {
+    crate::session::plan::tree::ScanRules {
         filter,
         hard_links: keep.hard_links,
         xattrs: keep.xattrs,

@@ -1,13 +1,13 @@
 //! `urmove bench --net HOST --udp`: the command line of the UDP test
-//! ([`crate::session::udp`]): its options checked, its intervals and
+//! ([`crate::session::probe::udp`]): its options checked, its intervals and
 //! summary printed as iperf3 -u and HPCBENCH users read them.
 
 use std::time::Duration;
 
 use crate::coord::units::{self, RateUnit};
 use crate::protocol::control::ErrorCode;
-use crate::session::send::SendConfig;
-use crate::session::udp::{run_udp, UdpFigures, UdpReport, UdpTest};
+use crate::session::client::send::SendConfig;
+use crate::session::probe::udp::{run_udp, UdpFigures, UdpReport, UdpTest};
 use crate::session::SessionError;
 
 use super::args::BenchArgs;
@@ -79,8 +79,8 @@ pub fn bench_udp(a: BenchArgs) -> Result<u8, Failure> {
         ..SendConfig::to(host, a.port, key)
     };
     // The size is checked against the path before anything is asked.
-    let server = crate::session::udp::resolve(&cfg).map_err(|e| Failure::Run(e.into()))?;
-    let size = crate::session::udp::datagram_size(server, t.size).map_err(usage)?;
+    let server = crate::session::probe::udp::resolve(&cfg).map_err(|e| Failure::Run(e.into()))?;
+    let size = crate::session::probe::udp::datagram_size(server, t.size).map_err(usage)?;
     t.size = Some(size);
     let format = Format::pick(a.json, a.json_stream);
     let mut out = Out::default();

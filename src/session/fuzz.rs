@@ -19,10 +19,10 @@ use crate::protocol::control::{decode, encode, Message};
 use crate::protocol::manifest::{Entry, EntryKind};
 use crate::protocol::wire::Reader;
 
-use super::held::Held;
-use super::journal::{encoded_len, Identity, Journal};
-use super::secret::Secret;
-use super::tree::Tree;
+use super::link::secret::Secret;
+use super::plan::held::Held;
+use super::plan::tree::Tree;
+use super::sink::journal::{encoded_len, Identity, Journal};
 
 /// Most blocks a fuzzed journal may have (a bit each in memory).
 const FUZZ_BLOCKS_MAX: u64 = 1 << 20;

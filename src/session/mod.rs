@@ -6,48 +6,15 @@
 //! are written as `NAME.urmove.part` and renamed only after every block
 //! arrived, verified, and was synced.
 
-mod admit;
-pub mod bench_net;
-mod beside;
-mod book;
-mod commit;
-mod confirm;
-pub mod conn;
-pub mod digest;
-mod extents;
-pub mod filter;
-mod follow;
+pub mod client;
+pub mod daemon;
 pub mod fuzz;
-pub mod held;
-mod intake;
-mod journal;
-mod landing;
-pub mod lanes;
-mod lease;
-pub mod log;
-pub mod merge;
-mod prune;
-pub mod pull;
-mod pusher;
-mod receipt;
-pub mod receive;
-pub mod recv;
-mod refused;
+pub mod link;
+pub mod plan;
+pub mod probe;
 mod roles;
-mod route;
-pub mod secret;
-pub mod send;
-pub mod shard;
-pub mod shard_report;
-mod source;
-mod stamp;
-mod streams;
-pub mod survey;
-mod sweep;
-pub mod tree;
-pub mod udp;
-mod watch;
-mod work;
+pub mod sink;
+pub mod source;
 
 use crate::protocol::control::ErrorCode;
 

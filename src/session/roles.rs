@@ -26,13 +26,13 @@ use crate::protocol::control::{ErrorCode, Message, MANIFEST_PART_ENTRIES_MAX};
 use crate::protocol::frame::FrameKey;
 use crate::protocol::manifest::Entry;
 
-use super::conn::{recv_msg, send_msg, Control};
-use super::held::{recv_verdict, Held};
-use super::lanes::Lane;
-use super::receive::Incoming;
-use super::refused::Refused;
-use super::route::Placement;
-use super::tree::Tree;
+use super::link::conn::{recv_msg, send_msg, Control};
+use super::link::lanes::Lane;
+use super::link::refused::Refused;
+use super::plan::held::{recv_verdict, Held};
+use super::plan::route::Placement;
+use super::plan::tree::Tree;
+use super::sink::receive::Incoming;
 use super::SessionError;
 
 /// What the sink said before the data: the entries it will not create,

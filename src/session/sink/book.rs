@@ -1,0 +1,950 @@
+//! The file table of a receive, shared by its lanes under one lock.
+//!
+//! Lanes check every frame's checksum (and open sealed ones) on their own
+//! thread, then take the lock for the few steps that touch the table: the
+//! frame against its file's layout and the blocks already seen, the part
+//! file opened, the write noted in flight, and when the write is done the
+//! block marked and the file handed on. The session's control thread
+//! takes the same lock for the sender's digests and drops, journals and
+//! the finalizers' results. A part is never closed while a write of it is
+//! in flight (from any lane), so a descriptor a lane registered stays the
+//! file's until the lane sees it opened anew.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{mpsc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::datapath::beneath::Root;
+use crate::datapath::net::{payload, HEADROOM};
+use crate::datapath::{DirectMode, Lease};
+use crate::protocol::control::ErrorCode;
+use crate::protocol::frame::{
+    payload_checksum, zero_terms, FrameHeader, FrameKey, FLAG_SEALED, FRAME_HEADER_LEN,
+};
+use crate::protocol::manifest::{check_entry, Entry, EntryKind};
+use crate::protocol::sparse;
+
+use super::commit::{FinalJob, JournalJob, Outcome};
+use super::journal::Journal;
+use super::receive::{FileState, RecvFile, Rules};
+use crate::session::SessionError;
+
+/// Complete files waiting for a finalizer, at most.
+pub(in crate::session) const FINALIZE_BACKLOG_MAX: usize = 64;
+/// Part files one session holds open at once (descriptors).
+const OPEN_PARTS_MAX: usize = 128;
+/// A file with new blocks gets its journal rewritten this often, at most.
+const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Work for the finalizer threads.
+pub(in crate::session) enum Job {
+    Finish(FinalJob),
+    Journal(JournalJob),
+}
+
+pub(in crate::session) enum JobDone {
+    /// A file finished, or why not (with its entry).
+    Finished(Result<Outcome, (u32, SessionError)>),
+    Journaled(u32, Result<u64, SessionError>),
+}
+
+/// What the receive counted, handed back to the `Incoming` when it ends.
+#[derive(Default)]
+pub(in crate::session) struct Tally {
+    pub(in crate::session) done_files: usize,
+    pub(in crate::session) bytes: u64,
+    pub(in crate::session) skipped: Vec<crate::session::link::refused::Refused>,
+    pub(in crate::session) rejected: Vec<u32>,
+    pub(in crate::session) lost_streams: Vec<String>,
+    pub(in crate::session) journal_bytes: u64,
+    pub(in crate::session) summary: Option<(u64, u64, bool)>,
+    /// Entries a follow added, after the manifest's.
+    pub(in crate::session) added: Vec<Entry>,
+    /// Directories a follow changed, and their mtimes at its end (one
+    /// each: the last said).
+    pub(in crate::session) dir_times: std::collections::HashMap<u32, (i64, u32)>,
+    /// Bytes the files' data was counted at that did not come as payload
+    /// (see `Landing::unsent`), over the files finished or dropped.
+    pub(in crate::session) unsent: u64,
+    /// Files this side refused while the data came (a link planted in a
+    /// path, a part replaced), not told to the sender yet.
+    pub(in crate::session) refused_now: Vec<crate::session::link::refused::Refused>,
+    /// Every file refused so (its entry): what the sender says of it
+    /// before it heard (its digest, its own skip) is no fault.
+    pub(in crate::session) refused_here: HashSet<u32>,
+}
+
+/// The table of files being received and what is in hand for them.
+pub(in crate::session) struct Book<'s> {
+    pub(in crate::session) root: &'s Root,
+    direct: DirectMode,
+    rules: &'s Rules,
+    pub(in crate::session) block: u64,
+    files: &'s mut Vec<Option<RecvFile>>,
+    /// The destination, and the manifest's entries (a follow's added ones
+    /// are checked against them).
+    dest: &'s str,
+    manifest: &'s [Entry],
+    /// Paths of the entries, once a follow first adds one.
+    paths: Option<HashSet<String>>,
+    /// A follow may add entries yet (until its sender's `AddedEnd`).
+    pub(in crate::session) adding: bool,
+    /// Bytes of block tables its growing files may still add.
+    growth_left: u64,
+    jobs: mpsc::Sender<Job>,
+    /// Jobs handed to the finalizers and not yet back.
+    pub(in crate::session) pending: usize,
+    /// Files with blocks written since their last journal.
+    dirty: Vec<usize>,
+    last_sweep: Instant,
+    /// Files still receiving or finishing.
+    pub(in crate::session) remaining: usize,
+    /// Parts open now, in the order they were opened (for closing idle ones).
+    open_parts: usize,
+    open_order: VecDeque<usize>,
+    pub(in crate::session) tally: Tally,
+}
+
+/// The book, locked (a lane that panicked holding it left it as it was:
+/// the session fails on that lane's panic anyway).
+pub(in crate::session) fn lock<'a, 's>(book: &'a Mutex<Book<'s>>) -> MutexGuard<'a, Book<'s>> {
+    book.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What to do with a frame that fits its file.
+pub(in crate::session) enum Accepted {
+    /// A hole: nothing to write; its digest terms.
+    Hole { terms: u64 },
+    /// A block that arrived before (a stream was lost and the sender sent
+    /// its frames again), or of a file no longer received: dropped.
+    Drop,
+    /// Write the payload at the frame's offset.
+    Data { terms: u64 },
+}
+
+/// A frame's checksum (or a hole's) under `key`, checked on the lane that
+/// received it, before the book is locked: the payload's digest terms, or
+/// `None` for a hole (whose terms depend on its file's size).
+pub(in crate::session) fn verify(
+    header: &mut FrameHeader,
+    lease: &mut Lease,
+    key: &FrameKey,
+) -> Result<Option<u64>, SessionError> {
+    let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
+    if header.is_hole() {
+        header
+            .check_hole(key)
+            .map_err(|e| malformed(e.to_string()))?;
+        return Ok(None);
+    }
+    if header.is_sparse() {
+        unpack_sparse(header, lease).map_err(|why| {
+            malformed(format!(
+                "sparse frame for file {} at offset {}: {why}",
+                header.file_index, header.offset
+            ))
+        })?;
+        if header.flags & FLAG_SEALED != 0 {
+            // Opened and authenticated (`NetReceiver::unseal`): the block's
+            // checksum is made here, from the block rebuilt.
+            let block = payload(lease, header);
+            header.checksum = payload_checksum(key, header.file_index, header.offset, block);
+        }
+    }
+    header
+        .check_payload(key, payload(lease, header))
+        .map(Some)
+        .map_err(|e| malformed(e.to_string()))
+}
+
+/// Rebuild a sparse frame's block in its buffer: the payload unpacked to
+/// the whole span (absent pieces zeros, so its checksum is checked as a
+/// plain block's), the map kept at the start of the headroom for its
+/// writes ([`sparse_map`]), the header's length now the block's.
+fn unpack_sparse(header: &mut FrameHeader, lease: &mut Lease) -> Result<(), &'static str> {
+    let span = header.span as usize;
+    let (head, room) = lease.as_mut_slice().split_at_mut(HEADROOM);
+    // Room for the span and an O_DIRECT write's padding.
+    if span.div_ceil(4096) * 4096 > room.len() {
+        return Err("its block is larger than this session's frames");
+    }
+    let map = sparse::unpack(room, span, header.length as usize)?;
+    head[..map.bytes().len()].copy_from_slice(map.bytes());
+    header.length = header.span;
+    Ok(())
+}
+
+/// The map of a sparse frame of `span` bytes [`verify`] unpacked (`None`
+/// for one it refused: its buffer holds no map of its own).
+pub(in crate::session) fn sparse_map(span: u32, lease: &Lease) -> Option<sparse::Map> {
+    let span = span as usize;
+    sparse::Map::from_bytes(span, &lease.as_slice()[..sparse::map_len(span)])
+}
+
+/// Bytes of the file a verified frame brings (a sparse frame's data
+/// pieces; the rest of its block is holes).
+pub(in crate::session) fn data_bytes(header: &FrameHeader, lease: &Lease) -> u64 {
+    match header.is_sparse() {
+        true => sparse_map(header.span, lease).map_or(0, |m| m.present() as u64),
+        false => u64::from(header.length),
+    }
+}
+
+impl<'s> Book<'s> {
+    pub(in crate::session) fn new(
+        (root, direct, rules): (&'s Root, DirectMode, &'s Rules),
+        block: u64,
+        (files, (dest, manifest)): (&'s mut Vec<Option<RecvFile>>, (&'s str, &'s [Entry])),
+        jobs: mpsc::Sender<Job>,
+    ) -> Self {
+        Book {
+            root,
+            direct,
+            rules,
+            block,
+            remaining: files
+                .iter()
+                .flatten()
+                .filter(|f| f.state == FileState::Receiving)
+                .count(),
+            open_parts: files.iter().flatten().filter(|f| f.part.is_some()).count(),
+            open_order: VecDeque::new(),
+            files,
+            dest,
+            manifest,
+            paths: None,
+            adding: rules.follow,
+            growth_left: match rules.follow {
+                true => super::receive::FOLLOW_BITMAP_BYTES,
+                false => 0,
+            },
+            jobs,
+            pending: 0,
+            dirty: Vec::new(),
+            last_sweep: Instant::now(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// What the receive counted, once it is over.
+    pub(in crate::session) fn into_tally(self) -> Tally {
+        self.tally
+    }
+
+    pub(in crate::session) fn file(&mut self, index: usize) -> &mut RecvFile {
+        self.files[index].as_mut().expect("frames name files")
+    }
+
+    /// As many files wait for the finalizers as may: lanes take no more
+    /// frames until some are done (each holds a descriptor).
+    pub(in crate::session) fn backlogged(&self) -> bool {
+        self.pending >= FINALIZE_BACKLOG_MAX
+    }
+
+    /// Whether file `index` is still being received (blocks may come).
+    pub(in crate::session) fn receiving(&self, index: usize) -> bool {
+        self.files[index]
+            .as_ref()
+            .is_some_and(|f| f.state == FileState::Receiving)
+    }
+
+    /// Files are written and wait only for the sender's digest.
+    pub(in crate::session) fn awaits_peer(&self) -> bool {
+        self.files
+            .iter()
+            .flatten()
+            .any(|f| f.state == FileState::Receiving && f.is_written() && f.sender_digest.is_none())
+    }
+
+    /// Files written whole that still wait (for the sender's digest).
+    pub(in crate::session) fn written_waiting(&self) -> usize {
+        self.files
+            .iter()
+            .flatten()
+            .filter(|f| f.state == FileState::Receiving && f.is_written())
+            .count()
+    }
+
+    /// A frame whose checksum the lane found good (`data_terms`: its
+    /// payload's terms, `None` for a hole): checked against the file it
+    /// names (block layout, duplicates), marked seen, and its part opened
+    /// when it is to be written.
+    pub(in crate::session) fn accept(
+        &mut self,
+        header: &FrameHeader,
+        data_terms: Option<u64>,
+    ) -> Result<Accepted, SessionError> {
+        let layout = (self.block, &mut self.growth_left);
+        let a = accept_frame(self.files, layout, header, data_terms)?;
+        match self.ensure_open(header.file_index as usize, &a)? {
+            true => Ok(a),
+            // Refused now: its frames go nowhere.
+            false => Ok(Accepted::Drop),
+        }
+    }
+
+    /// A hole frame accepted: nothing to write (a continued part's old
+    /// bytes there are cleared). Returns the file, now with a block more.
+    /// Returns the entry and the hole's length.
+    pub(in crate::session) fn hole(
+        &mut self,
+        header: &FrameHeader,
+        terms: u64,
+    ) -> Result<(usize, u64), SessionError> {
+        let (index, block) = (header.file_index as usize, self.block);
+        let f = self.file(index);
+        let len = (f.size - header.offset).min(block);
+        if f.stale {
+            let part = f.part.as_ref().expect("opened when accepted");
+            crate::datapath::sys::zero_range(part, header.offset, len)
+                .map_err(|e| SessionError::io(format!("clearing {}", f.final_rel), e))?;
+        }
+        f.mark_written(header.offset / block, len, terms, FRAME_HEADER_LEN as u64);
+        Ok((index, len))
+    }
+
+    /// A write of a lane finished (`token`: file and block; `result`: the
+    /// bytes written of `len`, or a negative errno; `wire`: the payload
+    /// bytes its frame brought, when not the block's).
+    pub(in crate::session) fn written(
+        &mut self,
+        token: u64,
+        (len, result): (u32, i32),
+        wire: Option<u64>,
+    ) -> Result<usize, SessionError> {
+        let (index, block_no) = ((token >> 32) as usize, token & 0xFFFF_FFFF);
+        let (block, live) = (self.block, self.rules.live_parts);
+        let f = self.file(index);
+        let at = f
+            .writing
+            .iter()
+            .position(|w| w.0 == block_no)
+            .expect("a write in flight");
+        let (_, terms) = f.writing.swap_remove(at);
+        if result < 0 || (result as u32) < len {
+            let e = if result < 0 {
+                std::io::Error::from_raw_os_error(-result)
+            } else {
+                std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "short write (no space left?)",
+                )
+            };
+            return Err(SessionError::io(format!("writing {}", f.final_rel), e));
+        }
+        let len = (f.size - block_no * block).min(block);
+        let wire = wire.unwrap_or(len);
+        f.payload += wire;
+        f.mark_written(block_no, len, terms, FRAME_HEADER_LEN as u64 + wire);
+        if live {
+            show_live(f, block);
+        }
+        Ok(index)
+    }
+
+    /// A file got blocks written: finish it when whole and agreed on, else
+    /// remember it for its journal.
+    pub(in crate::session) fn written_more(&mut self, index: usize) -> Result<(), SessionError> {
+        let f = self.file(index);
+        if f.state == FileState::Skipped {
+            if f.writing.is_empty() {
+                self.close(index);
+            }
+            return Ok(());
+        }
+        if f.state != FileState::Receiving {
+            return Ok(());
+        }
+        if f.is_written() {
+            return self.try_finish(index);
+        }
+        if f.dirty && !self.dirty.contains(&index) {
+            self.dirty.push(index);
+        }
+        Ok(())
+    }
+
+    /// Close a file's part while it waits or is dropped (no write of it
+    /// is in flight).
+    fn close(&mut self, index: usize) {
+        let f = self.file(index);
+        let Some(part) = f.part.take() else { return };
+        // A lane's ring may hold this opening a while yet (its registered
+        // slot): a piece's range is let go of now, not when that closes.
+        if f.piece.is_some() {
+            let (start, end) = f.span;
+            let _ = crate::datapath::sys::unlock_range(&part, start, end - start);
+        }
+        self.open_parts -= 1;
+    }
+
+    /// The part of file `index` open for the frame just accepted (nothing
+    /// for a frame that is dropped). At most [`OPEN_PARTS_MAX`] parts of a
+    /// session are open at once: past that, the one idle longest is closed
+    /// (and opened again, by name and inode, when its next block comes), so
+    /// a sender starting many files at once holds no more descriptors.
+    fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<bool, SessionError> {
+        if matches!(a, Accepted::Drop) || self.file(index).part.is_some() {
+            return Ok(true);
+        }
+        if self.open_parts >= OPEN_PARTS_MAX {
+            self.close_idle_part();
+        }
+        let f = self.files[index].as_mut().expect("files");
+        let opened = super::receive::open_part(self.root, self.direct, self.rules, f)
+            .and_then(|()| f.write_own(self.root, &self.rules.secret));
+        match opened {
+            Err(e) if e.is_entry_fault() => {
+                self.refuse_now(index, &e);
+                return Ok(false);
+            }
+            other => other?,
+        }
+        self.open_parts += 1;
+        self.open_order.push_back(index);
+        Ok(true)
+    }
+
+    /// File `index` cannot land (`e`, its entry's fault alone): it is
+    /// skipped from now on, its frames dropped, the sender told, and the
+    /// session goes on.
+    fn refuse_now(&mut self, index: usize, e: &SessionError) {
+        let f = self.file(index);
+        if matches!(f.state, FileState::Receiving | FileState::Finishing) {
+            let receiving = f.state == FileState::Receiving;
+            f.state = FileState::Skipped;
+            let unsent = f.data_left.saturating_sub(f.payload);
+            self.remaining -= usize::from(receiving);
+            self.tally.unsent += unsent;
+        }
+        let r = crate::session::link::refused::Refused::entry(
+            index as u32,
+            crate::session::link::refused::Why::fault(format!(
+                "refused here while it arrived: {e}"
+            )),
+        );
+        self.tally.skipped.push(r.clone());
+        self.tally.refused_now.push(r);
+        self.tally.refused_here.insert(index as u32);
+    }
+
+    /// Close the open part idle longest (no write or journal in flight).
+    fn close_idle_part(&mut self) {
+        for _ in 0..self.open_order.len() {
+            let Some(i) = self.open_order.pop_front() else {
+                return;
+            };
+            let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
+                continue;
+            };
+            if f.writing.is_empty() && !f.journaling && f.state == FileState::Receiving {
+                self.close(i);
+                return;
+            }
+            self.open_order.push_back(i);
+        }
+    }
+
+    /// Hand a written file to a finalizer once the sender's digest is known
+    /// and no journal write of it is in flight.
+    fn try_finish(&mut self, index: usize) -> Result<(), SessionError> {
+        let f = self.files[index].as_mut().expect("files");
+        if f.state != FileState::Receiving
+            || !f.is_written()
+            || f.sender_digest.is_none()
+            || f.journaling
+        {
+            return Ok(());
+        }
+        // A file whose blocks were all held, or holes, may have no part open.
+        if f.part.is_none() {
+            match super::receive::open_to_finish(self.root, self.direct, self.rules, f) {
+                Err(e) if e.is_entry_fault() => {
+                    self.refuse_now(index, &e);
+                    return Ok(());
+                }
+                other => other?,
+            }
+            self.open_parts += 1;
+        }
+        // Its room for writes in flight is done with (a tree holds many).
+        f.writing = Vec::new();
+        self.tally.unsent += f.data_left.saturating_sub(f.payload);
+        let job = FinalJob::take(index as u32, f, self.rules);
+        self.open_parts -= 1;
+        self.pending += 1;
+        let _ = self.jobs.send(Job::Finish(job));
+        Ok(())
+    }
+
+    /// The sender's digest of entry `i`: once per file being received.
+    pub(in crate::session) fn sender_digest(
+        &mut self,
+        i: u32,
+        digest: u64,
+    ) -> Result<(), SessionError> {
+        if self.tally.refused_here.contains(&i) {
+            return Ok(());
+        }
+        let f = self
+            .files
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .filter(|f| f.state == FileState::Receiving && f.sender_digest.is_none())
+            .ok_or_else(|| {
+                SessionError::local(
+                    ErrorCode::Malformed,
+                    format!("a digest for entry {i}, which is no file being received (or twice)"),
+                )
+            })?;
+        f.sender_digest = Some(digest);
+        self.try_finish(i as usize)
+    }
+
+    /// Entries a follow added, numbered from `first` (the count so far):
+    /// each a growing file or a directory, with a path the manifest rules
+    /// allow and no entry has; directories made, files made ready for
+    /// their blocks. Returns the count of entries now.
+    pub(in crate::session) fn add(
+        &mut self,
+        first: u32,
+        entries: Vec<Entry>,
+    ) -> Result<u32, SessionError> {
+        let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
+        if !self.adding || first as usize != self.files.len() {
+            return Err(bad(format!(
+                "entries added from {first}, where the session has {} and {}",
+                self.files.len(),
+                if self.rules.follow {
+                    "adds no more"
+                } else {
+                    "follows none"
+                }
+            )));
+        }
+        let manifest = self.manifest;
+        let paths = self
+            .paths
+            .get_or_insert_with(|| manifest.iter().map(|e| e.path.clone()).collect());
+        for e in &entries {
+            let kind_ok = (e.kind == EntryKind::File && e.growing) || e.kind == EntryKind::Dir;
+            if !kind_ok {
+                return Err(bad(format!(
+                    "{}: added, but no growing file or directory",
+                    e.path
+                )));
+            }
+            check_entry(e).map_err(|err| bad(format!("{}: {err}", e.path)))?;
+            if !paths.insert(e.path.clone()) {
+                return Err(bad(format!("{}: named twice", e.path)));
+            }
+        }
+        for e in &entries {
+            let f = self.prepare_added(e)?;
+            self.remaining += usize::from(f.is_some());
+            self.files.push(f);
+        }
+        self.tally.added.extend(entries);
+        Ok(self.files.len() as u32)
+    }
+
+    /// An added entry made ready: a directory made, a growing file's
+    /// directory made and its table (its part comes with its first block).
+    fn prepare_added(&mut self, e: &Entry) -> Result<Option<RecvFile>, SessionError> {
+        let rel = super::receive::join(self.dest, &e.path);
+        let dir = match e.kind {
+            EntryKind::Dir => rel.as_str(),
+            _ => rel.rsplit_once('/').map_or("", |(d, _)| d),
+        };
+        if !dir.is_empty() {
+            self.root
+                .mkdir_all(dir, 0o755)
+                .map_err(|err| SessionError::io(rel.clone(), err))?;
+        }
+        let name_max = self.root.name_max(dir);
+        Ok((e.kind == EntryKind::File)
+            .then(|| RecvFile::new(e, (rel, name_max), self.block, self.rules)))
+    }
+
+    /// The mtimes of directories a follow changed (each a directory of the
+    /// manifest or added), set when the directories are settled.
+    pub(in crate::session) fn dir_times(
+        &mut self,
+        list: Vec<(u32, i64, u32)>,
+    ) -> Result<(), SessionError> {
+        for &(i, _, _) in &list {
+            let i = i as usize;
+            let e = match i.checked_sub(self.manifest.len()) {
+                None => self.manifest.get(i),
+                Some(k) => self.tally.added.get(k),
+            };
+            if !self.adding || e.is_none_or(|e| e.kind != EntryKind::Dir) {
+                return Err(SessionError::local(
+                    ErrorCode::Malformed,
+                    format!("a directory time for entry {i}, which is no directory followed (or after the follow's end)"),
+                ));
+            }
+        }
+        let times = list.into_iter().map(|(i, s, ns)| (i, (s, ns)));
+        self.tally.dir_times.extend(times);
+        Ok(())
+    }
+
+    /// A follow may add entries, or a file of it still grows.
+    pub(in crate::session) fn grows(&self) -> bool {
+        let growing = |f: &RecvFile| f.growing && f.state == FileState::Receiving;
+        self.adding || (self.rules.follow && self.files.iter().flatten().any(growing))
+    }
+
+    /// The session follows growing files (`send --follow`).
+    pub(in crate::session) fn follows(&self) -> bool {
+        self.rules.follow
+    }
+
+    /// Growing file `i` ends at `size` bytes, modified at `mtime` (the
+    /// sender's `FileEnd`): no block seen may lie past it, nor a full
+    /// block where a shorter last one belongs. It is finished when every
+    /// block is written and the digest agreed, as any file.
+    pub(in crate::session) fn file_end(
+        &mut self,
+        i: u32,
+        size: u64,
+        (mtime_s, mtime_ns): (i64, u32),
+    ) -> Result<(), SessionError> {
+        let block = self.block;
+        let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
+        let f = self
+            .files
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .filter(|f| f.growing)
+            .ok_or_else(|| bad(format!("an end for entry {i}, which is no growing file")))?;
+        // The furthest block seen ends at `f.size` (a short last one, at
+        // the file's end): the end cannot come before it.
+        if size < f.size {
+            return Err(bad(format!(
+                "growing file {i} ends at {size} bytes, before blocks that came (to {})",
+                f.size
+            )));
+        }
+        // Its last blocks may still be on the way, never further than
+        // frames of many streams lie apart.
+        let most = crate::session::SESSION_BLOCKS_MAX.saturating_mul(block);
+        if size > f.size.saturating_add(GROW_AHEAD_MAX) || size > most {
+            return Err(bad(format!(
+                "growing file {i} ends at {size} bytes, more than 4 GiB past its furthest block (at {})",
+                f.size
+            )));
+        }
+        if !f.size.is_multiple_of(block) && size != f.size {
+            return Err(bad(format!(
+                "growing file {i} ends at {size} bytes, past its short last block (at {})",
+                f.size
+            )));
+        }
+        f.grow_to(size, block, &mut self.growth_left).map_err(bad)?;
+        f.growing = false;
+        f.id = super::journal::Identity {
+            size,
+            mtime_s,
+            mtime_ns,
+            block,
+        };
+        f.mtime = crate::session::plan::tree::mtime_at(mtime_s, mtime_ns);
+        // Blocks counted while it grew were whole; the last may be short.
+        if f.is_written() {
+            return self.try_finish(i as usize);
+        }
+        Ok(())
+    }
+
+    /// The sender dropped entry `i`: stop waiting for it. Its part stays
+    /// only if it holds journaled data (see `Incoming`'s drop).
+    pub(in crate::session) fn skipped(
+        &mut self,
+        r: crate::session::link::refused::Refused,
+    ) -> Result<(), SessionError> {
+        let i = r.entry;
+        if self.tally.refused_here.contains(&i) {
+            return Ok(());
+        }
+        let Some(f) = self
+            .files
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .filter(|f| f.state == FileState::Receiving)
+        else {
+            return Err(SessionError::local(
+                ErrorCode::Malformed,
+                format!("entry {i} skipped, which is no file being received"),
+            ));
+        };
+        f.state = FileState::Skipped;
+        let idle = f.writing.is_empty();
+        self.tally.unsent += f.data_left.saturating_sub(f.payload);
+        self.remaining -= 1;
+        self.tally.skipped.push(r);
+        if idle {
+            self.close(i as usize);
+        }
+        Ok(())
+    }
+
+    /// Journal what is written of files still arriving, each at most every
+    /// [`JOURNAL_INTERVAL`], and only once the blocks written since the last
+    /// journal cover at least as many bytes as a journal takes (so journal
+    /// writes never outgrow the data: a huge sparse file fed a block at a
+    /// time is not a journal amplifier).
+    pub(in crate::session) fn sweep_journals(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_sweep) < JOURNAL_INTERVAL / 4 {
+            return;
+        }
+        self.last_sweep = now;
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.retain(|&index| self.journal(index, now));
+        self.dirty.extend(dirty);
+    }
+
+    /// Journal file `index` if it is due; whether it stays dirty.
+    fn journal(&mut self, index: usize, now: Instant) -> bool {
+        let f = self.files[index].as_mut().expect("dirty entries are files");
+        if f.state != FileState::Receiving || !f.dirty {
+            return false;
+        }
+        if f.journaling || now.duration_since(f.last_journal) < JOURNAL_INTERVAL {
+            return true;
+        }
+        // Never more journal than what came for the file, and within the
+        // process's journal budget.
+        let len = super::journal::encoded_len(&f.id, &f.written);
+        if f.wire_since_journal < len || !self.rules.journal_budget.take(len) {
+            return true;
+        }
+        let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok()) else {
+            return true;
+        };
+        self.send_journal(index, part, now);
+        false
+    }
+
+    /// Hand file `index`'s journal, of the blocks written now, to a
+    /// finalizer, which syncs `part` (its part) first.
+    fn send_journal(&mut self, index: usize, part: std::fs::File, now: Instant) {
+        let f = self.files[index]
+            .as_mut()
+            .expect("journaled entries are files");
+        let j = Journal {
+            id: f.id,
+            part: f.part_id.expect("written files are claimed"),
+            digest: f.digest,
+            blocks: f.written.clone(),
+            generation: f.generation,
+            tag: f.part_tag,
+        };
+        (f.dirty, f.journaling, f.last_journal, f.wire_since_journal) = (false, true, now, 0);
+        self.pending += 1;
+        let _ = self.jobs.send(Job::Journal(JournalJob {
+            index: index as u32,
+            part,
+            final_rel: f.final_rel.clone(),
+            journal_rel: f.journal_rel(),
+            journal: j,
+            secret: self.rules.secret.clone(),
+        }));
+    }
+
+    /// The receive is over before its files are (the sender stopped, or
+    /// went): every file with written blocks its journal does not name
+    /// yet is journaled now, whatever the interval and the budget, so what
+    /// was verified is kept for the next run. A part closed while it
+    /// waited is opened again (by name, only while it holds the file).
+    pub(in crate::session) fn journal_all_now(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.files.len() {
+            let Some(f) = self.files[index].as_ref() else {
+                continue;
+            };
+            if f.state != FileState::Receiving || !f.dirty || f.journaling {
+                continue;
+            }
+            let part = match &f.part {
+                Some(p) => p.try_clone().ok(),
+                None => self
+                    .root
+                    .open_read(&f.part_rel())
+                    .ok()
+                    .filter(|p| crate::datapath::beneath::FileId::of(p).ok() == f.part_id),
+            };
+            if let Some(part) = part {
+                self.send_journal(index, part, now);
+            }
+        }
+    }
+
+    /// A finalizer's job came back: what to tell the peer, if anything.
+    pub(in crate::session) fn settle(
+        &mut self,
+        r: JobDone,
+    ) -> Result<Option<Outcome>, SessionError> {
+        self.pending -= 1;
+        match r {
+            JobDone::Finished(r) => {
+                self.remaining -= 1;
+                let outcome = match r {
+                    Err((i, e)) if e.is_entry_fault() => {
+                        self.refuse_now(i as usize, &e);
+                        return Ok(None);
+                    }
+                    r => r.map_err(|(_, e)| e)?,
+                };
+                match outcome {
+                    Outcome::Committed(i, _) | Outcome::Piece(i, _) => {
+                        self.file(i as usize).state = FileState::Done;
+                        self.tally.done_files += 1;
+                    }
+                    Outcome::Rejected(i, _) => {
+                        self.file(i as usize).state = FileState::Rejected;
+                        self.tally.rejected.push(i);
+                    }
+                }
+                Ok(Some(outcome))
+            }
+            JobDone::Journaled(i, r) => {
+                let f = self.file(i as usize);
+                f.journaling = false;
+                match r {
+                    Err(e) if e.is_entry_fault() => {
+                        self.refuse_now(i as usize, &e);
+                        return Ok(None);
+                    }
+                    r => self.tally.journal_bytes += r?,
+                }
+                self.file(i as usize).journaled = true;
+                self.try_finish(i as usize).map(|()| None)
+            }
+        }
+    }
+}
+
+/// A live part (`--live-parts`) says how far from its start it is written
+/// and checked, each time that moves (a failed attribute write only
+/// leaves the last one standing).
+fn show_live(f: &mut RecvFile, block: u64) {
+    if !f.advance_prefix() {
+        return;
+    }
+    let bytes = (f.prefix * block).min(f.size);
+    if let Some(part) = &f.part {
+        let text = bytes.to_string();
+        let _ = crate::datapath::sys::set_xattr(part, super::receive::LIVE_XATTR, text.as_bytes());
+    }
+}
+
+/// How far past the furthest block seen a growing file's next frame may
+/// reach: frames of many streams arrive out of order, but never further
+/// apart than what is in flight (and a block of data must come for every
+/// 2^16 bits of bitmap this lets a peer make).
+const GROW_AHEAD_MAX: u64 = 4 << 30;
+
+/// A frame of a growing file beyond its size so far: the file grows to
+/// the end of its block (a full block of data, never a hole, within
+/// `growth` bytes of block tables left). A shorter block is the file's
+/// last: nothing grows past it. Within the size, nothing changes.
+fn grow_for(
+    f: &mut RecvFile,
+    (block, growth): (u64, &mut u64),
+    h: &FrameHeader,
+) -> Result<(), String> {
+    let end = h.offset.saturating_add(u64::from(h.length));
+    if end <= f.size {
+        return Ok(());
+    }
+    let what = format!(
+        "frame at offset {} of growing file {}",
+        h.offset, h.file_index
+    );
+    if h.is_hole() || !h.offset.is_multiple_of(block) {
+        return Err(format!("{what}: a hole or unaligned block past its end"));
+    }
+    // A growing file grows by data only: its sender sends it no sparse
+    // blocks (one of no pieces would be a hole by another name).
+    if h.is_sparse() {
+        return Err(format!("{what}: a sparse block past its end"));
+    }
+    if !f.size.is_multiple_of(block) {
+        return Err(format!("{what}: past its short last block"));
+    }
+    if h.offset > f.size.saturating_add(GROW_AHEAD_MAX) {
+        return Err(format!("{what}: more than 4 GiB past its furthest block"));
+    }
+    if end > crate::session::SESSION_BLOCKS_MAX.saturating_mul(block) {
+        return Err(format!("{what}: past the most blocks a file may have"));
+    }
+    f.grow_to(end, block, growth)
+}
+
+/// Check a frame against the file it names (block layout, duplicates) and
+/// mark it seen; its checksum is checked already (`data_terms`, `None` for
+/// a hole). The write itself is the caller's.
+fn accept_frame(
+    files: &mut [Option<RecvFile>],
+    (block, growth): (u64, &mut u64),
+    header: &FrameHeader,
+    data_terms: Option<u64>,
+) -> Result<Accepted, SessionError> {
+    let malformed = |m: String| SessionError::local(ErrorCode::Malformed, m);
+    let Some(Some(f)) = files.get_mut(header.file_index as usize) else {
+        return Err(malformed(format!(
+            "frame for entry {}, which is not a file being received",
+            header.file_index
+        )));
+    };
+    if f.growing {
+        grow_for(f, (block, growth), header).map_err(malformed)?;
+    }
+    FrameHeader {
+        file_index: 0,
+        ..*header
+    }
+    .check_against(&[f.size])
+    .map_err(|e| malformed(format!("file {}: {e}", header.file_index)))?;
+    if header.offset >= f.size {
+        return Err(malformed(format!(
+            "frame at offset {} is past the end of file {}",
+            header.offset, header.file_index
+        )));
+    }
+    let expected = (f.size - header.offset).min(block);
+    let hole = header.is_hole();
+    let covered = if hole && header.length == 0 {
+        expected
+    } else {
+        u64::from(header.length)
+    };
+    if !header.offset.is_multiple_of(block) || covered != expected || (hole && header.length != 0) {
+        return Err(malformed(format!(
+            "frame at offset {} of file {} does not fit its block layout",
+            header.offset, header.file_index
+        )));
+    }
+    if f.piece.is_some() && (header.offset < f.span.0 || header.offset >= f.span.1) {
+        return Err(malformed(format!(
+            "frame at offset {} of file {} is outside the piece this session brings",
+            header.offset, header.file_index
+        )));
+    }
+    let block_no = header.offset / block;
+    let (word, bit) = ((block_no / 64) as usize, 1u64 << (block_no % 64));
+    if f.seen[word] & bit != 0 || f.state != FileState::Receiving {
+        return Ok(Accepted::Drop);
+    }
+    f.seen[word] |= bit;
+    Ok(match data_terms {
+        // Nothing to write: the hole stays a hole (the size is set at the end).
+        None => Accepted::Hole {
+            terms: zero_terms(header.offset, expected),
+        },
+        Some(terms) => Accepted::Data { terms },
+    })
+}
