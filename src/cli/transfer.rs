@@ -532,7 +532,7 @@ fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
     let (host, dest) = split_target(target).ok_or_else(|| no_target(target, sources))?;
     beneath_root(&host, &dest, ("DEST", "receiver"))?;
     let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
-    if let Some(list) = &a.files_from {
+    if let Some(list) = &a.transfer.files_from {
         // A listed path is itself: a trailing / changes nothing there.
         let listed = listed_paths(list)?.into_iter();
         sources.extend(listed.map(|p| PathBuf::from(p.trim_end_matches('/'))));
@@ -542,7 +542,7 @@ fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
             "nothing to send: give SOURCE... or --files-from FILE before HOST:DEST".into(),
         ));
     }
-    above_zero("--rate-limit", a.rate_limit)?;
+    above_zero("--rate-limit", a.transfer.rate_limit)?;
     above_zero("--min-rate", a.min_rate)?;
     if a.window.is_zero() {
         return Err(usage("--window must be above zero".into()));
@@ -565,7 +565,7 @@ fn send_shape(a: &SendArgs, dest: &str, sources: &[PathBuf]) -> Result<(bool, bo
             dir.display()
         ));
     }
-    let deletes = a.tree.delete || a.tree.delete_excluded;
+    let deletes = a.transfer.tree.delete || a.transfer.tree.delete_excluded;
     if contents.is_some() && deletes && matches!(dest.trim_matches('/'), "" | ".") {
         return usage(
             "--delete of a directory's contents (DIR/) into the receiver's root itself would remove everything else under the root: give HOST:DEST"
@@ -585,40 +585,46 @@ fn send_shape(a: &SendArgs, dest: &str, sources: &[PathBuf]) -> Result<(bool, bo
 pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result<u8, Failure> {
     let (target, (host, dest), sources) = send_what(&a)?;
     let (contents, one_file) = send_shape(&a, &dest, &sources)?;
-    check_block("--block", a.block)?;
-    let fixed = !(a.follow || a.tree.delete || a.tree.delete_excluded);
-    let (host, shard) = shard_host(a.shard.as_deref(), fixed, &host)?;
-    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.json, a.json_stream);
-    let rate_limit = a.rate_limit.map(|r| r.bytes_per_s);
+    check_block("--block", a.transfer.block)?;
+    let fixed = !(a.follow || a.transfer.tree.delete || a.transfer.tree.delete_excluded);
+    let (host, shard) = shard_host(a.transfer.shard.as_deref(), fixed, &host)?;
+    let plot_file = a
+        .transfer
+        .plot
+        .as_deref()
+        .map(PlotFile::check)
+        .transpose()?;
+    let key = keys::load(&a.transfer.key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(a.transfer.json, a.transfer.json_stream);
+    let rate_limit = a.transfer.rate_limit.map(|r| r.bytes_per_s);
     let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
     let cfg = SendConfig {
         dest: dest.trim_end_matches('/').to_string(),
         sources,
         streams,
         auto_streams,
-        block_size: a.block as u32,
+        block_size: a.transfer.block as u32,
         zerocopy: zerocopy(a.zerocopy),
-        direct: direct(a.direct),
-        interval: a.interval,
-        sock_buf: a.sock_buf.map(|b| b as usize),
+        direct: direct(a.transfer.direct),
+        interval: a.transfer.interval,
+        sock_buf: a.transfer.sock_buf.map(|b| b as usize),
         rate_limit_bytes_per_s: rate_limit,
-        congestion: a.cc.clone(),
-        lanes: a.lanes,
-        resume: !a.resume.ignore_times,
-        checksum: a.resume.checksum,
-        timeout: a.resume.timeout,
-        encrypt: a.resume.encrypt,
+        congestion: a.transfer.cc.clone(),
+        lanes: a.transfer.lanes,
+        resume: !a.transfer.resume.ignore_times,
+        checksum: a.transfer.resume.checksum,
+        timeout: a.transfer.resume.timeout,
+        encrypt: a.transfer.resume.encrypt,
         state_dir: a
+            .transfer
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.tree.keep),
-        numeric_ids: a.tree.keep.numeric_ids,
-        sparse: a.tree.keep.sparse,
-        delete: a.tree.delete || a.tree.delete_excluded,
-        delete_excluded: a.tree.delete_excluded,
+        scan: scan_rules(filter, a.transfer.tree.keep),
+        numeric_ids: a.transfer.tree.keep.numeric_ids,
+        sparse: a.transfer.tree.keep.sparse,
+        delete: a.transfer.tree.delete || a.transfer.tree.delete_excluded,
+        delete_excluded: a.transfer.tree.delete_excluded,
         contents,
         one_file,
         min_rate: a.min_rate.map(|r| crate::session::client::send::MinRate {
@@ -627,20 +633,20 @@ pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result
         }),
         follow: follow_of(&a),
         shard,
-        split_over: a.split_over,
+        split_over: a.transfer.split_over,
         transfer: target.to_string(),
-        ..SendConfig::to(host, a.port, key)
+        ..SendConfig::to(host, a.transfer.port, key)
     };
-    if a.tree.dry_run {
+    if a.transfer.tree.dry_run {
         return super::dry_run::show(&cfg, format);
     }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    let mut printer = SendPrinter::new(format, Show::resolve(a.transfer.show, format));
     printer.streams = cfg.streams;
     printer.shard = cfg.shard;
     echo_rates(
         &mut printer,
-        a.rate_limit,
+        a.transfer.rate_limit,
         a.min_rate.map(|r| (r, a.window)),
     );
     let plot = net_plot(plot_file, "send to", &cfg);
@@ -1257,7 +1263,7 @@ fn pull_what(a: &super::args::PullArgs) -> Result<(String, Vec<String>, bool), F
         paths.push(format!("{}{contents}", p.trim_end_matches('/')));
     }
     let one_file = matches!(paths.as_slice(), [p] if !p.ends_with('/')) && !local.ends_with('/');
-    if let Some(list) = &a.files_from {
+    if let Some(list) = &a.transfer.files_from {
         // A listed path is itself: a trailing / changes nothing there.
         let listed = listed_paths(list)?;
         paths.extend(listed.iter().map(|p| p.trim_end_matches('/').to_string()));
@@ -1271,53 +1277,59 @@ pub fn pull(
     filter: crate::session::plan::filter::Filter,
 ) -> Result<u8, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
-    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
+    let rate_limit = above_zero("--rate-limit", a.transfer.rate_limit)?;
     let (host, paths, one_file) = pull_what(&a)?;
-    check_block("--block", a.block)?;
-    let delete = a.tree.delete || a.tree.delete_excluded;
-    let (host, shard) = shard_host(a.shard.as_deref(), !delete, &host)?;
-    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.json, a.json_stream);
+    check_block("--block", a.transfer.block)?;
+    let delete = a.transfer.tree.delete || a.transfer.tree.delete_excluded;
+    let (host, shard) = shard_host(a.transfer.shard.as_deref(), !delete, &host)?;
+    let plot_file = a
+        .transfer
+        .plot
+        .as_deref()
+        .map(PlotFile::check)
+        .transpose()?;
+    let key = keys::load(&a.transfer.key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(a.transfer.json, a.transfer.json_stream);
     let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
     let cfg = SendConfig {
         shard,
-        split_over: a.split_over,
+        split_over: a.transfer.split_over,
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
         rate_limit_bytes_per_s: rate_limit,
-        sock_buf: a.sock_buf.map(|b| b as usize),
-        block_size: a.block as u32,
-        direct: direct(a.direct),
-        interval: a.interval,
-        congestion: a.cc.clone(),
-        lanes: a.lanes,
-        resume: !a.resume.ignore_times,
-        checksum: a.resume.checksum,
-        timeout: a.resume.timeout,
-        encrypt: a.resume.encrypt,
+        sock_buf: a.transfer.sock_buf.map(|b| b as usize),
+        block_size: a.transfer.block as u32,
+        direct: direct(a.transfer.direct),
+        interval: a.transfer.interval,
+        congestion: a.transfer.cc.clone(),
+        lanes: a.transfer.lanes,
+        resume: !a.transfer.resume.ignore_times,
+        checksum: a.transfer.resume.checksum,
+        timeout: a.transfer.resume.timeout,
+        encrypt: a.transfer.resume.encrypt,
         state_dir: a
+            .transfer
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.tree.keep),
-        numeric_ids: a.tree.keep.numeric_ids,
-        sparse: a.tree.keep.sparse,
+        scan: scan_rules(filter, a.transfer.tree.keep),
+        numeric_ids: a.transfer.tree.keep.numeric_ids,
+        sparse: a.transfer.tree.keep.sparse,
         delete,
-        delete_excluded: a.tree.delete_excluded,
+        delete_excluded: a.transfer.tree.delete_excluded,
         one_file,
-        ..SendConfig::to(host, a.port, key)
+        ..SendConfig::to(host, a.transfer.port, key)
     };
     let local = PathBuf::from(local);
-    if a.tree.dry_run {
+    if a.transfer.tree.dry_run {
         return super::dry_run::show_pull(&cfg, (&paths, &local), format);
     }
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    let mut printer = SendPrinter::new(format, Show::resolve(a.transfer.show, format));
     printer.streams = cfg.streams;
     printer.shard = cfg.shard;
     printer.direction = "Net In";
-    echo_rates(&mut printer, a.rate_limit, None);
+    echo_rates(&mut printer, a.transfer.rate_limit, None);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::client::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
