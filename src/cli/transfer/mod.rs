@@ -1,0 +1,370 @@
+//! `urmove send`, `urmove pull` and `urmove bench --net` on the command
+//! line: each resolves its arguments into a [`SendConfig`] and runs it
+//! with a printer watching; `urmove recv`, the daemon they talk to, is
+//! resolved in [`recv`]. What the arguments aim at is read in [`aim`],
+//! a run is watched and concluded in [`run`], and what it shows while
+//! it runs and at its end is in [`printer`] and [`summary`].
+
+mod aim;
+mod printer;
+mod recv;
+mod run;
+mod summary;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::coord::units;
+use crate::datapath::net::ZeroCopy;
+use crate::datapath::DirectMode;
+use crate::session::client::send::{run_send, SendConfig, SendObserver};
+
+use super::args::{DirectArg, SendArgs, ZeroCopyArg};
+use super::plot::PlotFile;
+use super::progress::Show;
+use super::render::Format;
+use super::{interrupt_flag, keys, Failure};
+use aim::{pull_what, send_shape, send_what};
+use run::{fewer_if_refused, net_plot, run_plotted};
+
+pub(crate) use printer::SendPrinter;
+pub use recv::recv;
+pub(crate) use summary::finish_send;
+
+/// A frame size the receiver accepts: a multiple of 4096 up to the limit.
+/// The limit is named first: a size above it is refused for that, even
+/// when it is also no multiple of 4096.
+fn check_block(flag: &str, block: u64) -> Result<(), Failure> {
+    let max = u64::from(crate::protocol::frame::FRAME_PAYLOAD_MAX);
+    let refuse = |why: String| Err(Failure::Usage(anyhow::anyhow!("{flag} {block}{why}")));
+    if block > max {
+        return refuse(format!(
+            " ({}) is above the largest frame, {max} ({})",
+            units::bytes_binary(block),
+            units::bytes_binary(max)
+        ));
+    }
+    if block == 0 || !block.is_multiple_of(4096) {
+        return refuse(format!(
+            " must be a multiple of 4096 (4 KiB), at most {max}"
+        ));
+    }
+    Ok(())
+}
+
+fn zerocopy(z: ZeroCopyArg) -> ZeroCopy {
+    match z {
+        ZeroCopyArg::Auto => ZeroCopy::Auto,
+        ZeroCopyArg::On => ZeroCopy::On,
+        ZeroCopyArg::Off => ZeroCopy::Off,
+    }
+}
+
+pub(super) fn direct(d: DirectArg) -> DirectMode {
+    match d {
+        DirectArg::Auto => DirectMode::Auto,
+        DirectArg::Required => DirectMode::Required,
+        DirectArg::Off => DirectMode::Off,
+    }
+}
+
+pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result<u8, Failure> {
+    let (target, (host, dest), sources) = send_what(&a)?;
+    let (contents, one_file) = send_shape(&a, &dest, &sources)?;
+    check_block("--block", a.transfer.block)?;
+    let fixed = !(a.follow || a.transfer.tree.delete || a.transfer.tree.delete_excluded);
+    let (host, shard) = shard_host(a.transfer.shard.as_deref(), fixed, &host)?;
+    let plot_file = a
+        .transfer
+        .plot
+        .as_deref()
+        .map(PlotFile::check)
+        .transpose()?;
+    let key = keys::load(&a.transfer.key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(a.transfer.json, a.transfer.json_stream);
+    let rate_limit = a.transfer.rate_limit.map(|r| r.bytes_per_s);
+    let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
+    let cfg = SendConfig {
+        dest: dest.trim_end_matches('/').to_string(),
+        sources,
+        streams,
+        auto_streams,
+        block_size: a.transfer.block as u32,
+        zerocopy: zerocopy(a.zerocopy),
+        direct: direct(a.transfer.direct),
+        interval: a.transfer.interval,
+        sock_buf: a.transfer.sock_buf.map(|b| b as usize),
+        rate_limit_bytes_per_s: rate_limit,
+        congestion: a.transfer.cc.clone(),
+        lanes: a.transfer.lanes,
+        resume: !a.transfer.resume.ignore_times,
+        checksum: a.transfer.resume.checksum,
+        timeout: a.transfer.resume.timeout,
+        encrypt: a.transfer.resume.encrypt,
+        state_dir: a
+            .transfer
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::session::link::secret::default_state_dir),
+        scan: scan_rules(filter, a.transfer.tree.keep),
+        numeric_ids: a.transfer.tree.keep.numeric_ids,
+        sparse: a.transfer.tree.keep.sparse,
+        delete: a.transfer.tree.delete || a.transfer.tree.delete_excluded,
+        delete_excluded: a.transfer.tree.delete_excluded,
+        contents,
+        one_file,
+        min_rate: a.min_rate.map(|r| crate::session::client::send::MinRate {
+            bytes_per_s: r.bytes_per_s,
+            window: a.window,
+        }),
+        follow: follow_of(&a),
+        shard,
+        split_over: a.transfer.split_over,
+        transfer: target.to_string(),
+        ..SendConfig::to(host, a.transfer.port, key)
+    };
+    if a.transfer.tree.dry_run {
+        return super::dry_run::show(&cfg, format);
+    }
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter::new(format, Show::resolve(a.transfer.show, format));
+    printer.streams = cfg.streams;
+    printer.shard = cfg.shard;
+    echo_rates(
+        &mut printer,
+        a.transfer.rate_limit,
+        a.min_rate.map(|r| (r, a.window)),
+    );
+    let plot = net_plot(plot_file, "send to", &cfg);
+    run_plotted(&mut printer, "send", plot, |obs| {
+        fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
+    })
+}
+
+/// What `--follow` asks for, if given.
+fn follow_of(a: &SendArgs) -> Option<crate::session::client::send::Follow> {
+    a.follow.then(|| crate::session::client::send::Follow {
+        idle: a.follow_idle,
+        until: a
+            .follow_until
+            .clone()
+            .unwrap_or(crate::session::client::send::FollowUntil::Files),
+        live_parts: a.live_parts,
+    })
+}
+
+/// The receiver of this send, and its shard (`--shard`): of a list of
+/// hosts (`HOST1,HOST2:DEST`), shard K's is host K mod M.
+fn shard_host(
+    shard: Option<&str>,
+    fixed: bool,
+    host: &str,
+) -> Result<(String, Option<crate::session::plan::shard::Shard>), Failure> {
+    use crate::session::plan::shard::Shard;
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let hosts: Vec<&str> = host.split(',').collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err(usage(format!(
+            "{host}: an empty name in the list of receivers"
+        )));
+    }
+    let Some(text) = shard else {
+        if hosts.len() > 1 {
+            return Err(usage(format!(
+                "{host}: a list of receivers is for a sharded send (--shard K/N or auto)"
+            )));
+        }
+        return Ok((host.to_string(), None));
+    };
+    let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(usage)?;
+    if !fixed {
+        return Err(usage(
+            "--shard moves a share of a fixed manifest: it takes neither --follow nor --delete"
+                .into(),
+        ));
+    }
+    Ok((shard.pick(&hosts).to_string(), Some(shard)))
+}
+
+/// What `-P` resolves to: under `--rate-limit`, `auto` is `AUTO_START`
+/// streams (paced streams gain nothing in number, and would seem to).
+fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bool) {
+    match p.resolve() {
+        (_, true) if limit.is_some() => (crate::session::client::send::AUTO_START, false),
+        chosen => chosen,
+    }
+}
+
+pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
+    let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
+    let host = a.net.clone().expect("bench_net is called with --net");
+    let key_file = a
+        .key_file
+        .clone()
+        .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
+    if a.rate.is_some() {
+        return Err(usage(
+            "--rate paces --udp datagrams (and --disk writes); TCP streams take --rate-limit"
+                .into(),
+        ));
+    }
+    let block =
+        a.bs.unwrap_or(crate::session::probe::bench_net::FRAME_DEFAULT);
+    check_block("--bs", block)?;
+    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
+    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
+    let key = keys::load(&key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(a.json, a.json_stream);
+    let (streams, auto_streams) = match auto_unless_limited(a.streams, rate_limit) {
+        // Reversed, the daemon sends: it takes a fixed count.
+        (_, true) if a.reverse => (crate::session::client::send::AUTO_START, false),
+        chosen => chosen,
+    };
+    let cfg = SendConfig {
+        streams,
+        auto_streams,
+        block_size: block as u32,
+        zerocopy: zerocopy(a.zerocopy),
+        direct: DirectMode::Off,
+        interval: a.interval,
+        encrypt: a.encrypt,
+        congestion: a.cc.clone(),
+        rate_limit_bytes_per_s: rate_limit,
+        lanes: a.lanes,
+        ..SendConfig::to(host, a.port, key)
+    };
+    let time = a.time.unwrap_or(Duration::from_secs(10));
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter::new(format, Show::resolve(a.show, format));
+    printer.streams = cfg.streams;
+    printer.time_s = Some(time.as_secs_f64());
+    if a.reverse {
+        printer.direction = "Net In";
+    }
+    echo_rates(&mut printer, a.rate_limit, None);
+    let what = if a.reverse {
+        "bench --net --reverse"
+    } else {
+        "bench --net"
+    };
+    let plot = net_plot(plot_file, what, &cfg);
+    run_plotted(&mut printer, "bench --net", plot, |obs| {
+        fewer_if_refused(&cfg, obs, &mut |c, obs| {
+            crate::session::probe::bench_net::run_bench_net(
+                c, time, a.verify, a.reverse, &interrupt, obs,
+            )
+        })
+    })
+}
+
+pub fn pull(
+    a: super::args::PullArgs,
+    filter: crate::session::plan::filter::Filter,
+) -> Result<u8, Failure> {
+    let (local, remotes) = a.args.split_last().expect("clap requires two or more");
+    let rate_limit = above_zero("--rate-limit", a.transfer.rate_limit)?;
+    let (host, paths, one_file) = pull_what(&a)?;
+    check_block("--block", a.transfer.block)?;
+    let delete = a.transfer.tree.delete || a.transfer.tree.delete_excluded;
+    let (host, shard) = shard_host(a.transfer.shard.as_deref(), !delete, &host)?;
+    let plot_file = a
+        .transfer
+        .plot
+        .as_deref()
+        .map(PlotFile::check)
+        .transpose()?;
+    let key = keys::load(&a.transfer.key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(a.transfer.json, a.transfer.json_stream);
+    let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
+    let cfg = SendConfig {
+        shard,
+        split_over: a.transfer.split_over,
+        transfer: format!("{} -> {}", remotes.join(" "), into.display()),
+        streams: a.streams,
+        rate_limit_bytes_per_s: rate_limit,
+        sock_buf: a.transfer.sock_buf.map(|b| b as usize),
+        block_size: a.transfer.block as u32,
+        direct: direct(a.transfer.direct),
+        interval: a.transfer.interval,
+        congestion: a.transfer.cc.clone(),
+        lanes: a.transfer.lanes,
+        resume: !a.transfer.resume.ignore_times,
+        checksum: a.transfer.resume.checksum,
+        timeout: a.transfer.resume.timeout,
+        encrypt: a.transfer.resume.encrypt,
+        state_dir: a
+            .transfer
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::session::link::secret::default_state_dir),
+        scan: scan_rules(filter, a.transfer.tree.keep),
+        numeric_ids: a.transfer.tree.keep.numeric_ids,
+        sparse: a.transfer.tree.keep.sparse,
+        delete,
+        delete_excluded: a.transfer.tree.delete_excluded,
+        one_file,
+        ..SendConfig::to(host, a.transfer.port, key)
+    };
+    let local = PathBuf::from(local);
+    if a.transfer.tree.dry_run {
+        return super::dry_run::show_pull(&cfg, (&paths, &local), format);
+    }
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter::new(format, Show::resolve(a.transfer.show, format));
+    printer.streams = cfg.streams;
+    printer.shard = cfg.shard;
+    printer.direction = "Net In";
+    echo_rates(&mut printer, a.transfer.rate_limit, None);
+    let plot = net_plot(plot_file, "pull from", &cfg);
+    run_plotted(&mut printer, "pull", plot, |obs| {
+        crate::session::client::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
+    })
+}
+
+/// A rate option's value in bytes per second, refused unless above zero.
+pub(super) fn above_zero(
+    flag: &str,
+    r: Option<super::parse::Rate>,
+) -> Result<Option<f64>, Failure> {
+    match r.map(|r| r.bytes_per_s) {
+        Some(b) if b <= 0.0 => Err(Failure::Usage(anyhow::anyhow!("{flag} must be above zero"))),
+        b => Ok(b),
+    }
+}
+
+/// Say the rates given back, each in the unit it was given in and the
+/// other (`--rate-limit 8M` is 8 Mb/s, 1 MB/s).
+fn echo_rates(
+    printer: &mut SendPrinter,
+    limit: Option<super::parse::Rate>,
+    gate: Option<(super::parse::Rate, Duration)>,
+) {
+    if let Some(r) = limit {
+        printer.info(&format!(
+            "--rate-limit {} in all, each stream paced to its share",
+            r.echo()
+        ));
+    }
+    if let Some((r, window)) = gate {
+        printer.info(&format!(
+            "--min-rate {} over every {} window",
+            r.echo(),
+            units::duration_s(window.as_secs_f64())
+        ));
+    }
+}
+
+/// What a scan reads of each entry: `filter`'s choice of entries, and
+/// what `keep` asks for besides their bytes.
+fn scan_rules(
+    filter: crate::session::plan::filter::Filter,
+    keep: super::args::FidelityArgs,
+) -> crate::session::plan::tree::ScanRules {
+    crate::session::plan::tree::ScanRules {
+        filter,
+        hard_links: keep.hard_links,
+        xattrs: keep.xattrs,
+        acls: keep.acls,
+        devices: keep.devices,
+    }
+}
