@@ -92,7 +92,8 @@ pub(crate) fn show(cfg: &SendConfig, format: Format) -> Result<u8, Failure> {
 /// some entries could not be moved (as the real run would).
 pub(crate) fn show_pull(
     cfg: &SendConfig,
-    (paths, local): (&[String], &std::path::Path),
+    paths: &[String],
+    local: &std::path::Path,
     format: Format,
 ) -> Result<u8, Failure> {
     let dest = local.display().to_string();

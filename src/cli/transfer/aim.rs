@@ -23,11 +23,29 @@ fn split_target(t: &str) -> Option<(String, String)> {
     (!host.is_empty() && !host.contains('/')).then(|| (host.to_string(), dest.to_string()))
 }
 
+/// How a refusal names a path on the daemon: what the command line calls
+/// it, and the side whose root it is under.
+struct Remote {
+    what: &'static str,
+    whose: &'static str,
+}
+
+/// A send's `DEST`.
+const SEND_DEST: Remote = Remote {
+    what: "DEST",
+    whose: "receiver",
+};
+
+/// A pull's `PATH`.
+const PULL_PATH: Remote = Remote {
+    what: "PATH",
+    whose: "daemon",
+};
+
 /// `HOST:PATH` as the user wrote it, and the relative path to give
 /// instead of an absolute one: urmove's paths are beneath the daemon's
-/// root (`--root`), and the daemon refuses absolute ones. `what` names the
-/// path (DEST, PATH), `whose` the side whose root it is under.
-fn beneath_root(host: &str, path: &str, (what, whose): (&str, &str)) -> Result<(), Failure> {
+/// root (`--root`), and the daemon refuses absolute ones.
+fn beneath_root(host: &str, path: &str, remote: &Remote) -> Result<(), Failure> {
     if !path.starts_with('/') {
         return Ok(());
     }
@@ -40,6 +58,7 @@ fn beneath_root(host: &str, path: &str, (what, whose): (&str, &str)) -> Result<(
         "" => format!("{host}: for the root itself"),
         rel => format!("{host}:{rel} for ROOT/{rel}"),
     };
+    let Remote { what, whose } = remote;
     Err(Failure::Usage(anyhow::anyhow!(
         "{host}:{path}: an absolute path is refused: {what} is relative to the {whose}'s root (its --root); give {instead}"
     )))
@@ -71,15 +90,21 @@ fn no_source(arg: &str, remotes: &[String], local: &str) -> Failure {
     }))
 }
 
-/// A send's target as given (`HOST:DEST`), split, and its sources.
-type Aim = (String, (String, String), Vec<PathBuf>);
+/// What a send moves where.
+pub(super) struct SendAim {
+    /// The target as given (`HOST:DEST`).
+    pub target: String,
+    pub host: String,
+    pub dest: String,
+    pub sources: Vec<PathBuf>,
+}
 
-/// What `a` sends where (see [`Aim`]), its rates checked.
-pub(super) fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
+/// What `a` sends where, its rates checked.
+pub(super) fn send_what(a: &SendArgs) -> Result<SendAim, Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let (target, sources) = a.args.split_last().expect("clap requires two or more");
     let (host, dest) = split_target(target).ok_or_else(|| no_target(target, sources))?;
-    beneath_root(&host, &dest, ("DEST", "receiver"))?;
+    beneath_root(&host, &dest, &SEND_DEST)?;
     let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
     if let Some(list) = &a.transfer.files_from {
         // A listed path is itself: a trailing / changes nothing there.
@@ -96,20 +121,29 @@ pub(super) fn send_what(a: &SendArgs) -> Result<Aim, Failure> {
     if a.window.is_zero() {
         return Err(usage("--window must be above zero".into()));
     }
-    Ok((target.clone(), (host, dest), sources))
+    Ok(SendAim {
+        target: target.clone(),
+        host,
+        dest,
+        sources,
+    })
 }
 
-/// How rsync's habits shape a send of `sources` to `dest`: whether a
-/// source is a directory's contents (`DIR/`), and whether one file may
-/// take DEST's name (one source, no directory, DEST not ending in `/`;
-/// the receiver renames it only where DEST is no directory). What urmove
-/// does not do as rsync would is refused, saying so.
-pub(super) fn send_shape(
-    a: &SendArgs,
-    dest: &str,
-    sources: &[PathBuf],
-) -> Result<(bool, bool), Failure> {
+/// How rsync's habits shape a send.
+pub(super) struct Shape {
+    /// A source is a directory's contents (`DIR/`).
+    pub contents: bool,
+    /// One file may take DEST's name (one source, no directory, DEST not
+    /// ending in `/`; the receiver renames it only where DEST is no
+    /// directory).
+    pub one_file: bool,
+}
+
+/// The [`Shape`] of a send of `aim`. What urmove does not do as rsync
+/// would is refused, saying so.
+pub(super) fn send_shape(a: &SendArgs, aim: &SendAim) -> Result<Shape, Failure> {
     use crate::session::plan::tree::is_contents;
+    let (dest, sources) = (aim.dest.as_str(), aim.sources.as_slice());
     let usage = |m: String| Err(Failure::Usage(anyhow::anyhow!(m)));
     let contents = sources.iter().find(|s| is_contents(s));
     if let (Some(dir), true) = (contents, a.follow) {
@@ -129,17 +163,25 @@ pub(super) fn send_shape(
         [one] => std::fs::symlink_metadata(one).is_ok_and(|m| !m.is_dir()) && !is_contents(one),
         _ => false,
     };
-    Ok((
-        contents.is_some(),
-        one_file && !dest.is_empty() && !dest.ends_with('/'),
-    ))
+    Ok(Shape {
+        contents: contents.is_some(),
+        one_file: one_file && !dest.is_empty() && !dest.ends_with('/'),
+    })
 }
 
-/// What `a` pulls from where: the host, the paths under its root (a
-/// directory's contents keep their trailing `/`), and whether one file may
-/// take LOCAL's name (one path, neither it nor LOCAL ending in `/`; it
-/// does where LOCAL is no directory).
-pub(super) fn pull_what(a: &PullArgs) -> Result<(String, Vec<String>, bool), Failure> {
+/// What a pull fetches from where.
+pub(super) struct PullAim {
+    pub host: String,
+    /// The paths under the daemon's root (a directory's contents keep
+    /// their trailing `/`).
+    pub paths: Vec<String>,
+    /// One file may take LOCAL's name (one path, neither it nor LOCAL
+    /// ending in `/`; it does where LOCAL is no directory).
+    pub one_file: bool,
+}
+
+/// What `a` pulls from where.
+pub(super) fn pull_what(a: &PullArgs) -> Result<PullAim, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let mut host = None;
     let mut paths = Vec::new();
@@ -150,7 +192,7 @@ pub(super) fn pull_what(a: &PullArgs) -> Result<(String, Vec<String>, bool), Fai
                 "all HOST:PATH arguments of one pull name the same host"
             )));
         }
-        beneath_root(&h, &p, ("PATH", "daemon"))?;
+        beneath_root(&h, &p, &PULL_PATH)?;
         host = Some(h);
         let contents = if p.ends_with('/') { "/" } else { "" };
         paths.push(format!("{}{contents}", p.trim_end_matches('/')));
@@ -162,7 +204,11 @@ pub(super) fn pull_what(a: &PullArgs) -> Result<(String, Vec<String>, bool), Fai
         paths.extend(listed.iter().map(|p| p.trim_end_matches('/').to_string()));
     }
     let one_file = one_file && paths.len() == 1;
-    Ok((host.expect("at least one HOST:PATH"), paths, one_file))
+    Ok(PullAim {
+        host: host.expect("at least one HOST:PATH"),
+        paths,
+        one_file,
+    })
 }
 
 /// The lines of a `--files-from` FILE: blank lines and `#` comments
@@ -199,11 +245,11 @@ mod tests {
     /// An absolute path is refused with the relative one to give.
     #[test]
     fn an_absolute_path_is_refused_saying_what_to_give() {
-        let said = |host: &str, path: &str| match beneath_root(host, path, ("DEST", "receiver")) {
+        let said = |host: &str, path: &str| match beneath_root(host, path, &SEND_DEST) {
             Err(Failure::Usage(e)) => e.to_string(),
             other => panic!("{other:?}"),
         };
-        assert!(beneath_root("h", "data/x", ("DEST", "receiver")).is_ok());
+        assert!(beneath_root("h", "data/x", &SEND_DEST).is_ok());
         assert!(said("h", "/data/x").ends_with("give h:data/x for ROOT/data/x"));
         assert!(said("h", "//").ends_with("give h: for the root itself"));
         assert!(said("::1", "/x").starts_with("[::1]:/x: an absolute path is refused"));

@@ -12,14 +12,17 @@ mod run;
 mod summary;
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::coord::units;
 use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
 use crate::session::client::send::{run_send, SendConfig, SendObserver};
+use crate::session::plan::filter::Filter;
 
-use super::args::{DirectArg, SendArgs, ZeroCopyArg};
+use super::args::{DirectArg, PullArgs, SendArgs, TransferArgs, ZeroCopyArg};
 use super::plot::PlotFile;
 use super::progress::Show;
 use super::render::Format;
@@ -68,73 +71,110 @@ pub(super) fn direct(d: DirectArg) -> DirectMode {
     }
 }
 
-pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result<u8, Failure> {
-    let (target, (host, dest), sources) = send_what(&a)?;
-    let (contents, one_file) = send_shape(&a, &dest, &sources)?;
-    check_block("--block", a.transfer.block)?;
-    let fixed = !(a.follow || a.transfer.tree.delete || a.transfer.tree.delete_excluded);
-    let (host, shard) = shard_host(a.transfer.shard.as_deref(), fixed, &host)?;
-    let plot_file = a
-        .transfer
-        .plot
-        .as_deref()
-        .map(PlotFile::check)
-        .transpose()?;
-    let key = keys::load(&a.transfer.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.transfer.json, a.transfer.json_stream);
-    let rate_limit = a.transfer.rate_limit.map(|r| r.bytes_per_s);
-    let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
+/// What `send` and `pull` resolve alike from the options they share.
+struct Shared {
+    /// The fields both set; each command adds its own.
+    cfg: SendConfig,
+    plot_file: Option<PlotFile>,
+    format: Format,
+}
+
+/// Resolve `t` for a transfer with `host` (a list of hosts when sharded;
+/// `fixed` when its manifest is, as `--shard` needs), in this order: the
+/// block size, the shard and its host, the plot's file, the key.
+fn shared(t: &TransferArgs, filter: Filter, host: &str, fixed: bool) -> Result<Shared, Failure> {
+    check_block("--block", t.block)?;
+    let (host, shard) = shard_host(t.shard.as_deref(), fixed, host)?;
+    let plot_file = t.plot.as_deref().map(PlotFile::check).transpose()?;
+    let key = keys::load(&t.key_file).map_err(Failure::Usage)?;
     let cfg = SendConfig {
-        dest: dest.trim_end_matches('/').to_string(),
-        sources,
-        streams,
-        auto_streams,
-        block_size: a.transfer.block as u32,
-        zerocopy: zerocopy(a.zerocopy),
-        direct: direct(a.transfer.direct),
-        interval: a.transfer.interval,
-        sock_buf: a.transfer.sock_buf.map(|b| b as usize),
-        rate_limit_bytes_per_s: rate_limit,
-        congestion: a.transfer.cc.clone(),
-        lanes: a.transfer.lanes,
-        resume: !a.transfer.resume.ignore_times,
-        checksum: a.transfer.resume.checksum,
-        timeout: a.transfer.resume.timeout,
-        encrypt: a.transfer.resume.encrypt,
-        state_dir: a
-            .transfer
+        block_size: t.block as u32,
+        direct: direct(t.direct),
+        interval: t.interval,
+        sock_buf: t.sock_buf.map(|b| b as usize),
+        rate_limit_bytes_per_s: t.rate_limit.map(|r| r.bytes_per_s),
+        congestion: t.cc.clone(),
+        lanes: t.lanes,
+        resume: !t.resume.ignore_times,
+        checksum: t.resume.checksum,
+        timeout: t.resume.timeout,
+        encrypt: t.resume.encrypt,
+        state_dir: t
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.transfer.tree.keep),
-        numeric_ids: a.transfer.tree.keep.numeric_ids,
-        sparse: a.transfer.tree.keep.sparse,
-        delete: a.transfer.tree.delete || a.transfer.tree.delete_excluded,
-        delete_excluded: a.transfer.tree.delete_excluded,
-        contents,
-        one_file,
+        scan: scan_rules(filter, t.tree.keep),
+        numeric_ids: t.tree.keep.numeric_ids,
+        sparse: t.tree.keep.sparse,
+        delete: deletes(t),
+        delete_excluded: t.tree.delete_excluded,
+        shard,
+        split_over: t.split_over,
+        ..SendConfig::to(host, t.port, key)
+    };
+    let format = Format::pick(t.json, t.json_stream);
+    Ok(Shared {
+        cfg,
+        plot_file,
+        format,
+    })
+}
+
+/// Whether the run removes at the receiving side (`--delete`, or
+/// `--delete-excluded`, which implies it).
+fn deletes(t: &TransferArgs) -> bool {
+    t.tree.delete || t.tree.delete_excluded
+}
+
+/// The printer of a send or pull of `cfg`, and the interrupt flag it runs
+/// under.
+fn watch(
+    t: &TransferArgs,
+    format: Format,
+    cfg: &SendConfig,
+) -> Result<(SendPrinter, Arc<AtomicBool>), Failure> {
+    let interrupt = interrupt_flag().map_err(Failure::Run)?;
+    let mut printer = SendPrinter::new(format, Show::resolve(t.show, format));
+    printer.streams = cfg.streams;
+    printer.shard = cfg.shard;
+    Ok((printer, interrupt))
+}
+
+pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
+    let t = &a.transfer;
+    let aim = send_what(&a)?;
+    let shape = send_shape(&a, &aim)?;
+    let fixed = !(a.follow || deletes(t));
+    let Shared {
+        cfg,
+        plot_file,
+        format,
+    } = shared(t, filter, &aim.host, fixed)?;
+    let (streams, auto_streams) = auto_unless_limited(a.streams, cfg.rate_limit_bytes_per_s);
+    let cfg = SendConfig {
+        dest: aim.dest.trim_end_matches('/').to_string(),
+        sources: aim.sources,
+        streams,
+        auto_streams,
+        zerocopy: zerocopy(a.zerocopy),
+        contents: shape.contents,
+        one_file: shape.one_file,
         min_rate: a.min_rate.map(|r| crate::session::client::send::MinRate {
             bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
         follow: follow_of(&a),
-        shard,
-        split_over: a.transfer.split_over,
-        transfer: target.to_string(),
-        ..SendConfig::to(host, a.transfer.port, key)
+        transfer: aim.target,
+        ..cfg
     };
-    if a.transfer.tree.dry_run {
+    if t.tree.dry_run {
         return super::dry_run::show(&cfg, format);
     }
-    let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter::new(format, Show::resolve(a.transfer.show, format));
-    printer.streams = cfg.streams;
-    printer.shard = cfg.shard;
-    echo_rates(
-        &mut printer,
-        a.transfer.rate_limit,
-        a.min_rate.map(|r| (r, a.window)),
-    );
+    let (mut printer, interrupt) = watch(t, format, &cfg)?;
+    echo_limit(&mut printer, t.rate_limit);
+    if let Some(r) = a.min_rate {
+        echo_gate(&mut printer, r, a.window);
+    }
     let plot = net_plot(plot_file, "send to", &cfg);
     run_plotted(&mut printer, "send", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
@@ -241,7 +281,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     if a.reverse {
         printer.direction = "Net In";
     }
-    echo_rates(&mut printer, a.rate_limit, None);
+    echo_limit(&mut printer, a.rate_limit);
     let what = if a.reverse {
         "bench --net --reverse"
     } else {
@@ -257,67 +297,33 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     })
 }
 
-pub fn pull(
-    a: super::args::PullArgs,
-    filter: crate::session::plan::filter::Filter,
-) -> Result<u8, Failure> {
+pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
+    let t = &a.transfer;
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
-    let rate_limit = above_zero("--rate-limit", a.transfer.rate_limit)?;
-    let (host, paths, one_file) = pull_what(&a)?;
-    check_block("--block", a.transfer.block)?;
-    let delete = a.transfer.tree.delete || a.transfer.tree.delete_excluded;
-    let (host, shard) = shard_host(a.transfer.shard.as_deref(), !delete, &host)?;
-    let plot_file = a
-        .transfer
-        .plot
-        .as_deref()
-        .map(PlotFile::check)
-        .transpose()?;
-    let key = keys::load(&a.transfer.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.transfer.json, a.transfer.json_stream);
+    above_zero("--rate-limit", t.rate_limit)?;
+    let aim = pull_what(&a)?;
+    let Shared {
+        cfg,
+        plot_file,
+        format,
+    } = shared(t, filter, &aim.host, !deletes(t))?;
     let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
     let cfg = SendConfig {
-        shard,
-        split_over: a.transfer.split_over,
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
-        rate_limit_bytes_per_s: rate_limit,
-        sock_buf: a.transfer.sock_buf.map(|b| b as usize),
-        block_size: a.transfer.block as u32,
-        direct: direct(a.transfer.direct),
-        interval: a.transfer.interval,
-        congestion: a.transfer.cc.clone(),
-        lanes: a.transfer.lanes,
-        resume: !a.transfer.resume.ignore_times,
-        checksum: a.transfer.resume.checksum,
-        timeout: a.transfer.resume.timeout,
-        encrypt: a.transfer.resume.encrypt,
-        state_dir: a
-            .transfer
-            .state_dir
-            .clone()
-            .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.transfer.tree.keep),
-        numeric_ids: a.transfer.tree.keep.numeric_ids,
-        sparse: a.transfer.tree.keep.sparse,
-        delete,
-        delete_excluded: a.transfer.tree.delete_excluded,
-        one_file,
-        ..SendConfig::to(host, a.transfer.port, key)
+        one_file: aim.one_file,
+        ..cfg
     };
     let local = PathBuf::from(local);
-    if a.transfer.tree.dry_run {
-        return super::dry_run::show_pull(&cfg, (&paths, &local), format);
+    if t.tree.dry_run {
+        return super::dry_run::show_pull(&cfg, &aim.paths, &local, format);
     }
-    let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let mut printer = SendPrinter::new(format, Show::resolve(a.transfer.show, format));
-    printer.streams = cfg.streams;
-    printer.shard = cfg.shard;
+    let (mut printer, interrupt) = watch(t, format, &cfg)?;
     printer.direction = "Net In";
-    echo_rates(&mut printer, a.transfer.rate_limit, None);
+    echo_limit(&mut printer, t.rate_limit);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
-        crate::session::client::pull::run_pull(&cfg, &paths, &local, &interrupt, obs)
+        crate::session::client::pull::run_pull(&cfg, &aim.paths, &local, &interrupt, obs)
     })
 }
 
@@ -332,26 +338,24 @@ pub(super) fn above_zero(
     }
 }
 
-/// Say the rates given back, each in the unit it was given in and the
-/// other (`--rate-limit 8M` is 8 Mb/s, 1 MB/s).
-fn echo_rates(
-    printer: &mut SendPrinter,
-    limit: Option<super::parse::Rate>,
-    gate: Option<(super::parse::Rate, Duration)>,
-) {
+/// Say `--rate-limit` back, in the unit it was given in and the other
+/// (`--rate-limit 8M` is 8 Mb/s, 1 MB/s).
+fn echo_limit(printer: &mut SendPrinter, limit: Option<super::parse::Rate>) {
     if let Some(r) = limit {
         printer.info(&format!(
             "--rate-limit {} in all, each stream paced to its share",
             r.echo()
         ));
     }
-    if let Some((r, window)) = gate {
-        printer.info(&format!(
-            "--min-rate {} over every {} window",
-            r.echo(),
-            units::duration_s(window.as_secs_f64())
-        ));
-    }
+}
+
+/// Say the `--min-rate` gate back, as [`echo_limit`] says its rate.
+fn echo_gate(printer: &mut SendPrinter, gate: super::parse::Rate, window: Duration) {
+    printer.info(&format!(
+        "--min-rate {} over every {} window",
+        gate.echo(),
+        units::duration_s(window.as_secs_f64())
+    ));
 }
 
 /// What a scan reads of each entry: `filter`'s choice of entries, and

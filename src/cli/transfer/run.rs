@@ -12,7 +12,7 @@ use crate::cli::render::{self, Format};
 use crate::cli::{Failure, EXIT_FAILED, EXIT_PARTIAL};
 
 use super::printer::SendPrinter;
-use super::summary::finish_send;
+use super::summary::{finish_failed, finish_send};
 
 /// Print the outcome of a transfer (or why it never started) and turn it
 /// into an exit code: machines get a JSON document either way.
@@ -31,23 +31,7 @@ fn conclude(
             })
         }
         Err(e) => {
-            printer.end_bar();
-            if printer.format != Format::Human {
-                // The core fields scripts rely on, also when nothing moved.
-                let mut doc = serde_json::json!({
-                    "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string(),
-                    "bytes": 0, "bytes_skipped": 0, "files": 0, "files_verified": 0,
-                    "files_skipped": 0, "skipped": [], "elapsed_s": 0.0, "rate_bits_per_s": 0.0,
-                    "interval_rate_min_bits_per_s": 0.0, "intervals_full": 0, "streams": printer.streams,
-                });
-                if let Some(s) = printer.shard {
-                    doc["shard"] = serde_json::json!({"index": s.index, "count": s.count});
-                }
-                if printer.format == Format::JsonStream {
-                    doc["type"] = "summary".into();
-                }
-                printer.out.line(&doc.to_string());
-            }
+            finish_failed(printer, command, &e);
             let usage = e.is_usage();
             let e = anyhow::anyhow!("{e}");
             Err(if usage {
@@ -59,13 +43,15 @@ fn conclude(
     }
 }
 
+/// Where `--plot` writes, and the rates it records there.
+pub(super) struct NetPlot {
+    file: PlotFile,
+    rates: RatePlot,
+}
+
 /// The plot `--plot` asks for: a transfer's rates, per stream and in
 /// aggregate, titled `urmove {what} HOST:PORT`.
-pub(super) fn net_plot(
-    file: Option<PlotFile>,
-    what: &str,
-    cfg: &SendConfig,
-) -> Option<(PlotFile, RatePlot)> {
+pub(super) fn net_plot(file: Option<PlotFile>, what: &str, cfg: &SendConfig) -> Option<NetPlot> {
     let rates = RatePlot {
         title: format!(
             "urmove {what} {}:{}, {} streams ({})",
@@ -80,7 +66,7 @@ pub(super) fn net_plot(
         min_rate_bytes_per_s: None,
         worst_windows: Vec::new(),
     };
-    file.map(|f| (f, rates))
+    file.map(|file| NetPlot { file, rates })
 }
 
 /// Run a transfer with `printer` watching it, recording its intervals
@@ -89,10 +75,10 @@ pub(super) fn net_plot(
 pub(super) fn run_plotted(
     printer: &mut SendPrinter,
     command: &str,
-    plotting: Option<(PlotFile, RatePlot)>,
+    plotting: Option<NetPlot>,
     run: impl FnOnce(&mut dyn SendObserver) -> Result<SendReport, crate::session::SessionError>,
 ) -> Result<u8, Failure> {
-    let (file, mut rates) = plotting.unzip();
+    let (file, mut rates) = plotting.map(|p| (p.file, p.rates)).unzip();
     let mut recorder = plot::NetRecorder::new(printer, rates.as_mut());
     let result = run(&mut recorder);
     recorder.finish();

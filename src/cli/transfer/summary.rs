@@ -5,6 +5,7 @@
 
 use crate::coord::units::{self, RateUnit};
 use crate::session::client::send::{SendObserver, SendReport};
+use crate::session::SessionError;
 
 use crate::cli::render::{self, Format};
 
@@ -41,6 +42,28 @@ pub(crate) fn finish_send(p: &mut SendPrinter, r: &SendReport) {
     }
     if let Some(e) = &r.error {
         render::error(e);
+    }
+}
+
+/// The summary of a run that failed before it had a report: nothing for
+/// a human (the error says it), and for machines a document with the core
+/// fields scripts rely on, also when nothing moved.
+pub(super) fn finish_failed(p: &mut SendPrinter, command: &str, e: &SessionError) {
+    p.end_bar();
+    if p.format != Format::Human {
+        let mut doc = serde_json::json!({
+            "schema": 1, "command": command, "status": e.code().name(), "error": e.to_string(),
+            "bytes": 0, "bytes_skipped": 0, "files": 0, "files_verified": 0,
+            "files_skipped": 0, "skipped": [], "elapsed_s": 0.0, "rate_bits_per_s": 0.0,
+            "interval_rate_min_bits_per_s": 0.0, "intervals_full": 0, "streams": p.streams,
+        });
+        if let Some(s) = p.shard {
+            doc["shard"] = serde_json::json!({"index": s.index, "count": s.count});
+        }
+        if p.format == Format::JsonStream {
+            doc["type"] = "summary".into();
+        }
+        p.out.line(&doc.to_string());
     }
 }
 
