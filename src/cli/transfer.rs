@@ -13,7 +13,7 @@ use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
 use crate::protocol::control::ErrorCode;
 use crate::session::client::send::{run_send, NetInterval, SendConfig, SendObserver, SendReport};
-use crate::session::daemon::recv::{serve, RecvConfig};
+use crate::session::daemon::{serve, RecvConfig};
 use crate::session::{SessionError, DEFAULT_PORT};
 
 use super::args::{DirectArg, RecvArgs, SendArgs, ZeroCopyArg};
@@ -187,7 +187,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         stream_wait: Duration::from_secs(30),
         interval: (!set.interval.is_zero()).then_some(set.interval),
         timeout: set.timeout,
-        limits: crate::session::daemon::recv::Limits {
+        limits: crate::session::daemon::Limits {
             sessions: set.max_sessions,
             connections: set.max_connections,
             unauthenticated_per_address: set.max_unauthenticated_per_address,
@@ -214,7 +214,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
     };
     let log = super::service::logger(set.log_format);
-    let stats = Arc::new(crate::session::daemon::recv::DaemonStats::default());
+    let stats = Arc::new(crate::session::daemon::DaemonStats::default());
     let metrics_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(addr) = &set.metrics {
         let bound =

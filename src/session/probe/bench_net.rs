@@ -1,7 +1,7 @@
 //! `urmove bench --net`: frames from memory to a `urmove recv` daemon (or,
 //! `--reverse`, from it) for a time, on lanes on both sides, checked when
 //! asked and discarded; iperf3's job on urmove's own data path. The
-//! daemon's half is [`super::recv`]'s bench session, which runs the same
+//! daemon's half is `daemon::bench`'s session, which runs the same
 //! senders and receivers.
 
 use std::net::TcpStream;
