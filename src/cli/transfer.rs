@@ -202,9 +202,9 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         keep_setid: set.keep_setid,
         devices: set.devices,
         unsafe_links: match set.unsafe_links {
-            super::args::LinksArg::Keep => crate::session::sink::receive::LinkPolicy::Keep,
-            super::args::LinksArg::Skip => crate::session::sink::receive::LinkPolicy::Skip,
-            super::args::LinksArg::Refuse => crate::session::sink::receive::LinkPolicy::Refuse,
+            super::args::LinksArg::Keep => crate::session::sink::rules::LinkPolicy::Keep,
+            super::args::LinksArg::Skip => crate::session::sink::rules::LinkPolicy::Skip,
+            super::args::LinksArg::Refuse => crate::session::sink::rules::LinkPolicy::Refuse,
         },
         pull_only: set.pull_only,
         udp: set.udp,

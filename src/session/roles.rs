@@ -32,7 +32,7 @@ use super::link::refused::Refused;
 use super::plan::held::{recv_verdict, Held};
 use super::plan::route::Placement;
 use super::plan::tree::Tree;
-use super::sink::receive::Incoming;
+use super::sink::incoming::Incoming;
 use super::SessionError;
 
 /// What the sink said before the data: the entries it will not create,

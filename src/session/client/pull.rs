@@ -18,7 +18,9 @@ use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendRep
 use crate::session::link::conn::PeerEvent;
 use crate::session::link::refused::Refused;
 use crate::session::roles::{accept, differed};
-use crate::session::sink::receive::{recv_manifest, Incoming, Resume, Rules};
+use crate::session::sink::incoming::Incoming;
+use crate::session::sink::manifest::recv_manifest;
+use crate::session::sink::rules::{Resume, Rules};
 use crate::session::SessionError;
 
 /// What the receive loop of a pull reports: progress into the run's
@@ -563,7 +565,7 @@ pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
             &cfg.port.to_le_bytes(),
         ])),
         secret,
-        owners: crate::session::sink::receive::Owners::for_this_process(cfg.numeric_ids),
+        owners: crate::session::sink::rules::Owners::for_this_process(cfg.numeric_ids),
         ids: Arc::default(),
         dry_run: false,
         follow: false,
@@ -575,14 +577,14 @@ pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
             false => cfg.scan.filter.clone(),
         },
         keep_setid: false,
-        devices: crate::session::sink::receive::Devices::for_this_process(
+        devices: crate::session::sink::rules::Devices::for_this_process(
             cfg.scan.devices,
             "device nodes are made only when asked for (-D, --devices)",
         ),
-        unsafe_links: crate::session::sink::receive::LinkPolicy::Keep,
+        unsafe_links: crate::session::sink::rules::LinkPolicy::Keep,
         claims: Arc::default(),
-        journal_budget: Arc::new(crate::session::sink::receive::JournalBudget::new(
-            crate::session::sink::receive::JOURNAL_BYTES_PER_S,
+        journal_budget: Arc::new(crate::session::sink::rules::JournalBudget::new(
+            crate::session::sink::rules::JOURNAL_BYTES_PER_S,
         )),
     })
 }

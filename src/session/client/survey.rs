@@ -115,7 +115,9 @@ pub fn survey_pull(
     cfg: &SendConfig,
     (paths, local): (&[String], &std::path::Path),
 ) -> Result<(Tree, Survey), SessionError> {
-    use crate::session::sink::receive::{recv_manifest, Incoming, Resume, Rules};
+    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::manifest::recv_manifest;
+    use crate::session::sink::rules::{Resume, Rules};
     let mut req = super::pull::pull_request(cfg, paths)?;
     req.flags |= REQ_DRY_RUN;
     let (mut ctl, keys) = super::send::begin(cfg, req)?;
@@ -175,7 +177,7 @@ fn hear_listing(ctl: &mut Control) -> Result<Tree, SessionError> {
 /// entry's action, what it would refuse and, with `--delete`, remove.
 fn answer_here(
     cfg: &SendConfig,
-    incoming: &mut crate::session::sink::receive::Incoming,
+    incoming: &mut crate::session::sink::incoming::Incoming,
     paths: &[String],
 ) -> Survey {
     let refused: Vec<(u32, String)> = incoming

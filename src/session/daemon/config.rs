@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::datapath::DirectMode;
 use crate::protocol::handshake::Key;
 
-use crate::session::sink::receive::LinkPolicy;
+use crate::session::sink::rules::LinkPolicy;
 
 /// How the daemon runs.
 #[derive(Debug, Clone)]

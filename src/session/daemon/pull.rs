@@ -207,7 +207,7 @@ pub(super) fn offer_pull<'r>(
         crate::session::plan::tree::ScanRules::requested(req.flags, filter_of(&req.filter)?);
     let mut tree = crate::session::plan::tree::scan_beneath(&root, &paths, &rules)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
-    memory.reserve(tree.entries.len() as u64 * crate::session::sink::receive::ENTRY_COST_BYTES)?;
+    memory.reserve(tree.entries.len() as u64 * crate::session::sink::rules::ENTRY_COST_BYTES)?;
     let block = u64::from(req.block_size);
     if req.has(crate::protocol::control::REQ_SHARD) {
         offer_share(s, &mut tree, block)?;

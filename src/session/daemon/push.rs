@@ -23,8 +23,10 @@ use super::stats::DaemonStats;
 use super::streams::collect_streams;
 use crate::protocol::seal::{frame_key, Direction as SealDirection};
 use crate::session::link::conn::{send_msg, Control};
+use crate::session::sink::incoming::{join, Incoming};
 use crate::session::sink::landing::Pace;
-use crate::session::sink::receive::{join, recv_manifest, Incoming, Resume};
+use crate::session::sink::manifest::recv_manifest;
+use crate::session::sink::rules::Resume;
 use crate::session::SessionError;
 
 /// How long a session waits for another to release a file it also names.
@@ -279,13 +281,13 @@ pub(super) fn prepare_push<'r>(
     let mut entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
     let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let dest = match req.has(crate::protocol::control::REQ_ONE_FILE) {
-        true => crate::session::sink::receive::one_file_at_dest(&root, dest, &mut entries),
+        true => crate::session::sink::incoming::one_file_at_dest(&root, dest, &mut entries),
         false => dest,
     };
     memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
     if req.has(crate::protocol::control::REQ_FOLLOW) {
         // The block tables its files may add as they grow.
-        memory.reserve(crate::session::sink::receive::FOLLOW_BITMAP_BYTES)?;
+        memory.reserve(crate::session::sink::file::FOLLOW_BITMAP_BYTES)?;
     }
     let resume = req.has(REQ_RESUME).then_some(Resume {
         checksum: req.has(REQ_CHECKSUM),
@@ -375,7 +377,7 @@ impl Follow<'_, '_> {
                 )
             })?;
         let text: u64 = entries.iter().map(|e| e.text_len() as u64).sum();
-        let cost = entries.len() as u64 * crate::session::sink::receive::ENTRY_COST_BYTES + text;
+        let cost = entries.len() as u64 * crate::session::sink::rules::ENTRY_COST_BYTES + text;
         self.memory
             .reserve(cost.saturating_add(bitmap_bytes(entries, self.block)))?;
         let names: Vec<String> = entries
@@ -478,7 +480,7 @@ pub(super) fn bitmap_bytes(entries: &[crate::protocol::manifest::Entry], block: 
 /// is claimed by its name and number (`NAME\0K`: the sessions bringing the
 /// other pieces share the file), never while the whole name is claimed,
 /// and a whole file never while a piece of it is. (Across daemons a
-/// piece's part is never a whole file's, `receive::join_part`: one of
+/// piece's part is never a whole file's, `pieces::join_part`: one of
 /// them fails, and neither commits the other's bytes.)
 pub(super) fn claim_names<'r>(
     registry: &'r Registry,

@@ -16,7 +16,7 @@ use super::admit::Throttled;
 use super::connection::connection_failed;
 use super::log::{Level, Log};
 use super::stats::DaemonStats;
-use crate::session::sink::receive::Rules;
+use crate::session::sink::rules::Rules;
 use crate::session::SessionError;
 
 /// What every session of the daemon shares.

@@ -92,7 +92,7 @@ pub fn serve(
 pub(super) fn sweep_parts(
     cfg: &RecvConfig,
     age: Duration,
-    claims: &crate::session::sink::receive::InodeClaims,
+    claims: &crate::session::sink::rules::InodeClaims,
     stop: &AtomicBool,
     log: &Log,
 ) {

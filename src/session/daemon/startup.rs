@@ -10,7 +10,7 @@ use crate::protocol::control::{ErrorCode, SessionRequest};
 use super::config::RecvConfig;
 use super::log::{Level, Log};
 use super::registry::BUFFER_STREAMS_MAX;
-use crate::session::sink::receive::Rules;
+use crate::session::sink::rules::Rules;
 use crate::session::SessionError;
 
 /// Before listening: the root opens (and takes files, unless the daemon
@@ -36,7 +36,7 @@ pub(super) fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
     Ok(Rules {
         secret,
         owner: None,
-        owners: crate::session::sink::receive::Owners::Own,
+        owners: crate::session::sink::rules::Owners::Own,
         ids: Arc::default(),
         dry_run: false,
         follow: false,
@@ -44,13 +44,13 @@ pub(super) fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         keep: Default::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,
-        devices: crate::session::sink::receive::Devices::for_this_process(
+        devices: crate::session::sink::rules::Devices::for_this_process(
             cfg.devices,
             "the receiver does not make device nodes: its config does not allow them (devices = true, with the daemon running as root)",
         ),
         claims: Arc::default(),
-        journal_budget: Arc::new(crate::session::sink::receive::JournalBudget::new(
-            crate::session::sink::receive::JOURNAL_BYTES_PER_S,
+        journal_budget: Arc::new(crate::session::sink::rules::JournalBudget::new(
+            crate::session::sink::rules::JOURNAL_BYTES_PER_S,
         )),
     })
 }
@@ -64,7 +64,7 @@ pub(super) fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, Ses
     let owner = (*token != [0; 32]).then(|| rules.secret.mac(&[b"urmove owner", token]));
     Ok(Rules {
         owner,
-        owners: crate::session::sink::receive::Owners::for_this_process(
+        owners: crate::session::sink::rules::Owners::for_this_process(
             req.has(crate::protocol::control::REQ_NUMERIC_IDS),
         ),
         ids: Arc::default(),

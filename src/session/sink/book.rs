@@ -25,8 +25,9 @@ use crate::protocol::manifest::{check_entry, Entry, EntryKind};
 use crate::protocol::sparse;
 
 use super::commit::{FinalJob, JournalJob, Outcome};
+use super::file::{FileState, RecvFile};
 use super::journal::Journal;
-use super::receive::{FileState, RecvFile, Rules};
+use super::rules::Rules;
 use crate::session::SessionError;
 
 /// Complete files waiting for a finalizer, at most.
@@ -215,7 +216,7 @@ impl<'s> Book<'s> {
             paths: None,
             adding: rules.follow,
             growth_left: match rules.follow {
-                true => super::receive::FOLLOW_BITMAP_BYTES,
+                true => super::file::FOLLOW_BITMAP_BYTES,
                 false => 0,
             },
             jobs,
@@ -391,7 +392,7 @@ impl<'s> Book<'s> {
             self.close_idle_part();
         }
         let f = self.files[index].as_mut().expect("files");
-        let opened = super::receive::open_part(self.root, self.direct, self.rules, f)
+        let opened = super::part::open_part(self.root, self.direct, self.rules, f)
             .and_then(|()| f.write_own(self.root, &self.rules.secret));
         match opened {
             Err(e) if e.is_entry_fault() => {
@@ -458,7 +459,7 @@ impl<'s> Book<'s> {
         }
         // A file whose blocks were all held, or holes, may have no part open.
         if f.part.is_none() {
-            match super::receive::open_to_finish(self.root, self.direct, self.rules, f) {
+            match super::part::open_to_finish(self.root, self.direct, self.rules, f) {
                 Err(e) if e.is_entry_fault() => {
                     self.refuse_now(index, &e);
                     return Ok(());
@@ -551,7 +552,7 @@ impl<'s> Book<'s> {
     /// An added entry made ready: a directory made, a growing file's
     /// directory made and its table (its part comes with its first block).
     fn prepare_added(&mut self, e: &Entry) -> Result<Option<RecvFile>, SessionError> {
-        let rel = super::receive::join(self.dest, &e.path);
+        let rel = super::incoming::join(self.dest, &e.path);
         let dir = match e.kind {
             EntryKind::Dir => rel.as_str(),
             _ => rel.rsplit_once('/').map_or("", |(d, _)| d),
@@ -837,7 +838,7 @@ fn show_live(f: &mut RecvFile, block: u64) {
     let bytes = (f.prefix * block).min(f.size);
     if let Some(part) = &f.part {
         let text = bytes.to_string();
-        let _ = crate::datapath::sys::set_xattr(part, super::receive::LIVE_XATTR, text.as_bytes());
+        let _ = crate::datapath::sys::set_xattr(part, super::file::LIVE_XATTR, text.as_bytes());
     }
 }
 

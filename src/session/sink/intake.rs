@@ -460,7 +460,8 @@ mod tests {
     use crate::datapath::beneath::Root;
     use crate::datapath::DirectMode;
     use crate::protocol::manifest::{Entry, EntryKind};
-    use crate::session::sink::receive::{Incoming, Rules};
+    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::rules::Rules;
 
     const BLOCK: u64 = 64 << 10;
     const BLOCKS: u64 = 64;
