@@ -12,7 +12,9 @@ use crate::coord::units::{self, RateUnit};
 use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
 use crate::protocol::control::ErrorCode;
-use crate::session::client::send::{run_send, NetInterval, SendConfig, SendObserver, SendReport};
+use crate::session::client::config::SendConfig;
+use crate::session::client::report::{NetInterval, SendObserver, SendReport};
+use crate::session::client::send::run_send;
 use crate::session::daemon::{serve, RecvConfig};
 use crate::session::{SessionError, DEFAULT_PORT};
 
@@ -621,7 +623,7 @@ pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result
         delete_excluded: a.tree.delete_excluded,
         contents,
         one_file,
-        min_rate: a.min_rate.map(|r| crate::session::client::send::MinRate {
+        min_rate: a.min_rate.map(|r| crate::session::client::config::MinRate {
             bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
@@ -650,8 +652,8 @@ pub fn send(a: SendArgs, filter: crate::session::plan::filter::Filter) -> Result
 }
 
 /// What `--follow` asks for, if given.
-fn follow_of(a: &SendArgs) -> Option<crate::session::client::send::Follow> {
-    a.follow.then(|| crate::session::client::send::Follow {
+fn follow_of(a: &SendArgs) -> Option<crate::session::client::config::Follow> {
+    a.follow.then(|| crate::session::client::config::Follow {
         idle: a.follow_idle,
         until: a
             .follow_until
@@ -1137,7 +1139,7 @@ fn kept_text(r: &SendReport) -> String {
 }
 
 /// A follow's lag behind the writers, at its largest.
-fn lag_summary(lag: crate::session::client::send::Lag, kept_up: bool) -> String {
+fn lag_summary(lag: crate::session::client::report::Lag, kept_up: bool) -> String {
     let verdict = match kept_up {
         true => "the link kept up",
         false => "the link fell behind the writers",

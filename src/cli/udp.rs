@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::coord::units::{self, RateUnit};
 use crate::protocol::control::ErrorCode;
-use crate::session::client::send::SendConfig;
+use crate::session::client::config::SendConfig;
 use crate::session::probe::udp::{run_udp, UdpFigures, UdpReport, UdpTest};
 use crate::session::SessionError;
 

@@ -14,7 +14,13 @@ use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
 use crate::session::sink::landing::{Landing, Pace};
 
-use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
+use super::send::{drive, Expect};
+
+use super::connect::open_session;
+
+use super::report::{SendObserver, SendReport};
+
+use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
 use crate::session::link::refused::Refused;
 use crate::session::roles::{accept, differed};
@@ -87,10 +93,10 @@ pub fn run_pull(
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
-    let fitted = super::send::fit(cfg, 4, 4, "--block", obs)?;
-    let (cfg, fitted) = &super::send::fit_shard(cfg, fitted)?;
+    let fitted = super::connect::fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &super::connect::fit_shard(cfg, fitted)?;
     let req = pull_request(cfg, paths)?;
-    let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
+    let (engine, _) = super::connect::register_fitted(*fitted, obs, |n| {
         crate::session::sink::landing::prepare_receivers(
             cfg.lanes,
             cfg.streams,
@@ -135,7 +141,7 @@ pub fn run_pull(
             };
             let _ = crate::session::link::conn::send_msg(&mut pull.ctl, &m);
             let (files, bytes) = pull.incoming.kept();
-            report.kept = Some(super::send::Kept { files, bytes });
+            report.kept = Some(super::report::Kept { files, bytes });
             report.fail(&e, interrupt.load(Ordering::Relaxed));
             phases(&mut report);
             return Ok(report);

@@ -15,10 +15,13 @@ use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest, RE
 use crate::protocol::frame::{FrameHeader, FrameKey, FLAG_UNCHECKED};
 use crate::protocol::seal::Direction as SealDirection;
 
-use crate::session::client::send::{
-    drive, fit, note_zero_copy, open_session, push_params, register_fitted, Expect, SendConfig,
-    SendObserver, SendReport, AUTO_START,
-};
+use crate::session::client::send::{drive, push_params, Expect, AUTO_START};
+
+use crate::session::client::connect::{fit, note_zero_copy, open_session, register_fitted};
+
+use crate::session::client::report::{SendObserver, SendReport};
+
+use crate::session::client::config::SendConfig;
 use crate::session::link::conn::{recv_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::link::streams::{fds_of, Sealing};

@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::datapath::udp::{self as wire, Counts, Tagger, Tally};
 use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest, UdpCount};
 
-use crate::session::client::send::SendConfig;
+use crate::session::client::config::SendConfig;
 use crate::session::link::conn::{recv_msg, send_msg, Control};
 use crate::session::link::lanes::{self, Lane, Lanes};
 use crate::session::SessionError;
@@ -466,7 +466,7 @@ pub fn run_udp(
         rate_limit: t.rate.map_or(0, |r| r.ceil() as u64),
         filter: Vec::new(),
     };
-    let (mut ctl, keys) = crate::session::client::send::begin(cfg, req)?;
+    let (mut ctl, keys) = crate::session::client::connect::begin(cfg, req)?;
     let mut report = UdpReport {
         command: if t.reverse {
             "bench --net --udp --reverse"
