@@ -110,7 +110,7 @@ impl Drop for Confirmer {
 
 /// Read `e` again: unchanged since it ended, and summing to its digest.
 fn verdict(e: &Ended, stop: &AtomicBool) -> Verdict {
-    super::pusher::check_unchanged(&e.file, e.end, None)?;
+    super::reads::check_unchanged(&e.file, e.end, None)?;
     let now = crate::session::plan::digest::plain_digest(&e.file, e.end.0, stop)
         .map_err(|err| format!("read again at its end: {err}"))?;
     if now == e.digest {

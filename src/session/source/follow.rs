@@ -31,7 +31,7 @@ use crate::protocol::control::{ErrorCode, Message, MANIFEST_PART_ENTRIES_MAX};
 use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::confirm::{Confirmer, Ended, Verdict};
-use super::pusher::Acks;
+use super::ledger::Acks;
 use super::work::{End, Work};
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::refused::Refused;

@@ -24,8 +24,8 @@ use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::SessionKeys;
 
 use super::follow::Follower;
+pub(crate) use super::ledger::{Acks, Sent};
 use super::pusher::{push_lane, ANOTHER_LANE_FAILED};
-pub(crate) use super::pusher::{Acks, Sent};
 use super::work::Work;
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
