@@ -458,7 +458,7 @@ pub(super) fn run_session(
         }
         Kind::Push => push_session(s, req, buffers, keys, cfg, registry, peer, log),
         Kind::Udp => {
-            let side = crate::session::probe::udp::DaemonSide {
+            let side = crate::session::probe::udp_daemon::DaemonSide {
                 enabled: cfg.udp,
                 busy: &registry.udp_busy,
                 listen_port: cfg.listen.port(),
@@ -467,7 +467,7 @@ pub(super) fn run_session(
                 timeout: cfg.timeout,
                 time_max: cfg.udp_time_max,
             };
-            let (bytes, line) = crate::session::probe::udp::daemon(s, req, keys, &side)?;
+            let (bytes, line) = crate::session::probe::udp_daemon::daemon(s, req, keys, &side)?;
             log(Level::Info, &format!("{peer}: UDP test: {line}"));
             bench_summary(s, bytes)?;
             Ok((0, bytes))
