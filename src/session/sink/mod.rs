@@ -1,17 +1,22 @@
-//! The sink's data path and the on-disk contract: the files being
-//! received (`incoming`: `Incoming`, prepared beneath the root, what it
-//! holds before the data in `resume`, its end in `finish`; each `file`;
-//! the receiver's `rules`; the `manifest` taken; `part`s and split files'
-//! shared parts, `pieces`), their table
-//! (`book`), each lane's intake of frames (`intake`) under the session's
-//! `landing`; parts named beside their files (`beside`), journals
-//! (`journal`), the commit (`commit`, under a `lease`), the stamp
-//! (`stamp`), split files' receipts (`receipt`), `--delete` (`prune`) and
-//! the daemon's sweep of old parts (`sweep`). Uses `plan` and `link`;
-//! never the source.
+//! The sink's data path and the on-disk contract:
+//!
+//! - the files being received: `incoming` (`Incoming`, every entry
+//!   prepared beneath the root), `resume` (what this side holds before the
+//!   data), `finish` (links and directories at the end), each `file`, the
+//!   receiver's `rules`, the `manifest` it takes;
+//! - the data: each lane's `intake` of frames under the session's
+//!   `landing`, into the `book` of files (`book_follow`, `book_journal`);
+//! - on disk: `part`s (and a split file's shared part, `pieces`) named
+//!   `beside` their files, `journal`s, the `commit` under a `lease`, the
+//!   `stamp`, split files' `receipt`s, `--delete` (`prune`) and the
+//!   daemon's `sweep` of old parts.
+//!
+//! Uses `plan` and `link`; never the source.
 
 pub(crate) mod beside;
 pub(crate) mod book;
+pub(crate) mod book_follow;
+pub(crate) mod book_journal;
 pub(crate) mod commit;
 pub(crate) mod file;
 pub(crate) mod finish;
