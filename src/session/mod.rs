@@ -164,6 +164,10 @@ pub enum SessionError {
     Local { code: ErrorCode, message: String },
     #[error(transparent)]
     Data(#[from] crate::datapath::Error),
+    /// A lane stopped because another lane of the transfer failed (whose
+    /// error, not this one, says why).
+    #[error("another lane of this transfer failed")]
+    AnotherLaneFailed,
 }
 
 impl SessionError {
@@ -192,7 +196,7 @@ impl SessionError {
             SessionError::Auth(_) => ErrorCode::AuthFailed,
             SessionError::Refused { code, .. } | SessionError::Local { code, .. } => *code,
             SessionError::Data(crate::datapath::Error::Frame { .. }) => ErrorCode::Malformed,
-            SessionError::Data(_) => ErrorCode::Io,
+            SessionError::Data(_) | SessionError::AnotherLaneFailed => ErrorCode::Io,
         }
     }
 

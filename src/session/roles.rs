@@ -65,7 +65,7 @@ pub(crate) fn offer(
     ctl: &mut Control,
     (tree, block): (&Tree, u64),
     resume: Option<(&FrameKey, bool)>,
-    local: &dyn Fn(usize) -> Result<File, String>,
+    local: &dyn Fn(usize) -> Result<File, super::plan::unsendable::Unsendable>,
     reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
 ) -> Result<Held, SessionError> {
     send_manifest(ctl, &tree.entries)?;

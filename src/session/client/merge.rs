@@ -329,7 +329,22 @@ fn check_pieces(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>, count: u32) ->
     whole
 }
 
-fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
+/// Why a split file's pieces do not make it whole.
+#[derive(Debug, thiserror::Error)]
+enum NotWhole {
+    #[error("committed with digest {committed}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent")]
+    OtherDigest { committed: String, want: String },
+    #[error("committed with pieces other than the ones its shards verified (a session wrote a piece again after its shard's; run that shard again)")]
+    OtherPieces,
+    #[error("{}", untrusted(*.0))]
+    Untrusted((u32, u32)),
+    #[error("piece {} not verified", list(.0))]
+    Unverified(Vec<u32>),
+    #[error("every piece verified, but no shard's receiver committed the file (another session held it then): run the shards of its pieces again, the last to finish commits it")]
+    Uncommitted,
+}
+
+fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), NotWhole> {
     let hex = |d: &str| u64::from_str_radix(d, 16).unwrap_or(0);
     let mut sum = 0u64;
     let mut receipts = Vec::with_capacity(count as usize);
@@ -357,29 +372,29 @@ fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
     // that the file is held.
     if unverified.is_empty() && committed.iter().any(|(d, _)| *d != want) {
         let digests: Vec<&str> = committed.iter().map(|(d, _)| *d).collect();
-        return Err(format!(
-            "committed with digest {}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent",
-            digests.join(", ")
-        ));
+        return Err(NotWhole::OtherDigest {
+            committed: digests.join(", "),
+            want,
+        });
     }
     // The same digest, and pieces another session journaled after the
     // shards' own (its bytes made to sum alike): other receipts.
     if unverified.is_empty() && committed.iter().any(|(_, r)| *r != Some(&want_receipts)) {
-        return Err("committed with pieces other than the ones its shards verified (a session wrote a piece again after its shard's; run that shard again)".into());
+        return Err(NotWhole::OtherPieces);
     }
     if pieces.iter().any(|p| p.held) {
         return Ok(());
     }
     if committed.is_empty() {
         if let Some(seen) = pieces.iter().find_map(|p| Some((p.index, p.untrusted?))) {
-            return Err(untrusted(seen));
+            return Err(NotWhole::Untrusted(seen));
         }
     }
     if !unverified.is_empty() {
-        return Err(format!("piece {} not verified", list(&unverified)));
+        return Err(NotWhole::Unverified(unverified));
     }
     match committed.is_empty() {
-        true => Err("every piece verified, but no shard's receiver committed the file (another session held it then): run the shards of its pieces again, the last to finish commits it".into()),
+        true => Err(NotWhole::Uncommitted),
         false => Ok(()),
     }
 }

@@ -33,6 +33,7 @@ use super::config::SendConfig;
 use super::connect::{fit, fit_shard, note_zero_copy, open_session, register_fitted};
 use super::report::{Kept, SendObserver, SendReport};
 use crate::session::plan::held::{held_counts, held_text};
+use crate::session::plan::unsendable::Unsendable;
 pub use crate::session::source::follow::FollowUntil;
 use crate::session::source::follow::{Added, FollowCtx, Gauge};
 
@@ -286,7 +287,7 @@ impl Push<'_> {
             Some(path) => open_source(path, self.tree.ids[i], cfg.direct),
             None => match added.and_then(|a| a.source(i)) {
                 Some((path, id)) => open_source(&path, id, cfg.direct),
-                None => Err(format!("entry {i} is no source")),
+                None => Err(Unsendable::NoSource(i)),
             },
         };
         Ok(std::thread::scope(|scope| {

@@ -602,7 +602,7 @@ pub(super) fn accept_frame(
         )));
     };
     if f.growing {
-        grow_for(f, (block, growth), header).map_err(malformed)?;
+        grow_for(f, (block, growth), header).map_err(|e| malformed(e.to_string()))?;
     }
     FrameHeader {
         file_index: 0,

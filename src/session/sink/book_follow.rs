@@ -152,7 +152,8 @@ impl<'s> Book<'s> {
                 f.size
             )));
         }
-        f.grow_to(size, block, &mut self.growth_left).map_err(bad)?;
+        f.grow_to(size, block, &mut self.growth_left)
+            .map_err(|e| bad(e.to_string()))?;
         f.growing = false;
         f.id = super::journal::Identity {
             size,
@@ -197,31 +198,53 @@ pub(super) fn grow_for(
     f: &mut RecvFile,
     (block, growth): (u64, &mut u64),
     h: &FrameHeader,
-) -> Result<(), String> {
+) -> Result<(), GrowthRefused> {
     let end = h.offset.saturating_add(u64::from(h.length));
     if end <= f.size {
         return Ok(());
     }
-    let what = format!(
-        "frame at offset {} of growing file {}",
-        h.offset, h.file_index
-    );
-    if h.is_hole() || !h.offset.is_multiple_of(block) {
-        return Err(format!("{what}: a hole or unaligned block past its end"));
+    let at = (h.offset, h.file_index);
+    let why = if h.is_hole() || !h.offset.is_multiple_of(block) {
+        Some(PastEnd::HoleOrUnaligned)
+    } else if h.is_sparse() {
+        // A growing file grows by data only: its sender sends it no
+        // sparse blocks (one of no pieces would be a hole by another name).
+        Some(PastEnd::Sparse)
+    } else if !f.size.is_multiple_of(block) {
+        Some(PastEnd::PastShortLast)
+    } else if h.offset > f.size.saturating_add(GROW_AHEAD_MAX) {
+        Some(PastEnd::TooFarAhead)
+    } else if end > crate::session::SESSION_BLOCKS_MAX.saturating_mul(block) {
+        Some(PastEnd::TooManyBlocks)
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(GrowthRefused::Frame { at, why }),
+        None => f.grow_to(end, block, growth),
     }
-    // A growing file grows by data only: its sender sends it no sparse
-    // blocks (one of no pieces would be a hole by another name).
-    if h.is_sparse() {
-        return Err(format!("{what}: a sparse block past its end"));
-    }
-    if !f.size.is_multiple_of(block) {
-        return Err(format!("{what}: past its short last block"));
-    }
-    if h.offset > f.size.saturating_add(GROW_AHEAD_MAX) {
-        return Err(format!("{what}: more than 4 GiB past its furthest block"));
-    }
-    if end > crate::session::SESSION_BLOCKS_MAX.saturating_mul(block) {
-        return Err(format!("{what}: past the most blocks a file may have"));
-    }
-    f.grow_to(end, block, growth)
+}
+
+/// Why a growing file does not grow as a frame or its end asks.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GrowthRefused {
+    #[error("frame at offset {} of growing file {}: {why}", at.0, at.1)]
+    Frame { at: (u64, u32), why: PastEnd },
+    #[error("the follow's files grew past the {mib} MiB of block tables one session keeps; use larger blocks")]
+    TablesFull { mib: u64 },
+}
+
+/// What is wrong with a frame past a growing file's end.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PastEnd {
+    #[error("a hole or unaligned block past its end")]
+    HoleOrUnaligned,
+    #[error("a sparse block past its end")]
+    Sparse,
+    #[error("past its short last block")]
+    PastShortLast,
+    #[error("more than 4 GiB past its furthest block")]
+    TooFarAhead,
+    #[error("past the most blocks a file may have")]
+    TooManyBlocks,
 }

@@ -287,14 +287,13 @@ impl RecvFile {
         size: u64,
         block: u64,
         budget: &mut u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), super::book_follow::GrowthRefused> {
         let words = size.div_ceil(block).div_ceil(64) as usize;
         let more = words.saturating_sub(self.seen.len()) as u64 * 16;
         if more > *budget {
-            return Err(format!(
-                "the follow's files grew past the {} MiB of block tables one session keeps; use larger blocks",
-                FOLLOW_BITMAP_BYTES >> 20
-            ));
+            return Err(super::book_follow::GrowthRefused::TablesFull {
+                mib: FOLLOW_BITMAP_BYTES >> 20,
+            });
         }
         *budget -= more;
         self.size = size;

@@ -156,17 +156,39 @@ pub(crate) struct Dress {
 impl Dress {
     /// Give an open file or directory its dress: the owner first (a chown
     /// drops setuid bits, and the mode is set after), then the attributes.
-    pub(crate) fn put_on(&self, file: &File) -> Result<(), String> {
+    pub(crate) fn put_on(&self, file: &File) -> Result<(), DressFailed> {
         use crate::datapath::ids;
         if let Some((uid, gid)) = self.owner {
-            ids::fchown(file, uid, gid).map_err(|e| format!("giving it owner {uid}:{gid}: {e}"))?;
+            ids::fchown(file, uid, gid).map_err(|source| DressFailed::Owner {
+                uid,
+                gid,
+                source,
+            })?;
         }
         for (name, value) in &self.xattrs {
-            ids::set(file, name, value)
-                .map_err(|e| format!("setting its extended attribute {name}: {e}"))?;
+            ids::set(file, name, value).map_err(|source| DressFailed::Xattr {
+                name: name.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
+}
+
+/// What giving a file its dress failed at.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DressFailed {
+    #[error("giving it owner {uid}:{gid}: {source}")]
+    Owner {
+        uid: u32,
+        gid: u32,
+        source: std::io::Error,
+    },
+    #[error("setting its extended attribute {name}: {source}")]
+    Xattr {
+        name: String,
+        source: std::io::Error,
+    },
 }
 
 /// A token bucket of journal bytes per second, shared by every session of

@@ -540,7 +540,7 @@ impl<'a> Follower<'a> {
                 let m = Message::SourceDigests(vec![(i as u32, digest)]);
                 send_msg(&mut self.ctl, &m)
             }
-            Err(why) => self.drop_file(i, why),
+            Err(why) => self.drop_file(i, why.to_string()),
         }
     }
 }

@@ -69,7 +69,7 @@ impl<'a> Pacer<'a> {
 }
 
 /// A lane stops when the push is stopped, or when another lane failed
-/// (whose error, not this one, says why: [`ANOTHER_LANE_FAILED`]).
+/// (whose error, not this one, says why).
 pub(super) fn stopped(stop: &AtomicBool, work: &Work) -> Result<(), SessionError> {
     if stop.load(Ordering::Relaxed) {
         return Err(SessionError::local(
@@ -78,13 +78,10 @@ pub(super) fn stopped(stop: &AtomicBool, work: &Work) -> Result<(), SessionError
         ));
     }
     if work.failed() {
-        return Err(SessionError::local(ErrorCode::Io, ANOTHER_LANE_FAILED));
+        return Err(SessionError::AnotherLaneFailed);
     }
     Ok(())
 }
-
-/// Why a lane stopped when another failed.
-pub(in crate::session) const ANOTHER_LANE_FAILED: &str = "another lane of this transfer failed";
 
 /// What one lane did.
 pub(in crate::session) struct LaneDone {
@@ -546,7 +543,7 @@ mod tests {
         let open = |_: usize| {
             File::open(&path)
                 .map(|f| (f, false))
-                .map_err(|e| e.to_string())
+                .map_err(crate::session::plan::unsendable::Unsendable::Open)
         };
         let (ctl, _ctl_peer) = pair();
         let ctl = crate::session::link::conn::Control::new(ctl);

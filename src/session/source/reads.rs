@@ -18,6 +18,7 @@ use super::ledger::Sent;
 use super::pusher::Pusher;
 use super::work::{End, Piece};
 use crate::session::plan::extents::{map_of, Extents};
+use crate::session::plan::unsendable::Unsendable;
 use crate::session::SessionError;
 
 /// A source file being read.
@@ -147,7 +148,7 @@ impl<'a> Pusher<'a> {
                     self.add_source(piece, file, direct)?;
                     return Ok(self.current);
                 }
-                Err(why) => self.skip(piece.entry, why),
+                Err(why) => self.skip(piece.entry, why.to_string()),
             }
         }
     }
@@ -414,7 +415,7 @@ impl<'a> Pusher<'a> {
         match check_unchanged(&src.file, end, self.work.ctime_of(src.entry)) {
             Ok(()) => true,
             Err(why) => {
-                self.drop_source(k, why);
+                self.drop_source(k, why.to_string());
                 false
             }
         }
@@ -555,23 +556,20 @@ pub(in crate::session) fn check_unchanged(
     file: &File,
     (size, mtime_s, mtime_ns): End,
     ctime: Option<(i64, u32)>,
-) -> Result<(), String> {
+) -> Result<(), Unsendable> {
     use std::os::unix::fs::MetadataExt;
-    let m = file.metadata().map_err(|err| format!("stat: {err}"))?;
+    let m = file.metadata().map_err(Unsendable::Stat)?;
     if m.len() != size {
-        return Err(format!(
-            "changed during the send (size {size} -> {}); send it again when it is complete",
-            m.len()
-        ));
+        return Err(Unsendable::Resized {
+            was: size,
+            now: m.len(),
+        });
     }
     if m.mtime() != mtime_s || m.mtime_nsec() as u32 != mtime_ns {
-        return Err("changed during the send (modified); send it again when it is complete".into());
+        return Err(Unsendable::Modified);
     }
     if ctime.is_some_and(|c| c != (m.ctime(), m.ctime_nsec() as u32)) {
-        return Err(
-            "changed during the send (its ctime moved: written or changed, its mtime put back); send it again"
-                .into(),
-        );
+        return Err(Unsendable::Touched);
     }
     Ok(())
 }
