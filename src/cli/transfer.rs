@@ -11,7 +11,6 @@ use anyhow::Context;
 use crate::coord::units::{self, RateUnit};
 use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
-use crate::protocol::control::ErrorCode;
 use crate::session::client::config::SendConfig;
 use crate::session::client::report::{NetInterval, SendObserver, SendReport};
 use crate::session::client::send::run_send;
@@ -773,18 +772,11 @@ fn fewer_if_refused(
 ) -> Result<SendReport, SessionError> {
     use crate::session::client::send::AUTO_START;
     match run(cfg, obs) {
-        Err(SessionError::Refused {
-            code: ErrorCode::TooLarge,
-            message,
-        }) if cfg.auto_streams && message.contains("data streams asked") => {
-            // "N data streams asked, this daemon takes 1 to M per session"
-            let most = message
-                .split("takes 1 to ")
-                .nth(1)
-                .and_then(|t| t.split_whitespace().next())
-                .and_then(|n| n.parse::<u16>().ok())
-                .unwrap_or(AUTO_START)
-                .max(1);
+        // The daemon's refusal names the most it takes, as a field.
+        Err(SessionError::TooManyStreams {
+            max, ours: false, ..
+        }) if cfg.auto_streams => {
+            let most = max.max(1);
             obs.notice(&format!(
                 "-P auto: the receiver takes at most {most} streams; going on with {most}"
             ));

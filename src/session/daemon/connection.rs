@@ -358,14 +358,11 @@ pub(super) fn admit_session<'r>(
     registry: &'r Registry,
 ) -> Result<(Hold, Reserved<'r>), SessionError> {
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
-        return Err(SessionError::local(
-            ErrorCode::TooLarge,
-            format!(
-                "{} data streams asked, this daemon takes 1 to {} per session",
-                req.streams,
-                cfg.limits.streams.min(STREAMS_MAX)
-            ),
-        ));
+        return Err(SessionError::TooManyStreams {
+            asked: req.streams,
+            max: cfg.limits.streams.min(STREAMS_MAX),
+            ours: true,
+        });
     }
     if cfg.require_encryption && !req.has(REQ_ENCRYPT) {
         return Err(SessionError::local(
