@@ -11,6 +11,7 @@
 
 use std::io;
 
+use super::error::StreamSite;
 use super::Error;
 
 pub mod layout;
@@ -23,6 +24,6 @@ pub use receiver::{NetReceiver, RecvEvent};
 pub use sender::{NetSender, SendStats};
 pub use zerocopy::{zero_copy_wont_pay, ZeroCopy};
 
-fn stream_err(op: &'static str, stream: u32, source: io::Error) -> Error {
-    Error::Stream { op, stream, source }
+fn stream_err(op: &'static str, site: StreamSite, source: io::Error) -> Error {
+    Error::Stream { op, site, source }
 }

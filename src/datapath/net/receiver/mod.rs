@@ -10,6 +10,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use crate::datapath::error::is_retry;
+use crate::datapath::error::StreamSite;
 use crate::datapath::net::layout::{frame_buf_size, trailer, HEADER_AT, HEADROOM};
 use crate::datapath::net::stream_err;
 use crate::datapath::ring::Needed;
@@ -185,9 +186,9 @@ impl NetReceiver {
         assert_eq!(sockets.len(), self.fds.len(), "a socket per stream");
         self.ring.enable()?;
         for (i, &fd) in sockets.iter().enumerate() {
-            self.ring
-                .set_file(i as u32, fd)
-                .map_err(|e| stream_err("registering a socket", self.ids[i], e))?;
+            self.ring.set_file(i as u32, fd).map_err(|e| {
+                stream_err("registering a socket", StreamSite::Stream(self.ids[i]), e)
+            })?;
         }
         self.fds = sockets.to_vec();
         Ok(())
@@ -327,7 +328,7 @@ impl NetReceiver {
             Some(limit) => self.ring.submit_and_wait_for(want, limit),
             None => self.ring.submit_and_wait(want),
         }
-        .map_err(|e| stream_err("io_uring_enter", 0, e))?;
+        .map_err(|e| stream_err("io_uring_enter", StreamSite::ReceiverRing, e))?;
         self.ring.reap(&mut self.batch);
         let mut batch = std::mem::take(&mut self.batch);
         let mut result = Ok(());

@@ -4,6 +4,7 @@
 
 use std::os::fd::RawFd;
 
+use crate::datapath::error::StreamSite;
 use crate::datapath::net::layout::HEADROOM;
 use crate::datapath::net::stream_err;
 use crate::datapath::{Error, Lease};
@@ -16,7 +17,7 @@ impl NetReceiver {
     pub fn attach_file(&mut self, fd: RawFd) -> Result<Option<u32>, Error> {
         self.ring
             .attach_file(fd)
-            .map_err(|e| stream_err("registering a file", 0, e))
+            .map_err(|e| stream_err("registering a file", StreamSite::ReceiverRing, e))
     }
 
     /// Empty a file slot; no write to it may be in flight.

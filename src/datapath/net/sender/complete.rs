@@ -9,12 +9,12 @@ use std::time::Instant;
 use crate::datapath::error::is_retry;
 use crate::datapath::net::zerocopy::{ZeroCopy, ZC_PROBE_NOTIFS};
 use crate::datapath::ring::ZC_COPIED;
-use crate::datapath::{Completion, Error, Lease};
+use crate::datapath::{Completion, Lease};
 
-use super::{NetSender, SendTag};
+use super::{NetSender, SendOp, Sending};
 
 impl NetSender {
-    pub(super) fn complete(&mut self, c: Completion<SendTag>) -> Result<(), Error> {
+    pub(super) fn complete(&mut self, c: Completion<SendOp>) {
         let Completion {
             result,
             lease,
@@ -22,53 +22,55 @@ impl NetSender {
             more,
             notif,
         } = c;
-        if let Some(token) = tag.read {
-            let lease = lease.expect("reads carry a buffer");
-            self.reads_done.push_back((token, result, lease));
-            return Ok(());
+        match tag {
+            SendOp::Read { token } => {
+                let lease = lease.expect("reads carry a buffer");
+                self.reads_done.push_back((token, result, lease));
+            }
+            SendOp::Send(send) if notif => {
+                let lease = lease.expect("a notification returns the buffer");
+                self.notified(send.stream, lease, result, send.len);
+            }
+            SendOp::Send(send) => self.sent(send, result, lease, more),
         }
-        let stream = tag.stream;
-        if notif {
-            let lease = lease.expect("a notification returns the buffer");
-            self.notified(stream, lease, result, tag.len);
-            return Ok(());
-        }
+    }
+
+    /// A send's result: a short or retried one goes again for the rest
+    /// (from its buffer, or from the notification that returns it), a
+    /// failed one loses its stream, a whole frame frees the stream for the
+    /// next.
+    fn sent(&mut self, send: Sending, result: i32, lease: Option<Lease>, more: bool) {
+        let stream = send.stream;
         if !self.queues[stream as usize].live {
             // The stream was given up while this send was in flight.
             if let Some(lease) = lease {
                 self.ring.arena().give_back(lease);
             }
-            return Ok(());
+            return;
         }
         if result < 0 {
             if is_retry(-result) {
-                match lease {
-                    Some(lease) => self.push_send(stream, lease, tag.len, tag.done),
-                    None => self.queues[stream as usize].rest_from = Some((tag.buf, tag.done)),
-                }
-                return Ok(());
+                self.send_rest(send, send.done, lease);
+                return;
             }
             if let Some(lease) = lease {
                 self.ring.arena().give_back(lease);
             }
             self.lose(stream, io::Error::from_raw_os_error(-result));
-            return Ok(());
+            return;
         }
         if result > 0 {
             self.progressed(stream, result as u64);
         }
-        let done = tag.done + result as u32;
-        assert!(done <= tag.len, "the kernel sent more than asked");
-        if done < tag.len {
+        let done = send.done + result as u32;
+        assert!(done <= send.len, "the kernel sent more than asked");
+        if done < send.len {
             // Short send: the rest goes out before anything else on this stream.
-            match lease {
-                Some(lease) => self.push_send(stream, lease, tag.len, done),
-                None => self.queues[stream as usize].rest_from = Some((tag.buf, done)),
-            }
-            return Ok(());
+            self.send_rest(send, done, lease);
+            return;
         }
         self.stats.frames += 1;
-        self.stats.bytes += u64::from(tag.len);
+        self.stats.bytes += u64::from(send.len);
         if !more {
             if let Some(lease) = lease {
                 self.ring.arena().give_back(lease);
@@ -76,7 +78,16 @@ impl NetSender {
         }
         self.queues[stream as usize].busy = false;
         self.issue(stream);
-        Ok(())
+    }
+
+    /// Send the rest of `send` from byte `done`: now, with its buffer, or
+    /// (a zero-copy send whose buffer the kernel still holds) when its
+    /// notification returns it.
+    fn send_rest(&mut self, send: Sending, done: u32, lease: Option<Lease>) {
+        match lease {
+            Some(lease) => self.push_send(send.stream, lease, send.len, done),
+            None => self.queues[send.stream as usize].rest_from = Some((send.buf, done)),
+        }
     }
 
     /// A zero-copy send's notification: the kernel is done with `lease`.

@@ -11,6 +11,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use crate::coord::StreamBytes;
+use crate::datapath::error::StreamSite;
 use crate::datapath::net::layout::{frame_buf_size, HEADER_AT, HEADROOM};
 use crate::datapath::net::stream_err;
 use crate::datapath::net::zerocopy::{probe_send_zc, zero_copy_wont_pay, ZeroCopy};
@@ -58,14 +59,22 @@ impl SendStats {
     }
 }
 
+/// An op of the sender's ring.
 #[derive(Debug, Clone, Copy)]
-struct SendTag {
+enum SendOp {
+    /// A frame going out on a stream.
+    Send(Sending),
+    /// A disk read into a frame buffer, with the caller's token.
+    Read { token: u32 },
+}
+
+/// A frame's send in flight.
+#[derive(Debug, Clone, Copy)]
+struct Sending {
     stream: u32,
     /// Bytes of this frame (header and payload) and how many are sent.
     len: u32,
     done: u32,
-    /// Set for a disk read into a frame buffer: the caller's token.
-    read: Option<u32>,
     /// The buffer's index, to match a zero-copy notification to its send.
     buf: u16,
 }
@@ -88,11 +97,11 @@ struct SendQueue {
 
 /// Sends frames on a set of connected TCP streams.
 pub struct NetSender {
-    ring: Ring<SendTag>,
+    ring: Ring<SendOp>,
     /// Finished disk reads: (token, result, buffer), for the caller.
     reads_done: VecDeque<(u32, i32, Lease)>,
     queues: Vec<SendQueue>,
-    batch: Vec<Completion<SendTag>>,
+    batch: Vec<Completion<SendOp>>,
     mode: ZeroCopy,
     zc_now: bool,
     stats: SendStats,
@@ -197,9 +206,9 @@ impl NetSender {
         assert_eq!(sockets.len(), self.fds.len(), "a socket per stream");
         self.ring.enable()?;
         for (i, &fd) in sockets.iter().enumerate() {
-            self.ring
-                .set_file(i as u32, fd)
-                .map_err(|e| stream_err("registering a socket", self.ids[i], e))?;
+            self.ring.set_file(i as u32, fd).map_err(|e| {
+                stream_err("registering a socket", StreamSite::Stream(self.ids[i]), e)
+            })?;
         }
         self.fds = sockets.to_vec();
         if self.mode == ZeroCopy::Auto && self.zc_now {
@@ -319,13 +328,12 @@ impl NetSender {
     }
 
     fn push_send(&mut self, stream: u32, lease: Lease, len: u32, done: u32) {
-        let tag = SendTag {
+        let tag = SendOp::Send(Sending {
             stream,
             len,
             done,
-            read: None,
             buf: lease.index(),
-        };
+        });
         let at = HEADER_AT + done as usize;
         if self.zc_now {
             self.stats.zc_sends += 1;
@@ -349,17 +357,13 @@ impl NetSender {
             Some(limit) => self.ring.submit_and_wait_for(want, wait_slice(limit)),
             None => self.ring.submit_and_wait(want),
         }
-        .map_err(|e| stream_err("io_uring_enter", 0, e))?;
+        .map_err(|e| stream_err("io_uring_enter", StreamSite::SenderRing, e))?;
         self.ring.reap(&mut self.batch);
         let mut batch = std::mem::take(&mut self.batch);
-        let mut result = Ok(());
         for c in batch.drain(..) {
-            if let Err(e) = self.complete(c) {
-                result = result.and(Err(e));
-            }
+            self.complete(c);
         }
         self.batch = batch;
-        result?;
         self.check_stalls()
     }
 

@@ -4,18 +4,19 @@
 
 use std::os::fd::RawFd;
 
+use crate::datapath::error::StreamSite;
 use crate::datapath::net::layout::HEADROOM;
 use crate::datapath::net::stream_err;
 use crate::datapath::{Error, Lease};
 
-use super::{NetSender, SendTag};
+use super::{NetSender, SendOp};
 
 impl NetSender {
     /// Register a source `fd` in a free file slot; `None` when all are taken.
     pub fn attach_file(&mut self, fd: RawFd) -> Result<Option<u32>, Error> {
         self.ring
             .attach_file(fd)
-            .map_err(|e| stream_err("registering a file", 0, e))
+            .map_err(|e| stream_err("registering a file", StreamSite::SenderRing, e))
     }
 
     /// Empty a file slot; no read from it may be in flight.
@@ -27,13 +28,7 @@ impl NetSender {
     /// payload area ([`HEADROOM`]) with O_DIRECT `READ_FIXED`; the buffer
     /// comes back from [`take_read`](Self::take_read) with the result.
     pub fn read(&mut self, slot: u32, offset: u64, lease: Lease, len: u32, token: u32) {
-        let tag = SendTag {
-            stream: 0,
-            len,
-            done: 0,
-            read: Some(token),
-            buf: lease.index(),
-        };
+        let tag = SendOp::Read { token };
         self.ring
             .read_fixed(slot, offset, lease, HEADROOM, len, tag);
     }

@@ -6,6 +6,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
+use crate::datapath::error::StreamSite;
 use crate::datapath::net::stream_err;
 use crate::datapath::{sys, Error, Lease};
 
@@ -101,7 +102,7 @@ impl NetSender {
         if waiting && now.duration_since(self.last_any_progress) > limit {
             return Err(stream_err(
                 "send",
-                0,
+                StreamSite::AllStreams,
                 io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
