@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::coord::{Interval, LatencyHist};
 use crate::datapath::disk::{Limit, Pattern, PhaseOutcome, PhaseSpec, VerifySpec};
-use crate::datapath::file::DirectMode;
+use crate::datapath::DirectMode;
 use crate::datapath::{sys, Error};
 
 use super::phase::run_phase;
@@ -187,7 +187,7 @@ fn run_modes(
                 bs: cfg.bs,
                 qd,
                 region_start: 0,
-                region_end: round_up(t.region, u64::from(t.file.align.offset)),
+                region_end: t.file.align.round_up(t.region),
                 eof: if pattern.writes() {
                     u64::MAX
                 } else {
@@ -397,10 +397,6 @@ fn interval_line(
         percent,
         eta_s,
     }
-}
-
-fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
 }
 
 fn random_seed() -> u64 {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::coord::units::bytes_decimal;
 use crate::datapath::disk::{self, Limit, Pattern, PhaseSpec, VerifySpec};
 use crate::datapath::file::{open_target, OpenSpec, TargetFile, TargetKind};
-use crate::datapath::{sys, Error};
+use crate::datapath::{direct, sys, Error};
 use crate::protocol::block;
 
 use super::disk::{DiskBenchConfig, Mode, Observer, SizeRule};
@@ -45,10 +45,6 @@ pub(crate) struct Prepared {
     pub(crate) stamped: bool,
     pub(crate) laid_out: u64,
     pub(crate) core: Option<usize>,
-}
-
-fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
 }
 
 /// Resolve each TARGET into an open file: a directory gets a new test file,
@@ -261,8 +257,7 @@ fn size_target(
     if read_as_is && region <= f.size {
         // Reading a file as it is: the last read may end short at EOF.
     } else {
-        let align = u64::from(f.align.offset);
-        region = region / align * align;
+        region = f.align.round_down(region);
         if region < bs {
             return Err(Error::Misaligned {
                 path: f.path.clone(),
@@ -295,7 +290,7 @@ pub(crate) fn fit_buffers(
     env: &mut Environment,
     obs: &mut dyn Observer,
 ) -> Result<u32, Error> {
-    let buf = round_up(u64::from(bs), crate::datapath::arena::BUF_ALIGN as u64);
+    let buf = direct::round_up(u64::from(bs), crate::datapath::arena::BUF_ALIGN as u64);
     let per_depth = buf * target_count as u64;
     let need = per_depth * u64::from(cfg.qd);
     if ram_bytes > 0 && need > ram_bytes / 2 {

@@ -207,10 +207,11 @@ pub fn zero_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
 }
 
 fn write_zeros(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use crate::datapath::direct::{round_up, TRANSFER_ALIGN};
     use std::os::unix::fs::FileExt;
-    const PAGE: usize = 4096;
     const CHUNK: usize = 1 << 20;
-    let layout = std::alloc::Layout::from_size_align(CHUNK, PAGE).expect("a valid layout");
+    let layout =
+        std::alloc::Layout::from_size_align(CHUNK, TRANSFER_ALIGN).expect("a valid layout");
     // SAFETY: the layout has a non-zero size; the pointer is checked, used
     // only as `CHUNK` zeroed bytes below and freed with the same layout.
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -219,7 +220,7 @@ fn write_zeros(file: &File, offset: u64, len: u64) -> io::Result<()> {
     }
     // SAFETY: `ptr` is a live, zeroed allocation of `CHUNK` bytes.
     let zeros = unsafe { std::slice::from_raw_parts(ptr, CHUNK) };
-    let end = offset + len.div_ceil(PAGE as u64) * PAGE as u64;
+    let end = offset + round_up(len, TRANSFER_ALIGN as u64);
     let mut at = offset;
     let mut result = Ok(());
     while at < end && result.is_ok() {

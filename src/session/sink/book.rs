@@ -165,7 +165,7 @@ fn unpack_sparse(header: &mut FrameHeader, lease: &mut Lease) -> Result<(), &'st
     let span = header.span as usize;
     let (head, room) = lease.as_mut_slice().split_at_mut(HEADROOM);
     // Room for the span and an O_DIRECT write's padding.
-    if span.div_ceil(4096) * 4096 > room.len() {
+    if crate::datapath::direct::padded(span) > room.len() {
         return Err("its block is larger than this session's frames");
     }
     let map = sparse::unpack(room, span, header.length as usize)?;
