@@ -222,37 +222,7 @@ fn size_target(
             region = f.size;
         }
     } else if t.may_write {
-        // We will write up to `region`: keep it within the free space.
-        let dir = match f.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let free = sys::free_bytes(dir)
-            .map_err(|e| Error::Open {
-                path: dir.to_path_buf(),
-                source: e,
-            })?
-            // A filesystem that reports no size (ramfs) cannot be clamped.
-            .unwrap_or(u64::MAX / 4);
-        let reserve = FREE_SPACE_RESERVE.min(free / 20);
-        let avail = (free + f.size).saturating_sub(reserve);
-        if region > avail {
-            let clamped = avail / bs * bs;
-            if clamped == 0 {
-                return Err(Error::NoSpace {
-                    path: f.path.clone(),
-                    free,
-                });
-            }
-            obs.notice(&format!(
-                "size clamped from {} to {}: only {} free on {}",
-                bytes_decimal(region),
-                bytes_decimal(clamped),
-                bytes_decimal(free),
-                dir.display()
-            ));
-            region = clamped;
-        }
+        region = clamp_to_free_space(f, region, bs, obs)?;
     }
     if read_as_is && region <= f.size {
         // Reading a file as it is: the last read may end short at EOF.
@@ -277,6 +247,48 @@ fn size_target(
     }
     t.region = region;
     Ok(())
+}
+
+/// `region` bytes of file `f` to write, within the free space of its
+/// filesystem (less a reserve), in whole blocks of `bs`.
+fn clamp_to_free_space(
+    f: &TargetFile,
+    region: u64,
+    bs: u64,
+    obs: &mut dyn Observer,
+) -> Result<u64, Error> {
+    // We will write up to `region`: keep it within the free space.
+    let dir = match f.path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let free = sys::free_bytes(dir)
+        .map_err(|e| Error::Open {
+            path: dir.to_path_buf(),
+            source: e,
+        })?
+        // A filesystem that reports no size (ramfs) cannot be clamped.
+        .unwrap_or(u64::MAX / 4);
+    let reserve = FREE_SPACE_RESERVE.min(free / 20);
+    let avail = (free + f.size).saturating_sub(reserve);
+    if region > avail {
+        let clamped = avail / bs * bs;
+        if clamped == 0 {
+            return Err(Error::NoSpace {
+                path: f.path.clone(),
+                free,
+            });
+        }
+        obs.notice(&format!(
+            "size clamped from {} to {}: only {} free on {}",
+            bytes_decimal(region),
+            bytes_decimal(clamped),
+            bytes_decimal(free),
+            dir.display()
+        ));
+        return Ok(clamped);
+    }
+    Ok(region)
 }
 
 /// Registered buffers are locked memory: without CAP_IPC_LOCK they must fit
