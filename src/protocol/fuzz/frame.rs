@@ -37,6 +37,32 @@ pub fn frame(data: &[u8]) {
         assert_eq!(decoded, Err(FrameError::BadMagic));
         return;
     }
+    assert_eq!(decoded, expected_header(head));
+    let Ok(h) = decoded else { return };
+
+    let mut canonical = [0u8; FRAME_HEADER_LEN];
+    canonical.copy_from_slice(head);
+    assert_eq!(h.encode(), canonical, "re-encoded header differs");
+    assert_eq!(FrameHeader::decode(&h.encode()), Ok(h));
+
+    let (sizes, payload) = frame_sizes_and_payload(&data[FRAME_HEADER_LEN..]);
+    checked_against_sizes(h, &sizes);
+    checked_payload(h, payload);
+    honest_headers(h, payload);
+    // Blocks fold into a file digest in any order.
+    let block = payload_checksum(&FUZZ_KEY, h.file_index, h.offset, payload);
+    assert_eq!(
+        digest_add(digest_add(0, h.checksum), block),
+        digest_add(digest_add(0, block), h.checksum)
+    );
+    if h.is_sparse() && payload.len() >= h.length as usize {
+        sparse_payload(h, &payload[..h.length as usize]);
+    }
+}
+
+/// What a header with the magic (`head`) must decode to, read from its
+/// byte layout and the limits: its fields, or the first rule it breaks.
+fn expected_header(head: &[u8]) -> Result<FrameHeader, FrameError> {
     let le = |at: usize, n: usize| {
         head[at..at + n]
             .iter()
@@ -61,7 +87,7 @@ pub fn frame(data: &[u8]) {
         }
         false => fields.span == 0,
     };
-    let expected = if fields.flags & !known != 0 {
+    if fields.flags & !known != 0 {
         Err(FrameError::UnknownFlags {
             flags: fields.flags,
         })
@@ -77,19 +103,15 @@ pub fn frame(data: &[u8]) {
         })
     } else {
         Ok(fields)
-    };
-    assert_eq!(decoded, expected);
-    let Ok(h) = decoded else { return };
+    }
+}
 
-    let mut canonical = [0u8; FRAME_HEADER_LEN];
-    canonical.copy_from_slice(head);
-    assert_eq!(h.encode(), canonical, "re-encoded header differs");
-    assert_eq!(FrameHeader::decode(&h.encode()), Ok(h));
-
-    let (sizes, payload) = frame_sizes_and_payload(&data[FRAME_HEADER_LEN..]);
+/// The manifest check agrees with its definition: the frame's bytes end
+/// within its file's size, and its file is one of `sizes`.
+fn checked_against_sizes(h: FrameHeader, sizes: &[u64]) {
     let end = u128::from(h.offset) + u128::from(h.length);
     let size = sizes.get(h.file_index as usize).copied();
-    match h.check_against(&sizes) {
+    match h.check_against(sizes) {
         Ok(()) => assert!(
             size.is_some_and(|s| end <= u128::from(s)),
             "{h:?} {sizes:?}"
@@ -109,7 +131,11 @@ pub fn frame(data: &[u8]) {
         }
         Err(e) => panic!("check_against gave {e:?}"),
     }
+}
 
+/// The payload check agrees with its definition: the payload is whole
+/// and has the header's checksum.
+fn checked_payload(h: FrameHeader, payload: &[u8]) {
     let intact = payload.len() == h.length as usize
         && payload_checksum(&FUZZ_KEY, h.file_index, h.offset, payload) == h.checksum;
     match h.check_payload(&FUZZ_KEY, payload) {
@@ -123,8 +149,11 @@ pub fn frame(data: &[u8]) {
         }
         Err(e) => panic!("check_payload gave {e:?}"),
     }
+}
 
-    // What an honest sender writes for this payload passes every check.
+/// The headers an honest sender writes for this payload, and for a hole
+/// at this place, pass every check, and only under their session's key.
+fn honest_headers(h: FrameHeader, payload: &[u8]) {
     if payload.len() <= FRAME_PAYLOAD_MAX as usize {
         let file_index = h.file_index % FRAME_SIZES_MAX as u32;
         let flags = h.flags & !FLAG_SPARSE;
@@ -145,16 +174,6 @@ pub fn frame(data: &[u8]) {
     assert_eq!(FrameHeader::decode(&hole.encode()), Ok(hole));
     assert_eq!(hole.check_hole(&FUZZ_KEY), Ok(()));
     assert!(hole.check_hole(&OTHER_FRAME_KEY).is_err());
-
-    // Blocks fold into a file digest in any order.
-    let block = payload_checksum(&FUZZ_KEY, h.file_index, h.offset, payload);
-    assert_eq!(
-        digest_add(digest_add(0, h.checksum), block),
-        digest_add(digest_add(0, block), h.checksum)
-    );
-    if h.is_sparse() && payload.len() >= h.length as usize {
-        sparse_payload(h, &payload[..h.length as usize]);
-    }
 }
 
 /// A sparse frame's payload unpacks only when its map and pieces add up;

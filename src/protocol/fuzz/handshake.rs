@@ -197,111 +197,128 @@ impl Handshake {
     /// Send `m` across the wire to the side it is addressed to, and check
     /// that side's answer against the model.
     fn deliver(&mut self, m: Message) {
-        let m = wire_round_trip(&m);
-        match m {
-            Message::Hello(h) => {
-                let got = self.server.on_hello(&h);
-                if self.server_took.is_some() || self.server_checked {
-                    assert_eq!(got, Err(AuthError::OutOfOrder));
-                } else if h.version != VERSION {
-                    assert_eq!(got, Err(AuthError::Version { theirs: h.version }));
-                } else {
-                    let c = got.expect("a fresh server takes a hello");
-                    assert_eq!(c.server_nonce, SERVER_NONCE);
-                    assert_eq!(
-                        c.server_proof,
-                        proof(
-                            &self.server_key,
-                            b"urmove-server",
-                            &h.client_nonce,
-                            &SERVER_NONCE
-                        )
-                    );
-                    self.server_took = Some(h.client_nonce);
-                    self.challenge = Some(c);
-                }
-            }
-            Message::Challenge(c) => {
-                let got = self.client.on_challenge(&c);
-                if self.client_checked {
-                    assert_eq!(got, Err(AuthError::OutOfOrder));
-                    return;
-                }
-                self.client_checked = true;
-                let right =
-                    c.server_proof == proof(&KEY, b"urmove-server", &CLIENT_NONCE, &c.server_nonce);
-                if self.challenge.as_ref() == Some(&c) {
-                    // The server's own answer: right only from a server
-                    // with the client's key that answered the client's hello.
-                    assert_eq!(
-                        right,
-                        self.server_key == KEY && self.server_took == Some(CLIENT_NONCE)
-                    );
-                }
-                if right {
-                    let a = got.expect("the client takes the right challenge");
-                    assert_eq!(
-                        a.client_proof,
-                        proof(&KEY, b"urmove-client", &c.server_nonce, &CLIENT_NONCE)
-                    );
-                    self.client_took = Some(c.server_nonce);
-                    self.auth = Some(a);
-                } else {
-                    assert_eq!(got, Err(AuthError::BadProof), "wrong challenge {c:?}");
-                }
-            }
-            Message::Auth(a) => {
-                let got = self.server.on_auth(&a, SESSION_ID);
-                let Some(cn) = self.server_took.filter(|_| !self.server_checked) else {
-                    assert_eq!(got.map(|_| ()), Err(AuthError::OutOfOrder));
-                    return;
-                };
-                self.server_checked = true;
-                let right =
-                    a.client_proof == proof(&self.server_key, b"urmove-client", &SERVER_NONCE, &cn);
-                if self.auth.as_ref() == Some(&a) {
-                    // The client's own proof: right only with the same key
-                    // and both nonces agreed.
-                    assert_eq!(
-                        right,
-                        self.server_key == KEY
-                            && cn == CLIENT_NONCE
-                            && self.client_took == Some(SERVER_NONCE)
-                    );
-                }
-                if right {
-                    let (w, keys) = got.expect("the server takes the right proof");
-                    assert_eq!((w.session_id, keys.session_id), (SESSION_ID, SESSION_ID));
-                    self.welcome = Some(w);
-                    self.server_keys = Some(keys);
-                } else {
-                    assert_eq!(got.map(|_| ()), Err(AuthError::BadProof), "wrong {a:?}");
-                }
-            }
-            Message::Welcome(w) => {
-                let got = self.client.on_welcome(&w);
-                if self.client_took.is_none() || self.client_keys.is_some() {
-                    assert_eq!(got, Err(AuthError::OutOfOrder));
-                    return;
-                }
-                let keys = got.expect("a client that took a challenge takes a welcome");
-                assert_eq!(keys.session_id, w.session_id);
-                self.client_keys = Some(keys);
-                self.open_stream(0);
-            }
+        match wire_round_trip(&m) {
+            Message::Hello(h) => self.hello_to_server(&h),
+            Message::Challenge(c) => self.challenge_to_client(&c),
+            Message::Auth(a) => self.auth_to_server(&a),
+            Message::Welcome(w) => self.welcome_to_client(&w),
             Message::StreamHello {
                 stream_index,
                 proof,
                 ..
-            } => {
-                if let Some(server) = &self.server_keys {
-                    assert_eq!(
-                        check_stream_proof(server, stream_index, &proof),
-                        proof == stream_proof(server, stream_index)
-                    );
-                }
-            }
+            } => self.stream_hello_to_server(stream_index, &proof),
             _ => {}
+        }
+    }
+
+    /// The server takes a fresh hello of its version, once, and answers
+    /// with its nonce and the proof of its key.
+    fn hello_to_server(&mut self, h: &Hello) {
+        let got = self.server.on_hello(h);
+        if self.server_took.is_some() || self.server_checked {
+            assert_eq!(got, Err(AuthError::OutOfOrder));
+        } else if h.version != VERSION {
+            assert_eq!(got, Err(AuthError::Version { theirs: h.version }));
+        } else {
+            let c = got.expect("a fresh server takes a hello");
+            assert_eq!(c.server_nonce, SERVER_NONCE);
+            assert_eq!(
+                c.server_proof,
+                proof(
+                    &self.server_key,
+                    b"urmove-server",
+                    &h.client_nonce,
+                    &SERVER_NONCE
+                )
+            );
+            self.server_took = Some(h.client_nonce);
+            self.challenge = Some(c);
+        }
+    }
+
+    /// The client checks a challenge once, and takes it only with the
+    /// right proof, answering with its own.
+    fn challenge_to_client(&mut self, c: &Challenge) {
+        let got = self.client.on_challenge(c);
+        if self.client_checked {
+            assert_eq!(got, Err(AuthError::OutOfOrder));
+            return;
+        }
+        self.client_checked = true;
+        let right = c.server_proof == proof(&KEY, b"urmove-server", &CLIENT_NONCE, &c.server_nonce);
+        if self.challenge.as_ref() == Some(c) {
+            // The server's own answer: right only from a server
+            // with the client's key that answered the client's hello.
+            assert_eq!(
+                right,
+                self.server_key == KEY && self.server_took == Some(CLIENT_NONCE)
+            );
+        }
+        if right {
+            let a = got.expect("the client takes the right challenge");
+            assert_eq!(
+                a.client_proof,
+                proof(&KEY, b"urmove-client", &c.server_nonce, &CLIENT_NONCE)
+            );
+            self.client_took = Some(c.server_nonce);
+            self.auth = Some(a);
+        } else {
+            assert_eq!(got, Err(AuthError::BadProof), "wrong challenge {c:?}");
+        }
+    }
+
+    /// The server checks a proof once, after its challenge, and takes only
+    /// the right one, welcoming the client into a session.
+    fn auth_to_server(&mut self, a: &Auth) {
+        let got = self.server.on_auth(a, SESSION_ID);
+        let Some(cn) = self.server_took.filter(|_| !self.server_checked) else {
+            assert_eq!(got.map(|_| ()), Err(AuthError::OutOfOrder));
+            return;
+        };
+        self.server_checked = true;
+        let right = a.client_proof == proof(&self.server_key, b"urmove-client", &SERVER_NONCE, &cn);
+        if self.auth.as_ref() == Some(a) {
+            // The client's own proof: right only with the same key
+            // and both nonces agreed.
+            assert_eq!(
+                right,
+                self.server_key == KEY
+                    && cn == CLIENT_NONCE
+                    && self.client_took == Some(SERVER_NONCE)
+            );
+        }
+        if right {
+            let (w, keys) = got.expect("the server takes the right proof");
+            assert_eq!((w.session_id, keys.session_id), (SESSION_ID, SESSION_ID));
+            self.welcome = Some(w);
+            self.server_keys = Some(keys);
+        } else {
+            assert_eq!(got.map(|_| ()), Err(AuthError::BadProof), "wrong {a:?}");
+        }
+    }
+
+    /// The client takes a welcome once, after the challenge it took, and
+    /// opens its first data stream.
+    fn welcome_to_client(&mut self, w: &Welcome) {
+        let got = self.client.on_welcome(w);
+        if self.client_took.is_none() || self.client_keys.is_some() {
+            assert_eq!(got, Err(AuthError::OutOfOrder));
+            return;
+        }
+        let keys = got.expect("a client that took a challenge takes a welcome");
+        assert_eq!(keys.session_id, w.session_id);
+        self.client_keys = Some(keys);
+        self.open_stream(0);
+    }
+
+    /// A server in a session takes a stream's proof exactly when it is
+    /// that stream's.
+    fn stream_hello_to_server(&self, stream_index: u16, proof: &Proof) {
+        if let Some(server) = &self.server_keys {
+            assert_eq!(
+                check_stream_proof(server, stream_index, proof),
+                *proof == stream_proof(server, stream_index)
+            );
         }
     }
 

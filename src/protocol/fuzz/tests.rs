@@ -113,8 +113,20 @@ fn message_seed(ops: &[u8], then: &[Message]) -> Vec<u8> {
     out
 }
 
-/// The seed corpus, made by the real encoders: `(target, name, bytes)`.
-fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+/// A seed of the corpus: `(target, name, bytes)`.
+type Seed = (&'static str, &'static str, Vec<u8>);
+
+/// The seed corpus, made by the real encoders.
+fn seeds() -> Vec<Seed> {
+    let mut all = frame_seeds();
+    all.extend(handshake_seeds());
+    all.extend(manifest_seeds());
+    all
+}
+
+/// Frames of a file, a file's end, a hole, an unchecked and a sparse
+/// block, and one past its file's end.
+fn frame_seeds() -> Vec<Seed> {
     let text = b"hello urmove";
     let block: Vec<u8> = (0..64u8).collect();
     let unchecked = FrameHeader {
@@ -125,25 +137,6 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         offset: 0,
         checksum: 0,
     };
-    let tree = [
-        entry("run42", EntryKind::Dir, 0, None),
-        entry("run42/a.dat", EntryKind::File, 12345, None),
-        entry("run42/l", EntryKind::Symlink, 0, Some("a.dat")),
-        entry("run42/up", EntryKind::Symlink, 0, Some("../run42/a.dat")),
-        entry("run42/pipe", EntryKind::Fifo, 0, None),
-        Entry {
-            rdev: 0x103,
-            ..entry("run42/null", EntryKind::CharDevice, 0, None)
-        },
-    ];
-    let refused = [
-        entry("/etc/passwd", EntryKind::File, 1, None),
-        entry("a/../b", EntryKind::File, 1, None),
-        entry("l", EntryKind::Symlink, 0, Some("../x")),
-        entry("a/l", EntryKind::Symlink, 0, Some("x/../../y")),
-    ];
-    let part = control::encode(&Message::Manifest(tree.to_vec()))[5..].to_vec();
-    let (h, c, a, w) = (op::HELLO, op::CHALLENGE, op::AUTH, op::WELCOME);
     vec![
         (
             "frame",
@@ -179,6 +172,14 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
                 b"abcdefgh",
             ),
         ),
+    ]
+}
+
+/// Honest and wrong-key handshakes, replays, a tampered and a reflected
+/// proof, injected messages, and a key file.
+fn handshake_seeds() -> Vec<Seed> {
+    let (h, c, a, w) = (op::HELLO, op::CHALLENGE, op::AUTH, op::WELCOME);
+    vec![
         ("handshake", "honest", vec![0, h, c, a, w, op::STREAM, 3, 0]),
         ("handshake", "wrong-key", vec![1, h, c, a, w]),
         ("handshake", "replay", vec![0, h, h, c, c, a, a, w, w]),
@@ -210,6 +211,31 @@ fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             ),
         ),
         ("handshake", "key-file", format_key(&KEY).into_bytes()),
+    ]
+}
+
+/// A file, a tree of every kind, refused paths and links, and a Manifest
+/// message's part.
+fn manifest_seeds() -> Vec<Seed> {
+    let tree = [
+        entry("run42", EntryKind::Dir, 0, None),
+        entry("run42/a.dat", EntryKind::File, 12345, None),
+        entry("run42/l", EntryKind::Symlink, 0, Some("a.dat")),
+        entry("run42/up", EntryKind::Symlink, 0, Some("../run42/a.dat")),
+        entry("run42/pipe", EntryKind::Fifo, 0, None),
+        Entry {
+            rdev: 0x103,
+            ..entry("run42/null", EntryKind::CharDevice, 0, None)
+        },
+    ];
+    let refused = [
+        entry("/etc/passwd", EntryKind::File, 1, None),
+        entry("a/../b", EntryKind::File, 1, None),
+        entry("l", EntryKind::Symlink, 0, Some("../x")),
+        entry("a/l", EntryKind::Symlink, 0, Some("x/../../y")),
+    ];
+    let part = control::encode(&Message::Manifest(tree.to_vec()))[5..].to_vec();
+    vec![
         (
             "manifest",
             "file",
