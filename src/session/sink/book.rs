@@ -168,7 +168,7 @@ pub(super) fn unpack_sparse(
     let span = header.span as usize;
     let (head, room) = lease.as_mut_slice().split_at_mut(HEADROOM);
     // Room for the span and an O_DIRECT write's padding.
-    if span.div_ceil(4096) * 4096 > room.len() {
+    if crate::datapath::direct::padded(span) > room.len() {
         return Err("its block is larger than this session's frames");
     }
     let map = sparse::unpack(room, span, header.length as usize)?;

@@ -264,7 +264,7 @@ impl<'a> Pusher<'a> {
         self.pacer.admit(n as u64, &mut self.tx)?;
         let src = &mut self.sources[cur];
         let want = if src.direct {
-            n.div_ceil(4096) * 4096
+            crate::datapath::direct::padded(n)
         } else {
             n
         };
@@ -490,7 +490,11 @@ pub(super) fn reread(
     lease: &mut Lease,
 ) -> Option<FrameHeader> {
     let n = r.len as usize;
-    let want = if direct { n.div_ceil(4096) * 4096 } else { n };
+    let want = if direct {
+        crate::datapath::direct::padded(n)
+    } else {
+        n
+    };
     let got = read_full(file, &mut payload_mut(lease)[..want], r.offset, n).ok()?;
     if got < n {
         return None;
