@@ -45,6 +45,10 @@
 #   bench-wan.sh:   WAN_PATHS="1Gbit:100ms 10Gbit:20ms 2Gbit:100ms"
 #                   WAN_LOSSES="0 0.001 0.015" WAN_FILE_MB=2048
 #                   WAN_SWEEP="1 4 8 12" WAN_IPERF_P="1 4 8" WAN_IPERF_PROCS=8
+#   RESUME=DIR      finish an interrupted run: keep the parts that finished in
+#                   DIR (its "logs and raw results" directory), run the rest
+#                   again with the same settings, and write the document from
+#                   both (its Date row says so)
 #   SMOKE=1         mark the document as a smoke run even at default sizes
 #                   (it is marked so anyway when any size or round count is
 #                   below the defaults above)
@@ -129,20 +133,44 @@ fi
 [ -x "$URMOVE" ] || die "urmove binary not executable: $URMOVE"
 export URMOVE
 
-RUNDIR=$(mktemp -d /var/tmp/urmove-bench-all.XXXXXX)
+# The rows each part writes to the TSV carry its script's tag.
+declare -A TAG=([net]=net [disk]=disk [lanes]=scaling [shards]=shards [wan]=wan)
+if [ -n "${RESUME:-}" ]; then
+    RUNDIR=$RESUME
+    [ -f "$RUNDIR/status.tsv" ] && [ -f "$RUNDIR/results.tsv" ] \
+        || die "RESUME=$RUNDIR is not a bench-all run directory (no status.tsv and results.tsv)"
+else
+    RUNDIR=$(mktemp -d /var/tmp/urmove-bench-all.XXXXXX)
+    : >"$RUNDIR/results.tsv"
+    : >"$RUNDIR/status.tsv"
+    date -Is >"$RUNDIR/started"
+    cut -d' ' -f1-3 /proc/loadavg >"$RUNDIR/load-start"
+fi
 TSV=$RUNDIR/results.tsv
-: >"$TSV"
 STATUS=$RUNDIR/status.tsv   # part, script, exit code, seconds
-: >"$STATUS"
 log "logs and raw results in $RUNDIR"
-START=$(date +%s)
-DATE=$(date -Is)
-LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+DATE=$(cat "$RUNDIR/started" 2>/dev/null || echo "an unrecorded time")
+LOAD_START=$(cat "$RUNDIR/load-start" 2>/dev/null || echo "unrecorded")
+RESUMED=
+# done_before NAME: whether a resumed run finished part NAME (exit 0); a part that
+# is run again first loses what its interrupted or failed run left.
+done_before() {
+    [ -n "${RESUME:-}" ] || return 1
+    if awk -F'\t' -v n="$1" '$1 == n && $3 == 0 { ok = 1 } END { exit !ok }' "$STATUS"; then
+        log "part $1: kept from $RUNDIR (it finished there)"
+        return 0
+    fi
+    awk -F'\t' -v n="$1" '$1 != n' "$STATUS" >"$STATUS.new" && mv "$STATUS.new" "$STATUS"
+    awk -F'\t' -v t="${TAG[$1]}" '$2 != t' "$TSV" >"$TSV.new" && mv "$TSV.new" "$TSV"
+    RESUMED="$RESUMED $1"
+    return 1
+}
 
 # part NAME SCRIPT [VAR=VALUE...] -- [ARGS...]: run one script, its Markdown
 # to $RUNDIR/NAME.md, its log to $RUNDIR/NAME.log and to stderr.
 part() {
     local name=$1 script=$2 t0 rc=0; shift 2
+    if done_before "$name"; then return 0; fi
     local -a env=()
     while [ "$1" != -- ]; do env+=("$1"); shift; done
     shift
@@ -175,7 +203,7 @@ if want wan; then
     part wan bench-wan.sh DUR="$DUR" PATHS="$WAN_PATHS" LOSSES="$WAN_LOSSES" FILE_MB="$WAN_FILE_MB" \
         SWEEP="$WAN_SWEEP" IPERF_P="$WAN_IPERF_P" IPERF_PROCS="$WAN_IPERF_PROCS" --
 fi
-ELAPSED=$(( $(date +%s) - START ))
+ELAPSED=$(awk -F'\t' '{ s += $4 } END { print s + 0 }' "$STATUS")
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- the machine and the peers ------------------------------------------------
@@ -199,7 +227,8 @@ if [ -n "$(cd "$ROOT" && git status --porcelain --untracked-files=no 2>/dev/null
 fi
 MACHINE=$RUNDIR/machine.tsv
 {
-    printf 'Date\t%s (took %s min; load %s at start, %s at end)\n' "$DATE" $(( (ELAPSED + 59) / 60 )) "$LOAD_START" "$LOAD_END"
+    printf 'Date\t%s (took %s min; load %s at start, %s at end)%s\n' "$DATE" $(( (ELAPSED + 59) / 60 )) \
+        "$LOAD_START" "$LOAD_END" "${RESUMED:+; interrupted, and resumed at $(date -Is) for:$RESUMED}"
     printf 'CPUs\t%s (nproc), %s\n' "$(nproc)" "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
     printf 'Memory\t%s\n' "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
     printf 'Kernel\t%s\n' "$(uname -r)"

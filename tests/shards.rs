@@ -1391,7 +1391,7 @@ fn a_piece_continued_from_a_journal_that_moved_on_is_never_the_victims() {
 /// bytes, is killed while it writes them over the victim's blocks: the
 /// file is never committed with bytes nobody verified (the commit does not
 /// read them again: a journal names only what its writer held before its
-/// first write, `receive::tests`), and the victim's shard 1 run again
+/// first write, `sink::incoming` tests), and the victim's shard 1 run again
 /// makes it whole.
 #[test]
 fn a_piece_writer_killed_over_anothers_blocks_leaves_no_journal_naming_them() {

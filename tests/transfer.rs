@@ -1120,11 +1120,12 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
         code(hand_session_with(&d, vec![file(1 << 60)], 1, 4096)),
         ErrorCode::TooLarge
     );
-    // 256 streams: more than this daemon's --max-streams (64).
-    assert_eq!(
-        code(hand_session_with(&d, vec![file(10)], 256, 64 << 20)),
-        ErrorCode::TooLarge
-    );
+    // 256 streams: more than this daemon's --max-streams (64), refused
+    // with the count asked and the most it takes, as fields.
+    match hand_session_with(&d, vec![file(10)], 256, 64 << 20) {
+        Err(Message::StreamsRefused { asked, max }) => assert_eq!((asked, max), (256, 64)),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| "ready")),
+    }
     assert!(d.alive());
     assert!(!d.root.path().join("hand/f").exists());
 }

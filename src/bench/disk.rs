@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use crate::coord::{Interval, LatencyHist};
 use crate::datapath::disk::{Limit, Pattern, PhaseOutcome, PhaseSpec, VerifySpec};
-use crate::datapath::file::DirectMode;
+use crate::datapath::DirectMode;
 use crate::datapath::{sys, Error};
 
-use super::phase::run_phase;
+use super::phase::{run_phase, IntervalSummary, PhaseRun};
 use super::report::{DiskReport, Environment, IntervalLine, ModeResult, SCHEMA};
 use super::target::{
     ensure_laid_out, finish_targets, fit_buffers, names, prepare_targets, remove_created, Prepared,
@@ -172,22 +172,66 @@ fn run_modes(
     let mut gate_ok = cfg.min_rate.map(|_| true);
     let names = names(targets);
     for &mode in &cfg.modes {
-        let pattern = mode.pattern(cfg.mix_read_pct);
+        let m = ModeRun { mode, cfg, qd };
         if mode != Mode::Write {
             // Reads never hit holes; random writes never scatter a new file.
             for (i, t) in targets.iter_mut().enumerate() {
                 ensure_laid_out(cfg, qd, i, t, interrupt, obs)?;
             }
         }
-        let specs: Vec<PhaseSpec> = targets
+        let specs = m.specs(targets);
+        let run = m.run(targets, &specs, &names, interrupt, obs)?;
+        if report.env.io_uring_features.is_empty() {
+            report.env.io_uring_features = run.features.clone();
+        }
+        m.note_written(targets, &run);
+        if run.gate.is_some_and(|g| !g.ok) {
+            gate_ok = Some(false);
+        }
+        let results = m.results(&run, &specs, &names);
+        obs.phase_done(&results);
+        report.results.extend(results);
+        report.min_rate_ok = gate_ok;
+        if run.interrupted {
+            return Err(Error::Interrupted);
+        }
+    }
+    Ok(())
+}
+
+/// One mode of the run, on every target.
+struct ModeRun<'a> {
+    mode: Mode,
+    cfg: &'a DiskBenchConfig,
+    /// The queue depth the run uses.
+    qd: u32,
+}
+
+/// One line of a mode's results: whose it is and what it did.
+struct Measured<'a> {
+    target: String,
+    outcome: &'a PhaseOutcome,
+    latency: &'a LatencyHist,
+    intervals: IntervalSummary,
+    region_bytes: u64,
+    gate: Option<crate::coord::GateResult>,
+}
+
+impl ModeRun<'_> {
+    /// Each target's phase: its whole region, for the time or the bytes
+    /// asked.
+    fn specs(&self, targets: &[Prepared]) -> Vec<PhaseSpec> {
+        let cfg = self.cfg;
+        let pattern = self.mode.pattern(cfg.mix_read_pct);
+        targets
             .iter()
             .enumerate()
             .map(|(i, t)| PhaseSpec {
                 pattern,
                 bs: cfg.bs,
-                qd,
+                qd: self.qd,
                 region_start: 0,
-                region_end: round_up(t.region, u64::from(t.file.align.offset)),
+                region_end: t.file.align.round_up(t.region),
                 eof: if pattern.writes() {
                     u64::MAX
                 } else {
@@ -207,157 +251,172 @@ fn run_modes(
                 fsync: cfg.fsync,
                 rate: cfg.rate,
             })
-            .collect();
-        let expected: Option<u64> = cfg
-            .time
-            .is_none()
-            .then(|| targets.iter().map(|t| t.region).sum());
-        let multi = targets.len() > 1;
-        let mut emit = |agg: &Interval, per: &[Option<Interval>]| {
-            let agg_line = interval_line(mode.name(), "aggregate".into(), agg, expected, cfg.time);
-            let per_lines: Vec<IntervalLine> = if multi {
-                per.iter()
-                    .zip(&names)
-                    .zip(&specs)
-                    .filter_map(|((iv, n), s)| {
-                        let expected = cfg.time.is_none().then_some(s.region_end - s.region_start);
-                        iv.as_ref()
-                            .map(|iv| interval_line(mode.name(), n.clone(), iv, expected, cfg.time))
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            obs.interval(&agg_line, &per_lines);
+            .collect()
+    }
+
+    /// Run the mode's phase, its intervals going to the observer.
+    fn run(
+        &self,
+        targets: &mut [Prepared],
+        specs: &[PhaseSpec],
+        names: &[String],
+        interrupt: &AtomicBool,
+        obs: &mut dyn Observer,
+    ) -> Result<PhaseRun, Error> {
+        let lines = Lines {
+            mode: self.mode.name(),
+            names,
+            specs,
+            expected: self
+                .cfg
+                .time
+                .is_none()
+                .then(|| targets.iter().map(|t| t.region).sum()),
+            time: self.cfg.time,
         };
-        let run = run_phase(
+        let mut emit = |agg: &Interval, per: &[Option<Interval>]| lines.emit(obs, agg, per);
+        let cfg = self.cfg;
+        run_phase(
             targets,
-            &specs,
+            specs,
             cfg.interval,
             interrupt,
             cfg.min_rate,
             &mut emit,
-        )?;
-        if report.env.io_uring_features.is_empty() {
-            report.env.io_uring_features = run.features.clone();
+        )
+    }
+
+    /// After a mode that writes: each target's size now, and whether a
+    /// verified write stamped all of its region.
+    fn note_written(&self, targets: &mut [Prepared], run: &PhaseRun) {
+        if !self.mode.pattern(self.cfg.mix_read_pct).writes() {
+            return;
         }
-        let mut results = Vec::with_capacity(targets.len() + 1);
-        for (i, o) in run.outcomes.iter().enumerate() {
-            let t = &mut targets[i];
-            if pattern.writes() {
-                if let Ok(m) = t.file.file.metadata() {
-                    t.file.size = m.len();
-                }
-                if mode == Mode::Write && cfg.verify && o.bytes + o.ramp_bytes >= t.region {
-                    t.stamped = true;
-                }
+        for (t, o) in targets.iter_mut().zip(&run.outcomes) {
+            if let Ok(m) = t.file.file.metadata() {
+                t.file.size = m.len();
             }
-            results.push(mode_result(
-                mode,
-                names[i].clone(),
-                o,
-                &run.latencies[i],
-                (run.interval_min[i], run.intervals_full[i]),
-                run.interval_median[i],
-                specs[i].region_end - specs[i].region_start,
-                cfg,
-                qd,
-                None,
-            ));
-        }
-        let agg = PhaseOutcome {
-            bytes: run.outcomes.iter().map(|o| o.bytes).sum(),
-            ops: run.outcomes.iter().map(|o| o.ops).sum(),
-            elapsed_ns: run.elapsed_ns,
-            ramp_bytes: run.outcomes.iter().map(|o| o.ramp_bytes).sum(),
-            short_ops: run.outcomes.iter().map(|o| o.short_ops).sum(),
-            retried_ops: run.outcomes.iter().map(|o| o.retried_ops).sum(),
-            verified_blocks: run.outcomes.iter().map(|o| o.verified_blocks).sum(),
-            fsync_ns: run.outcomes.iter().map(|o| o.fsync_ns).max().unwrap_or(0),
-            ..PhaseOutcome::default()
-        };
-        let mut lat = LatencyHist::new();
-        for l in &run.latencies {
-            lat.merge(l);
-        }
-        if run.gate.is_some_and(|g| !g.ok) {
-            gate_ok = Some(false);
-        }
-        let agg_result = mode_result(
-            mode,
-            "aggregate".into(),
-            &agg,
-            &lat,
-            (
-                run.interval_min[targets.len()],
-                run.intervals_full[targets.len()],
-            ),
-            run.interval_median[targets.len()],
-            specs.iter().map(|s| s.region_end - s.region_start).sum(),
-            cfg,
-            qd,
-            run.gate,
-        );
-        if multi {
-            results.push(agg_result);
-        } else {
-            // One target: its line is the aggregate; keep the path and the gate.
-            let mut only = results.pop().expect("one target, one result");
-            only.min_rate = agg_result.min_rate;
-            results.push(only);
-        }
-        obs.phase_done(&results);
-        report.results.extend(results);
-        report.min_rate_ok = gate_ok;
-        if run.interrupted {
-            return Err(Error::Interrupted);
+            if self.mode == Mode::Write && self.cfg.verify && o.bytes + o.ramp_bytes >= t.region {
+                t.stamped = true;
+            }
         }
     }
-    Ok(())
+
+    /// A result per target, and the aggregate's: with one target, its
+    /// line is the aggregate, keeping its path and the gate.
+    fn results(&self, run: &PhaseRun, specs: &[PhaseSpec], names: &[String]) -> Vec<ModeResult> {
+        let n = run.outcomes.len();
+        let mut results = Vec::with_capacity(n + 1);
+        for (i, o) in run.outcomes.iter().enumerate() {
+            results.push(self.result(Measured {
+                target: names[i].clone(),
+                outcome: o,
+                latency: &run.latencies[i],
+                intervals: run.intervals[i],
+                region_bytes: specs[i].region_end - specs[i].region_start,
+                gate: None,
+            }));
+        }
+        let mut latency = LatencyHist::new();
+        for l in &run.latencies {
+            latency.merge(l);
+        }
+        let aggregate = self.result(Measured {
+            target: "aggregate".into(),
+            outcome: &aggregate(&run.outcomes, run.elapsed_ns),
+            latency: &latency,
+            intervals: run.intervals[n],
+            region_bytes: specs.iter().map(|s| s.region_end - s.region_start).sum(),
+            gate: run.gate,
+        });
+        if n > 1 {
+            results.push(aggregate);
+        } else {
+            let mut only = results.pop().expect("one target, one result");
+            only.min_rate = aggregate.min_rate;
+            results.push(only);
+        }
+        results
+    }
+
+    fn result(&self, m: Measured<'_>) -> ModeResult {
+        let (cfg, o) = (self.cfg, m.outcome);
+        let secs = (o.elapsed_ns as f64 / 1e9).max(1e-9);
+        let rate = o.bytes as f64 / secs;
+        ModeResult {
+            mode: self.mode.name(),
+            target: m.target,
+            bytes: o.bytes,
+            elapsed_s: o.elapsed_ns as f64 / 1e9,
+            rate_bytes_per_s: rate,
+            iops: o.ops as f64 / secs,
+            ops: o.ops,
+            latency_us: m.latency.percentiles_us(),
+            interval_rate_min_bytes_per_s: crate::coord::interval::summary_min(
+                m.intervals.min,
+                m.intervals.full,
+                rate,
+            ),
+            intervals_full: m.intervals.full,
+            interval_rate_median_bytes_per_s: m.intervals.median,
+            region_bytes: m.region_bytes,
+            passes: o.bytes as f64 / m.region_bytes.max(1) as f64,
+            block_size_bytes: cfg.bs,
+            queue_depth: self.qd,
+            short_ops: o.short_ops,
+            retried_ops: o.retried_ops,
+            ramp_bytes: o.ramp_bytes,
+            fsync_s: (cfg.fsync && self.mode.pattern(cfg.mix_read_pct).writes())
+                .then_some(o.fsync_ns as f64 / 1e9),
+            verified_blocks: cfg.verify.then_some(o.verified_blocks),
+            min_rate: m.gate,
+        }
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn mode_result(
-    mode: Mode,
-    target: String,
-    o: &PhaseOutcome,
-    lat: &LatencyHist,
-    (interval_min, intervals_full): (Option<f64>, u64),
-    interval_median: Option<f64>,
-    region_bytes: u64,
-    cfg: &DiskBenchConfig,
-    qd: u32,
-    gate: Option<crate::coord::GateResult>,
-) -> ModeResult {
-    let secs = (o.elapsed_ns as f64 / 1e9).max(1e-9);
-    let rate = o.bytes as f64 / secs;
-    ModeResult {
-        mode: mode.name(),
-        target,
-        bytes: o.bytes,
-        elapsed_s: o.elapsed_ns as f64 / 1e9,
-        rate_bytes_per_s: rate,
-        iops: o.ops as f64 / secs,
-        ops: o.ops,
-        latency_us: lat.percentiles_us(),
-        interval_rate_min_bytes_per_s: crate::coord::interval::summary_min(
-            interval_min,
-            intervals_full,
-            rate,
-        ),
-        intervals_full,
-        interval_rate_median_bytes_per_s: interval_median,
-        region_bytes,
-        passes: o.bytes as f64 / region_bytes.max(1) as f64,
-        block_size_bytes: cfg.bs,
-        queue_depth: qd,
-        short_ops: o.short_ops,
-        retried_ops: o.retried_ops,
-        ramp_bytes: o.ramp_bytes,
-        fsync_s: (cfg.fsync && mode.pattern(cfg.mix_read_pct).writes())
-            .then_some(o.fsync_ns as f64 / 1e9),
-        verified_blocks: cfg.verify.then_some(o.verified_blocks),
-        min_rate: gate,
+/// What all targets did in a phase, as one.
+fn aggregate(outcomes: &[PhaseOutcome], elapsed_ns: u64) -> PhaseOutcome {
+    PhaseOutcome {
+        bytes: outcomes.iter().map(|o| o.bytes).sum(),
+        ops: outcomes.iter().map(|o| o.ops).sum(),
+        elapsed_ns,
+        ramp_bytes: outcomes.iter().map(|o| o.ramp_bytes).sum(),
+        short_ops: outcomes.iter().map(|o| o.short_ops).sum(),
+        retried_ops: outcomes.iter().map(|o| o.retried_ops).sum(),
+        verified_blocks: outcomes.iter().map(|o| o.verified_blocks).sum(),
+        fsync_ns: outcomes.iter().map(|o| o.fsync_ns).max().unwrap_or(0),
+        ..PhaseOutcome::default()
+    }
+}
+
+/// A mode's interval lines for the observer: the aggregate's, and with
+/// several targets each one's.
+struct Lines<'a> {
+    mode: &'static str,
+    names: &'a [String],
+    specs: &'a [PhaseSpec],
+    /// Bytes the mode moves in all, when it is not timed.
+    expected: Option<u64>,
+    time: Option<Duration>,
+}
+
+impl Lines<'_> {
+    fn emit(&self, obs: &mut dyn Observer, agg: &Interval, per: &[Option<Interval>]) {
+        let agg_line = interval_line(self.mode, "aggregate".into(), agg, self.expected, self.time);
+        let per_lines: Vec<IntervalLine> = if self.names.len() > 1 {
+            per.iter()
+                .zip(self.names)
+                .zip(self.specs)
+                .filter_map(|((iv, n), s)| {
+                    let expected = self.time.is_none().then_some(s.region_end - s.region_start);
+                    iv.as_ref()
+                        .map(|iv| interval_line(self.mode, n.clone(), iv, expected, self.time))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        obs.interval(&agg_line, &per_lines);
     }
 }
 
@@ -397,10 +456,6 @@ fn interval_line(
         percent,
         eta_s,
     }
-}
-
-fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
 }
 
 fn random_seed() -> u64 {

@@ -142,16 +142,8 @@ pub fn run_sweep(
         queue_depth: qd,
         rows: Vec::with_capacity(cells.len()),
     };
-    let outcome = sweep_cells(
-        qd,
-        cfg,
-        &cells,
-        &mut targets,
-        interrupt,
-        &mut table,
-        &mut report,
-        on_row,
-    );
+    let sweep = Sweep { cfg, qd, interrupt };
+    let outcome = sweep.cells(&cells, &mut targets, &mut table, &mut report, on_row);
     report.sweep = Some(table);
     report.env.targets = finish_targets(cfg, &targets, obs);
     match outcome {
@@ -172,86 +164,112 @@ pub fn run_sweep(
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn sweep_cells(
+/// A sweep under way: its settings, the queue depth it fitted, and what
+/// stops it.
+struct Sweep<'a> {
+    cfg: &'a DiskBenchConfig,
     qd: u32,
-    cfg: &DiskBenchConfig,
-    cells: &[(u64, u32)],
-    targets: &mut [Prepared],
-    interrupt: &AtomicBool,
-    table: &mut SweepTable,
-    report: &mut DiskReport,
-    on_row: &mut dyn FnMut(&SweepRow),
-) -> Result<(), Error> {
-    for &(file_bytes, record) in cells {
-        for t in targets.iter() {
-            t.file
-                .check_aligned("sweep record size", u64::from(record))?;
-        }
-        let file_bytes =
-            file_bytes.min(targets.iter().map(|t| t.region).min().unwrap_or(file_bytes));
-        let mut rates = Vec::with_capacity(TESTS.len());
-        for test in TESTS {
-            if test == "write" {
-                for t in targets.iter_mut() {
-                    if t.file.kind == TargetKind::File {
-                        t.file.file.set_len(0).map_err(|e| Error::Io {
-                            op: "truncate",
-                            path: t.file.path.clone(),
-                            offset: 0,
-                            source: e,
-                        })?;
-                    }
-                }
+    interrupt: &'a AtomicBool,
+}
+
+impl Sweep<'_> {
+    /// Every cell in order, a row each into `table` (and to `on_row`).
+    fn cells(
+        &self,
+        cells: &[(u64, u32)],
+        targets: &mut [Prepared],
+        table: &mut SweepTable,
+        report: &mut DiskReport,
+        on_row: &mut dyn FnMut(&SweepRow),
+    ) -> Result<(), Error> {
+        for &(file_bytes, record) in cells {
+            for t in targets.iter() {
+                t.file
+                    .check_aligned("sweep record size", u64::from(record))?;
             }
-            let pattern = match test {
-                "write" | "rewrite" => Pattern::SeqWrite,
-                "read" | "reread" => Pattern::SeqRead,
-                "randread" => Pattern::RandRead,
-                _ => Pattern::RandWrite,
+            let file_bytes =
+                file_bytes.min(targets.iter().map(|t| t.region).min().unwrap_or(file_bytes));
+            let mut rates = Vec::with_capacity(TESTS.len());
+            for test in TESTS {
+                rates.push(self.test(test, file_bytes, record, targets, report)?);
+            }
+            let row = SweepRow {
+                file_bytes,
+                record_bytes: record,
+                rates_bytes_per_s: rates,
             };
-            let specs: Vec<PhaseSpec> = targets
-                .iter()
-                .map(|_| PhaseSpec {
-                    pattern,
-                    bs: record,
-                    qd,
-                    region_start: 0,
-                    region_end: file_bytes,
-                    eof: file_bytes,
-                    limit: Limit::Bytes(file_bytes),
-                    ramp: Duration::ZERO,
-                    zeros: cfg.zeros,
-                    verify: None,
-                    seed: 1,
-                    fsync: cfg.fsync,
-                    rate: None,
-                })
-                .collect();
-            let run = run_phase(
-                targets,
-                &specs,
-                cfg.interval,
-                interrupt,
-                None,
-                &mut |_, _| {},
-            )?;
-            if report.env.io_uring_features.is_empty() {
-                report.env.io_uring_features = run.features.clone();
-            }
-            if run.interrupted {
-                return Err(Error::Interrupted);
-            }
-            let bytes: u64 = run.outcomes.iter().map(|o| o.bytes).sum();
-            rates.push(bytes as f64 * 1e9 / run.elapsed_ns as f64);
+            on_row(&row);
+            table.rows.push(row);
         }
-        let row = SweepRow {
-            file_bytes,
-            record_bytes: record,
-            rates_bytes_per_s: rates,
+        Ok(())
+    }
+
+    /// One test of a cell (`file_bytes` in records of `record` bytes) on
+    /// every target at once: its aggregate rate, bytes per second. A write
+    /// starts from empty files.
+    fn test(
+        &self,
+        test: &str,
+        file_bytes: u64,
+        record: u32,
+        targets: &mut [Prepared],
+        report: &mut DiskReport,
+    ) -> Result<f64, Error> {
+        if test == "write" {
+            truncate(targets)?;
+        }
+        let pattern = match test {
+            "write" | "rewrite" => Pattern::SeqWrite,
+            "read" | "reread" => Pattern::SeqRead,
+            "randread" => Pattern::RandRead,
+            _ => Pattern::RandWrite,
         };
-        on_row(&row);
-        table.rows.push(row);
+        let spec = PhaseSpec {
+            pattern,
+            bs: record,
+            qd: self.qd,
+            region_start: 0,
+            region_end: file_bytes,
+            eof: file_bytes,
+            limit: Limit::Bytes(file_bytes),
+            ramp: Duration::ZERO,
+            zeros: self.cfg.zeros,
+            verify: None,
+            seed: 1,
+            fsync: self.cfg.fsync,
+            rate: None,
+        };
+        let specs = vec![spec; targets.len()];
+        let run = run_phase(
+            targets,
+            &specs,
+            self.cfg.interval,
+            self.interrupt,
+            None,
+            &mut |_, _| {},
+        )?;
+        if report.env.io_uring_features.is_empty() {
+            report.env.io_uring_features = run.features.clone();
+        }
+        if run.interrupted {
+            return Err(Error::Interrupted);
+        }
+        let bytes: u64 = run.outcomes.iter().map(|o| o.bytes).sum();
+        Ok(bytes as f64 * 1e9 / run.elapsed_ns as f64)
+    }
+}
+
+/// Empty every target that is a file.
+fn truncate(targets: &mut [Prepared]) -> Result<(), Error> {
+    for t in targets.iter_mut() {
+        if t.file.kind == TargetKind::File {
+            t.file.file.set_len(0).map_err(|e| Error::Io {
+                op: "truncate",
+                path: t.file.path.clone(),
+                offset: 0,
+                source: e,
+            })?;
+        }
     }
     Ok(())
 }

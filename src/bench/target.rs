@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::coord::units::bytes_decimal;
 use crate::datapath::disk::{self, Limit, Pattern, PhaseSpec, VerifySpec};
 use crate::datapath::file::{open_target, OpenSpec, TargetFile, TargetKind};
-use crate::datapath::{sys, Error};
+use crate::datapath::{direct, sys, Error};
 use crate::protocol::block;
 
 use super::disk::{DiskBenchConfig, Mode, Observer, SizeRule};
@@ -45,10 +45,6 @@ pub(crate) struct Prepared {
     pub(crate) stamped: bool,
     pub(crate) laid_out: u64,
     pub(crate) core: Option<usize>,
-}
-
-fn round_up(v: u64, to: u64) -> u64 {
-    v.div_ceil(to) * to
 }
 
 /// Resolve each TARGET into an open file: a directory gets a new test file,
@@ -226,43 +222,12 @@ fn size_target(
             region = f.size;
         }
     } else if t.may_write {
-        // We will write up to `region`: keep it within the free space.
-        let dir = match f.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let free = sys::free_bytes(dir)
-            .map_err(|e| Error::Open {
-                path: dir.to_path_buf(),
-                source: e,
-            })?
-            // A filesystem that reports no size (ramfs) cannot be clamped.
-            .unwrap_or(u64::MAX / 4);
-        let reserve = FREE_SPACE_RESERVE.min(free / 20);
-        let avail = (free + f.size).saturating_sub(reserve);
-        if region > avail {
-            let clamped = avail / bs * bs;
-            if clamped == 0 {
-                return Err(Error::NoSpace {
-                    path: f.path.clone(),
-                    free,
-                });
-            }
-            obs.notice(&format!(
-                "size clamped from {} to {}: only {} free on {}",
-                bytes_decimal(region),
-                bytes_decimal(clamped),
-                bytes_decimal(free),
-                dir.display()
-            ));
-            region = clamped;
-        }
+        region = clamp_to_free_space(f, region, bs, obs)?;
     }
     if read_as_is && region <= f.size {
         // Reading a file as it is: the last read may end short at EOF.
     } else {
-        let align = u64::from(f.align.offset);
-        region = region / align * align;
+        region = f.align.round_down(region);
         if region < bs {
             return Err(Error::Misaligned {
                 path: f.path.clone(),
@@ -284,6 +249,48 @@ fn size_target(
     Ok(())
 }
 
+/// `region` bytes of file `f` to write, within the free space of its
+/// filesystem (less a reserve), in whole blocks of `bs`.
+fn clamp_to_free_space(
+    f: &TargetFile,
+    region: u64,
+    bs: u64,
+    obs: &mut dyn Observer,
+) -> Result<u64, Error> {
+    // We will write up to `region`: keep it within the free space.
+    let dir = match f.path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let free = sys::free_bytes(dir)
+        .map_err(|e| Error::Open {
+            path: dir.to_path_buf(),
+            source: e,
+        })?
+        // A filesystem that reports no size (ramfs) cannot be clamped.
+        .unwrap_or(u64::MAX / 4);
+    let reserve = FREE_SPACE_RESERVE.min(free / 20);
+    let avail = (free + f.size).saturating_sub(reserve);
+    if region > avail {
+        let clamped = avail / bs * bs;
+        if clamped == 0 {
+            return Err(Error::NoSpace {
+                path: f.path.clone(),
+                free,
+            });
+        }
+        obs.notice(&format!(
+            "size clamped from {} to {}: only {} free on {}",
+            bytes_decimal(region),
+            bytes_decimal(clamped),
+            bytes_decimal(free),
+            dir.display()
+        ));
+        return Ok(clamped);
+    }
+    Ok(region)
+}
+
 /// Registered buffers are locked memory: without CAP_IPC_LOCK they must fit
 /// RLIMIT_MEMLOCK. Lower the queue depth to fit (and say so), or refuse with
 /// the exact remedy. Buffers never take more than half the RAM.
@@ -295,7 +302,7 @@ pub(crate) fn fit_buffers(
     env: &mut Environment,
     obs: &mut dyn Observer,
 ) -> Result<u32, Error> {
-    let buf = round_up(u64::from(bs), crate::datapath::arena::BUF_ALIGN as u64);
+    let buf = direct::round_up(u64::from(bs), crate::datapath::arena::BUF_ALIGN as u64);
     let per_depth = buf * target_count as u64;
     let need = per_depth * u64::from(cfg.qd);
     if ram_bytes > 0 && need > ram_bytes / 2 {

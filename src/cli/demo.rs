@@ -14,8 +14,9 @@ use anyhow::Context;
 use crate::coord::units;
 use crate::datapath::disk::fill_random;
 use crate::datapath::{sys, DirectMode};
-use crate::session::client::send::{run_send, SendConfig};
-use crate::session::daemon::recv::{serve, RecvConfig};
+use crate::session::client::config::SendConfig;
+use crate::session::client::send::run_send;
+use crate::session::daemon::{serve, RecvConfig};
 
 use super::args::DemoArgs;
 use super::render::{Format, Out};

@@ -9,7 +9,7 @@
 use crate::coord::units;
 use crate::protocol::manifest::EntryKind;
 use crate::protocol::names;
-use crate::session::client::send::SendConfig;
+use crate::session::client::config::SendConfig;
 use crate::session::client::survey::{survey, survey_pull, Survey};
 use crate::session::plan::held::held_text;
 use crate::session::plan::held::Action;

@@ -21,7 +21,7 @@ use crate::bench::sweep::SweepTable;
 use crate::bench::{IntervalLine, ModeResult, Observer};
 use crate::coord::units::{self, RateUnit};
 use crate::coord::Interval;
-use crate::session::client::send::{NetInterval, SendObserver};
+use crate::session::client::report::{NetInterval, SendObserver};
 
 use super::render::rate_in;
 use super::Failure;

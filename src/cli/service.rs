@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::session::daemon::recv::DaemonStats;
+use crate::session::daemon::DaemonStats;
 
 use crate::session::daemon::log::{Level, Log};
 

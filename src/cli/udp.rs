@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::coord::units::{self, RateUnit};
 use crate::protocol::control::ErrorCode;
-use crate::session::client::send::SendConfig;
+use crate::session::client::config::SendConfig;
 use crate::session::probe::udp::{run_udp, UdpFigures, UdpReport, UdpTest};
 use crate::session::SessionError;
 
@@ -80,7 +80,8 @@ pub fn bench_udp(a: BenchArgs) -> Result<u8, Failure> {
     };
     // The size is checked against the path before anything is asked.
     let server = crate::session::probe::udp::resolve(&cfg).map_err(|e| Failure::Run(e.into()))?;
-    let size = crate::session::probe::udp::datagram_size(server, t.size).map_err(usage)?;
+    let size = crate::session::probe::udp::datagram_size(server, t.size)
+        .map_err(|e| usage(e.to_string()))?;
     t.size = Some(size);
     let format = Format::pick(a.json, a.json_stream);
     let mut out = Out::default();

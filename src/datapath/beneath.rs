@@ -55,28 +55,6 @@ impl FileId {
     }
 }
 
-/// `f` with O_DIRECT as `direct` asks, and whether it is in force: in
-/// `Auto`, a filesystem that refuses the flag (EINVAL) gets buffered I/O.
-fn with_direct(f: File, direct: super::DirectMode) -> io::Result<(File, bool)> {
-    if direct == super::DirectMode::Off {
-        return Ok((f, false));
-    }
-    // SAFETY: F_GETFL and F_SETFL on a descriptor this function owns
-    // read and set its status flags; no memory is passed.
-    let set = unsafe {
-        let now = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        now >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, now | libc::O_DIRECT) == 0
-    };
-    if set {
-        return Ok((f, true));
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EINVAL) if direct == super::DirectMode::Auto => Ok((f, false)),
-        _ => Err(e),
-    }
-}
-
 /// A name as the kernel takes it: its bytes ([`crate::protocol::names`]).
 fn cstr(s: &str) -> io::Result<CString> {
     CString::new(crate::protocol::names::to_bytes(s).into_owned())
@@ -242,7 +220,7 @@ impl Root {
         // Opened first, O_DIRECT set after: a filesystem that refuses it
         // refuses the flag, not the open (which may have made the file).
         let f = self.open_file(rel, flags, mode)?;
-        with_direct(f, direct)
+        super::direct::set(f, direct)
     }
 
     /// A new regular file with no name yet (`O_TMPFILE`) in directory
@@ -258,7 +236,7 @@ impl Root {
     ) -> io::Result<Option<(File, bool)>> {
         let at = if dir.is_empty() { "." } else { dir };
         match self.open_file(at, libc::O_TMPFILE | libc::O_WRONLY, mode) {
-            Ok(f) => with_direct(f, direct).map(Some),
+            Ok(f) => super::direct::set(f, direct).map(Some),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => Ok(None),
             Err(e) => Err(e),
         }

@@ -110,10 +110,10 @@ pub enum Error {
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
 
-    #[error("{op} on data stream {stream}: {source}")]
+    #[error("{op} on {site}: {source}")]
     Stream {
         op: &'static str,
-        stream: u32,
+        site: StreamSite,
         #[source]
         source: io::Error,
     },
@@ -133,6 +133,31 @@ pub enum Error {
 
     #[error("interrupted")]
     Interrupted,
+}
+
+/// Where an operation on the data streams failed: on one stream, or on
+/// the ring that carries a side's streams, where no one stream is to blame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamSite {
+    /// One data stream, by its number in the session.
+    Stream(u32),
+    /// Every stream a sender carries at once (the peer as a whole).
+    AllStreams,
+    /// The sender's ring itself (submitting to it, registering in it).
+    SenderRing,
+    /// The receiver's ring itself.
+    ReceiverRing,
+}
+
+impl std::fmt::Display for StreamSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamSite::Stream(stream) => write!(f, "data stream {stream}"),
+            StreamSite::AllStreams => f.write_str("every data stream"),
+            StreamSite::SenderRing => f.write_str("the sender's ring"),
+            StreamSite::ReceiverRing => f.write_str("the receiver's ring"),
+        }
+    }
 }
 
 impl Error {

@@ -1,41 +1,21 @@
-//! Benchmark and transfer targets: regular files and block devices, opened
-//! with O_DIRECT when the filesystem allows it, with their DIO alignment
-//! discovered from `statx(STATX_DIOALIGN)` (fallback: the device's logical
-//! block size, then 4096).
+//! Benchmark targets: regular files and block devices, opened with O_DIRECT
+//! as `--direct` asks and described (kind, size, filesystem, device, DIO
+//! alignment), never writing over a device that holds data unless told
+//! to. The O_DIRECT rules themselves are [`super::direct`]'s.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::direct::{self, OpenError};
+pub use super::direct::{Alignment, DirectMode, ALIGN_DEFAULT};
 use super::{signature, sys, Error};
-
-/// `--direct auto|required|off`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DirectMode {
-    /// O_DIRECT where the filesystem supports it, buffered with a warning elsewhere.
-    Auto,
-    /// O_DIRECT or refuse.
-    Required,
-    /// Buffered I/O through the page cache.
-    Off,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetKind {
     File,
     BlockDevice,
-}
-
-/// Direct-I/O alignment of a target and where it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Alignment {
-    /// Required alignment of buffer addresses.
-    pub mem: u32,
-    /// Required alignment of file offsets and lengths.
-    pub offset: u32,
-    /// `statx`, `logical block size`, `default` or `buffered`.
-    pub from: &'static str,
 }
 
 /// How to open a target.
@@ -69,9 +49,6 @@ pub struct TargetFile {
     pub fallbacks: Vec<String>,
 }
 
-/// Default alignment when neither statx nor the device say.
-pub const ALIGN_DEFAULT: u32 = 4096;
-
 fn open_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Open {
         path: path.to_path_buf(),
@@ -81,108 +58,20 @@ fn open_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 /// Open `path` as a benchmark or transfer target.
 pub fn open_target(path: &Path, spec: &OpenSpec) -> Result<TargetFile, Error> {
-    let existing = std::fs::metadata(path).ok();
-    let is_block = existing
-        .as_ref()
-        .is_some_and(|m| m.file_type().is_block_device());
-    if let Some(m) = &existing {
-        if !is_block && !m.is_file() {
-            return Err(open_err(path)(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "not a regular file or block device",
-            )));
-        }
-    }
-    if is_block && spec.write && !spec.destroy {
-        refuse_if_holds_data(path, existing.as_ref().expect("checked above"))?;
-    }
-
+    let is_block = check_kind(path, spec)?;
     let mut fallbacks = Vec::new();
-    let open = |direct: bool| {
-        let mut o = OpenOptions::new();
-        o.read(true).write(spec.write);
-        if !is_block {
-            o.create(spec.create && spec.write).mode(0o644);
-        }
-        let mut flags = libc::O_CLOEXEC;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        if is_block && spec.write {
-            flags |= libc::O_EXCL; // EBUSY when mounted or held
-        }
-        o.custom_flags(flags).open(path)
-    };
-    let want_direct = spec.direct != DirectMode::Off;
-    let (file, direct) = match open(want_direct) {
-        Ok(f) => (f, want_direct),
-        Err(e) if want_direct && e.raw_os_error() == Some(libc::EINVAL) => {
-            if spec.direct == DirectMode::Required {
-                return Err(Error::DirectUnsupported {
-                    path: path.to_path_buf(),
-                });
-            }
-            fallbacks.push(format!(
-                "{}: O_DIRECT refused by the filesystem, using buffered I/O",
-                path.display()
-            ));
-            (open(false).map_err(open_err(path))?, false)
-        }
-        Err(e) if is_block && e.raw_os_error() == Some(libc::EBUSY) => {
-            return Err(Error::Busy {
-                path: path.to_path_buf(),
-                source: e,
-            })
-        }
-        Err(e) => return Err(open_err(path)(e)),
-    };
+    let (file, direct) = open_file(path, spec, is_block)?;
+    if spec.direct != DirectMode::Off && !direct {
+        fallbacks.push(direct::buffered_note(path));
+    }
     let meta = file.metadata().map_err(open_err(path))?;
     let dev = if is_block { meta.rdev() } else { meta.dev() };
     let dev_id = (libc::major(dev), libc::minor(dev));
     let device = sys::block_device_name(dev_id.0, dev_id.1);
-
-    let dio = if direct {
-        sys::statx_dio_align(&file).ok().flatten()
-    } else {
-        None
-    };
-    let align = if !direct {
-        Alignment {
-            mem: 1,
-            offset: 1,
-            from: "buffered",
-        }
-    } else if let Some((mem, offset)) = dio {
-        Alignment {
-            mem: mem.max(1),
-            offset,
-            from: "statx",
-        }
-    } else {
-        let lbs = if is_block {
-            sys::block_device_logical_block_size(&file).ok()
-        } else {
-            sys::sysfs_logical_block_size(dev_id.0, dev_id.1)
-        };
-        match lbs {
-            Some(lbs) if lbs.is_power_of_two() => Alignment {
-                mem: lbs,
-                offset: lbs,
-                from: "logical block size",
-            },
-            _ => {
-                fallbacks.push(format!(
-                    "{}: DIO alignment unknown (no statx STATX_DIOALIGN, no logical block size); assuming {ALIGN_DEFAULT}",
-                    path.display()
-                ));
-                Alignment {
-                    mem: ALIGN_DEFAULT,
-                    offset: ALIGN_DEFAULT,
-                    from: "default",
-                }
-            }
-        }
-    };
+    let align = direct::alignment(&file, direct, is_block, dev_id);
+    if align.is_guess() {
+        fallbacks.push(direct::guessed_note(path));
+    }
     let size = if is_block {
         sys::block_device_size(&file).map_err(open_err(path))?
     } else {
@@ -208,6 +97,56 @@ pub fn open_target(path: &Path, spec: &OpenSpec) -> Result<TargetFile, Error> {
         device,
         dev_id,
         fallbacks,
+    })
+}
+
+/// Whether `path` is a block device (else a regular file, or nothing
+/// yet); anything else is refused, and so is writing over a device that
+/// holds data without `destroy`.
+fn check_kind(path: &Path, spec: &OpenSpec) -> Result<bool, Error> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(false);
+    };
+    let is_block = meta.file_type().is_block_device();
+    if !is_block && !meta.is_file() {
+        return Err(open_err(path)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file or block device",
+        )));
+    }
+    if is_block && spec.write && !spec.destroy {
+        refuse_if_holds_data(path, &meta)?;
+    }
+    Ok(is_block)
+}
+
+/// Open `path` with O_DIRECT as the spec asks, and whether it is in
+/// force; a block device opened to write is opened exclusively.
+fn open_file(path: &Path, spec: &OpenSpec, is_block: bool) -> Result<(File, bool), Error> {
+    let open = |direct: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(spec.write);
+        if !is_block {
+            o.create(spec.create && spec.write).mode(0o644);
+        }
+        let mut flags = libc::O_CLOEXEC;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        if is_block && spec.write {
+            flags |= libc::O_EXCL; // EBUSY when mounted or held
+        }
+        o.custom_flags(flags).open(path)
+    };
+    direct::open(spec.direct, open).map_err(|e| match e {
+        OpenError::Refused(_) => Error::DirectUnsupported {
+            path: path.to_path_buf(),
+        },
+        OpenError::Open(e) if is_block && e.raw_os_error() == Some(libc::EBUSY) => Error::Busy {
+            path: path.to_path_buf(),
+            source: e,
+        },
+        OpenError::Open(e) | OpenError::Buffered(e) => open_err(path)(e),
     })
 }
 
@@ -243,7 +182,7 @@ fn refuse_if_holds_data(path: &Path, meta: &std::fs::Metadata) -> Result<(), Err
 impl TargetFile {
     /// Refuse an I/O size or offset that O_DIRECT on this target would reject.
     pub fn check_aligned(&self, what: &'static str, value: u64) -> Result<(), Error> {
-        if !value.is_multiple_of(u64::from(self.align.offset)) {
+        if !self.align.holds(value) {
             return Err(Error::Misaligned {
                 path: self.path.clone(),
                 what,

@@ -10,6 +10,7 @@
 pub(crate) mod alloc_count;
 pub mod arena;
 pub mod beneath;
+pub mod direct;
 pub mod disk;
 pub mod error;
 pub mod file;
@@ -26,6 +27,7 @@ pub mod tun;
 pub mod udp;
 
 pub use arena::{Arena, Lease};
+pub use direct::{Alignment, DirectMode};
 pub use error::Error;
-pub use file::{Alignment, DirectMode, OpenSpec, TargetFile, TargetKind};
+pub use file::{OpenSpec, TargetFile, TargetKind};
 pub use ring::{Completion, Ring};

@@ -410,6 +410,14 @@ pub enum Message {
         excluded: u64,
         devices: u64,
     },
+    /// From the daemon, instead of `Error`, refusing a session that asked
+    /// for more data streams than it takes (protocol 12): the count asked
+    /// and the most it takes, as fields, so a client can ask again for
+    /// what it takes (`-P auto`) without reading a sentence.
+    StreamsRefused {
+        asked: u16,
+        max: u16,
+    },
     /// From the receiver of a `--delete` push, before its summary: part of
     /// what it removed (paths under the destination), as rsync's
     /// "deleting" lines.
@@ -505,6 +513,7 @@ mod kind {
     pub const SHARD_MANIFEST: u8 = 34;
     pub const KEPT: u8 = 35;
     pub const LEFT_OUT: u8 = 36;
+    pub const STREAMS_REFUSED: u8 = 37;
 }
 
 /// A part of a manifest (or of what a follow added): its count, bounded,
@@ -770,6 +779,9 @@ pub fn encode(m: &Message) -> Vec<u8> {
         }
         Message::LeftOut { excluded, devices } => {
             w.u8(kind::LEFT_OUT).u64(*excluded).u64(*devices);
+        }
+        Message::StreamsRefused { asked, max } => {
+            w.u8(kind::STREAMS_REFUSED).u16(*asked).u16(*max);
         }
         Message::Alive { streams } => {
             assert!(streams.len() <= usize::from(STREAMS_MAX));
@@ -1138,6 +1150,10 @@ pub fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             excluded: r.u64()?,
             devices: r.u64()?,
         },
+        kind::STREAMS_REFUSED => Message::StreamsRefused {
+            asked: r.u16()?,
+            max: r.u16()?,
+        },
         kind::DELETED => {
             let count = list_len(&mut r, "deleted paths")?;
             let paths = (0..count)
@@ -1436,6 +1452,7 @@ mod tests {
                 excluded: 3,
                 devices: 1,
             },
+            Message::StreamsRefused { asked: 64, max: 16 },
             Message::Alive {
                 streams: vec![(1, true), (2, false)],
             },

@@ -164,6 +164,23 @@ pub enum SessionError {
     Local { code: ErrorCode, message: String },
     #[error(transparent)]
     Data(#[from] crate::datapath::Error),
+    /// A lane stopped because another lane of the transfer failed (whose
+    /// error, not this one, says why).
+    #[error("another lane of this transfer failed")]
+    AnotherLaneFailed,
+    /// More data streams asked than the daemon takes: `ours` when this
+    /// side (the daemon) refuses, else the peer's refusal as it said it.
+    #[error("{}", streams_refused(*asked, *max, *ours))]
+    TooManyStreams { asked: u16, max: u16, ours: bool },
+}
+
+/// The text of a refusal of `asked` data streams where `max` is the most.
+fn streams_refused(asked: u16, max: u16, ours: bool) -> String {
+    let why = format!("{asked} data streams asked, this daemon takes 1 to {max} per session");
+    match ours {
+        true => why,
+        false => refused_text(ErrorCode::TooLarge, &why),
+    }
 }
 
 impl SessionError {
@@ -192,7 +209,8 @@ impl SessionError {
             SessionError::Auth(_) => ErrorCode::AuthFailed,
             SessionError::Refused { code, .. } | SessionError::Local { code, .. } => *code,
             SessionError::Data(crate::datapath::Error::Frame { .. }) => ErrorCode::Malformed,
-            SessionError::Data(_) => ErrorCode::Io,
+            SessionError::Data(_) | SessionError::AnotherLaneFailed => ErrorCode::Io,
+            SessionError::TooManyStreams { .. } => ErrorCode::TooLarge,
         }
     }
 

@@ -32,7 +32,7 @@ use super::link::refused::Refused;
 use super::plan::held::{recv_verdict, Held};
 use super::plan::route::Placement;
 use super::plan::tree::Tree;
-use super::sink::receive::Incoming;
+use super::sink::incoming::Incoming;
 use super::SessionError;
 
 /// What the sink said before the data: the entries it will not create,
@@ -65,7 +65,7 @@ pub(crate) fn offer(
     ctl: &mut Control,
     (tree, block): (&Tree, u64),
     resume: Option<(&FrameKey, bool)>,
-    local: &dyn Fn(usize) -> Result<File, String>,
+    local: &dyn Fn(usize) -> Result<File, super::plan::unsendable::Unsendable>,
     reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
 ) -> Result<Held, SessionError> {
     send_manifest(ctl, &tree.entries)?;

@@ -19,7 +19,9 @@ use std::time::Duration;
 use crate::coord::units;
 use crate::datapath::net::ZeroCopy;
 use crate::datapath::DirectMode;
-use crate::session::client::send::{run_send, SendConfig, SendObserver};
+use crate::session::client::config::SendConfig;
+use crate::session::client::report::SendObserver;
+use crate::session::client::send::run_send;
 use crate::session::plan::filter::Filter;
 
 use super::args::{DirectArg, ProgressArgs, PullArgs, SendArgs, TreeArgs, ZeroCopyArg};
@@ -130,7 +132,7 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
         delete_excluded: a.tree.delete_excluded,
         contents: shape.contents,
         one_file: shape.one_file,
-        min_rate: a.min_rate.map(|r| crate::session::client::send::MinRate {
+        min_rate: a.min_rate.map(|r| crate::session::client::config::MinRate {
             bytes_per_s: r.bytes_per_s,
             window: a.window,
         }),
@@ -155,8 +157,8 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
 }
 
 /// What `--follow` asks for, if given.
-fn follow_of(a: &SendArgs) -> Option<crate::session::client::send::Follow> {
-    a.follow.then(|| crate::session::client::send::Follow {
+fn follow_of(a: &SendArgs) -> Option<crate::session::client::config::Follow> {
+    a.follow.then(|| crate::session::client::config::Follow {
         idle: a.follow_idle,
         until: a
             .follow_until
@@ -189,7 +191,7 @@ fn shard_host(
         }
         return Ok((host.to_string(), None));
     };
-    let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(usage)?;
+    let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(|e| usage(e.to_string()))?;
     if !fixed {
         return Err(usage(
             "--shard moves a share of a fixed manifest: it takes neither --follow nor --delete"

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::coord::units::{self, RateUnit};
-use crate::session::client::send::{NetInterval, SendObserver};
+use crate::session::client::report::{NetInterval, SendObserver};
 
 use crate::cli::progress::{self, Bar, Progress, Show};
 use crate::cli::render::{self, Format, Out};

@@ -11,7 +11,7 @@ use anyhow::Context;
 use crate::cli::args::{LinksArg, RecvArgs};
 use crate::cli::parse::Rate;
 use crate::cli::{config, interrupt_flag, keys, service, Failure};
-use crate::session::daemon::recv::{serve, RecvConfig};
+use crate::session::daemon::{serve, RecvConfig};
 use crate::session::DEFAULT_PORT;
 
 use super::direct;
@@ -47,7 +47,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         stream_wait: Duration::from_secs(30),
         interval: (!set.interval.is_zero()).then_some(set.interval),
         timeout: set.timeout,
-        limits: crate::session::daemon::recv::Limits {
+        limits: crate::session::daemon::Limits {
             sessions: set.max_sessions,
             connections: set.max_connections,
             unauthenticated_per_address: set.max_unauthenticated_per_address,
@@ -62,9 +62,9 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         keep_setid: set.keep_setid,
         devices: set.devices,
         unsafe_links: match set.unsafe_links {
-            LinksArg::Keep => crate::session::sink::receive::LinkPolicy::Keep,
-            LinksArg::Skip => crate::session::sink::receive::LinkPolicy::Skip,
-            LinksArg::Refuse => crate::session::sink::receive::LinkPolicy::Refuse,
+            LinksArg::Keep => crate::session::sink::rules::LinkPolicy::Keep,
+            LinksArg::Skip => crate::session::sink::rules::LinkPolicy::Skip,
+            LinksArg::Refuse => crate::session::sink::rules::LinkPolicy::Refuse,
         },
         pull_only: set.pull_only,
         udp: set.udp,
@@ -74,7 +74,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
     };
     let log = service::logger(set.log_format);
-    let stats = Arc::new(crate::session::daemon::recv::DaemonStats::default());
+    let stats = Arc::new(crate::session::daemon::DaemonStats::default());
     let metrics_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(addr) = &set.metrics {
         let bound = service::serve_metrics(addr, Arc::clone(&stats), Arc::clone(&metrics_stop))

@@ -3,8 +3,8 @@
 //! refused as too many streams runs again on what the receiver takes.
 
 use crate::coord::units::RateUnit;
-use crate::protocol::control::ErrorCode;
-use crate::session::client::send::{SendConfig, SendObserver, SendReport};
+use crate::session::client::config::SendConfig;
+use crate::session::client::report::{SendObserver, SendReport};
 use crate::session::SessionError;
 
 use crate::cli::plot::{self, PlotFile, RatePlot};
@@ -114,18 +114,11 @@ pub(super) fn fewer_if_refused(
 ) -> Result<SendReport, SessionError> {
     use crate::session::client::send::AUTO_START;
     match run(cfg, obs) {
-        Err(SessionError::Refused {
-            code: ErrorCode::TooLarge,
-            message,
-        }) if cfg.auto_streams && message.contains("data streams asked") => {
-            // "N data streams asked, this daemon takes 1 to M per session"
-            let most = message
-                .split("takes 1 to ")
-                .nth(1)
-                .and_then(|t| t.split_whitespace().next())
-                .and_then(|n| n.parse::<u16>().ok())
-                .unwrap_or(AUTO_START)
-                .max(1);
+        // The daemon's refusal names the most it takes, as a field.
+        Err(SessionError::TooManyStreams {
+            max, ours: false, ..
+        }) if cfg.auto_streams => {
+            let most = max.max(1);
             obs.notice(&format!(
                 "-P auto: the receiver takes at most {most} streams; going on with {most}"
             ));

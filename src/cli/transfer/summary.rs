@@ -4,7 +4,7 @@
 //! run that stopped.
 
 use crate::coord::units::{self, RateUnit};
-use crate::session::client::send::{SendObserver, SendReport};
+use crate::session::client::report::{SendObserver, SendReport};
 use crate::session::SessionError;
 
 use crate::cli::render::{self, Format};
@@ -430,7 +430,7 @@ fn kept_text(r: &SendReport) -> String {
 }
 
 /// A follow's lag behind the writers, at its largest.
-fn lag_summary(lag: crate::session::client::send::Lag, kept_up: bool) -> String {
+fn lag_summary(lag: crate::session::client::report::Lag, kept_up: bool) -> String {
     let verdict = match kept_up {
         true => "the link kept up",
         false => "the link fell behind the writers",

@@ -24,10 +24,34 @@ pub struct ShardRun {
     pub shard: ShardReport,
 }
 
+/// A shard's report file that cannot be merged, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {why}")]
+pub struct Unreadable {
+    pub file: String,
+    pub why: NoReport,
+}
+
+/// Why a file holds no shard's report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoReport {
+    #[error("no JSON report in it")]
+    NoJson,
+    #[error("a report of no shard (send --shard K/N --json writes one)")]
+    NoShard,
+    /// What the JSON decoder said of its `shard` object.
+    #[error("{0}")]
+    BadShard(String),
+}
+
 impl ShardRun {
     /// Read a `send --shard ... --json` report (its last JSON object:
     /// the report may follow interval lines).
-    pub fn parse(file: &str, text: &str) -> Result<ShardRun, String> {
+    pub fn parse(file: &str, text: &str) -> Result<ShardRun, Unreadable> {
+        let unreadable = |why| Unreadable {
+            file: file.to_owned(),
+            why,
+        };
         let object = |t: &str| {
             serde_json::from_str::<serde_json::Value>(t)
                 .ok()
@@ -35,12 +59,13 @@ impl ShardRun {
         };
         let v = object(text)
             .or_else(|| text.lines().rev().find_map(|l| object(l.trim())))
-            .ok_or_else(|| format!("{file}: no JSON report in it"))?;
-        let shard = v.get("shard").cloned().ok_or_else(|| {
-            format!("{file}: a report of no shard (send --shard K/N --json writes one)")
-        })?;
-        let shard: ShardReport =
-            serde_json::from_value(shard).map_err(|e| format!("{file}: {e}"))?;
+            .ok_or_else(|| unreadable(NoReport::NoJson))?;
+        let shard = v
+            .get("shard")
+            .cloned()
+            .ok_or_else(|| unreadable(NoReport::NoShard))?;
+        let shard: ShardReport = serde_json::from_value(shard)
+            .map_err(|e| unreadable(NoReport::BadShard(e.to_string())))?;
         Ok(ShardRun {
             file: file.to_string(),
             status: v["status"].as_str().unwrap_or("unknown").to_string(),
@@ -329,7 +354,22 @@ fn check_pieces(m: &mut Merged, latest: &BTreeMap<u32, ShardRun>, count: u32) ->
     whole
 }
 
-fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
+/// Why a split file's pieces do not make it whole.
+#[derive(Debug, thiserror::Error)]
+enum NotWhole {
+    #[error("committed with digest {committed}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent")]
+    OtherDigest { committed: String, want: String },
+    #[error("committed with pieces other than the ones its shards verified (a session wrote a piece again after its shard's; run that shard again)")]
+    OtherPieces,
+    #[error("{}", untrusted(*.0))]
+    Untrusted((u32, u32)),
+    #[error("piece {} not verified", list(.0))]
+    Unverified(Vec<u32>),
+    #[error("every piece verified, but no shard's receiver committed the file (another session held it then): run the shards of its pieces again, the last to finish commits it")]
+    Uncommitted,
+}
+
+fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), NotWhole> {
     let hex = |d: &str| u64::from_str_radix(d, 16).unwrap_or(0);
     let mut sum = 0u64;
     let mut receipts = Vec::with_capacity(count as usize);
@@ -357,29 +397,29 @@ fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), String> {
     // that the file is held.
     if unverified.is_empty() && committed.iter().any(|(d, _)| *d != want) {
         let digests: Vec<&str> = committed.iter().map(|(d, _)| *d).collect();
-        return Err(format!(
-            "committed with digest {}, not the sum of its verified pieces ({want}): some piece's bytes are not the ones its shard sent",
-            digests.join(", ")
-        ));
+        return Err(NotWhole::OtherDigest {
+            committed: digests.join(", "),
+            want,
+        });
     }
     // The same digest, and pieces another session journaled after the
     // shards' own (its bytes made to sum alike): other receipts.
     if unverified.is_empty() && committed.iter().any(|(_, r)| *r != Some(&want_receipts)) {
-        return Err("committed with pieces other than the ones its shards verified (a session wrote a piece again after its shard's; run that shard again)".into());
+        return Err(NotWhole::OtherPieces);
     }
     if pieces.iter().any(|p| p.held) {
         return Ok(());
     }
     if committed.is_empty() {
         if let Some(seen) = pieces.iter().find_map(|p| Some((p.index, p.untrusted?))) {
-            return Err(untrusted(seen));
+            return Err(NotWhole::Untrusted(seen));
         }
     }
     if !unverified.is_empty() {
-        return Err(format!("piece {} not verified", list(&unverified)));
+        return Err(NotWhole::Unverified(unverified));
     }
     match committed.is_empty() {
-        true => Err("every piece verified, but no shard's receiver committed the file (another session held it then): run the shards of its pieces again, the last to finish commits it".into()),
+        true => Err(NotWhole::Uncommitted),
         false => Ok(()),
     }
 }

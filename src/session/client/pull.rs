@@ -14,11 +14,19 @@ use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
 use crate::session::sink::landing::{Landing, Pace};
 
-use super::send::{drive, open_session, Expect, SendConfig, SendObserver, SendReport};
+use super::send::{drive, Expect};
+
+use super::connect::open_session;
+
+use super::report::{SendObserver, SendReport};
+
+use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
 use crate::session::link::refused::Refused;
 use crate::session::roles::{accept, differed};
-use crate::session::sink::receive::{recv_manifest, Incoming, Resume, Rules};
+use crate::session::sink::incoming::Incoming;
+use crate::session::sink::manifest::recv_manifest;
+use crate::session::sink::rules::{Resume, Rules};
 use crate::session::SessionError;
 
 /// What the receive loop of a pull reports: progress into the run's
@@ -85,10 +93,10 @@ pub fn run_pull(
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
-    let fitted = super::send::fit(cfg, 4, 4, "--block", obs)?;
-    let (cfg, fitted) = &super::send::fit_shard(cfg, fitted)?;
+    let fitted = super::connect::fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &super::connect::fit_shard(cfg, fitted)?;
     let req = pull_request(cfg, paths)?;
-    let (engine, _) = super::send::register_fitted(*fitted, obs, |n| {
+    let (engine, _) = super::connect::register_fitted(*fitted, obs, |n| {
         crate::session::sink::landing::prepare_receivers(
             cfg.lanes,
             cfg.streams,
@@ -133,7 +141,7 @@ pub fn run_pull(
             };
             let _ = crate::session::link::conn::send_msg(&mut pull.ctl, &m);
             let (files, bytes) = pull.incoming.kept();
-            report.kept = Some(super::send::Kept { files, bytes });
+            report.kept = Some(super::report::Kept { files, bytes });
             report.fail(&e, interrupt.load(Ordering::Relaxed));
             phases(&mut report);
             return Ok(report);
@@ -563,7 +571,7 @@ pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
             &cfg.port.to_le_bytes(),
         ])),
         secret,
-        owners: crate::session::sink::receive::Owners::for_this_process(cfg.numeric_ids),
+        owners: crate::session::sink::rules::Owners::for_this_process(cfg.numeric_ids),
         ids: Arc::default(),
         dry_run: false,
         follow: false,
@@ -575,14 +583,14 @@ pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
             false => cfg.scan.filter.clone(),
         },
         keep_setid: false,
-        devices: crate::session::sink::receive::Devices::for_this_process(
+        devices: crate::session::sink::rules::Devices::for_this_process(
             cfg.scan.devices,
             "device nodes are made only when asked for (-D, --devices)",
         ),
-        unsafe_links: crate::session::sink::receive::LinkPolicy::Keep,
+        unsafe_links: crate::session::sink::rules::LinkPolicy::Keep,
         claims: Arc::default(),
-        journal_budget: Arc::new(crate::session::sink::receive::JournalBudget::new(
-            crate::session::sink::receive::JOURNAL_BYTES_PER_S,
+        journal_budget: Arc::new(crate::session::sink::rules::JournalBudget::new(
+            crate::session::sink::rules::JOURNAL_BYTES_PER_S,
         )),
     })
 }

@@ -143,7 +143,7 @@ impl ShardReport {
     /// before, or acknowledged with our digest).
     pub(crate) fn of(
         (shard, manifest): (Shard, Manifest),
-        cfg: &super::send::SendConfig,
+        cfg: &super::config::SendConfig,
         (entries, skipped): (&[Entry], &[crate::session::plan::tree::Skipped]),
         acked: &Acked,
         started: std::time::SystemTime,

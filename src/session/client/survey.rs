@@ -13,7 +13,7 @@ use crate::datapath::DirectMode;
 use crate::protocol::control::{Message, REQ_DRY_RUN};
 use crate::protocol::manifest::EntryKind;
 
-use super::send::SendConfig;
+use super::config::SendConfig;
 use crate::session::link::conn::{recv_msg, Control};
 pub use crate::session::plan::held::Action;
 use crate::session::plan::held::Held;
@@ -39,7 +39,7 @@ pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
     let mut req = cfg.push_request(owner);
     req.flags |= REQ_DRY_RUN;
     let block = u64::from(cfg.block_size);
-    let (mut ctl, keys) = super::send::begin(cfg, req)?;
+    let (mut ctl, keys) = super::connect::begin(cfg, req)?;
     let key = crate::protocol::seal::frame_key(&keys);
     let resume = (cfg.resume || cfg.checksum).then_some((&key, cfg.checksum));
     let local =
@@ -115,10 +115,12 @@ pub fn survey_pull(
     cfg: &SendConfig,
     (paths, local): (&[String], &std::path::Path),
 ) -> Result<(Tree, Survey), SessionError> {
-    use crate::session::sink::receive::{recv_manifest, Incoming, Resume, Rules};
+    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::manifest::recv_manifest;
+    use crate::session::sink::rules::{Resume, Rules};
     let mut req = super::pull::pull_request(cfg, paths)?;
     req.flags |= REQ_DRY_RUN;
-    let (mut ctl, keys) = super::send::begin(cfg, req)?;
+    let (mut ctl, keys) = super::connect::begin(cfg, req)?;
     if let Some(s) = cfg.shard {
         super::pull::ask_share(&mut ctl, s, cfg.split_over)?;
     }
@@ -175,7 +177,7 @@ fn hear_listing(ctl: &mut Control) -> Result<Tree, SessionError> {
 /// entry's action, what it would refuse and, with `--delete`, remove.
 fn answer_here(
     cfg: &SendConfig,
-    incoming: &mut crate::session::sink::receive::Incoming,
+    incoming: &mut crate::session::sink::incoming::Incoming,
     paths: &[String],
 ) -> Survey {
     let refused: Vec<(u32, String)> = incoming

@@ -13,7 +13,9 @@ use crate::coord::{IntervalTracker, StreamRates, WorkerCounters};
 use crate::datapath::sys;
 use crate::datapath::tcp::PathReport;
 
-use super::send::{Lag, NetInterval, SendConfig, SendObserver, SendReport};
+use super::report::{Lag, NetInterval, SendObserver, SendReport};
+
+use super::config::SendConfig;
 use crate::session::source::follow::Gauge;
 use crate::session::SessionError;
 
@@ -140,7 +142,7 @@ pub(crate) fn drive<T: Send>(
 /// The samples a `--min-rate` gate is judged on: every tenth of a window,
 /// (time, bytes the peer has, bytes waiting to go).
 struct GateSamples {
-    spec: super::send::MinRate,
+    spec: super::config::MinRate,
     samples: Vec<(u64, u64, u64)>,
 }
 
@@ -359,7 +361,7 @@ impl<'a> Watch<'a> {
             kept_up: self
                 .growing
                 .as_ref()
-                .map(|g| g.1.max.seconds <= super::send::KEPT_UP_LAG_S),
+                .map(|g| g.1.max.seconds <= super::report::KEPT_UP_LAG_S),
         };
         report.set_rate(bytes as f64 * 8.0 / secs);
         report

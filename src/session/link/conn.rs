@@ -151,6 +151,11 @@ pub fn send_encoded(c: &mut Control, mut bytes: Vec<u8>) -> Result<(), SessionEr
 pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
     match recv_any(c)? {
         Message::Error { code, message } => Err(SessionError::Refused { code, message }),
+        Message::StreamsRefused { asked, max } => Err(SessionError::TooManyStreams {
+            asked,
+            max,
+            ours: false,
+        }),
         m => Ok(m),
     }
 }
@@ -355,9 +360,12 @@ fn read_err(e: std::io::Error, what: &str) -> SessionError {
 /// peer still sends is drained briefly, so closing does not reset the
 /// connection before the peer has read why.
 pub fn fail(c: &mut Control, e: SessionError) -> SessionError {
-    let msg = Message::Error {
-        code: e.code(),
-        message: e.to_string(),
+    let msg = match e {
+        SessionError::TooManyStreams { asked, max, .. } => Message::StreamsRefused { asked, max },
+        _ => Message::Error {
+            code: e.code(),
+            message: e.to_string(),
+        },
     };
     if send_msg(c, &msg).is_ok() {
         let s = &mut c.s;

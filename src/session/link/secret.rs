@@ -177,7 +177,7 @@ impl Secret {
 
 /// The token a client sends with its pushes to `host`:`port`, to have the
 /// files committed for it (see
-/// [`Rules::owner`](crate::session::sink::receive::Rules::owner)): a MAC of its secret in
+/// [`Rules::owner`](crate::session::sink::rules::Rules::owner)): a MAC of its secret in
 /// `dir` (made there at first use) and of the receiver's address, so a
 /// receiver learns only the token meant for itself.
 pub fn owner_token(dir: &Path, (host, port): (&str, u16)) -> std::io::Result<[u8; 32]> {

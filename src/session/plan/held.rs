@@ -204,7 +204,7 @@ impl Held {
         &mut self,
         ctl: &mut Control,
         (tree, block, key): (&Tree, u64, &FrameKey),
-        open: &dyn Fn(usize) -> Result<File, String>,
+        open: &dyn Fn(usize) -> Result<File, super::unsendable::Unsendable>,
     ) -> Result<(), SessionError> {
         use super::digest::{content_digests, ranges_digests};
         use crate::protocol::control::LIST_PART_ITEMS_MAX;

@@ -12,3 +12,4 @@ pub mod held;
 pub(crate) mod route;
 pub mod shard;
 pub mod tree;
+pub mod unsendable;

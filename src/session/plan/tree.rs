@@ -364,7 +364,7 @@ fn walk(tree: &mut Tree, f: &ScanRules, rel: &str, source: &Path) -> Result<(), 
     }
     let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list(source, keep, max);
     if let Err(why) = add_xattrs(&mut e, read, f) {
-        tree.skip(rel, why);
+        tree.skip(rel, why.to_string());
         return Ok(());
     }
     let is_dir = e.kind == EntryKind::Dir;
@@ -448,6 +448,15 @@ fn check_landing(
     Ok(())
 }
 
+/// Why an entry's extended attributes cannot go as asked.
+#[derive(Debug, thiserror::Error)]
+enum XattrsRefused {
+    #[error("its extended attributes cannot be read: {0}")]
+    Unreadable(std::io::Error),
+    #[error("it has {0} extended attributes to carry, more than {max}", max = crate::protocol::manifest::XATTRS_MAX)]
+    TooMany(usize),
+}
+
 /// The extended attributes `rules` carry, as `read` finds them (not on
 /// symlinks, which Linux gives no user attributes). Err: why the entry
 /// cannot be sent as asked.
@@ -455,18 +464,15 @@ fn add_xattrs(
     e: &mut Entry,
     read: impl Fn(&dyn Fn(&str) -> bool, usize) -> std::io::Result<Vec<(String, Vec<u8>)>>,
     rules: &ScanRules,
-) -> Result<(), String> {
-    use crate::protocol::manifest::{XATTRS_MAX, XATTR_VALUE_MAX};
+) -> Result<(), XattrsRefused> {
+    use crate::protocol::manifest::XATTR_VALUE_MAX;
     if !(rules.xattrs || rules.acls) || e.kind == EntryKind::Symlink {
         return Ok(());
     }
-    let mut attrs = read(&|n| rules.carries(n), XATTR_VALUE_MAX)
-        .map_err(|err| format!("its extended attributes cannot be read: {err}"))?;
-    if attrs.len() > XATTRS_MAX {
-        return Err(format!(
-            "it has {} extended attributes to carry, more than {XATTRS_MAX}",
-            attrs.len()
-        ));
+    let mut attrs =
+        read(&|n| rules.carries(n), XATTR_VALUE_MAX).map_err(XattrsRefused::Unreadable)?;
+    if attrs.len() > crate::protocol::manifest::XATTRS_MAX {
+        return Err(XattrsRefused::TooMany(attrs.len()));
     }
     attrs.sort();
     e.xattrs = attrs;
@@ -591,7 +597,7 @@ fn walk_beneath(
         }
     }
     let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
-    if let Err(why) = add_xattrs(&mut e, read, rules) {
+    if let Err(why) = add_xattrs(&mut e, read, rules).map_err(|w| w.to_string()) {
         return tree.skip(rel, why);
     }
     let kind = e.kind;

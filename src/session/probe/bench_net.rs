@@ -1,7 +1,7 @@
 //! `urmove bench --net`: frames from memory to a `urmove recv` daemon (or,
 //! `--reverse`, from it) for a time, on lanes on both sides, checked when
 //! asked and discarded; iperf3's job on urmove's own data path. The
-//! daemon's half is [`super::recv`]'s bench session, which runs the same
+//! daemon's half is `daemon::bench`'s session, which runs the same
 //! senders and receivers.
 
 use std::net::TcpStream;
@@ -15,10 +15,13 @@ use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest, RE
 use crate::protocol::frame::{FrameHeader, FrameKey, FLAG_UNCHECKED};
 use crate::protocol::seal::Direction as SealDirection;
 
-use crate::session::client::send::{
-    drive, fit, note_zero_copy, open_session, push_params, register_fitted, Expect, SendConfig,
-    SendObserver, SendReport, AUTO_START,
-};
+use crate::session::client::send::{drive, push_params, Expect, AUTO_START};
+
+use crate::session::client::connect::{fit, note_zero_copy, open_session, register_fitted};
+
+use crate::session::client::report::{SendObserver, SendReport};
+
+use crate::session::client::config::SendConfig;
 use crate::session::link::conn::{recv_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::link::streams::{fds_of, Sealing};

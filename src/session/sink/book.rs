@@ -12,7 +12,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{mpsc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::datapath::beneath::Root;
 use crate::datapath::net::{payload, HEADROOM};
@@ -21,20 +21,20 @@ use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{
     payload_checksum, zero_terms, FrameHeader, FrameKey, FLAG_SEALED, FRAME_HEADER_LEN,
 };
-use crate::protocol::manifest::{check_entry, Entry, EntryKind};
+use crate::protocol::manifest::Entry;
 use crate::protocol::sparse;
 
+use super::book_follow::{grow_for, show_live};
 use super::commit::{FinalJob, JournalJob, Outcome};
-use super::journal::Journal;
-use super::receive::{FileState, RecvFile, Rules};
+use super::file::{FileState, RecvFile};
+use super::rules::Rules;
 use crate::session::SessionError;
 
 /// Complete files waiting for a finalizer, at most.
 pub(in crate::session) const FINALIZE_BACKLOG_MAX: usize = 64;
+
 /// Part files one session holds open at once (descriptors).
-const OPEN_PARTS_MAX: usize = 128;
-/// A file with new blocks gets its journal rewritten this often, at most.
-const JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const OPEN_PARTS_MAX: usize = 128;
 
 /// Work for the finalizer threads.
 pub(in crate::session) enum Job {
@@ -77,31 +77,31 @@ pub(in crate::session) struct Tally {
 /// The table of files being received and what is in hand for them.
 pub(in crate::session) struct Book<'s> {
     pub(in crate::session) root: &'s Root,
-    direct: DirectMode,
-    rules: &'s Rules,
+    pub(super) direct: DirectMode,
+    pub(super) rules: &'s Rules,
     pub(in crate::session) block: u64,
-    files: &'s mut Vec<Option<RecvFile>>,
+    pub(super) files: &'s mut Vec<Option<RecvFile>>,
     /// The destination, and the manifest's entries (a follow's added ones
     /// are checked against them).
-    dest: &'s str,
-    manifest: &'s [Entry],
+    pub(super) dest: &'s str,
+    pub(super) manifest: &'s [Entry],
     /// Paths of the entries, once a follow first adds one.
-    paths: Option<HashSet<String>>,
+    pub(super) paths: Option<HashSet<String>>,
     /// A follow may add entries yet (until its sender's `AddedEnd`).
     pub(in crate::session) adding: bool,
     /// Bytes of block tables its growing files may still add.
-    growth_left: u64,
-    jobs: mpsc::Sender<Job>,
+    pub(super) growth_left: u64,
+    pub(super) jobs: mpsc::Sender<Job>,
     /// Jobs handed to the finalizers and not yet back.
     pub(in crate::session) pending: usize,
     /// Files with blocks written since their last journal.
-    dirty: Vec<usize>,
-    last_sweep: Instant,
+    pub(super) dirty: Vec<usize>,
+    pub(super) last_sweep: Instant,
     /// Files still receiving or finishing.
     pub(in crate::session) remaining: usize,
     /// Parts open now, in the order they were opened (for closing idle ones).
-    open_parts: usize,
-    open_order: VecDeque<usize>,
+    pub(super) open_parts: usize,
+    pub(super) open_order: VecDeque<usize>,
     pub(in crate::session) tally: Tally,
 }
 
@@ -161,11 +161,14 @@ pub(in crate::session) fn verify(
 /// the whole span (absent pieces zeros, so its checksum is checked as a
 /// plain block's), the map kept at the start of the headroom for its
 /// writes ([`sparse_map`]), the header's length now the block's.
-fn unpack_sparse(header: &mut FrameHeader, lease: &mut Lease) -> Result<(), &'static str> {
+pub(super) fn unpack_sparse(
+    header: &mut FrameHeader,
+    lease: &mut Lease,
+) -> Result<(), &'static str> {
     let span = header.span as usize;
     let (head, room) = lease.as_mut_slice().split_at_mut(HEADROOM);
     // Room for the span and an O_DIRECT write's padding.
-    if span.div_ceil(4096) * 4096 > room.len() {
+    if crate::datapath::direct::padded(span) > room.len() {
         return Err("its block is larger than this session's frames");
     }
     let map = sparse::unpack(room, span, header.length as usize)?;
@@ -215,7 +218,7 @@ impl<'s> Book<'s> {
             paths: None,
             adding: rules.follow,
             growth_left: match rules.follow {
-                true => super::receive::FOLLOW_BITMAP_BYTES,
+                true => super::file::FOLLOW_BITMAP_BYTES,
                 false => 0,
             },
             jobs,
@@ -366,7 +369,7 @@ impl<'s> Book<'s> {
 
     /// Close a file's part while it waits or is dropped (no write of it
     /// is in flight).
-    fn close(&mut self, index: usize) {
+    pub(super) fn close(&mut self, index: usize) {
         let f = self.file(index);
         let Some(part) = f.part.take() else { return };
         // A lane's ring may hold this opening a while yet (its registered
@@ -383,7 +386,7 @@ impl<'s> Book<'s> {
     /// session are open at once: past that, the one idle longest is closed
     /// (and opened again, by name and inode, when its next block comes), so
     /// a sender starting many files at once holds no more descriptors.
-    fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<bool, SessionError> {
+    pub(super) fn ensure_open(&mut self, index: usize, a: &Accepted) -> Result<bool, SessionError> {
         if matches!(a, Accepted::Drop) || self.file(index).part.is_some() {
             return Ok(true);
         }
@@ -391,7 +394,7 @@ impl<'s> Book<'s> {
             self.close_idle_part();
         }
         let f = self.files[index].as_mut().expect("files");
-        let opened = super::receive::open_part(self.root, self.direct, self.rules, f)
+        let opened = super::part::open_part(self.root, self.direct, self.rules, f)
             .and_then(|()| f.write_own(self.root, &self.rules.secret));
         match opened {
             Err(e) if e.is_entry_fault() => {
@@ -408,7 +411,7 @@ impl<'s> Book<'s> {
     /// File `index` cannot land (`e`, its entry's fault alone): it is
     /// skipped from now on, its frames dropped, the sender told, and the
     /// session goes on.
-    fn refuse_now(&mut self, index: usize, e: &SessionError) {
+    pub(super) fn refuse_now(&mut self, index: usize, e: &SessionError) {
         let f = self.file(index);
         if matches!(f.state, FileState::Receiving | FileState::Finishing) {
             let receiving = f.state == FileState::Receiving;
@@ -429,7 +432,7 @@ impl<'s> Book<'s> {
     }
 
     /// Close the open part idle longest (no write or journal in flight).
-    fn close_idle_part(&mut self) {
+    pub(super) fn close_idle_part(&mut self) {
         for _ in 0..self.open_order.len() {
             let Some(i) = self.open_order.pop_front() else {
                 return;
@@ -447,7 +450,7 @@ impl<'s> Book<'s> {
 
     /// Hand a written file to a finalizer once the sender's digest is known
     /// and no journal write of it is in flight.
-    fn try_finish(&mut self, index: usize) -> Result<(), SessionError> {
+    pub(super) fn try_finish(&mut self, index: usize) -> Result<(), SessionError> {
         let f = self.files[index].as_mut().expect("files");
         if f.state != FileState::Receiving
             || !f.is_written()
@@ -458,7 +461,7 @@ impl<'s> Book<'s> {
         }
         // A file whose blocks were all held, or holes, may have no part open.
         if f.part.is_none() {
-            match super::receive::open_to_finish(self.root, self.direct, self.rules, f) {
+            match super::part::open_to_finish(self.root, self.direct, self.rules, f) {
                 Err(e) if e.is_entry_fault() => {
                     self.refuse_now(index, &e);
                     return Ok(());
@@ -500,164 +503,9 @@ impl<'s> Book<'s> {
         f.sender_digest = Some(digest);
         self.try_finish(i as usize)
     }
+}
 
-    /// Entries a follow added, numbered from `first` (the count so far):
-    /// each a growing file or a directory, with a path the manifest rules
-    /// allow and no entry has; directories made, files made ready for
-    /// their blocks. Returns the count of entries now.
-    pub(in crate::session) fn add(
-        &mut self,
-        first: u32,
-        entries: Vec<Entry>,
-    ) -> Result<u32, SessionError> {
-        let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
-        if !self.adding || first as usize != self.files.len() {
-            return Err(bad(format!(
-                "entries added from {first}, where the session has {} and {}",
-                self.files.len(),
-                if self.rules.follow {
-                    "adds no more"
-                } else {
-                    "follows none"
-                }
-            )));
-        }
-        let manifest = self.manifest;
-        let paths = self
-            .paths
-            .get_or_insert_with(|| manifest.iter().map(|e| e.path.clone()).collect());
-        for e in &entries {
-            let kind_ok = (e.kind == EntryKind::File && e.growing) || e.kind == EntryKind::Dir;
-            if !kind_ok {
-                return Err(bad(format!(
-                    "{}: added, but no growing file or directory",
-                    e.path
-                )));
-            }
-            check_entry(e).map_err(|err| bad(format!("{}: {err}", e.path)))?;
-            if !paths.insert(e.path.clone()) {
-                return Err(bad(format!("{}: named twice", e.path)));
-            }
-        }
-        for e in &entries {
-            let f = self.prepare_added(e)?;
-            self.remaining += usize::from(f.is_some());
-            self.files.push(f);
-        }
-        self.tally.added.extend(entries);
-        Ok(self.files.len() as u32)
-    }
-
-    /// An added entry made ready: a directory made, a growing file's
-    /// directory made and its table (its part comes with its first block).
-    fn prepare_added(&mut self, e: &Entry) -> Result<Option<RecvFile>, SessionError> {
-        let rel = super::receive::join(self.dest, &e.path);
-        let dir = match e.kind {
-            EntryKind::Dir => rel.as_str(),
-            _ => rel.rsplit_once('/').map_or("", |(d, _)| d),
-        };
-        if !dir.is_empty() {
-            self.root
-                .mkdir_all(dir, 0o755)
-                .map_err(|err| SessionError::io(rel.clone(), err))?;
-        }
-        let name_max = self.root.name_max(dir);
-        Ok((e.kind == EntryKind::File)
-            .then(|| RecvFile::new(e, (rel, name_max), self.block, self.rules)))
-    }
-
-    /// The mtimes of directories a follow changed (each a directory of the
-    /// manifest or added), set when the directories are settled.
-    pub(in crate::session) fn dir_times(
-        &mut self,
-        list: Vec<(u32, i64, u32)>,
-    ) -> Result<(), SessionError> {
-        for &(i, _, _) in &list {
-            let i = i as usize;
-            let e = match i.checked_sub(self.manifest.len()) {
-                None => self.manifest.get(i),
-                Some(k) => self.tally.added.get(k),
-            };
-            if !self.adding || e.is_none_or(|e| e.kind != EntryKind::Dir) {
-                return Err(SessionError::local(
-                    ErrorCode::Malformed,
-                    format!("a directory time for entry {i}, which is no directory followed (or after the follow's end)"),
-                ));
-            }
-        }
-        let times = list.into_iter().map(|(i, s, ns)| (i, (s, ns)));
-        self.tally.dir_times.extend(times);
-        Ok(())
-    }
-
-    /// A follow may add entries, or a file of it still grows.
-    pub(in crate::session) fn grows(&self) -> bool {
-        let growing = |f: &RecvFile| f.growing && f.state == FileState::Receiving;
-        self.adding || (self.rules.follow && self.files.iter().flatten().any(growing))
-    }
-
-    /// The session follows growing files (`send --follow`).
-    pub(in crate::session) fn follows(&self) -> bool {
-        self.rules.follow
-    }
-
-    /// Growing file `i` ends at `size` bytes, modified at `mtime` (the
-    /// sender's `FileEnd`): no block seen may lie past it, nor a full
-    /// block where a shorter last one belongs. It is finished when every
-    /// block is written and the digest agreed, as any file.
-    pub(in crate::session) fn file_end(
-        &mut self,
-        i: u32,
-        size: u64,
-        (mtime_s, mtime_ns): (i64, u32),
-    ) -> Result<(), SessionError> {
-        let block = self.block;
-        let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
-        let f = self
-            .files
-            .get_mut(i as usize)
-            .and_then(Option::as_mut)
-            .filter(|f| f.growing)
-            .ok_or_else(|| bad(format!("an end for entry {i}, which is no growing file")))?;
-        // The furthest block seen ends at `f.size` (a short last one, at
-        // the file's end): the end cannot come before it.
-        if size < f.size {
-            return Err(bad(format!(
-                "growing file {i} ends at {size} bytes, before blocks that came (to {})",
-                f.size
-            )));
-        }
-        // Its last blocks may still be on the way, never further than
-        // frames of many streams lie apart.
-        let most = crate::session::SESSION_BLOCKS_MAX.saturating_mul(block);
-        if size > f.size.saturating_add(GROW_AHEAD_MAX) || size > most {
-            return Err(bad(format!(
-                "growing file {i} ends at {size} bytes, more than 4 GiB past its furthest block (at {})",
-                f.size
-            )));
-        }
-        if !f.size.is_multiple_of(block) && size != f.size {
-            return Err(bad(format!(
-                "growing file {i} ends at {size} bytes, past its short last block (at {})",
-                f.size
-            )));
-        }
-        f.grow_to(size, block, &mut self.growth_left).map_err(bad)?;
-        f.growing = false;
-        f.id = super::journal::Identity {
-            size,
-            mtime_s,
-            mtime_ns,
-            block,
-        };
-        f.mtime = crate::session::plan::tree::mtime_at(mtime_s, mtime_ns);
-        // Blocks counted while it grew were whole; the last may be short.
-        if f.is_written() {
-            return self.try_finish(i as usize);
-        }
-        Ok(())
-    }
-
+impl<'s> Book<'s> {
     /// The sender dropped entry `i`: stop waiting for it. Its part stays
     /// only if it holds journaled data (see `Incoming`'s drop).
     pub(in crate::session) fn skipped(
@@ -689,99 +537,9 @@ impl<'s> Book<'s> {
         }
         Ok(())
     }
+}
 
-    /// Journal what is written of files still arriving, each at most every
-    /// [`JOURNAL_INTERVAL`], and only once the blocks written since the last
-    /// journal cover at least as many bytes as a journal takes (so journal
-    /// writes never outgrow the data: a huge sparse file fed a block at a
-    /// time is not a journal amplifier).
-    pub(in crate::session) fn sweep_journals(&mut self) {
-        let now = Instant::now();
-        if now.duration_since(self.last_sweep) < JOURNAL_INTERVAL / 4 {
-            return;
-        }
-        self.last_sweep = now;
-        let mut dirty = std::mem::take(&mut self.dirty);
-        dirty.retain(|&index| self.journal(index, now));
-        self.dirty.extend(dirty);
-    }
-
-    /// Journal file `index` if it is due; whether it stays dirty.
-    fn journal(&mut self, index: usize, now: Instant) -> bool {
-        let f = self.files[index].as_mut().expect("dirty entries are files");
-        if f.state != FileState::Receiving || !f.dirty {
-            return false;
-        }
-        if f.journaling || now.duration_since(f.last_journal) < JOURNAL_INTERVAL {
-            return true;
-        }
-        // Never more journal than what came for the file, and within the
-        // process's journal budget.
-        let len = super::journal::encoded_len(&f.id, &f.written);
-        if f.wire_since_journal < len || !self.rules.journal_budget.take(len) {
-            return true;
-        }
-        let Some(part) = f.part.as_ref().and_then(|p| p.try_clone().ok()) else {
-            return true;
-        };
-        self.send_journal(index, part, now);
-        false
-    }
-
-    /// Hand file `index`'s journal, of the blocks written now, to a
-    /// finalizer, which syncs `part` (its part) first.
-    fn send_journal(&mut self, index: usize, part: std::fs::File, now: Instant) {
-        let f = self.files[index]
-            .as_mut()
-            .expect("journaled entries are files");
-        let j = Journal {
-            id: f.id,
-            part: f.part_id.expect("written files are claimed"),
-            digest: f.digest,
-            blocks: f.written.clone(),
-            generation: f.generation,
-            tag: f.part_tag,
-        };
-        (f.dirty, f.journaling, f.last_journal, f.wire_since_journal) = (false, true, now, 0);
-        self.pending += 1;
-        let _ = self.jobs.send(Job::Journal(JournalJob {
-            index: index as u32,
-            part,
-            final_rel: f.final_rel.clone(),
-            journal_rel: f.journal_rel(),
-            journal: j,
-            secret: self.rules.secret.clone(),
-        }));
-    }
-
-    /// The receive is over before its files are (the sender stopped, or
-    /// went): every file with written blocks its journal does not name
-    /// yet is journaled now, whatever the interval and the budget, so what
-    /// was verified is kept for the next run. A part closed while it
-    /// waited is opened again (by name, only while it holds the file).
-    pub(in crate::session) fn journal_all_now(&mut self) {
-        let now = Instant::now();
-        for index in 0..self.files.len() {
-            let Some(f) = self.files[index].as_ref() else {
-                continue;
-            };
-            if f.state != FileState::Receiving || !f.dirty || f.journaling {
-                continue;
-            }
-            let part = match &f.part {
-                Some(p) => p.try_clone().ok(),
-                None => self
-                    .root
-                    .open_read(&f.part_rel())
-                    .ok()
-                    .filter(|p| crate::datapath::beneath::FileId::of(p).ok() == f.part_id),
-            };
-            if let Some(part) = part {
-                self.send_journal(index, part, now);
-            }
-        }
-    }
-
+impl<'s> Book<'s> {
     /// A finalizer's job came back: what to tell the peer, if anything.
     pub(in crate::session) fn settle(
         &mut self,
@@ -827,67 +585,10 @@ impl<'s> Book<'s> {
     }
 }
 
-/// A live part (`--live-parts`) says how far from its start it is written
-/// and checked, each time that moves (a failed attribute write only
-/// leaves the last one standing).
-fn show_live(f: &mut RecvFile, block: u64) {
-    if !f.advance_prefix() {
-        return;
-    }
-    let bytes = (f.prefix * block).min(f.size);
-    if let Some(part) = &f.part {
-        let text = bytes.to_string();
-        let _ = crate::datapath::sys::set_xattr(part, super::receive::LIVE_XATTR, text.as_bytes());
-    }
-}
-
-/// How far past the furthest block seen a growing file's next frame may
-/// reach: frames of many streams arrive out of order, but never further
-/// apart than what is in flight (and a block of data must come for every
-/// 2^16 bits of bitmap this lets a peer make).
-const GROW_AHEAD_MAX: u64 = 4 << 30;
-
-/// A frame of a growing file beyond its size so far: the file grows to
-/// the end of its block (a full block of data, never a hole, within
-/// `growth` bytes of block tables left). A shorter block is the file's
-/// last: nothing grows past it. Within the size, nothing changes.
-fn grow_for(
-    f: &mut RecvFile,
-    (block, growth): (u64, &mut u64),
-    h: &FrameHeader,
-) -> Result<(), String> {
-    let end = h.offset.saturating_add(u64::from(h.length));
-    if end <= f.size {
-        return Ok(());
-    }
-    let what = format!(
-        "frame at offset {} of growing file {}",
-        h.offset, h.file_index
-    );
-    if h.is_hole() || !h.offset.is_multiple_of(block) {
-        return Err(format!("{what}: a hole or unaligned block past its end"));
-    }
-    // A growing file grows by data only: its sender sends it no sparse
-    // blocks (one of no pieces would be a hole by another name).
-    if h.is_sparse() {
-        return Err(format!("{what}: a sparse block past its end"));
-    }
-    if !f.size.is_multiple_of(block) {
-        return Err(format!("{what}: past its short last block"));
-    }
-    if h.offset > f.size.saturating_add(GROW_AHEAD_MAX) {
-        return Err(format!("{what}: more than 4 GiB past its furthest block"));
-    }
-    if end > crate::session::SESSION_BLOCKS_MAX.saturating_mul(block) {
-        return Err(format!("{what}: past the most blocks a file may have"));
-    }
-    f.grow_to(end, block, growth)
-}
-
 /// Check a frame against the file it names (block layout, duplicates) and
 /// mark it seen; its checksum is checked already (`data_terms`, `None` for
 /// a hole). The write itself is the caller's.
-fn accept_frame(
+pub(super) fn accept_frame(
     files: &mut [Option<RecvFile>],
     (block, growth): (u64, &mut u64),
     header: &FrameHeader,
@@ -901,7 +602,7 @@ fn accept_frame(
         )));
     };
     if f.growing {
-        grow_for(f, (block, growth), header).map_err(malformed)?;
+        grow_for(f, (block, growth), header).map_err(|e| malformed(e.to_string()))?;
     }
     FrameHeader {
         file_index: 0,

@@ -13,8 +13,9 @@ use std::time::SystemTime;
 use crate::datapath::beneath::{FileId, Root};
 
 use super::beside::Beside;
+use super::file::{FileState, RecvFile};
 use super::journal::{self, Identity, Journal};
-use super::receive::{FileState, RecvFile, Rules};
+use super::rules::Rules;
 use crate::protocol::control::PieceDone;
 use crate::protocol::frame::digest_add;
 use crate::protocol::manifest::{piece_span, Piece};
@@ -37,7 +38,7 @@ pub(crate) struct FinalJob {
     name_max: usize,
     secret: Secret,
     owner: Option<[u8; 32]>,
-    dress: super::receive::Dress,
+    dress: super::rules::Dress,
     /// A live part (`--live-parts`): its attribute goes before the commit.
     live: bool,
     journal_rel: String,
@@ -196,7 +197,7 @@ fn finish_piece(root: &Root, job: FinalJob) -> Result<Outcome, SessionError> {
 /// Otherwise this one's journal is not stored again over the other's.
 fn still_ours(job: &FinalJob, j: &Journal) -> bool {
     let p = job.piece.as_ref().expect("a piece");
-    super::receive::piece_generation(&job.part, p.piece) == Some(j.generation)
+    super::pieces::piece_generation(&job.part, p.piece) == Some(j.generation)
 }
 
 /// Lets go of every lock of an opening when dropped: a lane's ring may
@@ -254,8 +255,8 @@ fn commit_pieces(
     // A committed file is no part to join, and its pieces' generations
     // were the part's.
     let count = job.piece.as_ref().expect("a piece").piece.count;
-    crate::datapath::sys::remove_xattr(&job.part, super::receive::PIECES_XATTR)
-        .and_then(|()| super::receive::clear_piece_generations(&job.part, count))
+    crate::datapath::sys::remove_xattr(&job.part, super::pieces::PIECES_XATTR)
+        .and_then(|()| super::pieces::clear_piece_generations(&job.part, count))
         .map_err(|e| SessionError::io(ctx("unmarking"), e))?;
     // Pieces came from several sessions, perhaps several owners: the
     // stamp names none, so a later run reads it again by content before
@@ -321,7 +322,7 @@ enum Found {
 /// blocks whose bytes are the ones its digest was made of, since a session
 /// makes the journal of a piece name no more than it holds before it
 /// writes any of it, and a new part forgets the journals of any before it
-/// (`RecvFile::write_own`, `receive::join_part`); nobody else writes a
+/// (`RecvFile::write_own`, `pieces::join_part`); nobody else writes a
 /// part (its user's file, mode 0600, one name).
 fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
     let p = job.piece.as_ref().expect("a piece");
@@ -338,7 +339,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
         let blocks = (start / p.id.block, end.div_ceil(p.id.block));
-        let recorded = super::receive::piece_generation(&job.part, piece);
+        let recorded = super::pieces::piece_generation(&job.part, piece);
         let current = recorded == Some(j.generation);
         if j.part != job.part_id || j.tag != p.tag || !current || !exactly(&j.blocks, blocks) {
             return Ok(Found::Missing);
@@ -382,7 +383,7 @@ pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionEr
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
     if job.live {
         // A committed file is whole: no reader needs its prefix.
-        crate::datapath::sys::remove_xattr(part, super::receive::LIVE_XATTR)
+        crate::datapath::sys::remove_xattr(part, super::file::LIVE_XATTR)
             .map_err(|e| SessionError::io(ctx("clearing the live attribute of"), e))?;
     }
     // The part's tag is the part's, not the file's.
@@ -596,7 +597,7 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
         let seen = FileId::of(&file)
             .ok()
             .map(|id| (id, (m.ctime(), m.ctime_nsec())));
-        super::receive::is_own_file(&m) && m.mode() & 0o022 == 0 && seen == f.held_seen
+        super::part::is_own_file(&m) && m.mode() & 0o022 == 0 && seen == f.held_seen
     });
     if !same {
         return Ok(());

@@ -91,9 +91,10 @@ fn write_sparse(d: &Deferred, s: &SparseWrite) -> (std::io::Result<()>, Option<u
         for run in map.runs() {
             let at = d.offset + run.start as u64;
             match (run.present, s.direct) {
-                (true, true) => d
-                    .part
-                    .write_all_at(&block[run.start..run.end.div_ceil(4096) * 4096], at)?,
+                (true, true) => d.part.write_all_at(
+                    &block[run.start..crate::datapath::direct::padded(run.end)],
+                    at,
+                )?,
                 (true, false) => d.part.write_all_at(&block[run.start..run.end], at)?,
                 (false, _) if s.stale => {
                     crate::datapath::sys::zero_range(&d.part, at, (run.end - run.start) as u64)?
@@ -341,7 +342,7 @@ impl<'a> Intake<'a> {
         // O_DIRECT writes whole aligned blocks: the tail is padded here and
         // cut back to the true size before the rename.
         let write_len = match f.direct {
-            true => header.length.div_ceil(4096) * 4096,
+            true => crate::datapath::direct::padded_u32(header.length),
             false => header.length,
         };
         if f.writing.capacity() == 0 {
@@ -460,7 +461,8 @@ mod tests {
     use crate::datapath::beneath::Root;
     use crate::datapath::DirectMode;
     use crate::protocol::manifest::{Entry, EntryKind};
-    use crate::session::sink::receive::{Incoming, Rules};
+    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::rules::Rules;
 
     const BLOCK: u64 = 64 << 10;
     const BLOCKS: u64 = 64;

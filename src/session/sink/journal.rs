@@ -377,7 +377,7 @@ fn read_journal(root: &Root, rel: &str) -> Option<(Vec<u8>, bool)> {
     if !m.is_file() {
         return None;
     }
-    let own = super::receive::is_own_file(&m) && m.permissions().mode() & 0o077 == 0;
+    let own = super::part::is_own_file(&m) && m.permissions().mode() & 0o077 == 0;
     let mut bytes = Vec::new();
     // A journal holds at most a bit per block: 2^30 blocks is 128 MiB.
     (&mut f)

@@ -28,8 +28,8 @@ use crate::protocol::manifest::Entry;
 
 use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
 use super::commit::{self, Outcome};
+use super::incoming::Incoming;
 use super::intake::{Intake, LaneStatus};
-use super::receive::Incoming;
 use crate::session::link::conn::{Peer, PeerEvent};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::link::streams::Sealing;

@@ -13,7 +13,7 @@ use crate::datapath::beneath::Root;
 use crate::protocol::manifest::{is_reserved, EntryKind};
 use crate::protocol::names;
 
-use super::receive::{join, Incoming};
+use super::incoming::{join, Incoming};
 use crate::session::plan::filter::Filter;
 
 /// What a delete pass did: paths removed (under the destination), and

@@ -94,7 +94,7 @@ fn ns_of((s, ns): (i64, u32)) -> i128 {
 /// Record on a finished file (its size and mtime already final) its
 /// digest, bound to the file itself, to `rel` (the name it has or is
 /// about to get under the root) and to `owner` (see
-/// [`Rules::owner`](super::receive::Rules::owner)), and by when
+/// [`Rules::owner`](super::rules::Rules::owner)), and by when
 /// (`settled`, ns since the epoch; `None`: never) its inode is done
 /// changing by the receiver's doing, authenticated with `secret`.
 /// Filesystems without user xattrs simply get no stamp (a later run then

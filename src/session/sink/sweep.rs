@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use crate::datapath::beneath::{FileId, Root};
 use crate::protocol::manifest::is_reserved;
 
-use super::receive::InodeClaims;
+use super::rules::InodeClaims;
 
 /// How often the root is swept, at most (and at least, for short ages).
 const SWEEP_EVERY_MAX: Duration = Duration::from_secs(6 * 3600);

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::work::End;
+use crate::session::plan::unsendable::Unsendable;
 
 /// Most ended files read again at once.
 const AT_ONCE: usize = 4;
@@ -29,7 +30,7 @@ pub(crate) struct Ended {
 
 /// What reading an ended file again found: its digest stands, or why the
 /// file cannot be called verified.
-pub(crate) type Verdict = Result<u64, String>;
+pub(crate) type Verdict = Result<u64, Unsendable>;
 
 /// The files waiting to be confirmed and the threads reading them.
 pub(crate) struct Confirmer {
@@ -89,8 +90,7 @@ impl Confirmer {
             match spawned {
                 Ok(h) => self.running.push(h),
                 Err(err) => {
-                    let why = format!("read again at its end: no thread: {err}");
-                    let _ = self.tx.send((entry, Err(why)));
+                    let _ = self.tx.send((entry, Err(Unsendable::NoThread(err))));
                 }
             }
             self.busy += 1;
@@ -110,13 +110,13 @@ impl Drop for Confirmer {
 
 /// Read `e` again: unchanged since it ended, and summing to its digest.
 fn verdict(e: &Ended, stop: &AtomicBool) -> Verdict {
-    super::pusher::check_unchanged(&e.file, e.end, None)?;
+    super::reads::check_unchanged(&e.file, e.end, None)?;
     let now = crate::session::plan::digest::plain_digest(&e.file, e.end.0, stop)
-        .map_err(|err| format!("read again at its end: {err}"))?;
+        .map_err(Unsendable::Reread)?;
     if now == e.digest {
         Ok(now)
     } else {
-        Err("changed behind the copy (a writer rewrote bytes already sent); send it again".into())
+        Err(Unsendable::Rewritten)
     }
 }
 
@@ -175,7 +175,7 @@ mod tests {
         for (i, v) in got {
             match v {
                 Ok(d) => assert_eq!((i != 4, d), (true, want[i])),
-                Err(why) => assert_eq!((i, why.contains("changed behind")), (4, true)),
+                Err(why) => assert_eq!((i, why.to_string().contains("changed behind")), (4, true)),
             }
         }
     }
@@ -190,6 +190,6 @@ mod tests {
         let got = all(&mut c, 1);
         assert_eq!(got.len(), 1);
         let why = got[0].1.as_ref().unwrap_err();
-        assert!(why.contains("changed during the send"), "{why}");
+        assert!(why.to_string().contains("changed during the send"), "{why}");
     }
 }

@@ -31,7 +31,7 @@ use crate::protocol::control::{ErrorCode, Message, MANIFEST_PART_ENTRIES_MAX};
 use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::confirm::{Confirmer, Ended, Verdict};
-use super::pusher::Acks;
+use super::ledger::Acks;
 use super::work::{End, Work};
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::refused::Refused;
@@ -540,7 +540,7 @@ impl<'a> Follower<'a> {
                 let m = Message::SourceDigests(vec![(i as u32, digest)]);
                 send_msg(&mut self.ctl, &m)
             }
-            Err(why) => self.drop_file(i, why),
+            Err(why) => self.drop_file(i, why.to_string()),
         }
     }
 }

@@ -24,14 +24,15 @@ use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::SessionKeys;
 
 use super::follow::Follower;
-use super::pusher::{push_lane, ANOTHER_LANE_FAILED};
-pub(crate) use super::pusher::{Acks, Sent};
+pub(crate) use super::ledger::{Acks, Sent};
+use super::pusher::push_lane;
 use super::work::Work;
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::plan::held::Held;
 use crate::session::plan::route::Route;
 use crate::session::plan::tree::Tree;
+use crate::session::plan::unsendable::Unsendable;
 use crate::session::SessionError;
 
 /// Source files read through the sending ring at once (registered slots).
@@ -73,7 +74,7 @@ impl PushParams {
 
 /// Opens entry `i`'s source: (file, whether O_DIRECT is in force), or why
 /// it cannot be sent (the entry is then skipped).
-pub(crate) type Opener<'a> = dyn Fn(usize) -> Result<(File, bool), String> + Sync + 'a;
+pub(crate) type Opener<'a> = dyn Fn(usize) -> Result<(File, bool), Unsendable> + Sync + 'a;
 
 /// Where the sending side tells the receiver what it learns of files as
 /// it reads them.
@@ -252,7 +253,7 @@ pub(crate) fn push_data(
                 pushed.skipped.extend(l.skipped);
             }
             // A lane stopped because another failed: that one's error says why.
-            Err(e) if e.to_string().contains(ANOTHER_LANE_FAILED) => {
+            Err(e @ SessionError::AnotherLaneFailed) => {
                 first_error.get_or_insert(e);
             }
             Err(e) => return Err(e),
@@ -268,15 +269,16 @@ pub(crate) fn push_data(
 
 /// Check a just-opened source: a regular file, and the very file the scan
 /// listed (device and inode), else why it is skipped.
-pub(in crate::session) fn check_opened(file: &File, scanned: Option<FileId>) -> Result<(), String> {
-    let m = file.metadata().map_err(|e| format!("stat: {e}"))?;
+pub(in crate::session) fn check_opened(
+    file: &File,
+    scanned: Option<FileId>,
+) -> Result<(), Unsendable> {
+    let m = file.metadata().map_err(Unsendable::Stat)?;
     if !m.is_file() {
-        return Err("not a regular file now (replaced since the scan)".into());
+        return Err(Unsendable::NotRegularNow);
     }
     match scanned {
-        Some(id) if FileId::of(file).ok() != Some(id) => {
-            Err("replaced by another file since the scan".into())
-        }
+        Some(id) if FileId::of(file).ok() != Some(id) => Err(Unsendable::Replaced),
         _ => Ok(()),
     }
 }
@@ -288,7 +290,7 @@ pub(crate) fn open_source(
     path: &std::path::Path,
     scanned: Option<FileId>,
     direct: crate::datapath::DirectMode,
-) -> Result<(File, bool), String> {
+) -> Result<(File, bool), Unsendable> {
     use crate::datapath::DirectMode;
     use std::os::unix::fs::OpenOptionsExt;
     let open = |extra: i32| {
@@ -306,7 +308,7 @@ pub(crate) fn open_source(
             other => (other, true),
         },
     };
-    let file = file.map_err(describe_open)?;
+    let file = file.map_err(Unsendable::of_open)?;
     check_opened(&file, scanned)?;
     Ok((file, is_direct))
 }
@@ -318,23 +320,14 @@ pub(crate) fn open_source_beneath(
     rel: &std::path::Path,
     scanned: Option<FileId>,
     direct: crate::datapath::DirectMode,
-) -> Result<(File, bool), String> {
+) -> Result<(File, bool), Unsendable> {
     let rel = rel.to_str().expect("root-relative sources are UTF-8");
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
     let (file, is_direct) = root
         .open_direct(rel, flags, 0, direct)
-        .map_err(describe_open)?;
+        .map_err(Unsendable::of_open)?;
     check_opened(&file, scanned)?;
     Ok((file, is_direct))
-}
-
-fn describe_open(e: std::io::Error) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) => "vanished since the scan".into(),
-        Some(libc::ELOOP) => "replaced by a symlink since the scan".into(),
-        Some(libc::ENXIO) => "not a regular file (a FIFO or socket)".into(),
-        _ => format!("cannot be opened: {e}"),
-    }
 }
 
 #[cfg(test)]
@@ -351,7 +344,7 @@ mod tests {
         }
         let mode = crate::datapath::DirectMode::Off;
         let e = open_source(&fifo, None, mode).unwrap_err();
-        assert!(e.contains("not a regular file"), "{e}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
         let a = dir.path().join("a");
         std::fs::write(&a, b"x").unwrap();
         let id = FileId::of(&File::open(&a).unwrap()).unwrap();
@@ -361,7 +354,7 @@ mod tests {
         std::fs::write(&b, b"y").unwrap();
         std::fs::rename(&b, &a).unwrap();
         let e = open_source(&a, Some(id), mode).unwrap_err();
-        assert!(e.contains("replaced"), "{e}");
+        assert!(e.to_string().contains("replaced"), "{e}");
         let link = dir.path().join("l");
         std::os::unix::fs::symlink(&a, &link).unwrap();
         assert!(

@@ -1,0 +1,114 @@
+//! The process and its limits: the kernel release, RLIMIT_MEMLOCK and
+//! RLIMIT_NOFILE, the effective user and CAP_IPC_LOCK,
+//! `kernel.io_uring_disabled`, signals ignored so a failed write or a
+//! broken lease never kills us, and the kernel's random bytes.
+
+use std::io;
+use std::mem::MaybeUninit;
+
+/// The running kernel's release string, as `uname -r` prints it.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The soft RLIMIT_MEMLOCK in bytes (`None` when unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    let mut rl = MaybeUninit::<libc::rlimit>::zeroed();
+    // SAFETY: `rl` is a valid, writable rlimit buffer.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, rl.as_mut_ptr()) };
+    if rc != 0 {
+        return Some(0);
+    }
+    // SAFETY: getrlimit returned 0, so the buffer is initialised.
+    let rl = unsafe { rl.assume_init() };
+    (rl.rlim_cur != libc::RLIM_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// The effective user id of this process.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments and always succeeds.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether this process holds CAP_IPC_LOCK, which exempts registered buffers
+/// from RLIMIT_MEMLOCK.
+pub fn has_cap_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+/// `kernel.io_uring_disabled` (0 enabled, 1 root or group only, 2 disabled).
+pub fn io_uring_disabled() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Ignore SIGXFSZ so a write past RLIMIT_FSIZE fails with EFBIG instead of
+/// killing the process.
+pub fn ignore_sigxfsz() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler
+    // code and touches no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
+/// Ignore SIGIO: the kernel sends it to a lease holder whose lease another
+/// open breaks (see [`take_write_lease`]), and its default would end the
+/// process. The opener waits until the lease is let go either way.
+pub fn ignore_sigio() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler
+    // code and touches no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGIO, libc::SIG_IGN);
+    }
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit (a daemon serving many
+/// sessions and streams needs descriptors; the default soft limit is 1024).
+pub fn raise_nofile_limit() {
+    let mut rl = MaybeUninit::<libc::rlimit>::zeroed();
+    // SAFETY: `rl` is a valid, writable rlimit buffer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, rl.as_mut_ptr()) } != 0 {
+        return;
+    }
+    // SAFETY: getrlimit returned 0, so the buffer is initialised.
+    let mut rl = unsafe { rl.assume_init() };
+    if rl.rlim_cur < rl.rlim_max {
+        rl.rlim_cur = rl.rlim_max;
+        // SAFETY: setrlimit reads the struct we own.
+        unsafe {
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
+/// Fill `buf` with random bytes from the kernel (getrandom(2)), for nonces,
+/// session ids and keys.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        // SAFETY: the kernel writes at most `buf.len() - at` bytes into our
+        // own live buffer starting at `at`.
+        let n = unsafe { libc::getrandom(buf[at..].as_mut_ptr().cast(), buf.len() - at, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        at += n as usize;
+    }
+    Ok(())
+}

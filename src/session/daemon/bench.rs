@@ -1,0 +1,147 @@
+//! `bench --net` on the daemon's side: frames taken and dropped, or sent
+//! back (`--reverse`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::protocol::control::{Direction, ErrorCode, Message, REQ_ENCRYPT};
+use crate::protocol::handshake::SessionKeys;
+
+use super::config::RecvConfig;
+use super::progress::RecvProgress;
+use super::pull::{daemon_push_params, pace_as_asked};
+use super::registry::Registry;
+use super::streams::collect_streams;
+use crate::protocol::seal::{frame_key, Direction as SealDirection};
+use crate::session::link::conn::{send_msg, Control};
+use crate::session::SessionError;
+
+/// `bench --net` on the daemon's side: take frames on every stream, check
+/// each checksum (unless unchecked), count and discard them; or, reversed,
+/// send for the requested time. No disk is touched.
+pub(super) fn bench_session(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    progress: &mut RecvProgress<'_>,
+) -> Result<(u64, u64), SessionError> {
+    let reverse = req.direction == Direction::BenchReverse;
+    // Reversed, the path carries the test length in ms (and `v` for checksums).
+    let (time, verify) = if reverse {
+        let verify = req.path.ends_with('v');
+        let ms: u64 = req.path.trim_end_matches('v').parse().map_err(|_| {
+            SessionError::local(ErrorCode::BadRequest, "bench --reverse: bad test length")
+        })?;
+        if ms > 24 * 3600 * 1000 {
+            return Err(SessionError::local(
+                ErrorCode::TooLarge,
+                "bench --reverse: test longer than a day",
+            ));
+        }
+        (Duration::from_millis(ms), verify)
+    } else {
+        (Duration::ZERO, false)
+    };
+    let bytes = if reverse {
+        bench_send_back(s, req, buffers, keys, cfg, registry, (time, verify))?
+    } else {
+        bench_take(s, req, buffers, keys, cfg, registry, progress)?
+    };
+    bench_summary(s, bytes)?;
+    Ok((0, bytes))
+}
+
+/// A test's end on the daemon: the bytes it moved, and no files.
+pub(super) fn bench_summary(s: &mut Control, bytes: u64) -> Result<(), SessionError> {
+    let ok = true;
+    send_msg(
+        s,
+        &Message::Summary {
+            files: 0,
+            bytes,
+            ok,
+        },
+    )
+}
+
+/// A reversed `bench --net` on the daemon: send on lanes for `time` (each
+/// frame checksummed when `verify`); the bytes sent.
+pub(super) fn bench_send_back(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    (time, verify): (Duration, bool),
+) -> Result<u64, SessionError> {
+    use crate::session::probe::bench_net::{bench_senders, fill_bench_buffers, BenchRun};
+    // Rings and buffers before the streams connect (ready for their data).
+    let params = daemon_push_params(req, buffers, keys, cfg);
+    let both = (req.streams, req.streams);
+    let (plan, mut txs) = bench_senders(cfg.lanes, both, buffers, req.block_size, params.zerocopy)?;
+    txs.iter_mut().for_each(fill_bench_buffers);
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    pace_as_asked(req, &streams)?;
+    let counters = crate::coord::WorkerCounters::default();
+    let stop = AtomicBool::new(false);
+    let bench = BenchRun {
+        params: &params,
+        time,
+        verify,
+        counters: &counters,
+        stop: &stop,
+    };
+    bench.send(&plan, &streams, txs)?;
+    for st in &streams {
+        let _ = st.shutdown(std::net::Shutdown::Write);
+    }
+    Ok(counters.snapshot().0)
+}
+
+/// `bench --net` on the daemon: take frames on lanes, check each (unless
+/// unchecked), count them in the session's log and metrics and discard
+/// them, until the streams end; the bytes taken.
+pub(super) fn bench_take(
+    s: &mut Control,
+    req: &crate::protocol::control::SessionRequest,
+    buffers: usize,
+    keys: &SessionKeys,
+    cfg: &RecvConfig,
+    registry: &Registry,
+    progress: &mut RecvProgress<'_>,
+) -> Result<u64, SessionError> {
+    use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes};
+    // Rings and buffers before the streams connect (ready for their data).
+    let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, req.block_size)?;
+    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let open = req
+        .has(REQ_ENCRYPT)
+        .then(|| (keys.clone(), SealDirection::ClientToServer));
+    let key = frame_key(keys);
+    let plan = crate::session::link::lanes::place_streams(
+        plan.len(),
+        &crate::session::link::streams::fds_of(&streams),
+    );
+    let counted = AtomicU64::new(0);
+    let count = |b: u64| {
+        counted.fetch_add(b, Ordering::Relaxed);
+    };
+    let mut logged = 0;
+    let taken = std::thread::scope(|scope| {
+        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, (&key, &open), &count));
+        while !lanes.is_finished() {
+            std::thread::sleep(crate::session::link::lanes::WATCH_EVERY);
+            let now = counted.load(Ordering::Relaxed);
+            progress.add(now - logged);
+            logged = now;
+        }
+        let r = lanes.join().expect("the lanes' thread panicked");
+        progress.add(counted.load(Ordering::Relaxed) - logged);
+        r
+    })?;
+    Ok(taken.0)
+}

@@ -1,0 +1,89 @@
+//! How a daemon runs: its configuration and limits (`urmove recv`'s
+//! options and config file, resolved by `cli`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::datapath::DirectMode;
+use crate::protocol::handshake::Key;
+
+use crate::session::sink::rules::LinkPolicy;
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct RecvConfig {
+    pub listen: SocketAddr,
+    pub root: PathBuf,
+    pub key: Key,
+    pub direct: DirectMode,
+    /// A client that says nothing for this long is dropped.
+    pub handshake_timeout: Duration,
+    /// How long a session waits for its data streams.
+    pub stream_wait: Duration,
+    /// Log an FDT-style `Net In` line per session this often (None: off).
+    pub interval: Option<Duration>,
+    /// A session whose peer sends nothing (or takes nothing) this long ends.
+    pub timeout: Duration,
+    pub limits: Limits,
+    /// Refuse sessions that do not seal their frames.
+    pub require_encryption: bool,
+    /// Where the daemon keeps its secret (`STATE_DIR/secret`).
+    pub state_dir: PathBuf,
+    /// Keep setuid and setgid bits from the wire.
+    pub keep_setid: bool,
+    /// Make the device nodes a `send -D` brings (as root only).
+    pub devices: bool,
+    /// Symlinks whose target leaves the root: keep, skip or refuse.
+    pub unsafe_links: LinkPolicy,
+    /// Serve pulls only (the root may then be read-only).
+    pub pull_only: bool,
+    /// Take UDP tests (`bench --net --udp`) on the listen port's number.
+    pub udp: bool,
+    /// The longest UDP test taken (`udp_time_max`).
+    pub udp_time_max: Duration,
+    /// Congestion control of the data streams (it governs those it sends on).
+    pub congestion: crate::datapath::tcp::Congestion,
+    /// Remove parts and journals untouched this long (None or 0: keep them).
+    pub part_max_age: Option<Duration>,
+    /// Threads of each session's data path (`--lanes`), each with its ring.
+    pub lanes: crate::session::link::lanes::Lanes,
+}
+
+/// What the daemon takes on at most; past each, it refuses with a reason.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Sessions at once.
+    pub sessions: usize,
+    /// Connections at once (sessions, their streams, handshakes).
+    pub connections: usize,
+    /// Connections not yet authenticated from one address (IPv4) or /64
+    /// (IPv6) at once.
+    pub unauthenticated_per_address: usize,
+    /// Data streams per session.
+    pub streams: u16,
+    /// Entries per manifest.
+    pub files: u32,
+    /// Registered buffer memory of all sessions together.
+    pub buffer_bytes: u64,
+    /// Memory the manifests of all sessions together may take.
+    pub manifest_bytes: u64,
+    /// A sender below this many bytes per second (over `--timeout`, while
+    /// the daemon waits for it) ends its session.
+    pub min_rate_bytes_per_s: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            sessions: 64,
+            connections: 1024,
+            unauthenticated_per_address: 2 * 64 + 16,
+            streams: 64,
+            files: crate::protocol::manifest::ENTRIES_MAX,
+            buffer_bytes: 4 << 30,
+            manifest_bytes: 1 << 30,
+            min_rate_bytes_per_s: crate::session::MIN_RATE_BYTES_PER_S,
+        }
+    }
+}
