@@ -1,7 +1,7 @@
 //! The checks of the disk behind `--target`: the device, its scheduler,
 //! read-ahead and queue depths.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::profile;
 use super::{Check, Scene};
@@ -29,23 +29,30 @@ const DISK_CHECKS: [&str; 5] = [
     "disk.queue_depth",
 ];
 
+/// What one of [`DISK_CHECKS`] recommends, and where its rule comes from.
+struct Rule {
+    recommended: String,
+    source: &'static str,
+}
+
+/// The rules of [`DISK_CHECKS`], in its order.
+fn rules() -> [Rule; 5] {
+    let rule = |recommended: String, source| Rule {
+        recommended,
+        source,
+    };
+    let read_ahead = format!(">= {}", profile::READ_AHEAD_KB);
+    let depth = format!(">= {}", profile::NR_REQUESTS_MIN);
+    [
+        rule("the disk behind --target".to_string(), "urmove"),
+        rule("none or mq-deadline".into(), profile::SRC_SCHEDULER),
+        rule(read_ahead, "urmove"),
+        rule(depth.clone(), "urmove"),
+        rule(depth, "urmove"),
+    ]
+}
+
 pub(super) fn disk_checks(s: &Scene) -> Vec<Check> {
-    let read_ahead_rec = format!(">= {}", profile::READ_AHEAD_KB);
-    let depth_rec = format!(">= {}", profile::NR_REQUESTS_MIN);
-    let recs = [
-        "the disk behind --target".to_string(),
-        "none or mq-deadline".into(),
-        read_ahead_rec.clone(),
-        depth_rec.clone(),
-        depth_rec.clone(),
-    ];
-    let srcs = [
-        "urmove",
-        profile::SRC_SCHEDULER,
-        "urmove",
-        "urmove",
-        "urmove",
-    ];
     let disk = match &s.disk {
         Some(Ok(d)) => d,
         other => {
@@ -55,17 +62,48 @@ pub(super) fn disk_checks(s: &Scene) -> Vec<Check> {
             };
             return DISK_CHECKS
                 .iter()
-                .zip(recs)
-                .zip(srcs)
-                .map(|((n, r), src)| Check::unseen(n, r, reason.clone(), src))
+                .zip(rules())
+                .map(|(n, r)| Check::unseen(n, r.recommended, reason.clone(), r.source))
                 .collect();
         }
     };
-    let target = s
-        .target
-        .map(|t| t.display().to_string())
-        .unwrap_or_default();
-    let mut out = Vec::new();
+    let [device, scheduler, read_ahead, nr_requests, queue_depth] = rules();
+    vec![
+        device_check(s.target, disk, device),
+        scheduler_check(disk, scheduler),
+        queue_number(
+            DISK_CHECKS[2],
+            disk.queue("read_ahead_kb"),
+            profile::READ_AHEAD_KB,
+            &read_ahead.recommended,
+            "O_DIRECT (urmove's default) bypasses read-ahead; buffered reads (--direct off, or no O_DIRECT) stream better one 4 MiB block ahead",
+            format!("{} is not readable", disk.queue("read_ahead_kb").display()),
+        ),
+        queue_number(
+            DISK_CHECKS[3],
+            disk.queue("nr_requests"),
+            profile::NR_REQUESTS_MIN,
+            &nr_requests.recommended,
+            "requests the block layer queues per hardware queue; urmove keeps 32 in flight per disk by default (--qd)",
+            format!("{} is not readable", disk.queue("nr_requests").display()),
+        ),
+        queue_number(
+            DISK_CHECKS[4],
+            disk.sysfs.join("device/queue_depth"),
+            profile::NR_REQUESTS_MIN,
+            &queue_depth.recommended,
+            "commands the SCSI/SATA device takes at once (NCQ allows 32)",
+            format!(
+                "no {}/device/queue_depth: not a SCSI or SATA disk (NVMe, virtio and loop queue by nr_requests)",
+                disk.name
+            ),
+        ),
+    ]
+}
+
+/// Which disk `target` is on, and where its queue's settings are read.
+fn device_check(target: Option<&Path>, disk: &Disk, rule: Rule) -> Check {
+    let target = target.map(|t| t.display().to_string()).unwrap_or_default();
     let mut why = format!(
         "{target} is on {}; the checks below read {}/queue",
         disk.name,
@@ -77,15 +115,19 @@ pub(super) fn disk_checks(s: &Scene) -> Vec<Check> {
             disk.slaves.join(", ")
         );
     }
-    out.push(Check::new(
+    Check::new(
         DISK_CHECKS[0],
         disk.describe(),
-        recs[0].clone(),
+        rule.recommended,
         true,
         why,
-        srcs[0],
-    ));
-    out.push(match host::attr(&disk.queue("scheduler")) {
+        rule.source,
+    )
+}
+
+/// The disk's scheduler against the one urmove recommends for it.
+fn scheduler_check(disk: &Disk, rule: Rule) -> Check {
+    match host::attr(&disk.queue("scheduler")) {
         Some(line) => {
             let (active, available) = host::parse_scheduler(&line);
             let active = active.unwrap_or_else(|| line.clone());
@@ -102,48 +144,30 @@ pub(super) fn disk_checks(s: &Scene) -> Vec<Check> {
                 rec.clone(),
                 active == rec,
                 why,
-                srcs[1],
+                rule.source,
             )
         }
         None => Check::unseen(
             DISK_CHECKS[1],
-            recs[1].clone(),
+            rule.recommended,
             format!("{} is not readable", disk.queue("scheduler").display()),
-            srcs[1],
+            rule.source,
         ),
-    });
-    let numeric = |name: &str, path: PathBuf, min: u64, rec: &str, why: &str, missing: String| {
-        match host::attr(&path).and_then(|v| v.parse::<u64>().ok()) {
-            Some(v) => Check::new(name, v.to_string(), rec, v >= min, why, "urmove"),
-            None => Check::unseen(name, rec, missing, "urmove"),
-        }
-    };
-    out.push(numeric(
-        DISK_CHECKS[2],
-        disk.queue("read_ahead_kb"),
-        profile::READ_AHEAD_KB,
-        &read_ahead_rec,
-        "O_DIRECT (urmove's default) bypasses read-ahead; buffered reads (--direct off, or no O_DIRECT) stream better one 4 MiB block ahead",
-        format!("{} is not readable", disk.queue("read_ahead_kb").display()),
-    ));
-    out.push(numeric(
-        DISK_CHECKS[3],
-        disk.queue("nr_requests"),
-        profile::NR_REQUESTS_MIN,
-        &depth_rec,
-        "requests the block layer queues per hardware queue; urmove keeps 32 in flight per disk by default (--qd)",
-        format!("{} is not readable", disk.queue("nr_requests").display()),
-    ));
-    out.push(numeric(
-        DISK_CHECKS[4],
-        disk.sysfs.join("device/queue_depth"),
-        profile::NR_REQUESTS_MIN,
-        &depth_rec,
-        "commands the SCSI/SATA device takes at once (NCQ allows 32)",
-        format!(
-            "no {}/device/queue_depth: not a SCSI or SATA disk (NVMe, virtio and loop queue by nr_requests)",
-            disk.name
-        ),
-    ));
-    out
+    }
+}
+
+/// A number the disk's queue (or device) holds, at least `min`; `missing`
+/// says why when it cannot be read.
+fn queue_number(
+    name: &str,
+    path: PathBuf,
+    min: u64,
+    rec: &str,
+    why: &str,
+    missing: String,
+) -> Check {
+    match host::attr(&path).and_then(|v| v.parse::<u64>().ok()) {
+        Some(v) => Check::new(name, v.to_string(), rec, v >= min, why, "urmove"),
+        None => Check::unseen(name, rec, missing, "urmove"),
+    }
 }
