@@ -188,11 +188,15 @@ const MAX_UNAUTHENTICATED_PER_ADDRESS: CountRule = CountRule {
     max: 1 << 20,
     default: 16,
 };
-/// Unless set: room for one client opening all its data streams at once
-/// (each is unauthenticated until its proof is read) twice over, and a few
+/// [`MAX_UNAUTHENTICATED_PER_ADDRESS`], whose default unless set is room
+/// for one client opening all its data streams at once (each is
+/// unauthenticated until its proof is read) twice over, and a few
 /// handshakes besides.
-fn unauthenticated_default(max_streams: u16) -> u64 {
-    2 * u64::from(max_streams) + 16
+fn unauthenticated_rule(max_streams: u16) -> CountRule {
+    CountRule {
+        default: 2 * u64::from(max_streams) + 16,
+        ..MAX_UNAUTHENTICATED_PER_ADDRESS
+    }
 }
 
 const MAX_STREAMS: CountRule = CountRule {
@@ -264,45 +268,142 @@ impl DurationRule {
     }
 }
 
-/// The command line's value, else the file's (refused with its line),
-/// else the default; either checked by `rule`.
-fn count_setting(
-    (path, text): (&Path, &str),
-    rule: &CountRule,
-    cli: Option<u64>,
-    file: Option<Spanned<u64>>,
-) -> Result<u64, String> {
-    match (cli, file) {
-        (Some(n), _) => rule.check(n),
-        (None, Some(v)) => {
-            let span = v.span();
-            rule.check(v.into_inner())
-                .map_err(|e| at(path, text, span, e))
+/// The `--config` file a setting may come from, to name its line in a
+/// refusal (no path and no text when there is none).
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Source<'_> {
+    /// The command line's value, else the file's (refused with its line),
+    /// else the default; either checked by `rule`.
+    fn count(
+        self,
+        rule: &CountRule,
+        cli: Option<u64>,
+        file: Option<Spanned<u64>>,
+    ) -> Result<u64, String> {
+        match (cli, file) {
+            (Some(n), _) => rule.check(n),
+            (None, Some(v)) => {
+                let span = v.span();
+                rule.check(v.into_inner())
+                    .map_err(|e| at(self.path, self.text, span, e))
+            }
+            (None, None) => Ok(rule.default),
         }
-        (None, None) => Ok(rule.default),
+    }
+
+    /// As [`Source::count`], for a duration.
+    fn checked_duration(
+        self,
+        rule: &DurationRule,
+        cli: Option<Duration>,
+        file: Option<Spanned<Amount>>,
+    ) -> Result<Duration, String> {
+        match (cli, file) {
+            (Some(d), _) => rule.check(d),
+            (None, Some(v)) => {
+                let span = v.span();
+                let d = duration(self.path, self.text, rule.key, v)?;
+                rule.check(d).map_err(|e| at(self.path, self.text, span, e))
+            }
+            (None, None) => Ok(rule.default),
+        }
+    }
+
+    /// The command line's duration, else the file's `key` (refused with
+    /// its line when it is none), else `default`.
+    fn duration(
+        self,
+        key: &str,
+        cli: Option<Duration>,
+        file: Option<Spanned<Amount>>,
+        default: Duration,
+    ) -> Result<Duration, String> {
+        match (cli, file) {
+            (Some(d), _) => Ok(d),
+            (None, Some(v)) => duration(self.path, self.text, key, v),
+            (None, None) => Ok(default),
+        }
+    }
+
+    /// As [`Source::duration`], for a size in bytes.
+    fn size(
+        self,
+        key: &str,
+        cli: Option<u64>,
+        file: Option<Spanned<Amount>>,
+        default: u64,
+    ) -> Result<u64, String> {
+        match (cli, file) {
+            (Some(n), _) => Ok(n),
+            (None, Some(v)) => size(self.path, self.text, key, v),
+            (None, None) => Ok(default),
+        }
+    }
+
+    /// The command line's value, else the file's `key` read by `parse`
+    /// (refused with its line), else `default`.
+    fn parsed<T>(
+        self,
+        key: &str,
+        cli: Option<T>,
+        file: Option<Spanned<String>>,
+        parse: fn(&str) -> Result<T, String>,
+        default: impl FnOnce() -> T,
+    ) -> Result<T, String> {
+        match (cli, file) {
+            (Some(c), _) => Ok(c),
+            (None, Some(v)) => {
+                let span = v.span();
+                parse(v.get_ref())
+                    .map_err(|e| at(self.path, self.text, span, format!("{key}: {e}")))
+            }
+            (None, None) => Ok(default()),
+        }
     }
 }
 
-/// As [`count_setting`], for a duration.
-fn duration_setting(
-    (path, text): (&Path, &str),
-    rule: &DurationRule,
-    cli: Option<Duration>,
-    file: Option<Spanned<Amount>>,
-) -> Result<Duration, String> {
-    match (cli, file) {
-        (Some(d), _) => rule.check(d),
-        (None, Some(v)) => {
-            let span = v.span();
-            let d = duration(path, text, rule.key, v)?;
-            rule.check(d).map_err(|e| at(path, text, span, e))
-        }
-        (None, None) => Ok(rule.default),
+/// The command line's value, else the file's.
+fn either<T>(cli: Option<T>, file: Option<Spanned<T>>) -> Option<T> {
+    cli.or(file.map(Spanned::into_inner))
+}
+
+/// A path the daemon cannot start without: `missing` says so.
+fn required(
+    cli: &Option<PathBuf>,
+    file: Option<Spanned<PathBuf>>,
+    missing: &str,
+) -> Result<PathBuf, String> {
+    either(cli.clone(), file).ok_or_else(|| missing.into())
+}
+
+impl Amount {
+    /// The value as text where it stood (`8` or `"8"` alike).
+    fn spanned_text(v: Spanned<Amount>) -> Spanned<String> {
+        let span = v.span();
+        let text = match v.into_inner() {
+            Amount::Number(n) => n.to_string(),
+            Amount::Text(t) => t,
+        };
+        Spanned::new(span, text)
     }
+}
+
+/// A `--config` file as read: its settings, and its text and path, to
+/// name the line of a refusal (all empty without one).
+#[derive(Default)]
+struct Loaded {
+    file: RecvFile,
+    text: String,
+    path: PathBuf,
 }
 
 /// Read and check `path`.
-fn load(path: &Path) -> Result<(RecvFile, String), String> {
+fn load(path: &Path) -> Result<Loaded, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let file: RecvFile = toml::from_str(&text).map_err(|e| match e.span() {
         Some(span) => {
@@ -316,7 +417,11 @@ fn load(path: &Path) -> Result<(RecvFile, String), String> {
         }
         None => format!("{}: {}", path.display(), e.message()),
     })?;
-    Ok((file, text))
+    Ok(Loaded {
+        file,
+        text,
+        path: path.to_path_buf(),
+    })
 }
 
 /// The line at `offset` when it is `KEY = 2G`: a number with a unit left
@@ -341,142 +446,101 @@ fn unquoted_amount(text: &str, offset: usize) -> Option<String> {
 
 /// Merge the command line `a` over its `--config` file over the defaults.
 pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
-    let (f, text, path) = match &a.config {
-        Some(p) => {
-            let (f, text) = load(p)?;
-            (f, text, p.clone())
-        }
-        None => (RecvFile::default(), String::new(), PathBuf::new()),
+    let Loaded {
+        file: f,
+        text,
+        path,
+    } = match &a.config {
+        Some(p) => load(p)?,
+        None => Loaded::default(),
     };
-    let (p, t) = (path.as_path(), text.as_str());
-    let inner = |v: Option<Spanned<String>>| v.map(Spanned::into_inner);
-    let root = match (&a.root, f.root) {
-        (Some(r), _) => r.clone(),
-        (None, Some(r)) => r.into_inner(),
-        (None, None) => {
-            return Err("--root DIR is required (or `root` in the --config file)".into())
-        }
+    let src = Source {
+        path: &path,
+        text: &text,
     };
-    let key_file = match (&a.key_file, f.key_file) {
-        (Some(k), _) => k.clone(),
-        (None, Some(k)) => k.into_inner(),
-        (None, None) => {
-            return Err("--key-file FILE is required (or `key_file` in the --config file)".into())
-        }
-    };
-    let src = (p, t);
-    let interval = match (a.interval, f.interval) {
-        (Some(d), _) => d,
-        (None, Some(v)) => duration(p, t, "interval", v)?,
-        (None, None) => Duration::from_secs(5),
-    };
-    let max_streams = u16::try_from(count_setting(
-        src,
-        &MAX_STREAMS,
-        a.max_streams,
-        f.max_streams,
-    )?)
-    .expect("checked to be at most 256");
+    let root = required(
+        &a.root,
+        f.root,
+        "--root DIR is required (or `root` in the --config file)",
+    )?;
+    let key_file = required(
+        &a.key_file,
+        f.key_file,
+        "--key-file FILE is required (or `key_file` in the --config file)",
+    )?;
+    let interval = src.duration("interval", a.interval, f.interval, Duration::from_secs(5))?;
+    let max_streams = u16::try_from(src.count(&MAX_STREAMS, a.max_streams, f.max_streams)?)
+        .expect("checked to be at most 256");
     Ok(RecvSettings {
-        listen: a
-            .listen
-            .clone()
-            .or(inner(f.listen))
-            .unwrap_or_else(|| "0.0.0.0:7878".into()),
+        listen: either(a.listen.clone(), f.listen).unwrap_or_else(|| "0.0.0.0:7878".into()),
         root,
         key_file,
-        direct: a
-            .direct
-            .or(f.direct.map(Spanned::into_inner))
-            .unwrap_or(DirectArg::Auto),
+        direct: either(a.direct, f.direct).unwrap_or(DirectArg::Auto),
         interval,
-        handshake_timeout: duration_setting(
-            src,
+        handshake_timeout: src.checked_duration(
             &HANDSHAKE_TIMEOUT,
             a.handshake_timeout,
             f.handshake_timeout,
         )?,
-        timeout: duration_setting(src, &TIMEOUT, a.timeout, f.timeout)?,
-        max_sessions: count_setting(src, &MAX_SESSIONS, a.max_sessions, f.max_sessions)? as usize,
-        max_connections: count_setting(src, &MAX_CONNECTIONS, a.max_connections, f.max_connections)?
+        timeout: src.checked_duration(&TIMEOUT, a.timeout, f.timeout)?,
+        max_sessions: src.count(&MAX_SESSIONS, a.max_sessions, f.max_sessions)? as usize,
+        max_connections: src.count(&MAX_CONNECTIONS, a.max_connections, f.max_connections)?
             as usize,
-        max_unauthenticated_per_address: count_setting(
-            src,
-            &CountRule {
-                default: unauthenticated_default(max_streams),
-                ..MAX_UNAUTHENTICATED_PER_ADDRESS
-            },
+        max_unauthenticated_per_address: src.count(
+            &unauthenticated_rule(max_streams),
             a.max_unauthenticated_per_address,
             f.max_unauthenticated_per_address,
         )? as usize,
         max_streams,
-        max_files: u32::try_from(count_setting(src, &MAX_FILES, a.max_files, f.max_files)?)
+        max_files: u32::try_from(src.count(&MAX_FILES, a.max_files, f.max_files)?)
             .expect("checked to fit in u32"),
-        max_buffer_memory: match (a.max_buffer_memory, f.max_buffer_memory) {
-            (Some(n), _) => n,
-            (None, Some(v)) => size(p, t, "max_buffer_memory", v)?,
-            (None, None) => 4 << 30,
-        },
+        max_buffer_memory: src.size(
+            "max_buffer_memory",
+            a.max_buffer_memory,
+            f.max_buffer_memory,
+            4 << 30,
+        )?,
         require_encryption: a.require_encryption
             || f.require_encryption.is_some_and(Spanned::into_inner),
-        metrics: a.metrics.clone().or(inner(f.metrics)),
-        log_format: a
-            .log_format
-            .or(f.log_format.map(Spanned::into_inner))
-            .unwrap_or(LogFormatArg::Text),
-        state_dir: a
-            .state_dir
-            .clone()
-            .or(f.state_dir.map(Spanned::into_inner))
+        metrics: either(a.metrics.clone(), f.metrics),
+        log_format: either(a.log_format, f.log_format).unwrap_or(LogFormatArg::Text),
+        state_dir: either(a.state_dir.clone(), f.state_dir)
             .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        unsafe_links: a
-            .unsafe_links
-            .or(f.unsafe_links.map(Spanned::into_inner))
-            .unwrap_or(LinksArg::Keep),
+        unsafe_links: either(a.unsafe_links, f.unsafe_links).unwrap_or(LinksArg::Keep),
         keep_setid: a.keep_setid || f.keep_setid.is_some_and(Spanned::into_inner),
         devices: a.devices || f.devices.is_some_and(Spanned::into_inner),
         pull_only: a.pull_only || f.pull_only.is_some_and(Spanned::into_inner),
         udp: a.udp || f.udp.is_some_and(Spanned::into_inner),
-        udp_time_max: duration_setting(src, &UDP_TIME_MAX, a.udp_time_max, f.udp_time_max)?,
-        cc: match (a.cc.clone(), f.cc) {
-            (Some(c), _) => c,
-            (None, Some(v)) => {
-                let span = v.span();
-                parse::congestion(v.get_ref()).map_err(|e| at(p, t, span, format!("cc: {e}")))?
-            }
-            (None, None) => crate::datapath::tcp::Congestion::Auto,
-        },
-        lanes: match (a.lanes, f.lanes) {
-            (Some(l), _) => l,
-            (None, Some(v)) => {
-                let span = v.span();
-                let text = match v.into_inner() {
-                    Amount::Number(n) => n.to_string(),
-                    Amount::Text(t) => t,
-                };
-                parse::lanes(&text).map_err(|e| at(p, t, span, format!("lanes: {e}")))?
-            }
-            (None, None) => crate::session::link::lanes::Lanes::Auto,
-        },
-        max_manifest_memory: match (a.max_manifest_memory, f.max_manifest_memory) {
-            (Some(n), _) => n,
-            (None, Some(v)) => size(p, t, "max_manifest_memory", v)?,
-            (None, None) => 1 << 30,
-        },
-        min_rate: match (a.min_rate, f.min_rate) {
-            (Some(r), _) => r,
-            (None, Some(v)) => {
-                let span = v.span();
-                let r = parse::rate(v.get_ref());
-                r.map_err(|e| at(p, t, span, format!("min_rate: {e}")))?
-            }
-            (None, None) => min_rate_default(),
-        },
-        part_max_age: match (a.part_max_age, f.part_max_age) {
-            (Some(d), _) => d,
-            (None, Some(v)) => duration(p, t, "part_max_age", v)?,
-            (None, None) => Duration::from_secs(7 * 86400),
-        },
+        udp_time_max: src.checked_duration(&UDP_TIME_MAX, a.udp_time_max, f.udp_time_max)?,
+        cc: src.parsed("cc", a.cc.clone(), f.cc, parse::congestion, || {
+            crate::datapath::tcp::Congestion::Auto
+        })?,
+        lanes: src.parsed(
+            "lanes",
+            a.lanes,
+            f.lanes.map(Amount::spanned_text),
+            parse::lanes,
+            || crate::session::link::lanes::Lanes::Auto,
+        )?,
+        max_manifest_memory: src.size(
+            "max_manifest_memory",
+            a.max_manifest_memory,
+            f.max_manifest_memory,
+            1 << 30,
+        )?,
+        min_rate: src.parsed(
+            "min_rate",
+            a.min_rate,
+            f.min_rate,
+            parse::rate,
+            min_rate_default,
+        )?,
+        part_max_age: src.duration(
+            "part_max_age",
+            a.part_max_age,
+            f.part_max_age,
+            Duration::from_secs(7 * 86400),
+        )?,
     })
 }
 
