@@ -297,122 +297,148 @@ fn gauge(reg: &mut Registry, name: &str, help: &str, v: i64) {
 fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
     let mut reg = Registry::with_prefix("urmove");
     let received = stats.bytes_received.load(Ordering::Relaxed);
-    counter(
+    moved(&mut reg, stats, received);
+    connections(&mut reg, stats);
+    buffers(&mut reg, stats);
+    gauge(
         &mut reg,
+        "receive_rate_bits_per_second",
+        "Aggregate receive rate between the last two scrapes (1 s apart at least)",
+        scrape_rate(state, received) as i64,
+    );
+    by_kind(
+        &mut reg,
+        "session_errors",
+        "Failed sessions and refused connections, by error kind: the daemon's own errors",
+        stats.errors(),
+    );
+    by_kind(
+        &mut reg,
+        "sessions_aborted_by_peer",
+        "Sessions the peer ended with its own error message, by the kind it gave",
+        stats.aborted_by_peer(),
+    );
+    by_kind(
+        &mut reg,
+        "connections_failed_before_auth",
+        "Connections that failed before they proved they hold the key (strangers, scanners, a wrong key), by kind: apart from session_errors",
+        stats.preauth_failures(),
+    );
+    per_session(&mut reg, stats);
+    let mut out = String::new();
+    if encode(&mut out, &reg).is_err() {
+        let _ = writeln!(out, "# encoding failed");
+    }
+    out
+}
+
+/// What the daemon moved since it started (`received` bytes of it), and
+/// how many sessions it ran.
+fn moved(reg: &mut Registry, stats: &DaemonStats, received: u64) {
+    counter(
+        reg,
         "received_bytes",
         "Payload bytes received by push sessions and benchmarks",
         received,
     );
     counter(
-        &mut reg,
+        reg,
         "sent_bytes",
         "Payload bytes sent by pull sessions",
         stats.bytes_sent.load(Ordering::Relaxed),
     );
     counter(
-        &mut reg,
+        reg,
         "received_files",
         "Files received, verified, synced and renamed",
         stats.files_received.load(Ordering::Relaxed),
     );
     counter(
-        &mut reg,
+        reg,
         "sent_files",
         "Files sent by pull sessions",
         stats.files_sent.load(Ordering::Relaxed),
     );
     counter(
-        &mut reg,
+        reg,
         "sessions",
         "Sessions started",
         stats.sessions_total.load(Ordering::Relaxed),
     );
+}
+
+/// The sessions and connections open now, and those refused for want of
+/// authentication.
+fn connections(reg: &mut Registry, stats: &DaemonStats) {
     gauge(
-        &mut reg,
+        reg,
         "sessions_active",
         "Sessions running now",
         stats.sessions_active.load(Ordering::Relaxed) as i64,
     );
     gauge(
-        &mut reg,
+        reg,
         "connections_open",
         "Connections open now (sessions, data streams, handshakes)",
         stats.connections_open.load(Ordering::Relaxed) as i64,
     );
     gauge(
-        &mut reg,
+        reg,
         "connections_unauthenticated",
         "Connections open now that have not proved they hold the key yet",
         stats.connections_unauthenticated() as i64,
     );
     counter(
-        &mut reg,
+        reg,
         "unauthenticated_refused",
         "Connections refused at once: their address had --max-unauthenticated-per-address unauthenticated connections open",
         stats.unauthenticated_refused.load(Ordering::Relaxed),
     );
+}
+
+/// Registered buffer memory: reserved now, and the limit.
+fn buffers(reg: &mut Registry, stats: &DaemonStats) {
     gauge(
-        &mut reg,
+        reg,
         "buffer_bytes_in_use",
         "Registered buffer memory reserved by running sessions",
         stats.buffer_bytes.load(Ordering::Relaxed) as i64,
     );
     gauge(
-        &mut reg,
+        reg,
         "buffer_bytes_limit",
         "Registered buffer memory all sessions may reserve (--max-buffer-memory)",
         stats.buffer_bytes_limit.load(Ordering::Relaxed) as i64,
     );
-    // The aggregate rate since the previous scrape (at least a second apart).
-    let rate = {
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-        let dt = st.at.elapsed().as_secs_f64();
-        if dt >= 1.0 {
-            st.rate = received.saturating_sub(st.bytes) as f64 * 8.0 / dt;
-            st.at = Instant::now();
-            st.bytes = received;
-        }
-        st.rate
-    };
-    gauge(
-        &mut reg,
-        "receive_rate_bits_per_second",
-        "Aggregate receive rate between the last two scrapes (1 s apart at least)",
-        rate as i64,
-    );
-    let errors = Family::<Vec<(String, String)>, Counter<u64>>::default();
-    for (kind, n) in stats.errors() {
-        errors
+}
+
+/// The aggregate rate since the previous scrape (at least a second apart),
+/// in bits per second, with `received` bytes now.
+fn scrape_rate(state: &Mutex<RateState>, received: u64) -> f64 {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    let dt = st.at.elapsed().as_secs_f64();
+    if dt >= 1.0 {
+        st.rate = received.saturating_sub(st.bytes) as f64 * 8.0 / dt;
+        st.at = Instant::now();
+        st.bytes = received;
+    }
+    st.rate
+}
+
+/// A counter family `name` labelled by `kind`, one counter per kind.
+fn by_kind(reg: &mut Registry, name: &str, help: &str, counts: Vec<(&'static str, u64)>) {
+    let family = Family::<Vec<(String, String)>, Counter<u64>>::default();
+    for (kind, n) in counts {
+        family
             .get_or_create(&vec![("kind".to_string(), kind.to_string())])
             .inc_by(n);
     }
-    reg.register(
-        "session_errors",
-        "Failed sessions and refused connections, by error kind: the daemon's own errors",
-        errors,
-    );
-    let aborted = Family::<Vec<(String, String)>, Counter<u64>>::default();
-    for (kind, n) in stats.aborted_by_peer() {
-        aborted
-            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
-            .inc_by(n);
-    }
-    reg.register(
-        "sessions_aborted_by_peer",
-        "Sessions the peer ended with its own error message, by the kind it gave",
-        aborted,
-    );
-    let preauth = Family::<Vec<(String, String)>, Counter<u64>>::default();
-    for (kind, n) in stats.preauth_failures() {
-        preauth
-            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
-            .inc_by(n);
-    }
-    reg.register(
-        "connections_failed_before_auth",
-        "Connections that failed before they proved they hold the key (strangers, scanners, a wrong key), by kind: apart from session_errors",
-        preauth,
-    );
+    reg.register(name, help, family);
+}
+
+/// Each running session's bytes so far and rate, labelled by its peer and
+/// direction.
+fn per_session(reg: &mut Registry, stats: &DaemonStats) {
     let bytes = Family::<Vec<(String, String)>, Gauge<i64>>::default();
     let rates = Family::<Vec<(String, String)>, Gauge<i64>>::default();
     for s in stats.sessions() {
@@ -435,11 +461,6 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
         "Rate of each running session over its last full second",
         rates,
     );
-    let mut out = String::new();
-    if encode(&mut out, &reg).is_err() {
-        let _ = writeln!(out, "# encoding failed");
-    }
-    out
 }
 
 #[cfg(test)]
