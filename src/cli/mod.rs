@@ -290,120 +290,38 @@ fn bench(a: BenchArgs) -> Result<u8, Failure> {
 fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     let (cfg, sweep) = disk_config(a)?;
     let plot_file = a.plot.as_deref().map(plot::PlotFile::check).transpose()?;
-    let units = match a.units {
-        UnitsArg::Mb => RateUnit::Mb,
-        UnitsArg::Mib => RateUnit::Mib,
-        UnitsArg::Gbit => RateUnit::Gbit,
+    let run = DiskRun {
+        targets_shown: cfg
+            .targets
+            .iter()
+            .map(|t| t.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+        units: match a.units {
+            UnitsArg::Mb => RateUnit::Mb,
+            UnitsArg::Mib => RateUnit::Mib,
+            UnitsArg::Gbit => RateUnit::Gbit,
+        },
+        cfg,
+        sweep,
+        plot_file,
     };
-    let mut printer = Printer::new(format, units, Show::resolve(a.show, format));
-    printer.min_rate_unit = a.min_rate.map(|r| r.unit);
-    if let (Some(r), false) = (a.rate, printer.show.quiet) {
-        render::info(&format!(
-            "--rate {}: written as a recorder writes",
-            r.echo()
-        ));
-    }
+    let mut printer = run.printer(a, format);
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
-    let targets_shown = cfg
-        .targets
-        .iter()
-        .map(|t| t.display().to_string())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let plot_title = |qd: u32| {
-        format!(
-            "urmove bench --disk {targets_shown}: {} blocks, QD {qd}{} ({})",
-            crate::coord::units::bytes_binary(u64::from(cfg.bs)),
-            cfg.min_rate.map_or(String::new(), |m| format!(
-                ", --min-rate over {} windows",
-                crate::coord::units::duration_s(m.window.as_secs_f64())
-            )),
-            plot::host_and_date()
-        )
-    };
-    let mut rates = plot_file.as_ref().map(|_| plot::RatePlot {
-        title: plot_title(cfg.qd),
-        unit: units,
-        time_axis: "time since the phase started (s)",
-        panels: Vec::new(),
-        min_rate_bytes_per_s: cfg.min_rate.map(|m| m.bytes_per_s),
-        worst_windows: Vec::new(),
-    });
-    if format == Format::Human && !printer.show.quiet {
-        printer.header = Some(render::DiskHeader {
-            what: if sweep.is_some() { "sweep" } else { "disk" },
-            target_count: cfg.targets.len(),
-            block_size_bytes: cfg.bs,
-        });
-    }
-    let result = match &sweep {
-        Some(spec) => {
-            let mut rows = Vec::new();
-            let r = {
-                let mut on_row = |row: &crate::bench::sweep::SweepRow| rows.push(row.clone());
-                let mut sink = ErrSink(printer.header.take());
-                run_sweep(&cfg, spec, &interrupt, &mut sink, &mut on_row)
-            };
-            printer.sweep_header();
-            for row in &rows {
-                printer.sweep_row(row);
-            }
-            r
-        }
-        None => {
-            let mut recorder = plot::DiskRecorder {
-                inner: &mut printer,
-                plot: rates.as_mut(),
-                single: (cfg.targets.len() == 1).then(|| cfg.targets[0].display().to_string()),
-            };
-            run_disk_bench(&cfg, &interrupt, &mut recorder)
-        }
-    };
+    let mut rates = run.rate_plot();
+    let result = run.run(&mut printer, rates.as_mut(), &interrupt);
     printer.end_bar();
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let usage = e.is_usage();
-            // The typed error's message already names its cause.
-            let e = anyhow::anyhow!("{e}");
-            return Err(if usage {
-                Failure::Usage(e)
-            } else {
-                Failure::Run(e)
-            });
-        }
-    };
+    let report = result?;
     if let Some(r) = rates.as_mut() {
-        r.title = plot_title(report.env.queue_depth);
+        r.title = run.plot_title(report.env.queue_depth);
     }
     if let (Some(path), Some(table)) = (&a.csv, &report.sweep) {
-        write_csv(path, table, units).map_err(Failure::Run)?;
+        write_csv(path, table, run.units).map_err(Failure::Run)?;
     }
     if let Some(r) = rates.as_mut() {
         r.mark_short_windows(&report.results);
     }
-    let mut plotted = Ok(());
-    if let Some(file) = &plot_file {
-        let svg = match (&report.sweep, &rates) {
-            (Some(table), _) => plot::sweep_svg(
-                &format!(
-                    "urmove bench --disk --sweep {targets_shown}: rate by record and file size, QD {} ({})",
-                    table.queue_depth,
-                    plot::host_and_date()
-                ),
-                table,
-                units,
-            ),
-            (None, Some(r)) => r.to_svg(),
-            (None, None) => unreachable!("a rate plot is recorded whenever --plot is given"),
-        };
-        plotted = svg.and_then(|svg| file.write(&svg));
-        if plotted.is_ok() && format == Format::Human {
-            printer
-                .out
-                .line(&format!("plot written to {}", file.path().display()));
-        }
-    }
+    let plotted = run.write_plot(&report, rates.as_ref(), &mut printer);
     finish(&mut printer, &report);
     if let Err(e) = &plotted {
         render::error(&format!("{e:#}"));
@@ -413,6 +331,147 @@ fn bench_run(a: &BenchArgs, format: Format) -> Result<u8, Failure> {
     } else {
         EXIT_FAILED
     })
+}
+
+/// A `bench --disk` run as the command line set it up: what runs, in
+/// which unit it is shown, and where it is plotted.
+struct DiskRun {
+    cfg: DiskBenchConfig,
+    sweep: Option<SweepSpec>,
+    units: RateUnit,
+    /// The targets, as titles name them.
+    targets_shown: String,
+    plot_file: Option<plot::PlotFile>,
+}
+
+impl DiskRun {
+    /// The printer for `format`, with the header a human sees; says
+    /// `--rate` back.
+    fn printer(&self, a: &BenchArgs, format: Format) -> Printer {
+        let mut printer = Printer::new(format, self.units, Show::resolve(a.show, format));
+        printer.min_rate_unit = a.min_rate.map(|r| r.unit);
+        if let (Some(r), false) = (a.rate, printer.show.quiet) {
+            render::info(&format!(
+                "--rate {}: written as a recorder writes",
+                r.echo()
+            ));
+        }
+        if format == Format::Human && !printer.show.quiet {
+            printer.header = Some(render::DiskHeader {
+                what: if self.sweep.is_some() {
+                    "sweep"
+                } else {
+                    "disk"
+                },
+                target_count: self.cfg.targets.len(),
+                block_size_bytes: self.cfg.bs,
+            });
+        }
+        printer
+    }
+
+    /// The rate plot's title at queue depth `qd`.
+    fn plot_title(&self, qd: u32) -> String {
+        let cfg = &self.cfg;
+        format!(
+            "urmove bench --disk {}: {} blocks, QD {qd}{} ({})",
+            self.targets_shown,
+            crate::coord::units::bytes_binary(u64::from(cfg.bs)),
+            cfg.min_rate.map_or(String::new(), |m| format!(
+                ", --min-rate over {} windows",
+                crate::coord::units::duration_s(m.window.as_secs_f64())
+            )),
+            plot::host_and_date()
+        )
+    }
+
+    /// The rate plot to record, when `--plot` asks for one.
+    fn rate_plot(&self) -> Option<plot::RatePlot> {
+        self.plot_file.as_ref().map(|_| plot::RatePlot {
+            title: self.plot_title(self.cfg.qd),
+            unit: self.units,
+            time_axis: "time since the phase started (s)",
+            panels: Vec::new(),
+            min_rate_bytes_per_s: self.cfg.min_rate.map(|m| m.bytes_per_s),
+            worst_windows: Vec::new(),
+        })
+    }
+
+    /// Run the sweep, or the benchmark with `rates` recording it.
+    fn run(
+        &self,
+        printer: &mut Printer,
+        rates: Option<&mut plot::RatePlot>,
+        interrupt: &AtomicBool,
+    ) -> Result<DiskReport, Failure> {
+        let cfg = &self.cfg;
+        let result = match &self.sweep {
+            Some(spec) => {
+                let mut rows = Vec::new();
+                let r = {
+                    let mut on_row = |row: &crate::bench::sweep::SweepRow| rows.push(row.clone());
+                    let mut sink = ErrSink(printer.header.take());
+                    run_sweep(cfg, spec, interrupt, &mut sink, &mut on_row)
+                };
+                printer.sweep_header();
+                for row in &rows {
+                    printer.sweep_row(row);
+                }
+                r
+            }
+            None => {
+                let mut recorder = plot::DiskRecorder {
+                    inner: printer,
+                    plot: rates,
+                    single: (cfg.targets.len() == 1).then(|| cfg.targets[0].display().to_string()),
+                };
+                run_disk_bench(cfg, interrupt, &mut recorder)
+            }
+        };
+        result.map_err(|e| {
+            let usage = e.is_usage();
+            // The typed error's message already names its cause.
+            let e = anyhow::anyhow!("{e}");
+            if usage {
+                Failure::Usage(e)
+            } else {
+                Failure::Run(e)
+            }
+        })
+    }
+
+    /// Write the plot `--plot` asks for: the sweep's matrix, or `rates`.
+    fn write_plot(
+        &self,
+        report: &DiskReport,
+        rates: Option<&plot::RatePlot>,
+        printer: &mut Printer,
+    ) -> anyhow::Result<()> {
+        let Some(file) = &self.plot_file else {
+            return Ok(());
+        };
+        let svg = match (&report.sweep, rates) {
+            (Some(table), _) => plot::sweep_svg(
+                &format!(
+                    "urmove bench --disk --sweep {}: rate by record and file size, QD {} ({})",
+                    self.targets_shown,
+                    table.queue_depth,
+                    plot::host_and_date()
+                ),
+                table,
+                self.units,
+            ),
+            (None, Some(r)) => r.to_svg(),
+            (None, None) => unreachable!("a rate plot is recorded whenever --plot is given"),
+        };
+        svg.and_then(|svg| file.write(&svg))?;
+        if printer.format == Format::Human {
+            printer
+                .out
+                .line(&format!("plot written to {}", file.path().display()));
+        }
+        Ok(())
+    }
 }
 
 /// Print the summary document (JSON) or the closing words (human).
