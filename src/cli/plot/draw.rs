@@ -110,9 +110,10 @@ pub(super) enum Marker {
 }
 
 /// `marker` at (`x`, `y`) of the legend strip, filled with `colour`.
-pub(super) fn draw_marker<DB: DrawingBackend>(
+fn draw_marker<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    (x, y): (i32, i32),
+    x: i32,
+    y: i32,
     marker: Marker,
     colour: RGBColor,
 ) -> anyhow::Result<()> {
@@ -179,7 +180,7 @@ pub(super) fn draw_legend<DB: DrawingBackend>(
 }
 
 /// A legend entry's sample, at height `y` of the strip.
-pub(super) fn draw_sample<DB: DrawingBackend>(
+fn draw_sample<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     e: &LegendEntry,
     y: i32,
@@ -208,7 +209,7 @@ pub(super) fn draw_sample<DB: DrawingBackend>(
             .map_err(drawing)?;
     }
     if let Some(m) = marker {
-        draw_marker(area, (26, y), m, e.colour)?;
+        draw_marker(area, 26, y, m, e.colour)?;
     }
     Ok(())
 }

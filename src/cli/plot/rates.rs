@@ -207,7 +207,7 @@ impl RatePlot {
             .draw()
             .map_err(drawing)?;
         // Under the lines: the worst window's band.
-        self.draw_worst(&mut chart, &panel.caption, (x_top, y_top))?;
+        self.draw_worst(&mut chart, &panel.caption, x_top, y_top)?;
         let mut order: Vec<&Series> = panel.series.iter().collect();
         // The aggregate last, on top of the others.
         order.sort_by_key(|s| s.name == AGGREGATE);
@@ -237,12 +237,14 @@ impl RatePlot {
     }
 
     /// The worst windows of the panel `caption`: a band over the window's
-    /// time, a line across it at its rate.
+    /// time, a line across it at its rate, clipped to the chart's top
+    /// (`x_top`, `y_top`).
     fn draw_worst<DB: DrawingBackend>(
         &self,
         chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
         caption: &str,
-        (x_top, y_top): (f64, f64),
+        x_top: f64,
+        y_top: f64,
     ) -> anyhow::Result<()> {
         for w in self.worst_windows.iter().filter(|w| w.caption == caption) {
             let (from, to) = (w.start_s.min(x_top), w.end_s.min(x_top));
