@@ -277,8 +277,8 @@ impl<'s> Book<'s> {
         header: &FrameHeader,
         data_terms: Option<u64>,
     ) -> Result<Accepted, SessionError> {
-        let layout = (self.block, &mut self.growth_left);
-        let a = accept_frame(self.files, layout, header, data_terms)?;
+        let (block, growth) = (self.block, &mut self.growth_left);
+        let a = accept_frame(self.files, block, growth, header, data_terms)?;
         match self.ensure_open(header.file_index as usize, &a)? {
             true => Ok(a),
             // Refused now: its frames go nowhere.
@@ -312,7 +312,8 @@ impl<'s> Book<'s> {
     pub(in crate::session) fn written(
         &mut self,
         token: u64,
-        (len, result): (u32, i32),
+        len: u32,
+        result: i32,
         wire: Option<u64>,
     ) -> Result<usize, SessionError> {
         let (index, block_no) = ((token >> 32) as usize, token & 0xFFFF_FFFF);
@@ -590,7 +591,8 @@ impl<'s> Book<'s> {
 /// a hole). The write itself is the caller's.
 pub(super) fn accept_frame(
     files: &mut [Option<RecvFile>],
-    (block, growth): (u64, &mut u64),
+    block: u64,
+    growth: &mut u64,
     header: &FrameHeader,
     data_terms: Option<u64>,
 ) -> Result<Accepted, SessionError> {
@@ -602,7 +604,7 @@ pub(super) fn accept_frame(
         )));
     };
     if f.growing {
-        grow_for(f, (block, growth), header).map_err(|e| malformed(e.to_string()))?;
+        grow_for(f, block, growth, header).map_err(|e| malformed(e.to_string()))?;
     }
     FrameHeader {
         file_index: 0,

@@ -347,7 +347,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
             Err(journal::NoJournal::OtherSecret) => return Ok(Found::Untrusted(index)),
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
-        let blocks = (start / p.id.block, end.div_ceil(p.id.block));
+        let blocks = start / p.id.block..end.div_ceil(p.id.block);
         let recorded = super::pieces::piece_generation(&job.part, piece);
         let current = recorded == Some(j.generation);
         if j.part != job.part_id || j.tag != p.tag || !current || !exactly(&j.blocks, blocks) {
@@ -368,11 +368,11 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
     }))
 }
 
-/// Whether `bits` are set for blocks `[first, end)` and no other.
-fn exactly(bits: &[u64], (first, end): (u64, u64)) -> bool {
+/// Whether `bits` are set for `blocks` and no other.
+fn exactly(bits: &[u64], blocks: std::ops::Range<u64>) -> bool {
     (0..bits.len() as u64 * 64).all(|b| {
         let set = bits[(b / 64) as usize] & (1 << (b % 64)) != 0;
-        set == (first..end).contains(&b)
+        set == blocks.contains(&b)
     })
 }
 

@@ -298,7 +298,7 @@ impl Incoming {
             made.dir = dir.to_string();
             made.name_max = self.root.name_max(dir);
         }
-        let mut f = RecvFile::new(e, (rel, made.name_max), self.block, &self.rules);
+        let mut f = RecvFile::new(e, rel, made.name_max, self.block, &self.rules);
         if let Some(why) = self.in_the_way(&f) {
             // Told to the sender before the data; its frames dropped.
             f.state = FileState::Skipped;
@@ -582,7 +582,7 @@ mod tests {
             piece: Some(Piece { index: 1, count: 2 }),
             ..Default::default()
         };
-        RecvFile::new(&e, ("big".into(), 255), 4096, rules)
+        RecvFile::new(&e, "big".into(), 255, 4096, rules)
     }
 
     /// Before a session writes a piece it continued, the journal there

@@ -198,13 +198,13 @@ impl<'a> Intake<'a> {
                 Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
             };
             self.rx.give_back(d.lease);
-            done.push((d.token, (d.len, result), wire));
+            done.push((d.token, d.len, result, wire));
         }
         let mut book = book::lock(book);
         let mut failure = None;
-        for (token, written, wire) in done {
+        for (token, len, result, wire) in done {
             let r = book
-                .written(token, written, wire)
+                .written(token, len, result, wire)
                 .and_then(|i| book.written_more(i));
             if let Err(e) = r {
                 failure.get_or_insert(e);
@@ -240,7 +240,7 @@ impl<'a> Intake<'a> {
                         Err(_) => 0,
                     };
                     batch_bytes += data;
-                    self.frame(&mut book, &header, lease, (check, data))
+                    self.frame(&mut book, &header, lease, check)
                 }
                 RecvEvent::Written {
                     token,
@@ -250,7 +250,7 @@ impl<'a> Intake<'a> {
                 } => {
                     self.rx.give_back(lease);
                     self.wrote((token >> 32) as usize);
-                    book.written(token, (len, result), None).map(Some)
+                    book.written(token, len, result, None).map(Some)
                 }
                 RecvEvent::Closed { .. } => Ok(None),
                 RecvEvent::Lost { stream, why } => {
@@ -296,15 +296,15 @@ impl<'a> Intake<'a> {
         });
     }
 
-    /// One frame, checked (`check`; `data`: the file's bytes it brings):
-    /// accepted, then written (or a hole, or a block held already). Returns
-    /// the file when a block of it is now written.
+    /// One frame, checked (`check`): accepted, then written (or a hole, or
+    /// a block held already). Returns the file when a block of it is now
+    /// written.
     fn frame(
         &mut self,
         book: &mut Book,
         header: &FrameHeader,
         lease: Lease,
-        (check, data): (Result<Option<u64>, SessionError>, u64),
+        check: Result<Option<u64>, SessionError>,
     ) -> Result<Option<usize>, SessionError> {
         match check.and_then(|terms| book.accept(header, terms)) {
             Err(e) => {
@@ -320,10 +320,7 @@ impl<'a> Intake<'a> {
                 let (index, _) = book.hole(header, terms)?;
                 Ok(Some(index))
             }
-            Ok(Accepted::Data { terms }) => {
-                let _ = data;
-                self.write(book, header, lease, terms)
-            }
+            Ok(Accepted::Data { terms }) => self.write(book, header, lease, terms),
         }
     }
 

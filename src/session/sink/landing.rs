@@ -30,6 +30,7 @@ use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
 use super::commit::{self, Outcome};
 use super::incoming::Incoming;
 use super::intake::{Intake, LaneStatus};
+use super::journal::Timestamp;
 use crate::session::link::conn::{Peer, PeerEvent};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::link::streams::Sealing;
@@ -575,7 +576,9 @@ impl<'s> Control<'s> {
                 }
             }
             PeerEvent::Skipped(r) => book::lock(book).skipped(r)?,
-            PeerEvent::FileEnd(i, size, mtime) => book::lock(book).file_end(i, size, mtime)?,
+            PeerEvent::FileEnd(i, size, (s, ns)) => {
+                book::lock(book).file_end(i, size, Timestamp { s, ns })?
+            }
             PeerEvent::Alive => {}
             PeerEvent::AddedEnd => book::lock(book).adding = false,
             PeerEvent::DirTimes(list) => book::lock(book).dir_times(list)?,
