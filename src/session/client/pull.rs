@@ -24,7 +24,7 @@ use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
 use crate::session::link::refused::Refused;
 use crate::session::roles::{accept, differed};
-use crate::session::sink::incoming::Incoming;
+use crate::session::sink::incoming::{Destination, Incoming};
 use crate::session::sink::manifest::recv_manifest;
 use crate::session::sink::rules::{Resume, Rules};
 use crate::session::SessionError;
@@ -298,10 +298,9 @@ fn open_pull(
             key: *key,
         });
         let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
-        let block = u64::from(cfg.block_size);
+        let (at, block) = (Destination { root, dest }, u64::from(cfg.block_size));
         let (rules, tick) = (rules.clone(), &mut || {});
-        let mut prepared =
-            Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
+        let mut prepared = Incoming::prepare(at, entries, block, cfg.direct, rules, resume, tick)?;
         accept(ctl, &mut prepared, lanes, &mut || {})?;
         incoming = Some(prepared);
         Ok(())

@@ -23,7 +23,7 @@ use super::stats::DaemonStats;
 use super::streams::collect_streams;
 use crate::protocol::seal::{frame_key, Direction as SealDirection};
 use crate::session::link::conn::{send_msg, Control};
-use crate::session::sink::incoming::{join, Incoming};
+use crate::session::sink::incoming::{join, Destination, Incoming};
 use crate::session::sink::landing::{FrameCheck, Pace};
 use crate::session::sink::manifest::recv_manifest;
 use crate::session::sink::rules::Resume;
@@ -302,8 +302,7 @@ pub(super) fn prepare_push<'r>(
     };
     let mut beat = crate::session::link::conn::Beat::new(s)?;
     let incoming = Incoming::prepare(
-        root,
-        dest,
+        Destination { root, dest },
         entries,
         u64::from(req.block_size),
         cfg.direct,

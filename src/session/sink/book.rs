@@ -27,6 +27,7 @@ use crate::protocol::sparse;
 use super::book_follow::{grow_for, show_live};
 use super::commit::{FinalJob, JournalJob, Outcome};
 use super::file::{FileState, RecvFile};
+use super::incoming::Incoming;
 use super::rules::Rules;
 use crate::session::SessionError;
 
@@ -194,17 +195,25 @@ pub(in crate::session) fn data_bytes(header: &FrameHeader, lease: &Lease) -> u64
 }
 
 impl<'s> Book<'s> {
-    pub(in crate::session) fn new(
-        (root, direct, rules): (&'s Root, DirectMode, &'s Rules),
-        block: u64,
-        (files, (dest, manifest)): (&'s mut Vec<Option<RecvFile>>, (&'s str, &'s [Entry])),
-        jobs: mpsc::Sender<Job>,
-    ) -> Self {
-        Book {
+    /// The book of `incoming`'s files, each handed to the finalizers
+    /// (`jobs`) once written and agreed on.
+    pub(in crate::session) fn new(incoming: &'s mut Incoming, jobs: mpsc::Sender<Job>) -> Self {
+        let Incoming {
             root,
             direct,
             rules,
             block,
+            files,
+            dest,
+            entries,
+            ..
+        } = incoming;
+        let rules: &Rules = rules;
+        Book {
+            root,
+            direct: *direct,
+            rules,
+            block: *block,
             remaining: files
                 .iter()
                 .flatten()
@@ -214,7 +223,7 @@ impl<'s> Book<'s> {
             open_order: VecDeque::new(),
             files,
             dest,
-            manifest,
+            manifest: entries,
             paths: None,
             adding: rules.follow,
             growth_left: match rules.follow {

@@ -105,6 +105,13 @@ pub(super) fn unholdable(err: &std::io::Error) -> Why {
     Why::rule(format!("the filesystem here cannot hold this name: {err}"))
 }
 
+/// Where a manifest lands: at `dest` beneath `root` (empty: the root
+/// itself).
+pub(crate) struct Destination {
+    pub(crate) root: Root,
+    pub(crate) dest: String,
+}
+
 /// A manifest being received beneath a root.
 pub(crate) struct Incoming {
     pub(crate) root: Root,
@@ -183,10 +190,8 @@ impl Incoming {
     /// Check every entry, then create directories and symlinks, finish
     /// empty files and find what a resume holds, before any byte arrives.
     /// Part files are made when their first block comes.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn prepare(
-        root: Root,
-        dest: String,
+        Destination { root, dest }: Destination,
         entries: Vec<Entry>,
         block: u64,
         direct: DirectMode,

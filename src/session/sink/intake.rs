@@ -458,7 +458,7 @@ mod tests {
     use crate::datapath::beneath::Root;
     use crate::datapath::DirectMode;
     use crate::protocol::manifest::{Entry, EntryKind};
-    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::incoming::{Destination, Incoming};
     use crate::session::sink::rules::Rules;
 
     const BLOCK: u64 = 64 << 10;
@@ -481,8 +481,10 @@ mod tests {
         let root = Root::open_for_writing(dir).unwrap();
         let (off, block) = (DirectMode::Off, BLOCK);
         Incoming::prepare(
-            root,
-            String::new(),
+            Destination {
+                root,
+                dest: String::new(),
+            },
             entries,
             block,
             off,
@@ -519,12 +521,7 @@ mod tests {
         let status = LaneStatus::new();
         let mut intake = Intake::new(rx, key, &status);
         let (jobs, _finalizer) = mpsc::channel();
-        let book = Book::new(
-            (&inc.root, DirectMode::Off, &inc.rules),
-            BLOCK,
-            (&mut inc.files, (inc.dest.as_str(), inc.entries.as_slice())),
-            jobs,
-        );
+        let book = Book::new(&mut inc, jobs);
         let book = Mutex::new(book);
         let received = |b: &Mutex<Book>| book::lock(b).file(0).received;
         let size = BLOCK * BLOCKS;

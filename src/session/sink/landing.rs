@@ -205,18 +205,9 @@ impl Incoming {
             wait_limit: (pace.timeout / 4).min(Duration::from_secs(1)),
         };
         let statuses: Vec<LaneStatus> = plan.iter().map(|_| LaneStatus::new()).collect();
-        let Incoming {
-            root,
-            files,
-            block,
-            direct,
-            rules,
-            dest,
-            entries,
-            ..
-        } = self;
-        let root: &Root = root;
         let (job_tx, job_rx) = mpsc::channel::<Job>();
+        let book = Book::new(self, job_tx);
+        let root = book.root;
         let job_rx = Mutex::new(job_rx);
         let (done_tx, done_rx) = mpsc::channel::<JobDone>();
         let (result, tally) = std::thread::scope(|scope| {
@@ -225,8 +216,7 @@ impl Incoming {
                 scope.spawn(move || finalizer(root, job_rx, done_tx, waker));
             }
             drop(done_tx);
-            let tables = (files, (dest.as_str(), entries.as_slice()));
-            let book = Mutex::new(Book::new((root, *direct, rules), *block, tables, job_tx));
+            let book = Mutex::new(book);
             let mut ctl = Control::new(done_rx, peer, pace, out, &statuses, &plan, &fds);
             let r = match plan.len() {
                 1 => ctl.run_inline(&book, one(rxs), &start),
