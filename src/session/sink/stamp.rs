@@ -114,9 +114,9 @@ impl<'a> Bound<'a> {
     }
 }
 
-/// Record on a finished file (its size and mtime already final) its
-/// digest, bound to the file itself, to `rel` (the name it has or is
-/// about to get under the root) and to `owner` (see
+/// Record on a finished file (`named.file`, its size and mtime already
+/// final) its digest, bound to the file itself, to `named.rel` and to
+/// `owner` (see
 /// [`Rules::owner`](super::rules::Rules::owner)), and by when
 /// (`settled`, ns since the epoch; `None`: never) its inode is done
 /// changing by the receiver's doing, authenticated with `secret`.
@@ -169,7 +169,8 @@ fn write_v5(
     }
 }
 
-/// `file`'s stamp as it is now (its own size and mtime), if it holds.
+/// The stamp of `named` as its file is now (its own size and mtime), if
+/// it holds.
 pub fn stamped_now(named: Named<'_>, secret: &Secret) -> Option<Stamped> {
     use std::os::unix::fs::MetadataExt;
     let m = named.file.metadata().ok()?;
@@ -182,8 +183,8 @@ pub fn stamped_now(named: Named<'_>, secret: &Secret) -> Option<Stamped> {
     stamped(named, &id, secret)
 }
 
-/// `file`'s stamp (see [`Stamped`]), if it holds for it under the name
-/// `rel` with the size and mtime of `id`.
+/// The stamp of `named` (see [`Stamped`]), if it holds for its file under
+/// its name with the size and mtime of `id`.
 pub fn stamped(named: Named<'_>, id: &Identity, secret: &Secret) -> Option<Stamped> {
     use std::os::unix::fs::MetadataExt;
     let bytes = sys::get_xattr(named.file, XATTR)?;
