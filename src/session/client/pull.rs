@@ -12,7 +12,7 @@ use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, PieceDone, SessionRequest};
 use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
-use crate::session::sink::landing::{Landing, Pace};
+use crate::session::sink::landing::{FrameCheck, Landing, Pace, Receivers};
 
 use super::send::{drive, Expect};
 
@@ -24,7 +24,7 @@ use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
 use crate::session::link::refused::Refused;
 use crate::session::roles::{accept, differed};
-use crate::session::sink::incoming::Incoming;
+use crate::session::sink::incoming::{Destination, Incoming};
 use crate::session::sink::manifest::recv_manifest;
 use crate::session::sink::rules::{Resume, Rules};
 use crate::session::SessionError;
@@ -104,7 +104,7 @@ pub fn run_pull(
             cfg.block_size as usize,
         )
     })?;
-    let mut pull = open_pull(cfg, req, (local, rules, paths), &engine.0)?;
+    let mut pull = open_pull(cfg, req, (local, rules, paths), &engine.lanes)?;
     // The daemon's scan, its manifest and what this side holds.
     let setup = began.elapsed();
     let total = pull.incoming.data_missing();
@@ -298,10 +298,9 @@ fn open_pull(
             key: *key,
         });
         let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
-        let block = u64::from(cfg.block_size);
+        let (at, block) = (Destination { root, dest }, u64::from(cfg.block_size));
         let (rules, tick) = (rules.clone(), &mut || {});
-        let mut prepared =
-            Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
+        let mut prepared = Incoming::prepare(at, entries, block, cfg.direct, rules, resume, tick)?;
         accept(ctl, &mut prepared, lanes, &mut || {})?;
         incoming = Some(prepared);
         Ok(())
@@ -371,19 +370,18 @@ impl Pull {
     fn receive(
         &mut self,
         cfg: &SendConfig,
-        engine: (
-            Vec<crate::session::link::lanes::Lane>,
-            Vec<crate::datapath::net::NetReceiver>,
-        ),
+        engine: Receivers,
         (expect, files_done): (Expect, &AtomicU64),
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Received, SessionError> {
-        let key = crate::protocol::seal::frame_key(&self.keys);
-        let open = cfg.encrypt.then(|| {
-            let dir = crate::protocol::seal::Direction::ServerToClient;
-            (self.keys.clone(), dir)
-        });
+        let check = FrameCheck {
+            key: crate::protocol::seal::frame_key(&self.keys),
+            open: cfg.encrypt.then(|| {
+                let dir = crate::protocol::seal::Direction::ServerToClient;
+                (self.keys.clone(), dir)
+            }),
+        };
         let pace = Pace {
             timeout: cfg.timeout,
             min_rate_bytes_per_s: crate::session::MIN_RATE_BYTES_PER_S,
@@ -402,7 +400,7 @@ impl Pull {
                 stop,
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
-            let r = incoming.receive(streams, engine, pace, (&key, &open), &peer, &mut out);
+            let r = incoming.receive(streams, engine, pace, &check, &peer, &mut out);
             landed = (out.committed, out.rejected, out.acked);
             r
         });
