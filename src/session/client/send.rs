@@ -25,7 +25,7 @@ use crate::session::plan::route;
 use crate::session::plan::tree::{scan, Tree};
 use crate::session::roles::{differed, offer};
 use crate::session::source::sending::{
-    open_source, prepare_senders, push_data, Acks, PushParams, Sources,
+    open_source, prepare_senders, push_data, Acks, DataStreams, PushParams, Sources,
 };
 use crate::session::SessionError;
 
@@ -70,7 +70,7 @@ pub fn run_send(
         .follow
         .as_ref()
         .map_or(0, |_| crate::session::source::follow::ADDED_MAX);
-    let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
+    let acks = Acks::new(&tree, &push.held, room, cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
     let share = tree.data_bytes_in(block);
     let refused = push.held.refused_bytes(&tree, block);
@@ -306,7 +306,12 @@ impl Push<'_> {
                 follow,
             };
             let (data, report) = drive(cfg, expect, &self.streams, interrupt, obs, |c, stop| {
-                push_data(&self.params, &from, &self.plan, &self.streams, c, stop, txs)
+                let on = DataStreams {
+                    plan: &self.plan,
+                    streams: &self.streams,
+                    txs,
+                };
+                push_data(&self.params, &from, on, c, stop)
             });
             if let Err(e) = &data {
                 // (It ends the session, so the reader returns.)

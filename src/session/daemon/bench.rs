@@ -81,8 +81,14 @@ pub(super) fn bench_send_back(
     use crate::session::probe::bench_net::{bench_senders, fill_bench_buffers, BenchRun};
     // Rings and buffers before the streams connect (ready for their data).
     let params = daemon_push_params(req, buffers, keys, cfg);
-    let both = (req.streams, req.streams);
-    let (plan, mut txs) = bench_senders(cfg.lanes, both, buffers, req.block_size, params.zerocopy)?;
+    let (plan, mut txs) = bench_senders(
+        cfg.lanes,
+        req.streams,
+        req.streams,
+        buffers,
+        req.block_size,
+        params.zerocopy,
+    )?;
     txs.iter_mut().for_each(fill_bench_buffers);
     let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
     pace_as_asked(req, &streams)?;

@@ -68,7 +68,7 @@ pub(super) fn pull_session(
     registry: &Registry,
 ) -> Result<(u64, u64), SessionError> {
     use crate::session::roles::{hear, Until};
-    use crate::session::source::sending::{open_source_beneath, push_data, Sources};
+    use crate::session::source::sending::{open_source_beneath, push_data, DataStreams, Sources};
     // (The memory stays counted until the session ends.)
     let OfferedPull {
         root,
@@ -110,13 +110,17 @@ pub(super) fn pull_session(
     };
     // The daemon stopping (its drain time over) stops the lanes.
     let stop = &registry.closing;
-    let pushed =
-        push_data(&params, &from, &plan, &streams, &counters, stop, txs).map_err(|e| match stop
-            .load(Ordering::Acquire)
-        {
+    let on = DataStreams {
+        plan: &plan,
+        streams: &streams,
+        txs,
+    };
+    let pushed = push_data(&params, &from, on, &counters, stop).map_err(|e| {
+        match stop.load(Ordering::Acquire) {
             true => shutting_down(),
             false => client_stopped(s, e),
-        })?;
+        }
+    })?;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
     }

@@ -60,7 +60,8 @@ pub fn run_bench_net(
     let ((plan, mut txs), buffers) = register_fitted(*fitted, obs, |n| {
         bench_senders(
             cfg.lanes,
-            (cfg.streams, carrying),
+            cfg.streams,
+            carrying,
             n,
             cfg.block_size,
             cfg.zerocopy,
@@ -109,12 +110,13 @@ pub fn run_bench_net(
 /// `block` bytes.
 pub(crate) fn bench_senders(
     want: Lanes,
-    streams: (u16, u16),
+    streams: u16,
+    carrying: u16,
     buffers: usize,
     block: u32,
     zerocopy: ZeroCopy,
 ) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
-    lanes::prepare(want, streams, buffers, |n, b| {
+    lanes::prepare(want, streams, carrying, buffers, |n, b| {
         NetSender::prepare(n, b, block as usize, zerocopy, 0)
     })
 }
@@ -126,7 +128,7 @@ pub(crate) fn bench_receivers(
     buffers: usize,
     block: u32,
 ) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
-    lanes::prepare(want, (streams, streams), buffers, |n, b| {
+    lanes::prepare(want, streams, streams, buffers, |n, b| {
         NetReceiver::prepare(n, b, block as usize, 0)
     })
 }

@@ -56,7 +56,7 @@ pub(crate) fn prepare_receivers(
     buffers: usize,
     payload_max: usize,
 ) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
-    lanes::prepare(want, (streams, streams), buffers, |n, b| {
+    lanes::prepare(want, streams, streams, buffers, |n, b| {
         NetReceiver::prepare(n, b, payload_max, FILE_SLOTS)
     })
 }

@@ -223,9 +223,11 @@ impl<'a> Follower<'a> {
     /// Follow the growing files and the directories of `tree`, queueing
     /// pieces on `work` and telling the receiver on `ctl`.
     pub(crate) fn new(
-        (tree, work): (&'a Tree, &'a Work),
+        tree: &'a Tree,
+        work: &'a Work,
         ctx: &'a FollowCtx<'a>,
-        (ctl, acks): (&Control, Option<&'a Acks>),
+        ctl: &Control,
+        acks: Option<&'a Acks>,
         block: u64,
     ) -> Result<Self, SessionError> {
         let mut f = Follower {
@@ -253,7 +255,7 @@ impl<'a> Follower<'a> {
                     let path = &tree.sources[i];
                     let file = File::open(path)
                         .map_err(|e| SessionError::io(path.display().to_string(), e))?;
-                    f.follow_file(i, (path, file), e.size)?;
+                    f.follow_file(i, path, file, e.size)?;
                 }
                 EntryKind::Dir => f.follow_dir(i, &tree.sources[i], e),
                 _ => {}
@@ -267,7 +269,8 @@ impl<'a> Follower<'a> {
     fn follow_file(
         &mut self,
         entry: usize,
-        (path, file): (&Path, File),
+        path: &Path,
+        file: File,
         queued: u64,
     ) -> Result<(), SessionError> {
         let id = FileId::of(&file).map_err(|e| SessionError::io("fstat", e))?;
@@ -666,7 +669,7 @@ impl Follower<'_> {
                     .ok_or_else(|| "replaced since it appeared".to_string())
             });
             match opened {
-                Ok(file) => self.follow_file(i, (&path, file), 0)?,
+                Ok(file) => self.follow_file(i, &path, file, 0)?,
                 Err(why) => self.drop_file(i, why)?,
             }
         }

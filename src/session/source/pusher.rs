@@ -91,20 +91,29 @@ pub(in crate::session) struct LaneDone {
     pub(in crate::session) skipped: Vec<(u32, String)>,
 }
 
+/// What every lane of a push shares: the work they take pieces of, the
+/// counters they add to, the flag that stops the push, and the session's
+/// streams (each lane sends on its share of them).
+pub(super) struct LanesShare<'a> {
+    pub(super) work: &'a Work,
+    pub(super) counters: &'a WorkerCounters,
+    pub(super) stop: &'a AtomicBool,
+    /// Every stream of the session, by its number.
+    pub(super) fds: &'a [i32],
+}
+
 /// One lane of a push: pieces and orphaned frames until none are left and
 /// every file is acknowledged (or it lost its streams and handed over).
-pub(in crate::session) fn push_lane(
+pub(super) fn push_lane(
     params: &PushParams,
     from: &Sources<'_>,
-    (lane, fds): (&Lane, &[i32]),
-    work: &Work,
-    counters: &WorkerCounters,
-    stop: &AtomicBool,
+    lane: &Lane,
+    shared: &LanesShare<'_>,
     tx: NetSender,
 ) -> Result<LaneDone, SessionError> {
     let mut announce = ControlAnnounce::new(from.announce_on)?;
-    let shared = (work, counters, stop);
-    let mut p = Pusher::new(params, from, (lane, fds), shared, &mut announce, tx)?;
+    let (work, stop) = (shared.work, shared.stop);
+    let mut p = Pusher::new(params, from, lane, shared, &mut announce, tx)?;
     // A lane counted idle takes no pieces and no orphans: it must first be
     // counted busy again (`Idle::Work`), or a lane could leave while work
     // it might have to take back is still under way.
@@ -181,11 +190,12 @@ impl<'a> Pusher<'a> {
     pub(super) fn new(
         params: &'a PushParams,
         from: &Sources<'a>,
-        (lane, all): (&'a Lane, &[i32]),
-        (work, counters, stop): (&'a Work, &'a WorkerCounters, &'a AtomicBool),
+        lane: &'a Lane,
+        shared: &LanesShare<'a>,
         announce: &'a mut dyn Announce,
         mut tx: NetSender,
     ) -> Result<Self, SessionError> {
+        let (work, counters, stop, all) = (shared.work, shared.counters, shared.stop, shared.fds);
         let fds = lane.fds(all);
         let bufs = tx.buffer_count();
         tx.number_streams(&lane.streams);
@@ -399,7 +409,7 @@ impl<'a> Pusher<'a> {
             } else {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            watch.look(&mut self.tx, (&self.fds, &self.lane.streams), acks);
+            watch.look(&mut self.tx, &self.fds, &self.lane.streams, acks);
             self.resend_lost()?;
             self.announce.flush()?;
         }
@@ -539,7 +549,7 @@ mod tests {
             crate::session::plan::tree::scan(std::slice::from_ref(&path), &Default::default())
                 .unwrap();
         let held = Held::default();
-        let acks = Acks::new(&tree, (&held, 0), 1, &[]);
+        let acks = Acks::new(&tree, &held, 0, 1, &[]);
         let open = |_: usize| {
             File::open(&path)
                 .map(|f| (f, false))
@@ -594,15 +604,13 @@ mod tests {
             });
             let mut quiet = Quiet;
             let fds = [out.as_raw_fd()];
-            let mut p = Pusher::new(
-                &params,
-                &from,
-                (&lane, &fds),
-                (&work, &counters, &stop),
-                &mut quiet,
-                tx,
-            )
-            .unwrap();
+            let shared = LanesShare {
+                work: &work,
+                counters: &counters,
+                stop: &stop,
+                fds: &fds,
+            };
+            let mut p = Pusher::new(&params, &from, &lane, &shared, &mut quiet, tx).unwrap();
             let sent = |p: &Pusher| p.tx.stats().bytes;
             while sent(&p) < SIZE / 4 {
                 assert!(p.read_tick(&stop).unwrap());

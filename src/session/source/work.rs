@@ -121,7 +121,7 @@ impl Work {
     #[cfg(test)]
     pub(crate) fn new(tree: &Tree, held: &Held, lanes: usize, block: u64) -> Work {
         let plan = crate::session::link::lanes::place(lanes.max(1), lanes.max(1), &[], &[]);
-        Work::routed(tree, held, (&plan, &Route::none()), (block, None))
+        Work::routed(tree, held, &plan, &Route::none(), block, None)
     }
 
     /// The files of `tree` still to send (not held complete, not empty),
@@ -133,8 +133,10 @@ impl Work {
     pub(crate) fn routed(
         tree: &Tree,
         held: &Held,
-        (plan, route): (&[Lane], &Route),
-        (block, added): (u64, Option<usize>),
+        plan: &[Lane],
+        route: &Route,
+        block: u64,
+        added: Option<usize>,
     ) -> Work {
         let lanes = plan.len().max(1);
         let slots = tree.entries.len() + added.unwrap_or(0);
@@ -677,7 +679,7 @@ mod tests {
         let block = 1 << 20;
         // One lane on every stream: pieces of both classes in turn.
         let one = crate::session::link::lanes::place(1, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), (&one, &route), (block, None));
+        let w = Work::routed(&t, &Held::default(), &one, &route, block, None);
         let classes: Vec<usize> = std::iter::from_fn(|| w.take(0))
             .map(|p| route.of_entry(p.entry))
             .collect();
@@ -685,7 +687,7 @@ mod tests {
         assert_eq!(classes.len(), 6, "pieces of 4 blocks: 2 + 2 + 1 + 1");
         // Two lanes, each on one class's streams.
         let two = crate::session::link::lanes::place(2, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), (&two, &route), (block, None));
+        let w = Work::routed(&t, &Held::default(), &two, &route, block, None);
         let mut taken = Vec::new();
         while let Some(p) = w.take(0) {
             taken.push(p.entry);
@@ -706,7 +708,7 @@ mod tests {
         // its streams too.
         let three = crate::session::link::lanes::place(3, 3, &[], &[]);
         let route = Route::from_placement((vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3).unwrap();
-        let w = Work::routed(&t, &Held::default(), (&three, &route), (block, None));
+        let w = Work::routed(&t, &Held::default(), &three, &route, block, None);
         let first = w.take(0).unwrap();
         while w.take(2).is_some() {}
         while w.take(1).is_some() {}
