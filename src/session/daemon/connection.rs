@@ -139,7 +139,14 @@ pub(super) fn control(
     };
     log(Level::Info, &format!("{peer}: {}", kind.started(&req)));
     let started = Instant::now();
-    let run = run_session(s, &req, reserved.count, &keys, cfg, registry, peer, log);
+    let session = Session {
+        req: &req,
+        buffers: reserved.count,
+        keys: &keys,
+        cfg,
+        registry,
+    };
+    let run = run_session(s, &session, peer, log);
     match run {
         Ok((files, bytes)) => {
             let secs = started.elapsed().as_secs_f64();
@@ -156,7 +163,7 @@ pub(super) fn control(
         Err(e) => {
             let e = fail(s, e);
             registry.stats.failed(&e);
-            log_end(log, (peer, kind), &e);
+            log_end(log, peer, kind, &e);
         }
     }
     Ok(())
@@ -164,7 +171,7 @@ pub(super) fn control(
 
 /// A session that did not end as it should, in the log: a client's stop
 /// (Ctrl-C) said as that, anything else as a failure.
-pub(super) fn log_end(log: &Log, (peer, kind): (SocketAddr, Kind), e: &SessionError) {
+pub(super) fn log_end(log: &Log, peer: SocketAddr, kind: Kind, e: &SessionError) {
     match e {
         SessionError::Refused {
             code: ErrorCode::Interrupted,
@@ -427,33 +434,48 @@ pub(super) fn streams_fit(
     ))
 }
 
-/// Run an admitted session with its `buffers`: a bench, a pull or a push.
-#[allow(clippy::too_many_arguments)]
+/// A session the daemon admitted, as its kinds run it: what the client
+/// asked, the frame buffers reserved for it, the session's keys, and the
+/// daemon's config and registry.
+#[derive(Clone, Copy)]
+pub(super) struct Session<'a> {
+    pub(super) req: &'a SessionRequest,
+    pub(super) buffers: usize,
+    pub(super) keys: &'a SessionKeys,
+    pub(super) cfg: &'a RecvConfig,
+    pub(super) registry: &'a Registry,
+}
+
+/// Run an admitted session (from `peer`, logged to `log`) on its control
+/// connection `s`: a bench, a pull or a push.
 pub(super) fn run_session(
     s: &mut Control,
-    req: &SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        registry,
+    } = *session;
     match Kind::of(req) {
         Kind::Bench => {
             let mut progress = RecvProgress::new(log, &registry.stats, peer, cfg.interval, None);
-            bench_session(s, req, buffers, keys, cfg, registry, &mut progress)
+            bench_session(s, session, &mut progress)
         }
         Kind::Pull => {
             let id = registry.stats.begin(peer, "send");
-            let r = pull_session(s, req, buffers, keys, cfg, registry);
+            let r = pull_session(s, session);
             registry.stats.end(id);
             r
         }
         Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => {
             survey_push(s, req, keys, cfg, registry)
         }
-        Kind::Push => push_session(s, req, buffers, keys, cfg, registry, peer, log),
+        Kind::Push => push_session(s, session, peer, log),
         Kind::Udp => {
             let side = crate::session::probe::udp_daemon::DaemonSide {
                 enabled: cfg.udp,

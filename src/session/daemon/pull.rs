@@ -10,6 +10,7 @@ use crate::protocol::control::{Message, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME};
 use crate::protocol::handshake::SessionKeys;
 
 use super::config::RecvConfig;
+use super::connection::Session;
 use super::push::{client_stopped, shutting_down};
 use super::registry::{ManifestMemory, Registry};
 use super::startup::filter_of;
@@ -61,14 +62,17 @@ pub(super) fn pace_as_asked(
 /// through, and a summary.
 pub(super) fn pull_session(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
 ) -> Result<(u64, u64), SessionError> {
     use crate::session::roles::{hear, Until};
     use crate::session::source::sending::{open_source_beneath, push_data, DataStreams, Sources};
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        registry,
+    } = *session;
     // (The memory stays counted until the session ends.)
     let OfferedPull {
         root,

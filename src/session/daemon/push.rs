@@ -15,6 +15,7 @@ use crate::protocol::handshake::SessionKeys;
 use crate::protocol::manifest::check_path;
 
 use super::config::RecvConfig;
+use super::connection::Session;
 use super::log::{Level, Log};
 use super::progress::RecvProgress;
 use super::registry::{Claims, ManifestMemory, Registry};
@@ -35,17 +36,19 @@ pub(super) const CLAIM_WAIT: Duration = Duration::from_secs(3);
 /// A push on the daemon's side: the manifest prepared under the root (see
 /// [`prepare_push`]), the sink's part of the setup (`roles::accept`), the
 /// data streams collected, then the data received and its summary sent.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn push_session(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        registry,
+    } = *session;
     let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
     let PreparedPush {
         incoming,
@@ -116,7 +119,7 @@ pub(super) fn push_session(
         }
         if req.has(crate::protocol::control::REQ_DELETE) {
             let whole = req.has(crate::protocol::control::REQ_CONTENTS);
-            delete_extras(s, (incoming, whole), log)?;
+            delete_extras(s, incoming, whole, log)?;
         }
         send_msg(
             s,
@@ -241,7 +244,8 @@ pub(super) fn survey_push(
 /// being committed already).
 pub(super) fn delete_extras(
     s: &mut Control,
-    (incoming, whole_dest): (&Incoming, bool),
+    incoming: &Incoming,
+    whole_dest: bool,
     log: &Log,
 ) -> Result<(), SessionError> {
     let pruned = crate::session::sink::prune::prune(incoming, false, whole_dest);
