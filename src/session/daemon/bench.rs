@@ -115,7 +115,7 @@ pub(super) fn bench_take(
     session: &Session<'_>,
     progress: &mut RecvProgress<'_>,
 ) -> Result<u64, SessionError> {
-    use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes};
+    use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes, FrameCheck};
     let Session {
         req,
         buffers,
@@ -139,8 +139,12 @@ pub(super) fn bench_take(
         counted.fetch_add(b, Ordering::Relaxed);
     };
     let mut logged = 0;
+    let check = FrameCheck {
+        key: &key,
+        open: &open,
+    };
     let taken = std::thread::scope(|scope| {
-        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, (&key, &open), &count));
+        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, check, &count));
         while !lanes.is_finished() {
             std::thread::sleep(crate::session::link::lanes::WATCH_EVERY);
             let now = counted.load(Ordering::Relaxed);

@@ -170,7 +170,11 @@ fn run_bench_net_reverse(
         |counters, _stop| {
             let plan = lanes::place_streams(plan.len(), &fds_of(&streams));
             let progress = |b: u64| counters.add(b, 0);
-            discard_on_lanes(&plan, &streams, rxs, (&key, &open), &progress)
+            let check = FrameCheck {
+                key: &key,
+                open: &open,
+            };
+            discard_on_lanes(&plan, &streams, rxs, check, &progress)
         },
     );
     report.command = "bench --net --reverse";
@@ -194,6 +198,14 @@ fn conclude(
     report
 }
 
+/// How a bench receiver checks the frames it takes: their checksums under
+/// `key`, and, in a sealed session, the keys that `open` them.
+#[derive(Clone, Copy)]
+pub(crate) struct FrameCheck<'a> {
+    pub(crate) key: &'a FrameKey,
+    pub(crate) open: &'a Sealing,
+}
+
 /// Receive bench frames on every stream, each lane on its share with its
 /// own receiver (`rxs[k]` for lane `k`), until all end (see
 /// [`discard_frames`]); the bytes in all and each lane's report.
@@ -201,20 +213,15 @@ pub(crate) fn discard_on_lanes(
     plan: &[Lane],
     streams: &[TcpStream],
     rxs: Vec<NetReceiver>,
-    check: (&FrameKey, &Sealing),
+    check: FrameCheck<'_>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(u64, Vec<LaneReport>), SessionError> {
     let fds = fds_of(streams);
     let failed = AtomicBool::new(false);
     let results = lanes::run(plan, rxs, &|lane, rx| {
         let others = lanes::StopOthers(&failed);
-        others.on(discard_frames(
-            (lane, &failed),
-            &lane.fds(&fds),
-            rx,
-            check,
-            progress,
-        ))
+        let fds = lane.fds(&fds);
+        others.on(discard_frames(lane, &failed, &fds, rx, check, progress))
     });
     let (bytes, mut reports) = lanes::all_ok(results)?;
     for (r, &b) in reports.iter_mut().zip(&bytes) {
@@ -223,16 +230,18 @@ pub(crate) fn discard_on_lanes(
     Ok((bytes.iter().sum(), reports))
 }
 
-/// Receive bench frames on a lane's streams (`fds`) until all end: check
-/// each checksum under `key` (unless the frame says it carries none),
-/// count and discard.
+/// Receive bench frames on a lane's streams (`fds`) until all end or
+/// another lane `failed`: check each as `check` says (a checksum under its
+/// key, unless the frame says it carries none), count and discard.
 fn discard_frames(
-    (lane, failed): (&Lane, &AtomicBool),
+    lane: &Lane,
+    failed: &AtomicBool,
     fds: &[i32],
     mut rx: NetReceiver,
-    (key, open): (&FrameKey, &Sealing),
+    check: FrameCheck<'_>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, SessionError> {
+    let FrameCheck { key, open } = check;
     use crate::datapath::net::{payload, RecvEvent};
     rx.number_streams(&lane.streams);
     rx.start(fds)?;
@@ -352,7 +361,7 @@ impl BenchRun<'_> {
         let failed = AtomicBool::new(false);
         let results = lanes::run(&plan, txs, &|lane, tx| {
             let others = lanes::StopOthers(&failed);
-            others.on(self.lane((lane, &failed), &fds, share, tx))
+            others.on(self.lane(lane, &failed, &fds, share, tx))
         });
         let (stats, mut reports) = lanes::all_ok(results)?;
         for (r, s) in reports.iter_mut().zip(&stats) {
@@ -365,7 +374,8 @@ impl BenchRun<'_> {
     /// them, within its `1/share` of any rate limit.
     fn lane(
         &self,
-        (lane, failed): (&Lane, &AtomicBool),
+        lane: &Lane,
+        failed: &AtomicBool,
         all: &[i32],
         share: f64,
         mut tx: NetSender,

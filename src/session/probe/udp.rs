@@ -337,7 +337,9 @@ impl Run<'_> {
         let t = self.t;
         let sender = Sender::connect(
             SocketAddr::new(ip, port),
-            (t.flows, self.size, t.rate),
+            t.flows,
+            self.size,
+            t.rate,
             t.lanes,
         )?;
         (self.report.gso, self.report.datagrams_per_write) = (Some(sender.gso), Some(sender.run));
@@ -349,7 +351,7 @@ impl Run<'_> {
         let tagger = self.tagger.clone();
         std::thread::scope(|s| {
             let sending = s.spawn(|| sender.send(&tagger, t.time, &stop, &sent));
-            let r = self.hear_counts(&events, start, (&sending, &stop, &sent));
+            let r = self.hear_counts(&events, start, &sending, &stop, &sent);
             stop.store(true, Ordering::Release);
             let span = sending.join().expect("the sending lanes panicked")?;
             // The offered rate over the time it sent, not until this
@@ -365,11 +367,9 @@ impl Run<'_> {
         &mut self,
         events: &Events,
         start: Instant,
-        (sending, stop, sent): (
-            &std::thread::ScopedJoinHandle<'_, Result<f64, SessionError>>,
-            &AtomicBool,
-            &[AtomicU64],
-        ),
+        sending: &std::thread::ScopedJoinHandle<'_, Result<f64, SessionError>>,
+        stop: &AtomicBool,
+        sent: &[AtomicU64],
     ) -> Result<Ended, SessionError> {
         let mut last = Snapshot::default();
         let mut ended: Option<f64> = None;
@@ -419,7 +419,8 @@ impl Run<'_> {
         let buffers = 16 * lanes::count(t.lanes, usize::from(t.flows), usize::from(t.flows));
         let counter = Counter::bind(
             SocketAddr::new(local.ip(), 0),
-            (t.flows, self.size),
+            t.flows,
+            self.size,
             t.lanes,
             buffers,
         )?;
@@ -431,7 +432,7 @@ impl Run<'_> {
         let tagger = self.tagger.clone();
         let hello = || counter.hello(door, &tagger);
         let (sent, end) = counter.count(&tagger, &stop, || {
-            self.hear_sent(&events, start, (&counter, &hello))
+            self.hear_sent(&events, start, &counter, &hello)
         })??;
         let (flows, foreign) = tell_done(self.ctl, &counter, &sent)?;
         // The daemon sends for the test's time (its end is heard later).
@@ -446,7 +447,8 @@ impl Run<'_> {
         &mut self,
         events: &Events,
         start: Instant,
-        (counter, hello): (&Counter, &dyn Fn() -> Result<(), SessionError>),
+        counter: &Counter,
+        hello: &dyn Fn() -> Result<(), SessionError>,
     ) -> Result<(Vec<u64>, f64), SessionError> {
         let mut last = Snapshot::default();
         // The daemon sends once it heard from this side's port; until its
