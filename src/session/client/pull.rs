@@ -431,7 +431,7 @@ fn settle_pull(
     };
     if let Some(&first) = rejected.first() {
         let name = &incoming.entries[first as usize].path;
-        return Err(differed(rejected.len(), name, ("at the source", "fetch")));
+        return Err(differed(rejected.len(), name, "at the source", "fetch"));
     }
     match summary {
         Some((_, _, true)) => {}

@@ -217,13 +217,13 @@ pub(super) fn open_push<'t>(
         };
         prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
-    let at = (cfg.host.as_str(), cfg.port);
-    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, at).unwrap_or_else(|e| {
-        obs.info(&format!(
-            "no state directory ({e}): the files the receiver holds are read again to compare"
-        ));
-        [0; 32]
-    });
+    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.host, cfg.port)
+        .unwrap_or_else(|e| {
+            obs.info(&format!(
+                "no state directory ({e}): the files the receiver holds are read again to compare"
+            ));
+            [0; 32]
+        });
     let req = cfg.push_request(owner);
     let block = u64::from(cfg.block_size);
     let local =
@@ -234,7 +234,7 @@ pub(super) fn open_push<'t>(
     let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
         let key = resume.then_some((key, cfg.checksum));
         let t = Instant::now();
-        held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
+        held = offer(ctl, tree, block, key, &local, &mut |_| Ok(()))?;
         compare = t.elapsed();
         Ok(())
     })?;
@@ -523,7 +523,7 @@ pub(super) fn check_acks(
     if let Some(&(i, _)) = got.rejected.first() {
         let name = entries.get(i as usize).map_or("?", |e| e.path.as_str());
         let count = got.rejected.len();
-        return Err(differed(count, name, ("on the receiver", "send")));
+        return Err(differed(count, name, "on the receiver", "send"));
     }
     if report.files_verified + report.files_unchanged + report.listed_files_skipped != report.files
     {

@@ -34,8 +34,8 @@ pub struct Survey {
 
 /// Ask the receiver of `cfg` what a push of `tree` would do.
 pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
-    let at = (cfg.host.as_str(), cfg.port);
-    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, at).unwrap_or([0; 32]);
+    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.host, cfg.port)
+        .unwrap_or([0; 32]);
     let mut req = cfg.push_request(owner);
     req.flags |= REQ_DRY_RUN;
     let block = u64::from(cfg.block_size);
@@ -45,7 +45,7 @@ pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
     let held =
-        crate::session::roles::offer(&mut ctl, (tree, block), resume, &local, &mut |_| Ok(()))?;
+        crate::session::roles::offer(&mut ctl, tree, block, resume, &local, &mut |_| Ok(()))?;
     let (refused, deleted) = hear_verdict(&mut ctl, tree.entries.len())?;
     Ok(Survey {
         actions: actions(tree, &held, &refused, block),

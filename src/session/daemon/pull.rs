@@ -226,7 +226,7 @@ pub(super) fn offer_pull<'r>(
     let key = frame_key(keys);
     let resume = req.has(REQ_RESUME).then_some((&key, req.has(REQ_CHECKSUM)));
     let reserve = &mut |b| memory.reserve(b);
-    let held = crate::session::roles::offer(s, (&tree, block), resume, &local, reserve)?;
+    let held = crate::session::roles::offer(s, &tree, block, resume, &local, reserve)?;
     if tree.excluded + tree.devices_left > 0 {
         let (excluded, devices) = (tree.excluded, tree.devices_left);
         send_msg(s, &Message::LeftOut { excluded, devices })?;
