@@ -19,6 +19,7 @@ use super::send::{drive, Expect};
 use super::connect::open_session;
 
 use super::report::{SendObserver, SendReport};
+use super::shard_report::ShardReport;
 
 use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
@@ -93,10 +94,10 @@ pub fn run_pull(
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
-    let fitted = super::connect::fit(cfg, 4, 4, "--block", obs)?;
-    let (cfg, fitted) = &super::connect::fit_shard(cfg, fitted)?;
+    let (fit_cfg, buffers) = super::connect::fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &super::connect::fit_shard(cfg, fit_cfg, buffers)?;
     let req = pull_request(cfg, paths)?;
-    let (engine, _) = super::connect::register_fitted(*fitted, obs, |n| {
+    let ((plan, rxs), _) = super::connect::register_fitted(*fitted, obs, |n| {
         crate::session::sink::landing::prepare_receivers(
             cfg.lanes,
             cfg.streams,
@@ -104,7 +105,7 @@ pub fn run_pull(
             cfg.block_size as usize,
         )
     })?;
-    let mut pull = open_pull(cfg, req, (local, rules, paths), &engine.0)?;
+    let mut pull = open_pull(cfg, req, local, rules, paths, &plan)?;
     // The daemon's scan, its manifest and what this side holds.
     let setup = began.elapsed();
     let total = pull.incoming.data_missing();
@@ -117,18 +118,12 @@ pub fn run_pull(
             crate::coord::units::bytes_decimal(total)
         ));
     }
-    let files_done = Arc::new(AtomicU64::new(complete_before));
-    obs.files(Arc::clone(&files_done), pull.incoming.file_count() as u64);
     let expect = Expect::transfer(total, false);
-    let (data, mut report, landed) =
-        pull.receive(cfg, engine, (expect, &files_done), interrupt, obs)?;
-    pull.count_into(
-        &mut report,
-        kept,
-        (total, complete_before - kept.0 + landed.committed),
-    );
+    let (data, mut report, landed) = pull.receive(cfg, plan, rxs, expect, interrupt, obs)?;
+    let verified = complete_before - kept.0 + landed.committed;
+    pull.count_into(&mut report, kept, total, verified);
     let phases = |r: &mut SendReport| {
-        r.time_phases((std::time::Duration::ZERO, setup), setup, began.elapsed())
+        r.time_phases(std::time::Duration::ZERO, setup, setup, began.elapsed())
     };
     match data {
         Ok(lanes) => report.lanes = lanes,
@@ -152,7 +147,7 @@ pub fn run_pull(
     // A reader waiting to hand on an event ends once nobody takes it.
     drop(landed.events);
     let _ = landed.reader.join();
-    let outcome = outcome.and_then(|()| delete_extras(cfg, (&pull.incoming, paths), &mut report));
+    let outcome = outcome.and_then(|()| delete_extras(cfg, &pull.incoming, paths, &mut report));
     report.close();
     match outcome {
         Ok(()) => report.settle_status(),
@@ -161,9 +156,8 @@ pub fn run_pull(
     if let (Some(s), Some(m)) = (cfg.shard, pull.whole.take()) {
         let held = pull.incoming.complete_before().to_vec();
         let acked = landed.acked.with_held(held);
-        let entries = &pull.incoming.entries;
-        let listed = (entries.as_slice(), report.skipped.as_slice());
-        let shard = super::shard_report::ShardReport::of((s, m), cfg, listed, &acked, started);
+        let (entries, skipped) = (&pull.incoming.entries, report.skipped.as_slice());
+        let shard = ShardReport::of(s, m, cfg, entries, skipped, &acked, started);
         report.shard = Some(shard);
     }
     phases(&mut report);
@@ -177,7 +171,8 @@ pub fn run_pull(
 /// what went is in `report`, and what could not go fails the run.
 fn delete_extras(
     cfg: &SendConfig,
-    (incoming, paths): (&Incoming, &[String]),
+    incoming: &Incoming,
+    paths: &[String],
     report: &mut SendReport,
 ) -> Result<(), SessionError> {
     if !cfg.delete {
@@ -255,7 +250,8 @@ impl Pull {
         &self,
         report: &mut SendReport,
         kept: (u64, u64, u64),
-        (total, verified): (u64, u64),
+        total: u64,
+        verified: u64,
     ) {
         let incoming = &self.incoming;
         report.command = "pull";
@@ -282,7 +278,9 @@ impl Pull {
 fn open_pull(
     cfg: &SendConfig,
     req: SessionRequest,
-    (local, rules, paths): (&Path, Rules, &[String]),
+    local: &Path,
+    rules: Rules,
+    paths: &[String],
     lanes: &[crate::session::link::lanes::Lane],
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
@@ -297,7 +295,7 @@ fn open_pull(
             checksum: cfg.checksum,
             key: *key,
         });
-        let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
+        let (root, dest) = local_root(local, &mut entries, cfg.one_file, rules.dry_run)?;
         let block = u64::from(cfg.block_size);
         let (rules, tick) = (rules.clone(), &mut || {});
         let mut prepared =
@@ -365,20 +363,23 @@ type Received = (
 );
 
 impl Pull {
-    /// Receive the data on `engine`'s lanes while the daemon's events are
-    /// read on another thread (the data thread takes them; this one the
-    /// summary after).
+    /// Receive the data on the lanes of `plan` (lane `k`'s receiver
+    /// `rxs[k]`) while the daemon's events are read on another thread (the
+    /// data thread takes them; this one the summary after); the files done,
+    /// from those complete before, counted for `obs` as they commit.
     fn receive(
         &mut self,
         cfg: &SendConfig,
-        engine: (
-            Vec<crate::session::link::lanes::Lane>,
-            Vec<crate::datapath::net::NetReceiver>,
-        ),
-        (expect, files_done): (Expect, &AtomicU64),
+        plan: Vec<crate::session::link::lanes::Lane>,
+        rxs: Vec<crate::datapath::net::NetReceiver>,
+        expect: Expect,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Received, SessionError> {
+        let complete_before = self.incoming.complete_before().len() as u64;
+        let files_done = Arc::new(AtomicU64::new(complete_before));
+        obs.files(Arc::clone(&files_done), self.incoming.file_count() as u64);
+        let files_done = &*files_done;
         let key = crate::protocol::seal::frame_key(&self.keys);
         let open = cfg.encrypt.then(|| {
             let dir = crate::protocol::seal::Direction::ServerToClient;
@@ -402,6 +403,7 @@ impl Pull {
                 stop,
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
+            let engine = (plan, rxs);
             let r = incoming.receive(streams, engine, pace, (&key, &open), &peer, &mut out);
             landed = (out.committed, out.rejected, out.acked);
             r
@@ -460,7 +462,8 @@ fn settle_pull(
 /// root is the nearest directory that is, LOCAL the destination under it.
 pub(crate) fn local_root(
     local: &Path,
-    (entries, one_file): (&mut [Entry], bool),
+    entries: &mut [Entry],
+    one_file: bool,
     dry: bool,
 ) -> Result<(Root, String), SessionError> {
     let mut at = local.to_path_buf();

@@ -32,6 +32,7 @@ use crate::session::SessionError;
 use super::config::SendConfig;
 use super::connect::{fit, fit_shard, note_zero_copy, open_session, register_fitted};
 use super::report::{Kept, SendObserver, SendReport};
+use super::shard_report::ShardReport;
 use crate::session::plan::held::{held_counts, held_text};
 use crate::session::plan::unsendable::Unsendable;
 pub use crate::session::source::follow::FollowUntil;
@@ -48,7 +49,8 @@ pub fn run_send(
     let mut tree = scan_sources(cfg)?;
     let scanned = began.elapsed();
     // This side's buffers are registered before the receiver hears of us.
-    let (cfg, fitted) = &fit_shard(cfg, fit(cfg, 4, 4, "--block", obs)?)?;
+    let (fit_cfg, buffers) = fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &fit_shard(cfg, fit_cfg, buffers)?;
     let started = std::time::SystemTime::now();
     let whole = cfg.shard.map(|s| {
         let m = crate::session::plan::shard::manifest_of(&tree.entries);
@@ -85,7 +87,7 @@ pub fn run_send(
     });
     let expect = Expect::transfer(to_send, true).following(follow.as_ref().map(|f| f.gauge));
     let (data, mut report, receipts) =
-        push.transfer(cfg, expect, (&acks, follow.as_ref()), interrupt, obs)?;
+        push.transfer(cfg, expect, &acks, follow.as_ref(), interrupt, obs)?;
     let entries = [tree.entries.as_slice(), &added.entries()].concat();
     report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
     report.bytes_skipped = skipped;
@@ -100,12 +102,19 @@ pub fn run_send(
     report.bytes_total = share + grew;
     report.bytes_apparent = tree.file_bytes_in(block) + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
-    let outcome = (data, receipts);
-    let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
+    let pieces = settle_push(
+        &push,
+        &entries,
+        data,
+        receipts,
+        interrupted,
+        &mut report,
+        obs,
+    );
     if let Some((s, m)) = whole {
         let acked = pieces.with_held(push.held.complete.keys().copied());
-        let listed = (entries.as_slice(), report.skipped.as_slice());
-        let shard = super::shard_report::ShardReport::of((s, m), cfg, listed, &acked, started);
+        let skipped = report.skipped.as_slice();
+        let shard = ShardReport::of(s, m, cfg, &entries, skipped, &acked, started);
         report.shard = Some(shard);
     }
     if !matches!(report.status, "ok" | "partial") {
@@ -116,11 +125,8 @@ pub fn run_send(
     }
     report.judge_rate();
     let compare = push.compare;
-    report.time_phases(
-        (scanned, opened.saturating_sub(scanned)),
-        compare,
-        began.elapsed(),
-    );
+    let setup = opened.saturating_sub(scanned);
+    report.time_phases(scanned, setup, compare, began.elapsed());
     Ok(report)
 }
 
@@ -274,7 +280,8 @@ impl Push<'_> {
         &mut self,
         cfg: &SendConfig,
         expect: Expect<'_>,
-        (acked, follow): (&Acks, Option<&FollowCtx<'_>>),
+        acked: &Acks,
+        follow: Option<&FollowCtx<'_>>,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Moved, SessionError> {
@@ -336,10 +343,8 @@ impl Push<'_> {
 pub(super) fn settle_push(
     push: &Push<'_>,
     entries: &[crate::protocol::manifest::Entry],
-    (data, acks): (
-        Result<crate::session::source::sending::Pushed, SessionError>,
-        Result<Receipts, SessionError>,
-    ),
+    data: Result<crate::session::source::sending::Pushed, SessionError>,
+    acks: Result<Receipts, SessionError>,
     interrupted: bool,
     report: &mut SendReport,
     obs: &mut dyn SendObserver,

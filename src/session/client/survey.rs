@@ -113,7 +113,8 @@ fn actions(tree: &Tree, held: &Held, refused: &[(u32, String)], block: u64) -> V
 /// would remove). Nothing is written under `local`.
 pub fn survey_pull(
     cfg: &SendConfig,
-    (paths, local): (&[String], &std::path::Path),
+    paths: &[String],
+    local: &std::path::Path,
 ) -> Result<(Tree, Survey), SessionError> {
     use crate::session::sink::incoming::Incoming;
     use crate::session::sink::manifest::recv_manifest;
@@ -127,7 +128,7 @@ pub fn survey_pull(
     let max = crate::protocol::manifest::ENTRIES_MAX;
     let mut entries = recv_manifest(&mut ctl, max, &mut |_| Ok(()))?;
     super::pull::check_asked_for(&entries, paths)?;
-    let (root, dest) = super::pull::local_root(local, (&mut entries, cfg.one_file), true)?;
+    let (root, dest) = super::pull::local_root(local, &mut entries, cfg.one_file, true)?;
     let rules = Rules {
         dry_run: true,
         ..super::pull::client_rules(cfg)?
