@@ -472,9 +472,7 @@ pub(super) fn run_session(
             registry.stats.end(id);
             r
         }
-        Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => {
-            survey_push(s, req, keys, cfg, registry)
-        }
+        Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => survey_push(s, session),
         Kind::Push => push_session(s, session, peer, log),
         Kind::Udp => {
             let side = crate::session::probe::udp_daemon::DaemonSide {

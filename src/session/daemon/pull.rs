@@ -79,7 +79,7 @@ pub(super) fn pull_session(
         tree,
         mut held,
         _memory,
-    } = offer_pull(s, req, keys, cfg, registry)?;
+    } = offer_pull(s, session)?;
     if req.has(crate::protocol::control::REQ_DRY_RUN) {
         // The client looks at what it holds by itself: nothing is sent.
         pulled(s, registry, 0, 0)?;
@@ -203,12 +203,16 @@ pub(super) fn offer_share(
 /// the scan left out.
 pub(super) fn offer_pull<'r>(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &'r Registry,
+    session: &Session<'r>,
 ) -> Result<OfferedPull<'r>, SessionError> {
     use crate::session::source::sending::open_source_beneath;
+    let Session {
+        req,
+        keys,
+        cfg,
+        registry,
+        ..
+    } = *session;
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let rules =

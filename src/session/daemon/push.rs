@@ -11,10 +11,8 @@ use crate::datapath::beneath::Root;
 use crate::protocol::control::{
     ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
 };
-use crate::protocol::handshake::SessionKeys;
 use crate::protocol::manifest::check_path;
 
-use super::config::RecvConfig;
 use super::connection::Session;
 use super::log::{Level, Log};
 use super::progress::RecvProgress;
@@ -42,14 +40,9 @@ pub(super) fn push_session(
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
-    let Session {
-        req,
-        buffers,
-        keys,
-        cfg,
-        registry,
-    } = *session;
-    let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
+    let (req, buffers, keys) = (session.req, session.buffers, session.keys);
+    let (cfg, registry) = (session.cfg, session.registry);
+    let mut prepared = prepare_push(s, session)?;
     let PreparedPush {
         incoming,
         claims,
@@ -213,12 +206,10 @@ impl Drop for ReadsEnd {
 /// the client, then the summary. Nothing is claimed, made or changed.
 pub(super) fn survey_push(
     s: &mut Control,
-    req: &SessionRequest,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
+    let req = session.req;
+    let mut prepared = prepare_push(s, session)?;
     let incoming = &mut prepared.incoming;
     crate::session::roles::settle_held(s, incoming)?;
     crate::session::roles::refuse(s, incoming)?;
@@ -275,11 +266,15 @@ pub(super) struct PreparedPush<'r> {
 /// heartbeat while a large tree is prepared).
 pub(super) fn prepare_push<'r>(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &'r Registry,
+    session: &Session<'r>,
 ) -> Result<PreparedPush<'r>, SessionError> {
+    let Session {
+        req,
+        keys,
+        cfg,
+        registry,
+        ..
+    } = *session;
     let dest = push_dest(req)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     let mut entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;
