@@ -32,6 +32,7 @@ use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::confirm::{Confirmer, Ended, Verdict};
 use super::ledger::Acks;
+use super::sending::Sources;
 use super::work::{End, Work};
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::refused::Refused;
@@ -220,16 +221,16 @@ pub(crate) struct Follower<'a> {
 }
 
 impl<'a> Follower<'a> {
-    /// Follow the growing files and the directories of `tree`, queueing
-    /// pieces on `work` and telling the receiver on `ctl`.
+    /// Follow the growing files and the directories of the push's tree
+    /// (`from`, whose follow is `ctx`), queueing pieces of `block`-byte
+    /// blocks on `work` and telling the receiver on its control connection.
     pub(crate) fn new(
-        tree: &'a Tree,
-        work: &'a Work,
+        from: &Sources<'a>,
         ctx: &'a FollowCtx<'a>,
-        ctl: &Control,
-        acks: Option<&'a Acks>,
+        work: &'a Work,
         block: u64,
     ) -> Result<Self, SessionError> {
+        let (tree, ctl, acks) = (from.tree, from.announce_on, from.acked);
         let mut f = Follower {
             work,
             ctx,

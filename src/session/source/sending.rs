@@ -206,14 +206,7 @@ pub(crate) fn push_data(
     let fds = crate::session::link::streams::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
     let mut follower = match from.follow {
-        Some(ctx) => Some(Follower::new(
-            from.tree,
-            &work,
-            ctx,
-            from.announce_on,
-            from.acked,
-            block,
-        )?),
+        Some(ctx) => Some(Follower::new(from, ctx, &work, block)?),
         None => None,
     };
     let shared = LanesShare {
