@@ -76,7 +76,7 @@ pub(super) fn bench_send_back(
         buffers,
         keys,
         cfg,
-        registry,
+        ..
     } = *session;
     // Rings and buffers before the streams connect (ready for their data).
     let params = daemon_push_params(req, buffers, keys, cfg);
@@ -89,7 +89,7 @@ pub(super) fn bench_send_back(
         params.zerocopy,
     )?;
     txs.iter_mut().for_each(fill_bench_buffers);
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     pace_as_asked(req, &streams)?;
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
@@ -121,11 +121,11 @@ pub(super) fn bench_take(
         buffers,
         keys,
         cfg,
-        registry,
+        ..
     } = *session;
     // Rings and buffers before the streams connect (ready for their data).
     let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, req.block_size)?;
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     let open = req
         .has(REQ_ENCRYPT)
         .then(|| (keys.clone(), SealDirection::ClientToServer));

@@ -99,7 +99,7 @@ pub(super) fn pull_session(
     let shape = (entries, req.streams);
     let files = tree.to_send(&held);
     let route = crate::session::plan::route::for_source(before.placement, shape, &plan, files)?;
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     pace_as_asked(req, &streams)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();

@@ -62,7 +62,7 @@ pub(super) fn push_session(
     let mut beat = crate::session::link::conn::Beat::new(s)?;
     crate::session::roles::place(s, incoming, &pool.0, &mut || beat.tick())?;
     // Wait for the data streams, each proving it belongs here.
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     // Receive: frames into registered buffers, checked, written, committed
     // on the sender's digest; a heartbeat while nothing else goes out.
     let mut out = DaemonLanding {

@@ -177,9 +177,8 @@ pub(crate) struct Sources<'a> {
     pub(crate) follow: Option<&'a super::follow::FollowCtx<'a>>,
 }
 
-/// The data streams a push goes out on: the lanes that share them (see
-/// [`lanes::near_nic`]), the streams themselves, and each lane's sender
-/// (from [`prepare_senders`]).
+/// The data streams a push goes out on: the lanes of its plan, the
+/// streams themselves, and each lane's sender (from [`prepare_senders`]).
 pub(crate) struct DataStreams<'a> {
     pub(crate) plan: &'a [Lane],
     pub(crate) streams: &'a [TcpStream],
