@@ -18,6 +18,7 @@ mod faults;
 mod fidelity;
 mod follow;
 mod hostile;
+mod house;
 mod lanes;
 mod limits;
 mod linters;

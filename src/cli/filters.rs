@@ -28,10 +28,10 @@ pub(crate) fn of(m: Option<&ArgMatches>) -> Result<Filter, Failure> {
     let mut filter = Filter::default();
     for (_, g) in given {
         let added = match g {
-            Given::Rule(v, p) => filter.push(v, &p),
+            Given::Rule(v, p) => filter.push(v, &p).map_err(|e| e.to_string()),
             Given::File(f) => std::fs::read_to_string(&f)
                 .map_err(|e| e.to_string())
-                .and_then(|text| filter.push_file(&text))
+                .and_then(|text| filter.push_file(&text).map_err(|e| e.to_string()))
                 .map_err(|e| format!("--exclude-from {}: {e}", f.display())),
         };
         added.map_err(|e| Failure::Usage(anyhow::anyhow!(e)))?;

@@ -65,7 +65,7 @@ impl Streams {
 
 /// `--cc`: `auto` or a congestion control's name.
 pub fn congestion(s: &str) -> Result<crate::datapath::tcp::Congestion, String> {
-    crate::datapath::tcp::Congestion::parse(s)
+    crate::datapath::tcp::Congestion::parse(s).map_err(|e| e.to_string())
 }
 
 /// A size in bytes. `K`/`M`/`G`/`T` and `KiB`.. are powers of 1024 (as dd and

@@ -16,7 +16,7 @@ pub fn report(a: ReportArgs) -> Result<u8, Failure> {
     for f in &a.files {
         let name = f.display().to_string();
         let read = std::fs::read_to_string(f).map_err(|e| format!("{name}: {e}"));
-        match read.and_then(|text| ShardRun::parse(&name, &text)) {
+        match read.and_then(|text| ShardRun::parse(&name, &text).map_err(|e| e.to_string())) {
             Ok(run) => runs.push(run),
             Err(why) => unread.push(why),
         }

@@ -685,7 +685,7 @@ fn shard_host(
         }
         return Ok((host.to_string(), None));
     };
-    let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(usage)?;
+    let shard = Shard::parse(text, &|k| std::env::var(k).ok()).map_err(|e| usage(e.to_string()))?;
     if !fixed {
         return Err(usage(
             "--shard moves a share of a fixed manifest: it takes neither --follow nor --delete"

@@ -80,7 +80,8 @@ pub fn bench_udp(a: BenchArgs) -> Result<u8, Failure> {
     };
     // The size is checked against the path before anything is asked.
     let server = crate::session::probe::udp::resolve(&cfg).map_err(|e| Failure::Run(e.into()))?;
-    let size = crate::session::probe::udp::datagram_size(server, t.size).map_err(usage)?;
+    let size = crate::session::probe::udp::datagram_size(server, t.size)
+        .map_err(|e| usage(e.to_string()))?;
     t.size = Some(size);
     let format = Format::pick(a.json, a.json_stream);
     let mut out = Out::default();

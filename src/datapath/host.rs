@@ -8,31 +8,82 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Why a host fact could not be seen: what was read or run, and what it said.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A file under /proc or /sys, or a path asked about, could not be read.
+    #[error("{}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A sysctl whose value is not what it should hold (`want`: "a number").
+    #[error("{key} is {value:?}, not {want}")]
+    Value {
+        key: String,
+        value: String,
+        want: &'static str,
+    },
+    #[error("cannot resolve {peer}: {error}")]
+    Resolve { peer: String, error: std::io::Error },
+    #[error("{peer} has no address")]
+    NoAddress { peer: String },
+    #[error("cannot run `ip route get` ({0}); install iproute2")]
+    NoIpCommand(std::io::Error),
+    #[error("`ip route get {addr}`: {said}")]
+    RouteGet {
+        addr: std::net::IpAddr,
+        said: String,
+    },
+    #[error("no device in `ip route get {0}`")]
+    NoDevice(std::net::IpAddr),
+    #[error("no default route (give --peer HOST to check the route to it)")]
+    NoDefaultRoute,
+    #[error("{} is on device {major}:{minor}, which is not a block device (tmpfs, NFS, overlay?)", path.display())]
+    NotABlockDevice {
+        path: PathBuf,
+        major: u32,
+        minor: u32,
+    },
+    #[error("{} has no parent disk", .0.display())]
+    NoParentDisk(PathBuf),
+}
+
+/// Reading `path` failed with `error`.
+fn read_error(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> HostError {
+    let path = path.into();
+    move |error| HostError::Read { path, error }
+}
+
 /// `/proc/sys/...` of a dotted sysctl name.
 pub fn sysctl_path(key: &str) -> PathBuf {
     Path::new("/proc/sys").join(key.replace('.', "/"))
 }
 
 /// A sysctl's value with runs of whitespace as single spaces.
-pub fn sysctl(key: &str) -> Result<String, String> {
+pub fn sysctl(key: &str) -> Result<String, HostError> {
     let path = sysctl_path(key);
     std::fs::read_to_string(&path)
         .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(read_error(path))
 }
 
-pub fn sysctl_u64(key: &str) -> Result<u64, String> {
+/// A sysctl's value that is not `want` ("a number").
+fn not(key: &str, value: String, want: &'static str) -> HostError {
+    let key = key.to_owned();
+    HostError::Value { key, value, want }
+}
+
+pub fn sysctl_u64(key: &str) -> Result<u64, HostError> {
     let v = sysctl(key)?;
-    v.parse()
-        .map_err(|_| format!("{key} is {v:?}, not a number"))
+    v.parse().map_err(|_| not(key, v, "a number"))
 }
 
 /// The three numbers of tcp_rmem / tcp_wmem.
-pub fn sysctl_triple(key: &str) -> Result<[u64; 3], String> {
+pub fn sysctl_triple(key: &str) -> Result<[u64; 3], HostError> {
     let v = sysctl(key)?;
     let n: Vec<u64> = v.split(' ').filter_map(|x| x.parse().ok()).collect();
-    n.try_into()
-        .map_err(|_| format!("{key} is {v:?}, not three numbers"))
+    n.try_into().map_err(|_| not(key, v, "three numbers"))
 }
 
 pub fn write_sysctl(key: &str, value: &str) -> std::io::Result<()> {
@@ -56,23 +107,25 @@ pub struct Route {
 }
 
 /// The route to `peer` (a name or address), from `ip route get`.
-pub fn route_to(peer: &str) -> Result<Route, String> {
+pub fn route_to(peer: &str) -> Result<Route, HostError> {
     use std::net::ToSocketAddrs;
+    let peer_owned = || peer.to_owned();
     let addr = (peer, 0)
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {peer}: {e}"))?
+        .map_err(|error| HostError::Resolve {
+            peer: peer_owned(),
+            error,
+        })?
         .next()
-        .ok_or_else(|| format!("{peer} has no address"))?
+        .ok_or_else(|| HostError::NoAddress { peer: peer_owned() })?
         .ip();
     let out = Command::new("ip")
         .args(["route", "get", &addr.to_string()])
         .output()
-        .map_err(|e| format!("cannot run `ip route get` ({e}); install iproute2"))?;
+        .map_err(HostError::NoIpCommand)?;
     if !out.status.success() {
-        return Err(format!(
-            "`ip route get {addr}`: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        return Err(HostError::RouteGet { addr, said });
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let words: Vec<&str> = text.split_whitespace().collect();
@@ -82,7 +135,7 @@ pub fn route_to(peer: &str) -> Result<Route, String> {
             .position(|w| *w == key)
             .and_then(|i| words.get(i + 1).copied())
     };
-    let dev = after("dev").ok_or_else(|| format!("no device in `ip route get {addr}`"))?;
+    let dev = after("dev").ok_or(HostError::NoDevice(addr))?;
     let route_mtu = match after("mtu") {
         Some("lock") => words
             .iter()
@@ -105,7 +158,7 @@ pub fn route_to(peer: &str) -> Result<Route, String> {
 }
 
 /// The interface of the default route (IPv4, else IPv6).
-pub fn default_route() -> Result<Route, String> {
+pub fn default_route() -> Result<Route, HostError> {
     let v4 = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
     // Iface Destination Gateway Flags ...; the default route's destination
     // and mask are 00000000.
@@ -126,7 +179,7 @@ pub fn default_route() -> Result<Route, String> {
                 })
                 .map(|f| f[9].to_string())
         })
-        .ok_or("no default route (give --peer HOST to check the route to it)")?;
+        .ok_or(HostError::NoDefaultRoute)?;
     Ok(Route {
         dev,
         route_mtu: None,
@@ -156,9 +209,9 @@ pub fn driver(dev: &str) -> Option<String> {
 }
 
 /// (receive, transmit) queues of `dev`.
-pub fn queues(dev: &str) -> Result<(u64, u64), String> {
+pub fn queues(dev: &str) -> Result<(u64, u64), HostError> {
     let dir = net_dir(dev).join("queues");
-    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let entries = std::fs::read_dir(&dir).map_err(read_error(&dir))?;
     let (mut rx, mut tx) = (0, 0);
     for e in entries.flatten() {
         let n = e.file_name();
@@ -367,8 +420,8 @@ fn split_dev(dev: u64) -> (u32, u32) {
 }
 
 /// The block device a path is on (or is), walked up to the whole disk.
-pub fn disk_behind(path: &Path) -> Result<Disk, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn disk_behind(path: &Path) -> Result<Disk, HostError> {
+    let meta = std::fs::metadata(path).map_err(read_error(path))?;
     let dev = if meta.file_type().is_block_device() {
         meta.rdev()
     } else {
@@ -380,21 +433,20 @@ pub fn disk_behind(path: &Path) -> Result<Disk, String> {
     if !sys.exists() {
         // btrfs and others report an anonymous device; the mount table
         // names the real one.
-        let source = mount_source(major, minor).ok_or_else(|| {
-            format!(
-                "{} is on device {major}:{minor}, which is not a block device (tmpfs, NFS, overlay?)",
-                path.display()
-            )
+        let source = mount_source(major, minor).ok_or_else(|| HostError::NotABlockDevice {
+            path: path.to_owned(),
+            major,
+            minor,
         })?;
-        let m = std::fs::metadata(&source).map_err(|e| format!("{source}: {e}"))?;
+        let m = std::fs::metadata(&source).map_err(read_error(&source))?;
         shown = split_dev(m.rdev());
         sys = Path::new("/sys/dev/block").join(format!("{}:{}", shown.0, shown.1));
     }
-    let real = std::fs::canonicalize(&sys).map_err(|e| format!("{}: {e}", sys.display()))?;
+    let real = std::fs::canonicalize(&sys).map_err(read_error(&sys))?;
     let (whole, partition) = if real.join("partition").exists() {
         let parent = real
             .parent()
-            .ok_or_else(|| format!("{} has no parent disk", real.display()))?
+            .ok_or_else(|| HostError::NoParentDisk(real.clone()))?
             .to_path_buf();
         (
             parent,

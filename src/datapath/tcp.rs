@@ -22,22 +22,25 @@ pub enum Congestion {
     Named(String),
 }
 
+/// A `--cc` that names no congestion control algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a congestion control name (auto, bbr, cubic, reno, ...)")]
+pub struct NotACongestionName(pub String);
+
 /// The algorithm `Congestion::Auto` asks for: it keeps a long path full
 /// through random loss, where loss-based algorithms halve their window.
 const AUTO_PICK: &str = "bbr";
 
 impl Congestion {
     /// `auto` or an algorithm's name as the kernel spells it.
-    pub fn parse(s: &str) -> Result<Congestion, String> {
+    pub fn parse(s: &str) -> Result<Congestion, NotACongestionName> {
         let ok = !s.is_empty()
             && s.len() < 16
             && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         match s {
             "auto" => Ok(Congestion::Auto),
             _ if ok => Ok(Congestion::Named(s.to_owned())),
-            _ => Err(format!(
-                "'{s}' is not a congestion control name (auto, bbr, cubic, reno, ...)"
-            )),
+            _ => Err(NotACongestionName(s.to_owned())),
         }
     }
 

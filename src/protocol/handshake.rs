@@ -292,14 +292,16 @@ pub fn check_stream_proof(keys: &SessionKeys, stream_index: u16, proof: &Proof) 
     )
 }
 
+/// A key file's text that is not a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a key file holds {} hex digits (urmove keygen FILE writes one)", KEY_LEN * 2)]
+pub struct NotAKey;
+
 /// Parse a key file's text: 64 hex digits (whitespace around is ignored).
-pub fn parse_key(text: &str) -> Result<Key, String> {
+pub fn parse_key(text: &str) -> Result<Key, NotAKey> {
     let hex = text.trim();
     if hex.len() != KEY_LEN * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!(
-            "a key file holds {} hex digits (urmove keygen FILE writes one)",
-            KEY_LEN * 2
-        ));
+        return Err(NotAKey);
     }
     let mut key = [0u8; KEY_LEN];
     for (i, k) in key.iter_mut().enumerate() {

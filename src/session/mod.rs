@@ -156,6 +156,15 @@ pub enum SessionError {
     },
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// Control bytes from the peer that do not decode as a message.
+    #[error("protocol error: {0}")]
+    Decode(crate::protocol::wire::DecodeError),
+    /// A control message this side could not seal.
+    #[error("protocol error: {0}")]
+    Seal(crate::protocol::seal::SealError),
+    /// A sealed control message that does not open.
+    #[error("protocol error: a control message failed authentication (injected, altered, replayed or reordered)")]
+    Unauthentic,
     #[error("{0}")]
     Auth(crate::protocol::handshake::AuthError),
     #[error("{}", refused_text(*code, message))]
@@ -205,7 +214,10 @@ impl SessionError {
                 ErrorCode::NoSpace
             }
             SessionError::Io { .. } => ErrorCode::Io,
-            SessionError::Protocol(_) => ErrorCode::Malformed,
+            SessionError::Protocol(_)
+            | SessionError::Decode(_)
+            | SessionError::Seal(_)
+            | SessionError::Unauthentic => ErrorCode::Malformed,
             SessionError::Auth(_) => ErrorCode::AuthFailed,
             SessionError::Refused { code, .. } | SessionError::Local { code, .. } => *code,
             SessionError::Data(crate::datapath::Error::Frame { .. }) => ErrorCode::Malformed,

@@ -73,8 +73,8 @@ pub(crate) fn offer(
     let Some((key, by_content)) = resume else {
         return Ok(Held::default());
     };
-    let mut held = Held::receive(ctl, (&tree.entries, block), by_content, reserve)?;
-    held.verify(ctl, (tree, block, key), local)?;
+    let mut held = Held::receive(ctl, &tree.entries, block, by_content, reserve)?;
+    held.verify(ctl, tree, block, key, local)?;
     Ok(held)
 }
 

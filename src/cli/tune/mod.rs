@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::args::{LinkArg, TuneArgs};
 use super::render::{self, Out};
 use super::{Failure, EXIT_FAILED};
-use crate::datapath::host::{self, Disk, Route};
+use crate::datapath::host::{self, Disk, HostError, Route};
 use crate::datapath::{arena, ring, sys, Arena, Ring};
 use profile::{size, Link, Plan, CONGESTION_GOOD, SRC_ESNET_100G, SRC_ESNET_LINUX};
 
@@ -59,7 +59,7 @@ impl Check {
     fn unseen(
         name: &str,
         recommended: impl Into<String>,
-        reason: impl Into<String>,
+        reason: impl ToString,
         source: &str,
     ) -> Check {
         Check {
@@ -67,7 +67,7 @@ impl Check {
             current: None,
             recommended: recommended.into(),
             ok: None,
-            why: reason.into(),
+            why: reason.to_string(),
             source: source.into(),
         }
     }
@@ -110,9 +110,9 @@ struct Summary {
 /// What the checks look at besides the sysctls.
 struct Scene<'a> {
     plan: Plan,
-    route: Result<Route, String>,
+    route: Result<Route, HostError>,
     target: Option<&'a Path>,
-    disk: Option<Result<Disk, String>>,
+    disk: Option<Result<Disk, HostError>>,
     cpus: u64,
 }
 
@@ -388,7 +388,7 @@ fn route_mtu(s: &Scene) -> Check {
     let src = format!("{SRC_ESNET_LINUX} (jumbo frames, MTU 9000)");
     let r = match &s.route {
         Ok(r) => r,
-        Err(e) => return Check::unseen(name, rec, e.clone(), &src),
+        Err(e) => return Check::unseen(name, rec, e, &src),
     };
     let Some(dev_mtu) = host::dev_mtu(&r.dev) else {
         return Check::unseen(
@@ -465,7 +465,7 @@ fn nic_queues(s: &Scene) -> Check {
     let src = format!("urmove: a net worker per NIC queue; {SRC_ESNET_100G}");
     let r = match &s.route {
         Ok(r) => r,
-        Err(e) => return Check::unseen(name, rec, e.clone(), &src),
+        Err(e) => return Check::unseen(name, rec, e, &src),
     };
     if !host::has_device(&r.dev) {
         return Check {
@@ -521,9 +521,7 @@ fn irq_affinity(s: &Scene) -> Check {
     let src = format!("{SRC_ESNET_100G} (IRQ binding); kernel docs: core-api/irq/irq-affinity.rst");
     let r = match &s.route {
         Ok(r) => r,
-        Err(e) => {
-            return Check::unseen(name, "spread over cores of the NIC's node", e.clone(), &src)
-        }
+        Err(e) => return Check::unseen(name, "spread over cores of the NIC's node", e, &src),
     };
     let node = host::numa_node(&r.dev);
     let node_cpus = node.and_then(host::node_cpus);
@@ -634,7 +632,7 @@ fn disk_checks(s: &Scene) -> Vec<Check> {
         Some(Ok(d)) => d,
         other => {
             let reason = match other {
-                Some(Err(e)) => e.clone(),
+                Some(Err(e)) => e.to_string(),
                 _ => "no --target PATH given: name a file, directory or block device to check its disk".into(),
             };
             return DISK_CHECKS

@@ -24,10 +24,34 @@ pub struct ShardRun {
     pub shard: ShardReport,
 }
 
+/// A shard's report file that cannot be merged, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {why}")]
+pub struct Unreadable {
+    pub file: String,
+    pub why: NoReport,
+}
+
+/// Why a file holds no shard's report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoReport {
+    #[error("no JSON report in it")]
+    NoJson,
+    #[error("a report of no shard (send --shard K/N --json writes one)")]
+    NoShard,
+    /// What the JSON decoder said of its `shard` object.
+    #[error("{0}")]
+    BadShard(String),
+}
+
 impl ShardRun {
     /// Read a `send --shard ... --json` report (its last JSON object:
     /// the report may follow interval lines).
-    pub fn parse(file: &str, text: &str) -> Result<ShardRun, String> {
+    pub fn parse(file: &str, text: &str) -> Result<ShardRun, Unreadable> {
+        let unreadable = |why| Unreadable {
+            file: file.to_owned(),
+            why,
+        };
         let object = |t: &str| {
             serde_json::from_str::<serde_json::Value>(t)
                 .ok()
@@ -35,12 +59,13 @@ impl ShardRun {
         };
         let v = object(text)
             .or_else(|| text.lines().rev().find_map(|l| object(l.trim())))
-            .ok_or_else(|| format!("{file}: no JSON report in it"))?;
-        let shard = v.get("shard").cloned().ok_or_else(|| {
-            format!("{file}: a report of no shard (send --shard K/N --json writes one)")
-        })?;
-        let shard: ShardReport =
-            serde_json::from_value(shard).map_err(|e| format!("{file}: {e}"))?;
+            .ok_or_else(|| unreadable(NoReport::NoJson))?;
+        let shard = v
+            .get("shard")
+            .cloned()
+            .ok_or_else(|| unreadable(NoReport::NoShard))?;
+        let shard: ShardReport = serde_json::from_value(shard)
+            .map_err(|e| unreadable(NoReport::BadShard(e.to_string())))?;
         Ok(ShardRun {
             file: file.to_string(),
             status: v["status"].as_str().unwrap_or("unknown").to_string(),

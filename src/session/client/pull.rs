@@ -12,7 +12,7 @@ use crate::datapath::beneath::Root;
 use crate::protocol::control::{Direction, ErrorCode, PieceDone, SessionRequest};
 use crate::protocol::manifest::{check_path, Entry, EntryKind, ENTRIES_MAX};
 
-use crate::session::sink::landing::{Landing, Pace};
+use crate::session::sink::landing::{FrameCheck, Landing, Pace, Receivers};
 
 use super::send::{drive, Expect};
 
@@ -25,7 +25,7 @@ use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
 use crate::session::link::refused::Refused;
 use crate::session::roles::{accept, differed};
-use crate::session::sink::incoming::Incoming;
+use crate::session::sink::incoming::{Destination, Incoming};
 use crate::session::sink::manifest::recv_manifest;
 use crate::session::sink::rules::{Resume, Rules};
 use crate::session::SessionError;
@@ -97,7 +97,7 @@ pub fn run_pull(
     let (fit_cfg, buffers) = super::connect::fit(cfg, 4, 4, "--block", obs)?;
     let (cfg, fitted) = &super::connect::fit_shard(cfg, fit_cfg, buffers)?;
     let req = pull_request(cfg, paths)?;
-    let ((plan, rxs), _) = super::connect::register_fitted(*fitted, obs, |n| {
+    let (engine, _) = super::connect::register_fitted(*fitted, obs, |n| {
         crate::session::sink::landing::prepare_receivers(
             cfg.lanes,
             cfg.streams,
@@ -105,7 +105,7 @@ pub fn run_pull(
             cfg.block_size as usize,
         )
     })?;
-    let mut pull = open_pull(cfg, req, local, rules, paths, &plan)?;
+    let mut pull = open_pull(cfg, req, local, rules, paths, &engine.lanes)?;
     // The daemon's scan, its manifest and what this side holds.
     let setup = began.elapsed();
     let total = pull.incoming.data_missing();
@@ -118,8 +118,11 @@ pub fn run_pull(
             crate::coord::units::bytes_decimal(total)
         ));
     }
+    let files_done = Arc::new(AtomicU64::new(complete_before));
+    obs.files(Arc::clone(&files_done), pull.incoming.file_count() as u64);
     let expect = Expect::transfer(total, false);
-    let (data, mut report, landed) = pull.receive(cfg, plan, rxs, expect, interrupt, obs)?;
+    let (data, mut report, landed) =
+        pull.receive(cfg, engine, expect, &files_done, interrupt, obs)?;
     let verified = complete_before - kept.0 + landed.committed;
     pull.count_into(&mut report, kept, total, verified);
     let phases = |r: &mut SendReport| {
@@ -296,10 +299,9 @@ fn open_pull(
             key: *key,
         });
         let (root, dest) = local_root(local, &mut entries, cfg.one_file, rules.dry_run)?;
-        let block = u64::from(cfg.block_size);
+        let (at, block) = (Destination { root, dest }, u64::from(cfg.block_size));
         let (rules, tick) = (rules.clone(), &mut || {});
-        let mut prepared =
-            Incoming::prepare(root, dest, entries, block, cfg.direct, rules, resume, tick)?;
+        let mut prepared = Incoming::prepare(at, entries, block, cfg.direct, rules, resume, tick)?;
         accept(ctl, &mut prepared, lanes, &mut || {})?;
         incoming = Some(prepared);
         Ok(())
@@ -363,28 +365,25 @@ type Received = (
 );
 
 impl Pull {
-    /// Receive the data on the lanes of `plan` (lane `k`'s receiver
-    /// `rxs[k]`) while the daemon's events are read on another thread (the
-    /// data thread takes them; this one the summary after); the files done,
-    /// from those complete before, counted for `obs` as they commit.
+    /// Receive the data on `engine`'s lanes while the daemon's events are
+    /// read on another thread (the data thread takes them; this one the
+    /// summary after), counting the files done in `files_done`.
     fn receive(
         &mut self,
         cfg: &SendConfig,
-        plan: Vec<crate::session::link::lanes::Lane>,
-        rxs: Vec<crate::datapath::net::NetReceiver>,
+        engine: Receivers,
         expect: Expect,
+        files_done: &AtomicU64,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Received, SessionError> {
-        let complete_before = self.incoming.complete_before().len() as u64;
-        let files_done = Arc::new(AtomicU64::new(complete_before));
-        obs.files(Arc::clone(&files_done), self.incoming.file_count() as u64);
-        let files_done = &*files_done;
-        let key = crate::protocol::seal::frame_key(&self.keys);
-        let open = cfg.encrypt.then(|| {
-            let dir = crate::protocol::seal::Direction::ServerToClient;
-            (self.keys.clone(), dir)
-        });
+        let check = FrameCheck {
+            key: crate::protocol::seal::frame_key(&self.keys),
+            open: cfg.encrypt.then(|| {
+                let dir = crate::protocol::seal::Direction::ServerToClient;
+                (self.keys.clone(), dir)
+            }),
+        };
         let pace = Pace {
             timeout: cfg.timeout,
             min_rate_bytes_per_s: crate::session::MIN_RATE_BYTES_PER_S,
@@ -403,8 +402,7 @@ impl Pull {
                 stop,
             };
             let peer = peer.lock().unwrap_or_else(|p| p.into_inner());
-            let engine = (plan, rxs);
-            let r = incoming.receive(streams, engine, pace, (&key, &open), &peer, &mut out);
+            let r = incoming.receive(streams, engine, pace, &check, &peer, &mut out);
             landed = (out.committed, out.rejected, out.acked);
             r
         });

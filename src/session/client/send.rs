@@ -247,7 +247,10 @@ pub(super) fn open_push<'t>(
     held.refuse(&before.refused);
     let mut params = push_params(cfg, buffers);
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
-    let shape = (tree.entries.len(), cfg.streams);
+    let shape = route::Shape {
+        entries: tree.entries.len(),
+        streams: cfg.streams,
+    };
     let route = route::for_source(before.placement, shape, &plan, tree.to_send(&held))?;
     Ok(Push {
         tree,

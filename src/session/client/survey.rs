@@ -116,7 +116,7 @@ pub fn survey_pull(
     paths: &[String],
     local: &std::path::Path,
 ) -> Result<(Tree, Survey), SessionError> {
-    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::incoming::{Destination, Incoming};
     use crate::session::sink::manifest::recv_manifest;
     use crate::session::sink::rules::{Resume, Rules};
     let mut req = super::pull::pull_request(cfg, paths)?;
@@ -139,7 +139,8 @@ pub fn survey_pull(
     });
     let block = u64::from(cfg.block_size);
     let (direct, tick) = (DirectMode::Off, &mut || {});
-    let mut incoming = Incoming::prepare(root, dest, entries, block, direct, rules, resume, tick)?;
+    let at = Destination { root, dest };
+    let mut incoming = Incoming::prepare(at, entries, block, direct, rules, resume, tick)?;
     crate::session::roles::settle_held(&mut ctl, &mut incoming)?;
     let mut tree = hear_listing(&mut ctl)?;
     tree.entries = incoming.entries.clone();

@@ -96,7 +96,10 @@ pub(super) fn pull_session(
         req.streams,
         &params,
     )?;
-    let shape = (entries, req.streams);
+    let shape = crate::session::plan::route::Shape {
+        entries,
+        streams: req.streams,
+    };
     let files = tree.to_send(&held);
     let route = crate::session::plan::route::for_source(before.placement, shape, &plan, files)?;
     let streams = collect_streams(s, session)?;

@@ -22,8 +22,8 @@ use super::stats::DaemonStats;
 use super::streams::collect_streams;
 use crate::protocol::seal::{frame_key, Direction as SealDirection};
 use crate::session::link::conn::{send_msg, Control};
-use crate::session::sink::incoming::{join, Incoming};
-use crate::session::sink::landing::Pace;
+use crate::session::sink::incoming::{join, Destination, Incoming};
+use crate::session::sink::landing::{FrameCheck, Pace};
 use crate::session::sink::manifest::recv_manifest;
 use crate::session::sink::rules::Resume;
 use crate::session::SessionError;
@@ -60,7 +60,7 @@ pub(super) fn push_session(
     // What is refused, and each device under the root its own lanes and
     // streams: the sender is told.
     let mut beat = crate::session::link::conn::Beat::new(s)?;
-    crate::session::roles::place(s, incoming, &pool.0, &mut || beat.tick())?;
+    crate::session::roles::place(s, incoming, &pool.lanes, &mut || beat.tick())?;
     // Wait for the data streams, each proving it belongs here.
     let streams = collect_streams(s, session)?;
     // Receive: frames into registered buffers, checked, written, committed
@@ -86,9 +86,12 @@ pub(super) fn push_session(
             entries_left: u64::from(cfg.limits.files).saturating_sub(incoming.entries.len() as u64),
         },
     };
-    let open = req
-        .has(REQ_ENCRYPT)
-        .then(|| (keys.clone(), SealDirection::ClientToServer));
+    let check = FrameCheck {
+        key: frame_key(keys),
+        open: req
+            .has(REQ_ENCRYPT)
+            .then(|| (keys.clone(), SealDirection::ClientToServer)),
+    };
     let pace = Pace {
         timeout: cfg.timeout,
         min_rate_bytes_per_s: cfg.limits.min_rate_bytes_per_s,
@@ -100,9 +103,8 @@ pub(super) fn push_session(
             .try_clone()
             .map_err(|e| SessionError::io("control connection", e))?,
     );
-    let key = frame_key(keys);
     let received = incoming
-        .receive(&streams, pool, pace, (&key, &open), &peer, &mut out)
+        .receive(&streams, pool, pace, &check, &peer, &mut out)
         .and_then(|_lanes| incoming.finish())
         .map_err(|e| interrupted_kept(s, incoming, e));
     if let Ok(done) = &received {
@@ -299,8 +301,7 @@ pub(super) fn prepare_push<'r>(
     };
     let mut beat = crate::session::link::conn::Beat::new(s)?;
     let incoming = Incoming::prepare(
-        root,
-        dest,
+        Destination { root, dest },
         entries,
         u64::from(req.block_size),
         cfg.direct,

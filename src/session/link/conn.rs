@@ -139,7 +139,7 @@ pub fn send_encoded(c: &mut Control, mut bytes: Vec<u8>) -> Result<(), SessionEr
         let prefix: [u8; 4] = bytes[..4].try_into().expect("4 bytes");
         let tag = sealer
             .seal(&aad(prefix), &mut bytes[4..])
-            .map_err(|e| SessionError::Protocol(e.to_string()))?;
+            .map_err(SessionError::Seal)?;
         bytes.extend_from_slice(&tag);
     }
     // Written under the sealer's lock: messages leave in counter order.
@@ -176,11 +176,11 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
         .map_err(|e| read_err(e, what))?;
     let sealed = lock(&c.sealing.opener).is_some();
     if !sealed {
-        let len = body_len(prefix).map_err(|e| SessionError::Protocol(e.to_string()))?;
+        let len = body_len(prefix).map_err(SessionError::Decode)?;
         let mut body = vec![0u8; len];
         c.read_exact(&mut body, deadline)
             .map_err(|e| read_err(e, what))?;
-        return decode_body(&body).map_err(|e| SessionError::Protocol(e.to_string()));
+        return decode_body(&body).map_err(SessionError::Decode);
     }
     let len = u32::from_le_bytes(prefix) as usize;
     if len <= TAG_LEN || len > CONTROL_LEN_MAX as usize + TAG_LEN {
@@ -197,13 +197,8 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
         .as_mut()
         .expect("checked above")
         .open(&aad(prefix), msg, &tag)
-        .map_err(|_| {
-            SessionError::Protocol(
-                "a control message failed authentication (injected, altered, replayed or reordered)"
-                    .into(),
-            )
-        })?;
-    decode_body(msg).map_err(|e| SessionError::Protocol(e.to_string()))
+        .map_err(|_| SessionError::Unauthentic)?;
+    decode_body(msg).map_err(SessionError::Decode)
 }
 
 /// Events of the peer read and not yet handled, at most.
@@ -311,7 +306,7 @@ pub fn recv_small_by(c: &mut Control, deadline: Instant) -> Result<Message, Sess
     let what = "reading a handshake message";
     let mut prefix = [0u8; 4];
     read_exact_by(s, &mut prefix, deadline).map_err(|e| read_err(e, what))?;
-    let len = body_len(prefix).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    let len = body_len(prefix).map_err(SessionError::Decode)?;
     if len > UNAUTHENTICATED_LEN_MAX {
         return Err(SessionError::Protocol(format!(
             "a {len}-byte message before authentication (at most {UNAUTHENTICATED_LEN_MAX})"
@@ -319,7 +314,7 @@ pub fn recv_small_by(c: &mut Control, deadline: Instant) -> Result<Message, Sess
     }
     let mut body = [0u8; UNAUTHENTICATED_LEN_MAX];
     read_exact_by(s, &mut body[..len], deadline).map_err(|e| read_err(e, what))?;
-    decode_body(&body[..len]).map_err(|e| SessionError::Protocol(e.to_string()))
+    decode_body(&body[..len]).map_err(SessionError::Decode)
 }
 
 fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {

@@ -43,7 +43,7 @@ pub fn ranges_digests(
 ) -> std::io::Result<HeldDigest> {
     use std::os::unix::fs::FileExt;
     let read = |buf: &mut [u8], at: u64| file.read_exact_at(buf, at);
-    digests_of(read, (size, block), ranges, key, tick)
+    digests_of(read, size, block, ranges, key, tick)
 }
 
 /// [`ranges_digests`] of a part file: what lies past its end reads as
@@ -57,13 +57,14 @@ pub fn part_digests(
     tick: &mut dyn FnMut(),
 ) -> std::io::Result<HeldDigest> {
     let read = |buf: &mut [u8], at: u64| read_or_zeros(part, buf, at);
-    digests_of(read, (size, block), ranges, key, tick)
+    digests_of(read, size, block, ranges, key, tick)
 }
 
 /// Both digests of `ranges`, their bytes got by `read`.
 fn digests_of(
     read: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
-    (size, block): (u64, u64),
+    size: u64,
+    block: u64,
     ranges: &[(u64, u64)],
     key: &FrameKey,
     tick: &mut dyn FnMut(),

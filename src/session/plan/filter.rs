@@ -50,6 +50,11 @@ enum Tok {
     },
 }
 
+/// A pattern with nothing to match once its anchoring slashes are off.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?}: an empty pattern matches nothing")]
+pub struct EmptyPattern(pub String);
+
 /// The rules of one session, in the order given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
@@ -58,12 +63,12 @@ pub struct Filter {
 
 impl Filter {
     /// Add a rule; an empty pattern is refused.
-    pub fn push(&mut self, verdict: Verdict, pattern: &str) -> Result<(), String> {
+    pub fn push(&mut self, verdict: Verdict, pattern: &str) -> Result<(), EmptyPattern> {
         let anchored = pattern.starts_with('/');
         let dirs_only = pattern.ends_with('/') && pattern.len() > 1;
         let body = pattern.trim_start_matches('/').trim_end_matches('/');
         if body.is_empty() {
-            return Err(format!("{pattern:?}: an empty pattern matches nothing"));
+            return Err(EmptyPattern(pattern.to_owned()));
         }
         self.rules.push(Rule {
             verdict,
@@ -79,7 +84,7 @@ impl Filter {
     /// Add the patterns of an `--exclude-from` file: one per line, blank
     /// lines and lines starting with `#` or `;` skipped; a line starting
     /// with `+ ` includes, `- ` excludes.
-    pub fn push_file(&mut self, text: &str) -> Result<(), String> {
+    pub fn push_file(&mut self, text: &str) -> Result<(), EmptyPattern> {
         for line in text.lines() {
             let line = line.trim_end_matches('\r');
             if line.trim().is_empty() || line.starts_with('#') || line.starts_with(';') {

@@ -85,7 +85,8 @@ impl Held {
     /// the ranges kept are memory `reserve` is asked for (and may refuse).
     pub(crate) fn receive(
         ctl: &mut Control,
-        (tree_entries, block): (&[Entry], u64),
+        tree_entries: &[Entry],
+        block: u64,
         by_content: bool,
         reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
     ) -> Result<Held, SessionError> {
@@ -203,7 +204,9 @@ impl Held {
     pub(crate) fn verify(
         &mut self,
         ctl: &mut Control,
-        (tree, block, key): (&Tree, u64, &FrameKey),
+        tree: &Tree,
+        block: u64,
+        key: &FrameKey,
         open: &dyn Fn(usize) -> Result<File, super::unsendable::Unsendable>,
     ) -> Result<(), SessionError> {
         use super::digest::{content_digests, ranges_digests};

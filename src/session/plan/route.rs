@@ -182,6 +182,14 @@ pub(crate) fn plan_for<'f>(
     by_device(lanes, entries, devices)
 }
 
+/// What a sender's route is planned for: how many entries the manifest
+/// has, and how many data streams the session.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    pub(crate) entries: usize,
+    pub(crate) streams: u16,
+}
+
 /// A sender's route: its receiver's placement when it gave one (the
 /// receiver's devices are written by their own rings; see
 /// [`Route::from_placement`]), else its own `files`' devices, each
@@ -189,14 +197,14 @@ pub(crate) fn plan_for<'f>(
 /// ([`by_device`] over this side's `lanes`).
 pub(crate) fn for_source(
     placement: Placement,
-    (entries, stream_count): (usize, u16),
+    shape: Shape,
     lanes: &[Lane],
     files: impl Iterator<Item = (usize, u64, u64)>,
 ) -> Result<Route, SessionError> {
     if !placement.0.is_empty() || !placement.1.is_empty() || lanes.len() < 2 {
-        return Route::from_placement(placement, entries, stream_count);
+        return Route::from_placement(placement, shape.entries, shape.streams);
     }
-    Ok(by_device(lanes, entries, files))
+    Ok(by_device(lanes, shape.entries, files))
 }
 
 /// The route of files on devices, each `(entry, device, bytes)`: the
@@ -326,7 +334,11 @@ mod tests {
         let lanes = crate::session::link::lanes::place(2, 4, &[], &[]);
         // Entries 0 and 2 on device 7, 1 on device 9, 3 not a file.
         let files = || [(0, 7u64, 100), (1, 9, 100), (2, 7, 100)].into_iter();
-        let own = for_source((vec![], vec![]), (4, 4), &lanes, files()).unwrap();
+        let shape = Shape {
+            entries: 4,
+            streams: 4,
+        };
+        let own = for_source((vec![], vec![]), shape, &lanes, files()).unwrap();
         assert!(own.is_routed());
         assert_eq!(own.classes(), 2);
         assert_eq!(own.of_entry(0), own.of_entry(2));
@@ -338,27 +350,27 @@ mod tests {
             assert!(l.streams.iter().all(|&s| own.of_stream(s) == l.index % 2));
         }
         // One lane, or one device: no routing.
-        assert!(!for_source((vec![], vec![]), (4, 4), &lanes[..1], files())
+        assert!(!for_source((vec![], vec![]), shape, &lanes[..1], files())
             .unwrap()
             .is_routed());
         let one = [(0, 7u64, 100), (2, 7, 100)].into_iter();
-        assert!(!for_source((vec![], vec![]), (4, 4), &lanes, one)
+        assert!(!for_source((vec![], vec![]), shape, &lanes, one)
             .unwrap()
             .is_routed());
         // A device with a small share of the bytes (below 1/8 with two
         // lanes) gets no lane of its own: its files go with the first.
         let small = || [(0, 7u64, 1000), (1, 9, 100), (2, 5, 1000)].into_iter();
-        let r = for_source((vec![], vec![]), (4, 4), &lanes, small()).unwrap();
+        let r = for_source((vec![], vec![]), shape, &lanes, small()).unwrap();
         assert!(r.is_routed());
         assert_eq!((r.of_entry(0), r.of_entry(1), r.of_entry(2)), (0, 0, 1));
         let lopsided = [(0, 7u64, 1000), (1, 9, 100)].into_iter();
-        assert!(!for_source((vec![], vec![]), (4, 4), &lanes, lopsided)
+        assert!(!for_source((vec![], vec![]), shape, &lanes, lopsided)
             .unwrap()
             .is_routed());
         // The receiver's placement rules, and is checked as ever.
         let theirs = (vec![1, 0, 1, 0], vec![(0, 1), (1, 0)]);
-        let r = for_source(theirs, (4, 4), &lanes, files()).unwrap();
+        let r = for_source(theirs, shape, &lanes, files()).unwrap();
         assert_eq!((r.of_entry(0), r.of_entry(1), r.of_stream(0)), (1, 0, 1));
-        assert!(for_source((vec![0, 1], vec![]), (4, 4), &lanes, files()).is_err());
+        assert!(for_source((vec![0, 1], vec![]), shape, &lanes, files()).is_err());
     }
 }

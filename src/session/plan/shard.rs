@@ -24,28 +24,63 @@ pub struct Shard {
 /// spreads by count too).
 const FILE_WEIGHT: u64 = 64 << 10;
 
+/// Why a `--shard` names no shard.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("--shard {0}: expected K/N (shard K of N, 0 <= K < N) or auto")]
+    NotKOfN(String),
+    #[error("--shard {text}: {why}")]
+    Given { text: String, why: OutOfRange },
+    #[error("--shard auto: {name}={value} is no count")]
+    NoCount { name: &'static str, value: String },
+    #[error("--shard auto: {id}={i} is not SLURM_ARRAY_TASK_MIN={min} and a whole number of SLURM_ARRAY_TASK_STEP={step} (an array of a list? give --shard K/N)")]
+    OffTheSteps {
+        id: &'static str,
+        i: u32,
+        min: u32,
+        step: u32,
+    },
+    #[error("--shard auto ({id}, {count}): {why}")]
+    Scheduler {
+        id: &'static str,
+        count: &'static str,
+        why: OutOfRange,
+    },
+    #[error("--shard auto: neither SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm array task) nor JOB_COMPLETION_INDEX and JOB_COMPLETIONS (a Kubernetes Indexed Job) are set")]
+    NoScheduler,
+}
+
+/// A shard's number or count out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OutOfRange {
+    #[error("the shard count must be 1 to {PIECES_MAX}")]
+    Count,
+    #[error("shard {index} of {count}: shards count from 0 to {}", count - 1)]
+    Index { index: u32, count: u32 },
+}
+
 impl Shard {
     /// `K/N` (0 <= K < N <= [`PIECES_MAX`]), or `auto`: the scheduler's
     /// task (`env` reads the environment).
-    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Shard, String> {
+    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Shard, ShardError> {
         if text == "auto" {
             return Shard::from_scheduler(env);
         }
-        let bad = || format!("--shard {text}: expected K/N (shard K of N, 0 <= K < N) or auto");
+        let bad = || ShardError::NotKOfN(text.to_owned());
         let (k, n) = text.split_once('/').ok_or_else(bad)?;
         let (index, count) = (k.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
-        Shard::new(index, count).map_err(|why| format!("--shard {text}: {why}"))
+        Shard::new(index, count).map_err(|why| ShardError::Given {
+            text: text.to_owned(),
+            why,
+        })
     }
 
-    fn new(index: u32, count: u32) -> Result<Shard, String> {
+    fn new(index: u32, count: u32) -> Result<Shard, OutOfRange> {
         if count == 0 || count > PIECES_MAX {
-            return Err(format!("the shard count must be 1 to {PIECES_MAX}"));
+            return Err(OutOfRange::Count);
         }
         if index >= count {
-            return Err(format!(
-                "shard {index} of {count}: shards count from 0 to {}",
-                count - 1
-            ));
+            return Err(OutOfRange::Index { index, count });
         }
         Ok(Shard { index, count })
     }
@@ -55,33 +90,31 @@ impl Shard {
     /// `SLURM_ARRAY_TASK_COUNT`), else a Kubernetes Indexed Job's
     /// (`JOB_COMPLETION_INDEX` of `JOB_COMPLETIONS`, which the Job's spec
     /// passes on).
-    fn from_scheduler(env: &dyn Fn(&str) -> Option<String>) -> Result<Shard, String> {
-        let num = |name: &str| -> Result<Option<u32>, String> {
+    fn from_scheduler(env: &dyn Fn(&str) -> Option<String>) -> Result<Shard, ShardError> {
+        let num = |name: &'static str| -> Result<Option<u32>, ShardError> {
             match env(name) {
                 None => Ok(None),
-                Some(v) => v
+                Some(value) => value
                     .trim()
                     .parse()
                     .map(Some)
-                    .map_err(|_| format!("--shard auto: {name}={v} is no count")),
+                    .map_err(|_| ShardError::NoCount { name, value }),
             }
         };
-        let pick = |id: &str,
-                    count: &str,
+        let pick = |id: &'static str,
+                    count: &'static str,
                     (min, step): (u32, u32)|
-         -> Result<Option<Shard>, String> {
+         -> Result<Option<Shard>, ShardError> {
             let (Some(i), Some(n)) = (num(id)?, num(count)?) else {
                 return Ok(None);
             };
             let index = i
                 .checked_sub(min)
                 .filter(|k| k % step.max(1) == 0)
-                .ok_or_else(|| {
-                    format!("--shard auto: {id}={i} is not SLURM_ARRAY_TASK_MIN={min} and a whole number of SLURM_ARRAY_TASK_STEP={step} (an array of a list? give --shard K/N)")
-                })?;
+                .ok_or(ShardError::OffTheSteps { id, i, min, step })?;
             Shard::new(index / step.max(1), n)
                 .map(Some)
-                .map_err(|why| format!("--shard auto ({id}, {count}): {why}"))
+                .map_err(|why| ShardError::Scheduler { id, count, why })
         };
         let (min, step) = (num("SLURM_ARRAY_TASK_MIN")?, num("SLURM_ARRAY_TASK_STEP")?);
         let slurm = (min.unwrap_or(0), step.unwrap_or(1));
@@ -91,7 +124,7 @@ impl Shard {
         if let Some(s) = pick("JOB_COMPLETION_INDEX", "JOB_COMPLETIONS", (0, 1))? {
             return Ok(s);
         }
-        Err("--shard auto: neither SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT (a Slurm array task) nor JOB_COMPLETION_INDEX and JOB_COMPLETIONS (a Kubernetes Indexed Job) are set".into())
+        Err(ShardError::NoScheduler)
     }
 
     /// The receiver this shard sends to, of `hosts` (shard K uses K mod M).
@@ -273,10 +306,11 @@ mod tests {
         ]);
         assert!(Shard::parse("auto", &off_step)
             .unwrap_err()
+            .to_string()
             .contains("--shard K/N"));
         let k8s = env(&[("JOB_COMPLETION_INDEX", "3"), ("JOB_COMPLETIONS", "8")]);
         assert_eq!(Shard::parse("auto", &k8s), Ok(Shard { index: 3, count: 8 }));
-        let err = Shard::parse("auto", &none).unwrap_err();
+        let err = Shard::parse("auto", &none).unwrap_err().to_string();
         assert!(
             err.contains("SLURM_ARRAY_TASK_ID") && err.contains("JOB_COMPLETION_INDEX"),
             "{err}"

@@ -553,11 +553,12 @@ pub fn scan_beneath(
                 format!("{p}/: not a directory (leave out the / to pull it as itself)"),
             ));
         }
+        let scan = BeneathScan { root, rules };
         match contents {
-            true => walk_beneath_children((root, rules), &mut tree, "", p),
+            true => scan.walk_children(&mut tree, "", p),
             false => {
                 let name = p.rsplit('/').next().unwrap_or(p);
-                walk_beneath((root, rules), &mut tree, name, p);
+                scan.walk(&mut tree, name, p);
             }
         }
     }
@@ -565,71 +566,66 @@ pub fn scan_beneath(
     Ok(tree)
 }
 
-fn walk_beneath(
-    (root, rules): (&crate::datapath::beneath::Root, &ScanRules),
-    tree: &mut Tree,
-    rel: &str,
-    source: &str,
-) {
-    // One descriptor for its metadata and its attributes: one inode.
-    let held = root
-        .open_path(source)
-        .and_then(|at| at.metadata().map(|m| (at, m)));
-    let (at, m) = match held {
-        Ok(held) => held,
-        Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
-    };
-    if !rules.filter.admits(rel, m.is_dir()) {
-        tree.excluded += 1;
-        return;
-    }
-    if tree.left_as_device(&m, rules) {
-        return;
-    }
-    let mut e = match entry_from(rel, &m, || root.read_link(source)) {
-        Ok(e) => e,
-        Err(why) => return tree.left_out(rel, why),
-    };
-    tree.dress(&mut e, &m, rules);
-    if e.kind == EntryKind::File && e.data < e.size {
-        if let Ok(file) = root.open_read(source) {
-            e.data = super::extents::data_of(&file, e.size);
-        }
-    }
-    let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
-    if let Err(why) = add_xattrs(&mut e, read, rules).map_err(|w| w.to_string()) {
-        return tree.skip(rel, why);
-    }
-    let kind = e.kind;
-    tree.push(e, PathBuf::from(source), &m);
-    if kind == EntryKind::Dir {
-        walk_beneath_children((root, rules), tree, rel, source);
-    }
+/// A scan beneath a root: the root and the rules it walks by.
+struct BeneathScan<'a> {
+    root: &'a crate::datapath::beneath::Root,
+    rules: &'a ScanRules,
 }
 
-/// What directory `source` (`rel` in the manifest, empty at its top)
-/// holds, beneath the root.
-fn walk_beneath_children(
-    (root, rules): (&crate::datapath::beneath::Root, &ScanRules),
-    tree: &mut Tree,
-    rel: &str,
-    source: &str,
-) {
-    let names = match root.read_dir(source) {
-        Ok(n) => n,
-        // The top of a DIR/ path is named as asked.
-        Err(e) => {
-            let named = if rel.is_empty() { source } else { rel };
-            return tree.skip(named, format!("its contents cannot be listed: {e}"));
+impl BeneathScan<'_> {
+    /// `source` (`rel` in the manifest) and, a directory, what it holds.
+    fn walk(&self, tree: &mut Tree, rel: &str, source: &str) {
+        let (root, rules) = (self.root, self.rules);
+        // One descriptor for its metadata and its attributes: one inode.
+        let held = root
+            .open_path(source)
+            .and_then(|at| at.metadata().map(|m| (at, m)));
+        let (at, m) = match held {
+            Ok(held) => held,
+            Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
+        };
+        if !rules.filter.admits(rel, m.is_dir()) {
+            tree.excluded += 1;
+            return;
         }
-    };
-    for name in names.iter().filter(|n| !is_reserved(n)) {
-        walk_beneath(
-            (root, rules),
-            tree,
-            &beneath(rel, name),
-            &format!("{source}/{name}"),
-        );
+        if tree.left_as_device(&m, rules) {
+            return;
+        }
+        let mut e = match entry_from(rel, &m, || root.read_link(source)) {
+            Ok(e) => e,
+            Err(why) => return tree.left_out(rel, why),
+        };
+        tree.dress(&mut e, &m, rules);
+        if e.kind == EntryKind::File && e.data < e.size {
+            if let Ok(file) = root.open_read(source) {
+                e.data = super::extents::data_of(&file, e.size);
+            }
+        }
+        let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
+        if let Err(why) = add_xattrs(&mut e, read, rules).map_err(|w| w.to_string()) {
+            return tree.skip(rel, why);
+        }
+        let kind = e.kind;
+        tree.push(e, PathBuf::from(source), &m);
+        if kind == EntryKind::Dir {
+            self.walk_children(tree, rel, source);
+        }
+    }
+
+    /// What directory `source` (`rel` in the manifest, empty at its top)
+    /// holds, beneath the root.
+    fn walk_children(&self, tree: &mut Tree, rel: &str, source: &str) {
+        let names = match self.root.read_dir(source) {
+            Ok(n) => n,
+            // The top of a DIR/ path is named as asked.
+            Err(e) => {
+                let named = if rel.is_empty() { source } else { rel };
+                return tree.skip(named, format!("its contents cannot be listed: {e}"));
+            }
+        };
+        for name in names.iter().filter(|n| !is_reserved(n)) {
+            self.walk(tree, &beneath(rel, name), &format!("{source}/{name}"));
+        }
     }
 }
 

@@ -156,21 +156,42 @@ pub fn resolve(cfg: &SendConfig) -> Result<SocketAddr, SessionError> {
 /// carries in one datagram; an asked size the path cannot carry whole
 /// (it would go in IP fragments, one lost fragment losing the datagram)
 /// or below the header is refused, saying why.
-pub fn datagram_size(peer: SocketAddr, asked: Option<usize>) -> Result<usize, String> {
+pub fn datagram_size(peer: SocketAddr, asked: Option<usize>) -> Result<usize, SizeRefused> {
     let probe = wire::sending_socket(peer, asked.unwrap_or(wire::HEADER))
         .and_then(|(fd, _)| wire::payload_fits(&fd, peer.is_ipv6()))
-        .map_err(|e| format!("the path to {peer}: {e}"))?;
+        .map_err(|error| SizeRefused::Path { peer, error })?;
     match asked {
         None => Ok(probe),
-        Some(s) if s < wire::HEADER => Err(format!(
-            "--size {s}: a datagram holds at least its {}-byte header",
-            wire::HEADER
-        )),
-        Some(s) if s > probe => Err(format!(
-            "--size {s}: the path to {peer} carries at most {probe} bytes in one datagram (its MTU less the IP and UDP headers); a larger one would go in IP fragments, lost whole with any one of them"
-        )),
+        Some(size) if size < wire::HEADER => Err(SizeRefused::BelowHeader { size }),
+        Some(size) if size > probe => Err(SizeRefused::Fragmented {
+            size,
+            peer,
+            most: probe,
+        }),
         Some(s) => Ok(s),
     }
+}
+
+/// Why a UDP test cannot send datagrams of the size asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SizeRefused {
+    /// The path's MTU could not be read.
+    #[error("the path to {peer}: {error}")]
+    Path {
+        peer: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error(
+        "--size {size}: a datagram holds at least its {}-byte header",
+        wire::HEADER
+    )]
+    BelowHeader { size: usize },
+    #[error("--size {size}: the path to {peer} carries at most {most} bytes in one datagram (its MTU less the IP and UDP headers); a larger one would go in IP fragments, lost whole with any one of them")]
+    Fragmented {
+        size: usize,
+        peer: SocketAddr,
+        most: usize,
+    },
 }
 
 /// The peer's control messages as a thread reads them.
@@ -250,8 +271,8 @@ pub fn run_udp(
     on: &mut dyn FnMut(&UdpFigures),
 ) -> Result<UdpReport, SessionError> {
     let server = resolve(cfg)?;
-    let size =
-        datagram_size(server, t.size).map_err(|m| SessionError::local(ErrorCode::BadRequest, m))?;
+    let size = datagram_size(server, t.size)
+        .map_err(|m| SessionError::local(ErrorCode::BadRequest, m.to_string()))?;
     let req = SessionRequest {
         direction: if t.reverse {
             Direction::UdpReverse

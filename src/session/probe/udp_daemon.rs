@@ -238,7 +238,7 @@ pub(super) fn daemon_sends(
     // once a datagram from there proved it holds the session's key.
     let asked_to = SocketAddr::new(address(s, false)?.ip(), a.port);
     datagram_size(asked_to, Some(a.size))
-        .map_err(|m| SessionError::local(ErrorCode::BadRequest, m))?;
+        .map_err(|m| SessionError::local(ErrorCode::BadRequest, m.to_string()))?;
     let door = std::net::UdpSocket::bind(SocketAddr::new(address(s, true)?.ip(), 0))
         .map_err(|e| SessionError::io("the UDP test's own port", e))?;
     let door_port = door

@@ -27,6 +27,7 @@ use crate::protocol::sparse;
 use super::book_follow::{grow_for, show_live};
 use super::commit::{FinalJob, JournalJob, Outcome};
 use super::file::{FileState, RecvFile};
+use super::incoming::Incoming;
 use super::rules::Rules;
 use crate::session::SessionError;
 
@@ -194,17 +195,25 @@ pub(in crate::session) fn data_bytes(header: &FrameHeader, lease: &Lease) -> u64
 }
 
 impl<'s> Book<'s> {
-    pub(in crate::session) fn new(
-        (root, direct, rules): (&'s Root, DirectMode, &'s Rules),
-        block: u64,
-        (files, (dest, manifest)): (&'s mut Vec<Option<RecvFile>>, (&'s str, &'s [Entry])),
-        jobs: mpsc::Sender<Job>,
-    ) -> Self {
-        Book {
+    /// The book of `incoming`'s files, each handed to the finalizers
+    /// (`jobs`) once written and agreed on.
+    pub(in crate::session) fn new(incoming: &'s mut Incoming, jobs: mpsc::Sender<Job>) -> Self {
+        let Incoming {
             root,
             direct,
             rules,
             block,
+            files,
+            dest,
+            entries,
+            ..
+        } = incoming;
+        let rules: &Rules = rules;
+        Book {
+            root,
+            direct: *direct,
+            rules,
+            block: *block,
             remaining: files
                 .iter()
                 .flatten()
@@ -214,7 +223,7 @@ impl<'s> Book<'s> {
             open_order: VecDeque::new(),
             files,
             dest,
-            manifest,
+            manifest: entries,
             paths: None,
             adding: rules.follow,
             growth_left: match rules.follow {
@@ -277,8 +286,8 @@ impl<'s> Book<'s> {
         header: &FrameHeader,
         data_terms: Option<u64>,
     ) -> Result<Accepted, SessionError> {
-        let layout = (self.block, &mut self.growth_left);
-        let a = accept_frame(self.files, layout, header, data_terms)?;
+        let (block, growth) = (self.block, &mut self.growth_left);
+        let a = accept_frame(self.files, block, growth, header, data_terms)?;
         match self.ensure_open(header.file_index as usize, &a)? {
             true => Ok(a),
             // Refused now: its frames go nowhere.
@@ -312,7 +321,8 @@ impl<'s> Book<'s> {
     pub(in crate::session) fn written(
         &mut self,
         token: u64,
-        (len, result): (u32, i32),
+        len: u32,
+        result: i32,
         wire: Option<u64>,
     ) -> Result<usize, SessionError> {
         let (index, block_no) = ((token >> 32) as usize, token & 0xFFFF_FFFF);
@@ -590,7 +600,8 @@ impl<'s> Book<'s> {
 /// a hole). The write itself is the caller's.
 pub(super) fn accept_frame(
     files: &mut [Option<RecvFile>],
-    (block, growth): (u64, &mut u64),
+    block: u64,
+    growth: &mut u64,
     header: &FrameHeader,
     data_terms: Option<u64>,
 ) -> Result<Accepted, SessionError> {
@@ -602,7 +613,7 @@ pub(super) fn accept_frame(
         )));
     };
     if f.growing {
-        grow_for(f, (block, growth), header).map_err(|e| malformed(e.to_string()))?;
+        grow_for(f, block, growth, header).map_err(|e| malformed(e.to_string()))?;
     }
     FrameHeader {
         file_index: 0,

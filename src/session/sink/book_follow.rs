@@ -8,6 +8,7 @@ use crate::protocol::manifest::{check_entry, Entry, EntryKind};
 
 use super::book::Book;
 use super::file::{FileState, RecvFile};
+use super::journal::Timestamp;
 use crate::session::SessionError;
 
 impl<'s> Book<'s> {
@@ -73,7 +74,7 @@ impl<'s> Book<'s> {
         }
         let name_max = self.root.name_max(dir);
         Ok((e.kind == EntryKind::File)
-            .then(|| RecvFile::new(e, (rel, name_max), self.block, self.rules)))
+            .then(|| RecvFile::new(e, rel, name_max, self.block, self.rules)))
     }
 
     /// The mtimes of directories a follow changed (each a directory of the
@@ -119,7 +120,7 @@ impl<'s> Book<'s> {
         &mut self,
         i: u32,
         size: u64,
-        (mtime_s, mtime_ns): (i64, u32),
+        mtime: Timestamp,
     ) -> Result<(), SessionError> {
         let block = self.block;
         let bad = |m: String| SessionError::local(ErrorCode::Malformed, m);
@@ -157,11 +158,11 @@ impl<'s> Book<'s> {
         f.growing = false;
         f.id = super::journal::Identity {
             size,
-            mtime_s,
-            mtime_ns,
+            mtime_s: mtime.s,
+            mtime_ns: mtime.ns,
             block,
         };
-        f.mtime = crate::session::plan::tree::mtime_at(mtime_s, mtime_ns);
+        f.mtime = crate::session::plan::tree::mtime_at(mtime.s, mtime.ns);
         // Blocks counted while it grew were whole; the last may be short.
         if f.is_written() {
             return self.try_finish(i as usize);
@@ -196,7 +197,8 @@ pub(super) const GROW_AHEAD_MAX: u64 = 4 << 30;
 /// last: nothing grows past it. Within the size, nothing changes.
 pub(super) fn grow_for(
     f: &mut RecvFile,
-    (block, growth): (u64, &mut u64),
+    block: u64,
+    growth: &mut u64,
     h: &FrameHeader,
 ) -> Result<(), GrowthRefused> {
     let end = h.offset.saturating_add(u64::from(h.length));

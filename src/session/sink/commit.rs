@@ -16,6 +16,7 @@ use super::beside::Beside;
 use super::file::{FileState, RecvFile};
 use super::journal::{self, Identity, Journal};
 use super::rules::Rules;
+use super::stamp::Named;
 use crate::protocol::control::PieceDone;
 use crate::protocol::frame::digest_add;
 use crate::protocol::manifest::{piece_span, Piece};
@@ -98,6 +99,14 @@ impl FinalJob {
 
     fn part_rel(&self) -> String {
         self.beside().part()
+    }
+
+    /// Its part under the final name, as its stamp names it.
+    fn named(&self) -> Named<'_> {
+        Named {
+            file: &self.part,
+            rel: &self.final_rel,
+        }
     }
 }
 
@@ -338,7 +347,7 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
             Err(journal::NoJournal::OtherSecret) => return Ok(Found::Untrusted(index)),
         };
         let (start, end) = piece_span(job.size, p.id.block, piece);
-        let blocks = (start / p.id.block, end.div_ceil(p.id.block));
+        let blocks = start / p.id.block..end.div_ceil(p.id.block);
         let recorded = super::pieces::piece_generation(&job.part, piece);
         let current = recorded == Some(j.generation);
         if j.part != job.part_id || j.tag != p.tag || !current || !exactly(&j.blocks, blocks) {
@@ -359,11 +368,11 @@ fn whole_digest(root: &Root, job: &FinalJob) -> Result<Found, SessionError> {
     }))
 }
 
-/// Whether `bits` are set for blocks `[first, end)` and no other.
-fn exactly(bits: &[u64], (first, end): (u64, u64)) -> bool {
+/// Whether `bits` are set for `blocks` and no other.
+fn exactly(bits: &[u64], blocks: std::ops::Range<u64>) -> bool {
     (0..bits.len() as u64 * 64).all(|b| {
         let set = bits[(b / 64) as usize] & (1 << (b % 64)) != 0;
-        set == (first..end).contains(&b)
+        set == blocks.contains(&b)
     })
 }
 
@@ -448,9 +457,9 @@ fn dress_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(),
     let mut settled = settle_by();
     // Before the mode: a read-only mode would forbid setting the stamp.
     // Without a stamp a later resume sends the file again: not an error.
-    let named = (part, job.final_rel.as_str());
-    let owner = (&job.secret, job.owner);
-    let _ = super::stamp::stamp(named, job.digest, owner, Some(settled));
+    let named = job.named();
+    let (secret, owner) = (&job.secret, job.owner);
+    let _ = super::stamp::stamp(named, job.digest, secret, owner, Some(settled));
     let renamed = set_mode(part, job.mode)
         .map_err(|e| SessionError::io(ctx("setting the mode of"), e))
         .and_then(|()| rename_part(root, job));
@@ -458,7 +467,7 @@ fn dress_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(),
     // settling time: stamped again, with a later one, where it may be.
     if renamed.is_ok() && changed_after(part, settled) {
         settled = settle_by();
-        let _ = super::stamp::stamp(named, job.digest, owner, Some(settled));
+        let _ = super::stamp::stamp(named, job.digest, secret, owner, Some(settled));
     }
     if let Some(l) = lease {
         super::lease::release_after(l, settled);
@@ -478,8 +487,7 @@ fn dress_renamed(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
     let part = &job.part;
     part.sync_all()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;
-    let named = (part, job.final_rel.as_str());
-    let _ = super::stamp::stamp(named, job.digest, (&job.secret, job.owner), None);
+    let _ = super::stamp::stamp(job.named(), job.digest, &job.secret, job.owner, None);
     rename_part(root, job)?;
     job.dress.put_on(part).map_err(|e| {
         SessionError::local(
@@ -539,7 +547,8 @@ impl Relink {
         let lease = super::lease::hold(&file);
         let m = file.metadata().ok()?;
         let own = m.uid() == crate::datapath::sys::effective_uid() && m.mode() & 0o022 == 0;
-        let held = super::stamp::stamped_now((&file, rel), secret).filter(|s| s.untouched);
+        let named = Named { file: &file, rel };
+        let held = super::stamp::stamped_now(named, secret).filter(|s| s.untouched);
         match held {
             Some(held) if lease.is_some() || own => Some(Relink { file, held, lease }),
             _ => {
@@ -554,7 +563,11 @@ impl Relink {
     /// The links made: stamp it anew (same digest and owner) and let go.
     pub(crate) fn settle(self, rel: &str, secret: &Secret) {
         let settled = settle_by();
-        let _ = super::stamp::settle_again((&self.file, rel), &self.held, secret, settled);
+        let named = Named {
+            file: &self.file,
+            rel,
+        };
+        let _ = super::stamp::settle_again(named, &self.held, secret, settled);
         if let Some(l) = self.lease {
             super::lease::release_after(l, settled);
         }
@@ -606,8 +619,11 @@ pub(crate) fn settle_held(root: &Root, f: &RecvFile, rules: &Rules) -> Result<()
     // own last changes are done by the settling time.
     let _ = file.set_times(mtime_now_accessed(f.mtime));
     let settled = settle_by();
-    let named = (&file, f.final_rel.as_str());
-    let _ = super::stamp::stamp(named, f.digest, (&rules.secret, rules.owner), Some(settled));
+    let named = Named {
+        file: &file,
+        rel: &f.final_rel,
+    };
+    let _ = super::stamp::stamp(named, f.digest, &rules.secret, rules.owner, Some(settled));
     let _ = file.set_permissions(std::fs::Permissions::from_mode(f.mode));
     Ok(())
 }

@@ -126,7 +126,8 @@ impl RecvFile {
     /// `name_max` bytes.
     pub(crate) fn new(
         e: &Entry,
-        (final_rel, name_max): (String, usize),
+        final_rel: String,
+        name_max: usize,
         block: u64,
         rules: &Rules,
     ) -> Self {

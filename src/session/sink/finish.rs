@@ -114,7 +114,7 @@ impl Incoming {
             let secret = &self.rules.secret;
             let held = super::commit::Relink::hold(&self.root, &f.final_rel, expect, secret);
             for i in links {
-                self.link_one(i, (&f.final_rel, expect), &mut refused)?;
+                self.link_one(i, &f.final_rel, expect, &mut refused)?;
             }
             if let Some(h) = held {
                 h.settle(&f.final_rel, secret);
@@ -128,7 +128,8 @@ impl Incoming {
     pub(super) fn link_one(
         &self,
         i: usize,
-        (first, expect): (&str, Option<FileId>),
+        first: &str,
+        expect: Option<FileId>,
         refused: &mut Vec<Refused>,
     ) -> Result<(), SessionError> {
         let rel = join(&self.dest, &self.entries[i].path);

@@ -105,6 +105,13 @@ pub(super) fn unholdable(err: &std::io::Error) -> Why {
     Why::rule(format!("the filesystem here cannot hold this name: {err}"))
 }
 
+/// Where a manifest lands: at `dest` beneath `root` (empty: the root
+/// itself).
+pub(crate) struct Destination {
+    pub(crate) root: Root,
+    pub(crate) dest: String,
+}
+
 /// A manifest being received beneath a root.
 pub(crate) struct Incoming {
     pub(crate) root: Root,
@@ -183,10 +190,8 @@ impl Incoming {
     /// Check every entry, then create directories and symlinks, finish
     /// empty files and find what a resume holds, before any byte arrives.
     /// Part files are made when their first block comes.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn prepare(
-        root: Root,
-        dest: String,
+        Destination { root, dest }: Destination,
         entries: Vec<Entry>,
         block: u64,
         direct: DirectMode,
@@ -298,7 +303,7 @@ impl Incoming {
             made.dir = dir.to_string();
             made.name_max = self.root.name_max(dir);
         }
-        let mut f = RecvFile::new(e, (rel, made.name_max), self.block, &self.rules);
+        let mut f = RecvFile::new(e, rel, made.name_max, self.block, &self.rules);
         if let Some(why) = self.in_the_way(&f) {
             // Told to the sender before the data; its frames dropped.
             f.state = FileState::Skipped;
@@ -582,7 +587,7 @@ mod tests {
             piece: Some(Piece { index: 1, count: 2 }),
             ..Default::default()
         };
-        RecvFile::new(&e, ("big".into(), 255), 4096, rules)
+        RecvFile::new(&e, "big".into(), 255, 4096, rules)
     }
 
     /// Before a session writes a piece it continued, the journal there

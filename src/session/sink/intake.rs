@@ -198,13 +198,13 @@ impl<'a> Intake<'a> {
                 Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
             };
             self.rx.give_back(d.lease);
-            done.push((d.token, (d.len, result), wire));
+            done.push((d.token, d.len, result, wire));
         }
         let mut book = book::lock(book);
         let mut failure = None;
-        for (token, written, wire) in done {
+        for (token, len, result, wire) in done {
             let r = book
-                .written(token, written, wire)
+                .written(token, len, result, wire)
                 .and_then(|i| book.written_more(i));
             if let Err(e) = r {
                 failure.get_or_insert(e);
@@ -240,7 +240,7 @@ impl<'a> Intake<'a> {
                         Err(_) => 0,
                     };
                     batch_bytes += data;
-                    self.frame(&mut book, &header, lease, (check, data))
+                    self.frame(&mut book, &header, lease, check)
                 }
                 RecvEvent::Written {
                     token,
@@ -250,7 +250,7 @@ impl<'a> Intake<'a> {
                 } => {
                     self.rx.give_back(lease);
                     self.wrote((token >> 32) as usize);
-                    book.written(token, (len, result), None).map(Some)
+                    book.written(token, len, result, None).map(Some)
                 }
                 RecvEvent::Closed { .. } => Ok(None),
                 RecvEvent::Lost { stream, why } => {
@@ -296,15 +296,15 @@ impl<'a> Intake<'a> {
         });
     }
 
-    /// One frame, checked (`check`; `data`: the file's bytes it brings):
-    /// accepted, then written (or a hole, or a block held already). Returns
-    /// the file when a block of it is now written.
+    /// One frame, checked (`check`): accepted, then written (or a hole, or
+    /// a block held already). Returns the file when a block of it is now
+    /// written.
     fn frame(
         &mut self,
         book: &mut Book,
         header: &FrameHeader,
         lease: Lease,
-        (check, data): (Result<Option<u64>, SessionError>, u64),
+        check: Result<Option<u64>, SessionError>,
     ) -> Result<Option<usize>, SessionError> {
         match check.and_then(|terms| book.accept(header, terms)) {
             Err(e) => {
@@ -320,10 +320,7 @@ impl<'a> Intake<'a> {
                 let (index, _) = book.hole(header, terms)?;
                 Ok(Some(index))
             }
-            Ok(Accepted::Data { terms }) => {
-                let _ = data;
-                self.write(book, header, lease, terms)
-            }
+            Ok(Accepted::Data { terms }) => self.write(book, header, lease, terms),
         }
     }
 
@@ -461,7 +458,7 @@ mod tests {
     use crate::datapath::beneath::Root;
     use crate::datapath::DirectMode;
     use crate::protocol::manifest::{Entry, EntryKind};
-    use crate::session::sink::incoming::Incoming;
+    use crate::session::sink::incoming::{Destination, Incoming};
     use crate::session::sink::rules::Rules;
 
     const BLOCK: u64 = 64 << 10;
@@ -484,8 +481,10 @@ mod tests {
         let root = Root::open_for_writing(dir).unwrap();
         let (off, block) = (DirectMode::Off, BLOCK);
         Incoming::prepare(
-            root,
-            String::new(),
+            Destination {
+                root,
+                dest: String::new(),
+            },
             entries,
             block,
             off,
@@ -522,12 +521,7 @@ mod tests {
         let status = LaneStatus::new();
         let mut intake = Intake::new(rx, key, &status);
         let (jobs, _finalizer) = mpsc::channel();
-        let book = Book::new(
-            (&inc.root, DirectMode::Off, &inc.rules),
-            BLOCK,
-            (&mut inc.files, (inc.dest.as_str(), inc.entries.as_slice())),
-            jobs,
-        );
+        let book = Book::new(&mut inc, jobs);
         let book = Mutex::new(book);
         let received = |b: &Mutex<Book>| book::lock(b).file(0).received;
         let size = BLOCK * BLOCKS;

@@ -40,7 +40,38 @@ pub struct Identity {
     pub block: u64,
 }
 
+/// A time as an inode keeps it: seconds and nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timestamp {
+    pub s: i64,
+    pub ns: u32,
+}
+
+impl Timestamp {
+    /// A file's mtime, as `m` gives it.
+    pub fn mtime_of(m: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Timestamp {
+            s: m.mtime(),
+            ns: m.mtime_nsec() as u32,
+        }
+    }
+
+    /// Nanoseconds from the epoch.
+    pub fn as_ns(self) -> i128 {
+        i128::from(self.s) * 1_000_000_000 + i128::from(self.ns)
+    }
+}
+
 impl Identity {
+    /// The mtime it names.
+    pub fn mtime(&self) -> Timestamp {
+        Timestamp {
+            s: self.mtime_s,
+            ns: self.mtime_ns,
+        }
+    }
+
     pub fn of(e: &Entry, block: u64) -> Self {
         Identity {
             size: e.size,

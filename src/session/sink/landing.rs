@@ -30,6 +30,7 @@ use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
 use super::commit::{self, Outcome};
 use super::incoming::Incoming;
 use super::intake::{Intake, LaneStatus};
+use super::journal::Timestamp;
 use crate::session::link::conn::{Peer, PeerEvent};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::link::streams::Sealing;
@@ -47,6 +48,12 @@ const BACKLOG_WAIT: Duration = Duration::from_millis(1);
 /// its steps (it wakes at once for the peer and the finalizers).
 const CONTROL_EVERY: Duration = Duration::from_millis(50);
 
+/// The receiving lanes of a session: each lane's plan and its receiver.
+pub(crate) struct Receivers {
+    pub(crate) lanes: Vec<Lane>,
+    pub(crate) rxs: Vec<NetReceiver>,
+}
+
 /// The receiving lanes for `streams` streams with `buffers` buffers of
 /// `payload_max` bytes in all, each lane's registered now (before any peer
 /// is contacted) and started by [`Incoming::receive`] on its own thread.
@@ -55,10 +62,18 @@ pub(crate) fn prepare_receivers(
     streams: u16,
     buffers: usize,
     payload_max: usize,
-) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
+) -> Result<Receivers, SessionError> {
     lanes::prepare(want, streams, streams, buffers, |n, b| {
         NetReceiver::prepare(n, b, payload_max, FILE_SLOTS)
     })
+    .map(|(lanes, rxs)| Receivers { lanes, rxs })
+}
+
+/// How a receive's frames are checked: under `key`, and opened with
+/// `open` when sealed.
+pub(crate) struct FrameCheck {
+    pub(crate) key: FrameKey,
+    pub(crate) open: Sealing,
 }
 
 /// How long the sender may be silent, and how slow it may be.
@@ -159,13 +174,13 @@ impl Incoming {
     /// sender below the minimum rate for `pace.timeout` ends the session.
     /// The lanes come from [`prepare_receivers`] and are started here on
     /// `streams` (placed by the core each stream arrives on); frames are
-    /// checked under `key` and opened with `open` if sealed.
+    /// checked as `check` says.
     pub(crate) fn receive(
         &mut self,
         streams: &[TcpStream],
-        (plan, rxs): (Vec<Lane>, Vec<NetReceiver>),
+        receivers: Receivers,
         pace: Pace,
-        (key, open): (&FrameKey, &Sealing),
+        check: &FrameCheck,
         peer: &Peer,
         out: &mut dyn Landing,
     ) -> Result<Vec<LaneReport>, SessionError> {
@@ -175,6 +190,7 @@ impl Incoming {
             out.committed(file_index, digest)?;
         }
         let fds: Vec<i32> = streams.iter().map(|st| st.as_raw_fd()).collect();
+        let Receivers { lanes: plan, rxs } = receivers;
         let plan = match plan.len() {
             1 => plan,
             // Placed by device: each lane keeps the streams its files'
@@ -184,23 +200,14 @@ impl Incoming {
         };
         let start = LaneStart {
             fds: &fds,
-            key: *key,
-            open,
+            key: check.key,
+            open: &check.open,
             wait_limit: (pace.timeout / 4).min(Duration::from_secs(1)),
         };
         let statuses: Vec<LaneStatus> = plan.iter().map(|_| LaneStatus::new()).collect();
-        let Incoming {
-            root,
-            files,
-            block,
-            direct,
-            rules,
-            dest,
-            entries,
-            ..
-        } = self;
-        let root: &Root = root;
         let (job_tx, job_rx) = mpsc::channel::<Job>();
+        let book = Book::new(self, job_tx);
+        let root = book.root;
         let job_rx = Mutex::new(job_rx);
         let (done_tx, done_rx) = mpsc::channel::<JobDone>();
         let (result, tally) = std::thread::scope(|scope| {
@@ -209,12 +216,11 @@ impl Incoming {
                 scope.spawn(move || finalizer(root, job_rx, done_tx, waker));
             }
             drop(done_tx);
-            let tables = (files, (dest.as_str(), entries.as_slice()));
-            let book = Mutex::new(Book::new((root, *direct, rules), *block, tables, job_tx));
-            let mut ctl = Control::new(done_rx, peer, pace, out, (&statuses, &plan, &fds));
+            let book = Mutex::new(book);
+            let mut ctl = Control::new(done_rx, peer, pace, out, &statuses, &plan, &fds);
             let r = match plan.len() {
-                1 => ctl.run_inline(&book, (&plan[0], one(rxs)), &start),
-                _ => ctl.run_lanes(&book, (&plan, rxs), &start),
+                1 => ctl.run_inline(&book, one(rxs), &start),
+                _ => ctl.run_lanes(&book, rxs, &start),
             };
             // Finish what is in hand (even after a failure: complete files
             // are complete), then stop the finalizers.
@@ -284,30 +290,42 @@ fn finalizer(
     }
 }
 
-/// A receiving lane on a thread of its own: tick until its streams end
-/// or the session stops; a failure stops the other lanes and the control
-/// thread (rung on `ctl`).
-fn lane_thread(
-    (book, stop, ctl): (&Mutex<Book>, &AtomicBool, &Waker),
-    (start, lane, rx): (&LaneStart, &Lane, NetReceiver),
-    (wake, status): (&Waker, &LaneStatus),
-) -> Result<(), SessionError> {
-    let others = lanes::StopOthers(stop);
-    let r = others.on(start.intake(lane, rx, wake, status).and_then(|mut intake| {
-        while !stop.load(Ordering::Acquire) && intake.busy() {
-            if book::lock(book).backlogged() {
-                // The control thread takes the finalizers' results.
-                ctl.wake();
-                std::thread::sleep(BACKLOG_WAIT);
-                continue;
+/// What the receiving lanes on threads of their own share: the book, the
+/// stop, the control thread's waker (`ctl`), where each starts from, and
+/// each one's waker and shown state (by its index).
+struct LaneThreads<'a, 's> {
+    book: &'a Mutex<Book<'s>>,
+    stop: &'a AtomicBool,
+    ctl: &'a Waker,
+    start: &'a LaneStart<'a>,
+    wakers: &'a [Waker],
+    statuses: &'a [LaneStatus],
+}
+
+impl LaneThreads<'_, '_> {
+    /// A receiving lane on a thread of its own: tick until its streams end
+    /// or the session stops; a failure stops the other lanes and the
+    /// control thread (rung on `ctl`).
+    fn run(&self, lane: &Lane, rx: NetReceiver) -> Result<(), SessionError> {
+        let (book, stop, ctl, start) = (self.book, self.stop, self.ctl, self.start);
+        let (wake, status) = (&self.wakers[lane.index], &self.statuses[lane.index]);
+        let others = lanes::StopOthers(stop);
+        let r = others.on(start.intake(lane, rx, wake, status).and_then(|mut intake| {
+            while !stop.load(Ordering::Acquire) && intake.busy() {
+                if book::lock(book).backlogged() {
+                    // The control thread takes the finalizers' results.
+                    ctl.wake();
+                    std::thread::sleep(BACKLOG_WAIT);
+                    continue;
+                }
+                intake.tick(book, true)?;
             }
-            intake.tick(book, true)?;
-        }
-        Ok(())
-    }));
-    status.busy.store(false, Ordering::Release);
-    ctl.wake();
-    r
+            Ok(())
+        }));
+        status.busy.store(false, Ordering::Release);
+        ctl.wake();
+        r
+    }
 }
 
 /// Sets the stop of running lanes and rings each awake when dropped.
@@ -362,7 +380,9 @@ impl<'s> Control<'s> {
         peer: &'s Peer,
         pace: Pace,
         out: &'s mut dyn Landing,
-        (lanes, plan, fds): (&'s [LaneStatus], &'s [Lane], &'s [i32]),
+        lanes: &'s [LaneStatus],
+        plan: &'s [Lane],
+        fds: &'s [i32],
     ) -> Self {
         let now = Instant::now();
         Control {
@@ -387,13 +407,15 @@ impl<'s> Control<'s> {
         }
     }
 
-    /// One lane on this thread: its tick and the control step in turn.
+    /// One lane (the plan's one) on this thread: its tick and the control
+    /// step in turn.
     fn run_inline(
         &mut self,
         book: &Mutex<Book>,
-        (lane, rx): (&Lane, NetReceiver),
+        rx: NetReceiver,
         start: &LaneStart,
     ) -> Result<Vec<LaneReport>, SessionError> {
+        let lane = &self.plan[0];
         let cpu_at = sys::thread_cpu_time();
         let mut intake = start.intake(lane, rx, &self.peer.waker, &self.lanes[0])?;
         while self.going(book, intake.busy()) {
@@ -413,26 +435,31 @@ impl<'s> Control<'s> {
         }])
     }
 
-    /// Lanes on threads of their own, this thread the control plane until
-    /// the receive ends (or a lane fails); then the lanes stop.
+    /// The plan's lanes on threads of their own (`rxs`, their receivers),
+    /// this thread the control plane until the receive ends (or a lane
+    /// fails); then the lanes stop.
     fn run_lanes(
         &mut self,
         book: &Mutex<Book>,
-        (plan, rxs): (&[Lane], Vec<NetReceiver>),
+        rxs: Vec<NetReceiver>,
         start: &LaneStart,
     ) -> Result<Vec<LaneReport>, SessionError> {
+        let plan = self.plan;
         let stop = AtomicBool::new(false);
         let wakers = plan
             .iter()
             .map(|_| Waker::new())
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| SessionError::io("an eventfd for a lane", e))?;
-        let (lanes, wakers_ref, ctl) = (self.lanes, &wakers, &*self.peer.waker);
-        let work = |lane: &Lane, rx: NetReceiver| {
-            let k = lane.index;
-            let shared = (book, &stop, ctl);
-            lane_thread(shared, (start, lane, rx), (&wakers_ref[k], &lanes[k]))
+        let threads = LaneThreads {
+            book,
+            stop: &stop,
+            ctl: &self.peer.waker,
+            start,
+            wakers: &wakers,
+            statuses: self.lanes,
         };
+        let work = |lane: &Lane, rx: NetReceiver| threads.run(lane, rx);
         std::thread::scope(|scope| {
             // However this thread leaves the scope (an error, a panic), the
             // lanes stop first: the scope waits for them.
@@ -575,7 +602,9 @@ impl<'s> Control<'s> {
                 }
             }
             PeerEvent::Skipped(r) => book::lock(book).skipped(r)?,
-            PeerEvent::FileEnd(i, size, mtime) => book::lock(book).file_end(i, size, mtime)?,
+            PeerEvent::FileEnd(i, size, (s, ns)) => {
+                book::lock(book).file_end(i, size, Timestamp { s, ns })?
+            }
             PeerEvent::Alive => {}
             PeerEvent::AddedEnd => book::lock(book).adding = false,
             PeerEvent::DirTimes(list) => book::lock(book).dir_times(list)?,

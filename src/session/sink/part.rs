@@ -49,7 +49,7 @@ pub(crate) fn open_part(
         (Some(id), None) => reopen_part(root, direct, f, id),
         (Some(id), Some(_)) => {
             reopen_part(root, direct, f, id)?;
-            match lock_span((root, &rules.secret), f)? {
+            match lock_span(root, &rules.secret, f)? {
                 true => Ok(()),
                 false => Err(SessionError::local(
                     ErrorCode::Busy,
@@ -60,7 +60,7 @@ pub(crate) fn open_part(
                 )),
             }
         }
-        (None, Some(p)) => join_piece((root, &rules.secret), direct, f, p),
+        (None, Some(p)) => join_piece(root, &rules.secret, direct, f, p),
         (None, None) => create_part(root, direct, rules, f),
     }
 }
@@ -95,7 +95,8 @@ pub(crate) fn open_to_finish(
 pub(super) fn new_part(
     root: &Root,
     direct: DirectMode,
-    (rel, mark): (&str, Option<&str>),
+    rel: &str,
+    mark: Option<&str>,
 ) -> std::io::Result<(File, bool, [u8; 16])> {
     use crate::datapath::sys::{random_bytes, set_xattr};
     let mut tag = [0u8; 16];
@@ -118,7 +119,7 @@ pub(super) fn new_part(
     match placed {
         Ok(()) => Ok((part, is_direct, tag)),
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            linked_part(root, direct, (&tmp, rel), (part, tag))
+            linked_part(root, direct, &tmp, rel, part, tag)
         }
         Err(e) => {
             let _ = root.unlink(&tmp);
@@ -136,8 +137,10 @@ pub(super) fn new_part(
 pub(super) fn linked_part(
     root: &Root,
     direct: DirectMode,
-    (tmp, rel): (&str, &str),
-    (part, tag): (File, [u8; 16]),
+    tmp: &str,
+    rel: &str,
+    part: File,
+    tag: [u8; 16],
 ) -> std::io::Result<(File, bool, [u8; 16])> {
     let id = FileId::of(&part)?;
     let linked = root.link_new(tmp, rel);
@@ -198,7 +201,7 @@ pub(super) fn create_part(
     let io = |e| SessionError::io(rel.clone(), e);
     let mut tries = 0;
     let (part, is_direct, tag) = loop {
-        match new_part(root, direct, (&rel, None)) {
+        match new_part(root, direct, &rel, None) {
             Ok(p) => break p,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => {
                 tries += 1;

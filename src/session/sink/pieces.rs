@@ -23,14 +23,15 @@ use crate::session::SessionError;
 /// there speaks of bytes this session now writes over, and goes, and
 /// its own journals get a generation of their own.
 pub(super) fn join_piece(
-    (root, secret): (&Root, &Secret),
+    root: &Root,
+    secret: &Secret,
     direct: DirectMode,
     f: &mut RecvFile,
     p: Piece,
 ) -> Result<(), SessionError> {
     for _ in 0..4 {
         join_part(root, direct, f, p)?;
-        if lock_span((root, secret), f)? {
+        if lock_span(root, secret, f)? {
             return f.write_own(root, secret);
         }
         f.part_id = None;
@@ -51,14 +52,15 @@ pub(super) fn join_piece(
 /// closes: `false` (the part let go) when its name no longer holds it
 /// (committed or replaced before the lock).
 pub(super) fn lock_span(
-    (root, secret): (&Root, &Secret),
+    root: &Root,
+    secret: &Secret,
     f: &mut RecvFile,
 ) -> Result<bool, SessionError> {
     let (Some(_), Some(part)) = (f.piece, f.part.as_ref()) else {
         return Ok(true);
     };
     let (start, end) = f.span;
-    match lock_waiting(part, (start, end - start)) {
+    match lock_waiting(part, start, end - start) {
         Ok(()) => {
             let named = root
                 .symlink_metadata(&f.part_rel())
@@ -122,7 +124,7 @@ pub(super) const WHOLE_LOCK_WAIT: Duration = Duration::from_secs(3);
 /// whole file; another session's range is in the way at once.
 ///
 /// [`sys::lock_range`]: crate::datapath::sys::lock_range
-pub(super) fn lock_waiting(part: &File, (start, len): (u64, u64)) -> std::io::Result<()> {
+pub(super) fn lock_waiting(part: &File, start: u64, len: u64) -> std::io::Result<()> {
     use crate::datapath::sys::{lock_in_the_way, lock_range};
     let until = Instant::now() + WHOLE_LOCK_WAIT;
     loop {
@@ -228,7 +230,7 @@ pub(super) fn join_part(
             // A link, a FIFO, a directory: removed (a directory refused).
             Err(_) => clear_name(root, &rel)?,
         }
-        match new_part(root, direct, (&rel, Some(&mark))) {
+        match new_part(root, direct, &rel, Some(&mark)) {
             Ok((part, is_direct, tag)) => {
                 // The journals of an earlier part are of no use (and its
                 // tag is not this one's).

@@ -38,7 +38,11 @@ impl Incoming {
         if !m.is_file() || m.len() != f.size {
             return None;
         }
-        let ours = super::stamp::stamped((&file, &f.final_rel), &f.id, &self.rules.secret);
+        let named = super::stamp::Named {
+            file: &file,
+            rel: &f.final_rel,
+        };
+        let ours = super::stamp::stamped(named, &f.id, &self.rules.secret);
         // One name only, or (`-H`) the names the manifest gives it on a
         // file our stamp proves we committed here: any other name is
         // someone else's, and no file of ours to keep.

@@ -34,7 +34,7 @@ use crate::datapath::beneath::FileId;
 use crate::datapath::sys;
 use crate::protocol::wire::{Reader, Writer};
 
-use super::journal::Identity;
+use super::journal::{Identity, Timestamp};
 use crate::session::link::secret::Secret;
 
 /// Where the stamp lives.
@@ -73,72 +73,93 @@ pub fn owned_by(owner: &[u8; OWNER_LEN], token: Option<[u8; 32]>) -> bool {
     token.is_some_and(|t| t[..OWNER_LEN] == owner[..])
 }
 
-/// What the MAC of a version-5 stamp binds besides its bytes: the name
-/// and what the file itself says.
-fn v5_bound(rel: &str, id: FileId, (size, mtime): (u64, (i64, u32))) -> Vec<u8> {
-    let mut w = Writer::default();
-    w.bytes(rel.as_bytes()).u8(0);
-    w.u64(id.dev)
-        .u64(id.ino)
-        .u64(size)
-        .i64(mtime.0)
-        .u32(mtime.1);
-    w.buf
+/// A file and the name it has, or is about to get, under the root: what
+/// a stamp is written on and bound to.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'a> {
+    pub file: &'a File,
+    pub rel: &'a str,
 }
 
-/// Nanoseconds from the epoch of `(s, ns)`.
-fn ns_of((s, ns): (i64, u32)) -> i128 {
-    i128::from(s) * 1_000_000_000 + i128::from(ns)
+/// What the MAC of a stamp binds besides its bytes: the name, and what
+/// the file itself says (device and inode, size, mtime).
+struct Bound<'a> {
+    rel: &'a str,
+    id: FileId,
+    size: u64,
+    mtime: Timestamp,
 }
 
-/// Record on a finished file (its size and mtime already final) its
-/// digest, bound to the file itself, to `rel` (the name it has or is
-/// about to get under the root) and to `owner` (see
+impl<'a> Bound<'a> {
+    /// `named` as its file is now (`m`, its metadata).
+    fn of(named: Named<'a>, m: &std::fs::Metadata) -> std::io::Result<Self> {
+        Ok(Bound {
+            rel: named.rel,
+            id: FileId::of(named.file)?,
+            size: m.len(),
+            mtime: Timestamp::mtime_of(m),
+        })
+    }
+
+    /// The bytes a version-5 stamp's MAC binds.
+    fn v5(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.bytes(self.rel.as_bytes()).u8(0);
+        w.u64(self.id.dev)
+            .u64(self.id.ino)
+            .u64(self.size)
+            .i64(self.mtime.s)
+            .u32(self.mtime.ns);
+        w.buf
+    }
+}
+
+/// Record on a finished file (`named.file`, its size and mtime already
+/// final) its digest, bound to the file itself, to `named.rel` and to
+/// `owner` (see
 /// [`Rules::owner`](super::rules::Rules::owner)), and by when
 /// (`settled`, ns since the epoch; `None`: never) its inode is done
 /// changing by the receiver's doing, authenticated with `secret`.
 /// Filesystems without user xattrs simply get no stamp (a later run then
 /// sends the file again).
 pub fn stamp(
-    named: (&File, &str),
+    named: Named<'_>,
     digest: u64,
-    (secret, owner): (&Secret, Option<[u8; 32]>),
+    secret: &Secret,
+    owner: Option<[u8; 32]>,
     settled: Option<i128>,
 ) -> std::io::Result<()> {
     let mut kept = [0u8; OWNER_LEN];
     kept.copy_from_slice(&owner.unwrap_or_default()[..OWNER_LEN]);
-    write_v5(named, (digest, kept), secret, settled)
+    write_v5(named, digest, kept, secret, settled)
 }
 
 /// Stamp anew a file whose stamp `held` was read as untouched and which
 /// the receiver changed since (a further name linked to it), with the
 /// same digest and owner and a new settling time.
 pub fn settle_again(
-    named: (&File, &str),
+    named: Named<'_>,
     held: &Stamped,
     secret: &Secret,
     settled: i128,
 ) -> std::io::Result<()> {
-    write_v5(named, (held.digest, held.owner), secret, Some(settled))
+    write_v5(named, held.digest, held.owner, secret, Some(settled))
 }
 
 fn write_v5(
-    (file, rel): (&File, &str),
-    (digest, owner): (u64, [u8; OWNER_LEN]),
+    named: Named<'_>,
+    digest: u64,
+    owner: [u8; OWNER_LEN],
     secret: &Secret,
     settled: Option<i128>,
 ) -> std::io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
+    let file = named.file;
     let m = file.metadata()?;
     let settled = settled.map_or(i64::MIN, |ns| ns.clamp(0, i128::from(i64::MAX)) as i64);
     let mut w = Writer::default();
     w.bytes(&V5_MAGIC).u64(digest).i64(settled);
     w.bytes(&owner);
-    let bound = v5_bound(
-        rel,
-        FileId::of(file)?,
-        (m.len(), (m.mtime(), m.mtime_nsec() as u32)),
-    );
+    let bound = Bound::of(named, &m)?.v5();
     let mac = secret.mac(&[b"urmove stamp 5", &bound, &w.buf]);
     w.bytes(&mac[..V5_MAC]);
     debug_assert_eq!(w.buf.len(), V5_LEN);
@@ -148,10 +169,11 @@ fn write_v5(
     }
 }
 
-/// `file`'s stamp as it is now (its own size and mtime), if it holds.
-pub fn stamped_now(named: (&File, &str), secret: &Secret) -> Option<Stamped> {
+/// The stamp of `named` as its file is now (its own size and mtime), if
+/// it holds.
+pub fn stamped_now(named: Named<'_>, secret: &Secret) -> Option<Stamped> {
     use std::os::unix::fs::MetadataExt;
-    let m = named.0.metadata().ok()?;
+    let m = named.file.metadata().ok()?;
     let id = Identity {
         size: m.len(),
         mtime_s: m.mtime(),
@@ -161,22 +183,25 @@ pub fn stamped_now(named: (&File, &str), secret: &Secret) -> Option<Stamped> {
     stamped(named, &id, secret)
 }
 
-/// `file`'s stamp (see [`Stamped`]), if it holds for it under the name
-/// `rel` with the size and mtime of `id`.
-pub fn stamped((file, rel): (&File, &str), id: &Identity, secret: &Secret) -> Option<Stamped> {
+/// The stamp of `named` (see [`Stamped`]), if it holds for its file under
+/// its name with the size and mtime of `id`.
+pub fn stamped(named: Named<'_>, id: &Identity, secret: &Secret) -> Option<Stamped> {
     use std::os::unix::fs::MetadataExt;
-    let bytes = sys::get_xattr(file, XATTR)?;
-    let m = file.metadata().ok()?;
-    let now_is = (m.len(), (m.mtime(), m.mtime_nsec() as u32));
-    if now_is != (id.size, (id.mtime_s, id.mtime_ns)) {
+    let bytes = sys::get_xattr(named.file, XATTR)?;
+    let m = named.file.metadata().ok()?;
+    if (m.len(), Timestamp::mtime_of(&m)) != (id.size, id.mtime()) {
         return None;
     }
-    let file_id = FileId::of(file).ok()?;
+    let bound = Bound::of(named, &m).ok()?;
     let (digest, settled, owner) = match bytes.starts_with(&V5_MAGIC) {
-        true => read_v5(&bytes, &v5_bound(rel, file_id, now_is), secret)?,
-        false => read_legacy(&bytes, (rel, file_id, now_is), secret)?,
+        true => read_v5(&bytes, &bound.v5(), secret)?,
+        false => read_legacy(&bytes, &bound, secret)?,
     };
-    let ctime = ns_of((m.ctime(), m.ctime_nsec() as u32));
+    let ctime = Timestamp {
+        s: m.ctime(),
+        ns: m.ctime_nsec() as u32,
+    }
+    .as_ns();
     Some(Stamped {
         digest,
         untouched: ctime <= settled,
@@ -208,7 +233,7 @@ fn read_v5(bytes: &[u8], bound: &[u8], secret: &Secret) -> Option<(u64, i128, [u
 /// none: never untouched) and owner, if it holds.
 fn read_legacy(
     bytes: &[u8],
-    (rel, id, (size, mtime)): (&str, FileId, (u64, (i64, u32))),
+    bound: &Bound<'_>,
     secret: &Secret,
 ) -> Option<(u64, i128, [u8; OWNER_LEN])> {
     let body_len = bytes.len().checked_sub(LEGACY_MAC)?;
@@ -223,13 +248,19 @@ fn read_legacy(
         dev: r.u64().ok()?,
         ino: r.u64().ok()?,
     };
-    let stamped_as = (r.u64().ok()?, (r.i64().ok()?, r.u32().ok()?));
+    let stamped_as = (
+        r.u64().ok()?,
+        Timestamp {
+            s: r.i64().ok()?,
+            ns: r.u32().ok()?,
+        },
+    );
     // Neither counts as untouched (see the module).
     let (owner, mac_ok) = match version {
         LEGACY_VERSION => {
             let _at = (r.i64().ok()?, r.u32().ok()?);
             let owner: [u8; 32] = r.array().ok()?;
-            let ok = secret.verify(&[b"urmove stamp", rel.as_bytes(), b"\0", body], &mac);
+            let ok = secret.verify(&[b"urmove stamp", bound.rel.as_bytes(), b"\0", body], &mac);
             (owner, ok)
         }
         // Version 3 bound no name.
@@ -238,7 +269,7 @@ fn read_legacy(
     let settled = i128::MIN;
     let digest = r.u64().ok()?;
     r.finish().ok()?;
-    let holds = mac_ok && stamped_id == id && stamped_as == (size, mtime);
+    let holds = mac_ok && stamped_id == bound.id && stamped_as == (bound.size, bound.mtime);
     let owner: [u8; OWNER_LEN] = owner[..OWNER_LEN].try_into().ok()?;
     holds.then_some((digest, settled, owner))
 }
@@ -274,7 +305,13 @@ mod tests {
         // Settled a second from now: whatever changed it before then
         // would not show (the receiver holds a lease until then).
         let settled = sys::coarse_now_ns() + 1_000_000_000;
-        let stamped_now = stamp((&a, "a"), 99, (&secret, owner), Some(settled));
+        let stamped_now = stamp(
+            Named { file: &a, rel: "a" },
+            99,
+            &secret,
+            owner,
+            Some(settled),
+        );
         if stamped_now.is_err() || sys::get_xattr(&a, XATTR).is_none() {
             eprintln!("skipped: no user xattrs here");
             return;
@@ -285,29 +322,40 @@ mod tests {
             untouched: true,
             owner: [7u8; OWNER_LEN],
         };
-        assert_eq!(stamped((&a, "a"), &want, &secret), Some(fresh));
+        assert_eq!(
+            stamped(Named { file: &a, rel: "a" }, &want, &secret),
+            Some(fresh)
+        );
         assert!(owned_by(&fresh.owner, owner) && !owned_by(&fresh.owner, None));
         // Under another name (its directory renamed): not trusted.
-        assert_eq!(stamped((&a, "b"), &want, &secret), None);
+        assert_eq!(stamped(Named { file: &a, rel: "b" }, &want, &secret), None);
         // Copied onto another file of the same size and mtime: not trusted.
         let copied = sys::get_xattr(&a, XATTR).unwrap();
         sys::set_xattr(&b, XATTR, &copied).unwrap();
-        assert_eq!(stamped((&b, "a"), &want, &secret), None);
+        assert_eq!(stamped(Named { file: &b, rel: "a" }, &want, &secret), None);
         // Another secret, another identity, a flipped byte: not trusted.
         assert_eq!(
-            stamped((&a, "a"), &want, &Secret::ephemeral().unwrap()),
+            stamped(
+                Named { file: &a, rel: "a" },
+                &want,
+                &Secret::ephemeral().unwrap()
+            ),
             None
         );
         let other = Identity {
             mtime_ns: 8,
             ..want
         };
-        assert_eq!(stamped((&a, "a"), &other, &secret), None);
+        assert_eq!(stamped(Named { file: &a, rel: "a" }, &other, &secret), None);
         for i in 0..copied.len() {
             let mut x = copied.clone();
             x[i] ^= 1;
             sys::set_xattr(&a, XATTR, &x).unwrap();
-            assert_eq!(stamped((&a, "a"), &want, &secret), None, "byte {i}");
+            assert_eq!(
+                stamped(Named { file: &a, rel: "a" }, &want, &secret),
+                None,
+                "byte {i}"
+            );
         }
     }
 
@@ -329,11 +377,23 @@ mod tests {
         // ctime may come from it) for the stamp's own change.
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         let settled = now.unwrap().as_nanos() as i128 + 20_000_000;
-        if stamp((&a, "a"), 5, (&secret, None), Some(settled)).is_err() {
+        if stamp(
+            Named { file: &a, rel: "a" },
+            5,
+            &secret,
+            None,
+            Some(settled),
+        )
+        .is_err()
+        {
             eprintln!("skipped: no user xattrs here");
             return;
         }
-        assert!(stamped((&a, "a"), &want, &secret).unwrap().untouched);
+        assert!(
+            stamped(Named { file: &a, rel: "a" }, &want, &secret)
+                .unwrap()
+                .untouched
+        );
         while sys::coarse_now_ns() <= settled {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -341,13 +401,17 @@ mod tests {
         a.write_all_at(b"J", 0).unwrap();
         a.set_times(std::fs::FileTimes::new().set_modified(t))
             .unwrap();
-        let after = stamped((&a, "a"), &want, &secret).unwrap();
+        let after = stamped(Named { file: &a, rel: "a" }, &want, &secret).unwrap();
         assert!(
             !after.untouched,
             "an edit with its mtime put back went unseen"
         );
-        stamp((&a, "a"), 5, (&secret, None), None).unwrap();
-        assert!(!stamped((&a, "a"), &want, &secret).unwrap().untouched);
+        stamp(Named { file: &a, rel: "a" }, 5, &secret, None, None).unwrap();
+        assert!(
+            !stamped(Named { file: &a, rel: "a" }, &want, &secret)
+                .unwrap()
+                .untouched
+        );
     }
 
     /// Stamps written by version 4 and 3 are still read (never untouched;
@@ -383,7 +447,10 @@ mod tests {
             untouched: false,
             owner: [0; OWNER_LEN],
         };
-        assert_eq!(stamped((&a, "a"), &want, &secret), Some(old));
+        assert_eq!(
+            stamped(Named { file: &a, rel: "a" }, &want, &secret),
+            Some(old)
+        );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap();
@@ -399,6 +466,9 @@ mod tests {
             untouched: false,
             owner: [9; OWNER_LEN],
         };
-        assert_eq!(stamped((&a, "a"), &want, &secret), Some(v4));
+        assert_eq!(
+            stamped(Named { file: &a, rel: "a" }, &want, &secret),
+            Some(v4)
+        );
     }
 }
