@@ -115,7 +115,8 @@ pub(super) fn bench_take(
     session: &Session<'_>,
     progress: &mut RecvProgress<'_>,
 ) -> Result<u64, SessionError> {
-    use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes, FrameCheck};
+    use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes};
+    use crate::session::sink::landing::FrameCheck;
     let Session {
         req,
         buffers,
@@ -126,10 +127,12 @@ pub(super) fn bench_take(
     // Rings and buffers before the streams connect (ready for their data).
     let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, req.block_size)?;
     let streams = collect_streams(s, session)?;
-    let open = req
-        .has(REQ_ENCRYPT)
-        .then(|| (keys.clone(), SealDirection::ClientToServer));
-    let key = frame_key(keys);
+    let check = FrameCheck {
+        key: frame_key(keys),
+        open: req
+            .has(REQ_ENCRYPT)
+            .then(|| (keys.clone(), SealDirection::ClientToServer)),
+    };
     let plan = crate::session::link::lanes::place_streams(
         plan.len(),
         &crate::session::link::streams::fds_of(&streams),
@@ -139,12 +142,8 @@ pub(super) fn bench_take(
         counted.fetch_add(b, Ordering::Relaxed);
     };
     let mut logged = 0;
-    let check = FrameCheck {
-        key: &key,
-        open: &open,
-    };
     let taken = std::thread::scope(|scope| {
-        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, check, &count));
+        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, &check, &count));
         while !lanes.is_finished() {
             std::thread::sleep(crate::session::link::lanes::WATCH_EVERY);
             let now = counted.load(Ordering::Relaxed);

@@ -24,7 +24,8 @@ use crate::session::client::report::{SendObserver, SendReport};
 use crate::session::client::config::SendConfig;
 use crate::session::link::conn::{recv_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
-use crate::session::link::streams::{fds_of, Sealing};
+use crate::session::link::streams::fds_of;
+use crate::session::sink::landing::FrameCheck;
 use crate::session::source::sending::PushParams;
 use crate::session::SessionError;
 
@@ -159,8 +160,10 @@ fn run_bench_net_reverse(
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, plan.len(), &mut |_, _| Ok(()))?;
-    let key = crate::protocol::seal::frame_key(&keys);
-    let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
+    let check = FrameCheck {
+        key: crate::protocol::seal::frame_key(&keys),
+        open: cfg.encrypt.then_some((keys, SealDirection::ServerToClient)),
+    };
     let (data, mut report) = drive(
         cfg,
         Expect::test(time, false),
@@ -170,11 +173,7 @@ fn run_bench_net_reverse(
         |counters, _stop| {
             let plan = lanes::place_streams(plan.len(), &fds_of(&streams));
             let progress = |b: u64| counters.add(b, 0);
-            let check = FrameCheck {
-                key: &key,
-                open: &open,
-            };
-            discard_on_lanes(&plan, &streams, rxs, check, &progress)
+            discard_on_lanes(&plan, &streams, rxs, &check, &progress)
         },
     );
     report.command = "bench --net --reverse";
@@ -198,14 +197,6 @@ fn conclude(
     report
 }
 
-/// How a bench receiver checks the frames it takes: their checksums under
-/// `key`, and, in a sealed session, the keys that `open` them.
-#[derive(Clone, Copy)]
-pub(crate) struct FrameCheck<'a> {
-    pub(crate) key: &'a FrameKey,
-    pub(crate) open: &'a Sealing,
-}
-
 /// Receive bench frames on every stream, each lane on its share with its
 /// own receiver (`rxs[k]` for lane `k`), until all end (see
 /// [`discard_frames`]); the bytes in all and each lane's report.
@@ -213,7 +204,7 @@ pub(crate) fn discard_on_lanes(
     plan: &[Lane],
     streams: &[TcpStream],
     rxs: Vec<NetReceiver>,
-    check: FrameCheck<'_>,
+    check: &FrameCheck,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(u64, Vec<LaneReport>), SessionError> {
     let fds = fds_of(streams);
@@ -238,10 +229,10 @@ fn discard_frames(
     failed: &AtomicBool,
     fds: &[i32],
     mut rx: NetReceiver,
-    check: FrameCheck<'_>,
+    check: &FrameCheck,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, SessionError> {
-    let FrameCheck { key, open } = check;
+    let (key, open) = (&check.key, &check.open);
     use crate::datapath::net::{payload, RecvEvent};
     rx.number_streams(&lane.streams);
     rx.start(fds)?;
