@@ -491,28 +491,32 @@ impl<'a> Follower<'a> {
     /// told its end, and its digest when every piece was read already.
     fn end(&mut self, f: Followed) -> Result<(), SessionError> {
         let m = f.file.metadata().map_err(|e| SessionError::io("stat", e))?;
-        let end: End = (m.len(), m.mtime(), m.mtime_nsec() as u32);
-        if end.0 != f.size {
+        let end = End {
+            size: m.len(),
+            mtime_s: m.mtime(),
+            mtime_ns: m.mtime_nsec() as u32,
+        };
+        if end.size != f.size {
             // It grew since the last look: look again next time.
             self.files.push(Followed {
-                size: end.0,
+                size: end.size,
                 changed: Instant::now(),
                 ..f
             });
             return Ok(());
         }
         self.work.set_end(f.entry, end);
-        if end.0 > f.queued {
-            self.work.grown(f.entry, f.queued, end.0);
-            let more = end.0 - f.queued;
+        if end.size > f.queued {
+            self.work.grown(f.entry, f.queued, end.size);
+            let more = end.size - f.queued;
             self.ctx.gauge.total.fetch_add(more, Ordering::AcqRel);
         }
         let i = f.entry as u32;
         let m = Message::FileEnd {
             file_index: i,
-            size: end.0,
-            mtime_s: end.1,
-            mtime_ns: end.2,
+            size: end.size,
+            mtime_s: end.mtime_s,
+            mtime_ns: end.mtime_ns,
         };
         send_msg(&mut self.ctl, &m)?;
         match self.work.piece_done(f.entry) {

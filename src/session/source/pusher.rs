@@ -433,7 +433,11 @@ mod tests {
             direct: false,
             extents: None,
             slot: None,
-            file_end: Some((size, 0, 0)),
+            file_end: Some(crate::session::source::work::End {
+                size,
+                mtime_s: 0,
+                mtime_ns: 0,
+            }),
             end: size,
             next: 0,
             reads: 0,
@@ -533,6 +537,21 @@ mod tests {
         (a, l.accept().unwrap().0)
     }
 
+    /// A push's parameters for `block`-byte frames on 8 buffers, unsealed
+    /// and unpaced.
+    fn plain_params(block: u64) -> PushParams {
+        PushParams {
+            block_size: block as u32,
+            buffers: 8,
+            zerocopy: crate::datapath::net::ZeroCopy::Off,
+            rate_limit_bytes_per_s: None,
+            timeout: Duration::from_secs(10),
+            seal: None,
+            key: FrameKey { k0: 1, k1: 2 },
+            zeros: false,
+        }
+    }
+
     #[test]
     fn a_lanes_read_tick_allocates_nothing_while_a_file_streams_out() {
         use crate::datapath::alloc_count::allocations_during;
@@ -567,16 +586,7 @@ mod tests {
             route: &route,
             follow: None,
         };
-        let params = PushParams {
-            block_size: BLOCK as u32,
-            buffers: 8,
-            zerocopy: crate::datapath::net::ZeroCopy::Off,
-            rate_limit_bytes_per_s: None,
-            timeout: Duration::from_secs(10),
-            seal: None,
-            key: FrameKey { k0: 1, k1: 2 },
-            zeros: false,
-        };
+        let params = plain_params(BLOCK);
         let (out, mut sink) = pair();
         // A failure below must not leave the receiver waiting for ever.
         sink.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

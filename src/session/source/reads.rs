@@ -248,7 +248,7 @@ impl<'a> Pusher<'a> {
     ) -> Result<(), SessionError> {
         let src = &self.sources[cur];
         let i = src.entry;
-        let last = src.file_end.is_some_and(|e| offset + n as u64 == e.0);
+        let last = src.file_end.is_some_and(|e| offset + n as u64 == e.size);
         let hole = src
             .extents
             .as_ref()
@@ -379,7 +379,7 @@ impl<'a> Pusher<'a> {
         // Before a file's last block goes, the file must still be what the
         // manifest said: the receiver finishes it on that block.
         let end = self.sources[k].file_end;
-        if end.is_some_and(|e| b.offset + b.len as u64 == e.0) && !self.unchanged(k) {
+        if end.is_some_and(|e| b.offset + b.len as u64 == e.size) && !self.unchanged(k) {
             self.tx.give_back(lease);
             return;
         }
@@ -564,9 +564,14 @@ pub(super) fn frame_block(
 /// back, is reported, not sent half-old.
 pub(in crate::session) fn check_unchanged(
     file: &File,
-    (size, mtime_s, mtime_ns): End,
+    end: End,
     ctime: Option<(i64, u32)>,
 ) -> Result<(), Unsendable> {
+    let End {
+        size,
+        mtime_s,
+        mtime_ns,
+    } = end;
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata().map_err(Unsendable::Stat)?;
     if m.len() != size {

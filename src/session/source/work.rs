@@ -43,7 +43,12 @@ struct FileShare {
 }
 
 /// Where a file ends: its size and mtime (a growing file's once it ended).
-pub(crate) type End = (u64, i64, u32);
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct End {
+    pub(crate) size: u64,
+    pub(crate) mtime_s: i64,
+    pub(crate) mtime_ns: u32,
+}
 
 /// What lanes hand each other, under one lock.
 #[derive(Debug, Default)]
@@ -198,7 +203,13 @@ impl Work {
             ends: Mutex::new(
                 tree.entries
                     .iter()
-                    .map(|e| (!e.growing).then_some((e.size, e.mtime_s, e.mtime_ns)))
+                    .map(|e| {
+                        (!e.growing).then_some(End {
+                            size: e.size,
+                            mtime_s: e.mtime_s,
+                            mtime_ns: e.mtime_ns,
+                        })
+                    })
                     .chain(std::iter::repeat_n(None, slots - tree.entries.len()))
                     .collect(),
             ),
