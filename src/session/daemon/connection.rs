@@ -93,7 +93,11 @@ pub(super) fn connection(
             stream_index,
             proof,
         } => {
-            let hello = (session_id, stream_index, proof);
+            let hello = StreamHello {
+                session_id,
+                index: stream_index,
+                proof,
+            };
             data_stream(s, hello, conn, unauthenticated, registry)
         }
         _ => Err(fail(
@@ -266,18 +270,28 @@ impl Kind {
     }
 }
 
-/// A data stream's hello: session id, stream index and proof.
-pub(super) type StreamHello = (SessionId, u16, Proof);
+/// A data stream's hello: the session it joins, its index among the
+/// session's streams, and its proof of the session's keys.
+pub(super) struct StreamHello {
+    pub(super) session_id: SessionId,
+    pub(super) index: u16,
+    pub(super) proof: Proof,
+}
 
 /// Hand a data stream that proves it belongs to a waiting session over to
 /// it, with its place in the connection count; refuse any other.
 pub(super) fn data_stream(
     mut s: Control,
-    (session_id, index, proof): StreamHello,
+    hello: StreamHello,
     conn: Hold,
     unauthenticated: Unauthenticated,
     registry: &Registry,
 ) -> Result<(), SessionError> {
+    let StreamHello {
+        session_id,
+        index,
+        proof,
+    } = hello;
     let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
     let pending = reg
         .get(&session_id)
