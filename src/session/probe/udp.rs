@@ -333,7 +333,11 @@ pub(super) struct Run<'a> {
 
 /// What a test ended with: the counts of every flow (`sent` filled in),
 /// the foreign datagrams, and when the sending ended (seconds in).
-pub(super) type Ended = (Vec<UdpCount>, u64, f64);
+pub(super) struct Ended {
+    pub(super) flows: Vec<UdpCount>,
+    pub(super) foreign: u64,
+    pub(super) end: f64,
+}
 
 impl Run<'_> {
     /// One more interval between the `last` snapshot and `now`.
@@ -377,7 +381,7 @@ impl Run<'_> {
             let span = sending.join().expect("the sending lanes panicked")?;
             // The offered rate over the time it sent, not until this
             // side noticed it had ended.
-            r.map(|(flows, foreign, _)| (flows, foreign, span))
+            r.map(|ended| Ended { end: span, ..ended })
         })
         .map(|ended| (ended, events))
     }
@@ -426,7 +430,11 @@ impl Run<'_> {
             }
             if done {
                 let end = ended.unwrap_or_else(|| start.elapsed().as_secs_f64());
-                return Ok((flows, foreign, end));
+                return Ok(Ended {
+                    flows,
+                    foreign,
+                    end,
+                });
             }
             let at_s = start.elapsed().as_secs_f64();
             self.interval(&mut last, Snapshot { at_s, flows });
@@ -458,7 +466,14 @@ impl Run<'_> {
         let (flows, foreign) = tell_done(self.ctl, &counter, &sent)?;
         // The daemon sends for the test's time (its end is heard later).
         let end = end.min(t.time.as_secs_f64());
-        Ok(((flows, foreign, end), events))
+        Ok((
+            Ended {
+                flows,
+                foreign,
+                end,
+            },
+            events,
+        ))
     }
 
     /// The daemon's sent counts as they come, each an interval with this
@@ -514,7 +529,12 @@ impl Run<'_> {
 
     /// The summary and each flow's figures from what the test `ended`
     /// with, once the daemon confirms it.
-    pub(super) fn conclude(&mut self, (flows, foreign, end): Ended, events: &Events) {
+    pub(super) fn conclude(&mut self, ended: Ended, events: &Events) {
+        let Ended {
+            flows,
+            foreign,
+            end,
+        } = ended;
         let zero = Snapshot {
             at_s: 0.0,
             flows: vec![UdpCount::default(); flows.len()],
