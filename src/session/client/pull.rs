@@ -124,7 +124,12 @@ pub fn run_pull(
     let (data, mut report, landed) =
         pull.receive(cfg, engine, expect, &files_done, interrupt, obs)?;
     let verified = complete_before - kept.0 + landed.committed;
-    pull.count_into(&mut report, kept, total, verified);
+    pull.count_into(&mut report, total, verified);
+    (
+        report.files_unchanged,
+        report.files_found_complete,
+        report.files_continued,
+    ) = kept;
     let phases = |r: &mut SendReport| {
         r.time_phases(std::time::Duration::ZERO, setup, setup, began.elapsed())
     };
@@ -246,27 +251,16 @@ struct Pull {
 }
 
 impl Pull {
-    /// The pull's files and bytes in `report`: `kept` held before (see
-    /// `held_counts`), `total` bytes it set out to fetch, `verified` files
-    /// verified in all.
-    fn count_into(
-        &self,
-        report: &mut SendReport,
-        kept: (u64, u64, u64),
-        total: u64,
-        verified: u64,
-    ) {
+    /// The pull's files and bytes in `report`: `total` bytes it set out to
+    /// fetch, `verified` files verified in all (what was held before, see
+    /// `held_counts`, the caller counts).
+    fn count_into(&self, report: &mut SendReport, total: u64, verified: u64) {
         let incoming = &self.incoming;
         report.command = "pull";
         report.files = incoming.file_count() as u64;
         report.bytes_total = incoming.file_data();
         report.bytes_apparent = incoming.file_bytes();
         report.bytes_skipped = incoming.file_data().saturating_sub(total);
-        (
-            report.files_unchanged,
-            report.files_found_complete,
-            report.files_continued,
-        ) = kept;
         report.files_verified = verified;
         report.skip(&incoming.entries, &self.refused);
         report.skip(&incoming.entries, &incoming.skipped);
