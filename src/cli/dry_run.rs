@@ -102,7 +102,7 @@ pub(crate) fn show_pull(
         dest: &dest,
         paths: Some(paths),
     };
-    let (tree, answer) = match survey_pull(cfg, (paths, local)) {
+    let (tree, answer) = match survey_pull(cfg, paths, local) {
         Ok(a) => a,
         Err(e) => return Err(refused(&side, format, &e)),
     };

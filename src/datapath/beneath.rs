@@ -575,7 +575,7 @@ impl Root {
 
     /// Give `rel` (a symlink itself, not what it points to) modification
     /// time `mtime_s`.`mtime_ns`; its access time is left as it is.
-    pub fn set_link_mtime(&self, rel: &str, (mtime_s, mtime_ns): (i64, u32)) -> io::Result<()> {
+    pub fn set_link_mtime(&self, rel: &str, mtime_s: i64, mtime_ns: u32) -> io::Result<()> {
         let (parent, name) = self.parent(rel)?;
         let times = [
             libc::timespec {

@@ -98,8 +98,8 @@ impl Alignment {
 /// The direct-I/O alignment of `file`, with O_DIRECT in force when
 /// `direct` (buffered I/O needs none): from `statx(STATX_DIOALIGN)`, else
 /// the logical block size of the device `file` is (`is_block`) or sits on
-/// (`dev`, its `major:minor`), else [`ALIGN_DEFAULT`].
-pub fn alignment(file: &File, direct: bool, is_block: bool, dev: (u32, u32)) -> Alignment {
+/// (`dev`, its device number), else [`ALIGN_DEFAULT`].
+pub fn alignment(file: &File, direct: bool, is_block: bool, dev: libc::dev_t) -> Alignment {
     if !direct {
         return Alignment::BUFFERED;
     }
@@ -113,7 +113,7 @@ pub fn alignment(file: &File, direct: bool, is_block: bool, dev: (u32, u32)) -> 
     let lbs = if is_block {
         sys::block_device_logical_block_size(file).ok()
     } else {
-        sys::sysfs_logical_block_size(dev.0, dev.1)
+        sys::sysfs_logical_block_size(libc::major(dev), libc::minor(dev))
     };
     match lbs {
         Some(lbs) if lbs.is_power_of_two() => Alignment {

@@ -68,7 +68,7 @@ pub fn open_target(path: &Path, spec: &OpenSpec) -> Result<TargetFile, Error> {
     let dev = if is_block { meta.rdev() } else { meta.dev() };
     let dev_id = (libc::major(dev), libc::minor(dev));
     let device = sys::block_device_name(dev_id.0, dev_id.1);
-    let align = direct::alignment(&file, direct, is_block, dev_id);
+    let align = direct::alignment(&file, direct, is_block, dev);
     if align.is_guess() {
         fallbacks.push(direct::guessed_note(path));
     }

@@ -63,7 +63,8 @@ pub(crate) fn send_manifest(ctl: &mut Control, entries: &[Entry]) -> Result<(), 
 /// was wrong. What is held and right comes back.
 pub(crate) fn offer(
     ctl: &mut Control,
-    (tree, block): (&Tree, u64),
+    tree: &Tree,
+    block: u64,
     resume: Option<(&FrameKey, bool)>,
     local: &dyn Fn(usize) -> Result<File, super::plan::unsendable::Unsendable>,
     reserve: &mut dyn FnMut(u64) -> Result<(), SessionError>,
@@ -205,7 +206,7 @@ pub(crate) fn refuse(ctl: &mut Control, incoming: &mut Incoming) -> Result<(), S
 /// their sources (`first` the first of them) and were not committed:
 /// `fault` says where else than on the path they may have been altered,
 /// `again` the command that moves them again.
-pub(crate) fn differed(count: usize, first: &str, (fault, again): (&str, &str)) -> SessionError {
+pub(crate) fn differed(count: usize, first: &str, fault: &str, again: &str) -> SessionError {
     SessionError::local(
         ErrorCode::Io,
         format!(

@@ -37,13 +37,13 @@ pub fn end_lease(file: &File) {
 /// receivers sharing a filesystem never write the same range of a part.
 /// `Err(WouldBlock)` when another holds a lock over any of the range.
 pub fn lock_range(file: &File, start: u64, len: u64) -> io::Result<()> {
-    ofd_lock(file, libc::F_WRLCK, (start, len))
+    ofd_lock(file, libc::F_WRLCK, start, len)
 }
 
 /// Let go of this opening's lock over `len` bytes from `start` (what it
 /// holds outside them stays).
 pub fn unlock_range(file: &File, start: u64, len: u64) -> io::Result<()> {
-    ofd_lock(file, libc::F_UNLCK, (start, len))
+    ofd_lock(file, libc::F_UNLCK, start, len)
 }
 
 /// Lock all of `file`, as far as it ever reaches, for this opening: as
@@ -57,7 +57,7 @@ pub fn lock_whole(file: &File) -> io::Result<()> {
 /// bytes of `file` from `start` for writing (`F_OFD_GETLK`): its start
 /// and length (0: to the end), or `None` when nothing would.
 pub fn lock_in_the_way(file: &File, start: u64, len: u64) -> io::Result<Option<(u64, u64)>> {
-    let mut l = flock_of(libc::F_WRLCK, (start, len))?;
+    let mut l = flock_of(libc::F_WRLCK, start, len)?;
     // SAFETY: the descriptor is open for the call's length; F_OFD_GETLK
     // reads and writes only `l`, which lives across it.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
@@ -68,7 +68,7 @@ pub fn lock_in_the_way(file: &File, start: u64, len: u64) -> io::Result<Option<(
 
 /// A lock of `kind` over `len` bytes from `start` (0: to the end), as
 /// `fcntl` takes it.
-fn flock_of(kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<libc::flock> {
+fn flock_of(kind: libc::c_int, start: u64, len: u64) -> io::Result<libc::flock> {
     let range = |v: u64| i64::try_from(v).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
     // SAFETY: flock is a plain C struct; all-zero is a valid value.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
@@ -80,8 +80,8 @@ fn flock_of(kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<libc::flo
 
 /// An open file description lock (`F_OFD_SETLK`) of `kind` over `len`
 /// bytes from `start` (0: to the end, however far).
-fn ofd_lock(file: &File, kind: libc::c_int, (start, len): (u64, u64)) -> io::Result<()> {
-    let mut l = flock_of(kind, (start, len))?;
+fn ofd_lock(file: &File, kind: libc::c_int, start: u64, len: u64) -> io::Result<()> {
+    let mut l = flock_of(kind, start, len)?;
     // SAFETY: the descriptor is open for the call's length; `l` lives
     // across it and F_OFD_SETLK reads (and may write) only that struct.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut l) };

@@ -231,9 +231,11 @@ pub(crate) fn fit(
 /// A shard splits the manifest by its blocks, as every other shard must:
 /// frames the locked-memory limit made smaller than `--block` would split
 /// it otherwise, so a shard refuses them (saying which `--block` fits).
+/// `cfg` and `count` as [`fit`] made them of `asked`.
 pub(crate) fn fit_shard(
     asked: &SendConfig,
-    (cfg, count): (SendConfig, usize),
+    cfg: SendConfig,
+    count: usize,
 ) -> Result<(SendConfig, usize), SessionError> {
     if asked.shard.is_none() || cfg.block_size == asked.block_size {
         return Ok((cfg, count));

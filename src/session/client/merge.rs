@@ -225,7 +225,7 @@ fn say_failed(m: &mut Merged, failed: &[ShardRun], latest: &BTreeMap<u32, ShardR
 /// Why a file whose piece's receiver (of piece `by`) found a journal it
 /// could not trust (piece `of`'s) is not committed, and what to do:
 /// running the shards again cannot.
-fn untrusted((by, of): (u32, u32)) -> String {
+fn untrusted(by: u32, of: u32) -> String {
     format!(
         "the receiver of piece {by} found the journal of piece {of} made with another secret, and cannot commit the file: receivers sharing a root must run with one secret (the same --state-dir, or its secret file copied to each); then run the shards again"
     )
@@ -361,8 +361,8 @@ enum NotWhole {
     OtherDigest { committed: String, want: String },
     #[error("committed with pieces other than the ones its shards verified (a session wrote a piece again after its shard's; run that shard again)")]
     OtherPieces,
-    #[error("{}", untrusted(*.0))]
-    Untrusted((u32, u32)),
+    #[error("{}", untrusted(*by, *of))]
+    Untrusted { by: u32, of: u32 },
     #[error("piece {} not verified", list(.0))]
     Unverified(Vec<u32>),
     #[error("every piece verified, but no shard's receiver committed the file (another session held it then): run the shards of its pieces again, the last to finish commits it")]
@@ -411,8 +411,8 @@ fn piece_verdict(pieces: &[&PieceReport], count: u32) -> Result<(), NotWhole> {
         return Ok(());
     }
     if committed.is_empty() {
-        if let Some(seen) = pieces.iter().find_map(|p| Some((p.index, p.untrusted?))) {
-            return Err(NotWhole::Untrusted(seen));
+        if let Some((by, of)) = pieces.iter().find_map(|p| Some((p.index, p.untrusted?))) {
+            return Err(NotWhole::Untrusted { by, of });
         }
     }
     if !unverified.is_empty() {

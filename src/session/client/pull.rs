@@ -19,6 +19,7 @@ use super::send::{drive, Expect};
 use super::connect::open_session;
 
 use super::report::{SendObserver, SendReport};
+use super::shard_report::ShardReport;
 
 use super::config::SendConfig;
 use crate::session::link::conn::PeerEvent;
@@ -93,8 +94,8 @@ pub fn run_pull(
     // This side's buffers are registered before the daemon hears of us,
     // and the request asks for the frames they fit (a memlock limit may
     // have made them smaller than --block).
-    let fitted = super::connect::fit(cfg, 4, 4, "--block", obs)?;
-    let (cfg, fitted) = &super::connect::fit_shard(cfg, fitted)?;
+    let (fit_cfg, buffers) = super::connect::fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &super::connect::fit_shard(cfg, fit_cfg, buffers)?;
     let req = pull_request(cfg, paths)?;
     let (engine, _) = super::connect::register_fitted(*fitted, obs, |n| {
         crate::session::sink::landing::prepare_receivers(
@@ -104,7 +105,7 @@ pub fn run_pull(
             cfg.block_size as usize,
         )
     })?;
-    let mut pull = open_pull(cfg, req, (local, rules, paths), &engine.lanes)?;
+    let mut pull = open_pull(cfg, req, local, rules, paths, &engine.lanes)?;
     // The daemon's scan, its manifest and what this side holds.
     let setup = began.elapsed();
     let total = pull.incoming.data_missing();
@@ -121,14 +122,16 @@ pub fn run_pull(
     obs.files(Arc::clone(&files_done), pull.incoming.file_count() as u64);
     let expect = Expect::transfer(total, false);
     let (data, mut report, landed) =
-        pull.receive(cfg, engine, (expect, &files_done), interrupt, obs)?;
-    pull.count_into(
-        &mut report,
-        kept,
-        (total, complete_before - kept.0 + landed.committed),
-    );
+        pull.receive(cfg, engine, expect, &files_done, interrupt, obs)?;
+    let verified = complete_before - kept.0 + landed.committed;
+    pull.count_into(&mut report, total, verified);
+    (
+        report.files_unchanged,
+        report.files_found_complete,
+        report.files_continued,
+    ) = kept;
     let phases = |r: &mut SendReport| {
-        r.time_phases((std::time::Duration::ZERO, setup), setup, began.elapsed())
+        r.time_phases(std::time::Duration::ZERO, setup, setup, began.elapsed())
     };
     match data {
         Ok(lanes) => report.lanes = lanes,
@@ -152,7 +155,7 @@ pub fn run_pull(
     // A reader waiting to hand on an event ends once nobody takes it.
     drop(landed.events);
     let _ = landed.reader.join();
-    let outcome = outcome.and_then(|()| delete_extras(cfg, (&pull.incoming, paths), &mut report));
+    let outcome = outcome.and_then(|()| delete_extras(cfg, &pull.incoming, paths, &mut report));
     report.close();
     match outcome {
         Ok(()) => report.settle_status(),
@@ -161,9 +164,8 @@ pub fn run_pull(
     if let (Some(s), Some(m)) = (cfg.shard, pull.whole.take()) {
         let held = pull.incoming.complete_before().to_vec();
         let acked = landed.acked.with_held(held);
-        let entries = &pull.incoming.entries;
-        let listed = (entries.as_slice(), report.skipped.as_slice());
-        let shard = super::shard_report::ShardReport::of((s, m), cfg, listed, &acked, started);
+        let (entries, skipped) = (&pull.incoming.entries, report.skipped.as_slice());
+        let shard = ShardReport::of(s, m, cfg, entries, skipped, &acked, started);
         report.shard = Some(shard);
     }
     phases(&mut report);
@@ -177,7 +179,8 @@ pub fn run_pull(
 /// what went is in `report`, and what could not go fails the run.
 fn delete_extras(
     cfg: &SendConfig,
-    (incoming, paths): (&Incoming, &[String]),
+    incoming: &Incoming,
+    paths: &[String],
     report: &mut SendReport,
 ) -> Result<(), SessionError> {
     if !cfg.delete {
@@ -248,26 +251,16 @@ struct Pull {
 }
 
 impl Pull {
-    /// The pull's files and bytes in `report`: `kept` held before (see
-    /// `held_counts`), `total` bytes it set out to fetch, `verified` files
-    /// verified in all.
-    fn count_into(
-        &self,
-        report: &mut SendReport,
-        kept: (u64, u64, u64),
-        (total, verified): (u64, u64),
-    ) {
+    /// The pull's files and bytes in `report`: `total` bytes it set out to
+    /// fetch, `verified` files verified in all (what was held before, see
+    /// `held_counts`, the caller counts).
+    fn count_into(&self, report: &mut SendReport, total: u64, verified: u64) {
         let incoming = &self.incoming;
         report.command = "pull";
         report.files = incoming.file_count() as u64;
         report.bytes_total = incoming.file_data();
         report.bytes_apparent = incoming.file_bytes();
         report.bytes_skipped = incoming.file_data().saturating_sub(total);
-        (
-            report.files_unchanged,
-            report.files_found_complete,
-            report.files_continued,
-        ) = kept;
         report.files_verified = verified;
         report.skip(&incoming.entries, &self.refused);
         report.skip(&incoming.entries, &incoming.skipped);
@@ -282,7 +275,9 @@ impl Pull {
 fn open_pull(
     cfg: &SendConfig,
     req: SessionRequest,
-    (local, rules, paths): (&Path, Rules, &[String]),
+    local: &Path,
+    rules: Rules,
+    paths: &[String],
     lanes: &[crate::session::link::lanes::Lane],
 ) -> Result<Pull, SessionError> {
     let mut incoming = None;
@@ -297,7 +292,7 @@ fn open_pull(
             checksum: cfg.checksum,
             key: *key,
         });
-        let (root, dest) = local_root(local, (&mut entries, cfg.one_file), rules.dry_run)?;
+        let (root, dest) = local_root(local, &mut entries, cfg.one_file, rules.dry_run)?;
         let (at, block) = (Destination { root, dest }, u64::from(cfg.block_size));
         let (rules, tick) = (rules.clone(), &mut || {});
         let mut prepared = Incoming::prepare(at, entries, block, cfg.direct, rules, resume, tick)?;
@@ -366,12 +361,13 @@ type Received = (
 impl Pull {
     /// Receive the data on `engine`'s lanes while the daemon's events are
     /// read on another thread (the data thread takes them; this one the
-    /// summary after).
+    /// summary after), counting the files done in `files_done`.
     fn receive(
         &mut self,
         cfg: &SendConfig,
         engine: Receivers,
-        (expect, files_done): (Expect, &AtomicU64),
+        expect: Expect,
+        files_done: &AtomicU64,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Received, SessionError> {
@@ -429,7 +425,7 @@ fn settle_pull(
     };
     if let Some(&first) = rejected.first() {
         let name = &incoming.entries[first as usize].path;
-        return Err(differed(rejected.len(), name, ("at the source", "fetch")));
+        return Err(differed(rejected.len(), name, "at the source", "fetch"));
     }
     match summary {
         Some((_, _, true)) => {}
@@ -458,7 +454,8 @@ fn settle_pull(
 /// root is the nearest directory that is, LOCAL the destination under it.
 pub(crate) fn local_root(
     local: &Path,
-    (entries, one_file): (&mut [Entry], bool),
+    entries: &mut [Entry],
+    one_file: bool,
     dry: bool,
 ) -> Result<(Root, String), SessionError> {
     let mut at = local.to_path_buf();

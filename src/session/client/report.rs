@@ -316,7 +316,8 @@ impl SendReport {
     /// its last byte) and the commits after it.
     pub(crate) fn time_phases(
         &mut self,
-        (scan, setup): (Duration, Duration),
+        scan: Duration,
+        setup: Duration,
         compare: Duration,
         wall: Duration,
     ) {

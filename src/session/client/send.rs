@@ -25,13 +25,14 @@ use crate::session::plan::route;
 use crate::session::plan::tree::{scan, Tree};
 use crate::session::roles::{differed, offer};
 use crate::session::source::sending::{
-    open_source, prepare_senders, push_data, Acks, PushParams, Sources,
+    open_source, prepare_senders, push_data, Acks, DataStreams, PushParams, Sources,
 };
 use crate::session::SessionError;
 
 use super::config::SendConfig;
 use super::connect::{fit, fit_shard, note_zero_copy, open_session, register_fitted};
 use super::report::{Kept, SendObserver, SendReport};
+use super::shard_report::ShardReport;
 use crate::session::plan::held::{held_counts, held_text};
 use crate::session::plan::unsendable::Unsendable;
 pub use crate::session::source::follow::FollowUntil;
@@ -48,7 +49,8 @@ pub fn run_send(
     let mut tree = scan_sources(cfg)?;
     let scanned = began.elapsed();
     // This side's buffers are registered before the receiver hears of us.
-    let (cfg, fitted) = &fit_shard(cfg, fit(cfg, 4, 4, "--block", obs)?)?;
+    let (fit_cfg, buffers) = fit(cfg, 4, 4, "--block", obs)?;
+    let (cfg, fitted) = &fit_shard(cfg, fit_cfg, buffers)?;
     let started = std::time::SystemTime::now();
     let whole = cfg.shard.map(|s| {
         let m = crate::session::plan::shard::manifest_of(&tree.entries);
@@ -70,7 +72,7 @@ pub fn run_send(
         .follow
         .as_ref()
         .map_or(0, |_| crate::session::source::follow::ADDED_MAX);
-    let acks = Acks::new(&tree, (&push.held, room), cfg.streams, &push.refused);
+    let acks = Acks::new(&tree, &push.held, room, cfg.streams, &push.refused);
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
     let share = tree.data_bytes_in(block);
     let refused = push.held.refused_bytes(&tree, block);
@@ -85,7 +87,7 @@ pub fn run_send(
     });
     let expect = Expect::transfer(to_send, true).following(follow.as_ref().map(|f| f.gauge));
     let (data, mut report, receipts) =
-        push.transfer(cfg, expect, (&acks, follow.as_ref()), interrupt, obs)?;
+        push.transfer(cfg, expect, &acks, follow.as_ref(), interrupt, obs)?;
     let entries = [tree.entries.as_slice(), &added.entries()].concat();
     report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
     report.bytes_skipped = skipped;
@@ -100,12 +102,19 @@ pub fn run_send(
     report.bytes_total = share + grew;
     report.bytes_apparent = tree.file_bytes_in(block) + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
-    let outcome = (data, receipts);
-    let pieces = settle_push(&push, &entries, outcome, interrupted, &mut report, obs);
+    let pieces = settle_push(
+        &push,
+        &entries,
+        data,
+        receipts,
+        interrupted,
+        &mut report,
+        obs,
+    );
     if let Some((s, m)) = whole {
         let acked = pieces.with_held(push.held.complete.keys().copied());
-        let listed = (entries.as_slice(), report.skipped.as_slice());
-        let shard = super::shard_report::ShardReport::of((s, m), cfg, listed, &acked, started);
+        let skipped = report.skipped.as_slice();
+        let shard = ShardReport::of(s, m, cfg, &entries, skipped, &acked, started);
         report.shard = Some(shard);
     }
     if !matches!(report.status, "ok" | "partial") {
@@ -116,11 +125,8 @@ pub fn run_send(
     }
     report.judge_rate();
     let compare = push.compare;
-    report.time_phases(
-        (scanned, opened.saturating_sub(scanned)),
-        compare,
-        began.elapsed(),
-    );
+    let setup = opened.saturating_sub(scanned);
+    report.time_phases(scanned, setup, compare, began.elapsed());
     Ok(report)
 }
 
@@ -217,13 +223,13 @@ pub(super) fn open_push<'t>(
         };
         prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
-    let at = (cfg.host.as_str(), cfg.port);
-    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, at).unwrap_or_else(|e| {
-        obs.info(&format!(
-            "no state directory ({e}): the files the receiver holds are read again to compare"
-        ));
-        [0; 32]
-    });
+    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.host, cfg.port)
+        .unwrap_or_else(|e| {
+            obs.info(&format!(
+                "no state directory ({e}): the files the receiver holds are read again to compare"
+            ));
+            [0; 32]
+        });
     let req = cfg.push_request(owner);
     let block = u64::from(cfg.block_size);
     let local =
@@ -234,7 +240,7 @@ pub(super) fn open_push<'t>(
     let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
         let key = resume.then_some((key, cfg.checksum));
         let t = Instant::now();
-        held = offer(ctl, (tree, block), key, &local, &mut |_| Ok(()))?;
+        held = offer(ctl, tree, block, key, &local, &mut |_| Ok(()))?;
         compare = t.elapsed();
         Ok(())
     })?;
@@ -277,7 +283,8 @@ impl Push<'_> {
         &mut self,
         cfg: &SendConfig,
         expect: Expect<'_>,
-        (acked, follow): (&Acks, Option<&FollowCtx<'_>>),
+        acked: &Acks,
+        follow: Option<&FollowCtx<'_>>,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Moved, SessionError> {
@@ -309,7 +316,12 @@ impl Push<'_> {
                 follow,
             };
             let (data, report) = drive(cfg, expect, &self.streams, interrupt, obs, |c, stop| {
-                push_data(&self.params, &from, &self.plan, &self.streams, c, stop, txs)
+                let on = DataStreams {
+                    plan: &self.plan,
+                    streams: &self.streams,
+                    txs,
+                };
+                push_data(&self.params, &from, on, c, stop)
             });
             if let Err(e) = &data {
                 // (It ends the session, so the reader returns.)
@@ -334,10 +346,8 @@ impl Push<'_> {
 pub(super) fn settle_push(
     push: &Push<'_>,
     entries: &[crate::protocol::manifest::Entry],
-    (data, acks): (
-        Result<crate::session::source::sending::Pushed, SessionError>,
-        Result<Receipts, SessionError>,
-    ),
+    data: Result<crate::session::source::sending::Pushed, SessionError>,
+    acks: Result<Receipts, SessionError>,
     interrupted: bool,
     report: &mut SendReport,
     obs: &mut dyn SendObserver,
@@ -521,7 +531,7 @@ pub(super) fn check_acks(
     if let Some(&(i, _)) = got.rejected.first() {
         let name = entries.get(i as usize).map_or("?", |e| e.path.as_str());
         let count = got.rejected.len();
-        return Err(differed(count, name, ("on the receiver", "send")));
+        return Err(differed(count, name, "on the receiver", "send"));
     }
     if report.files_verified + report.files_unchanged + report.listed_files_skipped != report.files
     {

@@ -142,9 +142,11 @@ impl ShardReport {
     /// The shard's part: what of its share was verified (`held` complete
     /// before, or acknowledged with our digest).
     pub(crate) fn of(
-        (shard, manifest): (Shard, Manifest),
+        shard: Shard,
+        manifest: Manifest,
         cfg: &super::config::SendConfig,
-        (entries, skipped): (&[Entry], &[crate::session::plan::tree::Skipped]),
+        entries: &[Entry],
+        skipped: &[crate::session::plan::tree::Skipped],
         acked: &Acked,
         started: std::time::SystemTime,
     ) -> ShardReport {

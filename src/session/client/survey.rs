@@ -34,8 +34,8 @@ pub struct Survey {
 
 /// Ask the receiver of `cfg` what a push of `tree` would do.
 pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
-    let at = (cfg.host.as_str(), cfg.port);
-    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, at).unwrap_or([0; 32]);
+    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.host, cfg.port)
+        .unwrap_or([0; 32]);
     let mut req = cfg.push_request(owner);
     req.flags |= REQ_DRY_RUN;
     let block = u64::from(cfg.block_size);
@@ -45,7 +45,7 @@ pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
     let local =
         |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
     let held =
-        crate::session::roles::offer(&mut ctl, (tree, block), resume, &local, &mut |_| Ok(()))?;
+        crate::session::roles::offer(&mut ctl, tree, block, resume, &local, &mut |_| Ok(()))?;
     let (refused, deleted) = hear_verdict(&mut ctl, tree.entries.len())?;
     Ok(Survey {
         actions: actions(tree, &held, &refused, block),
@@ -113,7 +113,8 @@ fn actions(tree: &Tree, held: &Held, refused: &[(u32, String)], block: u64) -> V
 /// would remove). Nothing is written under `local`.
 pub fn survey_pull(
     cfg: &SendConfig,
-    (paths, local): (&[String], &std::path::Path),
+    paths: &[String],
+    local: &std::path::Path,
 ) -> Result<(Tree, Survey), SessionError> {
     use crate::session::sink::incoming::{Destination, Incoming};
     use crate::session::sink::manifest::recv_manifest;
@@ -127,7 +128,7 @@ pub fn survey_pull(
     let max = crate::protocol::manifest::ENTRIES_MAX;
     let mut entries = recv_manifest(&mut ctl, max, &mut |_| Ok(()))?;
     super::pull::check_asked_for(&entries, paths)?;
-    let (root, dest) = super::pull::local_root(local, (&mut entries, cfg.one_file), true)?;
+    let (root, dest) = super::pull::local_root(local, &mut entries, cfg.one_file, true)?;
     let rules = Rules {
         dry_run: true,
         ..super::pull::client_rules(cfg)?

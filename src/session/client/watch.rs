@@ -223,7 +223,7 @@ impl<'a> Watch<'a> {
         self.path.look(&self.fds, self.start.elapsed(), obs);
         let t = self.now_ns();
         let bytes = self.delivered.of(&self.fds, counters.snapshot().0);
-        self.grow.step(&self.fds, (t, bytes), counters, obs);
+        self.grow.step(&self.fds, t, bytes, counters, obs);
         let at = Duration::from_nanos(t);
         if self.in_test.is_none() && self.test.is_some_and(|test| at >= test) {
             self.in_test = Some((at, bytes));
@@ -517,7 +517,8 @@ impl Grow {
     fn step(
         &mut self,
         fds: &[RawFd],
-        (t, bytes): (u64, u64),
+        t: u64,
+        bytes: u64,
         counters: &WorkerCounters,
         obs: &mut dyn SendObserver,
     ) {

@@ -5,12 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::protocol::control::{Direction, ErrorCode, Message, REQ_ENCRYPT};
-use crate::protocol::handshake::SessionKeys;
 
-use super::config::RecvConfig;
+use super::connection::Session;
 use super::progress::RecvProgress;
 use super::pull::{daemon_push_params, pace_as_asked};
-use super::registry::Registry;
 use super::streams::collect_streams;
 use crate::protocol::seal::{frame_key, Direction as SealDirection};
 use crate::session::link::conn::{send_msg, Control};
@@ -21,13 +19,10 @@ use crate::session::SessionError;
 /// send for the requested time. No disk is touched.
 pub(super) fn bench_session(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
     progress: &mut RecvProgress<'_>,
 ) -> Result<(u64, u64), SessionError> {
+    let req = session.req;
     let reverse = req.direction == Direction::BenchReverse;
     // Reversed, the path carries the test length in ms (and `v` for checksums).
     let (time, verify) = if reverse {
@@ -46,9 +41,9 @@ pub(super) fn bench_session(
         (Duration::ZERO, false)
     };
     let bytes = if reverse {
-        bench_send_back(s, req, buffers, keys, cfg, registry, (time, verify))?
+        bench_send_back(s, session, time, verify)?
     } else {
-        bench_take(s, req, buffers, keys, cfg, registry, progress)?
+        bench_take(s, session, progress)?
     };
     bench_summary(s, bytes)?;
     Ok((0, bytes))
@@ -71,20 +66,30 @@ pub(super) fn bench_summary(s: &mut Control, bytes: u64) -> Result<(), SessionEr
 /// frame checksummed when `verify`); the bytes sent.
 pub(super) fn bench_send_back(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
-    (time, verify): (Duration, bool),
+    session: &Session<'_>,
+    time: Duration,
+    verify: bool,
 ) -> Result<u64, SessionError> {
     use crate::session::probe::bench_net::{bench_senders, fill_bench_buffers, BenchRun};
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        ..
+    } = *session;
     // Rings and buffers before the streams connect (ready for their data).
     let params = daemon_push_params(req, buffers, keys, cfg);
-    let both = (req.streams, req.streams);
-    let (plan, mut txs) = bench_senders(cfg.lanes, both, buffers, req.block_size, params.zerocopy)?;
+    let (plan, mut txs) = bench_senders(
+        cfg.lanes,
+        req.streams,
+        req.streams,
+        buffers,
+        req.block_size,
+        params.zerocopy,
+    )?;
     txs.iter_mut().for_each(fill_bench_buffers);
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     pace_as_asked(req, &streams)?;
     let counters = crate::coord::WorkerCounters::default();
     let stop = AtomicBool::new(false);
@@ -107,21 +112,27 @@ pub(super) fn bench_send_back(
 /// them, until the streams end; the bytes taken.
 pub(super) fn bench_take(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
     progress: &mut RecvProgress<'_>,
 ) -> Result<u64, SessionError> {
     use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes};
+    use crate::session::sink::landing::FrameCheck;
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        ..
+    } = *session;
     // Rings and buffers before the streams connect (ready for their data).
     let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, req.block_size)?;
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
-    let open = req
-        .has(REQ_ENCRYPT)
-        .then(|| (keys.clone(), SealDirection::ClientToServer));
-    let key = frame_key(keys);
+    let streams = collect_streams(s, session)?;
+    let check = FrameCheck {
+        key: frame_key(keys),
+        open: req
+            .has(REQ_ENCRYPT)
+            .then(|| (keys.clone(), SealDirection::ClientToServer)),
+    };
     let plan = crate::session::link::lanes::place_streams(
         plan.len(),
         &crate::session::link::streams::fds_of(&streams),
@@ -132,7 +143,7 @@ pub(super) fn bench_take(
     };
     let mut logged = 0;
     let taken = std::thread::scope(|scope| {
-        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, (&key, &open), &count));
+        let lanes = scope.spawn(|| discard_on_lanes(&plan, &streams, rxs, &check, &count));
         while !lanes.is_finished() {
             std::thread::sleep(crate::session::link::lanes::WATCH_EVERY);
             let now = counted.load(Ordering::Relaxed);

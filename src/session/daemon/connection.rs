@@ -93,7 +93,11 @@ pub(super) fn connection(
             stream_index,
             proof,
         } => {
-            let hello = (session_id, stream_index, proof);
+            let hello = StreamHello {
+                session_id,
+                index: stream_index,
+                proof,
+            };
             data_stream(s, hello, conn, unauthenticated, registry)
         }
         _ => Err(fail(
@@ -139,7 +143,14 @@ pub(super) fn control(
     };
     log(Level::Info, &format!("{peer}: {}", kind.started(&req)));
     let started = Instant::now();
-    let run = run_session(s, &req, reserved.count, &keys, cfg, registry, peer, log);
+    let session = Session {
+        req: &req,
+        buffers: reserved.count,
+        keys: &keys,
+        cfg,
+        registry,
+    };
+    let run = run_session(s, &session, peer, log);
     match run {
         Ok((files, bytes)) => {
             let secs = started.elapsed().as_secs_f64();
@@ -156,7 +167,7 @@ pub(super) fn control(
         Err(e) => {
             let e = fail(s, e);
             registry.stats.failed(&e);
-            log_end(log, (peer, kind), &e);
+            log_end(log, peer, kind, &e);
         }
     }
     Ok(())
@@ -164,7 +175,7 @@ pub(super) fn control(
 
 /// A session that did not end as it should, in the log: a client's stop
 /// (Ctrl-C) said as that, anything else as a failure.
-pub(super) fn log_end(log: &Log, (peer, kind): (SocketAddr, Kind), e: &SessionError) {
+pub(super) fn log_end(log: &Log, peer: SocketAddr, kind: Kind, e: &SessionError) {
     match e {
         SessionError::Refused {
             code: ErrorCode::Interrupted,
@@ -259,18 +270,28 @@ impl Kind {
     }
 }
 
-/// A data stream's hello: session id, stream index and proof.
-pub(super) type StreamHello = (SessionId, u16, Proof);
+/// A data stream's hello: the session it joins, its index among the
+/// session's streams, and its proof of the session's keys.
+pub(super) struct StreamHello {
+    pub(super) session_id: SessionId,
+    pub(super) index: u16,
+    pub(super) proof: Proof,
+}
 
 /// Hand a data stream that proves it belongs to a waiting session over to
 /// it, with its place in the connection count; refuse any other.
 pub(super) fn data_stream(
     mut s: Control,
-    (session_id, index, proof): StreamHello,
+    hello: StreamHello,
     conn: Hold,
     unauthenticated: Unauthenticated,
     registry: &Registry,
 ) -> Result<(), SessionError> {
+    let StreamHello {
+        session_id,
+        index,
+        proof,
+    } = hello;
     let reg = registry.registry.lock().unwrap_or_else(|p| p.into_inner());
     let pending = reg
         .get(&session_id)
@@ -427,33 +448,46 @@ pub(super) fn streams_fit(
     ))
 }
 
-/// Run an admitted session with its `buffers`: a bench, a pull or a push.
-#[allow(clippy::too_many_arguments)]
+/// A session the daemon admitted, as its kinds run it: what the client
+/// asked, the frame buffers reserved for it, the session's keys, and the
+/// daemon's config and registry.
+#[derive(Clone, Copy)]
+pub(super) struct Session<'a> {
+    pub(super) req: &'a SessionRequest,
+    pub(super) buffers: usize,
+    pub(super) keys: &'a SessionKeys,
+    pub(super) cfg: &'a RecvConfig,
+    pub(super) registry: &'a Registry,
+}
+
+/// Run an admitted session (from `peer`, logged to `log`) on its control
+/// connection `s`: a bench, a pull or a push.
 pub(super) fn run_session(
     s: &mut Control,
-    req: &SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        registry,
+    } = *session;
     match Kind::of(req) {
         Kind::Bench => {
             let mut progress = RecvProgress::new(log, &registry.stats, peer, cfg.interval, None);
-            bench_session(s, req, buffers, keys, cfg, registry, &mut progress)
+            bench_session(s, session, &mut progress)
         }
         Kind::Pull => {
             let id = registry.stats.begin(peer, "send");
-            let r = pull_session(s, req, buffers, keys, cfg, registry);
+            let r = pull_session(s, session);
             registry.stats.end(id);
             r
         }
-        Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => {
-            survey_push(s, req, keys, cfg, registry)
-        }
-        Kind::Push => push_session(s, req, buffers, keys, cfg, registry, peer, log),
+        Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => survey_push(s, session),
+        Kind::Push => push_session(s, session, peer, log),
         Kind::Udp => {
             let side = crate::session::probe::udp_daemon::DaemonSide {
                 enabled: cfg.udp,

@@ -10,6 +10,7 @@ use crate::protocol::control::{Message, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME};
 use crate::protocol::handshake::SessionKeys;
 
 use super::config::RecvConfig;
+use super::connection::Session;
 use super::push::{client_stopped, shutting_down};
 use super::registry::{ManifestMemory, Registry};
 use super::startup::filter_of;
@@ -61,21 +62,24 @@ pub(super) fn pace_as_asked(
 /// through, and a summary.
 pub(super) fn pull_session(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
 ) -> Result<(u64, u64), SessionError> {
     use crate::session::roles::{hear, Until};
-    use crate::session::source::sending::{open_source_beneath, push_data, Sources};
+    use crate::session::source::sending::{open_source_beneath, push_data, DataStreams, Sources};
+    let Session {
+        req,
+        buffers,
+        keys,
+        cfg,
+        registry,
+    } = *session;
     // (The memory stays counted until the session ends.)
     let OfferedPull {
         root,
         tree,
         mut held,
         _memory,
-    } = offer_pull(s, req, keys, cfg, registry)?;
+    } = offer_pull(s, session)?;
     if req.has(crate::protocol::control::REQ_DRY_RUN) {
         // The client looks at what it holds by itself: nothing is sent.
         pulled(s, registry, 0, 0)?;
@@ -98,7 +102,7 @@ pub(super) fn pull_session(
     };
     let files = tree.to_send(&held);
     let route = crate::session::plan::route::for_source(before.placement, shape, &plan, files)?;
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     pace_as_asked(req, &streams)?;
     let open = |i: usize| open_source_beneath(&root, &tree.sources[i], tree.ids[i], cfg.direct);
     let counters = crate::coord::WorkerCounters::default();
@@ -113,13 +117,17 @@ pub(super) fn pull_session(
     };
     // The daemon stopping (its drain time over) stops the lanes.
     let stop = &registry.closing;
-    let pushed =
-        push_data(&params, &from, &plan, &streams, &counters, stop, txs).map_err(|e| match stop
-            .load(Ordering::Acquire)
-        {
+    let on = DataStreams {
+        plan: &plan,
+        streams: &streams,
+        txs,
+    };
+    let pushed = push_data(&params, &from, on, &counters, stop).map_err(|e| {
+        match stop.load(Ordering::Acquire) {
             true => shutting_down(),
             false => client_stopped(s, e),
-        })?;
+        }
+    })?;
     for st in &streams {
         let _ = st.shutdown(std::net::Shutdown::Write);
     }
@@ -198,12 +206,16 @@ pub(super) fn offer_share(
 /// the scan left out.
 pub(super) fn offer_pull<'r>(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &'r Registry,
+    session: &Session<'r>,
 ) -> Result<OfferedPull<'r>, SessionError> {
     use crate::session::source::sending::open_source_beneath;
+    let Session {
+        req,
+        keys,
+        cfg,
+        registry,
+        ..
+    } = *session;
     let root = Root::open(&cfg.root).map_err(|e| SessionError::io("root", e))?;
     let paths: Vec<&str> = req.path.split('\0').collect();
     let rules =
@@ -221,7 +233,7 @@ pub(super) fn offer_pull<'r>(
     let key = frame_key(keys);
     let resume = req.has(REQ_RESUME).then_some((&key, req.has(REQ_CHECKSUM)));
     let reserve = &mut |b| memory.reserve(b);
-    let held = crate::session::roles::offer(s, (&tree, block), resume, &local, reserve)?;
+    let held = crate::session::roles::offer(s, &tree, block, resume, &local, reserve)?;
     if tree.excluded + tree.devices_left > 0 {
         let (excluded, devices) = (tree.excluded, tree.devices_left);
         send_msg(s, &Message::LeftOut { excluded, devices })?;

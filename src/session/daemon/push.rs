@@ -11,10 +11,9 @@ use crate::datapath::beneath::Root;
 use crate::protocol::control::{
     ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
 };
-use crate::protocol::handshake::SessionKeys;
 use crate::protocol::manifest::check_path;
 
-use super::config::RecvConfig;
+use super::connection::Session;
 use super::log::{Level, Log};
 use super::progress::RecvProgress;
 use super::registry::{Claims, ManifestMemory, Registry};
@@ -35,18 +34,15 @@ pub(super) const CLAIM_WAIT: Duration = Duration::from_secs(3);
 /// A push on the daemon's side: the manifest prepared under the root (see
 /// [`prepare_push`]), the sink's part of the setup (`roles::accept`), the
 /// data streams collected, then the data received and its summary sent.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn push_session(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    buffers: usize,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
-    let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
+    let (req, buffers, keys) = (session.req, session.buffers, session.keys);
+    let (cfg, registry) = (session.cfg, session.registry);
+    let mut prepared = prepare_push(s, session)?;
     let PreparedPush {
         incoming,
         claims,
@@ -66,7 +62,7 @@ pub(super) fn push_session(
     let mut beat = crate::session::link::conn::Beat::new(s)?;
     crate::session::roles::place(s, incoming, &pool.lanes, &mut || beat.tick())?;
     // Wait for the data streams, each proving it belongs here.
-    let streams = collect_streams(s, registry, keys, req.streams, cfg)?;
+    let streams = collect_streams(s, session)?;
     // Receive: frames into registered buffers, checked, written, committed
     // on the sender's digest; a heartbeat while nothing else goes out.
     let mut out = DaemonLanding {
@@ -118,7 +114,7 @@ pub(super) fn push_session(
         }
         if req.has(crate::protocol::control::REQ_DELETE) {
             let whole = req.has(crate::protocol::control::REQ_CONTENTS);
-            delete_extras(s, (incoming, whole), log)?;
+            delete_extras(s, incoming, whole, log)?;
         }
         send_msg(
             s,
@@ -212,12 +208,10 @@ impl Drop for ReadsEnd {
 /// the client, then the summary. Nothing is claimed, made or changed.
 pub(super) fn survey_push(
     s: &mut Control,
-    req: &SessionRequest,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &Registry,
+    session: &Session<'_>,
 ) -> Result<(u64, u64), SessionError> {
-    let mut prepared = prepare_push(s, req, keys, cfg, registry)?;
+    let req = session.req;
+    let mut prepared = prepare_push(s, session)?;
     let incoming = &mut prepared.incoming;
     crate::session::roles::settle_held(s, incoming)?;
     crate::session::roles::refuse(s, incoming)?;
@@ -243,7 +237,8 @@ pub(super) fn survey_push(
 /// being committed already).
 pub(super) fn delete_extras(
     s: &mut Control,
-    (incoming, whole_dest): (&Incoming, bool),
+    incoming: &Incoming,
+    whole_dest: bool,
     log: &Log,
 ) -> Result<(), SessionError> {
     let pruned = crate::session::sink::prune::prune(incoming, false, whole_dest);
@@ -273,11 +268,15 @@ pub(super) struct PreparedPush<'r> {
 /// heartbeat while a large tree is prepared).
 pub(super) fn prepare_push<'r>(
     s: &mut Control,
-    req: &crate::protocol::control::SessionRequest,
-    keys: &SessionKeys,
-    cfg: &RecvConfig,
-    registry: &'r Registry,
+    session: &Session<'r>,
 ) -> Result<PreparedPush<'r>, SessionError> {
+    let Session {
+        req,
+        keys,
+        cfg,
+        registry,
+        ..
+    } = *session;
     let dest = push_dest(req)?;
     let mut memory = registry.manifest_memory(cfg.limits.manifest_bytes);
     let mut entries = recv_manifest(s, cfg.limits.files, &mut |bytes| memory.reserve(bytes))?;

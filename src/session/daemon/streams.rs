@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::datapath::sys;
 use crate::protocol::control::{ErrorCode, Message};
-use crate::protocol::handshake::SessionKeys;
 
-use super::config::RecvConfig;
-use super::registry::{Arrived, Hold, Pending, Registry};
+use super::connection::Session;
+use super::registry::{Arrived, Hold, Pending};
 use crate::session::link::conn::{recv_msg, send_msg, Control};
 use crate::session::SessionError;
 
@@ -45,15 +44,21 @@ impl<'a> IntoIterator for &'a Streams {
 /// connection.
 pub(super) const CONTROL_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Register the session, say Ready, and wait for its data streams, each of
-/// which proved it belongs here when it connected.
+/// Register the session, say Ready, and wait for the data streams its
+/// request asked for, each of which proved it belongs here when it
+/// connected.
 pub(super) fn collect_streams(
     s: &mut Control,
-    registry: &Registry,
-    keys: &SessionKeys,
-    count: u16,
-    cfg: &RecvConfig,
+    session: &Session<'_>,
 ) -> Result<Streams, SessionError> {
+    let Session {
+        req,
+        keys,
+        cfg,
+        registry,
+        ..
+    } = *session;
+    let count = req.streams;
     let (tx, rx) = mpsc::channel();
     registry
         .registry

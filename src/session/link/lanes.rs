@@ -174,7 +174,8 @@ pub fn near_nic(plan: &[Lane], fds: &[i32]) -> Vec<Lane> {
 /// any peer is contacted).
 pub fn prepare<T>(
     want: Lanes,
-    (streams, carrying): (u16, u16),
+    streams: u16,
+    carrying: u16,
     buffers: usize,
     make: impl Fn(usize, usize) -> Result<T, crate::datapath::Error>,
 ) -> Result<(Vec<Lane>, Vec<T>), SessionError> {

@@ -180,7 +180,7 @@ impl Secret {
 /// [`Rules::owner`](crate::session::sink::rules::Rules::owner)): a MAC of its secret in
 /// `dir` (made there at first use) and of the receiver's address, so a
 /// receiver learns only the token meant for itself.
-pub fn owner_token(dir: &Path, (host, port): (&str, u16)) -> std::io::Result<[u8; 32]> {
+pub fn owner_token(dir: &Path, host: &str, port: u16) -> std::io::Result<[u8; 32]> {
     let port = port.to_le_bytes();
     let parts: [&[u8]; 4] = [b"urmove owner token", host.as_bytes(), b"\0", &port];
     Ok(Secret::load_or_create(dir)?.mac(&parts))

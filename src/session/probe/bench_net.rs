@@ -24,7 +24,8 @@ use crate::session::client::report::{SendObserver, SendReport};
 use crate::session::client::config::SendConfig;
 use crate::session::link::conn::{recv_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
-use crate::session::link::streams::{fds_of, Sealing};
+use crate::session::link::streams::fds_of;
+use crate::session::sink::landing::FrameCheck;
 use crate::session::source::sending::PushParams;
 use crate::session::SessionError;
 
@@ -60,7 +61,8 @@ pub fn run_bench_net(
     let ((plan, mut txs), buffers) = register_fitted(*fitted, obs, |n| {
         bench_senders(
             cfg.lanes,
-            (cfg.streams, carrying),
+            cfg.streams,
+            carrying,
             n,
             cfg.block_size,
             cfg.zerocopy,
@@ -109,12 +111,13 @@ pub fn run_bench_net(
 /// `block` bytes.
 pub(crate) fn bench_senders(
     want: Lanes,
-    streams: (u16, u16),
+    streams: u16,
+    carrying: u16,
     buffers: usize,
     block: u32,
     zerocopy: ZeroCopy,
 ) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
-    lanes::prepare(want, streams, buffers, |n, b| {
+    lanes::prepare(want, streams, carrying, buffers, |n, b| {
         NetSender::prepare(n, b, block as usize, zerocopy, 0)
     })
 }
@@ -126,7 +129,7 @@ pub(crate) fn bench_receivers(
     buffers: usize,
     block: u32,
 ) -> Result<(Vec<Lane>, Vec<NetReceiver>), SessionError> {
-    lanes::prepare(want, (streams, streams), buffers, |n, b| {
+    lanes::prepare(want, streams, streams, buffers, |n, b| {
         NetReceiver::prepare(n, b, block as usize, 0)
     })
 }
@@ -157,8 +160,10 @@ fn run_bench_net_reverse(
         path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, plan.len(), &mut |_, _| Ok(()))?;
-    let key = crate::protocol::seal::frame_key(&keys);
-    let open = cfg.encrypt.then_some((keys, SealDirection::ServerToClient));
+    let check = FrameCheck {
+        key: crate::protocol::seal::frame_key(&keys),
+        open: cfg.encrypt.then_some((keys, SealDirection::ServerToClient)),
+    };
     let (data, mut report) = drive(
         cfg,
         Expect::test(time, false),
@@ -168,7 +173,7 @@ fn run_bench_net_reverse(
         |counters, _stop| {
             let plan = lanes::place_streams(plan.len(), &fds_of(&streams));
             let progress = |b: u64| counters.add(b, 0);
-            discard_on_lanes(&plan, &streams, rxs, (&key, &open), &progress)
+            discard_on_lanes(&plan, &streams, rxs, &check, &progress)
         },
     );
     report.command = "bench --net --reverse";
@@ -199,20 +204,15 @@ pub(crate) fn discard_on_lanes(
     plan: &[Lane],
     streams: &[TcpStream],
     rxs: Vec<NetReceiver>,
-    check: (&FrameKey, &Sealing),
+    check: &FrameCheck,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<(u64, Vec<LaneReport>), SessionError> {
     let fds = fds_of(streams);
     let failed = AtomicBool::new(false);
     let results = lanes::run(plan, rxs, &|lane, rx| {
         let others = lanes::StopOthers(&failed);
-        others.on(discard_frames(
-            (lane, &failed),
-            &lane.fds(&fds),
-            rx,
-            check,
-            progress,
-        ))
+        let fds = lane.fds(&fds);
+        others.on(discard_frames(lane, &failed, &fds, rx, check, progress))
     });
     let (bytes, mut reports) = lanes::all_ok(results)?;
     for (r, &b) in reports.iter_mut().zip(&bytes) {
@@ -221,16 +221,18 @@ pub(crate) fn discard_on_lanes(
     Ok((bytes.iter().sum(), reports))
 }
 
-/// Receive bench frames on a lane's streams (`fds`) until all end: check
-/// each checksum under `key` (unless the frame says it carries none),
-/// count and discard.
+/// Receive bench frames on a lane's streams (`fds`) until all end or
+/// another lane `failed`: check each as `check` says (a checksum under its
+/// key, unless the frame says it carries none), count and discard.
 fn discard_frames(
-    (lane, failed): (&Lane, &AtomicBool),
+    lane: &Lane,
+    failed: &AtomicBool,
     fds: &[i32],
     mut rx: NetReceiver,
-    (key, open): (&FrameKey, &Sealing),
+    check: &FrameCheck,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64, SessionError> {
+    let (key, open) = (&check.key, &check.open);
     use crate::datapath::net::{payload, RecvEvent};
     rx.number_streams(&lane.streams);
     rx.start(fds)?;
@@ -350,7 +352,7 @@ impl BenchRun<'_> {
         let failed = AtomicBool::new(false);
         let results = lanes::run(&plan, txs, &|lane, tx| {
             let others = lanes::StopOthers(&failed);
-            others.on(self.lane((lane, &failed), &fds, share, tx))
+            others.on(self.lane(lane, &failed, &fds, share, tx))
         });
         let (stats, mut reports) = lanes::all_ok(results)?;
         for (r, s) in reports.iter_mut().zip(&stats) {
@@ -363,7 +365,8 @@ impl BenchRun<'_> {
     /// them, within its `1/share` of any rate limit.
     fn lane(
         &self,
-        (lane, failed): (&Lane, &AtomicBool),
+        lane: &Lane,
+        failed: &AtomicBool,
         all: &[i32],
         share: f64,
         mut tx: NetSender,

@@ -333,7 +333,11 @@ pub(super) struct Run<'a> {
 
 /// What a test ended with: the counts of every flow (`sent` filled in),
 /// the foreign datagrams, and when the sending ended (seconds in).
-pub(super) type Ended = (Vec<UdpCount>, u64, f64);
+pub(super) struct Ended {
+    pub(super) flows: Vec<UdpCount>,
+    pub(super) foreign: u64,
+    pub(super) end: f64,
+}
 
 impl Run<'_> {
     /// One more interval between the `last` snapshot and `now`.
@@ -358,7 +362,9 @@ impl Run<'_> {
         let t = self.t;
         let sender = Sender::connect(
             SocketAddr::new(ip, port),
-            (t.flows, self.size, t.rate),
+            t.flows,
+            self.size,
+            t.rate,
             t.lanes,
         )?;
         (self.report.gso, self.report.datagrams_per_write) = (Some(sender.gso), Some(sender.run));
@@ -370,12 +376,12 @@ impl Run<'_> {
         let tagger = self.tagger.clone();
         std::thread::scope(|s| {
             let sending = s.spawn(|| sender.send(&tagger, t.time, &stop, &sent));
-            let r = self.hear_counts(&events, start, (&sending, &stop, &sent));
+            let r = self.hear_counts(&events, start, &sending, &stop, &sent);
             stop.store(true, Ordering::Release);
             let span = sending.join().expect("the sending lanes panicked")?;
             // The offered rate over the time it sent, not until this
             // side noticed it had ended.
-            r.map(|(flows, foreign, _)| (flows, foreign, span))
+            r.map(|ended| Ended { end: span, ..ended })
         })
         .map(|ended| (ended, events))
     }
@@ -386,11 +392,9 @@ impl Run<'_> {
         &mut self,
         events: &Events,
         start: Instant,
-        (sending, stop, sent): (
-            &std::thread::ScopedJoinHandle<'_, Result<f64, SessionError>>,
-            &AtomicBool,
-            &[AtomicU64],
-        ),
+        sending: &std::thread::ScopedJoinHandle<'_, Result<f64, SessionError>>,
+        stop: &AtomicBool,
+        sent: &[AtomicU64],
     ) -> Result<Ended, SessionError> {
         let mut last = Snapshot::default();
         let mut ended: Option<f64> = None;
@@ -426,7 +430,11 @@ impl Run<'_> {
             }
             if done {
                 let end = ended.unwrap_or_else(|| start.elapsed().as_secs_f64());
-                return Ok((flows, foreign, end));
+                return Ok(Ended {
+                    flows,
+                    foreign,
+                    end,
+                });
             }
             let at_s = start.elapsed().as_secs_f64();
             self.interval(&mut last, Snapshot { at_s, flows });
@@ -440,7 +448,8 @@ impl Run<'_> {
         let buffers = 16 * lanes::count(t.lanes, usize::from(t.flows), usize::from(t.flows));
         let counter = Counter::bind(
             SocketAddr::new(local.ip(), 0),
-            (t.flows, self.size),
+            t.flows,
+            self.size,
             t.lanes,
             buffers,
         )?;
@@ -452,12 +461,19 @@ impl Run<'_> {
         let tagger = self.tagger.clone();
         let hello = || counter.hello(door, &tagger);
         let (sent, end) = counter.count(&tagger, &stop, || {
-            self.hear_sent(&events, start, (&counter, &hello))
+            self.hear_sent(&events, start, &counter, &hello)
         })??;
         let (flows, foreign) = tell_done(self.ctl, &counter, &sent)?;
         // The daemon sends for the test's time (its end is heard later).
         let end = end.min(t.time.as_secs_f64());
-        Ok(((flows, foreign, end), events))
+        Ok((
+            Ended {
+                flows,
+                foreign,
+                end,
+            },
+            events,
+        ))
     }
 
     /// The daemon's sent counts as they come, each an interval with this
@@ -467,7 +483,8 @@ impl Run<'_> {
         &mut self,
         events: &Events,
         start: Instant,
-        (counter, hello): (&Counter, &dyn Fn() -> Result<(), SessionError>),
+        counter: &Counter,
+        hello: &dyn Fn() -> Result<(), SessionError>,
     ) -> Result<(Vec<u64>, f64), SessionError> {
         let mut last = Snapshot::default();
         // The daemon sends once it heard from this side's port; until its
@@ -512,7 +529,12 @@ impl Run<'_> {
 
     /// The summary and each flow's figures from what the test `ended`
     /// with, once the daemon confirms it.
-    pub(super) fn conclude(&mut self, (flows, foreign, end): Ended, events: &Events) {
+    pub(super) fn conclude(&mut self, ended: Ended, events: &Events) {
+        let Ended {
+            flows,
+            foreign,
+            end,
+        } = ended;
         let zero = Snapshot {
             at_s: 0.0,
             flows: vec![UdpCount::default(); flows.len()],

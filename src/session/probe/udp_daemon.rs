@@ -181,7 +181,7 @@ pub(super) fn daemon_counts(
     d: &DaemonSide<'_>,
 ) -> Result<(Vec<UdpCount>, u64), SessionError> {
     let at = SocketAddr::new(address(s, true)?.ip(), d.listen_port);
-    let counter = Counter::bind(at, (a.flows, a.size), d.lanes, d.buffers)?;
+    let counter = Counter::bind(at, a.flows, a.size, d.lanes, d.buffers)?;
     send_msg(s, &Message::UdpReady { port: counter.port })?;
     let events = reader(s, |m| matches!(m, Message::UdpEnd { .. }))?;
     let stop = AtomicBool::new(false);
@@ -252,7 +252,7 @@ pub(super) fn daemon_sends(
     )?;
     let wait = d.timeout.min(HELLO_WAIT);
     let to = validated(&door, asked_to, tagger, wait)?;
-    let sender = Sender::connect(to, (a.flows, a.size, a.rate), d.lanes)?;
+    let sender = Sender::connect(to, a.flows, a.size, a.rate, d.lanes)?;
     let sent: Vec<AtomicU64> = (0..a.flows).map(|_| AtomicU64::new(0)).collect();
     let stop = AtomicBool::new(false);
     let now_sent = || {

@@ -45,7 +45,9 @@ pub(crate) struct Sender {
 impl Sender {
     pub(crate) fn connect(
         peer: SocketAddr,
-        (flows, size, rate): (u16, usize, Option<f64>),
+        flows: u16,
+        size: usize,
+        rate: Option<f64>,
         lanes: Lanes,
     ) -> Result<Sender, SessionError> {
         let mut fds = Vec::new();
@@ -125,7 +127,8 @@ impl Counter {
     /// datagrams, with `buffers` receive buffers in all.
     pub(crate) fn bind(
         at: SocketAddr,
-        (flows, size): (u16, usize),
+        flows: u16,
+        size: usize,
         lanes: Lanes,
         buffers: usize,
     ) -> Result<Counter, SessionError> {

@@ -414,7 +414,7 @@ impl Incoming {
                 .map_err(|err| SessionError::io(format!("giving {rel} its owner"), err))?;
         }
         self.root
-            .set_link_mtime(rel, (e.mtime_s, e.mtime_ns))
+            .set_link_mtime(rel, e.mtime_s, e.mtime_ns)
             .map_err(|err| SessionError::io(format!("giving {rel} its time"), err))?;
         Ok(Ok(()))
     }
@@ -467,7 +467,7 @@ impl Incoming {
             .chmod_kind(rel, kind, self.rules.mode(e.mode))
             .map_err(io)?;
         self.root
-            .set_link_mtime(rel, (e.mtime_s, e.mtime_ns))
+            .set_link_mtime(rel, e.mtime_s, e.mtime_ns)
             .map_err(io)?;
         Ok(Ok(()))
     }

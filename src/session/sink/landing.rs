@@ -63,7 +63,7 @@ pub(crate) fn prepare_receivers(
     buffers: usize,
     payload_max: usize,
 ) -> Result<Receivers, SessionError> {
-    lanes::prepare(want, (streams, streams), buffers, |n, b| {
+    lanes::prepare(want, streams, streams, buffers, |n, b| {
         NetReceiver::prepare(n, b, payload_max, FILE_SLOTS)
     })
     .map(|(lanes, rxs)| Receivers { lanes, rxs })

@@ -111,7 +111,7 @@ impl Drop for Confirmer {
 /// Read `e` again: unchanged since it ended, and summing to its digest.
 fn verdict(e: &Ended, stop: &AtomicBool) -> Verdict {
     super::reads::check_unchanged(&e.file, e.end, None)?;
-    let now = crate::session::plan::digest::plain_digest(&e.file, e.end.0, stop)
+    let now = crate::session::plan::digest::plain_digest(&e.file, e.end.size, stop)
         .map_err(Unsendable::Reread)?;
     if now == e.digest {
         Ok(now)
@@ -131,7 +131,11 @@ mod tests {
         std::fs::write(&p, data).unwrap();
         let file = File::open(&p).unwrap();
         let m = file.metadata().unwrap();
-        let end = (m.len(), m.mtime(), m.mtime_nsec() as u32);
+        let end = End {
+            size: m.len(),
+            mtime_s: m.mtime(),
+            mtime_ns: m.mtime_nsec() as u32,
+        };
         let digest = crate::protocol::frame::content_terms(0, data);
         Ended {
             entry,

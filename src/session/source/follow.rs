@@ -32,6 +32,7 @@ use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::confirm::{Confirmer, Ended, Verdict};
 use super::ledger::Acks;
+use super::sending::Sources;
 use super::work::{End, Work};
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::refused::Refused;
@@ -220,14 +221,16 @@ pub(crate) struct Follower<'a> {
 }
 
 impl<'a> Follower<'a> {
-    /// Follow the growing files and the directories of `tree`, queueing
-    /// pieces on `work` and telling the receiver on `ctl`.
+    /// Follow the growing files and the directories of the push's tree
+    /// (`from`, whose follow is `ctx`), queueing pieces of `block`-byte
+    /// blocks on `work` and telling the receiver on its control connection.
     pub(crate) fn new(
-        (tree, work): (&'a Tree, &'a Work),
+        from: &Sources<'a>,
         ctx: &'a FollowCtx<'a>,
-        (ctl, acks): (&Control, Option<&'a Acks>),
+        work: &'a Work,
         block: u64,
     ) -> Result<Self, SessionError> {
+        let (tree, ctl, acks) = (from.tree, from.announce_on, from.acked);
         let mut f = Follower {
             work,
             ctx,
@@ -253,7 +256,7 @@ impl<'a> Follower<'a> {
                     let path = &tree.sources[i];
                     let file = File::open(path)
                         .map_err(|e| SessionError::io(path.display().to_string(), e))?;
-                    f.follow_file(i, (path, file), e.size)?;
+                    f.follow_file(i, path, file, e.size)?;
                 }
                 EntryKind::Dir => f.follow_dir(i, &tree.sources[i], e),
                 _ => {}
@@ -267,7 +270,8 @@ impl<'a> Follower<'a> {
     fn follow_file(
         &mut self,
         entry: usize,
-        (path, file): (&Path, File),
+        path: &Path,
+        file: File,
         queued: u64,
     ) -> Result<(), SessionError> {
         let id = FileId::of(&file).map_err(|e| SessionError::io("fstat", e))?;
@@ -487,28 +491,32 @@ impl<'a> Follower<'a> {
     /// told its end, and its digest when every piece was read already.
     fn end(&mut self, f: Followed) -> Result<(), SessionError> {
         let m = f.file.metadata().map_err(|e| SessionError::io("stat", e))?;
-        let end: End = (m.len(), m.mtime(), m.mtime_nsec() as u32);
-        if end.0 != f.size {
+        let end = End {
+            size: m.len(),
+            mtime_s: m.mtime(),
+            mtime_ns: m.mtime_nsec() as u32,
+        };
+        if end.size != f.size {
             // It grew since the last look: look again next time.
             self.files.push(Followed {
-                size: end.0,
+                size: end.size,
                 changed: Instant::now(),
                 ..f
             });
             return Ok(());
         }
         self.work.set_end(f.entry, end);
-        if end.0 > f.queued {
-            self.work.grown(f.entry, f.queued, end.0);
-            let more = end.0 - f.queued;
+        if end.size > f.queued {
+            self.work.grown(f.entry, f.queued, end.size);
+            let more = end.size - f.queued;
             self.ctx.gauge.total.fetch_add(more, Ordering::AcqRel);
         }
         let i = f.entry as u32;
         let m = Message::FileEnd {
             file_index: i,
-            size: end.0,
-            mtime_s: end.1,
-            mtime_ns: end.2,
+            size: end.size,
+            mtime_s: end.mtime_s,
+            mtime_ns: end.mtime_ns,
         };
         send_msg(&mut self.ctl, &m)?;
         match self.work.piece_done(f.entry) {
@@ -666,7 +674,7 @@ impl Follower<'_> {
                     .ok_or_else(|| "replaced since it appeared".to_string())
             });
             match opened {
-                Ok(file) => self.follow_file(i, (&path, file), 0)?,
+                Ok(file) => self.follow_file(i, &path, file, 0)?,
                 Err(why) => self.drop_file(i, why)?,
             }
         }

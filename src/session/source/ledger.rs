@@ -85,7 +85,8 @@ impl Acks {
     /// checked, refused by the receiver) start settled.
     pub(crate) fn new(
         tree: &Tree,
-        (held, added): (&Held, usize),
+        held: &Held,
+        added: usize,
         streams: u16,
         refused: &[crate::session::link::refused::Refused],
     ) -> Acks {

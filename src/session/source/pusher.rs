@@ -91,20 +91,29 @@ pub(in crate::session) struct LaneDone {
     pub(in crate::session) skipped: Vec<(u32, String)>,
 }
 
+/// What every lane of a push shares: the work they take pieces of, the
+/// counters they add to, the flag that stops the push, and the session's
+/// streams (each lane sends on its share of them).
+pub(super) struct LanesShare<'a> {
+    pub(super) work: &'a Work,
+    pub(super) counters: &'a WorkerCounters,
+    pub(super) stop: &'a AtomicBool,
+    /// Every stream of the session, by its number.
+    pub(super) fds: &'a [i32],
+}
+
 /// One lane of a push: pieces and orphaned frames until none are left and
 /// every file is acknowledged (or it lost its streams and handed over).
-pub(in crate::session) fn push_lane(
+pub(super) fn push_lane(
     params: &PushParams,
     from: &Sources<'_>,
-    (lane, fds): (&Lane, &[i32]),
-    work: &Work,
-    counters: &WorkerCounters,
-    stop: &AtomicBool,
+    lane: &Lane,
+    shared: &LanesShare<'_>,
     tx: NetSender,
 ) -> Result<LaneDone, SessionError> {
     let mut announce = ControlAnnounce::new(from.announce_on)?;
-    let shared = (work, counters, stop);
-    let mut p = Pusher::new(params, from, (lane, fds), shared, &mut announce, tx)?;
+    let (work, stop) = (shared.work, shared.stop);
+    let mut p = Pusher::new(params, from, lane, shared, &mut announce, tx)?;
     // A lane counted idle takes no pieces and no orphans: it must first be
     // counted busy again (`Idle::Work`), or a lane could leave while work
     // it might have to take back is still under way.
@@ -181,11 +190,12 @@ impl<'a> Pusher<'a> {
     pub(super) fn new(
         params: &'a PushParams,
         from: &Sources<'a>,
-        (lane, all): (&'a Lane, &[i32]),
-        (work, counters, stop): (&'a Work, &'a WorkerCounters, &'a AtomicBool),
+        lane: &'a Lane,
+        shared: &LanesShare<'a>,
         announce: &'a mut dyn Announce,
         mut tx: NetSender,
     ) -> Result<Self, SessionError> {
+        let (work, counters, stop, all) = (shared.work, shared.counters, shared.stop, shared.fds);
         let fds = lane.fds(all);
         let bufs = tx.buffer_count();
         tx.number_streams(&lane.streams);
@@ -399,7 +409,7 @@ impl<'a> Pusher<'a> {
             } else {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            watch.look(&mut self.tx, (&self.fds, &self.lane.streams), acks);
+            watch.look(&mut self.tx, &self.fds, &self.lane.streams, acks);
             self.resend_lost()?;
             self.announce.flush()?;
         }
@@ -423,7 +433,11 @@ mod tests {
             direct: false,
             extents: None,
             slot: None,
-            file_end: Some((size, 0, 0)),
+            file_end: Some(crate::session::source::work::End {
+                size,
+                mtime_s: 0,
+                mtime_ns: 0,
+            }),
             end: size,
             next: 0,
             reads: 0,
@@ -523,6 +537,21 @@ mod tests {
         (a, l.accept().unwrap().0)
     }
 
+    /// A push's parameters for `block`-byte frames on 8 buffers, unsealed
+    /// and unpaced.
+    fn plain_params(block: u64) -> PushParams {
+        PushParams {
+            block_size: block as u32,
+            buffers: 8,
+            zerocopy: crate::datapath::net::ZeroCopy::Off,
+            rate_limit_bytes_per_s: None,
+            timeout: Duration::from_secs(10),
+            seal: None,
+            key: FrameKey { k0: 1, k1: 2 },
+            zeros: false,
+        }
+    }
+
     #[test]
     fn a_lanes_read_tick_allocates_nothing_while_a_file_streams_out() {
         use crate::datapath::alloc_count::allocations_during;
@@ -539,7 +568,7 @@ mod tests {
             crate::session::plan::tree::scan(std::slice::from_ref(&path), &Default::default())
                 .unwrap();
         let held = Held::default();
-        let acks = Acks::new(&tree, (&held, 0), 1, &[]);
+        let acks = Acks::new(&tree, &held, 0, 1, &[]);
         let open = |_: usize| {
             File::open(&path)
                 .map(|f| (f, false))
@@ -557,16 +586,7 @@ mod tests {
             route: &route,
             follow: None,
         };
-        let params = PushParams {
-            block_size: BLOCK as u32,
-            buffers: 8,
-            zerocopy: crate::datapath::net::ZeroCopy::Off,
-            rate_limit_bytes_per_s: None,
-            timeout: Duration::from_secs(10),
-            seal: None,
-            key: FrameKey { k0: 1, k1: 2 },
-            zeros: false,
-        };
+        let params = plain_params(BLOCK);
         let (out, mut sink) = pair();
         // A failure below must not leave the receiver waiting for ever.
         sink.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -594,15 +614,13 @@ mod tests {
             });
             let mut quiet = Quiet;
             let fds = [out.as_raw_fd()];
-            let mut p = Pusher::new(
-                &params,
-                &from,
-                (&lane, &fds),
-                (&work, &counters, &stop),
-                &mut quiet,
-                tx,
-            )
-            .unwrap();
+            let shared = LanesShare {
+                work: &work,
+                counters: &counters,
+                stop: &stop,
+                fds: &fds,
+            };
+            let mut p = Pusher::new(&params, &from, &lane, &shared, &mut quiet, tx).unwrap();
             let sent = |p: &Pusher| p.tx.stats().bytes;
             while sent(&p) < SIZE / 4 {
                 assert!(p.read_tick(&stop).unwrap());

@@ -16,6 +16,7 @@ use crate::protocol::sparse::Map;
 
 use super::ledger::Sent;
 use super::pusher::Pusher;
+use super::sending::PushParams;
 use super::work::{End, Piece};
 use crate::session::plan::extents::{map_of, Extents};
 use crate::session::plan::unsendable::Unsendable;
@@ -247,7 +248,7 @@ impl<'a> Pusher<'a> {
     ) -> Result<(), SessionError> {
         let src = &self.sources[cur];
         let i = src.entry;
-        let last = src.file_end.is_some_and(|e| offset + n as u64 == e.0);
+        let last = src.file_end.is_some_and(|e| offset + n as u64 == e.size);
         let hole = src
             .extents
             .as_ref()
@@ -258,7 +259,7 @@ impl<'a> Pusher<'a> {
                 return Ok(());
             }
             // Wholly a hole of the source: no data of it was counted.
-            self.queue_hole(i, (offset, n), 0, lease);
+            self.queue_hole(i, offset, n, 0, lease);
             return Ok(());
         }
         self.pacer.admit(n as u64, &mut self.tx)?;
@@ -296,12 +297,14 @@ impl<'a> Pusher<'a> {
         Ok(())
     }
 
-    /// Queue a hole block (no payload) of entry `i`; `expected`: the data
-    /// bytes the total counted in it (zeros left out with `--sparse`).
+    /// Queue a hole block (no payload) of entry `i`, `n` bytes at `offset`;
+    /// `expected`: the data bytes the total counted in it (zeros left out
+    /// with `--sparse`).
     pub(super) fn queue_hole(
         &mut self,
         i: usize,
-        (offset, n): (u64, usize),
+        offset: u64,
+        n: usize,
         expected: u64,
         lease: Lease,
     ) {
@@ -376,7 +379,7 @@ impl<'a> Pusher<'a> {
         // Before a file's last block goes, the file must still be what the
         // manifest said: the receiver finishes it on that block.
         let end = self.sources[k].file_end;
-        if end.is_some_and(|e| b.offset + b.len as u64 == e.0) && !self.unchanged(k) {
+        if end.is_some_and(|e| b.offset + b.len as u64 == e.size) && !self.unchanged(k) {
             self.tx.give_back(lease);
             return;
         }
@@ -394,10 +397,10 @@ impl<'a> Pusher<'a> {
         if map.as_ref().is_some_and(|m| m.present() == 0) {
             // Nothing but zeros the source does not hold (or, with
             // --sparse, zeros at all): a hole.
-            self.queue_hole(b.entry, (b.offset, b.len), expected, lease);
+            self.queue_hole(b.entry, b.offset, b.len, expected, lease);
             return;
         }
-        let (h, r, terms) = frame_block(&self.params.key, (b, map), &mut lease);
+        let (h, r, terms) = frame_block(&self.params.key, b, map, &mut lease);
         self.digests[b.entry] = digest_add(self.digests[b.entry], terms);
         self.make_ready(lease, h, r);
         self.counters.add(r.data_bytes(), 1);
@@ -482,11 +485,13 @@ impl<'a> Pusher<'a> {
 
 /// Read record `r`'s block again into `lease`; its header, when the data
 /// still has the checksum it had (a sparse block packed again: its holes
-/// found anew, with `zeros` its zeros too).
+/// found anew, with `params.zeros` its zeros too), checksummed with
+/// `params.key`; `direct`: `file` was opened with O_DIRECT.
 pub(super) fn reread(
-    (file, direct): (&File, bool),
+    file: &File,
+    direct: bool,
     r: &Sent,
-    (key, zeros): (&FrameKey, bool),
+    params: &PushParams,
     lease: &mut Lease,
 ) -> Option<FrameHeader> {
     let n = r.len as usize;
@@ -504,7 +509,7 @@ pub(super) fn reread(
         .then(|| Extents::of(file, r.offset, r.offset + n as u64));
     let data = &payload_mut(lease)[..n];
     let map = match r.sparse {
-        true => map_of(r.offset, data, extents.as_ref(), zeros).filter(|m| m.present() > 0),
+        true => map_of(r.offset, data, extents.as_ref(), params.zeros).filter(|m| m.present() > 0),
         false => None,
     };
     let b = Block {
@@ -512,7 +517,7 @@ pub(super) fn reread(
         offset: r.offset,
         len: n,
     };
-    let (h, again, _) = frame_block(key, (b, map), lease);
+    let (h, again, _) = frame_block(&params.key, b, map, lease);
     (h.checksum == r.checksum && again.sparse == r.sparse).then_some(h)
 }
 
@@ -523,7 +528,8 @@ pub(super) fn reread(
 /// block's digest terms (for its file's digest).
 pub(super) fn frame_block(
     key: &FrameKey,
-    (b, map): (Block, Option<Map>),
+    b: Block,
+    map: Option<Map>,
     lease: &mut Lease,
 ) -> (FrameHeader, Sent, u64) {
     let (terms, keyed) = frame_terms(key, b.offset, &payload_mut(lease)[..b.len]);
@@ -558,9 +564,14 @@ pub(super) fn frame_block(
 /// back, is reported, not sent half-old.
 pub(in crate::session) fn check_unchanged(
     file: &File,
-    (size, mtime_s, mtime_ns): End,
+    end: End,
     ctime: Option<(i64, u32)>,
 ) -> Result<(), Unsendable> {
+    let End {
+        size,
+        mtime_s,
+        mtime_ns,
+    } = end;
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata().map_err(Unsendable::Stat)?;
     if m.len() != size {

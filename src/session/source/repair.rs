@@ -172,9 +172,9 @@ impl<'a> Pusher<'a> {
                 let src = files
                     .entry(r.entry)
                     .or_insert_with(|| open(r.entry as usize).ok());
-                let keys = (&self.params.key, self.params.zeros);
+                let params = self.params;
                 src.as_ref()
-                    .and_then(|(file, direct)| reread((file, *direct), &r, keys, &mut lease))
+                    .and_then(|(file, direct)| reread(file, *direct, &r, params, &mut lease))
             };
             let Some(h) = h else {
                 self.tx.give_back(lease);
@@ -215,7 +215,7 @@ impl StallWatch {
         }
     }
 
-    pub(super) fn look(&mut self, tx: &mut NetSender, (fds, ids): (&[i32], &[u32]), acks: &Acks) {
+    pub(super) fn look(&mut self, tx: &mut NetSender, fds: &[i32], ids: &[u32], acks: &Acks) {
         let now = Instant::now();
         let mut stuck = Vec::new();
         for st in 0..fds.len() as u32 {

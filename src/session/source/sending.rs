@@ -25,7 +25,7 @@ use crate::protocol::handshake::SessionKeys;
 
 use super::follow::Follower;
 pub(crate) use super::ledger::{Acks, Sent};
-use super::pusher::push_lane;
+use super::pusher::{push_lane, LanesShare};
 use super::work::Work;
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
@@ -158,7 +158,7 @@ pub(crate) fn prepare_senders(
     params: &PushParams,
 ) -> Result<(Vec<Lane>, Vec<NetSender>), SessionError> {
     let block = params.block_size as usize;
-    lanes::prepare(want, (streams, carrying), params.buffers, |n, b| {
+    lanes::prepare(want, streams, carrying, params.buffers, |n, b| {
         NetSender::prepare(n, b, block, params.zerocopy, READ_FILE_SLOTS)
     })
 }
@@ -177,49 +177,48 @@ pub(crate) struct Sources<'a> {
     pub(crate) follow: Option<&'a super::follow::FollowCtx<'a>>,
 }
 
+/// The data streams a push goes out on: the lanes of its plan, the
+/// streams themselves, and each lane's sender (from [`prepare_senders`]).
+pub(crate) struct DataStreams<'a> {
+    pub(crate) plan: &'a [Lane],
+    pub(crate) streams: &'a [TcpStream],
+    pub(crate) txs: Vec<NetSender>,
+}
+
 /// Read every file block by block into frame buffers and hand the frames
 /// to the streams as they can take them, skipping what the receiver held
 /// already, announcing digests and skipped entries on the control
-/// connection. Each lane of `plan` (its sender in `txs`, from
-/// [`prepare_senders`]) takes pieces of the work in turn on its own
-/// streams; a lane that loses every stream hands its frames to the others.
-#[allow(clippy::too_many_arguments)]
+/// connection. Each lane of `on.plan` (its sender in `on.txs`) takes pieces
+/// of the work in turn on its own streams; a lane that loses every stream
+/// hands its frames to the others.
 pub(crate) fn push_data(
     params: &PushParams,
     from: &Sources<'_>,
-    plan: &[Lane],
-    streams: &[TcpStream],
+    on: DataStreams<'_>,
     counters: &WorkerCounters,
     stop: &AtomicBool,
-    txs: Vec<NetSender>,
 ) -> Result<Pushed, SessionError> {
+    let DataStreams { plan, streams, txs } = on;
     let block = u64::from(params.block_size);
     let added = from.follow.map(|_| super::follow::ADDED_MAX);
-    let work = Work::routed(from.tree, from.held, (plan, from.route), (block, added));
+    let work = Work::routed(from.tree, from.held, plan, from.route, block, added);
     let fds = crate::session::link::streams::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
     let mut follower = match from.follow {
-        Some(ctx) => Some(Follower::new(
-            (from.tree, &work),
-            ctx,
-            (from.announce_on, from.acked),
-            block,
-        )?),
+        Some(ctx) => Some(Follower::new(from, ctx, &work, block)?),
         None => None,
+    };
+    let shared = LanesShare {
+        work: &work,
+        counters,
+        stop,
+        fds: &fds,
     };
     let (results, followed) = std::thread::scope(|scope| {
         let followed = follower.as_mut().map(|f| scope.spawn(|| f.run(stop)));
         let results = lanes::run(&plan, txs, &|lane, tx| {
             let others = lanes::StopOthers(work.failed_flag());
-            others.on(push_lane(
-                params,
-                from,
-                (lane, &fds),
-                &work,
-                counters,
-                stop,
-                tx,
-            ))
+            others.on(push_lane(params, from, lane, &shared, tx))
         });
         let followed = followed.map(|h| {
             h.join()

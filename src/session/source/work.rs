@@ -43,7 +43,12 @@ struct FileShare {
 }
 
 /// Where a file ends: its size and mtime (a growing file's once it ended).
-pub(crate) type End = (u64, i64, u32);
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct End {
+    pub(crate) size: u64,
+    pub(crate) mtime_s: i64,
+    pub(crate) mtime_ns: u32,
+}
 
 /// What lanes hand each other, under one lock.
 #[derive(Debug, Default)]
@@ -121,7 +126,7 @@ impl Work {
     #[cfg(test)]
     pub(crate) fn new(tree: &Tree, held: &Held, lanes: usize, block: u64) -> Work {
         let plan = crate::session::link::lanes::place(lanes.max(1), lanes.max(1), &[], &[]);
-        Work::routed(tree, held, (&plan, &Route::none()), (block, None))
+        Work::routed(tree, held, &plan, &Route::none(), block, None)
     }
 
     /// The files of `tree` still to send (not held complete, not empty),
@@ -133,8 +138,10 @@ impl Work {
     pub(crate) fn routed(
         tree: &Tree,
         held: &Held,
-        (plan, route): (&[Lane], &Route),
-        (block, added): (u64, Option<usize>),
+        plan: &[Lane],
+        route: &Route,
+        block: u64,
+        added: Option<usize>,
     ) -> Work {
         let lanes = plan.len().max(1);
         let slots = tree.entries.len() + added.unwrap_or(0);
@@ -196,7 +203,13 @@ impl Work {
             ends: Mutex::new(
                 tree.entries
                     .iter()
-                    .map(|e| (!e.growing).then_some((e.size, e.mtime_s, e.mtime_ns)))
+                    .map(|e| {
+                        (!e.growing).then_some(End {
+                            size: e.size,
+                            mtime_s: e.mtime_s,
+                            mtime_ns: e.mtime_ns,
+                        })
+                    })
                     .chain(std::iter::repeat_n(None, slots - tree.entries.len()))
                     .collect(),
             ),
@@ -677,7 +690,7 @@ mod tests {
         let block = 1 << 20;
         // One lane on every stream: pieces of both classes in turn.
         let one = crate::session::link::lanes::place(1, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), (&one, &route), (block, None));
+        let w = Work::routed(&t, &Held::default(), &one, &route, block, None);
         let classes: Vec<usize> = std::iter::from_fn(|| w.take(0))
             .map(|p| route.of_entry(p.entry))
             .collect();
@@ -685,7 +698,7 @@ mod tests {
         assert_eq!(classes.len(), 6, "pieces of 4 blocks: 2 + 2 + 1 + 1");
         // Two lanes, each on one class's streams.
         let two = crate::session::link::lanes::place(2, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), (&two, &route), (block, None));
+        let w = Work::routed(&t, &Held::default(), &two, &route, block, None);
         let mut taken = Vec::new();
         while let Some(p) = w.take(0) {
             taken.push(p.entry);
@@ -706,7 +719,7 @@ mod tests {
         // its streams too.
         let three = crate::session::link::lanes::place(3, 3, &[], &[]);
         let route = Route::from_placement((vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3).unwrap();
-        let w = Work::routed(&t, &Held::default(), (&three, &route), (block, None));
+        let w = Work::routed(&t, &Held::default(), &three, &route, block, None);
         let first = w.take(0).unwrap();
         while w.take(2).is_some() {}
         while w.take(1).is_some() {}
