@@ -11,8 +11,8 @@ use crate::protocol::manifest::EntryKind;
 use crate::protocol::names;
 use crate::session::client::config::SendConfig;
 use crate::session::client::survey::{survey, survey_pull, Survey};
-use crate::session::plan::held::held_text;
 use crate::session::plan::held::Action;
+use crate::session::plan::held::{held_text, HeldCounts};
 use crate::session::plan::tree::{scan, Skipped, Tree};
 
 use super::render::{self, Format, Out};
@@ -240,13 +240,13 @@ fn summary(cfg: &SendConfig, run: &DryRun<'_>) -> String {
         0 => String::new(),
         n => format!(", {} left out by --exclude", units::count(n, "entry")),
     };
-    let held = (
-        run.files_unchanged,
-        run.files_found_complete,
-        run.files_continued,
-    );
+    let held = HeldCounts {
+        unchanged: run.files_unchanged,
+        found: run.files_found_complete,
+        continued: run.files_continued,
+    };
     let held = match (held, run.command) {
-        ((0, 0, 0), _) => String::new(),
+        (h, _) if h.is_empty() => String::new(),
         (h, "pull") => format!(
             "; this side holds {}",
             held_text(h).replace("the receiver's", "its")

@@ -101,7 +101,7 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
         match (until, recv_msg(ctl)?) {
             (Until::Ready, Message::Ready) => return Ok(before),
             (_, Message::Placement { streams, entries }) => {
-                before.placement = (streams, entries);
+                before.placement = Placement::new(streams, entries);
                 if until != Until::Ready {
                     return Ok(before);
                 }

@@ -152,11 +152,7 @@ fn nothing_moved(r: &SendReport) -> Option<String> {
         "pull" => ("pull", "here"),
         _ => ("send", "at the receiver"),
     };
-    let held = crate::session::plan::held::held_text((
-        r.files_unchanged,
-        r.files_found_complete,
-        r.files_continued,
-    ));
+    let held = crate::session::plan::held::held_text(r.held());
     let hint = match r.files_unchanged {
         0 => "",
         _ => " (--checksum compares them by content, --ignore-times sends them again)",
@@ -444,11 +440,7 @@ fn lag_summary(lag: crate::session::client::report::Lag, kept_up: bool) -> Strin
 
 /// What a run found at the receiver and did not send again, and why.
 fn held_summary(r: &SendReport) -> String {
-    let held = crate::session::plan::held::held_text((
-        r.files_unchanged,
-        r.files_found_complete,
-        r.files_continued,
-    ));
+    let held = crate::session::plan::held::held_text(r.held());
     let nothing = match r.bytes == 0 && r.status == "ok" {
         true => "; nothing else to send",
         false => "",

@@ -111,7 +111,7 @@ pub fn run_pull(
     let total = pull.incoming.data_missing();
     let complete_before = pull.incoming.complete_before().len() as u64;
     let kept = pull.incoming.held_counts();
-    if kept != (0, 0, 0) {
+    if !kept.is_empty() {
         obs.info(&format!(
             "this side holds {}; {} to fetch",
             crate::session::plan::held::held_text(kept).replace("the receiver's", "its"),
@@ -123,13 +123,9 @@ pub fn run_pull(
     let expect = Expect::transfer(total, false);
     let (data, mut report, landed) =
         pull.receive(cfg, engine, expect, &files_done, interrupt, obs)?;
-    let verified = complete_before - kept.0 + landed.committed;
+    let verified = complete_before - kept.unchanged + landed.committed;
     pull.count_into(&mut report, total, verified);
-    (
-        report.files_unchanged,
-        report.files_found_complete,
-        report.files_continued,
-    ) = kept;
+    report.set_held(kept);
     let phases = |r: &mut SendReport| {
         r.time_phases(std::time::Duration::ZERO, setup, setup, began.elapsed())
     };

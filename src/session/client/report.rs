@@ -224,6 +224,21 @@ pub struct SendReport {
 }
 
 impl SendReport {
+    /// What the receiver held before the data.
+    pub fn held(&self) -> crate::session::plan::held::HeldCounts {
+        crate::session::plan::held::HeldCounts {
+            unchanged: self.files_unchanged,
+            found: self.files_found_complete,
+            continued: self.files_continued,
+        }
+    }
+
+    pub(crate) fn set_held(&mut self, held: crate::session::plan::held::HeldCounts) {
+        self.files_unchanged = held.unchanged;
+        self.files_found_complete = held.found;
+        self.files_continued = held.continued;
+    }
+
     /// Record why the run failed (`interrupted` when the user stopped it).
     pub(crate) fn fail(&mut self, e: &SessionError, interrupted: bool) {
         self.status = if interrupted {

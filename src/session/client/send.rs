@@ -33,7 +33,7 @@ use super::config::SendConfig;
 use super::connect::{fit, fit_shard, note_zero_copy, open_session, register_fitted};
 use super::report::{Kept, SendObserver, SendReport};
 use super::shard_report::ShardReport;
-use crate::session::plan::held::{held_counts, held_text};
+use crate::session::plan::held::{held_counts, held_text, HeldCounts};
 use crate::session::plan::unsendable::Unsendable;
 pub use crate::session::source::follow::FollowUntil;
 use crate::session::source::follow::{Added, FollowCtx, Gauge};
@@ -91,11 +91,7 @@ pub fn run_send(
     let entries = [tree.entries.as_slice(), &added.entries()].concat();
     report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
     report.bytes_skipped = skipped;
-    (
-        report.files_unchanged,
-        report.files_found_complete,
-        report.files_continued,
-    ) = kept;
+    report.set_held(kept);
     describe_tree(&mut report, &tree, &push.refused);
     // Followed files count as large as they grew.
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
@@ -163,14 +159,14 @@ pub(super) fn note_held(
     held: &Held,
     block: u32,
     obs: &mut dyn SendObserver,
-) -> (u64, (u64, u64, u64)) {
+) -> (u64, HeldCounts) {
     let skipped = held.bytes(tree, u64::from(block));
     let kept = held_counts(
         held.complete.len(),
         held.unchanged.len(),
         held.partial.len(),
     );
-    if kept != (0, 0, 0) {
+    if !kept.is_empty() {
         obs.info(&format!(
             "the receiver holds {}; {} to send",
             held_text(kept),

@@ -341,17 +341,42 @@ pub(in crate::session) fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u6
         .sum()
 }
 
-/// What a receiver held before the data, from `complete` files
-/// (`unchanged` of them by their stamp) and `partial` ones: (unchanged,
-/// found complete by content, continued).
-pub(crate) fn held_counts(complete: usize, unchanged: usize, partial: usize) -> (u64, u64, u64) {
-    let u = unchanged as u64;
-    (u, complete as u64 - u, partial as u64)
+/// What a receiver held before the data, in files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldCounts {
+    /// Unchanged since an earlier run, by their stamp.
+    pub unchanged: u64,
+    /// Found complete by content.
+    pub found: u64,
+    /// Part files continued.
+    pub continued: u64,
 }
 
-/// `(unchanged, found complete, continued)` in words, the empty ones left
-/// out: what a resumed run skips and why.
-pub fn held_text((unchanged, found, continued): (u64, u64, u64)) -> String {
+/// What a receiver held before the data, from `complete` files
+/// (`unchanged` of them by their stamp) and `partial` ones.
+pub(crate) fn held_counts(complete: usize, unchanged: usize, partial: usize) -> HeldCounts {
+    let u = unchanged as u64;
+    HeldCounts {
+        unchanged: u,
+        found: complete as u64 - u,
+        continued: partial as u64,
+    }
+}
+
+impl HeldCounts {
+    pub fn is_empty(&self) -> bool {
+        *self == HeldCounts::default()
+    }
+}
+
+/// What was held in words, the empty counts left out: what a resumed run
+/// skips and why.
+pub fn held_text(held: HeldCounts) -> String {
+    let HeldCounts {
+        unchanged,
+        found,
+        continued,
+    } = held;
     let mut parts = Vec::new();
     if unchanged > 0 {
         parts.push(format!(

@@ -29,7 +29,17 @@ use crate::session::SessionError;
 
 /// A placement as it comes on the wire: each stream's class, and runs of
 /// entries' classes (first entry, class).
-pub(crate) type Placement = (Vec<u16>, Vec<(u32, u16)>);
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) streams: Vec<u16>,
+    pub(crate) runs: Vec<(u32, u16)>,
+}
+
+impl Placement {
+    pub(crate) fn new(streams: Vec<u16>, runs: Vec<(u32, u16)>) -> Placement {
+        Placement { streams, runs }
+    }
+}
 
 /// Each stream's class and each entry's, for the sender; no classes (one
 /// class, [`Route::none`]) when the receiver writes to one device, runs a
@@ -85,7 +95,7 @@ impl Route {
     /// every stream's, runs out of order) is the receiver's error. (A
     /// class between with no stream is nobody's to serve: anyone's.)
     pub(crate) fn from_placement(
-        (streams, runs): Placement,
+        Placement { streams, runs }: Placement,
         entries: usize,
         stream_count: u16,
     ) -> Result<Route, SessionError> {
@@ -201,7 +211,7 @@ pub(crate) fn for_source(
     lanes: &[Lane],
     files: impl Iterator<Item = (usize, u64, u64)>,
 ) -> Result<Route, SessionError> {
-    if !placement.0.is_empty() || !placement.1.is_empty() || lanes.len() < 2 {
+    if !placement.streams.is_empty() || !placement.runs.is_empty() || lanes.len() < 2 {
         return Route::from_placement(placement, shape.entries, shape.streams);
     }
     Ok(by_device(lanes, shape.entries, files))
@@ -291,7 +301,8 @@ mod tests {
             panic!("a placement")
         };
         assert_eq!(entries, vec![(0, 0), (2, 1), (5, 0)]);
-        let back = Route::from_placement((streams.clone(), entries.clone()), 6, 4).unwrap();
+        let back =
+            Route::from_placement(Placement::new(streams.clone(), entries.clone()), 6, 4).unwrap();
         assert_eq!(back, route);
         assert_eq!(back.of_entry(3), 1);
         assert_eq!(back.of_stream(2), 0);
@@ -303,10 +314,14 @@ mod tests {
         assert_eq!(back.served_by(&lane), vec![false, true]);
         // Another stream count, an entry past the manifest, a class with
         // no stream.
-        assert!(Route::from_placement((streams.clone(), entries.clone()), 6, 3).is_err());
-        assert!(Route::from_placement((streams.clone(), vec![(6, 0)]), 6, 4).is_err());
-        assert!(Route::from_placement((streams, vec![(0, 2)]), 6, 4).is_err());
-        let none = Route::from_placement((vec![], vec![]), 6, 4).unwrap();
+        assert!(
+            Route::from_placement(Placement::new(streams.clone(), entries.clone()), 6, 3).is_err()
+        );
+        assert!(
+            Route::from_placement(Placement::new(streams.clone(), vec![(6, 0)]), 6, 4).is_err()
+        );
+        assert!(Route::from_placement(Placement::new(streams, vec![(0, 2)]), 6, 4).is_err());
+        let none = Route::from_placement(Placement::default(), 6, 4).unwrap();
         assert!(!none.is_routed());
         assert_eq!(none.served_by(&lane), vec![true]);
         assert_eq!(
@@ -338,7 +353,7 @@ mod tests {
             entries: 4,
             streams: 4,
         };
-        let own = for_source((vec![], vec![]), shape, &lanes, files()).unwrap();
+        let own = for_source(Placement::default(), shape, &lanes, files()).unwrap();
         assert!(own.is_routed());
         assert_eq!(own.classes(), 2);
         assert_eq!(own.of_entry(0), own.of_entry(2));
@@ -350,27 +365,29 @@ mod tests {
             assert!(l.streams.iter().all(|&s| own.of_stream(s) == l.index % 2));
         }
         // One lane, or one device: no routing.
-        assert!(!for_source((vec![], vec![]), shape, &lanes[..1], files())
-            .unwrap()
-            .is_routed());
+        assert!(
+            !for_source(Placement::default(), shape, &lanes[..1], files())
+                .unwrap()
+                .is_routed()
+        );
         let one = [(0, 7u64, 100), (2, 7, 100)].into_iter();
-        assert!(!for_source((vec![], vec![]), shape, &lanes, one)
+        assert!(!for_source(Placement::default(), shape, &lanes, one)
             .unwrap()
             .is_routed());
         // A device with a small share of the bytes (below 1/8 with two
         // lanes) gets no lane of its own: its files go with the first.
         let small = || [(0, 7u64, 1000), (1, 9, 100), (2, 5, 1000)].into_iter();
-        let r = for_source((vec![], vec![]), shape, &lanes, small()).unwrap();
+        let r = for_source(Placement::default(), shape, &lanes, small()).unwrap();
         assert!(r.is_routed());
         assert_eq!((r.of_entry(0), r.of_entry(1), r.of_entry(2)), (0, 0, 1));
         let lopsided = [(0, 7u64, 1000), (1, 9, 100)].into_iter();
-        assert!(!for_source((vec![], vec![]), shape, &lanes, lopsided)
+        assert!(!for_source(Placement::default(), shape, &lanes, lopsided)
             .unwrap()
             .is_routed());
         // The receiver's placement rules, and is checked as ever.
-        let theirs = (vec![1, 0, 1, 0], vec![(0, 1), (1, 0)]);
+        let theirs = Placement::new(vec![1, 0, 1, 0], vec![(0, 1), (1, 0)]);
         let r = for_source(theirs, shape, &lanes, files()).unwrap();
         assert_eq!((r.of_entry(0), r.of_entry(1), r.of_stream(0)), (1, 0, 1));
-        assert!(for_source((vec![0, 1], vec![]), shape, &lanes, files()).is_err());
+        assert!(for_source(Placement::new(vec![0, 1], vec![]), shape, &lanes, files()).is_err());
     }
 }

@@ -303,7 +303,7 @@ impl Incoming {
     /// What this side held before any data: (unchanged by their stamp,
     /// found complete by content, part files continued). Before any data
     /// only.
-    pub(crate) fn held_counts(&self) -> (u64, u64, u64) {
+    pub(crate) fn held_counts(&self) -> crate::session::plan::held::HeldCounts {
         let continued = self
             .files
             .iter()

@@ -525,6 +525,7 @@ impl Work {
 mod tests {
     use super::*;
     use crate::protocol::manifest::Entry;
+    use crate::session::plan::route::Placement;
 
     fn tree(sizes: &[u64]) -> Tree {
         let mut t = Tree::default();
@@ -686,7 +687,7 @@ mod tests {
         let Message::Placement { streams, entries } = m else {
             unreachable!()
         };
-        let route = Route::from_placement((streams, entries), 4, 4).unwrap();
+        let route = Route::from_placement(Placement::new(streams, entries), 4, 4).unwrap();
         let block = 1 << 20;
         // One lane on every stream: pieces of both classes in turn.
         let one = crate::session::link::lanes::place(1, 4, &[], &[]);
@@ -718,7 +719,9 @@ mod tests {
         // idle: lane 1 may not leave, lane 2 must take it and could lose
         // its streams too.
         let three = crate::session::link::lanes::place(3, 3, &[], &[]);
-        let route = Route::from_placement((vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3).unwrap();
+        let route =
+            Route::from_placement(Placement::new(vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3)
+                .unwrap();
         let w = Work::routed(&t, &Held::default(), &three, &route, block, None);
         let first = w.take(0).unwrap();
         while w.take(2).is_some() {}
