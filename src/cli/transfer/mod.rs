@@ -94,42 +94,43 @@ fn watch(
 }
 
 pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
+    let t = &a.transfer;
     let aim = send_what(&a)?;
     let shape = send_shape(&a, &aim)?;
-    check_block("--block", a.block)?;
-    let fixed = !(a.follow || deletes(&a.tree));
-    let (host, shard) = shard_host(a.shard.as_deref(), fixed, &aim.host)?;
-    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.json, a.json_stream);
-    let rate_limit = a.rate_limit.map(|r| r.bytes_per_s);
+    check_block("--block", t.block)?;
+    let fixed = !(a.follow || deletes(&t.tree));
+    let (host, shard) = shard_host(t.shard.as_deref(), fixed, &aim.host)?;
+    let plot_file = t.plot.as_deref().map(PlotFile::check).transpose()?;
+    let key = keys::load(&t.key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(t.json, t.json_stream);
+    let rate_limit = t.rate_limit.map(|r| r.bytes_per_s);
     let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
     let cfg = SendConfig {
         dest: aim.dest.trim_end_matches('/').to_string(),
         sources: aim.sources,
         streams,
         auto_streams,
-        block_size: a.block as u32,
+        block_size: t.block as u32,
         zerocopy: zerocopy(a.zerocopy),
-        direct: direct(a.direct),
-        interval: a.interval,
-        sock_buf: a.sock_buf.map(|b| b as usize),
+        direct: direct(t.direct),
+        interval: t.interval,
+        sock_buf: t.sock_buf.map(|b| b as usize),
         rate_limit_bytes_per_s: rate_limit,
-        congestion: a.cc.clone(),
-        lanes: a.lanes,
-        resume: !a.resume.ignore_times,
-        checksum: a.resume.checksum,
-        timeout: a.resume.timeout,
-        encrypt: a.resume.encrypt,
-        state_dir: a
+        congestion: t.cc.clone(),
+        lanes: t.lanes,
+        resume: !t.resume.ignore_times,
+        checksum: t.resume.checksum,
+        timeout: t.resume.timeout,
+        encrypt: t.resume.encrypt,
+        state_dir: t
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.tree.keep),
-        numeric_ids: a.tree.keep.numeric_ids,
-        sparse: a.tree.keep.sparse,
-        delete: deletes(&a.tree),
-        delete_excluded: a.tree.delete_excluded,
+        scan: scan_rules(filter, t.tree.keep),
+        numeric_ids: t.tree.keep.numeric_ids,
+        sparse: t.tree.keep.sparse,
+        delete: deletes(&t.tree),
+        delete_excluded: t.tree.delete_excluded,
         contents: shape.contents,
         one_file: shape.one_file,
         min_rate: a.min_rate.map(|r| crate::session::client::config::MinRate {
@@ -138,15 +139,15 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
         }),
         follow: follow_of(&a),
         shard,
-        split_over: a.split_over,
+        split_over: t.split_over,
         transfer: aim.target,
-        ..SendConfig::to(host, a.port, key)
+        ..SendConfig::to(host, t.port, key)
     };
-    if a.tree.dry_run {
+    if t.tree.dry_run {
         return super::dry_run::show(&cfg, format);
     }
-    let (mut printer, interrupt) = watch(a.show, format, &cfg)?;
-    echo_limit(&mut printer, a.rate_limit);
+    let (mut printer, interrupt) = watch(t.show, format, &cfg)?;
+    echo_limit(&mut printer, t.rate_limit);
     if let Some(r) = a.min_rate {
         echo_gate(&mut printer, r, a.window);
     }
@@ -273,51 +274,52 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
 }
 
 pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
+    let t = &a.transfer;
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
-    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
+    let rate_limit = above_zero("--rate-limit", t.rate_limit)?;
     let aim = pull_what(&a)?;
-    check_block("--block", a.block)?;
-    let delete = deletes(&a.tree);
-    let (host, shard) = shard_host(a.shard.as_deref(), !delete, &aim.host)?;
-    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.json, a.json_stream);
+    check_block("--block", t.block)?;
+    let delete = deletes(&t.tree);
+    let (host, shard) = shard_host(t.shard.as_deref(), !delete, &aim.host)?;
+    let plot_file = t.plot.as_deref().map(PlotFile::check).transpose()?;
+    let key = keys::load(&t.key_file).map_err(Failure::Usage)?;
+    let format = Format::pick(t.json, t.json_stream);
     let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
     let cfg = SendConfig {
         shard,
-        split_over: a.split_over,
+        split_over: t.split_over,
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
         rate_limit_bytes_per_s: rate_limit,
-        sock_buf: a.sock_buf.map(|b| b as usize),
-        block_size: a.block as u32,
-        direct: direct(a.direct),
-        interval: a.interval,
-        congestion: a.cc.clone(),
-        lanes: a.lanes,
-        resume: !a.resume.ignore_times,
-        checksum: a.resume.checksum,
-        timeout: a.resume.timeout,
-        encrypt: a.resume.encrypt,
-        state_dir: a
+        sock_buf: t.sock_buf.map(|b| b as usize),
+        block_size: t.block as u32,
+        direct: direct(t.direct),
+        interval: t.interval,
+        congestion: t.cc.clone(),
+        lanes: t.lanes,
+        resume: !t.resume.ignore_times,
+        checksum: t.resume.checksum,
+        timeout: t.resume.timeout,
+        encrypt: t.resume.encrypt,
+        state_dir: t
             .state_dir
             .clone()
             .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.tree.keep),
-        numeric_ids: a.tree.keep.numeric_ids,
-        sparse: a.tree.keep.sparse,
+        scan: scan_rules(filter, t.tree.keep),
+        numeric_ids: t.tree.keep.numeric_ids,
+        sparse: t.tree.keep.sparse,
         delete,
-        delete_excluded: a.tree.delete_excluded,
+        delete_excluded: t.tree.delete_excluded,
         one_file: aim.one_file,
-        ..SendConfig::to(host, a.port, key)
+        ..SendConfig::to(host, t.port, key)
     };
     let local = PathBuf::from(local);
-    if a.tree.dry_run {
+    if t.tree.dry_run {
         return super::dry_run::show_pull(&cfg, &aim.paths, &local, format);
     }
-    let (mut printer, interrupt) = watch(a.show, format, &cfg)?;
+    let (mut printer, interrupt) = watch(t.show, format, &cfg)?;
     printer.direction = "Net In";
-    echo_limit(&mut printer, a.rate_limit);
+    echo_limit(&mut printer, t.rate_limit);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::client::pull::run_pull(&cfg, &aim.paths, &local, &interrupt, obs)
