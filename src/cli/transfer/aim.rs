@@ -152,7 +152,7 @@ pub(super) fn send_shape(a: &SendArgs, aim: &SendAim) -> Result<Shape, Failure> 
             dir.display()
         ));
     }
-    let deletes = super::deletes(&a.transfer.tree);
+    let deletes = super::deletes(&a.transfer);
     if contents.is_some() && deletes && matches!(dest.trim_matches('/'), "" | ".") {
         return usage(
             "--delete of a directory's contents (DIR/) into the receiver's root itself would remove everything else under the root: give HOST:DEST"
