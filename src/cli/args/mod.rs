@@ -16,7 +16,9 @@ use super::parse;
 
 pub use bench::{BenchArgs, ModeArg, UnitsArg};
 pub use recv::{LinksArg, LogFormatArg, RecvArgs};
-pub use transfer::{FidelityArgs, PullArgs, ReportArgs, ResumeArgs, SendArgs, TreeArgs};
+pub use transfer::{
+    FidelityArgs, PullArgs, ReportArgs, ResumeArgs, SendArgs, TransferArgs, TreeArgs,
+};
 pub use tune::{LinkArg, TuneArgs};
 
 #[derive(Debug, Parser)]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Arg, Args};
 
 use super::{DirectArg, ProgressArgs, ZeroCopyArg};
 use crate::cli::parse;
@@ -17,6 +17,7 @@ use crate::cli::parse;
       urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself\n  \
       urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h\n  \
       urmove send --shard 1/2 --key-file k /data/run42 dtn2:ingest   this host's half (another runs --shard 0/2)")]
+#[command(mut_args(send_words))]
 pub struct SendArgs {
     /// Files or directories to send, then HOST:DEST (DEST under the
     /// receiver's root, never absolute). As rsync reads them: a directory
@@ -25,11 +26,6 @@ pub struct SendArgs {
     /// where the receiver has no directory DEST and DEST ends in no /.
     #[arg(value_name = "SOURCE... HOST:DEST", num_args = 1.., required = true)]
     pub args: Vec<String>,
-
-    /// Also send the paths listed in FILE, one per line (FDT's -fl); blank
-    /// lines and lines starting with # are skipped.
-    #[arg(long, value_name = "FILE")]
-    pub files_from: Option<PathBuf>,
 
     /// Follow files still being written (a recorder's): send what each
     /// holds, then what is appended, in whole blocks as it lands. A file
@@ -76,78 +72,11 @@ pub struct SendArgs {
     #[arg(long, value_name = "WHEN", value_parser = parse::follow_until, requires = "follow")]
     pub follow_until: Option<crate::session::client::send::FollowUntil>,
 
-    /// Send no faster than RATE in total (as 4Gbit, 500MB, 450MiB); each
-    /// stream is paced to its share (SO_MAX_PACING_RATE), so the data
-    /// leaves evenly instead of in bursts. RATE is in bits per second unless a B says bytes
-    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
-    /// powers of 1000); echoed in the unit given.
-    #[arg(long, value_name = "RATE", value_parser = parse::rate)]
-    pub rate_limit: Option<parse::Rate>,
-
-    /// Receiver's port.
-    #[arg(short = 'p', long, default_value_t = 7878)]
-    pub port: u16,
-
-    /// Move shard K of N of the transfer (0 <= K < N), or auto: the Slurm
-    /// array task (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT) or the
-    /// Kubernetes Indexed Job's (JOB_COMPLETION_INDEX of JOB_COMPLETIONS).
-    /// Every shard scans the same sources; each sends its whole files (by
-    /// a stable hash of the path, weighted by size) and one piece of every
-    /// file above --split-over. HOST may be a list, HOST1,HOST2:DEST:
-    /// shard K sends to host K mod M; receivers sharing one filesystem
-    /// (and one secret) commit a split file once every piece is verified.
-    /// `urmove report` merges the shards' --json reports.
-    #[arg(long, value_name = "K/N|auto")]
-    pub shard: Option<String>,
-
-    /// With --shard: files above SIZE are split into a piece per shard.
-    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "256M", requires = "shard")]
-    pub split_over: u64,
-
     /// Parallel TCP data streams, or auto: start with 8, and 16 if the
     /// aggregate grows by a tenth with them (the choice is in the summary
     /// and the JSON; with --rate-limit, 8).
     #[arg(short = 'P', long, default_value = "auto", value_parser = parse::streams, value_name = "N|auto")]
     pub streams: parse::Streams,
-
-    /// Bytes per frame (block).
-    #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
-    pub block: u64,
-
-    /// Threads reading and sending, each pinned to a core with its own
-    /// ring, buffers and share of the streams, taking files (and pieces of
-    /// large ones) in turn; auto: the cores this process may run on, at
-    /// most one per stream.
-    #[arg(long, default_value = "auto", value_parser = parse::lanes, value_name = "N|auto")]
-    pub lanes: crate::session::link::lanes::Lanes,
-
-    /// Socket send buffer per stream (FDT's -ss). Setting it turns off the
-    /// kernel's autotuning of that buffer, which otherwise grows it to what
-    /// the path needs (up to net.ipv4.tcp_wmem's maximum).
-    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
-    pub sock_buf: Option<u64>,
-
-    /// Congestion control of the data streams (TCP_CONGESTION): auto (BBR
-    /// where the kernel has it and allows it, else the kernel's default) or
-    /// a name from net.ipv4.tcp_available_congestion_control.
-    #[arg(long, value_name = "NAME", value_parser = parse::congestion, default_value = "auto")]
-    pub cc: crate::datapath::tcp::Congestion,
-
-    /// Pre-shared key (the same file as the receiver's).
-    #[arg(long, value_name = "FILE")]
-    pub key_file: PathBuf,
-
-    /// Keep this side's own state here: the secret behind the token the
-    /// receiver stamps this client's files with, so a re-run skips them
-    /// unread (and never another key holder's) [default:
-    /// $XDG_STATE_HOME/urmove or ~/.local/state/urmove; /var/lib/urmove as
-    /// root].
-    #[arg(long, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
-
-    /// O_DIRECT for reading sources: auto, required, or off.
-    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
-    pub direct: DirectArg,
 
     /// Zero-copy sends: auto (not over loopback, veth or TUN, which copy
     /// anyway, nor over a round trip above 1 ms, where each buffer waits for
@@ -156,31 +85,82 @@ pub struct SendArgs {
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ZeroCopyArg::Auto)]
     pub zerocopy: ZeroCopyArg,
 
-    /// Print a progress line (or update the bar) every DURATION.
-    #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
-    pub interval: Duration,
-
-    /// Draw the transfer as an SVG picture: throughput per interval over
-    /// time, per stream and in aggregate.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
-
-    /// Print one JSON document at the end, nothing else on stdout.
-    #[arg(long, conflicts_with = "json_stream")]
-    pub json: bool,
-
-    /// Print one JSON object per interval, then the summary.
-    #[arg(long)]
-    pub json_stream: bool,
-
     #[command(flatten)]
-    pub show: ProgressArgs,
+    pub transfer: TransferArgs,
+}
 
-    #[command(flatten)]
-    pub resume: ResumeArgs,
+/// `send`'s help for the options it shares with `pull` and says of its
+/// own side (each as clap shows a one-paragraph doc comment: no final
+/// period).
+const SEND_WORDS: &[Words] = &[
+    Words {
+        id: "files_from",
+        help: "Also send the paths listed in FILE, one per line (FDT's -fl); blank \
+               lines and lines starting with # are skipped",
+    },
+    Words {
+        id: "rate_limit",
+        help: "Send no faster than RATE in total (as 4Gbit, 500MB, 450MiB); each \
+               stream is paced to its share (SO_MAX_PACING_RATE), so the data \
+               leaves evenly instead of in bursts. RATE is in bits per second \
+               unless a B says bytes (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, \
+               450MiB: bytes; k M G T are powers of 1000); echoed in the unit given",
+    },
+    Words {
+        id: "port",
+        help: "Receiver's port",
+    },
+    Words {
+        id: "shard",
+        help: "Move shard K of N of the transfer (0 <= K < N), or auto: the Slurm \
+               array task (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT) or the \
+               Kubernetes Indexed Job's (JOB_COMPLETION_INDEX of JOB_COMPLETIONS). \
+               Every shard scans the same sources; each sends its whole files (by \
+               a stable hash of the path, weighted by size) and one piece of every \
+               file above --split-over. HOST may be a list, HOST1,HOST2:DEST: \
+               shard K sends to host K mod M; receivers sharing one filesystem \
+               (and one secret) commit a split file once every piece is verified. \
+               `urmove report` merges the shards' --json reports",
+    },
+    Words {
+        id: "lanes",
+        help: "Threads reading and sending, each pinned to a core with its own \
+               ring, buffers and share of the streams, taking files (and pieces of \
+               large ones) in turn; auto: the cores this process may run on, at \
+               most one per stream",
+    },
+    Words {
+        id: "sock_buf",
+        help: "Socket send buffer per stream (FDT's -ss). Setting it turns off the \
+               kernel's autotuning of that buffer, which otherwise grows it to what \
+               the path needs (up to net.ipv4.tcp_wmem's maximum)",
+    },
+    Words {
+        id: "cc",
+        help: "Congestion control of the data streams (TCP_CONGESTION): auto (BBR \
+               where the kernel has it and allows it, else the kernel's default) or \
+               a name from net.ipv4.tcp_available_congestion_control",
+    },
+    Words {
+        id: "key_file",
+        help: "Pre-shared key (the same file as the receiver's)",
+    },
+    Words {
+        id: "state_dir",
+        help: "Keep this side's own state here: the secret behind the token the \
+               receiver stamps this client's files with, so a re-run skips them \
+               unread (and never another key holder's) [default: \
+               $XDG_STATE_HOME/urmove or ~/.local/state/urmove; /var/lib/urmove as \
+               root]",
+    },
+    Words {
+        id: "direct",
+        help: "O_DIRECT for reading sources: auto, required, or off",
+    },
+];
 
-    #[command(flatten)]
-    pub tree: TreeArgs,
+fn send_words(arg: Arg) -> Arg {
+    worded(arg, SEND_WORDS)
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +171,7 @@ pub struct SendArgs {
       urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it\n  \
       urmove pull --delete --exclude '*.tmp' --key-file k dtn2:ingest/run42 /data   also removes what run42 lost, keeping *.tmp\n  \
       urmove pull -n --delete --key-file k dtn2:ingest/run42 /data   what that would fetch and remove, doing nothing")]
+#[command(mut_args(pull_words))]
 pub struct PullArgs {
     /// HOST:PATH (PATH under the daemon's root, never absolute; one
     /// host), then LOCAL_DIR. As rsync reads them: a directory arrives as
@@ -200,42 +181,118 @@ pub struct PullArgs {
     #[arg(value_name = "HOST:PATH... LOCAL_DIR", num_args = 2.., required = true)]
     pub args: Vec<String>,
 
-    /// Also pull the paths (under the daemon's root) listed in FILE, one
-    /// per line, from the host the arguments name; blank lines and lines
-    /// starting with # are skipped.
+    /// Parallel TCP data streams.
+    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub streams: u16,
+
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// `pull`'s help for the options it shares with `send` and says of its
+/// own side (as [`SEND_WORDS`]).
+const PULL_WORDS: &[Words] = &[
+    Words {
+        id: "files_from",
+        help: "Also pull the paths (under the daemon's root) listed in FILE, one \
+               per line, from the host the arguments name; blank lines and lines \
+               starting with # are skipped",
+    },
+    Words {
+        id: "rate_limit",
+        help: "Have the daemon send no faster than RATE in total (as 4Gbit, \
+               500MB, 450MiB); it paces each of its streams to its share \
+               (SO_MAX_PACING_RATE). RATE is in bits per second unless a B says \
+               bytes (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T \
+               are powers of 1000); echoed in the unit given",
+    },
+    Words {
+        id: "port",
+        help: "The daemon's port",
+    },
+    Words {
+        id: "shard",
+        help: "Fetch shard K of N of the transfer (0 <= K < N), or auto (the \
+               Slurm array task's, or the Kubernetes Indexed Job's): the daemon \
+               offers only the share (whole files by a stable hash of the path, \
+               one piece of every file above --split-over), as send --shard. HOST \
+               may be a list (HOST1,HOST2:PATH: shard K asks host K mod M); pulls \
+               into one shared filesystem commit a split file once every piece is \
+               verified. `urmove report` merges the shards' --json reports",
+    },
+    Words {
+        id: "lanes",
+        help: "Threads receiving and writing, each pinned to a core with its own \
+               ring, buffers and share of the streams; auto: the cores this \
+               process may run on, at most one per stream",
+    },
+    Words {
+        id: "sock_buf",
+        help: "Socket receive buffer per stream on this side. Setting it turns off \
+               the kernel's autotuning of that buffer, which otherwise grows it to \
+               what the path needs (up to net.ipv4.tcp_rmem's maximum)",
+    },
+    Words {
+        id: "cc",
+        help: "Congestion control of this side's data streams (TCP_CONGESTION: \
+               auto, bbr, cubic, ...). A pull's data comes from the daemon, whose \
+               own --cc governs it; this one shapes only the acknowledgements",
+    },
+    Words {
+        id: "key_file",
+        help: "Pre-shared key (the same file as the daemon's)",
+    },
+    Words {
+        id: "state_dir",
+        help: "Keep this side's own state here: the secret that authenticates the \
+               resume journals and stamps of what it receives [default: \
+               $XDG_STATE_HOME/urmove or ~/.local/state/urmove; /var/lib/urmove as \
+               root]",
+    },
+    Words {
+        id: "direct",
+        help: "O_DIRECT for writing received files: auto, required, or off",
+    },
+];
+
+fn pull_words(arg: Arg) -> Arg {
+    worded(arg, PULL_WORDS)
+}
+
+/// One option's help as one command says it: `id` is the field's name.
+struct Words {
+    id: &'static str,
+    help: &'static str,
+}
+
+/// `arg` with its help from `words`, when they name it.
+fn worded(arg: Arg, words: &[Words]) -> Arg {
+    match words.iter().find(|w| arg.get_id().as_str() == w.id) {
+        Some(w) => arg.help(w.help),
+        None => arg,
+    }
+}
+
+/// What `send` and `pull` share, declared once: what else to move and
+/// which share of it, the peer and the key, the data path's shape, the
+/// report, and the groups below. Where the two commands say an option of
+/// their own side (the receiver's port, the daemon's), the help is theirs:
+/// [`SEND_WORDS`] and [`PULL_WORDS`]; those fields carry plain comments.
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    // More paths to move, listed in FILE.
     #[arg(long, value_name = "FILE")]
     pub files_from: Option<PathBuf>,
 
-    /// Have the daemon send no faster than RATE in total (as 4Gbit,
-    /// 500MB, 450MiB); it paces each of its streams to its share
-    /// (SO_MAX_PACING_RATE). RATE is in bits per second unless a B says bytes
-    /// (4G, 4Gbit, 4Gbps, 1gbit: bits; 500MB, 450MiB: bytes; k M G T are
-    /// powers of 1000); echoed in the unit given.
+    // The most the data may move at, in all, paced per stream.
     #[arg(long, value_name = "RATE", value_parser = parse::rate)]
     pub rate_limit: Option<parse::Rate>,
 
-    /// Socket receive buffer per stream on this side. Setting it turns off
-    /// the kernel's autotuning of that buffer, which otherwise grows it to
-    /// what the path needs (up to net.ipv4.tcp_rmem's maximum).
-    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
-    pub sock_buf: Option<u64>,
-
-    /// Draw the transfer as an SVG picture: throughput per interval over
-    /// time, per stream and in aggregate.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
-
-    /// The daemon's port.
+    // The daemon's port.
     #[arg(short = 'p', long, default_value_t = 7878)]
     pub port: u16,
 
-    /// Fetch shard K of N of the transfer (0 <= K < N), or auto (the
-    /// Slurm array task's, or the Kubernetes Indexed Job's): the daemon
-    /// offers only the share (whole files by a stable hash of the path,
-    /// one piece of every file above --split-over), as send --shard. HOST
-    /// may be a list (HOST1,HOST2:PATH: shard K asks host K mod M); pulls
-    /// into one shared filesystem commit a split file once every piece is
-    /// verified. `urmove report` merges the shards' --json reports.
+    // K/N: this run's share of the transfer.
     #[arg(long, value_name = "K/N|auto")]
     pub shard: Option<String>,
 
@@ -243,44 +300,42 @@ pub struct PullArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "256M", requires = "shard")]
     pub split_over: u64,
 
-    /// Parallel TCP data streams.
-    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub streams: u16,
-
     /// Bytes per frame (block).
     #[arg(long, value_name = "SIZE", value_parser = parse::size, default_value = "4M")]
     pub block: u64,
 
-    /// Threads receiving and writing, each pinned to a core with its own
-    /// ring, buffers and share of the streams; auto: the cores this
-    /// process may run on, at most one per stream.
+    // Threads of this side's data path, a ring each.
     #[arg(long, default_value = "auto", value_parser = parse::lanes, value_name = "N|auto")]
     pub lanes: crate::session::link::lanes::Lanes,
 
-    /// Congestion control of this side's data streams (TCP_CONGESTION:
-    /// auto, bbr, cubic, ...). A pull's data comes from the daemon, whose
-    /// own --cc governs it; this one shapes only the acknowledgements.
+    // This side's socket buffer per stream.
+    #[arg(long, value_name = "SIZE", value_parser = parse::size)]
+    pub sock_buf: Option<u64>,
+
+    // Congestion control of this side's data streams.
     #[arg(long, value_name = "NAME", value_parser = parse::congestion, default_value = "auto")]
     pub cc: crate::datapath::tcp::Congestion,
 
-    /// Pre-shared key (the same file as the daemon's).
+    // The pre-shared key (the daemon's).
     #[arg(long, value_name = "FILE")]
     pub key_file: PathBuf,
 
-    /// O_DIRECT for writing received files: auto, required, or off.
-    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
-    pub direct: DirectArg,
-
-    /// Keep this side's own state here: the secret that authenticates the
-    /// resume journals and stamps of what it receives [default:
-    /// $XDG_STATE_HOME/urmove or ~/.local/state/urmove; /var/lib/urmove as
-    /// root].
+    // Where this side keeps its secret.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+
+    // O_DIRECT for this side's files.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = DirectArg::Auto)]
+    pub direct: DirectArg,
 
     /// Print a progress line (or update the bar) every DURATION.
     #[arg(long, value_name = "DURATION", value_parser = parse::duration, default_value = "1s")]
     pub interval: Duration,
+
+    /// Draw the transfer as an SVG picture: throughput per interval over
+    /// time, per stream and in aggregate.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 
     /// Print one JSON document at the end, nothing else on stdout.
     #[arg(long, conflicts_with = "json_stream")]
@@ -439,4 +494,35 @@ pub struct ReportArgs {
     /// Print one JSON document instead of the summary.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option of `send` and `pull` has help, and every option named
+    /// in [`SEND_WORDS`] and [`PULL_WORDS`] is one they share.
+    #[test]
+    fn each_shared_option_has_each_commands_words() {
+        let cli = super::super::Cli::command();
+        let shared = TransferArgs::augment_args(clap::Command::new("t"));
+        for (name, words) in [("send", SEND_WORDS), ("pull", PULL_WORDS)] {
+            let cmd = cli.find_subcommand(name).expect("a subcommand");
+            for arg in cmd.get_arguments() {
+                assert!(
+                    arg.get_help().is_some(),
+                    "{name} --{} has no help",
+                    arg.get_id()
+                );
+            }
+            for w in words {
+                assert!(
+                    shared.get_arguments().any(|a| a.get_id() == w.id),
+                    "{name}: {}",
+                    w.id
+                );
+            }
+        }
+    }
 }

@@ -106,7 +106,7 @@ pub(super) fn send_what(a: &SendArgs) -> Result<SendAim, Failure> {
     let (host, dest) = split_target(target).ok_or_else(|| no_target(target, sources))?;
     beneath_root(&host, &dest, &SEND_DEST)?;
     let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
-    if let Some(list) = &a.files_from {
+    if let Some(list) = &a.transfer.files_from {
         // A listed path is itself: a trailing / changes nothing there.
         let listed = listed_paths(list)?.into_iter();
         sources.extend(listed.map(|p| PathBuf::from(p.trim_end_matches('/'))));
@@ -116,7 +116,7 @@ pub(super) fn send_what(a: &SendArgs) -> Result<SendAim, Failure> {
             "nothing to send: give SOURCE... or --files-from FILE before HOST:DEST".into(),
         ));
     }
-    above_zero("--rate-limit", a.rate_limit)?;
+    above_zero("--rate-limit", a.transfer.rate_limit)?;
     above_zero("--min-rate", a.min_rate)?;
     if a.window.is_zero() {
         return Err(usage("--window must be above zero".into()));
@@ -152,7 +152,7 @@ pub(super) fn send_shape(a: &SendArgs, aim: &SendAim) -> Result<Shape, Failure> 
             dir.display()
         ));
     }
-    let deletes = super::deletes(&a.tree);
+    let deletes = super::deletes(&a.transfer);
     if contents.is_some() && deletes && matches!(dest.trim_matches('/'), "" | ".") {
         return usage(
             "--delete of a directory's contents (DIR/) into the receiver's root itself would remove everything else under the root: give HOST:DEST"
@@ -198,7 +198,7 @@ pub(super) fn pull_what(a: &PullArgs) -> Result<PullAim, Failure> {
         paths.push(format!("{}{contents}", p.trim_end_matches('/')));
     }
     let one_file = matches!(paths.as_slice(), [p] if !p.ends_with('/')) && !local.ends_with('/');
-    if let Some(list) = &a.files_from {
+    if let Some(list) = &a.transfer.files_from {
         // A listed path is itself: a trailing / changes nothing there.
         let listed = listed_paths(list)?;
         paths.extend(listed.iter().map(|p| p.trim_end_matches('/').to_string()));

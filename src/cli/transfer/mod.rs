@@ -24,7 +24,7 @@ use crate::session::client::report::SendObserver;
 use crate::session::client::send::run_send;
 use crate::session::plan::filter::Filter;
 
-use super::args::{DirectArg, ProgressArgs, PullArgs, SendArgs, TreeArgs, ZeroCopyArg};
+use super::args::{DirectArg, ProgressArgs, PullArgs, SendArgs, TransferArgs, ZeroCopyArg};
 use super::plot::PlotFile;
 use super::progress::Show;
 use super::render::Format;
@@ -73,10 +73,59 @@ pub(super) fn direct(d: DirectArg) -> DirectMode {
     }
 }
 
+/// What `send` and `pull` resolve alike from the options they share.
+struct Shared {
+    /// The fields both set; each command adds its own.
+    cfg: SendConfig,
+    plot_file: Option<PlotFile>,
+    format: Format,
+}
+
+/// Resolve `t` for a transfer with `host` (a list of hosts when sharded;
+/// `fixed` when its manifest is, as `--shard` needs), in this order: the
+/// block size, the shard and its host, the plot's file, the key.
+fn shared(t: &TransferArgs, filter: Filter, host: &str, fixed: bool) -> Result<Shared, Failure> {
+    check_block("--block", t.block)?;
+    let (host, shard) = shard_host(t.shard.as_deref(), fixed, host)?;
+    let plot_file = t.plot.as_deref().map(PlotFile::check).transpose()?;
+    let key = keys::load(&t.key_file).map_err(Failure::Usage)?;
+    let cfg = SendConfig {
+        block_size: t.block as u32,
+        direct: direct(t.direct),
+        interval: t.interval,
+        sock_buf: t.sock_buf.map(|b| b as usize),
+        rate_limit_bytes_per_s: t.rate_limit.map(|r| r.bytes_per_s),
+        congestion: t.cc.clone(),
+        lanes: t.lanes,
+        resume: !t.resume.ignore_times,
+        checksum: t.resume.checksum,
+        timeout: t.resume.timeout,
+        encrypt: t.resume.encrypt,
+        state_dir: t
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::session::link::secret::default_state_dir),
+        scan: scan_rules(filter, t.tree.keep),
+        numeric_ids: t.tree.keep.numeric_ids,
+        sparse: t.tree.keep.sparse,
+        delete: deletes(t),
+        delete_excluded: t.tree.delete_excluded,
+        shard,
+        split_over: t.split_over,
+        ..SendConfig::to(host, t.port, key)
+    };
+    let format = Format::pick(t.json, t.json_stream);
+    Ok(Shared {
+        cfg,
+        plot_file,
+        format,
+    })
+}
+
 /// Whether the run removes at the receiving side (`--delete`, or
 /// `--delete-excluded`, which implies it).
-fn deletes(tree: &TreeArgs) -> bool {
-    tree.delete || tree.delete_excluded
+fn deletes(t: &TransferArgs) -> bool {
+    t.tree.delete || t.tree.delete_excluded
 }
 
 /// The printer of a send or pull of `cfg`, and the interrupt flag it runs
@@ -94,42 +143,22 @@ fn watch(
 }
 
 pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
+    let t = &a.transfer;
     let aim = send_what(&a)?;
     let shape = send_shape(&a, &aim)?;
-    check_block("--block", a.block)?;
-    let fixed = !(a.follow || deletes(&a.tree));
-    let (host, shard) = shard_host(a.shard.as_deref(), fixed, &aim.host)?;
-    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.json, a.json_stream);
-    let rate_limit = a.rate_limit.map(|r| r.bytes_per_s);
-    let (streams, auto_streams) = auto_unless_limited(a.streams, rate_limit);
+    let fixed = !(a.follow || deletes(t));
+    let Shared {
+        cfg,
+        plot_file,
+        format,
+    } = shared(t, filter, &aim.host, fixed)?;
+    let (streams, auto_streams) = auto_unless_limited(a.streams, cfg.rate_limit_bytes_per_s);
     let cfg = SendConfig {
         dest: aim.dest.trim_end_matches('/').to_string(),
         sources: aim.sources,
         streams,
         auto_streams,
-        block_size: a.block as u32,
         zerocopy: zerocopy(a.zerocopy),
-        direct: direct(a.direct),
-        interval: a.interval,
-        sock_buf: a.sock_buf.map(|b| b as usize),
-        rate_limit_bytes_per_s: rate_limit,
-        congestion: a.cc.clone(),
-        lanes: a.lanes,
-        resume: !a.resume.ignore_times,
-        checksum: a.resume.checksum,
-        timeout: a.resume.timeout,
-        encrypt: a.resume.encrypt,
-        state_dir: a
-            .state_dir
-            .clone()
-            .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.tree.keep),
-        numeric_ids: a.tree.keep.numeric_ids,
-        sparse: a.tree.keep.sparse,
-        delete: deletes(&a.tree),
-        delete_excluded: a.tree.delete_excluded,
         contents: shape.contents,
         one_file: shape.one_file,
         min_rate: a.min_rate.map(|r| crate::session::client::config::MinRate {
@@ -137,16 +166,14 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
             window: a.window,
         }),
         follow: follow_of(&a),
-        shard,
-        split_over: a.split_over,
         transfer: aim.target,
-        ..SendConfig::to(host, a.port, key)
+        ..cfg
     };
-    if a.tree.dry_run {
+    if t.tree.dry_run {
         return super::dry_run::show(&cfg, format);
     }
-    let (mut printer, interrupt) = watch(a.show, format, &cfg)?;
-    echo_limit(&mut printer, a.rate_limit);
+    let (mut printer, interrupt) = watch(t.show, format, &cfg)?;
+    echo_limit(&mut printer, t.rate_limit);
     if let Some(r) = a.min_rate {
         echo_gate(&mut printer, r, a.window);
     }
@@ -273,51 +300,29 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
 }
 
 pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
+    let t = &a.transfer;
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
-    let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
+    above_zero("--rate-limit", t.rate_limit)?;
     let aim = pull_what(&a)?;
-    check_block("--block", a.block)?;
-    let delete = deletes(&a.tree);
-    let (host, shard) = shard_host(a.shard.as_deref(), !delete, &aim.host)?;
-    let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&a.key_file).map_err(Failure::Usage)?;
-    let format = Format::pick(a.json, a.json_stream);
+    let Shared {
+        cfg,
+        plot_file,
+        format,
+    } = shared(t, filter, &aim.host, !deletes(t))?;
     let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
     let cfg = SendConfig {
-        shard,
-        split_over: a.split_over,
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),
         streams: a.streams,
-        rate_limit_bytes_per_s: rate_limit,
-        sock_buf: a.sock_buf.map(|b| b as usize),
-        block_size: a.block as u32,
-        direct: direct(a.direct),
-        interval: a.interval,
-        congestion: a.cc.clone(),
-        lanes: a.lanes,
-        resume: !a.resume.ignore_times,
-        checksum: a.resume.checksum,
-        timeout: a.resume.timeout,
-        encrypt: a.resume.encrypt,
-        state_dir: a
-            .state_dir
-            .clone()
-            .unwrap_or_else(crate::session::link::secret::default_state_dir),
-        scan: scan_rules(filter, a.tree.keep),
-        numeric_ids: a.tree.keep.numeric_ids,
-        sparse: a.tree.keep.sparse,
-        delete,
-        delete_excluded: a.tree.delete_excluded,
         one_file: aim.one_file,
-        ..SendConfig::to(host, a.port, key)
+        ..cfg
     };
     let local = PathBuf::from(local);
-    if a.tree.dry_run {
+    if t.tree.dry_run {
         return super::dry_run::show_pull(&cfg, &aim.paths, &local, format);
     }
-    let (mut printer, interrupt) = watch(a.show, format, &cfg)?;
+    let (mut printer, interrupt) = watch(t.show, format, &cfg)?;
     printer.direction = "Net In";
-    echo_limit(&mut printer, a.rate_limit);
+    echo_limit(&mut printer, t.rate_limit);
     let plot = net_plot(plot_file, "pull from", &cfg);
     run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::client::pull::run_pull(&cfg, &aim.paths, &local, &interrupt, obs)
