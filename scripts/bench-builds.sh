@@ -14,6 +14,7 @@
 #
 # Environment: ROUNDS=5 DUR=10 (seconds per network test) STREAMS=4
 #   FILE_MB=2048 (the file sent and fio's size) WORKDIR=/var/tmp/urmove-bench-builds
+#   JOBS="net send" (either alone runs only its rounds)
 set -euo pipefail
 
 die() { echo "bench-builds: $*" >&2; exit 1; }
@@ -26,6 +27,8 @@ for t in iperf3 fio python3; do command -v $t >/dev/null || die "$t not found"; 
 ROUNDS=${ROUNDS:-5} DUR=${DUR:-10} STREAMS=${STREAMS:-4} FILE_MB=${FILE_MB:-2048}
 WORKDIR=${WORKDIR:-/var/tmp/urmove-bench-builds}
 IPERF_PORT=${IPERF_PORT:-5301}
+JOBS=${JOBS:-net send}
+for j in $JOBS; do [[ $j = net || $j = send ]] || die "JOBS: net and send, not '$j'"; done
 
 mkdir -p "$WORKDIR"
 WORK=$(mktemp -d "$WORKDIR/run.XXXXXX")
@@ -90,7 +93,7 @@ measure() {
 
 log "keys, a ${FILE_MB} MiB file, daemons of both builds, iperf3 -s"
 "$NEW" keygen "$WORK/key" >/dev/null
-head -c $(( FILE_MB * 1048576 )) /dev/urandom >"$WORK/src.bin"
+if [[ " $JOBS " = *" send "* ]]; then head -c $(( FILE_MB * 1048576 )) /dev/urandom >"$WORK/src.bin"; fi
 recv "$OLD" old
 recv "$NEW" new
 iperf3 -s -p "$IPERF_PORT" >/dev/null 2>&1 &
@@ -104,23 +107,27 @@ for (( r = 0; r < ROUNDS; r++ )); do
     if (( r % 2 )); then order=(net-new net-old iperf3 send-new send-old fio)
     else order=(iperf3 net-old net-new fio send-old send-new); fi
     for t in "${order[@]}"; do
+        case $t in iperf3|net-*) job=net ;; *) job=send ;; esac
+        [[ " $JOBS " = *" $job "* ]] || continue
         v=$(measure "$t")
         printf '%s\t%s\t%s\n' "$t" "$r" "$v" >>"$WORK/rounds.tsv"
         log "round $(( r + 1 ))/$ROUNDS $t: $v"
     done
 done
 
-OLD_V=$("$OLD" --version | head -1) NEW_V=$("$NEW" --version | head -1) \
+ROUNDS=$ROUNDS OLD_V=$("$OLD" --version | head -1) NEW_V=$("$NEW" --version | head -1) \
 python3 - "$WORK/rounds.tsv" "${TOOLS[@]}" <<'EOF'
 import os, sys
 from statistics import median
 rows = [l.split("\t") for l in open(sys.argv[1]) if l.strip()]
-med = {t: median(float(v) for tt, _, v in rows if tt == t) for t in sys.argv[2:]}
-print(f"old: {os.environ['OLD_V']}; new: {os.environ['NEW_V']}; medians of {len(rows) // 6} rounds")
+med = {t: median(float(v) for tt, _, v in rows if tt == t) for t in sys.argv[2:] if any(r[0] == t for r in rows)}
+print(f"old: {os.environ['OLD_V']}; new: {os.environ['NEW_V']}; medians of {os.environ['ROUNDS']} rounds")
 print("| job | peer | old | new | old/peer | new/peer | new vs old |")
 print("|---|---|---|---|---|---|---|")
 for job, peer, unit, scale in (("bench --net", "iperf3", "Gbit/s", 1e9), ("send", "fio", "MB/s", 1e6)):
     k = "net" if job.startswith("bench") else "send"
+    if peer not in med:
+        continue
     p, o, n = med[peer], med[f"{k}-old"], med[f"{k}-new"]
     print(f"| {job} | {peer} {p / scale:.2f} {unit} | {o / scale:.2f} | {n / scale:.2f} | "
           f"{o / p:.3f} | {n / p:.3f} | {100 * (n / p - o / p) / (o / p):+.1f}% |")
