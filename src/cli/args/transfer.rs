@@ -505,7 +505,7 @@ mod tests {
     /// in [`SEND_WORDS`] and [`PULL_WORDS`] is one they share.
     #[test]
     fn each_shared_option_has_each_commands_words() {
-        let cli = super::super::Cli::command();
+        let cli = crate::cli::Cli::command();
         let shared = TransferArgs::augment_args(clap::Command::new("t"));
         for (name, words) in [("send", SEND_WORDS), ("pull", PULL_WORDS)] {
             let cmd = cli.find_subcommand(name).expect("a subcommand");
