@@ -173,6 +173,10 @@ pub enum SessionError {
     Local { code: ErrorCode, message: String },
     #[error(transparent)]
     Data(#[from] crate::datapath::Error),
+    /// Another session holds what this one needs (a file, a piece, a
+    /// part): busy, and a later run may go through.
+    #[error("{0}")]
+    Contended(Contended),
     /// A lane stopped because another lane of the transfer failed (whose
     /// error, not this one, says why).
     #[error("another lane of this transfer failed")]
@@ -181,6 +185,26 @@ pub enum SessionError {
     /// side (the daemon) refuses, else the peer's refusal as it said it.
     #[error("{}", streams_refused(*asked, *max, *ours))]
     TooManyStreams { asked: u16, max: u16, ours: bool },
+}
+
+/// What another session holds that this one needs, by the path the peer
+/// knows (`rel`, beneath the root).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Contended {
+    #[error("{rel}: another session is receiving it now")]
+    Receiving { rel: String },
+    #[error("{rel}: another session is writing this file now")]
+    Writing { rel: String },
+    #[error("{rel}: another session is writing bytes {start} to {end} of this file now, or committing it")]
+    Span { rel: String, start: u64, end: u64 },
+    #[error("{rel}: another session wrote this piece since this one held it (its bytes here may not be the ones this one verified): run again")]
+    PieceRewritten { rel: String },
+    #[error(
+        "{rel}: committed or replaced by another session while this one brought a piece of it"
+    )]
+    Replaced { rel: String },
+    #[error("{rel}: the part file keeps changing under this session")]
+    PartChanging { rel: String },
 }
 
 /// The text of a refusal of `asked` data streams where `max` is the most.
@@ -223,6 +247,7 @@ impl SessionError {
             SessionError::Data(crate::datapath::Error::Frame { .. }) => ErrorCode::Malformed,
             SessionError::Data(_) | SessionError::AnotherLaneFailed => ErrorCode::Io,
             SessionError::TooManyStreams { .. } => ErrorCode::TooLarge,
+            SessionError::Contended(_) => ErrorCode::Busy,
         }
     }
 

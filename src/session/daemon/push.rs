@@ -26,7 +26,7 @@ use crate::session::sink::incoming::{join, Destination, Incoming};
 use crate::session::sink::landing::{FrameCheck, Pace};
 use crate::session::sink::manifest::recv_manifest;
 use crate::session::sink::rules::Resume;
-use crate::session::SessionError;
+use crate::session::{Contended, SessionError};
 
 /// How long a session waits for another to release a file it also names.
 pub(super) const CLAIM_WAIT: Duration = Duration::from_secs(3);
@@ -387,10 +387,9 @@ impl Follow<'_, '_> {
             .collect();
         let mut set = self.claims.set.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(busy) = names.iter().find(|n| set.contains(*n)) {
-            return Err(SessionError::local(
-                ErrorCode::Busy,
-                format!("{busy}: another session is receiving it now"),
-            ));
+            return Err(SessionError::Contended(Contended::Receiving {
+                rel: busy.clone(),
+            }));
         }
         set.extend(names.iter().cloned());
         drop(set);
@@ -521,10 +520,9 @@ pub(super) fn claim_names<'r>(
             }
             Some(busy) if Instant::now() >= claim_until => {
                 let busy = busy.split('\0').next().unwrap_or_default();
-                return Err(SessionError::local(
-                    ErrorCode::Busy,
-                    format!("{busy}: another session is receiving it now"),
-                ));
+                return Err(SessionError::Contended(Contended::Receiving {
+                    rel: busy.to_string(),
+                }));
             }
             Some(_) => {
                 drop(set);

@@ -15,7 +15,7 @@ use super::file::RecvFile;
 use super::journal::{self};
 use super::pieces::{forget_pieces, join_piece, lock_span, PIECES_XATTR};
 use super::rules::Rules;
-use crate::session::{SessionError, PART_SUFFIX};
+use crate::session::{Contended, SessionError, PART_SUFFIX};
 
 pub(super) fn lock_claims(rules: &Rules) -> std::sync::MutexGuard<'_, HashSet<FileId>> {
     rules.claims.lock().unwrap_or_else(|p| p.into_inner())
@@ -25,10 +25,9 @@ pub(super) fn lock_claims(rules: &Rules) -> std::sync::MutexGuard<'_, HashSet<Fi
 pub(super) fn claim(rules: &Rules, rel: &str, id: FileId) -> Result<(), SessionError> {
     let mut set = lock_claims(rules);
     if !set.insert(id) {
-        return Err(SessionError::local(
-            ErrorCode::Busy,
-            format!("{rel}: another session is writing this file now"),
-        ));
+        return Err(SessionError::Contended(Contended::Writing {
+            rel: rel.to_string(),
+        }));
     }
     Ok(())
 }
@@ -51,13 +50,9 @@ pub(crate) fn open_part(
             reopen_part(root, direct, f, id)?;
             match lock_span(root, &rules.secret, f)? {
                 true => Ok(()),
-                false => Err(SessionError::local(
-                    ErrorCode::Busy,
-                    format!(
-                        "{}: committed or replaced by another session while this one brought a piece of it",
-                        f.final_rel
-                    ),
-                )),
+                false => Err(SessionError::Contended(Contended::Replaced {
+                    rel: f.final_rel.clone(),
+                })),
             }
         }
         (None, Some(p)) => join_piece(root, &rules.secret, direct, f, p),

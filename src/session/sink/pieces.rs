@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::{FileId, Root};
 use crate::datapath::DirectMode;
-use crate::protocol::control::ErrorCode;
 use crate::protocol::manifest::Piece;
 
 use super::beside::Beside;
@@ -15,7 +14,7 @@ use super::file::RecvFile;
 use super::journal::{self};
 use super::part::{clear_name, forget_journals, is_own_file, joined, new_part};
 use crate::session::link::secret::Secret;
-use crate::session::SessionError;
+use crate::session::{Contended, SessionError};
 
 /// A piece's part joined ([`join_part`]) and its range locked while its
 /// name still holds it (a part committed or replaced meanwhile is left
@@ -36,13 +35,9 @@ pub(super) fn join_piece(
         }
         f.part_id = None;
     }
-    Err(SessionError::local(
-        ErrorCode::Busy,
-        format!(
-            "{}: the part file keeps changing under this session",
-            f.part_rel()
-        ),
-    ))
+    Err(SessionError::Contended(Contended::PartChanging {
+        rel: f.part_rel(),
+    }))
 }
 
 /// A piece's writes go to its range of the shared part, locked for this
@@ -73,13 +68,11 @@ pub(super) fn lock_span(
         }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             f.part = None;
-            Err(SessionError::local(
-                ErrorCode::Busy,
-                format!(
-                    "{}: another session is writing bytes {start} to {end} of this file now, or committing it",
-                    f.final_rel
-                ),
-            ))
+            Err(SessionError::Contended(Contended::Span {
+                rel: f.final_rel.clone(),
+                start,
+                end,
+            }))
         }
         Err(e) => Err(SessionError::io(format!("locking {}", f.part_rel()), e)),
     }
@@ -105,13 +98,9 @@ pub(super) fn still_its_journal(
         return Ok(());
     }
     f.part = None;
-    Err(SessionError::local(
-        ErrorCode::Busy,
-        format!(
-            "{}: another session wrote this piece since this one held it (its bytes here may not be the ones this one verified): run again",
-            f.final_rel
-        ),
-    ))
+    Err(SessionError::Contended(Contended::PieceRewritten {
+        rel: f.final_rel.clone(),
+    }))
 }
 
 /// How long a piece's opening waits for a lock on the whole file (a
@@ -243,10 +232,9 @@ pub(super) fn join_part(
             Err(e) => return Err(io(e)),
         }
     }
-    Err(SessionError::local(
-        ErrorCode::Busy,
-        format!("{rel}: the part file keeps changing under this session"),
-    ))
+    Err(SessionError::Contended(Contended::PartChanging {
+        rel: rel.to_string(),
+    }))
 }
 
 /// Before a shared part at `final_rel`'s part name is replaced (by a
