@@ -17,10 +17,9 @@ fn cstring(path: &Path) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-/// Direct-I/O alignment as reported by `statx(STATX_DIOALIGN)`:
-/// `(memory alignment, offset alignment)`, or `None` when the kernel or the
-/// filesystem does not report it (or reports that O_DIRECT is unsupported).
-pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
+/// `statx` of an open file, asking for `mask` with `flags` beside
+/// `AT_EMPTY_PATH`; the fields outside `stx_mask` are zero.
+fn statx_of(file: &File, flags: libc::c_int, mask: libc::c_uint) -> io::Result<libc::statx> {
     let mut stx = MaybeUninit::<libc::statx>::zeroed();
     let empty = c"";
     // SAFETY: `stx` is a valid, writable statx buffer for the duration of the
@@ -29,8 +28,8 @@ pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
         libc::statx(
             file.as_raw_fd(),
             empty.as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
+            libc::AT_EMPTY_PATH | flags,
+            mask,
             stx.as_mut_ptr(),
         )
     };
@@ -38,7 +37,14 @@ pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: statx returned 0, so the buffer is initialised (it was zeroed too).
-    let stx = unsafe { stx.assume_init() };
+    Ok(unsafe { stx.assume_init() })
+}
+
+/// Direct-I/O alignment as reported by `statx(STATX_DIOALIGN)`:
+/// `(memory alignment, offset alignment)`, or `None` when the kernel or the
+/// filesystem does not report it (or reports that O_DIRECT is unsupported).
+pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
+    let stx = statx_of(file, 0, libc::STATX_DIOALIGN)?;
     if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
         return Ok(None);
     }
@@ -50,24 +56,8 @@ pub fn statx_dio_align(file: &File) -> io::Result<Option<(u32, u32)>> {
 /// (`AT_STATX_FORCE_SYNC`: a FUSE or network filesystem is asked again; a
 /// local one answers as ever).
 pub fn fresh_links_and_ctime(file: &File) -> io::Result<(u64, i128)> {
-    let mut stx = MaybeUninit::<libc::statx>::zeroed();
-    let empty = c"";
-    // SAFETY: `stx` is a valid, writable statx buffer for the duration of the
-    // call and `empty` is a NUL-terminated string; no memory is retained.
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC,
-            libc::STATX_NLINK | libc::STATX_CTIME,
-            stx.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx returned 0, so the buffer is initialised (it was zeroed too).
-    let stx = unsafe { stx.assume_init() };
+    let mask = libc::STATX_NLINK | libc::STATX_CTIME;
+    let stx = statx_of(file, libc::AT_STATX_FORCE_SYNC, mask)?;
     let ctime =
         i128::from(stx.stx_ctime.tv_sec) * 1_000_000_000 + i128::from(stx.stx_ctime.tv_nsec);
     Ok((u64::from(stx.stx_nlink), ctime))
