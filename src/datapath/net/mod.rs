@@ -27,3 +27,19 @@ pub use zerocopy::{zero_copy_wont_pay, ZeroCopy};
 fn stream_err(op: &'static str, site: StreamSite, source: io::Error) -> Error {
     Error::Stream { op, site, source }
 }
+
+/// Enable `ring` and register `sockets` in its first file slots, one per
+/// stream (`ids` their session numbers, named in an error).
+fn register_sockets<T>(
+    ring: &mut super::ring::Ring<T>,
+    sockets: &[std::os::fd::RawFd],
+    ids: &[u32],
+) -> Result<(), Error> {
+    assert_eq!(sockets.len(), ids.len(), "a socket per stream");
+    ring.enable()?;
+    for (i, &fd) in sockets.iter().enumerate() {
+        ring.set_file(i as u32, fd)
+            .map_err(|e| stream_err("registering a socket", StreamSite::Stream(ids[i]), e))?;
+    }
+    Ok(())
+}

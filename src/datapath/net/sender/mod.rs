@@ -204,12 +204,7 @@ impl NetSender {
     /// Start sending on `sockets` (one per stream), from this thread.
     pub fn start(&mut self, sockets: &[RawFd]) -> Result<(), Error> {
         assert_eq!(sockets.len(), self.fds.len(), "a socket per stream");
-        self.ring.enable()?;
-        for (i, &fd) in sockets.iter().enumerate() {
-            self.ring.set_file(i as u32, fd).map_err(|e| {
-                stream_err("registering a socket", StreamSite::Stream(self.ids[i]), e)
-            })?;
-        }
+        super::register_sockets(&mut self.ring, sockets, &self.ids)?;
         self.fds = sockets.to_vec();
         if self.mode == ZeroCopy::Auto && self.zc_now {
             if let Some(why) = zero_copy_wont_pay(sockets) {
