@@ -19,19 +19,10 @@ const FN_LINES_MAX: usize = 100;
 /// Every `.rs` under `src/`, as (path relative to the crate, text).
 fn sources() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut out = Vec::new();
-    let mut stack = vec![root.join("src")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let rel = p.strip_prefix(root).unwrap().display().to_string();
-                out.push((rel, std::fs::read_to_string(&p).unwrap()));
-            }
-        }
-    }
+    let out: Vec<(String, String)> = crate::util::rust_sources(&root.join("src"))
+        .into_iter()
+        .map(|(p, text)| (p.strip_prefix(root).unwrap().display().to_string(), text))
+        .collect();
     assert!(out.len() > 50, "too few sources found: {}", out.len());
     out
 }

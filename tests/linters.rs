@@ -9,21 +9,10 @@ const ROOMS: [&str; 6] = ["cli", "session", "bench", "datapath", "protocol", "co
 
 fn sources(room: &str) -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(room);
-    let mut out = Vec::new();
-    let mut stack = vec![dir];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push((
-                    p.display().to_string(),
-                    std::fs::read_to_string(&p).unwrap(),
-                ));
-            }
-        }
-    }
+    let out: Vec<(String, String)> = crate::util::rust_sources(&dir)
+        .into_iter()
+        .map(|(p, text)| (p.display().to_string(), text))
+        .collect();
     assert!(!out.is_empty(), "room {room} has no sources");
     out
 }

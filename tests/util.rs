@@ -476,3 +476,21 @@ pub fn data_stream(port: u16, keys: &SessionKeys, index: u16) -> TcpStream {
     .unwrap();
     s
 }
+
+/// Every `.rs` file under `dir`, with its text.
+pub fn rust_sources(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.push((p, text));
+            }
+        }
+    }
+    out
+}
