@@ -120,7 +120,7 @@ fn serve_pull(l: &TcpListener, key: Key, answer: Answer) -> Result<(), String> {
     let Message::Hello(hello) = try_read_msg(&mut tcp).map_err(|e| e.to_string())? else {
         return Err("no hello".into());
     };
-    let mut hs = ServerHandshake::new(key, [7; 32]);
+    let mut hs = ServerHandshake::new(key, [7; 32], 16);
     let ch = hs.on_hello(&hello).map_err(|e| e.to_string())?;
     tcp.write_all(&encode(&Message::Challenge(ch)))
         .map_err(|e| e.to_string())?;
@@ -128,10 +128,13 @@ fn serve_pull(l: &TcpListener, key: Key, answer: Answer) -> Result<(), String> {
         return Err("no auth".into());
     };
     let (welcome, keys) = hs.on_auth(&auth, [9; 16]).map_err(|e| e.to_string())?;
-    tcp.write_all(&encode(&Message::Welcome(welcome)))
-        .map_err(|e| e.to_string())?;
+    if let Some(welcome) = welcome {
+        tcp.write_all(&encode(&Message::Welcome(welcome)))
+            .map_err(|e| e.to_string())?;
+    }
     let mut ctl = Control::new(tcp);
     ctl.secure(&keys, false);
+    ctl.set_protocol(hs.version());
     let Message::Request(req) = recv_any(&mut ctl).map_err(|e| e.to_string())? else {
         return Err("no request".into());
     };

@@ -358,13 +358,20 @@ pub fn handshake(port: u16, key_file: &Path) -> (Control, SessionKeys) {
     };
     ctl.write_all(&encode(&Message::Auth(hs.on_challenge(&ch).unwrap())))
         .unwrap();
-    let Message::Welcome(w) = read_msg(&mut ctl) else {
-        panic!("no welcome")
+    let version = hs.answer().unwrap().chosen;
+    // Protocol 13 has no welcome: the session id comes from the nonces.
+    let keys = if version >= 13 {
+        hs.keys_now().unwrap()
+    } else {
+        let Message::Welcome(w) = read_msg(&mut ctl) else {
+            panic!("no welcome")
+        };
+        hs.on_welcome(&w).unwrap()
     };
-    let keys = hs.on_welcome(&w).unwrap();
     // From here on every control message is sealed, as urmove's are.
-    let ctl = Control::new(ctl);
+    let mut ctl = Control::new(ctl);
     ctl.secure(&keys, true);
+    ctl.set_protocol(version);
     (ctl, keys)
 }
 

@@ -8,18 +8,26 @@
 //!   (client checks server_proof)
 //!   Auth { client_proof =             ->
 //!          HMAC(K, "client" | sn | cn) }   (server checks client_proof)
-//!                                     <-   Welcome { session_id }
+//!                                     <-   Welcome { session_id }   (protocol 12)
 //! session_key = HMAC(K, "session" | cn | sn | session_id)
 //! ```
+//! Both nonces carry the versions each side speaks (`protocol::negotiate`).
+//! From protocol 13 the session id is `HMAC(K, "urmove-session-id" | cn |
+//! sn)`, its first 16 bytes, which both sides know once the challenge is
+//! checked: there is no `Welcome`, and the client sends its request right
+//! behind its proof.
 //! The key never crosses the wire; both nonces are fresh per connection, so
 //! a recorded `Auth` is worthless against a new challenge; proofs are
 //! compared in constant time. Data streams prove they belong to a session
 //! with `HMAC(session_key, "stream" | session_id | stream_index)`.
 
 use hmac::{Hmac, Mac};
+
+use super::negotiate::{self, Range};
 use sha2::Sha256;
 
-/// Protocol version spoken here.
+/// The protocol version the control messages are encoded in until the
+/// session's version is agreed (the handshake's messages have not changed).
 pub const VERSION: u16 = 12;
 pub const NONCE_LEN: usize = 32;
 pub const PROOF_LEN: usize = 32;
@@ -73,8 +81,10 @@ impl std::fmt::Debug for SessionKeys {
 /// Why a handshake failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthError {
-    /// The peer speaks another protocol version.
+    /// The peer speaks another protocol version (a 0.1.0 client's Hello).
     Version { theirs: u16 },
+    /// The two sides speak no version in common.
+    NoCommonVersion(super::negotiate::NoCommonVersion),
     /// The peer's proof does not match: it holds another key (or none).
     BadProof,
     /// A message arrived in the wrong state (replayed, reordered, repeated).
@@ -87,9 +97,14 @@ impl std::fmt::Display for AuthError {
             AuthError::Version { theirs } => {
                 write!(
                     f,
-                    "the peer speaks protocol version {theirs}, this urmove speaks {VERSION}"
+                    "the peer speaks protocol version {theirs} (urmove {}), this urmove speaks {}-{}: upgrade {}",
+                    super::negotiate::release_of(*theirs),
+                    super::negotiate::PROTOCOL_MIN,
+                    super::negotiate::PROTOCOL_MAX,
+                    if *theirs < super::negotiate::PROTOCOL_MIN { "the peer" } else { "this urmove" }
                 )
             }
+            AuthError::NoCommonVersion(e) => write!(f, "{e}"),
             AuthError::BadProof => write!(
                 f,
                 "authentication failed: the peer does not hold the same key"
@@ -144,33 +159,78 @@ fn session_keys(key: &Key, cn: &Nonce, sn: &Nonce, session_id: SessionId) -> Ses
     }
 }
 
+/// The session id of protocol 13 on: known to both sides at the challenge.
+fn derived_session_id(key: &Key, cn: &Nonce, sn: &Nonce) -> SessionId {
+    let mac = hmac(key, &[b"urmove-session-id", cn, sn]);
+    let mut id = [0u8; SESSION_ID_LEN];
+    id.copy_from_slice(&mac[..SESSION_ID_LEN]);
+    id
+}
+
 /// The server side of the handshake.
 pub struct ServerHandshake {
     key: Key,
     server_nonce: Nonce,
     client_nonce: Option<Nonce>,
     done: bool,
+    ours: Range,
+    room: u16,
+    version: u16,
 }
 
 impl ServerHandshake {
-    /// `server_nonce` must be fresh random bytes for every connection.
-    pub fn new(key: Key, server_nonce: Nonce) -> Self {
+    /// `server_nonce` must be fresh random bytes for every connection;
+    /// `room`: how many more unauthenticated connections the client's
+    /// address may open (told to a client of protocol 13 on).
+    pub fn new(key: Key, server_nonce: Nonce, room: u16) -> Self {
+        Self::speaking(key, server_nonce, room, negotiate::OURS)
+    }
+
+    /// As [`ServerHandshake::new`], speaking the versions `ours`.
+    pub fn speaking(key: Key, server_nonce: Nonce, room: u16, ours: Range) -> Self {
         ServerHandshake {
             key,
             server_nonce,
             client_nonce: None,
             done: false,
+            ours,
+            room,
+            version: 0,
         }
+    }
+
+    /// The version agreed (after [`ServerHandshake::on_hello`]).
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     pub fn on_hello(&mut self, hello: &Hello) -> Result<Challenge, AuthError> {
         if self.client_nonce.is_some() || self.done {
             return Err(AuthError::OutOfOrder);
         }
-        if hello.version != VERSION {
-            return Err(AuthError::Version {
-                theirs: hello.version,
-            });
+        match negotiate::read_offer(&hello.client_nonce) {
+            Some(theirs) => {
+                let chosen =
+                    negotiate::choose(self.ours, theirs).map_err(AuthError::NoCommonVersion)?;
+                self.version = chosen;
+                self.server_nonce = negotiate::answer_nonce(
+                    self.server_nonce,
+                    negotiate::Answer {
+                        chosen,
+                        daemon: self.ours,
+                        room: self.room,
+                    },
+                );
+            }
+            // A 0.1.0 client: the version it names, if this build speaks it.
+            None if (self.ours.min..=self.ours.max).contains(&hello.version) => {
+                self.version = hello.version;
+            }
+            None => {
+                return Err(AuthError::Version {
+                    theirs: hello.version,
+                })
+            }
         }
         self.client_nonce = Some(hello.client_nonce);
         Ok(Challenge {
@@ -182,12 +242,14 @@ impl ServerHandshake {
         })
     }
 
-    /// Check the client's proof; `session_id` must be fresh random bytes.
+    /// Check the client's proof; `session_id` must be fresh random bytes
+    /// (protocol 12, told in the `Welcome`; from 13 the id is derived and
+    /// there is no `Welcome`).
     pub fn on_auth(
         &mut self,
         auth: &Auth,
         session_id: SessionId,
-    ) -> Result<(Welcome, SessionKeys), AuthError> {
+    ) -> Result<(Option<Welcome>, SessionKeys), AuthError> {
         let Some(cn) = self.client_nonce.filter(|_| !self.done) else {
             return Err(AuthError::OutOfOrder);
         };
@@ -199,8 +261,12 @@ impl ServerHandshake {
         ) {
             return Err(AuthError::BadProof);
         }
+        if self.version >= 13 {
+            let id = derived_session_id(&self.key, &cn, &self.server_nonce);
+            return Ok((None, session_keys(&self.key, &cn, &self.server_nonce, id)));
+        }
         Ok((
-            Welcome { session_id },
+            Some(Welcome { session_id }),
             session_keys(&self.key, &cn, &self.server_nonce, session_id),
         ))
     }
@@ -212,23 +278,54 @@ pub struct ClientHandshake {
     client_nonce: Nonce,
     server_nonce: Option<Nonce>,
     done: bool,
+    ours: Range,
+    answer: Option<negotiate::Answer>,
 }
 
 impl ClientHandshake {
-    /// `client_nonce` must be fresh random bytes for every connection.
+    /// `client_nonce` must be fresh random bytes for every connection (its
+    /// last 12 bytes carry the versions this build speaks).
     pub fn new(key: Key, client_nonce: Nonce) -> (Self, Hello) {
+        Self::speaking(key, client_nonce, negotiate::OURS)
+    }
+
+    /// As [`ClientHandshake::new`], offering the versions `ours`.
+    pub fn speaking(key: Key, random: Nonce, ours: Range) -> (Self, Hello) {
+        let client_nonce = negotiate::offer_nonce(random, ours);
         (
             ClientHandshake {
                 key,
                 client_nonce,
                 server_nonce: None,
                 done: false,
+                ours,
+                answer: None,
             },
             Hello {
-                version: VERSION,
+                version: negotiate::HELLO_VERSION,
                 client_nonce,
             },
         )
+    }
+
+    /// The daemon's answer (after a good challenge): the version chosen,
+    /// the daemon's range and its room for unauthenticated connections.
+    pub fn answer(&self) -> Option<negotiate::Answer> {
+        self.answer
+    }
+
+    /// From protocol 13, the session's keys at once (no `Welcome`): after
+    /// [`ClientHandshake::on_challenge`] chose 13 or later.
+    pub fn keys_now(&mut self) -> Result<SessionKeys, AuthError> {
+        let Some(sn) = self
+            .server_nonce
+            .filter(|_| !self.done && self.answer.is_some_and(|a| a.chosen >= 13))
+        else {
+            return Err(AuthError::OutOfOrder);
+        };
+        self.done = true;
+        let id = derived_session_id(&self.key, &self.client_nonce, &sn);
+        Ok(session_keys(&self.key, &self.client_nonce, &sn, id))
     }
 
     /// Check the server's proof and answer with ours.
@@ -244,6 +341,13 @@ impl ClientHandshake {
             self.done = true;
             return Err(AuthError::BadProof);
         }
+        // The answer is read only once the proof holds: nobody could
+        // have written it but a holder of the key.
+        let answer = negotiate::accept_answer(self.ours, &c.server_nonce).map_err(|e| {
+            self.done = true;
+            AuthError::NoCommonVersion(e)
+        })?;
+        self.answer = Some(answer);
         self.server_nonce = Some(c.server_nonce);
         Ok(Auth {
             client_proof: hmac(
@@ -254,7 +358,10 @@ impl ClientHandshake {
     }
 
     pub fn on_welcome(&mut self, w: &Welcome) -> Result<SessionKeys, AuthError> {
-        let Some(sn) = self.server_nonce.filter(|_| !self.done) else {
+        let Some(sn) = self
+            .server_nonce
+            .filter(|_| !self.done && self.answer.is_some_and(|a| a.chosen < 13))
+        else {
             return Err(AuthError::OutOfOrder);
         };
         self.done = true;
@@ -325,12 +432,128 @@ mod tests {
 
     fn run(client_key: Key, server_key: Key) -> Result<(SessionKeys, SessionKeys), AuthError> {
         let (mut c, hello) = ClientHandshake::new(client_key, [1; 32]);
-        let mut s = ServerHandshake::new(server_key, [2; 32]);
+        let mut s = ServerHandshake::new(server_key, [2; 32], 4);
         let challenge = s.on_hello(&hello)?;
         let auth = c.on_challenge(&challenge)?;
         let (welcome, sk) = s.on_auth(&auth, [3; 16])?;
-        let ck = c.on_welcome(&welcome)?;
+        let ck = match welcome {
+            Some(w) => c.on_welcome(&w)?,
+            None => c.keys_now()?,
+        };
         Ok((ck, sk))
+    }
+
+    /// A 0.1.0 daemon: checks `version == 12`, answers with its random
+    /// nonce as it is, welcomes with a random id.
+    fn legacy_daemon(hello: &Hello, sn: Nonce) -> Option<(Challenge, Nonce)> {
+        (hello.version == 12).then(|| {
+            let proof = hmac(&K, &[b"urmove-server", &hello.client_nonce, &sn]);
+            (
+                Challenge {
+                    server_nonce: sn,
+                    server_proof: proof,
+                },
+                sn,
+            )
+        })
+    }
+
+    #[test]
+    fn two_builds_of_this_release_speak_13_without_a_welcome() {
+        let (mut c, hello) = ClientHandshake::new(K, [1; 32]);
+        let mut s = ServerHandshake::new(K, [2; 32], 9);
+        let ch = s.on_hello(&hello).unwrap();
+        assert_eq!(s.version(), 13);
+        let auth = c.on_challenge(&ch).unwrap();
+        let a = c.answer().unwrap();
+        assert_eq!((a.chosen, a.room, a.daemon), (13, 9, negotiate::OURS));
+        let (w, sk) = s.on_auth(&auth, [3; 16]).unwrap();
+        assert!(w.is_none());
+        let ck = c.keys_now().unwrap();
+        assert_eq!(ck, sk);
+        assert_ne!(ck.session_id, [3; 16], "derived, not the random id");
+        assert_eq!(c.keys_now().unwrap_err(), AuthError::OutOfOrder);
+    }
+
+    #[test]
+    fn a_new_client_speaks_12_to_a_0_1_0_daemon() {
+        let (mut c, hello) = ClientHandshake::new(K, [1; 32]);
+        assert_eq!(hello.version, 12, "what a 0.1.0 daemon demands");
+        let (ch, sn) = legacy_daemon(&hello, [2; 32]).unwrap();
+        c.on_challenge(&ch).unwrap();
+        assert_eq!(c.answer().unwrap().chosen, 12);
+        assert_eq!(c.keys_now().unwrap_err(), AuthError::OutOfOrder);
+        let ck = c
+            .on_welcome(&Welcome {
+                session_id: [3; 16],
+            })
+            .unwrap();
+        assert_eq!(ck, session_keys(&K, &hello.client_nonce, &sn, [3; 16]));
+    }
+
+    #[test]
+    fn a_0_1_0_client_gets_12_and_a_welcome() {
+        // Its nonce is random: no mark.
+        let hello = Hello {
+            version: 12,
+            client_nonce: [1; 32],
+        };
+        let mut s = ServerHandshake::new(K, [2; 32], 9);
+        let ch = s.on_hello(&hello).unwrap();
+        assert_eq!(s.version(), 12);
+        assert_eq!(
+            ch.server_nonce, [2; 32],
+            "its nonce untouched, as 0.1.0 sends"
+        );
+        let auth = Auth {
+            client_proof: hmac(&K, &[b"urmove-client", &ch.server_nonce, &[1; 32]]),
+        };
+        let (w, sk) = s.on_auth(&auth, [3; 16]).unwrap();
+        assert_eq!(
+            w,
+            Some(Welcome {
+                session_id: [3; 16]
+            })
+        );
+        assert_eq!(sk.session_id, [3; 16]);
+    }
+
+    #[test]
+    fn nobody_on_the_path_can_change_the_versions() {
+        // A lowered offer: the daemon's proof covers the changed nonce.
+        let (mut c, mut hello) = ClientHandshake::new(K, [1; 32]);
+        hello.client_nonce[31] = 0;
+        hello.client_nonce[30] = 12;
+        let mut s = ServerHandshake::new(K, [2; 32], 4);
+        let ch = s.on_hello(&hello).unwrap();
+        assert_eq!(s.version(), 12);
+        assert_eq!(c.on_challenge(&ch).unwrap_err(), AuthError::BadProof);
+        // A changed answer, or the mark taken away.
+        for at in [16usize, 24, 26, 31] {
+            let (mut c, hello) = ClientHandshake::new(K, [1; 32]);
+            let mut s = ServerHandshake::new(K, [2; 32], 4);
+            let mut ch = s.on_hello(&hello).unwrap();
+            ch.server_nonce[at] ^= 1;
+            assert_eq!(
+                c.on_challenge(&ch).unwrap_err(),
+                AuthError::BadProof,
+                "{at}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_common_version_is_refused_by_name() {
+        let (_, hello) = ClientHandshake::speaking(K, [1; 32], Range { min: 14, max: 15 });
+        let mut s = ServerHandshake::new(K, [2; 32], 4);
+        let e = s.on_hello(&hello).unwrap_err();
+        assert!(matches!(e, AuthError::NoCommonVersion(_)), "{e:?}");
+        assert!(e.to_string().contains("upgrade this urmove"), "{e}");
+        // A client that speaks only 13 refuses a 0.1.0 daemon's 12.
+        let (mut c, hello) = ClientHandshake::speaking(K, [1; 32], Range { min: 13, max: 13 });
+        let (ch, _) = legacy_daemon(&hello, [2; 32]).unwrap();
+        let e = c.on_challenge(&ch).unwrap_err();
+        assert!(e.to_string().contains("urmove 0.1.0"), "{e}");
     }
 
     #[test]
@@ -351,7 +574,7 @@ mod tests {
         // The client sees the server does not hold its key.
         assert_eq!(run(K, [8; 32]).unwrap_err(), AuthError::BadProof);
         // A client without the key cannot forge the proof either.
-        let mut s = ServerHandshake::new(K, [2; 32]);
+        let mut s = ServerHandshake::new(K, [2; 32], 4);
         s.on_hello(&Hello {
             version: VERSION,
             client_nonce: [1; 32],
@@ -372,18 +595,18 @@ mod tests {
     #[test]
     fn a_replayed_auth_fails_against_a_fresh_challenge() {
         let (mut c, hello) = ClientHandshake::new(K, [1; 32]);
-        let mut s1 = ServerHandshake::new(K, [2; 32]);
+        let mut s1 = ServerHandshake::new(K, [2; 32], 4);
         let auth = c.on_challenge(&s1.on_hello(&hello).unwrap()).unwrap();
         assert!(s1.on_auth(&auth, [3; 16]).is_ok());
         // Same hello and auth replayed to a new connection (new server nonce).
-        let mut s2 = ServerHandshake::new(K, [9; 32]);
+        let mut s2 = ServerHandshake::new(K, [9; 32], 4);
         s2.on_hello(&hello).unwrap();
         assert_eq!(s2.on_auth(&auth, [3; 16]).unwrap_err(), AuthError::BadProof);
     }
 
     #[test]
     fn out_of_order_and_version() {
-        let mut s = ServerHandshake::new(K, [2; 32]);
+        let mut s = ServerHandshake::new(K, [2; 32], 4);
         assert_eq!(
             s.on_auth(
                 &Auth {

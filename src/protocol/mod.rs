@@ -13,6 +13,7 @@ pub mod fuzz;
 pub mod handshake;
 pub mod manifest;
 pub mod names;
+pub mod negotiate;
 pub mod seal;
 pub mod sparse;
 pub mod wire;

@@ -9,8 +9,9 @@ use crate::protocol::control::{self, Message};
 use crate::protocol::handshake::{
     check_stream_proof, format_key, parse_key, stream_proof, Auth, AuthError, Challenge,
     ClientHandshake, Hello, Key, Nonce, Proof, ServerHandshake, SessionId, SessionKeys, Welcome,
-    KEY_LEN, VERSION,
+    KEY_LEN,
 };
+use crate::protocol::negotiate::{self, Answer, Range};
 
 /// The key the honest client holds.
 pub(super) const KEY: Key = [0x5a; KEY_LEN];
@@ -18,7 +19,21 @@ pub(super) const KEY: Key = [0x5a; KEY_LEN];
 /// The key of a server that is not the client's peer.
 const OTHER_KEY: Key = [0xa5; KEY_LEN];
 
+/// The client's random bytes (its nonce carries its range in the last 12).
 pub(super) const CLIENT_NONCE: Nonce = [1; 32];
+
+/// The ranges the first byte's bits 1-2 (the client's) and 3-4 (the
+/// server's) choose among: both sides of this release, one side of
+/// 0.1.0's version only, one of a later release only, one from the future.
+const RANGES: [Range; 4] = [
+    negotiate::OURS,
+    Range { min: 12, max: 12 },
+    Range { min: 13, max: 13 },
+    Range { min: 14, max: 15 },
+];
+
+/// The daemon's room for unauthenticated connections, as told.
+const ROOM: u16 = 7;
 
 const SERVER_NONCE: Nonce = [2; 32];
 
@@ -42,12 +57,16 @@ pub(super) mod op {
 }
 
 /// A real client (key [`KEY`]) and a real server (that key, or another one
-/// when the first byte is odd), with a man in the middle that the rest of
+/// when the first byte is odd), each speaking a range of versions the
+/// first byte picks (see [`RANGES`]), with a man in the middle that the rest of
 /// `data` scripts: it forwards, drops, repeats, reorders, tampers with and
 /// forges messages (see [`op`]). Every message crosses the wire encoding.
 ///
 /// Each answer of either side is exactly what the protocol allows, checked
-/// against the proofs recomputed from the module's definition: each side
+/// against the proofs recomputed from the module's definition and the
+/// version the model chooses (the highest both offer; 12 or 13 named by
+/// an unmarked hello; never one a tampered nonce asked for without the
+/// proofs failing): each side
 /// takes the right proof for the nonces in play and nothing else, each
 /// message once and only in order; honest forwarding succeeds with the same
 /// key and fails with another; whenever both sides finish on the same key,
@@ -68,7 +87,11 @@ pub fn handshake(data: &[u8]) {
 /// The handshake scripted by `data`, as far as it goes.
 pub(super) fn run_handshake(data: &[u8]) -> Option<Handshake> {
     let (&first, script) = data.split_first()?;
-    let mut mitm = Handshake::new(first & 1 == 0);
+    let mut mitm = Handshake::new(
+        first & 1 == 0,
+        RANGES[usize::from(first >> 1) % 4],
+        RANGES[usize::from(first >> 3) % 4],
+    );
     let mut rest = script;
     while let Some((&byte, tail)) = rest.split_first() {
         rest = tail;
@@ -129,6 +152,12 @@ pub(super) struct Handshake {
     server_key: Key,
     client: ClientHandshake,
     server: ServerHandshake,
+    client_range: Range,
+    server_range: Range,
+    /// The version the server chose for the hello it took.
+    server_version: u16,
+    /// The version the client took from the challenge it took.
+    client_version: u16,
     hello: Hello,
     /// The server's answers (it gives each at most once).
     challenge: Option<Challenge>,
@@ -158,13 +187,17 @@ fn proof(key: &Key, label: &[u8], a: &Nonce, b: &Nonce) -> Proof {
 }
 
 impl Handshake {
-    fn new(same_key: bool) -> Self {
-        let (client, hello) = ClientHandshake::new(KEY, CLIENT_NONCE);
+    fn new(same_key: bool, client_range: Range, server_range: Range) -> Self {
+        let (client, hello) = ClientHandshake::speaking(KEY, CLIENT_NONCE, client_range);
         let server_key = if same_key { KEY } else { OTHER_KEY };
         Handshake {
             server_key,
             client,
-            server: ServerHandshake::new(server_key, SERVER_NONCE),
+            server: ServerHandshake::speaking(server_key, SERVER_NONCE, ROOM, server_range),
+            client_range,
+            server_range,
+            server_version: 0,
+            client_version: 0,
             hello,
             challenge: None,
             welcome: None,
@@ -211,29 +244,47 @@ impl Handshake {
         }
     }
 
-    /// The server takes a fresh hello of its version, once, and answers
-    /// with its nonce and the proof of its key.
+    /// The server takes a fresh hello it shares a version with, once, and
+    /// answers with its nonce (its answer in it when the hello had an
+    /// offer) and the proof of its key.
     fn hello_to_server(&mut self, h: &Hello) {
         let got = self.server.on_hello(h);
         if self.server_took.is_some() || self.server_checked {
             assert_eq!(got, Err(AuthError::OutOfOrder));
-        } else if h.version != VERSION {
-            assert_eq!(got, Err(AuthError::Version { theirs: h.version }));
-        } else {
-            let c = got.expect("a fresh server takes a hello");
-            assert_eq!(c.server_nonce, SERVER_NONCE);
-            assert_eq!(
-                c.server_proof,
-                proof(
-                    &self.server_key,
-                    b"urmove-server",
-                    &h.client_nonce,
-                    &SERVER_NONCE
-                )
-            );
-            self.server_took = Some(h.client_nonce);
-            self.challenge = Some(c);
+            return;
         }
+        let r = self.server_range;
+        let (version, nonce) = match negotiate::read_offer(&h.client_nonce) {
+            Some(offer) => match negotiate::choose(r, offer) {
+                Ok(v) => {
+                    let answer = Answer {
+                        chosen: v,
+                        daemon: r,
+                        room: ROOM,
+                    };
+                    (v, negotiate::answer_nonce(SERVER_NONCE, answer))
+                }
+                Err(e) => {
+                    assert_eq!(got, Err(AuthError::NoCommonVersion(e)));
+                    return;
+                }
+            },
+            None if (r.min..=r.max).contains(&h.version) => (h.version, SERVER_NONCE),
+            None => {
+                assert_eq!(got, Err(AuthError::Version { theirs: h.version }));
+                return;
+            }
+        };
+        let c = got.expect("a fresh server takes a hello it shares a version with");
+        assert_eq!(c.server_nonce, nonce);
+        assert_eq!(self.server.version(), version);
+        assert_eq!(
+            c.server_proof,
+            proof(&self.server_key, b"urmove-server", &h.client_nonce, &nonce)
+        );
+        self.server_took = Some(h.client_nonce);
+        self.server_version = version;
+        self.challenge = Some(c);
     }
 
     /// The client checks a challenge once, and takes it only with the
@@ -245,22 +296,32 @@ impl Handshake {
             return;
         }
         self.client_checked = true;
-        let right = c.server_proof == proof(&KEY, b"urmove-server", &CLIENT_NONCE, &c.server_nonce);
+        let cn = self.hello.client_nonce;
+        let right = c.server_proof == proof(&KEY, b"urmove-server", &cn, &c.server_nonce);
         if self.challenge.as_ref() == Some(c) {
             // The server's own answer: right only from a server
             // with the client's key that answered the client's hello.
             assert_eq!(
                 right,
-                self.server_key == KEY && self.server_took == Some(CLIENT_NONCE)
+                self.server_key == KEY && self.server_took == Some(cn)
             );
         }
         if right {
+            // The proof holds: the answer is the server's, and the client
+            // takes it only when the version lies in both ranges.
+            let answer = negotiate::accept_answer(self.client_range, &c.server_nonce);
+            let Ok(answer) = answer else {
+                assert!(matches!(got, Err(AuthError::NoCommonVersion(_))), "{got:?}");
+                return;
+            };
             let a = got.expect("the client takes the right challenge");
+            assert_eq!(self.client.answer(), Some(answer));
             assert_eq!(
                 a.client_proof,
-                proof(&KEY, b"urmove-client", &c.server_nonce, &CLIENT_NONCE)
+                proof(&KEY, b"urmove-client", &c.server_nonce, &cn)
             );
             self.client_took = Some(c.server_nonce);
+            self.client_version = answer.chosen;
             self.auth = Some(a);
         } else {
             assert_eq!(got, Err(AuthError::BadProof), "wrong challenge {c:?}");
@@ -276,32 +337,53 @@ impl Handshake {
             return;
         };
         self.server_checked = true;
-        let right = a.client_proof == proof(&self.server_key, b"urmove-client", &SERVER_NONCE, &cn);
+        let sn = self.challenge.as_ref().map(|c| c.server_nonce);
+        let sn = sn.expect("a server that took a hello challenged it");
+        let right = a.client_proof == proof(&self.server_key, b"urmove-client", &sn, &cn);
         if self.auth.as_ref() == Some(a) {
             // The client's own proof: right only with the same key
             // and both nonces agreed.
             assert_eq!(
                 right,
                 self.server_key == KEY
-                    && cn == CLIENT_NONCE
-                    && self.client_took == Some(SERVER_NONCE)
+                    && cn == self.hello.client_nonce
+                    && self.client_took == Some(sn)
             );
         }
         if right {
             let (w, keys) = got.expect("the server takes the right proof");
-            assert_eq!((w.session_id, keys.session_id), (SESSION_ID, SESSION_ID));
-            self.welcome = Some(w);
-            self.server_keys = Some(keys);
+            if self.server_version >= 13 {
+                assert_eq!(w, None, "no welcome from protocol 13");
+                assert_ne!(keys.session_id, SESSION_ID, "a derived id");
+                self.server_keys = Some(keys);
+                self.client_keys_now();
+            } else {
+                let w = w.expect("a welcome in protocol 12");
+                assert_eq!((w.session_id, keys.session_id), (SESSION_ID, SESSION_ID));
+                self.welcome = Some(w);
+                self.server_keys = Some(keys);
+            }
         } else {
             assert_eq!(got.map(|_| ()), Err(AuthError::BadProof), "wrong {a:?}");
         }
     }
 
-    /// The client takes a welcome once, after the challenge it took, and
-    /// opens its first data stream.
+    /// From protocol 13 the client has its keys once it took the
+    /// challenge, and opens its first data stream.
+    fn client_keys_now(&mut self) {
+        if self.client_version < 13 || self.client_keys.is_some() {
+            return;
+        }
+        let keys = self.client.keys_now().expect("a client of 13 has its keys");
+        self.client_keys = Some(keys);
+        self.open_stream(0);
+    }
+
+    /// The client takes a welcome once, after the challenge it took, in
+    /// protocol 12 only, and opens its first data stream.
     fn welcome_to_client(&mut self, w: &Welcome) {
         let got = self.client.on_welcome(w);
-        if self.client_took.is_none() || self.client_keys.is_some() {
+        if self.client_took.is_none() || self.client_keys.is_some() || self.client_version >= 13 {
             assert_eq!(got, Err(AuthError::OutOfOrder));
             return;
         }
@@ -325,13 +407,16 @@ impl Handshake {
     /// Whether both sides derived their session keys from the same key,
     /// nonces and session id.
     fn agreed(&self) -> bool {
+        let sn = self.challenge.as_ref().map(|c| c.server_nonce);
         self.server_key == KEY
-            && self.server_took == Some(CLIENT_NONCE)
-            && self.client_took == Some(SERVER_NONCE)
-            && self
-                .client_keys
-                .as_ref()
-                .is_some_and(|k| k.session_id == SESSION_ID)
+            && self.server_took == Some(self.hello.client_nonce)
+            && sn.is_some()
+            && self.client_took == sn
+            && self.client_version == self.server_version
+            && match (&self.client_keys, &self.server_keys) {
+                (Some(c), Some(s)) => c.session_id == s.session_id,
+                _ => false,
+            }
     }
 
     /// The client opens data stream `index` with its proof; the server

@@ -8,7 +8,7 @@ use super::handshake::{op, run_handshake, CLIENT_NONCE, KEY, SESSION_ID};
 use super::{frame, handshake, manifest};
 use crate::protocol::control::{self, Message};
 use crate::protocol::frame::{FrameHeader, FLAG_END, FLAG_UNCHECKED};
-use crate::protocol::handshake::{format_key, Auth, Hello, VERSION};
+use crate::protocol::handshake::{format_key, Auth, Hello};
 use crate::protocol::manifest::{decode_entry, encode_entry, Entry, EntryKind};
 use crate::protocol::wire::{Reader, Writer};
 
@@ -181,6 +181,20 @@ fn handshake_seeds() -> Vec<Seed> {
     let (h, c, a, w) = (op::HELLO, op::CHALLENGE, op::AUTH, op::WELCOME);
     vec![
         ("handshake", "honest", vec![0, h, c, a, w, op::STREAM, 3, 0]),
+        // A client of 0.1.0's version only: protocol 12, with a welcome.
+        (
+            "handshake",
+            "honest-12",
+            vec![2, h, c, a, w, op::STREAM, 3, 0],
+        ),
+        // A server of a later release only: no version in common.
+        ("handshake", "no-common", vec![6 << 2, h, c, a, w]),
+        // The offer tampered with on the way (its range's bits).
+        (
+            "handshake",
+            "downgrade",
+            vec![0, op::TAMPER, 0, 246, c, a, w],
+        ),
         ("handshake", "wrong-key", vec![1, h, c, a, w]),
         ("handshake", "replay", vec![0, h, h, c, c, a, a, w, w]),
         ("handshake", "tamper", vec![0, h, op::TAMPER, 1, 40, c, a]),
@@ -192,11 +206,11 @@ fn handshake_seeds() -> Vec<Seed> {
                 &[0],
                 &[
                     Message::Hello(Hello {
-                        version: VERSION + 1,
+                        version: 14,
                         client_nonce: CLIENT_NONCE,
                     }),
                     Message::Hello(Hello {
-                        version: VERSION,
+                        version: 12,
                         client_nonce: [9; 32],
                     }),
                     Message::Auth(Auth {
@@ -277,6 +291,14 @@ fn seeds_are_committed_and_current() {
     assert!(honest.client_keys.is_some() && honest.client_keys == honest.server_keys);
     let wrong = run_handshake(&seed("wrong-key")).unwrap();
     assert!(wrong.client_keys.is_none() && wrong.server_keys.is_none());
+    // Protocol 12 (a welcome) and 13 (a derived id) both reach a session.
+    let twelve = run_handshake(&seed("honest-12")).unwrap();
+    assert!(twelve.client_keys.is_some() && twelve.client_keys == twelve.server_keys);
+    assert_ne!(twelve.client_keys, honest.client_keys);
+    for refused in ["no-common", "downgrade"] {
+        let h = run_handshake(&seed(refused)).unwrap();
+        assert!(h.client_keys.is_none(), "{refused}");
+    }
 }
 
 /// Write the seed corpus into `fuzz/corpus/`.

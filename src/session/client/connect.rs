@@ -54,7 +54,10 @@ pub(super) fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
 /// receiving the manifest; it is given the session's frame key), wait
 /// until the daemon is ready, and open the data streams, each proving it
 /// belongs to the session, each from the core of the lane of `lanes` that
-/// will carry it (see [`open_streams`]).
+/// will carry it (see [`open_streams`]). From protocol 13 the streams'
+/// connections are made while `between` and the daemon's preparation run,
+/// as many as the daemon's room for unauthenticated connections allows,
+/// and only their hellos wait for `Ready`.
 pub(crate) fn open_session(
     cfg: &SendConfig,
     req: SessionRequest,
@@ -64,11 +67,19 @@ pub(crate) fn open_session(
     let streams_n = req.streams;
     // Where this side receives the data, --sock-buf is its receive buffer.
     let receiving = matches!(req.direction, Direction::Pull | Direction::BenchReverse);
-    let (mut ctl, keys) = begin(cfg, req)?;
-    between(&mut ctl, &crate::protocol::seal::frame_key(&keys))?;
-    // The receiver's refusals and placement, until it is ready.
-    let before = hear(&mut ctl, Until::Ready)?;
-    let streams = open_streams(cfg, &keys, streams_n, lanes)?;
+    let begun = handshake(cfg, req)?;
+    let (mut ctl, keys) = (begun.ctl, begun.keys);
+    // The control connection still counts among the unauthenticated when
+    // the first streams arrive.
+    let early = begun.room.map_or(0, |r| streams_n.min(r.saturating_sub(1)));
+    let (before, streams) = std::thread::scope(|scope| {
+        let connecting = scope.spawn(|| connect_early(cfg, early, lanes));
+        let before = between(&mut ctl, &crate::protocol::seal::frame_key(&keys))
+            .and_then(|()| hear(&mut ctl, Until::Ready));
+        let early = connecting.join().expect("a connecting thread panicked");
+        let before = before?;
+        Ok::<_, SessionError>((before, open_streams(cfg, &keys, streams_n, lanes, early)?))
+    })?;
     if let Some(b) = cfg.sock_buf.filter(|_| receiving) {
         streams
             .iter()
@@ -93,6 +104,21 @@ pub(crate) fn begin(
     cfg: &SendConfig,
     req: SessionRequest,
 ) -> Result<(Control, SessionKeys), SessionError> {
+    handshake(cfg, req).map(|b| (b.ctl, b.keys))
+}
+
+/// A session authenticated and asked for: its control connection (sealed,
+/// speaking the version agreed), its keys, and from protocol 13 the
+/// daemon's room for more unauthenticated connections from this address.
+pub(crate) struct Begun {
+    pub(crate) ctl: Control,
+    pub(crate) keys: SessionKeys,
+    pub(crate) room: Option<u16>,
+}
+
+/// The handshake and the request (see [`begin`]). From protocol 13 the
+/// request follows the proof at once (no `Welcome` to wait for).
+pub(crate) fn handshake(cfg: &SendConfig, req: SessionRequest) -> Result<Begun, SessionError> {
     let mut ctl = Control::new(connect(cfg)?);
     ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
@@ -106,17 +132,27 @@ pub(crate) fn begin(
     let auth = hs
         .on_challenge(&ch)
         .map_err(|e| crate::session::link::conn::fail(&mut ctl, SessionError::Auth(e)))?;
+    let answer = hs.answer().expect("a challenge taken has its answer");
     send_msg(&mut ctl, &Message::Auth(auth))?;
-    let Message::Welcome(welcome) = recv_msg(&mut ctl)? else {
-        return Err(SessionError::Protocol(
-            "expected the receiver's welcome".into(),
-        ));
+    let keys = if answer.chosen >= 13 {
+        hs.keys_now().map_err(SessionError::Auth)?
+    } else {
+        let Message::Welcome(welcome) = recv_msg(&mut ctl)? else {
+            return Err(SessionError::Protocol(
+                "expected the receiver's welcome".into(),
+            ));
+        };
+        hs.on_welcome(&welcome).map_err(SessionError::Auth)?
     };
-    let keys = hs.on_welcome(&welcome).map_err(SessionError::Auth)?;
-    // Everything after the welcome is sealed with the session's keys.
+    // Everything after the handshake is sealed with the session's keys.
     ctl.secure(&keys, true);
+    ctl.set_protocol(answer.chosen);
     send_msg(&mut ctl, &Message::Request(req))?;
-    Ok((ctl, keys))
+    Ok(Begun {
+        ctl,
+        keys,
+        room: (answer.chosen >= 13).then_some(answer.room),
+    })
 }
 
 /// Data streams connected at once: a round trip for four instead of one
@@ -126,8 +162,10 @@ pub(crate) fn begin(
 pub(super) const CONNECT_AT_ONCE: usize = 4;
 
 /// Connect data streams `0..n` in parallel, each set up (`--sock-buf`,
-/// `--cc`) and proving it belongs to the session; in index order. With
-/// several `lanes`, stream `i` is connected from a thread on the core its
+/// `--cc`) and proving it belongs to the session; in index order. Those
+/// `early` connected already (see [`connect_early`]) only say their hello;
+/// one the daemon closed meanwhile is connected again. With several
+/// `lanes`, stream `i` is connected from a thread on the core its
 /// lane (`i mod lanes`) will be pinned to: a receiver on this host places
 /// the stream by the core its packets came in on (`SO_INCOMING_CPU`, on
 /// loopback the sender's), so it lands on the receiving lane beside the
@@ -140,38 +178,65 @@ pub(super) fn open_streams(
     keys: &SessionKeys,
     n: u16,
     lanes: usize,
+    early: Vec<TcpStream>,
 ) -> Result<Vec<TcpStream>, SessionError> {
-    let all: Vec<u16> = (0..n).collect();
-    let mut streams = Vec::with_capacity(all.len());
-    for group in all.chunks(CONNECT_AT_ONCE) {
-        let opened: Vec<Result<TcpStream, SessionError>> = std::thread::scope(|scope| {
-            let each: Vec<_> = group
-                .iter()
-                .map(|&i| {
-                    scope.spawn(move || {
-                        if lanes > 1 {
-                            let _ = crate::datapath::topology::pin_worker(usize::from(i) % lanes);
-                        }
-                        open_stream(cfg, keys, i)
-                    })
-                })
-                .collect();
-            each.into_iter()
-                .map(|h| h.join().expect("a connecting thread panicked"))
-                .collect()
-        });
-        for st in opened {
-            streams.push(st?);
+    let mut streams = Vec::with_capacity(usize::from(n));
+    for (i, st) in (0..n).zip(early) {
+        // A connection the daemon refused (or closed) has something to
+        // read already: it is made again below.
+        if sys::wait_readable(st.as_raw_fd(), 0) {
+            break;
+        }
+        streams.push(say_hello(keys, i, st)?);
+    }
+    let rest: Vec<u16> = (streams.len() as u16..n).collect();
+    for group in rest.chunks(CONNECT_AT_ONCE) {
+        let opened = connect_each(cfg, group, lanes);
+        for (&i, st) in group.iter().zip(opened) {
+            streams.push(say_hello(keys, i, st?)?);
         }
     }
     Ok(streams)
 }
 
-pub(super) fn open_stream(
+/// Connect `indexes` in parallel, each from its lane's core (see
+/// [`open_streams`]), each set up but not yet said hello on.
+fn connect_each(
     cfg: &SendConfig,
-    keys: &SessionKeys,
-    i: u16,
-) -> Result<TcpStream, SessionError> {
+    indexes: &[u16],
+    lanes: usize,
+) -> Vec<Result<TcpStream, SessionError>> {
+    std::thread::scope(|scope| {
+        let each: Vec<_> = indexes
+            .iter()
+            .map(|&i| {
+                scope.spawn(move || {
+                    if lanes > 1 {
+                        let _ = crate::datapath::topology::pin_worker(usize::from(i) % lanes);
+                    }
+                    connect_stream(cfg, i)
+                })
+            })
+            .collect();
+        each.into_iter()
+            .map(|h| h.join().expect("a connecting thread panicked"))
+            .collect()
+    })
+}
+
+/// Data streams `0..n` connected at once while the session is set up
+/// (protocol 13), those that connected, in index order up to the first
+/// that did not (it and the rest are connected after `Ready`).
+fn connect_early(cfg: &SendConfig, n: u16, lanes: usize) -> Vec<TcpStream> {
+    let indexes: Vec<u16> = (0..n).collect();
+    connect_each(cfg, &indexes, lanes)
+        .into_iter()
+        .map_while(Result::ok)
+        .collect()
+}
+
+/// Connect data stream `i` and set it up (`--sock-buf`, `--cc`).
+fn connect_stream(cfg: &SendConfig, i: u16) -> Result<TcpStream, SessionError> {
     let st = connect(cfg)?;
     if let Some(b) = cfg.sock_buf {
         set_sock_buf(&st, b);
@@ -179,6 +244,11 @@ pub(super) fn open_stream(
     cfg.congestion
         .apply(st.as_raw_fd())
         .map_err(|e| SessionError::io(format!("data stream {i}"), e))?;
+    Ok(st)
+}
+
+/// Say data stream `i`'s hello: the session it belongs to and its proof.
+fn say_hello(keys: &SessionKeys, i: u16, st: TcpStream) -> Result<TcpStream, SessionError> {
     let mut hello = Control::new(st);
     send_msg(
         &mut hello,

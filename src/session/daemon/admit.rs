@@ -71,6 +71,12 @@ impl PerAddress {
         }
     }
 
+    /// Unauthenticated connections from `group` now.
+    pub(in crate::session) fn held(&self, group: IpAddr) -> usize {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.get(&group).copied().unwrap_or(0)
+    }
+
     /// Unauthenticated connections now, over all groups.
     pub(in crate::session) fn total(&self) -> usize {
         self.total.load(Ordering::Acquire)

@@ -334,7 +334,7 @@ pub(super) fn authenticate(
     opening: &mut Opening,
     cfg: &RecvConfig,
 ) -> Result<(SessionKeys, SessionRequest), SessionError> {
-    let mut hs = ServerHandshake::new(cfg.key, random()?);
+    let mut hs = ServerHandshake::new(cfg.key, random()?, room(opening, cfg));
     let challenge = hs.on_hello(&opening.hello).map_err(SessionError::Auth)?;
     send_msg(s, &Message::Challenge(challenge))?;
     let auth = match recv_small_by(s, opening.auth_by)? {
@@ -355,9 +355,14 @@ pub(super) fn authenticate(
     };
     let (welcome, keys) = hs.on_auth(&auth, random()?).map_err(SessionError::Auth)?;
     opening.unauthenticated = None;
-    send_msg(s, &Message::Welcome(welcome))?;
-    // Everything after the welcome is sealed with the session's keys.
+    // Protocol 12 tells the session id; 13 derived it from the nonces, and
+    // the client's request follows its proof without waiting.
+    if let Some(welcome) = welcome {
+        send_msg(s, &Message::Welcome(welcome))?;
+    }
+    // Everything after the handshake is sealed with the session's keys.
     s.secure(&keys, false);
+    s.set_protocol(hs.version());
     let left = opening.request_by.saturating_duration_since(Instant::now());
     s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
     let Message::Request(req) = recv_msg(s)? else {
@@ -368,6 +373,18 @@ pub(super) fn authenticate(
     };
     s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     Ok((keys, req))
+}
+
+/// How many more connections from the client's address the daemon takes
+/// before they authenticate (this one counted): a client of protocol 13
+/// connects no more data streams than that while its session is set up.
+fn room(opening: &Opening, cfg: &RecvConfig) -> u16 {
+    let held = opening
+        .unauthenticated
+        .as_ref()
+        .map_or(0, |u| u.stats.unauthenticated.held(u.group));
+    let room = cfg.limits.unauthenticated_per_address.saturating_sub(held);
+    u16::try_from(room).unwrap_or(u16::MAX)
 }
 
 /// Admit an authenticated client's request: within the daemon's stream,

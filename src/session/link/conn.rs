@@ -42,6 +42,9 @@ pub struct Control {
     /// Each whole message must arrive within this (however slowly its
     /// bytes trickle in).
     timeout: Option<Duration>,
+    /// The protocol version the session speaks (agreed in the handshake;
+    /// `handshake::VERSION` until then).
+    protocol: u16,
 }
 
 impl Control {
@@ -50,7 +53,18 @@ impl Control {
             s,
             sealing: Arc::default(),
             timeout: None,
+            protocol: crate::protocol::handshake::VERSION,
         }
+    }
+
+    /// The protocol version the session speaks.
+    pub fn protocol(&self) -> u16 {
+        self.protocol
+    }
+
+    /// Speak protocol `v` from now on (the handshake agreed it).
+    pub fn set_protocol(&mut self, v: u16) {
+        self.protocol = v;
     }
 
     /// Another handle on the same connection and the same sealing state.
@@ -62,6 +76,7 @@ impl Control {
                 .map_err(|e| SessionError::io("control connection", e))?,
             sealing: Arc::clone(&self.sealing),
             timeout: self.timeout,
+            protocol: self.protocol,
         })
     }
 

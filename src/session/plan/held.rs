@@ -32,6 +32,8 @@ pub(crate) struct Held {
     /// Files the receiver will not take (it said why before the data: a
     /// directory in the way): never sent.
     pub(crate) refused: HashSet<u32>,
+    /// The receiver named something it holds (a verdict follows).
+    heard: bool,
 }
 
 impl Held {
@@ -108,6 +110,7 @@ impl Held {
                     ))
                 }
             };
+            held.heard |= !items.is_empty();
             for it in items {
                 if let HaveItem::Partial { ranges, .. } = &it {
                     reserve(ranges.len() as u64 * 16)?;
@@ -211,6 +214,9 @@ impl Held {
     ) -> Result<(), SessionError> {
         use super::digest::{content_digests, ranges_digests};
         use crate::protocol::control::LIST_PART_ITEMS_MAX;
+        if no_verdict(ctl, !self.heard) {
+            return Ok(());
+        }
         let mut beat = crate::session::link::conn::Beat::new(ctl)?;
         let mut wrong = Vec::new();
         // Unchanged files are taken as the receiver's stamp has them.
@@ -339,6 +345,13 @@ pub(in crate::session) fn ranges_bytes(size: u64, block: u64, ranges: &[(u64, u6
             end - start
         })
         .sum()
+}
+
+/// Whether the verdict on what the receiver holds is left out: from
+/// protocol 13 when it holds `nothing`, so neither side waits a round trip
+/// for a verdict that can only be empty.
+pub(crate) fn no_verdict(ctl: &Control, nothing: bool) -> bool {
+    nothing && ctl.protocol() >= 13
 }
 
 /// What a receiver held before the data, in files.
