@@ -145,13 +145,13 @@ fn snapshot(root: &Path) -> Vec<(PathBuf, u64, i64, i64, i64)> {
     all
 }
 
-/// The paths a dry run's JSON says would be sent.
+/// The files a dry run's JSON says would be sent.
 fn to_send(v: &serde_json::Value) -> Vec<String> {
     let mut out: Vec<String> = v["entries"]
         .as_array()
         .unwrap_or_else(|| panic!("no entries: {v}"))
         .iter()
-        .filter(|e| e["action"] == "send")
+        .filter(|e| e["kind"] == "file" && e["action"] == "send")
         .map(|e| e["path"].as_str().unwrap().to_string())
         .collect();
     out.sort();
