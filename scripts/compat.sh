@@ -55,6 +55,9 @@ die() {
   echo "compat: $*" >&2
   exit 1
 }
+# Never end without saying why.
+set -E
+trap 'die "failed at line $LINENO: $BASH_COMMAND"' ERR
 
 compat_dir="$PWD/target/compat"
 cargo="${CARGO:-cargo}"
@@ -72,11 +75,14 @@ fi
 
 # Release tags vX.Y.Z at or below $current, oldest first.
 release_tags() {
-  git tag -l 'v[0-9]*' | grep -E '^v[0-9]+\.[0-9]+\.[0-9]+$' | while read -r t; do
-    local lower
-    lower="$(printf '%s\n%s\n' "${t#v}" "$current" | sort -V | head -n 1)"
-    [ "$lower" = "${t#v}" ] && echo "$t"
+  git tag -l 'v[0-9]*' | { grep -E '^v[0-9]+\.[0-9]+\.[0-9]+$' || true; } | while read -r t; do
+    if at_most "${t#v}" "$current"; then echo "$t"; fi
   done | sort -V
+}
+
+# Whether version $1 is at or below version $2.
+at_most() {
+  [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$1" ]
 }
 
 # The commit CHANGELOG.md records for each version: "VERSION COMMIT" lines.
@@ -118,8 +124,7 @@ find_release() {
   # No tags: the newest version CHANGELOG.md gives a commit for.
   local line version short
   line="$(changelog_commits | while read -r v c; do
-    lower="$(printf '%s\n%s\n' "$v" "$current" | sort -V | head -n 1)"
-    [ "$lower" = "$v" ] && echo "$v $c"
+    if at_most "$v" "$current"; then echo "$v $c"; fi
   done | sort -V | tail -n 1)"
   [ -n "$line" ] ||
     die "no release tag v* at or below $current and no commit for one in CHANGELOG.md: fetch the tags (git fetch --tags <repository>) or set COMPAT_TAG"
