@@ -10,6 +10,7 @@ mod attack4;
 mod budgets;
 mod cli_errors;
 mod commit_race;
+mod compat;
 mod datapath;
 mod disk;
 mod disk_devices;

@@ -19,11 +19,14 @@ pub struct Daemon {
     _keydir: tempfile::TempDir,
     log: std::sync::mpsc::Receiver<String>,
     extra: Vec<String>,
+    /// The urmove it runs (this build's, or another's: tests/compat.rs).
+    bin: PathBuf,
 }
 
-/// Start `urmove recv` (under `wrapper`, if any) on `ip`, port 0, and read
-/// the port it bound from its first log line.
+/// Start `urmove recv` (the one at `bin`, under `wrapper`, if any) on
+/// `ip`, port 0, and read the port it bound from its first log line.
 fn spawn_recv(
+    bin: &Path,
     wrapper: &[&str],
     ip: &str,
     root: &Path,
@@ -33,10 +36,10 @@ fn spawn_recv(
     let mut cmd = match wrapper.split_first() {
         Some((w, rest)) => {
             let mut c = std::process::Command::new(w);
-            c.args(rest).arg(env!("CARGO_BIN_EXE_urmove"));
+            c.args(rest).arg(bin);
             c
         }
-        None => urmove(),
+        None => crate::util::urmove_at(bin),
     };
     let mut child = cmd
         .args([
@@ -137,7 +140,14 @@ impl Daemon {
     pub fn twin_with(&self, more: &[&str]) -> Twin {
         let mut extra = self.extra.clone();
         extra.extend(more.iter().map(|a| a.to_string()));
-        let (child, port, log) = spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &extra);
+        let (child, port, log) = spawn_recv(
+            &self.bin,
+            &[],
+            "127.0.0.1",
+            self.root.path(),
+            &self.key,
+            &extra,
+        );
         Twin { child, port, log }
     }
 
@@ -185,12 +195,24 @@ impl Daemon {
     /// Start the daemon with its root a new directory in `parent` and
     /// `extra` options.
     pub fn start_full(wrapper: &[&str], ip: &str, parent: &Path, extra: &[&str]) -> Daemon {
+        let bin = Path::new(env!("CARGO_BIN_EXE_urmove"));
+        Self::launch(bin, wrapper, ip, parent, extra)
+    }
+
+    /// Start the urmove at `bin` (another build: tests/compat.rs) as the
+    /// daemon on 127.0.0.1, its root in /var/tmp, with `extra` options;
+    /// its key is made by that build's `keygen`.
+    pub fn start_bin(bin: &Path, extra: &[&str]) -> Daemon {
+        Self::launch(bin, &[], "127.0.0.1", Path::new("/var/tmp"), extra)
+    }
+
+    fn launch(bin: &Path, wrapper: &[&str], ip: &str, parent: &Path, extra: &[&str]) -> Daemon {
         let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
         let key = keydir.path().join("key");
-        crate::util::keygen(&key);
+        crate::util::keygen_with(bin, &key);
         let root = tempfile::tempdir_in(parent).unwrap();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, port, log) = spawn_recv(wrapper, ip, root.path(), &key, &extra);
+        let (child, port, log) = spawn_recv(bin, wrapper, ip, root.path(), &key, &extra);
         Daemon {
             child,
             port,
@@ -199,6 +221,7 @@ impl Daemon {
             _keydir: keydir,
             log,
             extra,
+            bin: bin.to_path_buf(),
         }
     }
 
@@ -207,8 +230,14 @@ impl Daemon {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, port, log) =
-            spawn_recv(&[], "127.0.0.1", self.root.path(), &self.key, &self.extra);
+        let (child, port, log) = spawn_recv(
+            &self.bin,
+            &[],
+            "127.0.0.1",
+            self.root.path(),
+            &self.key,
+            &self.extra,
+        );
         self.child = child;
         self.port = port;
         self.log = log;
@@ -259,7 +288,7 @@ fn set_mtime(p: &Path, secs: u64) {
 
 /// A tree with every file kind: sizes around block and page edges, an
 /// empty file, an empty directory, nested directories, an inside symlink.
-fn make_tree(dir: &Path) -> PathBuf {
+pub(crate) fn make_tree(dir: &Path) -> PathBuf {
     let top = dir.join("run42");
     std::fs::create_dir_all(top.join("a/b")).unwrap();
     std::fs::create_dir_all(top.join("empty")).unwrap();

@@ -29,7 +29,12 @@ macro_rules! require {
 }
 
 pub fn urmove() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_urmove"))
+    urmove_at(Path::new(env!("CARGO_BIN_EXE_urmove")))
+}
+
+/// Another build of urmove (a previous release's, tests/compat.rs).
+pub fn urmove_at(bin: &Path) -> Command {
+    Command::new(bin)
 }
 
 /// Run urmove with `args`, returning its output.
@@ -39,7 +44,12 @@ pub fn run(args: &[&str]) -> Output {
 
 /// `urmove keygen KEY`, which must succeed (its line kept to itself).
 pub fn keygen(key: &Path) {
-    let o = urmove()
+    keygen_with(Path::new(env!("CARGO_BIN_EXE_urmove")), key)
+}
+
+/// [`keygen`] by the urmove at `bin`.
+pub fn keygen_with(bin: &Path, key: &Path) {
+    let o = urmove_at(bin)
         .arg("keygen")
         .arg(key)
         .output()
