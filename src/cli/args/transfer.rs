@@ -73,8 +73,9 @@ pub struct SendArgs {
     pub follow_until: Option<crate::session::client::send::FollowUntil>,
 
     /// Parallel TCP data streams, or auto: start with 8, and 16 if the
-    /// aggregate grows by a tenth with them (the choice is in the summary
-    /// and the JSON; with --rate-limit, 8).
+    /// aggregate grows by a tenth with them; over a round trip of 20 ms or
+    /// more, 16 from the start (the choice is in the summary and the JSON;
+    /// with --rate-limit, 8).
     #[arg(short = 'P', long, default_value = "auto", value_parser = parse::streams, value_name = "N|auto")]
     pub streams: parse::Streams,
 

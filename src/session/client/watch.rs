@@ -446,7 +446,10 @@ impl PathWatch {
     }
 }
 
-/// `-P auto`: frames start on the first `AUTO_START` of the open streams;
+/// `-P auto`: frames start on the first `AUTO_START` of the open streams
+/// (on a path of `AUTO_ALL_RTT` or more, on all of them: there the
+/// streams' slow starts are what a transfer waits for, and twice the
+/// streams fill the path a round trip sooner);
 /// every step, while the delivered rate (over the step's second half, past
 /// the new streams' ramp) grew by `GROW_GAIN` over the step before, twice
 /// as many take frames, up to all that are open; a step that did not pay
@@ -469,12 +472,16 @@ struct Grow {
     /// streams left probe for their share again
     /// ([`probe_again`](crate::datapath::tcp::probe_again)).
     reprobe: bool,
+    /// A long path: every open stream carries from the start (said once).
+    all_at_once: bool,
 }
 
 /// Streams `-P auto` starts with.
 pub const AUTO_START: u16 = 8;
 /// Streams `-P auto` opens (and may grow to).
 pub const AUTO_CAP: u16 = 16;
+/// A round trip from which `-P auto` starts on every open stream.
+pub const AUTO_ALL_RTT: Duration = Duration::from_millis(20);
 /// Growth that justifies the next step.
 const GROW_GAIN: f64 = 1.1;
 /// A step lasts this long at least, and `GROW_STEP_RTTS` round trips (a
@@ -485,19 +492,25 @@ const GROW_STEP_RTTS: u64 = 30;
 impl Grow {
     fn new(cfg: &SendConfig, streams: usize, rtt_us: u64) -> Grow {
         let open = streams as u32;
+        let long = u128::from(rtt_us) * 1000 >= AUTO_ALL_RTT.as_nanos();
         let auto = cfg.auto_streams && open > u32::from(AUTO_START);
         let step = (GROW_STEP_MIN.as_nanos() as u64).max(rtt_us * 1000 * GROW_STEP_RTTS);
         Grow {
             auto,
             rate_limit: cfg.rate_limit_bytes_per_s,
             open,
-            active: if auto { u32::from(AUTO_START) } else { open },
+            active: if auto && !long {
+                u32::from(AUTO_START)
+            } else {
+                open
+            },
             step_ns: step,
             mark: None,
             step_end: step,
             best: (0.0, u32::from(AUTO_START)),
             done: !auto,
             reprobe: false,
+            all_at_once: auto && long,
         }
     }
 
@@ -523,6 +536,15 @@ impl Grow {
         obs: &mut dyn SendObserver,
     ) {
         self.reprobe_once_drained(fds, obs);
+        if std::mem::take(&mut self.all_at_once) {
+            self.done = true;
+            obs.info(&format!(
+                "-P auto: {} streams carry the data ({} open: a round trip of {} ms or more, where the streams' slow starts are what the transfer waits for)",
+                self.active,
+                self.open,
+                AUTO_ALL_RTT.as_millis()
+            ));
+        }
         if self.done {
             return;
         }
