@@ -1467,6 +1467,28 @@ mod tests {
         ]
     }
 
+    /// `samples()` as release 0.1.0 (protocol 12) encodes them, one hex
+    /// line each, written by the encoder before the catalogue.
+    const GOLDEN_V12: &str = include_str!("catalogue/golden/v12.hex");
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    #[test]
+    fn golden_bytes_of_protocol_12_decode_to_the_samples_and_back() {
+        let lines: Vec<&str> = GOLDEN_V12.lines().collect();
+        assert_eq!(lines.len(), samples().len(), "one line per sample");
+        for (line, m) in lines.into_iter().zip(samples()) {
+            let bytes: Vec<u8> = (0..line.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&line[i..i + 2], 16).unwrap())
+                .collect();
+            assert_eq!(decode(&bytes), Ok(Some((m.clone(), bytes.len()))), "{line}");
+            assert_eq!(hex(&encode(&m)), line, "{m:?}");
+        }
+    }
+
     #[test]
     fn every_message_round_trips_and_streams_split_anywhere() {
         let mut all = Vec::new();
