@@ -513,3 +513,33 @@ fn a_direction_newer_than_the_version_is_refused_by_name() {
     body[1] = Direction::Push as u8;
     assert!(read_at(&body, 7).is_ok());
 }
+
+#[test]
+fn every_since_is_a_version_up_to_the_newest_and_fields_follow_their_message() {
+    use super::{DIRECTIONS, ERROR_CODES, FRAME_FLAGS, MESSAGES, REQUEST_FLAGS};
+    for d in MESSAGES {
+        assert!((1..=PROTOCOL_NEWEST).contains(&d.since), "{}", d.name);
+        assert!(!d.doc.trim().is_empty(), "{} has no doc text", d.name);
+        let mut last = d.since;
+        for f in d.fields {
+            assert!(
+                f.since >= last,
+                "{}.{} before an older field",
+                d.name,
+                f.name
+            );
+            assert!(f.since <= PROTOCOL_NEWEST, "{}.{}", d.name, f.name);
+            last = f.since;
+        }
+    }
+    for b in [REQUEST_FLAGS, FRAME_FLAGS, ERROR_CODES, DIRECTIONS]
+        .into_iter()
+        .flatten()
+    {
+        assert!((1..=PROTOCOL_NEWEST).contains(&b.since), "{}", b.name);
+        assert!(!b.doc.trim().is_empty(), "{} has no doc text", b.name);
+    }
+    for b in [REQUEST_FLAGS, FRAME_FLAGS].into_iter().flatten() {
+        assert_eq!(b.value.count_ones(), 1, "{} is one bit", b.name);
+    }
+}

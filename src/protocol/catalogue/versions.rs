@@ -130,8 +130,8 @@ pub fn came_with(v: u16) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{PROTOCOL_NEWEST, PROTOCOL_OLDEST};
     use super::*;
+    use crate::protocol::catalogue::{PROTOCOL_NEWEST, PROTOCOL_OLDEST};
 
     #[test]
     fn a_recorded_protocols_wire_never_changes() {
