@@ -37,11 +37,17 @@
 //! }
 //! ```
 //!
-//! Nothing else: the variant, its kind constant, encoding at each version,
-//! refusal at protocol 12 (`DecodeError::NotInVersion`) and the document's
-//! rows follow (regenerate the document with `URMOVE_BLESS=1 cargo test
-//! --lib catalogue`). A new flag bit or error code is one line in
-//! `bits.rs` with `since 13`.
+//! The variant (`Message::Caps`, or the new field of the variant), its
+//! kind constant (`kind::Caps`), encoding at each version, refusal below
+//! it by name (`DecodeError::NotInVersion`, `EncodeError::NotInVersion`
+//! for a field whose value is not its default) and the document's rows
+//! follow; regenerate the document with `URMOVE_BLESS=1 cargo test --lib
+//! catalogue::doc`. Then give the message (or the field's new value) a
+//! sample in `tests.rs`'s `all_samples` (not `samples`, which are protocol
+//! 12's golden bytes), and the compiler names every place in `session/`
+//! that builds or fully matches the variant. A new flag bit, error code or
+//! direction is one line in `bits.rs` with `since 13`. Protocol 12 stays as
+//! it was: its golden bytes and its recorded fingerprint are tested at 12.
 
 #[macro_use]
 mod macros;

@@ -7,6 +7,9 @@ use crate::protocol::handshake::{Auth, Challenge, Hello, Welcome};
 use crate::protocol::manifest::{Entry, EntryKind};
 use crate::protocol::wire::{DecodeError, Writer};
 
+/// One message of each kind protocol 12 has (but `Deleted`), as the
+/// golden file of protocol 12 holds them; a message or field value of a
+/// later protocol gets its sample in [`all_samples`], not here.
 fn samples() -> Vec<Message> {
     vec![
         Message::Hello(Hello {
@@ -225,8 +228,12 @@ fn golden_bytes_of_protocol_12_decode_to_the_samples_and_back() {
             .step_by(2)
             .map(|i| u8::from_str_radix(&line[i..i + 2], 16).unwrap())
             .collect();
-        assert_eq!(decode(&bytes), Ok(Some((m.clone(), bytes.len()))), "{line}");
-        assert_eq!(hex(&encode(&m)), line, "{m:?}");
+        assert_eq!(
+            decode_at(&bytes, 12),
+            Ok(Some((m.clone(), bytes.len()))),
+            "{line}"
+        );
+        assert_eq!(hex(&encode_at(&m, 12).unwrap()), line, "{m:?}");
     }
 }
 
@@ -357,7 +364,8 @@ fn malformed_messages_are_refused() {
     }
 }
 
-/// The samples, and messages the golden file of protocol 12 has none of.
+/// The samples, and messages the golden file of protocol 12 has none of
+/// (a later protocol's messages go here, one sample each).
 fn all_samples() -> Vec<Message> {
     let mut out = samples();
     out.push(Message::Deleted(vec!["old/a.dat".into(), "old".into()]));
@@ -380,8 +388,12 @@ fn every_declared_kind_has_a_sample_and_kinds_are_unique() {
 #[test]
 fn every_message_round_trips_at_every_spoken_version() {
     for v in super::PROTOCOL_OLDEST..=PROTOCOL_NEWEST {
-        for m in all_samples().into_iter().filter(|m| m.def().since <= v) {
-            let b = encode_at(&m, v).unwrap();
+        for m in all_samples() {
+            // A message, or a field value, of a later protocol.
+            let b = match encode_at(&m, v) {
+                Err(EncodeError::NotInVersion { since, .. }) if since > v => continue,
+                b => b.unwrap(),
+            };
             assert_eq!(decode_at(&b, v), Ok(Some((m.clone(), b.len()))));
             assert_eq!(decode_body_at(&b[4..], v), Ok(m));
         }
