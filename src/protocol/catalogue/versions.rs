@@ -1,6 +1,7 @@
 //! Each protocol version's fingerprint: SHA-256 of a canonical text of
 //! the catalogue as that version sees it (its messages and their fields,
-//! the bits and values it knows, the frame header, the limits). A
+//! the bits and values it knows, the frame header, the limits, and the
+//! bytes of a probe frame header and of a manifest entry of each shape). A
 //! released version's wire is frozen: its fingerprint is recorded in
 //! [`RELEASES`], and a test fails when it changes.
 
@@ -11,8 +12,14 @@ use crate::protocol::control::{
     CONTROL_LEN_MAX, ERROR_TEXT_MAX, FILTER_PATTERN_MAX, FILTER_RULES_MAX, HAVE_PART_RANGES_MAX,
     LIST_PART_ITEMS_MAX, MAGIC, MANIFEST_PART_ENTRIES_MAX, STREAMS_MAX, UNLISTED,
 };
-use crate::protocol::frame::{FRAME_HEADER_LAYOUT, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX};
-use crate::protocol::manifest::{PATH_LEN_MAX, PIECES_MAX};
+use crate::protocol::frame::{
+    FrameHeader, FRAME_HEADER_LAYOUT, FRAME_HEADER_LEN, FRAME_PAYLOAD_MAX,
+};
+use crate::protocol::manifest::{
+    encode_entry, Entry, EntryKind, Owner, Piece, OWNER_NAME_MAX, PATH_LEN_MAX, PIECES_MAX,
+    XATTRS_MAX, XATTR_NAME_MAX, XATTR_VALUE_MAX,
+};
+use crate::protocol::wire::Writer;
 
 /// A protocol version a release spoke, and its fingerprint.
 #[derive(Debug)]
@@ -29,7 +36,7 @@ pub struct Release {
 pub const RELEASES: &[Release] = &[Release {
     protocol: 12,
     name: "0.1.0",
-    fingerprint: "b4ff96e157fadc1e4231c131aed1ee462e91f9e78017516be5b1028f1b945eba",
+    fingerprint: "c97f7efd1b5fbb18fca3a844fb435270564539bd6024623a557e1705e5f30cd5",
 }];
 
 fn bits_at(out: &mut String, what: &str, table: &[Bit], v: u16) {
@@ -66,6 +73,16 @@ pub fn canonical(v: u16) -> String {
     out += &format!(
         "frame header {FRAME_HEADER_LEN} bytes: {FRAME_HEADER_LAYOUT}; payload <= {FRAME_PAYLOAD_MAX}\n"
     );
+    let probe = FrameHeader {
+        flags: 0x0102,
+        file_index: 0x0304_0506,
+        length: 0x0708_090a,
+        span: 0x0b0c_0d0e,
+        offset: 0x1112_1314_1516_1718,
+        checksum: 0x2122_2324_2526_2728,
+    };
+    let hex: String = probe.encode().iter().map(|b| format!("{b:02x}")).collect();
+    out += &format!("frame header probe {hex}\n");
     for (name, value) in [
         ("control message", u64::from(CONTROL_LEN_MAX)),
         (
@@ -81,9 +98,83 @@ pub fn canonical(v: u16) -> String {
         ("path", PATH_LEN_MAX as u64),
         ("pieces", u64::from(PIECES_MAX)),
         ("unlisted", u64::from(UNLISTED)),
+        ("owner name", OWNER_NAME_MAX as u64),
+        ("xattrs", XATTRS_MAX as u64),
+        ("xattr name", XATTR_NAME_MAX as u64),
+        ("xattr value", XATTR_VALUE_MAX as u64),
     ] {
         out += &format!("limit {name} {value}\n");
     }
+    // The manifest entry's form, which no field type spells out: the
+    // bytes of one entry of each shape.
+    for e in entry_probes().into_iter().filter(|e| entry_since(e) <= v) {
+        let mut w = Writer::default();
+        encode_entry(&mut w, &e);
+        let hex: String = w.buf.iter().map(|b| format!("{b:02x}")).collect();
+        out += &format!("entry {} {hex}\n", e.kind.name());
+    }
+    out
+}
+
+/// The protocol an entry's kind or mark came with: the growing bit 7,
+/// pieces 10, FIFOs, sockets and devices 12.
+fn entry_since(e: &Entry) -> u16 {
+    if e.kind.is_special() {
+        12
+    } else if e.piece.is_some() {
+        10
+    } else if e.growing {
+        7
+    } else {
+        1
+    }
+}
+
+/// One manifest entry of each kind and mark, every field set.
+fn entry_probes() -> Vec<Entry> {
+    let base = Entry {
+        path: "d/f".into(),
+        size: 9,
+        data: 5,
+        mode: 0o640,
+        mtime_s: -2,
+        mtime_ns: 3,
+        owner: Owner {
+            uid: 1,
+            gid: 2,
+            user: "u".into(),
+            group: "g".into(),
+        },
+        xattrs: vec![("user.a".into(), vec![7])],
+        ..Entry::default()
+    };
+    let kinds = [
+        EntryKind::File,
+        EntryKind::Dir,
+        EntryKind::Symlink,
+        EntryKind::HardLink,
+        EntryKind::Fifo,
+        EntryKind::Socket,
+        EntryKind::CharDevice,
+        EntryKind::BlockDevice,
+    ];
+    let mut out: Vec<Entry> = kinds
+        .into_iter()
+        .map(|kind| Entry {
+            kind,
+            link: matches!(kind, EntryKind::Symlink | EntryKind::HardLink).then(|| "t".into()),
+            rdev: if kind.is_device() { 0x0801 } else { 0 },
+            ..base.clone()
+        })
+        .collect();
+    out.push(Entry {
+        growing: true,
+        ..base.clone()
+    });
+    out.push(Entry {
+        piece: Some(Piece { index: 1, count: 3 }),
+        ..base
+    });
     out
 }
 
@@ -183,5 +274,8 @@ mod tests {
         assert!(canonical(11).contains("message 18 Skipped"));
         assert_ne!(fingerprint(11), fingerprint(12));
         assert!(came_with(12).iter().any(|s| s.contains("Skipped.rule")));
+        assert!(canonical(12).contains("entry fifo"));
+        assert!(!canonical(11).contains("entry fifo"));
+        assert!(canonical(11).contains("entry file"));
     }
 }
