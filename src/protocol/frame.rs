@@ -30,25 +30,13 @@ const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"UF");
 /// Largest payload of one frame.
 pub const FRAME_PAYLOAD_MAX: u32 = 64 << 20;
 
-/// The last frame this stream sends.
-pub const FLAG_END: u16 = 1;
-/// A block that is a hole in the source (never written): no payload
-/// (`length` 0); the receiver writes nothing, so the hole stays a hole.
-pub const FLAG_HOLE: u16 = 2;
-/// `bench --net` without `--verify`: the payload carries no checksum
-/// (measuring the network, as iperf3 does). Accepted only in bench sessions.
-pub const FLAG_UNCHECKED: u16 = 4;
-/// The payload is sealed (AES-256-GCM, `protocol::seal`) and followed by
-/// its tag; the header, sent in clear, is authenticated with it and
-/// carries no checksum (the receiver computes it from the opened payload,
-/// so nothing about the plaintext shows on the wire).
-pub const FLAG_SEALED: u16 = 8;
-/// A block of which only some 4 KiB pieces hold data (protocol 9): the
-/// payload is those pieces in order, then a map of which are present (one
-/// bit per piece of `span`); the absent ones are zeros the receiver leaves
-/// unwritten. The checksum is the block's, as if every piece had come.
-pub const FLAG_SPARSE: u16 = 16;
-const FLAGS_KNOWN: u16 = FLAG_END | FLAG_HOLE | FLAG_UNCHECKED | FLAG_SEALED | FLAG_SPARSE;
+/// The frame flags, declared with the protocol each came with in
+/// `protocol::catalogue`.
+pub use super::catalogue::{FLAG_END, FLAG_HOLE, FLAG_SEALED, FLAG_SPARSE, FLAG_UNCHECKED};
+const FLAGS_KNOWN: u16 = super::catalogue::frame_flags_at(u16::MAX);
+/// The header's layout above, as the catalogue's fingerprint reads it.
+pub const FRAME_HEADER_LAYOUT: &str = "magic u16 \"UF\" @0, flags u16 @2, file_index u32 @4, \
+    length u32 @8, span u32 @12, offset u64 @16, checksum u64 @24";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod block;
+pub mod catalogue;
 pub mod control;
 pub mod frame;
 pub mod fuzz;

@@ -19,6 +19,15 @@ pub enum DecodeError {
     NotUtf8 { what: &'static str },
     /// Bytes left over after a complete message.
     Trailing { bytes: usize },
+    /// A message, field or value that came with a later protocol than the
+    /// one spoken.
+    NotInVersion {
+        what: &'static str,
+        since: u16,
+        version: u16,
+    },
+    /// A protocol version this build does not speak.
+    Unspoken { version: u16 },
 }
 
 impl std::fmt::Display for DecodeError {
@@ -34,6 +43,17 @@ impl std::fmt::Display for DecodeError {
             DecodeError::NotUtf8 { what } => write!(f, "{what} is not UTF-8"),
             DecodeError::Trailing { bytes } => {
                 write!(f, "{bytes} unexpected bytes after the message")
+            }
+            DecodeError::NotInVersion {
+                what,
+                since,
+                version,
+            } => write!(
+                f,
+                "{what} came with protocol {since}, not in protocol {version}"
+            ),
+            DecodeError::Unspoken { version } => {
+                write!(f, "protocol {version} is not one this build speaks")
             }
         }
     }
