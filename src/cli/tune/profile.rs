@@ -249,13 +249,6 @@ pub fn settings(plan: &Plan, rmem_low: [u64; 2], wmem_low: [u64; 2], cc: &str) -
             ),
         },
         Setting {
-            key: "net.ipv4.tcp_fastopen",
-            value: "3".into(),
-            comment: format!(
-                "TCP Fast Open as client and server: a urmove client's Hello rides in the SYN of its control connection once it holds the daemon's cookie, a round trip less before the data (1 is the kernel's default: client only). [{SRC_KERNEL_IP_SYSCTL}; urmove]"
-            ),
-        },
-        Setting {
             key: "net.ipv4.tcp_mtu_probing",
             value: "1".into(),
             comment: format!(

@@ -35,8 +35,8 @@ pub use process::{
 pub(crate) use socket::get_opt;
 pub use socket::{
     available_congestion, congestion, notsent_lowat, send_buffer, set_congestion,
-    set_dead_peer_timeout, set_fastopen_connect, set_fastopen_listen, set_max_pacing_rate,
-    set_notsent_lowat, set_recv_buffer, set_send_buffer, shutdown_both, socket_outq,
+    set_dead_peer_timeout, set_max_pacing_rate, set_notsent_lowat, set_recv_buffer,
+    set_send_buffer, shutdown_both, socket_outq,
 };
 pub use tcp_info::{tcp_path, tcp_progress, TcpPath, TcpProgress};
 pub use waker::{poll_ms, wait_readable, Waker};

@@ -152,20 +152,6 @@ pub fn set_dead_peer_timeout(fd: std::os::fd::RawFd, timeout: std::time::Duratio
     set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms);
 }
 
-/// Ask for TCP Fast Open on a socket not yet connected: with a cookie the
-/// server gave on an earlier connection, its first write rides in the SYN
-/// (a round trip saved); without one, or where the kernel's
-/// `net.ipv4.tcp_fastopen` leaves it off, the connection is made as ever.
-pub fn set_fastopen_connect(fd: std::os::fd::RawFd) {
-    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT, 1);
-}
-
-/// Take TCP Fast Open connections on a listener (`qlen` of them waiting at
-/// most), where the kernel's `net.ipv4.tcp_fastopen` has its server bit.
-pub fn set_fastopen_listen(fd: std::os::fd::RawFd, qlen: libc::c_int) {
-    set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, qlen);
-}
-
 /// Shut a socket down both ways: operations in flight on it end with an
 /// error at once, and the peer sees the connection end.
 pub fn shutdown_both(fd: std::os::fd::RawFd) {

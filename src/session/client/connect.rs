@@ -28,30 +28,13 @@ pub(super) fn random<const N: usize>() -> Result<[u8; N], SessionError> {
 }
 
 pub(super) fn connect(cfg: &SendConfig) -> Result<TcpStream, SessionError> {
-    connect_to(cfg, false)
-}
-
-/// Connect to the daemon (`fast_open`: asking for TCP Fast Open, for the
-/// control connection, whose Hello is its first write; never for a data
-/// stream, connected early and quiet until `Ready`).
-fn connect_to(cfg: &SendConfig, fast_open: bool) -> Result<TcpStream, SessionError> {
-    use socket2::{Domain, Protocol, Socket, Type};
     let what = format!("connecting to {}:{}", cfg.host, cfg.port);
     let addrs = (cfg.host.as_str(), cfg.port)
         .to_socket_addrs()
         .map_err(|e| SessionError::io(what.clone(), e))?;
     let mut last = None;
     for a in addrs {
-        let made = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP)).and_then(
-            |sock| {
-                if fast_open {
-                    sys::set_fastopen_connect(sock.as_raw_fd());
-                }
-                sock.connect_timeout(&a.into(), cfg.connect_timeout)?;
-                Ok(TcpStream::from(sock))
-            },
-        );
-        match made {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
             Ok(s) => {
                 s.set_nodelay(true)
                     .map_err(|e| SessionError::io(what.clone(), e))?;
@@ -124,19 +107,6 @@ pub(crate) fn begin(
     handshake(cfg, req).map(|b| (b.ctl, b.keys))
 }
 
-/// An error of the Hello or its answer that is a connection refused (Fast
-/// Open defers the connection to the first write), said as a connection's.
-fn refused_connection(cfg: &SendConfig, e: SessionError) -> SessionError {
-    match e {
-        SessionError::Io { source, .. }
-            if source.kind() == std::io::ErrorKind::ConnectionRefused =>
-        {
-            SessionError::io(format!("connecting to {}:{}", cfg.host, cfg.port), source)
-        }
-        e => e,
-    }
-}
-
 /// A session authenticated and asked for: its control connection (sealed,
 /// speaking the version agreed), its keys, and from protocol 13 the
 /// daemon's room for more unauthenticated connections from this address.
@@ -149,13 +119,11 @@ pub(crate) struct Begun {
 /// The handshake and the request (see [`begin`]). From protocol 13 the
 /// request follows the proof at once (no `Welcome` to wait for).
 pub(crate) fn handshake(cfg: &SendConfig, req: SessionRequest) -> Result<Begun, SessionError> {
-    let mut ctl = Control::new(connect_to(cfg, true)?);
+    let mut ctl = Control::new(connect(cfg)?);
     ctl.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     let (mut hs, hello) = ClientHandshake::new(cfg.key, random()?);
-    // With Fast Open the connection is made here, by the Hello: a refusal
-    // is the connection's.
-    let answered = send_msg(&mut ctl, &Message::Hello(hello)).and_then(|()| recv_msg(&mut ctl));
-    let Message::Challenge(ch) = answered.map_err(|e| refused_connection(cfg, e))? else {
+    send_msg(&mut ctl, &Message::Hello(hello))?;
+    let Message::Challenge(ch) = recv_msg(&mut ctl)? else {
         return Err(SessionError::Protocol(
             "expected the receiver's challenge".into(),
         ));

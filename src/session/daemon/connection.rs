@@ -348,9 +348,10 @@ pub(super) fn authenticate(
         m => m,
     };
     let Message::Auth(auth) = auth else {
+        let got = crate::protocol::catalogue::def_of(auth.kind()).map_or("?", |d| d.name);
         return Err(SessionError::local(
             ErrorCode::Malformed,
-            "expected the handshake's proof",
+            format!("expected the handshake's proof, not {got}"),
         ));
     };
     let (welcome, keys) = hs.on_auth(&auth, random()?).map_err(SessionError::Auth)?;

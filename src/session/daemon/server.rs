@@ -128,10 +128,6 @@ pub(super) fn listen(cfg: &RecvConfig, log: &Log) -> Result<TcpListener, Session
     listener
         .set_nonblocking(true)
         .map_err(|e| SessionError::io("listening", e))?;
-    // A client's Hello may come in its SYN (a round trip saved) where the
-    // host allows it (net.ipv4.tcp_fastopen = 3, as `urmove tune` says). A
-    // Hello replayed from a SYN opens a handshake no replayer can finish.
-    sys::set_fastopen_listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 256);
     // Accepted connections inherit the listener's congestion control.
     let cc = cfg
         .congestion
