@@ -603,6 +603,7 @@ fn a_key_holders_resume_list_is_memory_the_daemon_bounds() {
             block_size: 4096,
             flags: REQ_RESUME,
             path: "big".into(),
+            time_ms: 0,
         }),
     )
     .unwrap();
@@ -664,6 +665,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
             block_size: 4096,
             flags: 0,
             path: "one".into(),
+            time_ms: 0,
         }),
     )
     .unwrap();
@@ -704,6 +706,7 @@ fn a_pull_client_refusing_more_entries_than_there_are_or_beating_is_refused() {
             block_size: 4096,
             flags: 0,
             path: "one".into(),
+            time_ms: 0,
         }),
     )
     .unwrap();

@@ -398,6 +398,7 @@ fn reversed_plan(
         block_size: 1 << 20,
         flags: 0,
         path: String::new(),
+        time_ms: 0,
     };
     crate::util::send_sealed(&mut ctl, &Message::Request(req));
     let plan = Message::UdpPlan {

@@ -442,6 +442,7 @@ pub fn push_request_with(streams: u16, block_size: u32, flags: u32) -> Message {
         block_size,
         flags,
         path: "hand".into(),
+        time_ms: 0,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod config;
 mod demo;
 mod dry_run;
 mod filters;
+mod info;
 pub mod keys;
 pub mod parse;
 pub mod plot;
@@ -95,6 +96,7 @@ pub fn main() -> ExitCode {
         }
         Command::Report(a) => report::report(a),
         Command::Tune(a) => tune::tune(a),
+        Command::Info(a) => info::info(a),
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
         Command::Completions { shell } => shell::completions(shell),
         Command::Man { dir } => shell::man(dir.as_deref()),

@@ -10,13 +10,13 @@
 //! the types the messages carry, and speaks the current version.
 
 pub use super::catalogue::{
-    decode_at, decode_body_at, encode_at, kind, Direction, EncodeError, ErrorCode, Message,
+    decode_at, decode_body_at, encode_at, kind, Direction, EncodeError, ErrorCode, Limit, Message,
     PROTOCOL_NEWEST, PROTOCOL_OLDEST,
 };
 pub use super::catalogue::{
     REQ_ACLS, REQ_CHECKSUM, REQ_CONTENTS, REQ_DELETE, REQ_DEVICES, REQ_DRY_RUN, REQ_ENCRYPT,
     REQ_FOLLOW, REQ_HARD_LINKS, REQ_LIVE_PARTS, REQ_NUMERIC_IDS, REQ_ONE_FILE, REQ_RESUME,
-    REQ_SHARD, REQ_SPARSE, REQ_XATTRS,
+    REQ_SHARD, REQ_SPARSE, REQ_VERIFY, REQ_XATTRS,
 };
 use super::handshake::VERSION;
 use super::wire::DecodeError;
@@ -77,6 +77,9 @@ pub struct SessionRequest {
     /// `--delete` push's: what they exclude is kept on the receiver, as
     /// rsync keeps it (none with `--delete-excluded`). Empty otherwise.
     pub filter: Vec<FilterRule>,
+    /// A reversed `bench --net`'s length in milliseconds (protocol 13; 12
+    /// said it in `path`, which `SessionRequest::at` writes and reads).
+    pub time_ms: u64,
 }
 
 /// One `--exclude` (or `--include`) rule, as given on the command line.
@@ -94,7 +97,45 @@ impl SessionRequest {
     pub fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
+
+    /// The request as protocol `v` carries it. Before 13 a reversed
+    /// bench's length and `REQ_VERIFY` travel in `path` as `<ms>[v]`.
+    pub fn for_version(mut self, v: u16) -> SessionRequest {
+        if v < 13 {
+            if self.direction == Direction::BenchReverse {
+                let verify = if self.has(REQ_VERIFY) { "v" } else { "" };
+                self.path = format!("{}{verify}", self.time_ms);
+            }
+            self.time_ms = 0;
+            self.flags &= !REQ_VERIFY;
+        }
+        self
+    }
+
+    /// A request received in protocol `v`, in this build's terms (what
+    /// [`SessionRequest::for_version`] wrote, read back): nothing a peer
+    /// says is read from a sentence past this point.
+    pub fn from_version(mut self, v: u16) -> Result<SessionRequest, BadBenchLength> {
+        if v < 13 && self.direction == Direction::BenchReverse {
+            let verify = self.path.ends_with('v');
+            self.time_ms = self
+                .path
+                .trim_end_matches('v')
+                .parse()
+                .map_err(|_| BadBenchLength)?;
+            if verify {
+                self.flags |= REQ_VERIFY;
+            }
+            self.path.clear();
+        }
+        Ok(self)
+    }
 }
+
+/// A protocol 12 reversed bench whose path is not `<ms>[v]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("bench --reverse: bad test length")]
+pub struct BadBenchLength;
 
 /// What the receiving side already holds of one file, told to the sender
 /// when a session resumes.

@@ -26,9 +26,9 @@ use hmac::{Hmac, Mac};
 use super::negotiate::{self, Range};
 use sha2::Sha256;
 
-/// The protocol version the control messages are encoded in until the
-/// session's version is agreed (the handshake's messages have not changed).
-pub const VERSION: u16 = 12;
+/// The newest protocol version this build speaks (the handshake's
+/// messages are the same in every version it speaks).
+pub const VERSION: u16 = 13;
 pub const NONCE_LEN: usize = 32;
 pub const PROOF_LEN: usize = 32;
 pub const SESSION_ID_LEN: usize = 16;

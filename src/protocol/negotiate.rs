@@ -30,11 +30,11 @@ use super::handshake::Nonce;
 pub const MARK: [u8; 8] = *b"URMVNEG1";
 /// The oldest version this build speaks, as client and as daemon: the
 /// previous release's (0.1.0).
-pub const PROTOCOL_MIN: u16 = 12;
+pub const PROTOCOL_MIN: u16 = super::catalogue::PROTOCOL_OLDEST;
 /// The newest version this build speaks.
-pub const PROTOCOL_MAX: u16 = 13;
+pub const PROTOCOL_MAX: u16 = super::catalogue::PROTOCOL_NEWEST;
 /// The version a Hello names: what a 0.1.0 daemon demands.
-pub const HELLO_VERSION: u16 = PROTOCOL_MIN;
+pub const HELLO_VERSION: u16 = 12;
 
 /// The first release that spoke each version: what a refusal names.
 pub const RELEASES: &[(u16, &str)] = &[(12, "0.1.0"), (13, "0.2.0")];
@@ -117,6 +117,58 @@ pub fn read_answer(n: &Nonce) -> Option<Answer> {
     })
 }
 
+/// Something a session may ask that a protocol version brought: a
+/// daemon that speaks only older ones is refused it before the request,
+/// by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    /// What the daemon cannot do without it ("report its release ...").
+    pub what: &'static str,
+    pub since: u16,
+    /// What the user can leave out instead ("" when nothing: upgrade).
+    pub instead: &'static str,
+}
+
+/// `urmove info`: the daemon reports its release, protocols and limits.
+pub const INFO: Feature = Feature {
+    what: "report its release, protocols and limits (urmove info)",
+    since: 13,
+    instead: "",
+};
+
+/// A feature asked of a daemon whose version lacks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{}", lacks_text(self))]
+pub struct Lacks {
+    pub feature: Feature,
+    /// The version the session speaks.
+    pub theirs: u16,
+}
+
+fn lacks_text(l: &Lacks) -> String {
+    let f = l.feature;
+    let instead = match f.instead {
+        "" => String::new(),
+        i => format!(" or leave out {i}"),
+    };
+    format!(
+        "the receiver runs urmove {} (protocol {}), which cannot {}: upgrade it to urmove {} (protocol {}) or later{instead}",
+        release_of(l.theirs),
+        l.theirs,
+        f.what,
+        release_of(f.since),
+        f.since
+    )
+}
+
+/// Whether a session of protocol `v` can have `feature`.
+pub fn check(feature: Feature, v: u16) -> Result<(), Lacks> {
+    match v >= feature.since {
+        true => Ok(()),
+        false => Err(Lacks { feature, theirs: v }),
+    }
+}
+
 /// The two sides speak no version in common.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{}", no_common_text(*ours, *theirs))]
@@ -178,6 +230,16 @@ pub fn accept_answer(offered: Range, n: &Nonce) -> Result<Answer, NoCommonVersio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_feature_a_version_lacks_is_refused_by_name() {
+        assert_eq!(check(INFO, 13), Ok(()));
+        let e = check(INFO, 12).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the receiver runs urmove 0.1.0 (protocol 12), which cannot report its release, protocols and limits (urmove info): upgrade it to urmove 0.2.0 (protocol 13) or later"
+        );
+    }
 
     #[test]
     fn blocks_round_trip_and_leave_the_random_part() {

@@ -9,6 +9,7 @@
 pub mod client;
 pub mod daemon;
 pub mod fuzz;
+pub mod limit;
 pub mod link;
 pub mod plan;
 pub mod probe;
@@ -185,6 +186,16 @@ pub enum SessionError {
     /// side (the daemon) refuses, else the peer's refusal as it said it.
     #[error("{}", streams_refused(*asked, *max, *ours))]
     TooManyStreams { asked: u16, max: u16, ours: bool },
+    /// A limit of the daemon's, by its numbers (see [`limit::LimitRefusal`]).
+    #[error("{0}")]
+    Limit(limit::LimitRefusal),
+    /// The daemon's protocol version lacks a feature the session needs
+    /// (said before the request).
+    #[error("{0}")]
+    Lacks(crate::protocol::negotiate::Lacks),
+    /// A message this side cannot say in the session's protocol version.
+    #[error("protocol error: {0}")]
+    Encode(crate::protocol::control::EncodeError),
 }
 
 /// What another session holds that this one needs, by the path the peer
@@ -247,6 +258,9 @@ impl SessionError {
             SessionError::Data(crate::datapath::Error::Frame { .. }) => ErrorCode::Malformed,
             SessionError::Data(_) | SessionError::AnotherLaneFailed => ErrorCode::Io,
             SessionError::TooManyStreams { .. } => ErrorCode::TooLarge,
+            SessionError::Limit(l) => l.code(),
+            SessionError::Encode(_) => ErrorCode::Internal,
+            SessionError::Lacks(_) => ErrorCode::BadRequest,
             SessionError::Contended(_) => ErrorCode::Busy,
         }
     }

@@ -68,6 +68,10 @@ pub enum Command {
     /// Check the host's network, CPU and disk settings for a 10-100G link,
     /// say why and where each rule comes from, and --apply them (root)
     Tune(TuneArgs),
+    /// Ask a `urmove recv` daemon what it is: its release, the protocols
+    /// it speaks, its limits, its sessions now and the free bytes under its
+    /// root (a daemon of protocol 13 or later)
+    Info(InfoArgs),
     /// Write a new pre-shared key to FILE (mode 0600; never overwrites)
     Keygen {
         /// Where to write the key.
@@ -140,6 +144,26 @@ pub enum ZeroCopyArg {
     Auto,
     On,
     Off,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  urmove info --key-file /etc/urmove/key dtn2.example.org")]
+pub struct InfoArgs {
+    /// The daemon's host.
+    #[arg(value_name = "HOST")]
+    pub host: String,
+
+    /// The daemon's port.
+    #[arg(short = 'p', long, default_value_t = 7878)]
+    pub port: u16,
+
+    /// The pre-shared key (the daemon's).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: PathBuf,
+
+    /// One JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

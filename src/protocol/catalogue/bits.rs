@@ -60,6 +60,9 @@ wire_bits! { u32, REQUEST_FLAGS;
     /// is no directory on the receiver, the file lands at the destination
     /// itself (`send obs.dat HOST:new.dat`).
     REQ_ONE_FILE = 32768, since 12;
+    /// `bench --net --verify`: the data frames carry checksums the
+    /// receiving side checks (protocol 12 said it in the request's path).
+    REQ_VERIFY = 65536, since 13;
 }
 
 wire_bits! { u16, FRAME_FLAGS;
@@ -153,5 +156,30 @@ wire_enum! {
         Udp = 4, "udp", since 8;
         /// `bench --net --udp --reverse`: the daemon sends the datagrams.
         UdpReverse = 5, "udp_reverse", since 8;
+        /// `urmove info`: the daemon answers `DaemonInfo` (its release, the
+        /// protocols it speaks, its limits and what it holds now) and the
+        /// session ends; nothing moves.
+        Info = 6, "info", since 13;
+    }
+}
+
+wire_enum! {
+    /// A limit of the daemon's that a request went past (`LimitRefused`).
+    pub enum Limit: u8, LIMITS {
+        /// Data streams per session (`--max-streams`).
+        Streams = 1, "streams", since 13;
+        /// Sessions at once (`--max-sessions`).
+        Sessions = 2, "sessions", since 13;
+        /// Connections at once (`--max-connections`): what the session's
+        /// streams would need beyond those open.
+        Connections = 3, "connections", since 13;
+        /// Frame buffer memory of all sessions, in bytes.
+        BufferMemory = 4, "buffer_memory", since 13;
+        /// Manifest memory of all sessions, in bytes.
+        ManifestMemory = 5, "manifest_memory", since 13;
+        /// Entries of one session's manifest (`--max-files`).
+        Entries = 6, "entries", since 13;
+        /// Free bytes on the filesystem that would hold the data.
+        Space = 7, "space", since 13;
     }
 }

@@ -4,7 +4,7 @@
 //! (a piece acknowledgement's state, ascending placement runs, a `Have`'s
 //! range budget, a shard's index below its count).
 
-use super::bits::{request_flags_at, Direction, ErrorCode, REQUEST_FLAGS};
+use super::bits::{request_flags_at, Direction, ErrorCode, Limit, REQUEST_FLAGS};
 use super::fields::{list_len, too_many, Bool01, FilterVerdict, HaveItems, PlacementRuns, Str16};
 use super::fields::{FilterPattern, Label};
 use super::{known_at, EncodeError, Field, Message};
@@ -60,6 +60,35 @@ impl Field for DirectionWire {
 /// An [`ErrorCode`] as u16, refused when unknown or newer than the
 /// protocol.
 #[derive(Debug)]
+pub struct LimitWire;
+impl Field for LimitWire {
+    type Value = Limit;
+    fn wire() -> String {
+        "u8 limit".into()
+    }
+    fn put(value: &Limit, w: &mut Writer, v: u16) -> Result<(), EncodeError> {
+        encodable(value.name(), value.since(), v)?;
+        w.u8(*value as u8);
+        Ok(())
+    }
+    fn get(r: &mut Reader<'_>, v: u16) -> Result<Limit, DecodeError> {
+        let l = r.u8()?;
+        match Limit::from_wire(l) {
+            Some(x) if x.since() <= v => Ok(x),
+            Some(x) => Err(DecodeError::NotInVersion {
+                what: x.name(),
+                since: x.since(),
+                version: v,
+            }),
+            None => Err(DecodeError::Invalid {
+                what: "limit",
+                value: u64::from(l),
+            }),
+        }
+    }
+}
+
+/// An error code, known at the version it travels in.
 pub struct ErrorCodeWire;
 impl Field for ErrorCodeWire {
     type Value = ErrorCode;

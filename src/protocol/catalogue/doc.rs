@@ -3,7 +3,9 @@
 //! `<!-- end catalogue:NAME -->`, and a test holds the file to them.
 
 use super::versions::{came_with, RELEASES};
-use super::{Bit, MessageDef, DIRECTIONS, ERROR_CODES, FRAME_FLAGS, MESSAGES, PROTOCOL_NEWEST};
+use super::{
+    Bit, MessageDef, DIRECTIONS, ERROR_CODES, FRAME_FLAGS, LIMITS, MESSAGES, PROTOCOL_NEWEST,
+};
 use super::{PROTOCOL_OLDEST, REQUEST_FLAGS};
 
 /// A generated block: the name in its markers, and its text.
@@ -22,6 +24,7 @@ pub fn render_blocks() -> Vec<Block> {
         block("frame-flags", bits(FRAME_FLAGS, "flag", true)),
         block("error-codes", bits(ERROR_CODES, "code", false)),
         block("directions", bits(DIRECTIONS, "direction", false)),
+        block("limits", bits(LIMITS, "limit", false)),
         block("versions", versions()),
     ]
 }

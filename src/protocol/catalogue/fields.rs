@@ -48,6 +48,7 @@ use crate::protocol::manifest::PATH_LEN_MAX;
 labels! {
     Path = "path", PATH_LEN_MAX;
     ErrorText = "error text", ERROR_TEXT_MAX;
+    ReleaseText = "release", 64;
     SkipReason = "skip reason", ERROR_TEXT_MAX;
     FilterPattern = "filter pattern", FILTER_PATTERN_MAX;
     FilterRules = "filter rules", FILTER_RULES_MAX;
@@ -159,6 +160,8 @@ impl<L: Label> Field for Bool01<L> {
 
 labels! {
     SkipRule = "skip rule", 1;
+    PullOnly = "pull only", 1;
+    EncryptionRequired = "encryption required", 1;
     FilterVerdict = "filter rule verdict", 1;
 }
 

@@ -6,12 +6,12 @@
 
 use super::checked::{
     shard_in_range, AscendingRuns, BlockSize, DirectionWire, ErrorCodeWire, FilterRuleWire,
-    HaveList, PieceDoneWire, ReqFlags, Streams, UdpCountWire,
+    HaveList, LimitWire, PieceDoneWire, ReqFlags, Streams, UdpCountWire,
 };
 use super::fields::{
-    AfterMagic, Bool01, BoolAny, Bytes, DeletedPaths, Digests, DirTimesItems, ErrorText,
-    FilterRules, HeldEntries, List16, List32, ManifestPart, Name16, Nanos, Path, SkipReason,
-    SkipRule, StreamCount, Text16, UdpFlows, I64, U16, U32, U64,
+    AfterMagic, Bool01, BoolAny, Bytes, DeletedPaths, Digests, DirTimesItems, EncryptionRequired,
+    ErrorText, FilterRules, HeldEntries, List16, List32, ManifestPart, Name16, Nanos, Path,
+    PullOnly, ReleaseText, SkipReason, SkipRule, StreamCount, Text16, UdpFlows, I64, U16, U32, U64,
 };
 use super::{def_of, EncodeError, Field, FieldDef, MessageDef, Side};
 use crate::protocol::control::SessionRequest;
@@ -54,6 +54,8 @@ messages! {
         rate_limit: U64,
         #[since(12, Vec::new())]
         filter: List16<FilterRuleWire, FilterRules>,
+        #[since(13, 0)]
+        time_ms: U64,
     }
     /// Part of the manifest; the receiver numbers entries in arrival order.
     6 Manifest(entries: ManifestPart) { since 1, from Source }
@@ -244,5 +246,38 @@ messages! {
     37 StreamsRefused { since 12, from Daemon } {
         asked: U16,
         max: U16,
+    }
+    /// From the daemon, instead of `Error`, refusing a request past one of
+    /// its limits: which, what the request needed, the most the daemon
+    /// takes and what others hold of it now. Both sides say it from these
+    /// numbers; nobody reads a sentence.
+    38 LimitRefused { since 13, from Daemon } {
+        limit: LimitWire,
+        asked: U64,
+        max: U64,
+        in_use: U64,
+    }
+    /// The daemon's answer to an `Info` request: its release, the
+    /// protocols it speaks, its limits, its sessions now and the free
+    /// bytes under its root.
+    39 DaemonInfo { since 13, from Daemon } {
+        release: Text16<ReleaseText>,
+        oldest: U16,
+        newest: U16,
+        streams_max: U16,
+        sessions_max: U32,
+        sessions_running: U32,
+        files_max: U32,
+        block_max: U32,
+        pull_only: Bool01<PullOnly>,
+        encryption_required: Bool01<EncryptionRequired>,
+        root_free: U64,
+    }
+    /// The daemon's answer to a Hello whose offer (in its nonce) shares no
+    /// version with it: the versions it speaks. Only a client of protocol
+    /// 13 or later offers, so only such a client gets it.
+    40 VersionRefused { since 13, from Daemon } {
+        oldest: U16,
+        newest: U16,
     }
 }

@@ -61,13 +61,14 @@ mod tests;
 mod versions;
 
 pub use bits::{
-    frame_flags_at, known_at, request_flags_at, Direction, ErrorCode, DIRECTIONS, ERROR_CODES,
-    FRAME_FLAGS, REQUEST_FLAGS,
+    frame_flags_at, known_at, request_flags_at, Direction, ErrorCode, Limit, DIRECTIONS,
+    ERROR_CODES, FRAME_FLAGS, LIMITS, REQUEST_FLAGS,
 };
 pub use bits::{
     FLAG_END, FLAG_HOLE, FLAG_SEALED, FLAG_SPARSE, FLAG_UNCHECKED, REQ_ACLS, REQ_CHECKSUM,
     REQ_CONTENTS, REQ_DELETE, REQ_DEVICES, REQ_DRY_RUN, REQ_ENCRYPT, REQ_FOLLOW, REQ_HARD_LINKS,
-    REQ_LIVE_PARTS, REQ_NUMERIC_IDS, REQ_ONE_FILE, REQ_RESUME, REQ_SHARD, REQ_SPARSE, REQ_XATTRS,
+    REQ_LIVE_PARTS, REQ_NUMERIC_IDS, REQ_ONE_FILE, REQ_RESUME, REQ_SHARD, REQ_SPARSE, REQ_VERIFY,
+    REQ_XATTRS,
 };
 pub use doc::render_blocks;
 pub use messages::{kind, Message, MESSAGES};

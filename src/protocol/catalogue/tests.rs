@@ -43,6 +43,7 @@ fn samples() -> Vec<Message> {
             streams: 4,
             block_size: 4 << 20,
             flags: REQ_RESUME | REQ_CHECKSUM,
+            time_ms: 0,
             path: "ingest".into(),
         }),
         Message::Manifest(vec![Entry {
@@ -329,10 +330,14 @@ fn malformed_messages_are_refused() {
             block_size: bs,
             flags: 0,
             path: "x".into(),
+            time_ms: 0,
         }));
         assert!(decode(&b).is_err());
     }
-    // A verdict that is neither, too many rules, too long a pattern.
+    // A verdict that is neither, too many rules, too long a pattern: at
+    // protocol 12, where the rules end the request.
+    let encode = |m: &Message| encode_at(m, 12).unwrap();
+    let decode = |b: &[u8]| decode_at(b, 12);
     let Message::Request(good) = &samples()[4] else {
         panic!("sample 4 is the request")
     };
@@ -369,6 +374,41 @@ fn malformed_messages_are_refused() {
 fn all_samples() -> Vec<Message> {
     let mut out = samples();
     out.push(Message::Deleted(vec!["old/a.dat".into(), "old".into()]));
+    // Protocol 13.
+    out.push(Message::Request(SessionRequest {
+        filter: Vec::new(),
+        owner: [0; 32],
+        rate_limit: 0,
+        direction: Direction::BenchReverse,
+        streams: 4,
+        block_size: 1 << 20,
+        flags: super::REQ_VERIFY,
+        path: String::new(),
+        time_ms: 10_000,
+    }));
+    out.push(Message::LimitRefused {
+        limit: super::Limit::Sessions,
+        asked: 1,
+        max: 16,
+        in_use: 16,
+    });
+    out.push(Message::DaemonInfo {
+        release: "0.2.0".into(),
+        oldest: 12,
+        newest: 13,
+        streams_max: 64,
+        sessions_max: 16,
+        sessions_running: 3,
+        files_max: 1_000_000,
+        block_max: 64 << 20,
+        pull_only: false,
+        encryption_required: true,
+        root_free: 1 << 40,
+    });
+    out.push(Message::VersionRefused {
+        oldest: 14,
+        newest: 15,
+    });
     out
 }
 

@@ -7,7 +7,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{Bit, DIRECTIONS, ERROR_CODES, FRAME_FLAGS, MESSAGES, REQUEST_FLAGS};
+use super::{Bit, DIRECTIONS, ERROR_CODES, FRAME_FLAGS, LIMITS, MESSAGES, REQUEST_FLAGS};
 use crate::protocol::control::{
     CONTROL_LEN_MAX, ERROR_TEXT_MAX, FILTER_PATTERN_MAX, FILTER_RULES_MAX, HAVE_PART_RANGES_MAX,
     LIST_PART_ITEMS_MAX, MAGIC, MANIFEST_PART_ENTRIES_MAX, STREAMS_MAX, UNLISTED,
@@ -33,11 +33,18 @@ pub struct Release {
 
 /// Every recorded protocol version. A change to a recorded version's wire
 /// is a new protocol version, recorded here and named in CHANGELOG.md.
-pub const RELEASES: &[Release] = &[Release {
-    protocol: 12,
-    name: "0.1.0",
-    fingerprint: "c97f7efd1b5fbb18fca3a844fb435270564539bd6024623a557e1705e5f30cd5",
-}];
+pub const RELEASES: &[Release] = &[
+    Release {
+        protocol: 12,
+        name: "0.1.0",
+        fingerprint: "c97f7efd1b5fbb18fca3a844fb435270564539bd6024623a557e1705e5f30cd5",
+    },
+    Release {
+        protocol: 13,
+        name: "0.2.0",
+        fingerprint: "7223e81241b10ad4b885461129752cbfd296cbab86524a37e8660ccc182b8b91",
+    },
+];
 
 fn bits_at(out: &mut String, what: &str, table: &[Bit], v: u16) {
     for b in table.iter().filter(|b| b.since <= v) {
@@ -70,6 +77,7 @@ pub fn canonical(v: u16) -> String {
     bits_at(&mut out, "frame flag", FRAME_FLAGS, v);
     bits_at(&mut out, "error code", ERROR_CODES, v);
     bits_at(&mut out, "direction", DIRECTIONS, v);
+    bits_at(&mut out, "limit", LIMITS, v);
     out += &format!(
         "frame header {FRAME_HEADER_LEN} bytes: {FRAME_HEADER_LAYOUT}; payload <= {FRAME_PAYLOAD_MAX}\n"
     );
@@ -212,6 +220,7 @@ pub fn came_with(v: u16) -> Vec<String> {
         ("frame flags", FRAME_FLAGS),
         ("error codes", ERROR_CODES),
         ("directions", DIRECTIONS),
+        ("limits", LIMITS),
     ] {
         let names = table.iter().filter(|b| b.since == v);
         out.extend(named(what, names.map(|b| b.name.to_string()).collect()));

@@ -200,6 +200,7 @@ impl SendConfig {
             flags: self.flags(),
             path: self.dest.clone(),
             filter: self.protect(),
+            time_ms: 0,
         }
     }
 

@@ -12,6 +12,7 @@ use crate::datapath::tcp::{self};
 use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest};
 use crate::protocol::frame::FrameKey;
 use crate::protocol::handshake::{stream_proof, ClientHandshake, SessionKeys};
+use crate::protocol::negotiate;
 
 use super::watch::AUTO_START;
 use crate::session::link::conn::{recv_msg, send_msg, Control};
@@ -107,6 +108,15 @@ pub(crate) fn begin(
     handshake(cfg, req).map(|b| (b.ctl, b.keys))
 }
 
+/// The features of `req` that came with a protocol version (a daemon of
+/// an older one is refused them before the request).
+fn features_of(req: &SessionRequest) -> Vec<negotiate::Feature> {
+    match req.direction {
+        Direction::Info => vec![negotiate::INFO],
+        _ => Vec::new(),
+    }
+}
+
 /// A session authenticated and asked for: its control connection (sealed,
 /// speaking the version agreed), its keys, and from protocol 13 the
 /// daemon's room for more unauthenticated connections from this address.
@@ -147,7 +157,17 @@ pub(crate) fn handshake(cfg: &SendConfig, req: SessionRequest) -> Result<Begun, 
     // Everything after the handshake is sealed with the session's keys.
     ctl.secure(&keys, true);
     ctl.set_protocol(answer.chosen);
-    send_msg(&mut ctl, &Message::Request(req))?;
+    // What this daemon's version lacks is refused before it is asked.
+    for f in features_of(&req) {
+        negotiate::check(f, answer.chosen).map_err(|e| {
+            crate::session::link::conn::fail(
+                &mut ctl,
+                SessionError::local(ErrorCode::BadRequest, format!("the client stops: {e}")),
+            );
+            SessionError::Lacks(e)
+        })?;
+    }
+    send_msg(&mut ctl, &Message::Request(req.for_version(answer.chosen)))?;
     Ok(Begun {
         ctl,
         keys,

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub(crate) mod connect;
+pub mod info;
 pub mod merge;
 pub mod pull;
 pub mod report;

@@ -229,6 +229,7 @@ pub(crate) fn pull_request(
                 None => 0,
             },
         path: joined,
+        time_ms: 0,
     })
 }
 

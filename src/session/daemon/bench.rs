@@ -24,19 +24,17 @@ pub(super) fn bench_session(
 ) -> Result<(u64, u64), SessionError> {
     let req = session.req;
     let reverse = req.direction == Direction::BenchReverse;
-    // Reversed, the path carries the test length in ms (and `v` for checksums).
     let (time, verify) = if reverse {
-        let verify = req.path.ends_with('v');
-        let ms: u64 = req.path.trim_end_matches('v').parse().map_err(|_| {
-            SessionError::local(ErrorCode::BadRequest, "bench --reverse: bad test length")
-        })?;
-        if ms > 24 * 3600 * 1000 {
+        if req.time_ms > 24 * 3600 * 1000 {
             return Err(SessionError::local(
                 ErrorCode::TooLarge,
                 "bench --reverse: test longer than a day",
             ));
         }
-        (Duration::from_millis(ms), verify)
+        (
+            Duration::from_millis(req.time_ms),
+            req.has(crate::protocol::control::REQ_VERIFY),
+        )
     } else {
         (Duration::ZERO, false)
     };

@@ -23,6 +23,8 @@ use super::pull::pull_session;
 use super::push::{push_session, survey_push};
 use super::registry::{reserve_buffers, Arrived, Count, Hold, Registry, Reserved, Unauthenticated};
 use super::stats::DaemonStats;
+use crate::protocol::control::Limit;
+use crate::session::limit::LimitRefusal;
 use crate::session::link::conn::{fail, recv_msg, recv_small_by, send_msg, Control};
 use crate::session::SessionError;
 
@@ -137,6 +139,11 @@ pub(super) fn control(
         Err(e) => return refused(s, e),
     };
     let kind = Kind::of(&req);
+    // Nothing to admit: the daemon says what it is, and the session ends.
+    if kind == Kind::Info {
+        log(Level::Info, &format!("{peer}: {}", kind.started(&req)));
+        return super::info::info_session(s, cfg, registry).or_else(|e| refused(s, e));
+    }
     let (_session, reserved) = match admit_session(&req, cfg, registry) {
         Ok(admitted) => admitted,
         Err(e) => return refused(s, e),
@@ -205,6 +212,8 @@ pub(super) enum Kind {
     Bench,
     /// `bench --net --udp`: datagrams, no data streams.
     Udp,
+    /// `urmove info`: the daemon says what it is; nothing moves.
+    Info,
 }
 
 impl Kind {
@@ -214,6 +223,7 @@ impl Kind {
             Direction::Bench | Direction::BenchReverse => Kind::Bench,
             Direction::Udp | Direction::UdpReverse => Kind::Udp,
             Direction::Push => Kind::Push,
+            Direction::Info => Kind::Info,
         }
     }
 
@@ -223,6 +233,7 @@ impl Kind {
             Kind::Pull => "pull",
             Kind::Bench => "bench",
             Kind::Udp => "UDP test",
+            Kind::Info => "info",
         }
     }
 
@@ -231,7 +242,7 @@ impl Kind {
         match self {
             Kind::Push => "received",
             Kind::Pull => "sent",
-            Kind::Bench | Kind::Udp => "moved",
+            Kind::Bench | Kind::Udp | Kind::Info => "moved",
         }
     }
 
@@ -257,6 +268,7 @@ impl Kind {
                 req.path.split('\0').collect::<Vec<_>>()
             ),
             Kind::Bench => format!("bench session started: {streams} data streams"),
+            Kind::Info => "info asked".into(),
             Kind::Udp => format!(
                 "UDP test started: {} {}",
                 crate::coord::units::count(u64::from(streams), "flow"),
@@ -372,6 +384,9 @@ pub(super) fn authenticate(
             "expected a session request",
         ));
     };
+    let req = req
+        .from_version(s.protocol())
+        .map_err(|e| SessionError::local(ErrorCode::BadRequest, e.to_string()))?;
     s.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
     Ok((keys, req))
 }
@@ -411,13 +426,13 @@ pub(super) fn admit_session<'r>(
     }
     let session =
         Hold::take(&registry.stats, Count::Sessions, cfg.limits.sessions).ok_or_else(|| {
-            SessionError::local(
-                ErrorCode::Busy,
-                format!(
-                    "the daemon serves {} sessions at once, its limit; try again later",
-                    cfg.limits.sessions
-                ),
-            )
+            let running = registry.stats.sessions_active.load(Ordering::Acquire);
+            SessionError::Limit(LimitRefusal::ours(
+                Limit::Sessions,
+                1,
+                cfg.limits.sessions as u64,
+                running as u64,
+            ))
         })?;
     if req.block_size < 4096 || !req.block_size.is_multiple_of(4096) {
         return Err(SessionError::local(
@@ -456,14 +471,12 @@ pub(super) fn streams_fit(
     if usize::from(req.streams) <= room {
         return Ok(());
     }
-    Err(SessionError::local(
-        ErrorCode::Busy,
-        format!(
-            "{} asked, and the daemon has room for {} ({open} open, --max-connections {max}); try again later, or ask fewer streams (-P)",
-            crate::coord::units::count(u64::from(req.streams), "data stream"),
-            crate::coord::units::count(room as u64, "more connection"),
-        ),
-    ))
+    Err(SessionError::Limit(LimitRefusal::ours(
+        Limit::Connections,
+        u64::from(req.streams),
+        max as u64,
+        open.min(max) as u64,
+    )))
 }
 
 /// A session the daemon admitted, as its kinds run it: what the client
@@ -506,6 +519,8 @@ pub(super) fn run_session(
         }
         Kind::Push if req.has(crate::protocol::control::REQ_DRY_RUN) => survey_push(s, session),
         Kind::Push => push_session(s, session, peer, log),
+        // Answered before any admission (`control`).
+        Kind::Info => super::info::info_session(s, cfg, registry).map(|()| (0, 0)),
         Kind::Udp => {
             let side = crate::session::probe::udp_daemon::DaemonSide {
                 enabled: cfg.udp,

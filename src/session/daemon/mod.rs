@@ -9,6 +9,7 @@ pub(crate) mod admit;
 pub(crate) mod bench;
 pub(crate) mod config;
 pub(crate) mod connection;
+pub(crate) mod info;
 pub mod log;
 pub(crate) mod progress;
 pub(crate) mod pull;

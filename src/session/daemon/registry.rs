@@ -9,7 +9,6 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use crate::protocol::control::ErrorCode;
 use crate::protocol::handshake::{SessionId, SessionKeys};
 
 use super::admit::Throttled;
@@ -74,15 +73,12 @@ impl ManifestMemory<'_> {
                 (n.saturating_add(bytes) <= limit).then_some(n + bytes)
             })
             .map_err(|in_use| {
-                SessionError::local(
-                    ErrorCode::TooLarge,
-                    format!(
-                        "the manifests of the sessions now running take {} MiB of the daemon's {} MiB (max_manifest_memory); this one needs {} MiB more: send it in parts or try later",
-                        in_use >> 20,
-                        limit >> 20,
-                        (self.bytes + bytes).div_ceil(1 << 20)
-                    ),
-                )
+                SessionError::Limit(crate::session::limit::LimitRefusal::ours(
+                    crate::protocol::control::Limit::ManifestMemory,
+                    self.bytes + bytes,
+                    limit,
+                    in_use,
+                ))
             })?;
         self.bytes += bytes;
         Ok(())
@@ -203,15 +199,12 @@ pub(super) fn reserve_buffers<'r>(
             (count > 0).then(|| n + crate::session::locked_bytes(count, block))
         })
         .map_err(|in_use| {
-            SessionError::local(
-                ErrorCode::Busy,
-                format!(
-                    "the session needs at least {} MiB of buffers and {} of the daemon's {} MiB (max_buffer_memory, or its locked-memory limit) are in use; try later or use smaller blocks",
-                    crate::session::locked_bytes(crate::session::BUFFERS_MIN, block).div_ceil(1 << 20),
-                    in_use >> 20,
-                    budget >> 20
-                ),
-            )
+            SessionError::Limit(crate::session::limit::LimitRefusal::ours(
+                crate::protocol::control::Limit::BufferMemory,
+                crate::session::locked_bytes(crate::session::BUFFERS_MIN, block),
+                budget,
+                in_use,
+            ))
         })?;
     Ok(Reserved {
         total,

@@ -6,9 +6,12 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::protocol::control::{body_len, decode_body, encode, Message, CONTROL_LEN_MAX};
-use crate::protocol::handshake::SessionKeys;
+use crate::protocol::control::Limit;
+use crate::protocol::control::{body_len, decode_body_at, encode_at, Message, CONTROL_LEN_MAX};
+use crate::protocol::handshake::{AuthError, SessionKeys};
+use crate::protocol::negotiate::{self, NoCommonVersion, Range};
 use crate::protocol::seal::{Direction, FrameOpener, FrameSealer, TAG_LEN};
+use crate::session::limit::LimitRefusal;
 
 use crate::datapath::sys::Waker;
 use crate::protocol::manifest::Entry;
@@ -140,8 +143,11 @@ fn aad(prefix: [u8; 4]) -> [u8; 32] {
     a
 }
 
+/// Send `m` as the session's protocol version has it (one that version
+/// lacks is this side's error, never bytes the peer cannot read).
 pub fn send_msg(c: &mut Control, m: &Message) -> Result<(), SessionError> {
-    send_encoded(c, encode(m))
+    let bytes = encode_at(m, c.protocol).map_err(SessionError::Encode)?;
+    send_encoded(c, bytes)
 }
 
 /// Send one message already encoded (length prefix and body), sealed when
@@ -171,6 +177,37 @@ pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
             max,
             ours: false,
         }),
+        Message::LimitRefused {
+            limit: Limit::Streams,
+            asked,
+            max,
+            ..
+        } => Err(SessionError::TooManyStreams {
+            asked: u16::try_from(asked).unwrap_or(u16::MAX),
+            max: u16::try_from(max).unwrap_or(u16::MAX),
+            ours: false,
+        }),
+        Message::LimitRefused {
+            limit,
+            asked,
+            max,
+            in_use,
+        } => Err(SessionError::Limit(LimitRefusal {
+            limit,
+            asked,
+            max,
+            in_use,
+            ours: false,
+        })),
+        Message::VersionRefused { oldest, newest } => Err(SessionError::Auth(
+            AuthError::NoCommonVersion(NoCommonVersion {
+                ours: negotiate::OURS,
+                theirs: Range {
+                    min: oldest,
+                    max: newest,
+                },
+            }),
+        )),
         m => Ok(m),
     }
 }
@@ -195,7 +232,7 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
         let mut body = vec![0u8; len];
         c.read_exact(&mut body, deadline)
             .map_err(|e| read_err(e, what))?;
-        return decode_body(&body).map_err(SessionError::Decode);
+        return decode_body_at(&body, c.protocol).map_err(SessionError::Decode);
     }
     let len = u32::from_le_bytes(prefix) as usize;
     if len <= TAG_LEN || len > CONTROL_LEN_MAX as usize + TAG_LEN {
@@ -213,7 +250,7 @@ pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
         .expect("checked above")
         .open(&aad(prefix), msg, &tag)
         .map_err(|_| SessionError::Unauthentic)?;
-    decode_body(msg).map_err(SessionError::Decode)
+    decode_body_at(msg, c.protocol).map_err(SessionError::Decode)
 }
 
 /// Events of the peer read and not yet handled, at most.
@@ -329,7 +366,7 @@ pub fn recv_small_by(c: &mut Control, deadline: Instant) -> Result<Message, Sess
     }
     let mut body = [0u8; UNAUTHENTICATED_LEN_MAX];
     read_exact_by(s, &mut body[..len], deadline).map_err(|e| read_err(e, what))?;
-    decode_body(&body[..len]).map_err(SessionError::Decode)
+    decode_body_at(&body[..len], c.protocol).map_err(SessionError::Decode)
 }
 
 fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
@@ -369,14 +406,38 @@ fn read_err(e: std::io::Error, what: &str) -> SessionError {
 /// Tell the peer why we stop (best effort) and return the error. What the
 /// peer still sends is drained briefly, so closing does not reset the
 /// connection before the peer has read why.
-pub fn fail(c: &mut Control, e: SessionError) -> SessionError {
-    let msg = match e {
-        SessionError::TooManyStreams { asked, max, .. } => Message::StreamsRefused { asked, max },
+/// How protocol `v` says `e` to the peer: a limit as its numbers (12 has
+/// them for streams only), a version refusal as the versions, anything
+/// else as its code and text.
+fn refusal(v: u16, e: &SessionError) -> Message {
+    let limit = |limit, asked, max, in_use| Message::LimitRefused {
+        limit,
+        asked,
+        max,
+        in_use,
+    };
+    match e {
+        SessionError::TooManyStreams { asked, max, .. } if v >= 13 => {
+            limit(Limit::Streams, u64::from(*asked), u64::from(*max), 0)
+        }
+        SessionError::TooManyStreams { asked, max, .. } => Message::StreamsRefused {
+            asked: *asked,
+            max: *max,
+        },
+        SessionError::Limit(l) if v >= 13 => limit(l.limit, l.asked, l.max, l.in_use),
+        SessionError::Auth(AuthError::NoCommonVersion(n)) if v >= 13 => Message::VersionRefused {
+            oldest: n.ours.min,
+            newest: n.ours.max,
+        },
         _ => Message::Error {
             code: e.code(),
             message: e.to_string(),
         },
-    };
+    }
+}
+
+pub fn fail(c: &mut Control, e: SessionError) -> SessionError {
+    let msg = refusal(c.protocol, &e);
     if send_msg(c, &msg).is_ok() {
         let s = &mut c.s;
         let _ = s.shutdown(std::net::Shutdown::Write);

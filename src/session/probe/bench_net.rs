@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use crate::coord::WorkerCounters;
 use crate::datapath::disk::{fill_random, scramble};
 use crate::datapath::net::{payload_mut, NetReceiver, NetSender, SendStats, ZeroCopy};
-use crate::protocol::control::{Direction, ErrorCode, Message, SessionRequest, REQ_ENCRYPT};
+use crate::protocol::control::{
+    Direction, ErrorCode, Message, SessionRequest, REQ_ENCRYPT, REQ_VERIFY,
+};
 use crate::protocol::frame::{FrameHeader, FrameKey, FLAG_UNCHECKED};
 use crate::protocol::seal::Direction as SealDirection;
 
@@ -79,6 +81,7 @@ pub fn run_bench_net(
         block_size: cfg.block_size,
         flags: cfg.flags() & REQ_ENCRYPT,
         path: String::new(),
+        time_ms: 0,
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, plan.len(), &mut |_, _| Ok(()))?;
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
@@ -156,8 +159,9 @@ fn run_bench_net_reverse(
         direction: Direction::BenchReverse,
         streams: cfg.streams,
         block_size: cfg.block_size,
-        flags: cfg.flags() & REQ_ENCRYPT,
-        path: format!("{}{}", time.as_millis(), if verify { "v" } else { "" }),
+        flags: cfg.flags() & REQ_ENCRYPT | if verify { REQ_VERIFY } else { 0 },
+        path: String::new(),
+        time_ms: time.as_millis() as u64,
     };
     let (mut ctl, streams, keys, _) = open_session(cfg, req, plan.len(), &mut |_, _| Ok(()))?;
     let check = FrameCheck {

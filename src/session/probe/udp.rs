@@ -286,6 +286,7 @@ pub fn run_udp(
         owner: [0; 32],
         rate_limit: t.rate.map_or(0, |r| r.ceil() as u64),
         filter: Vec::new(),
+        time_ms: 0,
     };
     let (mut ctl, keys) = crate::session::client::connect::begin(cfg, req)?;
     let mut report = UdpReport {

@@ -40,16 +40,13 @@ pub(crate) fn mtime_of(e: &Entry) -> SystemTime {
 }
 
 /// The refusal of files needing `bytes` on a filesystem with `free`.
-pub(super) fn no_room(dir: &str, bytes: u64, free: u64) -> SessionError {
-    use crate::coord::units::bytes_both;
-    SessionError::local(
-        ErrorCode::NoSpace,
-        format!(
-            "no room: the files still to come under {dir} need {} of data, its filesystem has {} free; nothing was written (free space there, or send less)",
-            bytes_both(bytes),
-            bytes_both(free)
-        ),
-    )
+pub(super) fn no_room(bytes: u64, free: u64) -> SessionError {
+    SessionError::Limit(crate::session::limit::LimitRefusal::ours(
+        crate::protocol::control::Limit::Space,
+        bytes,
+        free,
+        0,
+    ))
 }
 
 /// The directories a manifest's preparation made: the last a file went

@@ -46,9 +46,13 @@ pub(crate) fn recv_manifest(
             ));
         }
         if entries.len() as u64 + part.len() as u64 > u64::from(max) {
-            return Err(SessionError::local(
-                ErrorCode::TooLarge,
-                format!("the manifest has more than {max} entries, the limit here"),
+            return Err(SessionError::Limit(
+                crate::session::limit::LimitRefusal::ours(
+                    crate::protocol::control::Limit::Entries,
+                    entries.len() as u64 + part.len() as u64,
+                    u64::from(max),
+                    0,
+                ),
             ));
         }
         reserve(3 * text + part.len() as u64 * ENTRY_COST_BYTES)?;

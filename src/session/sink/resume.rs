@@ -250,7 +250,7 @@ impl Incoming {
             let free = crate::datapath::sys::free_bytes_fd(&fd)
                 .map_err(|e| SessionError::io(rel.to_string(), e))?;
             match free {
-                Some(free) if free < bytes => return Err(no_room(rel, bytes, free)),
+                Some(free) if free < bytes => return Err(no_room(bytes, free)),
                 _ => {}
             }
         }
