@@ -8,6 +8,7 @@
 
 pub mod block;
 pub mod control;
+pub mod conversation;
 pub mod frame;
 pub mod fuzz;
 pub mod handshake;
