@@ -332,6 +332,15 @@ impl Conversation {
         Conversation::speaking(side, dialect(version).unwrap_or(V12))
     }
 
+    /// The conversation of `side` after a handshake spoken elsewhere:
+    /// the client's request comes next.
+    pub fn handshaken(side: Side, version: u16) -> Conversation {
+        Conversation {
+            state: State::Welcome,
+            ..Conversation::new(side, version)
+        }
+    }
+
     /// The conversation of `side` in dialect `dialect`.
     pub fn speaking(side: Side, dialect: Dialect) -> Conversation {
         Conversation {

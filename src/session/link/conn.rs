@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::protocol::control::{body_len, decode_body, encode, Message, CONTROL_LEN_MAX};
-use crate::protocol::handshake::SessionKeys;
+use crate::protocol::conversation::{kind_of, Conversation, Side, State, Unexpected};
+use crate::protocol::handshake::{SessionKeys, VERSION};
 use crate::protocol::seal::{Direction, FrameOpener, FrameSealer, TAG_LEN};
 
 use crate::datapath::sys::Waker;
@@ -26,6 +27,48 @@ struct Sealing {
     opener: Mutex<Option<FrameOpener>>,
     /// Messages read early and handed back (see [`Control::unread`]).
     pending: Mutex<std::collections::VecDeque<Message>>,
+    /// The conversation every message sent and received is checked
+    /// against: from the connection's first message (a `Hello` or a data
+    /// stream's hello: the side that sends it is the client), or from
+    /// [`Control::secure`] when the handshake was spoken around this
+    /// handle. A connection that opens with anything else is not checked
+    /// (a daemon refuses it at once).
+    talk: Mutex<Option<Conversation>>,
+}
+
+/// Check `m`, sent (`sent`) or received on `c`, against its conversation.
+fn check(c: &Control, m: &Message, sent: bool) -> Result<(), SessionError> {
+    let mut talk = lock(&c.sealing.talk);
+    if talk.is_none() && matches!(m, Message::Hello(_) | Message::StreamHello { .. }) {
+        let side = if sent { Side::Client } else { Side::Daemon };
+        *talk = Some(Conversation::new(side, VERSION));
+    }
+    let Some(t) = talk.as_mut() else {
+        return Ok(());
+    };
+    match sent {
+        true => t.on_send(m),
+        false => t.on_recv(m),
+    }
+    .map_err(SessionError::OutOfOrder)
+}
+
+/// The error for a message the table allows but the code reading it has
+/// no use for here: the peer's `m` refused as out of order, with what the
+/// conversation expects at this point.
+pub fn unexpected(c: &Control, m: &Message) -> SessionError {
+    let talk = lock(&c.sealing.talk);
+    let (state, role, side, expected) = match talk.as_ref() {
+        Some(t) => (t.state(), t.role(), t.side(), t.expected()),
+        None => (State::Start, None, Side::Client, Vec::new()),
+    };
+    SessionError::OutOfOrder(Unexpected {
+        state,
+        role,
+        from: side.other(),
+        kind: kind_of(m),
+        expected,
+    })
 }
 
 /// A control connection. After the handshake both sides [`secure`] it:
@@ -72,6 +115,12 @@ impl Control {
         } else {
             (Direction::ServerToClient, Direction::ClientToServer)
         };
+        let mut talk = lock(&self.sealing.talk);
+        if talk.as_ref().is_none_or(|t| t.state() == State::Start) {
+            let side = if client { Side::Client } else { Side::Daemon };
+            *talk = Some(Conversation::handshaken(side, VERSION));
+        }
+        drop(talk);
         *lock(&self.sealing.sealer) = Some(FrameSealer::new(keys, out, CONTROL_STREAM));
         *lock(&self.sealing.opener) = Some(FrameOpener::new(keys, inn, CONTROL_STREAM));
     }
@@ -125,12 +174,15 @@ fn aad(prefix: [u8; 4]) -> [u8; 32] {
     a
 }
 
+/// Send `m`, once the conversation allows it here.
 pub fn send_msg(c: &mut Control, m: &Message) -> Result<(), SessionError> {
+    check(c, m, true)?;
     send_encoded(c, encode(m))
 }
 
 /// Send one message already encoded (length prefix and body), sealed when
-/// the connection is secured.
+/// the connection is secured. Bytes are not checked against the
+/// conversation (they may be anything: a test's forgery): [`send_msg`] is.
 pub fn send_encoded(c: &mut Control, mut bytes: Vec<u8>) -> Result<(), SessionError> {
     let mut sealer = lock(&c.sealing.sealer);
     if let Some(sealer) = sealer.as_mut() {
@@ -160,11 +212,19 @@ pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
     }
 }
 
-/// Read one message, `Error` included.
+/// Read one message, `Error` included, once the conversation allows it
+/// here (a message handed back by [`Control::unread`] was checked when
+/// first read).
 pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
     if let Some(m) = lock(&c.sealing.pending).pop_front() {
         return Ok(m);
     }
+    let m = read_any(c)?;
+    check(c, &m, false)?;
+    Ok(m)
+}
+
+fn read_any(c: &mut Control) -> Result<Message, SessionError> {
     let what = "reading a control message";
     let mut prefix = [0u8; 4];
     // The clock starts with the message's first byte: silence between
@@ -247,9 +307,7 @@ pub(crate) fn spawn_peer_reader(
             Ok(Message::Error { code, message }) => {
                 PeerEvent::Closed(Some(SessionError::Refused { code, message }))
             }
-            Ok(_) => PeerEvent::Closed(Some(SessionError::Protocol(
-                "unexpected message while the data flows".into(),
-            ))),
+            Ok(m) => PeerEvent::Closed(Some(unexpected(&c, &m))),
             Err(e) if e.is_connection_loss() => PeerEvent::Closed(None),
             Err(e) => PeerEvent::Closed(Some(e)),
         };
@@ -314,7 +372,9 @@ pub fn recv_small_by(c: &mut Control, deadline: Instant) -> Result<Message, Sess
     }
     let mut body = [0u8; UNAUTHENTICATED_LEN_MAX];
     read_exact_by(s, &mut body[..len], deadline).map_err(|e| read_err(e, what))?;
-    decode_body(&body[..len]).map_err(SessionError::Decode)
+    let m = decode_body(&body[..len]).map_err(SessionError::Decode)?;
+    check(c, &m, false)?;
+    Ok(m)
 }
 
 fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
