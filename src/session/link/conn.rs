@@ -469,3 +469,77 @@ pub(crate) enum PeerEvent {
     /// error or a broken connection.
     Closed(Option<SessionError>),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::conversation::{sample, Kind, Role};
+
+    fn pair() -> (Control, Control) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (d, _) = l.accept().unwrap();
+        (Control::new(c), Control::new(d))
+    }
+
+    fn out_of_order(r: Result<impl std::fmt::Debug, SessionError>) -> Unexpected {
+        match r {
+            Err(SessionError::OutOfOrder(u)) => u,
+            other => panic!("not refused as out of order: {other:?}"),
+        }
+    }
+
+    /// The side is the one that says hello; its clones share the
+    /// conversation; a message out of order is refused on sending and on
+    /// receiving, naming state, kind and what was expected.
+    #[test]
+    fn both_ends_check_the_order() {
+        let req = crate::protocol::conversation::request_of(Role::Push, false);
+        let (mut client, mut daemon) = pair();
+        let by = Instant::now() + Duration::from_secs(5);
+        send_msg(&mut client, &sample(Kind::Hello, &req)).unwrap();
+        assert_eq!(
+            recv_small_by(&mut daemon, by).unwrap(),
+            sample(Kind::Hello, &req)
+        );
+        // The client may not prove before it is challenged: nothing leaves.
+        let u = out_of_order(send_msg(&mut client, &sample(Kind::Auth, &req)));
+        assert_eq!(
+            (u.state, u.kind, u.from),
+            (State::Hello, Kind::Auth, Side::Client)
+        );
+        // The daemon's clone challenges; the original then hears a proof
+        // sent around the check as out of order (its clone saw the
+        // challenge go).
+        send_msg(
+            &mut daemon.try_clone().unwrap(),
+            &sample(Kind::Challenge, &req),
+        )
+        .unwrap();
+        send_encoded(&mut client, encode(&sample(Kind::Welcome, &req))).unwrap();
+        let u = out_of_order(recv_small_by(&mut daemon, by));
+        assert_eq!(
+            (u.state, u.kind, u.from),
+            (State::Challenge, Kind::Welcome, Side::Client)
+        );
+        assert_eq!(u.expected.len(), 1);
+        assert!(
+            u.to_string().contains("expects Auth from the client"),
+            "{u}"
+        );
+        // Refused for good, but the daemon may still say why.
+        let again = send_msg(&mut daemon, &sample(Kind::Welcome, &req));
+        assert_eq!(out_of_order(again), u);
+        fail(&mut daemon, SessionError::OutOfOrder(u));
+        // The client refused its own proof: it hears nothing more but why.
+        let first = out_of_order(recv_msg(&mut client));
+        assert_eq!((first.state, first.kind), (State::Hello, Kind::Auth));
+        assert!(matches!(
+            recv_msg(&mut client),
+            Err(SessionError::Refused {
+                code: crate::protocol::control::ErrorCode::Malformed,
+                ..
+            })
+        ));
+    }
+}
