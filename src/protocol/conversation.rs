@@ -20,7 +20,7 @@ mod trips;
 
 pub use kind::{kind_of, sample, Kind};
 pub use render::render;
-pub use trips::{round_trips, RoundTrips};
+pub use trips::{round_trips, way, RoundTrips};
 
 use crate::protocol::control::{
     Direction, Message, SessionRequest, REQ_DRY_RUN, REQ_FOLLOW, REQ_RESUME, REQ_SHARD,
@@ -113,6 +113,22 @@ impl Role {
             Role::BenchReverse => "bench reverse",
             Role::Udp => "UDP",
             Role::UdpReverse => "UDP reverse",
+        }
+    }
+
+    /// Its name in one word (file names, JSON).
+    pub fn token(self) -> &'static str {
+        match self {
+            Role::Push => "push",
+            Role::PushDryRun => "push-dry-run",
+            Role::FollowPush => "follow-push",
+            Role::Pull => "pull",
+            Role::PullDryRun => "pull-dry-run",
+            Role::ShardPull => "shard-pull",
+            Role::Bench => "bench",
+            Role::BenchReverse => "bench-reverse",
+            Role::Udp => "udp",
+            Role::UdpReverse => "udp-reverse",
         }
     }
 

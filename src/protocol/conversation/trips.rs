@@ -1,6 +1,8 @@
 //! Round trips per role, counted along the table.
 
 use super::table::Next;
+use crate::protocol::control::SessionRequest;
+
 use super::{request_of, sample, Conversation, Dialect, Role, Side, State};
 
 /// The protocol round trips of a role (TCP connects, and the data streams
@@ -53,6 +55,26 @@ fn walk(c: &mut Conversation, role: Role, resume: bool, stop: State) -> Vec<Side
         turns.push(from);
     }
     turns
+}
+
+/// The way the session `req` asks for goes when nothing is amiss, from the client's hello to
+/// its end: who sends which kind (the data itself aside).
+pub fn way(req: &SessionRequest, dialect: Dialect) -> Vec<(Side, super::Kind)> {
+    let role = Role::of(req);
+    let mut c = Conversation::speaking(Side::Client, dialect);
+    let mut out = Vec::new();
+    while c.state() != State::Done {
+        let row = c
+            .rows()
+            .find(|r| r.next != Next::Stay)
+            .unwrap_or_else(|| panic!("{}: no way on from {:?}", role.name(), c.state()));
+        let from = c.who(row.who).expect("a role by now");
+        let kind = row.kinds[0];
+        c.step(from, &sample(kind, req))
+            .unwrap_or_else(|u| panic!("the table refuses its own way: {u}"));
+        out.push((from, kind));
+    }
+    out
 }
 
 /// The times the client waits: each daemon turn that follows its own.
