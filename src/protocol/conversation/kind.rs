@@ -135,6 +135,13 @@ pub fn sample(k: Kind, req: &SessionRequest) -> Message {
             bytes: 0,
             ok: true,
         },
+        k => later(k),
+    }
+}
+
+/// The samples of the kinds after `Summary`.
+fn later(k: Kind) -> Message {
+    match k {
         Kind::Have => Message::Have(vec![HaveItem::Complete {
             file_index: 0,
             digest: 0,
@@ -194,6 +201,10 @@ pub fn sample(k: Kind, req: &SessionRequest) -> Message {
             flows: Vec::new(),
         },
         Kind::UdpEnd => Message::UdpEnd { sent: Vec::new() },
+        k => sample(
+            k,
+            &crate::protocol::conversation::request_of(super::Role::Push, false),
+        ),
     }
 }
 
@@ -205,7 +216,10 @@ mod tests {
     /// variants, each once.
     #[test]
     fn samples_have_their_kind() {
-        let req = super::super::tests::request(crate::protocol::control::Direction::Push, 0);
+        let req = crate::protocol::conversation::request_of(
+            crate::protocol::conversation::Role::Push,
+            false,
+        );
         for k in Kind::ALL {
             assert_eq!(kind_of(&sample(k, &req)), k);
         }

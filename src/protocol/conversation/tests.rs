@@ -1,11 +1,33 @@
 use super::*;
 use crate::protocol::control::Direction;
 
-pub(super) fn request(direction: Direction, flags: u32) -> SessionRequest {
+fn request(direction: Direction, flags: u32) -> SessionRequest {
     SessionRequest {
         direction,
         flags,
         ..request_of(Role::Push, false)
+    }
+}
+
+/// A request's flags fix the role: a dry run before a follow or a shard,
+/// as the daemon serves it.
+#[test]
+fn the_request_names_the_role() {
+    use crate::protocol::control::{REQ_DRY_RUN, REQ_FOLLOW, REQ_SHARD};
+    let role = |d, f| Role::of(&request(d, f));
+    assert_eq!(
+        role(Direction::Push, REQ_DRY_RUN | REQ_FOLLOW),
+        Role::PushDryRun
+    );
+    assert_eq!(role(Direction::Push, REQ_FOLLOW), Role::FollowPush);
+    assert_eq!(
+        role(Direction::Pull, REQ_DRY_RUN | REQ_SHARD),
+        Role::PullDryRun
+    );
+    assert_eq!(role(Direction::Pull, REQ_SHARD), Role::ShardPull);
+    assert_eq!(role(Direction::UdpReverse, REQ_SHARD), Role::UdpReverse);
+    for r in Role::ALL {
+        assert_eq!(Role::of(&request_of(r, true)), r);
     }
 }
 
