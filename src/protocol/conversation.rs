@@ -50,6 +50,14 @@ impl Side {
     }
 }
 
+/// Whether `from` may beat in `role`: the daemon, and the source (a
+/// client checking what is held, or following idle files). A pull's
+/// client has nothing to work on that long: its beats would only hold the
+/// session.
+fn beats(role: Role, from: Side) -> bool {
+    from == Side::Daemon || role.source() == from
+}
+
 /// What a session is, as its request says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -441,7 +449,7 @@ impl Conversation {
         match rule {
             Some(Rule::Error) => true,
             Some(Rule::StreamsRefused) => requested && from == Side::Daemon,
-            Some(Rule::Alive) => requested,
+            Some(Rule::Alive) => requested && self.role.is_some_and(|r| beats(r, from)),
             None => false,
         }
     }

@@ -268,8 +268,9 @@ pub enum Rule {
     /// `StreamsRefused`, from the daemon once a request came: a refusal
     /// of more data streams than it takes, said as fields.
     StreamsRefused,
-    /// `Alive`, from either side once a request came (never on a data
-    /// stream): a heartbeat while a side works without anything to say.
+    /// `Alive`, from the daemon or the source once a request came (never
+    /// on a data stream): a heartbeat while a side works without anything
+    /// to say.
     Alive,
 }
 
@@ -283,6 +284,6 @@ pub const RULES: [(Rule, Kind, &str); 3] = [
     (
         Rule::Alive,
         Kind::Alive,
-        "either side, once a request came (not on a data stream)",
+        "the daemon, or the side that sends the data, once a request came (not on a data stream)",
     ),
 ];

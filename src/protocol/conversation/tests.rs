@@ -117,6 +117,14 @@ fn a_pull_hears_what_was_left_out_late() {
         (D, K::Summary),
     ]);
     accept(Role::Pull, true, &steps);
+    // Its client does not beat instead of placing its files.
+    let (_, mut d) = accept(Role::Pull, false, &with_handshake(&[(D, K::ManifestEnd)]));
+    let u = d.on_recv(&Message::Alive { streams: vec![] }).unwrap_err();
+    assert_eq!((u.state, u.kind, u.from), (State::Refusals, K::Alive, C));
+    assert!(u.expected.contains(&Expect {
+        from: C,
+        kind: K::Placement
+    }));
 }
 
 #[test]
