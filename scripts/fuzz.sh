@@ -3,15 +3,17 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]        (default 60)
 #
-# Runs each cargo-fuzz target (frame, handshake, manifest, bodies in
-# src/protocol/fuzz.rs; resume, in src/session/fuzz.rs) on nightly under libFuzzer, starting from the seeds
+# Runs each cargo-fuzz target (frame, handshake, manifest, conversation,
+# bodies in src/protocol/fuzz/; resume, in src/session/fuzz.rs) on nightly
+# under libFuzzer, starting from the seeds
 # in fuzz/corpus/<target> and the past findings in fuzz/regressions/<target>.
 # Inputs the fuzzer discovers go to a temporary directory, so the committed
 # corpus stays small. Exits 1 if any target found a crash, a timeout or a
 # leak, and names the input that triggers it; 2 on a usage error.
 #
 # Environment:
-#   FUZZ_TARGETS     targets to run (default: "frame handshake manifest resume")
+#   FUZZ_TARGETS     targets to run (default: "frame handshake manifest
+#                    conversation resume")
 #   FUZZ_SANITIZER   address (default) or none
 #   FUZZ_CORPUS_OUT  keep the grown corpus in this directory (default: dropped)
 #   CARGO_TARGET_DIR where to build (honoured as by cargo)
@@ -25,7 +27,7 @@ if ! [[ "$secs" =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]" >&2
   exit 2
 fi
-targets="${FUZZ_TARGETS:-frame handshake manifest resume}"
+targets="${FUZZ_TARGETS:-frame handshake manifest conversation resume}"
 sanitizer="${FUZZ_SANITIZER:-address}"
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then

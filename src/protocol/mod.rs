@@ -9,6 +9,7 @@
 pub mod block;
 pub mod catalogue;
 pub mod control;
+pub mod conversation;
 pub mod frame;
 pub mod fuzz;
 pub mod handshake;

@@ -163,6 +163,10 @@ pub enum SessionError {
     /// A control message this side could not seal.
     #[error("protocol error: {0}")]
     Seal(crate::protocol::seal::SealError),
+    /// A control message out of the order the conversation's table
+    /// allows (`protocol::conversation`), sent or received.
+    #[error("protocol error: {0}")]
+    OutOfOrder(crate::protocol::conversation::Unexpected),
     /// A sealed control message that does not open.
     #[error("protocol error: a control message failed authentication (injected, altered, replayed or reordered)")]
     Unauthentic,
@@ -252,6 +256,7 @@ impl SessionError {
             SessionError::Protocol(_)
             | SessionError::Decode(_)
             | SessionError::Seal(_)
+            | SessionError::OutOfOrder(_)
             | SessionError::Unauthentic => ErrorCode::Malformed,
             SessionError::Auth(_) => ErrorCode::AuthFailed,
             SessionError::Refused { code, .. } | SessionError::Local { code, .. } => *code,

@@ -26,7 +26,7 @@ use crate::protocol::control::{ErrorCode, Message, MANIFEST_PART_ENTRIES_MAX};
 use crate::protocol::frame::FrameKey;
 use crate::protocol::manifest::Entry;
 
-use super::link::conn::{recv_msg, send_msg, Control};
+use super::link::conn::{recv_msg, send_msg, unexpected, Control};
 use super::link::lanes::Lane;
 use super::link::refused::Refused;
 use super::plan::held::{recv_verdict, Held};
@@ -142,17 +142,7 @@ pub(crate) fn hear(ctl: &mut Control, until: Until) -> Result<Before, SessionErr
                     .refused
                     .push(Refused::from_message(file_index, path, reason, rule));
             }
-            (Until::Ready, _) => {
-                return Err(SessionError::Protocol(
-                    "expected the receiver to be ready".into(),
-                ))
-            }
-            (Until::Placement { .. }, _) => {
-                return Err(SessionError::local(
-                    ErrorCode::Malformed,
-                    "expected the client's placement of its files",
-                ))
-            }
+            (_, m) => return Err(unexpected(ctl, &m)),
         }
     }
 }

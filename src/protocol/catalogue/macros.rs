@@ -93,6 +93,38 @@ macro_rules! messages {
             $(pub const $name: u8 = $kind;)*
         }
 
+        /// A control message's kind: its variant without its fields (the
+        /// conversation orders messages by it).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Kind {
+            $($name,)*
+        }
+
+        impl Kind {
+            /// Every kind, in the order declared.
+            pub const ALL: &'static [Kind] = &[$(Kind::$name,)*];
+
+            /// Its name, as the variant's.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Kind::$name => stringify!($name),)*
+                }
+            }
+        }
+
+        impl std::fmt::Display for Kind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        /// The kind of `m`.
+        pub fn kind_of(m: &Message) -> Kind {
+            match m {
+                $(Message::$name { .. } => Kind::$name,)*
+            }
+        }
+
         /// Every message, in the order declared.
         pub const MESSAGES: &[MessageDef] = &[$(MessageDef {
             kind: $kind,

@@ -71,7 +71,7 @@ pub use bits::{
     REQ_XATTRS,
 };
 pub use doc::render_blocks;
-pub use messages::{kind, Message, MESSAGES};
+pub use messages::{kind, kind_of, Kind, Message, MESSAGES};
 pub use versions::{fingerprint, Release, RELEASES};
 
 use super::control::CONTROL_LEN_MAX;

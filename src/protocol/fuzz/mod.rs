@@ -6,14 +6,16 @@
 //!
 //! Every body is deterministic (fixed keys, nonces and session ids) and
 //! panics only when an invariant breaks. One file per body: [`frame()`],
-//! [`handshake()`], [`manifest()`].
+//! [`handshake()`], [`manifest()`], [`conversation()`].
 
+mod conversation;
 mod frame;
 mod handshake;
 mod manifest;
 #[cfg(test)]
 mod tests;
 
+pub use conversation::{conversation, run_conversation, seed as conversation_seed};
 pub use frame::frame;
 pub use handshake::handshake;
 pub use manifest::manifest;

@@ -5,15 +5,17 @@ use std::path::{Path, PathBuf};
 
 use super::frame::FUZZ_KEY;
 use super::handshake::{op, run_handshake, CLIENT_NONCE, KEY, SESSION_ID};
-use super::{frame, handshake, manifest};
+use super::{conversation, conversation_seed, frame, handshake, manifest, run_conversation};
 use crate::protocol::control::{self, Message};
+use crate::protocol::conversation::{Role, State};
 use crate::protocol::frame::{FrameHeader, FLAG_END, FLAG_UNCHECKED};
 use crate::protocol::handshake::{format_key, Auth, Hello};
 use crate::protocol::manifest::{decode_entry, encode_entry, Entry, EntryKind};
 use crate::protocol::wire::{Reader, Writer};
 
 type Body = fn(&[u8]);
-const TARGETS: [(&str, Body); 3] = [
+const TARGETS: [(&str, Body); 4] = [
+    ("conversation", conversation),
     ("frame", frame),
     ("handshake", handshake),
     ("manifest", manifest),
@@ -121,6 +123,28 @@ fn seeds() -> Vec<Seed> {
     let mut all = frame_seeds();
     all.extend(handshake_seeds());
     all.extend(manifest_seeds());
+    all.extend(conversation_seeds());
+    all
+}
+
+/// Each role's way when nothing is amiss: resuming where it can, a dry
+/// pull's shard, and a push in a dialect without a welcome, a ready or a
+/// verdict on nothing held.
+fn conversation_seeds() -> Vec<Seed> {
+    let mut all: Vec<Seed> = Role::ALL
+        .iter()
+        .map(|&r| ("conversation", r.token(), conversation_seed(r, 1)))
+        .collect();
+    all.push((
+        "conversation",
+        "pull-dry-run-shard",
+        conversation_seed(Role::PullDryRun, 3),
+    ));
+    all.push((
+        "conversation",
+        "push-pipelined",
+        conversation_seed(Role::Push, 1 | 4 | 8 | 16),
+    ));
     all
 }
 
@@ -275,6 +299,7 @@ fn seeds_are_committed_and_current() {
         );
         match target {
             "frame" => assert!(FrameHeader::decode(&bytes).is_ok(), "{name}"),
+            "conversation" => assert_eq!(run_conversation(&bytes), Some(State::Done), "{name}"),
             "manifest" => {
                 let kind = control::encode(&Message::Manifest(Vec::new()))[4];
                 let part = control::decode_body(&[&[kind][..], &bytes].concat());

@@ -143,6 +143,8 @@ pub(crate) fn handshake(cfg: &SendConfig, req: SessionRequest) -> Result<Begun, 
         .on_challenge(&ch)
         .map_err(|e| crate::session::link::conn::fail(&mut ctl, SessionError::Auth(e)))?;
     let answer = hs.answer().expect("a challenge taken has its answer");
+    // The version decides what follows the proof (a Welcome in 12 only).
+    ctl.set_protocol(answer.chosen);
     send_msg(&mut ctl, &Message::Auth(auth))?;
     let keys = if answer.chosen >= 13 {
         hs.keys_now().map_err(SessionError::Auth)?
@@ -156,7 +158,6 @@ pub(crate) fn handshake(cfg: &SendConfig, req: SessionRequest) -> Result<Begun, 
     };
     // Everything after the handshake is sealed with the session's keys.
     ctl.secure(&keys, true);
-    ctl.set_protocol(answer.chosen);
     // What this daemon's version lacks is refused before it is asked.
     for f in features_of(&req) {
         negotiate::check(f, answer.chosen).map_err(|e| {

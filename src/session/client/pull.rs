@@ -331,9 +331,7 @@ pub(crate) fn ask_share(
         } => Ok(crate::session::plan::shard::Manifest::told(
             files, bytes, &digest,
         )),
-        _ => Err(SessionError::Protocol(
-            "expected the whole manifest of a sharded pull".into(),
-        )),
+        m => Err(crate::session::link::conn::unexpected(ctl, &m)),
     }
 }
 

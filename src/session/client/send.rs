@@ -474,11 +474,7 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
                     "the receiver reports a failed session",
                 ))
             }
-            _ => {
-                return Err(SessionError::Protocol(
-                    "unexpected message after the data".into(),
-                ))
-            }
+            m => return Err(crate::session::link::conn::unexpected(ctl, &m)),
         }
     }
 }

@@ -69,11 +69,7 @@ fn hear_verdict(
             } if (file_index as usize) < entries => refused.push((file_index, reason)),
             Message::Deleted(paths) => deleted.extend(paths),
             Message::Summary { .. } => return Ok((refused, deleted)),
-            _ => {
-                return Err(SessionError::Protocol(
-                    "expected the receiver's answer to a dry run".into(),
-                ))
-            }
+            m => return Err(crate::session::link::conn::unexpected(ctl, &m)),
         }
     }
 }
@@ -166,11 +162,7 @@ fn hear_listing(ctl: &mut Control) -> Result<Tree, SessionError> {
                 (tree.excluded, tree.devices_left) = (excluded, devices)
             }
             Message::Summary { .. } => return Ok(tree),
-            _ => {
-                return Err(SessionError::Protocol(
-                    "expected the daemon's listing of a dry run".into(),
-                ))
-            }
+            m => return Err(crate::session::link::conn::unexpected(ctl, &m)),
         }
     }
 }

@@ -348,6 +348,8 @@ pub(super) fn authenticate(
 ) -> Result<(SessionKeys, SessionRequest), SessionError> {
     let mut hs = ServerHandshake::new(cfg.key, random()?, room(opening, cfg));
     let challenge = hs.on_hello(&opening.hello).map_err(SessionError::Auth)?;
+    // The version decides what follows the proof (a Welcome in 12 only).
+    s.set_protocol(hs.version());
     send_msg(s, &Message::Challenge(challenge))?;
     let auth = match recv_small_by(s, opening.auth_by)? {
         // The client found the challenge's proof is not of its key: it
@@ -375,7 +377,6 @@ pub(super) fn authenticate(
     }
     // Everything after the handshake is sealed with the session's keys.
     s.secure(&keys, false);
-    s.set_protocol(hs.version());
     let left = opening.request_by.saturating_duration_since(Instant::now());
     s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
     let Message::Request(req) = recv_msg(s)? else {

@@ -178,11 +178,7 @@ pub(super) fn offer_share(
             count,
             split_over,
         } => (index, count, split_over),
-        _ => {
-            return Err(SessionError::Protocol(
-                "expected the shard of a sharded pull".into(),
-            ))
-        }
+        m => return Err(crate::session::link::conn::unexpected(s, &m)),
     };
     let (files, bytes, digest) = crate::session::plan::shard::summary(&tree.entries);
     let m = Message::ShardManifest {

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::control::Limit;
 use crate::protocol::control::{body_len, decode_body_at, encode_at, Message, CONTROL_LEN_MAX};
-use crate::protocol::handshake::{AuthError, SessionKeys};
+use crate::protocol::conversation::{kind_of, Conversation, Side, State, Unexpected};
+use crate::protocol::handshake::{AuthError, SessionKeys, VERSION};
 use crate::protocol::negotiate::{self, NoCommonVersion, Range};
 use crate::protocol::seal::{Direction, FrameOpener, FrameSealer, TAG_LEN};
 use crate::session::limit::LimitRefusal;
@@ -29,6 +30,48 @@ struct Sealing {
     opener: Mutex<Option<FrameOpener>>,
     /// Messages read early and handed back (see [`Control::unread`]).
     pending: Mutex<std::collections::VecDeque<Message>>,
+    /// The conversation every message sent and received is checked
+    /// against: from the connection's first message (a `Hello` or a data
+    /// stream's hello: the side that sends it is the client), or from
+    /// [`Control::secure`] when the handshake was spoken around this
+    /// handle. A connection that opens with anything else is not checked
+    /// (a daemon refuses it at once).
+    talk: Mutex<Option<Conversation>>,
+}
+
+/// Check `m`, sent (`sent`) or received on `c`, against its conversation.
+fn check(c: &Control, m: &Message, sent: bool) -> Result<(), SessionError> {
+    let mut talk = lock(&c.sealing.talk);
+    if talk.is_none() && matches!(m, Message::Hello(_) | Message::StreamHello { .. }) {
+        let side = if sent { Side::Client } else { Side::Daemon };
+        *talk = Some(Conversation::new(side, VERSION));
+    }
+    let Some(t) = talk.as_mut() else {
+        return Ok(());
+    };
+    match sent {
+        true => t.on_send(m),
+        false => t.on_recv(m),
+    }
+    .map_err(SessionError::OutOfOrder)
+}
+
+/// The error for a message the table allows but the code reading it has
+/// no use for here: the peer's `m` refused as out of order, with what the
+/// conversation expects at this point.
+pub fn unexpected(c: &Control, m: &Message) -> SessionError {
+    let talk = lock(&c.sealing.talk);
+    let (state, role, side, expected) = match talk.as_ref() {
+        Some(t) => (t.state(), t.role(), t.side(), t.expected()),
+        None => (State::Start, None, Side::Client, Vec::new()),
+    };
+    SessionError::OutOfOrder(Unexpected {
+        state,
+        role,
+        from: side.other(),
+        kind: kind_of(m),
+        expected,
+    })
 }
 
 /// A control connection. After the handshake both sides [`secure`] it:
@@ -65,9 +108,13 @@ impl Control {
         self.protocol
     }
 
-    /// Speak protocol `v` from now on (the handshake agreed it).
+    /// Speak protocol `v` from now on (the handshake agreed it), in the
+    /// codec and in the conversation.
     pub fn set_protocol(&mut self, v: u16) {
         self.protocol = v;
+        if let Some(t) = lock(&self.sealing.talk).as_mut() {
+            t.set_version(v);
+        }
     }
 
     /// Another handle on the same connection and the same sealing state.
@@ -90,6 +137,12 @@ impl Control {
         } else {
             (Direction::ServerToClient, Direction::ClientToServer)
         };
+        let mut talk = lock(&self.sealing.talk);
+        if talk.as_ref().is_none_or(|t| t.state() == State::Start) {
+            let side = if client { Side::Client } else { Side::Daemon };
+            *talk = Some(Conversation::handshaken(side, VERSION));
+        }
+        drop(talk);
         *lock(&self.sealing.sealer) = Some(FrameSealer::new(keys, out, CONTROL_STREAM));
         *lock(&self.sealing.opener) = Some(FrameOpener::new(keys, inn, CONTROL_STREAM));
     }
@@ -143,15 +196,18 @@ fn aad(prefix: [u8; 4]) -> [u8; 32] {
     a
 }
 
-/// Send `m` as the session's protocol version has it (one that version
-/// lacks is this side's error, never bytes the peer cannot read).
+/// Send `m`, once the conversation allows it here, as the session's
+/// protocol version has it (one that version lacks is this side's error,
+/// never bytes the peer cannot read).
 pub fn send_msg(c: &mut Control, m: &Message) -> Result<(), SessionError> {
+    check(c, m, true)?;
     let bytes = encode_at(m, c.protocol).map_err(SessionError::Encode)?;
     send_encoded(c, bytes)
 }
 
 /// Send one message already encoded (length prefix and body), sealed when
-/// the connection is secured.
+/// the connection is secured. Bytes are not checked against the
+/// conversation (they may be anything: a test's forgery): [`send_msg`] is.
 pub fn send_encoded(c: &mut Control, mut bytes: Vec<u8>) -> Result<(), SessionError> {
     let mut sealer = lock(&c.sealing.sealer);
     if let Some(sealer) = sealer.as_mut() {
@@ -212,11 +268,19 @@ pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
     }
 }
 
-/// Read one message, `Error` included.
+/// Read one message, `Error` included, once the conversation allows it
+/// here (a message handed back by [`Control::unread`] was checked when
+/// first read).
 pub fn recv_any(c: &mut Control) -> Result<Message, SessionError> {
     if let Some(m) = lock(&c.sealing.pending).pop_front() {
         return Ok(m);
     }
+    let m = read_any(c)?;
+    check(c, &m, false)?;
+    Ok(m)
+}
+
+fn read_any(c: &mut Control) -> Result<Message, SessionError> {
     let what = "reading a control message";
     let mut prefix = [0u8; 4];
     // The clock starts with the message's first byte: silence between
@@ -299,9 +363,7 @@ pub(crate) fn spawn_peer_reader(
             Ok(Message::Error { code, message }) => {
                 PeerEvent::Closed(Some(SessionError::Refused { code, message }))
             }
-            Ok(_) => PeerEvent::Closed(Some(SessionError::Protocol(
-                "unexpected message while the data flows".into(),
-            ))),
+            Ok(m) => PeerEvent::Closed(Some(unexpected(&c, &m))),
             Err(e) if e.is_connection_loss() => PeerEvent::Closed(None),
             Err(e) => PeerEvent::Closed(Some(e)),
         };
@@ -366,7 +428,9 @@ pub fn recv_small_by(c: &mut Control, deadline: Instant) -> Result<Message, Sess
     }
     let mut body = [0u8; UNAUTHENTICATED_LEN_MAX];
     read_exact_by(s, &mut body[..len], deadline).map_err(|e| read_err(e, what))?;
-    decode_body_at(&body[..len], c.protocol).map_err(SessionError::Decode)
+    let m = decode_body_at(&body[..len], c.protocol).map_err(SessionError::Decode)?;
+    check(c, &m, false)?;
+    Ok(m)
 }
 
 fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
@@ -484,4 +548,82 @@ pub(crate) enum PeerEvent {
     /// The control connection ended: cleanly (`None`) or with the peer's
     /// error or a broken connection.
     Closed(Option<SessionError>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::conversation::{sample, Kind, Role};
+
+    fn pair() -> (Control, Control) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (d, _) = l.accept().unwrap();
+        (Control::new(c), Control::new(d))
+    }
+
+    fn out_of_order(r: Result<impl std::fmt::Debug, SessionError>) -> Unexpected {
+        match r {
+            Err(SessionError::OutOfOrder(u)) => u,
+            other => panic!("not refused as out of order: {other:?}"),
+        }
+    }
+
+    /// The side is the one that says hello; its clones share the
+    /// conversation; a message out of order is refused on sending and on
+    /// receiving, naming state, kind and what was expected.
+    #[test]
+    fn both_ends_check_the_order() {
+        let req = crate::protocol::conversation::request_of(Role::Push, false);
+        let (mut client, mut daemon) = pair();
+        let by = Instant::now() + Duration::from_secs(5);
+        send_msg(&mut client, &sample(Kind::Hello, &req)).unwrap();
+        assert_eq!(
+            recv_small_by(&mut daemon, by).unwrap(),
+            sample(Kind::Hello, &req)
+        );
+        // The client may not prove before it is challenged: nothing leaves.
+        let u = out_of_order(send_msg(&mut client, &sample(Kind::Auth, &req)));
+        assert_eq!(
+            (u.state, u.kind, u.from),
+            (State::Hello, Kind::Auth, Side::Client)
+        );
+        // The daemon's clone challenges; the original then hears a proof
+        // sent around the check as out of order (its clone saw the
+        // challenge go).
+        send_msg(
+            &mut daemon.try_clone().unwrap(),
+            &sample(Kind::Challenge, &req),
+        )
+        .unwrap();
+        send_encoded(
+            &mut client,
+            crate::protocol::control::encode(&sample(Kind::Welcome, &req)),
+        )
+        .unwrap();
+        let u = out_of_order(recv_small_by(&mut daemon, by));
+        assert_eq!(
+            (u.state, u.kind, u.from),
+            (State::Challenge, Kind::Welcome, Side::Client)
+        );
+        assert_eq!(u.expected.len(), 1);
+        assert!(
+            u.to_string().contains("expects Auth from the client"),
+            "{u}"
+        );
+        // Refused for good, but the daemon may still say why.
+        let again = send_msg(&mut daemon, &sample(Kind::Welcome, &req));
+        assert_eq!(out_of_order(again), u);
+        fail(&mut daemon, SessionError::OutOfOrder(u));
+        // The client refused its own proof: it hears nothing more but why.
+        let first = out_of_order(recv_msg(&mut client));
+        assert_eq!((first.state, first.kind), (State::Hello, Kind::Auth));
+        assert!(matches!(
+            recv_msg(&mut client),
+            Err(SessionError::Refused {
+                code: crate::protocol::control::ErrorCode::Malformed,
+                ..
+            })
+        ));
+    }
 }

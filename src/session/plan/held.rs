@@ -12,7 +12,7 @@ use crate::protocol::manifest::{Entry, EntryKind};
 
 use super::tree::Tree;
 use crate::coord::units;
-use crate::session::link::conn::{recv_msg, send_msg, Control};
+use crate::session::link::conn::{recv_msg, send_msg, unexpected, Control};
 use crate::session::SessionError;
 
 /// What the receiver holds already (it said so when the session resumed),
@@ -104,11 +104,7 @@ impl Held {
                     return Ok(held);
                 }
                 Message::Alive { .. } => continue,
-                _ => {
-                    return Err(SessionError::Protocol(
-                        "expected what the receiver holds".into(),
-                    ))
-                }
+                m => return Err(unexpected(ctl, &m)),
             };
             held.heard |= !items.is_empty();
             for it in items {
@@ -326,12 +322,7 @@ pub(crate) fn recv_verdict(
             }
             Message::HeldChecked => return Ok(wrong),
             Message::Alive { .. } => {}
-            _ => {
-                return Err(SessionError::local(
-                    ErrorCode::Malformed,
-                    "expected the sender's verdict on what is held",
-                ))
-            }
+            m => return Err(unexpected(ctl, &m)),
         }
     }
 }

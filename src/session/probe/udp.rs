@@ -353,7 +353,7 @@ impl Run<'_> {
         send_msg(self.ctl, &plan_msg(self.t, self.size, port))?;
         match recv_msg(self.ctl)? {
             Message::UdpReady { port } => Ok(port),
-            _ => Err(unexpected("before the UDP test was ready")),
+            m => Err(crate::session::link::conn::unexpected(self.ctl, &m)),
         }
     }
 
@@ -423,7 +423,7 @@ impl Run<'_> {
                         foreign,
                         flows,
                     } => (done, foreign, flows),
-                    _ => return Err(unexpected("during the UDP test")),
+                    m => return Err(crate::session::link::conn::unexpected(self.ctl, &m)),
                 },
             };
             for (c, n) in flows.iter_mut().zip(now_sent()) {
@@ -523,7 +523,7 @@ impl Run<'_> {
                     std::thread::sleep(GRACE);
                     return Ok((sent, end));
                 }
-                _ => return Err(unexpected("during the UDP test")),
+                m => return Err(crate::session::link::conn::unexpected(self.ctl, &m)),
             }
         }
     }
@@ -561,7 +561,10 @@ impl Run<'_> {
         self.report.foreign = foreign;
         match events.recv_timeout(Duration::from_secs(30)) {
             Ok(Ok(Message::Summary { ok: true, .. })) => {}
-            Ok(Ok(_)) => self.fail(unexpected("after the UDP test")),
+            Ok(Ok(m)) => {
+                let e = crate::session::link::conn::unexpected(self.ctl, &m);
+                self.fail(e)
+            }
             Ok(Err(e)) => self.fail(e),
             Err(_) => self.fail(unexpected("(none: the daemon said no summary)")),
         }

@@ -65,16 +65,16 @@ pub(super) fn asked(
     time_max: Duration,
 ) -> Result<Asked, SessionError> {
     let bad = |m: String| SessionError::local(ErrorCode::BadRequest, m);
-    let Message::UdpPlan {
-        flows,
-        size,
-        rate,
-        time_ms,
-        interval_ms,
-        port,
-    } = recv_msg(s)?
-    else {
-        return Err(unexpected("instead of a UDP test's plan"));
+    let (flows, size, rate, time_ms, interval_ms, port) = match recv_msg(s)? {
+        Message::UdpPlan {
+            flows,
+            size,
+            rate,
+            time_ms,
+            interval_ms,
+            port,
+        } => (flows, size, rate, time_ms, interval_ms, port),
+        m => return Err(crate::session::link::conn::unexpected(s, &m)),
     };
     if flows != req.streams {
         return Err(bad(format!(
@@ -218,7 +218,7 @@ pub(super) fn daemon_counts(
                         std::thread::sleep(GRACE);
                         return Ok(sent);
                     }
-                    _ => return Err(unexpected("during the UDP test")),
+                    m => return Err(crate::session::link::conn::unexpected(s, &m)),
                 },
             }
         }
@@ -274,7 +274,7 @@ pub(super) fn daemon_sends(
             foreign,
             flows,
         } => Ok((flows, foreign)),
-        _ => Err(unexpected("instead of the client's counts")),
+        m => Err(crate::session::link::conn::unexpected(s, &m)),
     }
 }
 

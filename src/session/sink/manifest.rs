@@ -30,12 +30,7 @@ pub(crate) fn recv_manifest(
         let part = match recv_msg(s)? {
             Message::Manifest(part) => part,
             Message::ManifestEnd => return Ok(entries),
-            _ => {
-                return Err(SessionError::local(
-                    ErrorCode::Malformed,
-                    "expected the manifest",
-                ))
-            }
+            m => return Err(crate::session::link::conn::unexpected(s, &m)),
         };
         let text: u64 = part.iter().map(|e| e.text_len() as u64).sum();
         text_bytes += text;
