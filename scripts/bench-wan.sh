@@ -8,7 +8,10 @@
 # For each PATH (RATE:RTT) and each LOSS:
 #   urmove bench --net   at defaults, then -P N for N in SWEEP
 #   urmove send          of one FILE_MB file (disk to disk, O_DIRECT on the
-#                        receiver), at defaults, then -P N for N in SWEEP
+#                        receiver), at defaults, then -P N for N in SWEEP;
+#                        and at defaults by the wall clock (from the
+#                        command's start to its end: the session's setup
+#                        and round trips counted, not only its data)
 #   iperf3 -c            -P N for N in IPERF_P (memory to memory), and N
 #                        processes side by side (-P 1 each, each its own
 #                        server, rates summed) for N in IPERF_PROCS
@@ -205,6 +208,23 @@ run_urmove_send() { # P-or-empty
   json_rate "$out"
 }
 
+run_urmove_send_wall() { # the file's bits over the run's whole wall time
+  local out=$WORKDIR/logs/last.json
+  rm -rf "$WORKDIR/root/wan"
+  sync; echo 3 >/proc/sys/vm/drop_caches
+  in_a "$URMOVE" send --key-file "$KEY" -p "$PORT" --json \
+    "$FILE" "$ADDR_B:wan" >"$out" 2>>"$WORKDIR/logs/client.log" || true
+  python3 - "$out" <<'EOF2'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception:
+    print("fail"); sys.exit()
+ok = d.get("status") == "ok" and d.get("wall_s", 0) > 0
+print(f"{d['bytes'] * 8 / d['wall_s'] / 1e6:.0f}" if ok else "fail")
+EOF2
+}
+
 run_iperf3() { # P
   local out=$WORKDIR/logs/iperf3.json
   in_a iperf3 -c "$ADDR_B" -p "$IPERF_PORT" -P "$1" -t "$DUR" -J >"$out" 2>/dev/null || true
@@ -286,6 +306,7 @@ for path in $PATHS; do
     configs=("urmove bench --net (defaults)|run_urmove_net ''")
     for p in $SWEEP; do configs+=("urmove bench --net -P $p|run_urmove_net $p"); done
     configs+=("urmove send (defaults)|run_urmove_send ''")
+    configs+=("urmove send (defaults), wall clock|run_urmove_send_wall")
     for p in $SWEEP; do configs+=("urmove send -P $p|run_urmove_send $p"); done
     for p in $IPERF_P; do configs+=("iperf3 -P $p|run_iperf3 $p"); done
     for p in $IPERF_PROCS; do configs+=("iperf3 x $p processes|run_iperf3_procs $p"); done

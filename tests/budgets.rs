@@ -139,12 +139,22 @@ fn manifests_of_all_sessions_count_against_the_daemon_wide_budget() {
     };
     // The first session's manifest is held while it waits for its streams.
     let first = hand_push(d.port, &d.key, many("a"), 1, 65536).expect("the first fits");
-    // A second one as large does not fit beside it: refused, with the limit.
+    // A second one as large does not fit beside it: refused, with the
+    // limit as its numbers (protocol 13).
     let second = hand_push(d.port, &d.key, many("b"), 1, 65536);
     match second {
-        Err(Message::Error { code, message }) => {
-            assert_eq!(code, ErrorCode::TooLarge, "{message}");
-            assert!(message.contains("max_manifest_memory"), "{message}");
+        Err(Message::LimitRefused {
+            limit,
+            asked,
+            max,
+            in_use,
+        }) => {
+            assert_eq!(limit, urmove::protocol::control::Limit::ManifestMemory);
+            assert_eq!(max, 4 << 20);
+            assert!(
+                in_use > 2 << 20 && asked > 0 && in_use + asked > max,
+                "{in_use} {asked}"
+            );
         }
         Err(other) => panic!("{other:?}"),
         Ok(_) => panic!("two manifests beyond the budget were both taken"),

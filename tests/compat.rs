@@ -427,3 +427,79 @@ fn dry_runs_old_client_new_daemon() {
 fn dry_runs_new_client_old_daemon() {
     dry_runs_list_what_would_move(Way::NewClientOldDaemon);
 }
+
+/// A feature only protocol 13 has (`urmove info`), asked of a 0.1.0
+/// daemon: refused before any request, by name, with both releases and
+/// what to upgrade; usage error (exit 2). The old daemon saw no request.
+#[test]
+#[ignore = "builds the previous release (scripts/compat.sh); run with --ignored, as CI does"]
+fn a_new_only_feature_asked_of_the_old_daemon_is_refused_by_name() {
+    let p = Peers::start(Way::NewClientOldDaemon, &[]);
+    let mut c = urmove_at(p.client);
+    c.args([
+        "info",
+        "127.0.0.1",
+        "-p",
+        &p.d.port.to_string(),
+        "--key-file",
+    ])
+    .arg(&p.d.key);
+    let o = p.run(c);
+    assert_eq!(o.status.code(), Some(2), "{}", p.why(&o));
+    let want = "the receiver runs urmove 0.1.0 (protocol 12), which cannot report its release, protocols and limits (urmove info): upgrade it to urmove 0.2.0 (protocol 13) or later";
+    assert!(stderr(&o).contains(want), "{}", p.why(&o));
+    assert!(!p.d.log().contains("session started"), "{}", p.why(&o));
+    // The same client asks this build's daemon and is answered.
+    let d = Daemon::start_bin(current_bin(), &["--max-streams", "5"]);
+    let mut c = urmove_at(current_bin());
+    c.args([
+        "info",
+        "127.0.0.1",
+        "-p",
+        &d.port.to_string(),
+        "--json",
+        "--key-file",
+    ])
+    .arg(&d.key);
+    let o = p.run(c);
+    assert!(o.status.success(), "{}", p.why(&o));
+    let v = json(&o);
+    assert_eq!(v["release"], env!("CARGO_PKG_VERSION"), "{v}");
+    assert_eq!(
+        (v["protocol_oldest"].as_u64(), v["protocol_newest"].as_u64()),
+        (Some(12), Some(13)),
+        "{v}"
+    );
+    assert_eq!(v["protocol_spoken"], 13, "{v}");
+    assert_eq!(v["streams_max"], 5, "{v}");
+}
+
+/// A limit refused across releases reaches each client in the words it
+/// reads: the old daemon's `StreamsRefused` lets this build's `-P 8` ask
+/// again for what it takes, and this build's daemon tells an old client
+/// its limit as protocol 12 says it (no `LimitRefused`, which 0.1.0 does
+/// not know).
+#[test]
+#[ignore = "builds the previous release (scripts/compat.sh); run with --ignored, as CI does"]
+fn a_limit_reaches_either_release_in_its_own_words() {
+    for way in [Way::NewClientOldDaemon, Way::OldClientNewDaemon] {
+        let p = Peers::start(way, &["--max-streams", "2"]);
+        let src = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = make_tree(src.path());
+        let mut c = p.transfer("send");
+        c.args(["-P", "8"]).arg(&top).arg("127.0.0.1:in");
+        let o = p.run(c);
+        assert!(!o.status.success(), "{}", p.why(&o));
+        assert!(
+            stderr(&o).contains("8 data streams asked, this daemon takes 1 to 2 per session"),
+            "{}",
+            p.why(&o)
+        );
+        // -P auto asks again with what the daemon takes.
+        let mut c = p.transfer("send");
+        c.arg(&top).arg("127.0.0.1:in");
+        let o = p.run(c);
+        assert!(o.status.success(), "{way:?}: {}", p.why(&o));
+        assert_same_tree(&top, &p.d.root.path().join("in/run42"));
+    }
+}

@@ -386,7 +386,7 @@ fn mapped(sb: &mut Sandbox, words: &[String]) -> Vec<String> {
         out.push(map_word(sb, sub, prev, w));
         prev = w;
     }
-    let net = sub == "send" || sub == "pull" || out.iter().any(|w| w == "--net");
+    let net = sub == "send" || sub == "pull" || sub == "info" || out.iter().any(|w| w == "--net");
     if net {
         out.splice(1..1, ["-p".to_string(), sb.port.to_string()]);
     }

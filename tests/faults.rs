@@ -643,6 +643,8 @@ fn the_daemon_limits_refuse_with_a_reason_and_serve_within_them() {
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = make_run(src.path(), 8);
     let args = [top.to_str().unwrap(), "127.0.0.1:in"];
+    // Each refusal is the daemon's limit as its numbers (protocol 13's
+    // LimitRefused), which the client says and puts in its JSON.
     let refused = |extra: &[&str], args: &[&str], status: &str, text: &str| {
         let mut all = vec!["--json"];
         all.extend_from_slice(extra);
@@ -652,19 +654,27 @@ fn the_daemon_limits_refuse_with_a_reason_and_serve_within_them() {
         assert_eq!(v["status"], status, "{v}");
         let err = v["error"].as_str().unwrap_or_default();
         assert!(err.contains(text), "{err}");
+        v
     };
     refused(&["-P", "3"], &args, "too_large", "this daemon takes 1 to 2");
     // Any stream count shares a few buffers, but even two 64 MiB frames
     // do not fit a 64 MiB budget: refused with the real limit.
-    refused(
+    let v = refused(
         &["-P", "2", "--block", "64M"],
         &args,
         "busy",
         "of the daemon's 64 MiB",
     );
+    assert_eq!(v["limit"]["name"], "buffer_memory", "{v}");
+    assert_eq!(v["limit"]["max"], 64 << 20, "{v}");
     // 11 files and their directory fit; one more file does not.
     std::fs::write(top.join("extra"), b"x").unwrap();
-    refused(&["-P", "2"], &args, "too_large", "more than 12 entries");
+    let v = refused(&["-P", "2"], &args, "too_large", "more than 12 entries");
+    assert_eq!(
+        (&v["limit"]["name"], &v["limit"]["max"]),
+        (&"entries".into(), &12.into()),
+        "{v}"
+    );
     std::fs::remove_file(top.join("extra")).unwrap();
     // One session at a time: a second, while the first runs, is refused.
     let first = send_child(
@@ -676,11 +686,17 @@ fn the_daemon_limits_refuse_with_a_reason_and_serve_within_them() {
     wait_for_percent(&d, 5.0);
     let other = src.path().join("other");
     std::fs::write(&other, b"o").unwrap();
-    refused(
+    let v = refused(
         &["-P", "1"],
         &[other.to_str().unwrap(), "127.0.0.1:elsewhere"],
         "busy",
         "sessions at once",
+    );
+    assert_eq!(v["limit"]["name"], "sessions", "{v}");
+    assert_eq!(
+        (v["limit"]["max"].as_u64(), v["limit"]["in_use"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
     );
     let o = finish(first);
     assert!(o.status.success(), "{}", stderr(&o));

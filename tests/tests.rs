@@ -41,4 +41,5 @@ mod tune;
 mod udp;
 mod ux;
 mod verified;
+mod versions;
 mod wan;

@@ -1137,6 +1137,20 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
     };
     let code = |r: Result<(crate::util::Control, TcpStream), Message>| match r {
         Err(Message::Error { code, .. }) => code,
+        // A limit, as its numbers (protocol 13), ends it with its code.
+        Err(Message::LimitRefused {
+            limit,
+            asked,
+            max,
+            in_use,
+        }) => urmove::session::limit::LimitRefusal {
+            limit,
+            asked,
+            max,
+            in_use,
+            ours: false,
+        }
+        .code(),
         other => panic!("expected a refusal, got {:?}", other.map(|_| "ready")),
     };
     // A block size the O_DIRECT path cannot use.
@@ -1150,9 +1164,15 @@ fn requests_past_the_limits_are_refused_before_any_allocation() {
         ErrorCode::TooLarge
     );
     // 256 streams: more than this daemon's --max-streams (64), refused
-    // with the count asked and the most it takes, as fields.
+    // with the count asked and the most it takes, as fields (protocol 13's
+    // LimitRefused; 12 had StreamsRefused).
     match hand_session_with(&d, vec![file(10)], 256, 64 << 20) {
-        Err(Message::StreamsRefused { asked, max }) => assert_eq!((asked, max), (256, 64)),
+        Err(Message::LimitRefused {
+            limit: urmove::protocol::control::Limit::Streams,
+            asked,
+            max,
+            ..
+        }) => assert_eq!((asked, max), (256, 64)),
         other => panic!("expected a refusal, got {:?}", other.map(|_| "ready")),
     }
     assert!(d.alive());

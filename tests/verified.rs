@@ -333,7 +333,10 @@ enum RelayMode {
     /// On data streams, flip a byte in the payload of the first frame of
     /// `len` bytes and give it a header whose checksum fits the new bytes.
     AlterOneFrame { len: u32 },
-    /// Hold every data stream (not connecting it on) until released.
+    /// Hold every data stream (not connecting it on) from its first byte
+    /// (its hello, said once the daemon is ready: a client of protocol 13
+    /// connects its streams earlier, while the session is set up) until
+    /// released.
     HoldData,
 }
 
@@ -366,6 +369,10 @@ impl Relay {
                 let (struck, release) = (struck2.clone(), release2.clone());
                 std::thread::spawn(move || {
                     if k > 0 && mode == RelayMode::HoldData {
+                        client
+                            .set_read_timeout(Some(Duration::from_secs(120)))
+                            .unwrap();
+                        let _ = client.peek(&mut [0u8; 1]);
                         struck.store(true, Ordering::Relaxed);
                         let until = Instant::now() + Duration::from_secs(120);
                         while !release.load(Ordering::Relaxed) && Instant::now() < until {

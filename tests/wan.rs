@@ -689,7 +689,7 @@ fn bench_wan_runs_its_matrix_and_prints_ratios_to_the_path() {
         .lines()
         .filter(|l| l.starts_with("| urmove") || l.starts_with("| iperf3"))
         .collect();
-    assert_eq!(rows.len(), 2 * 5, "{report}");
+    assert_eq!(rows.len(), 2 * 6, "{report}");
     for r in rows {
         let cells: Vec<&str> = r.split('|').map(str::trim).collect();
         let mbit: f64 = cells[2]

@@ -36,16 +36,16 @@ pub const PROTOCOL_MAX: u16 = super::catalogue::PROTOCOL_NEWEST;
 /// The version a Hello names: what a 0.1.0 daemon demands.
 pub const HELLO_VERSION: u16 = 12;
 
-/// The first release that spoke each version: what a refusal names.
-pub const RELEASES: &[(u16, &str)] = &[(12, "0.1.0"), (13, "0.2.0")];
-
-/// The release that introduced protocol `v` ("a build of protocol v" when
-/// none of ours did).
+/// The release that introduced protocol `v`, as the catalogue records it
+/// ("a build of protocol v" when none of ours did).
 pub fn release_of(v: u16) -> String {
-    RELEASES.iter().find(|(p, _)| *p == v).map_or_else(
-        || format!("a build of protocol {v}"),
-        |(_, r)| r.to_string(),
-    )
+    super::catalogue::RELEASES
+        .iter()
+        .find(|r| r.protocol == v)
+        .map_or_else(
+            || format!("a build of protocol {v}"),
+            |r| r.name.to_string(),
+        )
 }
 
 /// The versions one side speaks.

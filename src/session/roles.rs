@@ -162,10 +162,8 @@ pub(crate) fn accept(
 /// When resuming, say what is held and apply the source's verdict on it.
 pub(crate) fn settle_held(ctl: &mut Control, incoming: &mut Incoming) -> Result<(), SessionError> {
     if incoming.resuming() {
-        let have = incoming.take_have();
-        let nothing = have.is_empty();
-        Held::send(ctl, have)?;
-        if super::plan::held::no_verdict(ctl, nothing) {
+        let named = Held::send(ctl, incoming.take_have())?;
+        if super::plan::held::no_verdict(ctl, !named) {
             return Ok(());
         }
         let wrong = recv_verdict(ctl, incoming.entries.len())?;

@@ -147,7 +147,7 @@ pub enum ZeroCopyArg {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  urmove info --key-file /etc/urmove/key dtn2.example.org")]
+#[command(after_help = "Example:\n  urmove info --key-file /etc/urmove/key dtn2")]
 pub struct InfoArgs {
     /// The daemon's host.
     #[arg(value_name = "HOST")]

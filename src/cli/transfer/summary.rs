@@ -60,6 +60,12 @@ pub(super) fn finish_failed(p: &mut SendPrinter, command: &str, e: &SessionError
         if let Some(s) = p.shard {
             doc["shard"] = serde_json::json!({"index": s.index, "count": s.count});
         }
+        // A limit of the receiver's, as its numbers (protocol 13 sends them).
+        if let SessionError::Limit(l) = e {
+            doc["limit"] = serde_json::json!({
+                "name": l.limit.name(), "asked": l.asked, "max": l.max, "in_use": l.in_use,
+            });
+        }
         if p.format == Format::JsonStream {
             doc["type"] = "summary".into();
         }

@@ -252,11 +252,14 @@ impl Held {
         send_msg(ctl, &Message::HeldChecked)
     }
 
-    /// Tell the sender what is held, in parts within the message limits.
-    pub(crate) fn send(ctl: &mut Control, items: Vec<HaveItem>) -> Result<(), SessionError> {
+    /// Tell the sender what is held, in parts within the message limits;
+    /// whether any item went (a part with no ranges says nothing, and the
+    /// sender's verdict follows only what it heard).
+    pub(crate) fn send(ctl: &mut Control, items: Vec<HaveItem>) -> Result<bool, SessionError> {
         use crate::protocol::control::{HAVE_PART_RANGES_MAX, LIST_PART_ITEMS_MAX};
         let mut part: Vec<HaveItem> = Vec::new();
         let mut ranges_in_part = 0u32;
+        let mut named = false;
         for it in items {
             for piece in split_have(it) {
                 let n = match &piece {
@@ -270,13 +273,15 @@ impl Held {
                     ranges_in_part = 0;
                 }
                 ranges_in_part += n;
+                named = true;
                 part.push(piece);
             }
         }
         if !part.is_empty() {
             send_msg(ctl, &Message::Have(part))?;
         }
-        send_msg(ctl, &Message::HaveEnd)
+        send_msg(ctl, &Message::HaveEnd)?;
+        Ok(named)
     }
 }
 
