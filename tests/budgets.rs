@@ -8,7 +8,7 @@ use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use urmove::protocol::control::{encode, ErrorCode, Message};
+use urmove::protocol::control::{encode, Message};
 use urmove::protocol::frame::FrameHeader;
 use urmove::protocol::manifest::{Entry, EntryKind};
 use urmove::protocol::seal::frame_key;
