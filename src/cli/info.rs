@@ -40,7 +40,8 @@ fn yes(b: bool) -> &'static str {
 pub fn text(daemon: &str, d: &DaemonAbout) -> String {
     let rows = [
         ("daemon", daemon.to_string()),
-        ("release", format!("urmove {}", d.release)),
+        // The daemon's words: shown, never obeyed by the terminal.
+        ("release", format!("urmove {}", super::service::escape_controls(&d.release))),
         (
             "protocols",
             format!(

@@ -71,8 +71,9 @@ pub(crate) fn open_session(
     let begun = handshake(cfg, req)?;
     let (mut ctl, keys) = (begun.ctl, begun.keys);
     // The control connection still counts among the unauthenticated when
-    // the first streams arrive.
-    let early = begun.room.map_or(0, |r| streams_n.min(r.saturating_sub(1)));
+    // the first streams arrive, and other sessions from this address may
+    // be setting up too: half the room at most.
+    let early = begun.room.map_or(0, |r| streams_n.min(r / 2));
     let (before, streams) = std::thread::scope(|scope| {
         let connecting = scope.spawn(|| connect_early(cfg, early, lanes));
         let before = between(&mut ctl, &crate::protocol::seal::frame_key(&keys))
@@ -203,11 +204,13 @@ pub(super) fn open_streams(
 ) -> Result<Vec<TcpStream>, SessionError> {
     let mut streams = Vec::with_capacity(usize::from(n));
     for (i, st) in (0..n).zip(early) {
-        // A connection the daemon refused (or closed) has something to
-        // read already: it is made again below.
-        if sys::wait_readable(st.as_raw_fd(), 0) {
-            break;
-        }
+        // Nothing comes on a data stream before its hello: one with
+        // something to read was refused (or closed) by the daemon, and is
+        // connected again.
+        let st = match sys::wait_readable(st.as_raw_fd(), 0) {
+            true => connect_stream(cfg, i)?,
+            false => st,
+        };
         streams.push(say_hello(keys, i, st)?);
     }
     let rest: Vec<u16> = (streams.len() as u16..n).collect();

@@ -144,7 +144,13 @@ pub(super) fn control(
         log(Level::Info, &format!("{peer}: {}", kind.started(&req)));
         return super::info::info_session(s, cfg, registry).or_else(|e| refused(s, e));
     }
-    let (_session, reserved) = match admit_session(&req, cfg, registry) {
+    // Its own data streams may be connected already (protocol 13 connects
+    // them while the session is set up): they are not others' connections.
+    let early = registry
+        .stats
+        .unauthenticated
+        .held(super::admit::address_group(peer.ip()));
+    let (_session, reserved) = match admit_session(&req, cfg, registry, early) {
         Ok(admitted) => admitted,
         Err(e) => return refused(s, e),
     };
@@ -411,6 +417,7 @@ pub(super) fn admit_session<'r>(
     req: &SessionRequest,
     cfg: &RecvConfig,
     registry: &'r Registry,
+    early: usize,
 ) -> Result<(Hold, Reserved<'r>), SessionError> {
     if req.streams == 0 || req.streams > STREAMS_MAX.min(cfg.limits.streams) {
         return Err(SessionError::TooManyStreams {
@@ -447,7 +454,7 @@ pub(super) fn admit_session<'r>(
             "this daemon serves pulls only (pull_only): it takes no pushes",
         ));
     }
-    streams_fit(req, cfg, &registry.stats)?;
+    streams_fit(req, cfg, &registry.stats, early)?;
     // As many buffers as it wants, or as many as are left, down to the
     // fewest it works with.
     Ok((session, reserve_buffers(registry, req)?))
@@ -460,12 +467,18 @@ pub(super) fn streams_fit(
     req: &SessionRequest,
     cfg: &RecvConfig,
     stats: &DaemonStats,
+    early: usize,
 ) -> Result<(), SessionError> {
     if Kind::of(req) == Kind::Udp {
         return Ok(());
     }
+    // Unauthenticated connections from the client's address, up to its
+    // stream count, may be its own early streams: not counted.
     let (open, max) = (
-        stats.connections_open.load(Ordering::Acquire),
+        stats
+            .connections_open
+            .load(Ordering::Acquire)
+            .saturating_sub(early.min(usize::from(req.streams))),
         cfg.limits.connections,
     );
     let room = max.saturating_sub(open);

@@ -10,7 +10,7 @@ use crate::protocol::control::Limit;
 use crate::protocol::control::{body_len, decode_body_at, encode_at, Message, CONTROL_LEN_MAX};
 use crate::protocol::conversation::{kind_of, Conversation, Side, State, Unexpected};
 use crate::protocol::handshake::{AuthError, SessionKeys, VERSION};
-use crate::protocol::negotiate::{self, NoCommonVersion, Range};
+use crate::protocol::negotiate::{self, Range};
 use crate::protocol::seal::{Direction, FrameOpener, FrameSealer, TAG_LEN};
 use crate::session::limit::LimitRefusal;
 
@@ -255,15 +255,20 @@ pub fn recv_msg(c: &mut Control) -> Result<Message, SessionError> {
             in_use,
             ours: false,
         })),
-        Message::VersionRefused { oldest, newest } => Err(SessionError::Auth(
-            AuthError::NoCommonVersion(NoCommonVersion {
-                ours: negotiate::OURS,
-                theirs: Range {
-                    min: oldest,
-                    max: newest,
-                },
-            }),
-        )),
+        Message::VersionRefused { oldest, newest } => {
+            let theirs = Range {
+                min: oldest,
+                max: newest,
+            };
+            // Unsealed, before any proof: one that refuses versions this
+            // side offered is no daemon's honest answer.
+            match negotiate::choose(negotiate::OURS, theirs) {
+                Ok(_) => Err(SessionError::Protocol(format!(
+                    "the daemon refused protocols {oldest}-{newest}, which this client offered: a broken or tampered connection"
+                ))),
+                Err(e) => Err(SessionError::Auth(AuthError::NoCommonVersion(e))),
+            }
+        }
         m => Ok(m),
     }
 }
