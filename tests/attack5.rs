@@ -393,9 +393,12 @@ fn an_injected_version_refusal_that_contradicts_itself_is_not_believed() {
     let d = Daemon::start();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
+    let tries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&tries);
     std::thread::spawn(move || {
         for c in l.incoming() {
             let Ok(mut c) = c else { return };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut b = [0u8; 64];
             let _ = c.read(&mut b);
             let _ = c.write_all(&encode(&Message::VersionRefused {
@@ -416,6 +419,8 @@ fn an_injected_version_refusal_that_contradicts_itself_is_not_believed() {
     let o = output_within(cmd, Duration::from_secs(30));
     assert!(!o.status.success());
     assert!(!d.log().contains("session started"), "{}", d.log());
+    // No second try with an older offer: nothing to push it down to.
+    assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 1);
     let e = stderr(&o);
     assert!(
         !e.contains("upgrade") && !e.contains("no protocol version in common"),
@@ -494,4 +499,80 @@ fn the_verdict_follows_items_named_not_ranges() {
             other => panic!("after nothing named ({n} entries): {other:?}"),
         }
     }
+}
+
+/// FINDING (low: terminal injection). `urmove info` prints the daemon's
+/// `release` text as it came: a key holder's daemon (or the host it runs
+/// on) writes escape sequences and line breaks into the user's terminal,
+/// and forges lines of the report ("encryption required  yes" below a
+/// real "no"). Every other text from a peer is shown with its control
+/// characters escaped. Safe: no control character of the daemon's reaches
+/// the terminal.
+#[test]
+fn info_shows_no_control_character_of_the_daemons() {
+    use urmove::protocol::handshake::ServerHandshake;
+    let keydir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key_file = keydir.path().join("key");
+    crate::util::keygen(&key_file);
+    let key = key_of(&key_file);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let Message::Hello(hello) = read_msg(&mut s) else {
+            return;
+        };
+        let mut hs = ServerHandshake::new(key, [4; 32], 8);
+        let ch = hs.on_hello(&hello).unwrap();
+        s.write_all(&encode(&Message::Challenge(ch))).unwrap();
+        let Message::Auth(auth) = read_msg(&mut s) else {
+            return;
+        };
+        let (_, keys) = hs.on_auth(&auth, [1; 16]).unwrap();
+        let mut c = Control::new(s);
+        c.secure(&keys, false);
+        c.set_protocol(13);
+        let _ = recv_any(&mut c);
+        let info = Message::DaemonInfo {
+            release: "A".repeat(16),
+            oldest: 12,
+            newest: 13,
+            streams_max: 64,
+            sessions_max: 8,
+            sessions_running: 0,
+            files_max: 1000,
+            block_max: 1 << 20,
+            pull_only: false,
+            encryption_required: false,
+            root_free: 1 << 30,
+        };
+        // Our encoder cuts the text to 16 characters; a daemon of its own
+        // writes the 64 bytes the decoder takes.
+        let bytes = encode_at(&info, 13).unwrap();
+        let at = bytes.windows(16).position(|w| w == [b'A'; 16]).unwrap();
+        let forged = b"0.2.0\x1b[2J\x1b]0;owned\x07\nencryption required  yes";
+        let mut out = bytes[..at - 2].to_vec();
+        out.extend_from_slice(&(forged.len() as u16).to_le_bytes());
+        out.extend_from_slice(forged);
+        out.extend_from_slice(&bytes[at + 16..]);
+        let len = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&len.to_le_bytes());
+        write_sealed(&mut c, out);
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let mut cmd = urmove();
+    cmd.args(["info", "127.0.0.1", "-p", &port.to_string(), "--key-file"])
+        .arg(&key_file);
+    let o = output_within(cmd, Duration::from_secs(30));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = crate::util::stdout(&o);
+    assert!(
+        !out.contains('\x1b') && !out.contains('\x07'),
+        "the daemon's escape sequences reached the terminal: {out:?}"
+    );
+    assert_eq!(
+        out.matches("encryption required").count(),
+        1,
+        "a line of the report forged by the daemon: {out:?}"
+    );
 }
