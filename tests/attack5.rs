@@ -576,3 +576,42 @@ fn info_shows_no_control_character_of_the_daemons() {
         "a line of the report forged by the daemon: {out:?}"
     );
 }
+
+/// FINDING (availability, a race of urmove's own client). Admission checks
+/// that a session's streams fit under `--max-connections` beside the
+/// connections open now, and in protocol 13 those include the session's
+/// own early data streams (connected right after the Challenge): they are
+/// counted twice. A 13 client whose early streams are accepted before its
+/// request is read is refused "8 data streams asked, and the daemon has
+/// room for 6 more connections" on an idle daemon where 1 + 8 fit (urmove
+/// send -P 8 against --max-connections 12 failed 2 runs of 12). Here the
+/// key holder connects its early streams just before its request, which
+/// the Challenge allows. Safe: connections of this address not yet
+/// authenticated (or not yet any session's) are not counted against the
+/// request, so a session that fits is admitted.
+#[test]
+fn a_sessions_own_early_streams_do_not_count_against_its_admission() {
+    let d = Daemon::start_full(
+        &[],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &["--max-connections", "10"],
+    );
+    let (mut c, _keys, answer) = open(d.port, &d.key, OURS);
+    assert_eq!(answer.chosen, 13);
+    let early: Vec<TcpStream> = (0..8.min(answer.room - 1))
+        .map(|_| connect(d.port))
+        .collect();
+    assert_eq!(early.len(), 8);
+    std::thread::sleep(Duration::from_millis(200));
+    send_sealed(&mut c, &push_request(8, 1 << 20));
+    send_sealed(&mut c, &Message::ManifestEnd);
+    match reply(&mut c) {
+        Ok(Message::LimitRefused { limit, asked, max, in_use }) => panic!(
+            "refused its own streams: {limit:?} asked {asked}, max {max}, in use {in_use} (1 + 8 of 10 fit)"
+        ),
+        Ok(_) => {}
+        Err(e) => panic!("{e}"),
+    }
+    drop(early);
+}
