@@ -7,6 +7,7 @@ mod alloc_count;
 mod attack2;
 mod attack3;
 mod attack4;
+mod attack5;
 mod budgets;
 mod cli_errors;
 mod commit_race;
