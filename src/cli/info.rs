@@ -41,7 +41,10 @@ pub fn text(daemon: &str, d: &DaemonAbout) -> String {
     let rows = [
         ("daemon", daemon.to_string()),
         // The daemon's words: shown, never obeyed by the terminal.
-        ("release", format!("urmove {}", super::service::escape_controls(&d.release))),
+        (
+            "release",
+            format!("urmove {}", super::service::escape_controls(&d.release)),
+        ),
         (
             "protocols",
             format!(

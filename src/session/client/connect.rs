@@ -74,11 +74,18 @@ pub(crate) fn open_session(
     // the first streams arrive, and other sessions from this address may
     // be setting up too: half the room at most.
     let early = begun.room.map_or(0, |r| streams_n.min(r / 2));
+    let t0 = std::time::Instant::now();
     let (before, streams) = std::thread::scope(|scope| {
         let connecting = scope.spawn(|| connect_early(cfg, early, lanes));
         let before = between(&mut ctl, &crate::protocol::seal::frame_key(&keys))
             .and_then(|()| hear(&mut ctl, Until::Ready));
         let early = connecting.join().expect("a connecting thread panicked");
+        // Silent so long, the daemon may be timing them out as strangers
+        // (its window before a hello is 5 s at most): made anew instead.
+        let early = match t0.elapsed() > EARLY_IDLE_MAX {
+            true => Vec::new(),
+            false => early,
+        };
         let before = before?;
         Ok::<_, SessionError>((before, open_streams(cfg, &keys, streams_n, lanes, early)?))
     })?;
@@ -99,6 +106,10 @@ pub(crate) fn open_session(
     }
     Ok((ctl, streams, keys, before))
 }
+
+/// How long data streams connected early may wait for `Ready` and still
+/// be used (a daemon gives a connection at most 5 s to say hello).
+const EARLY_IDLE_MAX: Duration = Duration::from_secs(2);
 
 /// Connect, authenticate both ways and send `req`: the control
 /// connection, sealed from then on, and the session's keys.
