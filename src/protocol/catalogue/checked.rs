@@ -27,95 +27,54 @@ fn encodable(what: &'static str, since: u16, v: u16) -> Result<(), EncodeError> 
     Ok(())
 }
 
-/// A [`Direction`] as u8, refused when unknown or newer than the protocol.
-#[derive(Debug)]
-pub struct DirectionWire;
-impl Field for DirectionWire {
-    type Value = Direction;
-    fn wire() -> String {
-        "u8 direction".into()
-    }
-    fn put(value: &Direction, w: &mut Writer, v: u16) -> Result<(), EncodeError> {
-        encodable(value.name(), value.since(), v)?;
-        w.u8(*value as u8);
-        Ok(())
-    }
-    fn get(r: &mut Reader<'_>, v: u16) -> Result<Direction, DecodeError> {
-        let d = r.u8()?;
-        match Direction::from_wire(d) {
-            Some(x) if x.since() <= v => Ok(x),
-            Some(x) => Err(DecodeError::NotInVersion {
-                what: x.name(),
-                since: x.since(),
-                version: v,
-            }),
-            None => Err(DecodeError::Invalid {
-                what: "direction",
-                value: u64::from(d),
-            }),
+/// Declares the [`Field`] of a `wire_enum!` type: its number as `$int`,
+/// refused when unknown or newer than the protocol.
+macro_rules! enum_field {
+    ($(#[doc = $d:literal])* $field:ident, $enum:ident, $int:ident, $what:literal) => {
+        $(#[doc = $d])*
+        #[derive(Debug)]
+        pub struct $field;
+        impl Field for $field {
+            type Value = $enum;
+            fn wire() -> String {
+                concat!(stringify!($int), " ", $what).into()
+            }
+            fn put(value: &$enum, w: &mut Writer, v: u16) -> Result<(), EncodeError> {
+                encodable(value.name(), value.since(), v)?;
+                w.$int(*value as $int);
+                Ok(())
+            }
+            fn get(r: &mut Reader<'_>, v: u16) -> Result<$enum, DecodeError> {
+                let n = r.$int()?;
+                match $enum::from_wire(n) {
+                    Some(x) if x.since() <= v => Ok(x),
+                    Some(x) => Err(DecodeError::NotInVersion {
+                        what: x.name(),
+                        since: x.since(),
+                        version: v,
+                    }),
+                    None => Err(DecodeError::Invalid {
+                        what: $what,
+                        value: u64::from(n),
+                    }),
+                }
+            }
         }
-    }
+    };
 }
 
-/// An [`ErrorCode`] as u16, refused when unknown or newer than the
-/// protocol.
-#[derive(Debug)]
-pub struct LimitWire;
-impl Field for LimitWire {
-    type Value = Limit;
-    fn wire() -> String {
-        "u8 limit".into()
-    }
-    fn put(value: &Limit, w: &mut Writer, v: u16) -> Result<(), EncodeError> {
-        encodable(value.name(), value.since(), v)?;
-        w.u8(*value as u8);
-        Ok(())
-    }
-    fn get(r: &mut Reader<'_>, v: u16) -> Result<Limit, DecodeError> {
-        let l = r.u8()?;
-        match Limit::from_wire(l) {
-            Some(x) if x.since() <= v => Ok(x),
-            Some(x) => Err(DecodeError::NotInVersion {
-                what: x.name(),
-                since: x.since(),
-                version: v,
-            }),
-            None => Err(DecodeError::Invalid {
-                what: "limit",
-                value: u64::from(l),
-            }),
-        }
-    }
-}
-
-/// An error code, known at the version it travels in.
-pub struct ErrorCodeWire;
-impl Field for ErrorCodeWire {
-    type Value = ErrorCode;
-    fn wire() -> String {
-        "u16 error code".into()
-    }
-    fn put(value: &ErrorCode, w: &mut Writer, v: u16) -> Result<(), EncodeError> {
-        encodable(value.name(), value.since(), v)?;
-        w.u16(*value as u16);
-        Ok(())
-    }
-    fn get(r: &mut Reader<'_>, v: u16) -> Result<ErrorCode, DecodeError> {
-        let code = r.u16()?;
-        match ErrorCode::from_wire(code) {
-            Some(x) if x.since() <= v => Ok(x),
-            Some(x) => Err(DecodeError::NotInVersion {
-                what: x.name(),
-                since: x.since(),
-                version: v,
-            }),
-            None => Err(DecodeError::Invalid {
-                what: "error code",
-                value: u64::from(code),
-            }),
-        }
-    }
-}
+enum_field!(
+    /// A [`Direction`] as u8.
+    DirectionWire, Direction, u8, "direction"
+);
+enum_field!(
+    /// A [`Limit`] as u8 (protocol 13).
+    LimitWire, Limit, u8, "limit"
+);
+enum_field!(
+    /// An [`ErrorCode`] as u16.
+    ErrorCodeWire, ErrorCode, u16, "error code"
+);
 
 /// `REQ_*` bits as u32: a bit the protocol does not know is refused.
 #[derive(Debug)]
