@@ -53,6 +53,7 @@ pub fn run_conversation(data: &[u8]) -> Option<State> {
         Conversation::speaking(Side::Daemon, d),
     ];
     let mut refused = None;
+    let mut version_refused = false;
     for pair in rest.chunks_exact(2) {
         let from = if pair[0] & 1 == 0 {
             Side::Client
@@ -88,7 +89,10 @@ pub fn run_conversation(data: &[u8]) -> Option<State> {
             }
             _ => {}
         }
-        if c.state().after_request() {
+        // A `VersionRefused` (protocol 13) ends a conversation before any
+        // request: its end has no role.
+        version_refused |= r0.is_ok() && kind == Kind::VersionRefused;
+        if c.state().after_request() && !version_refused {
             assert!(
                 c.role().is_some(),
                 "a state past the request without a role"
