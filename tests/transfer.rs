@@ -140,15 +140,21 @@ impl Daemon {
     pub fn twin_with(&self, more: &[&str]) -> Twin {
         let mut extra = self.extra.clone();
         extra.extend(more.iter().map(|a| a.to_string()));
-        let (child, port, log) = spawn_recv(
+        let (child, port, log) = self.spawn_on_root(&extra);
+        Twin { child, port, log }
+    }
+
+    /// Another `recv` of this daemon's build, root and key on loopback,
+    /// with `extra` arguments.
+    fn spawn_on_root(&self, extra: &[String]) -> (Child, u16, std::sync::mpsc::Receiver<String>) {
+        spawn_recv(
             &self.bin,
             &[],
             "127.0.0.1",
             self.root.path(),
             &self.key,
-            &extra,
-        );
-        Twin { child, port, log }
+            extra,
+        )
     }
 
     /// `bench --net HOST` against this daemon, with its port and key: the
@@ -230,14 +236,7 @@ impl Daemon {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, port, log) = spawn_recv(
-            &self.bin,
-            &[],
-            "127.0.0.1",
-            self.root.path(),
-            &self.key,
-            &self.extra,
-        );
+        let (child, port, log) = self.spawn_on_root(&self.extra);
         self.child = child;
         self.port = port;
         self.log = log;
