@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use urmove::protocol::control::{
-    encode, encode_at, Direction, ErrorCode, Limit, Message, SessionRequest,
+    encode, encode_at, DaemonInfo, Direction, ErrorCode, Limit, Message, SessionRequest,
 };
 use urmove::protocol::handshake::{ClientHandshake, Hello, SessionKeys};
 use urmove::protocol::negotiate::{Answer, Range, OURS};
@@ -532,10 +532,10 @@ fn info_shows_no_control_character_of_the_daemons() {
         c.secure(&keys, false);
         c.set_protocol(13);
         let _ = recv_any(&mut c);
-        let info = Message::DaemonInfo {
+        let info = Message::DaemonInfo(DaemonInfo {
             release: "A".repeat(16),
-            oldest: 12,
-            newest: 13,
+            protocol_oldest: 12,
+            protocol_newest: 13,
             streams_max: 64,
             sessions_max: 8,
             sessions_running: 0,
@@ -543,8 +543,8 @@ fn info_shows_no_control_character_of_the_daemons() {
             block_max: 1 << 20,
             pull_only: false,
             encryption_required: false,
-            root_free: 1 << 30,
-        };
+            root_free_bytes: 1 << 30,
+        });
         // Our encoder cuts the text to 16 characters; a daemon of its own
         // writes the 64 bytes the decoder takes.
         let bytes = encode_at(&info, 13).unwrap();

@@ -37,7 +37,8 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// The report, one line a fact.
-pub fn text(daemon: &str, d: &DaemonAbout) -> String {
+pub fn text(daemon: &str, about: &DaemonAbout) -> String {
+    let d = &about.info;
     let rows = [
         ("daemon", daemon.to_string()),
         // The daemon's words: shown, never obeyed by the terminal.
@@ -49,7 +50,7 @@ pub fn text(daemon: &str, d: &DaemonAbout) -> String {
             "protocols",
             format!(
                 "{}-{} (this session: {})",
-                d.protocol_oldest, d.protocol_newest, d.protocol_spoken
+                d.protocol_oldest, d.protocol_newest, about.protocol_spoken
             ),
         ),
         (

@@ -82,6 +82,24 @@ pub struct SessionRequest {
     pub time_ms: u64,
 }
 
+/// What a daemon says of itself (`urmove info`, protocol 13): its
+/// release, the protocols it speaks, its limits, its sessions now and the
+/// free bytes under its root.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DaemonInfo {
+    pub release: String,
+    pub protocol_oldest: u16,
+    pub protocol_newest: u16,
+    pub streams_max: u16,
+    pub sessions_max: u32,
+    pub sessions_running: u32,
+    pub files_max: u32,
+    pub block_max: u32,
+    pub pull_only: bool,
+    pub encryption_required: bool,
+    pub root_free_bytes: u64,
+}
+
 /// One `--exclude` (or `--include`) rule, as given on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilterRule {

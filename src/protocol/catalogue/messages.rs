@@ -14,7 +14,7 @@ use super::fields::{
     PullOnly, ReleaseText, SkipReason, SkipRule, StreamCount, Text16, UdpFlows, I64, U16, U32, U64,
 };
 use super::{def_of, EncodeError, Field, FieldDef, MessageDef, Side};
-use crate::protocol::control::SessionRequest;
+use crate::protocol::control::{DaemonInfo, SessionRequest};
 use crate::protocol::handshake::{
     Auth, Challenge, Hello, Welcome, NONCE_LEN, PROOF_LEN, SESSION_ID_LEN,
 };
@@ -260,10 +260,10 @@ messages! {
     /// The daemon's answer to an `Info` request: its release, the
     /// protocols it speaks, its limits, its sessions now and the free
     /// bytes under its root.
-    39 DaemonInfo { since 13, from Daemon } {
+    39 DaemonInfo(DaemonInfo) { since 13, from Daemon } {
         release: Text16<ReleaseText>,
-        oldest: U16,
-        newest: U16,
+        protocol_oldest: U16,
+        protocol_newest: U16,
         streams_max: U16,
         sessions_max: U32,
         sessions_running: U32,
@@ -271,7 +271,7 @@ messages! {
         block_max: U32,
         pull_only: Bool01<PullOnly>,
         encryption_required: Bool01<EncryptionRequired>,
-        root_free: U64,
+        root_free_bytes: U64,
     }
     /// The daemon's answer to a Hello whose offer (in its nonce) shares no
     /// version with it: the versions it speaks. Only a client of protocol

@@ -392,10 +392,10 @@ fn all_samples() -> Vec<Message> {
         max: 16,
         in_use: 16,
     });
-    out.push(Message::DaemonInfo {
+    out.push(Message::DaemonInfo(DaemonInfo {
         release: "0.2.0".into(),
-        oldest: 12,
-        newest: 13,
+        protocol_oldest: 12,
+        protocol_newest: 13,
         streams_max: 64,
         sessions_max: 16,
         sessions_running: 3,
@@ -403,8 +403,8 @@ fn all_samples() -> Vec<Message> {
         block_max: 64 << 20,
         pull_only: false,
         encryption_required: true,
-        root_free: 1 << 40,
-    });
+        root_free_bytes: 1 << 40,
+    }));
     out.push(Message::VersionRefused {
         oldest: 14,
         newest: 15,

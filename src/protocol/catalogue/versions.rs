@@ -42,7 +42,7 @@ pub const RELEASES: &[Release] = &[
     Release {
         protocol: 13,
         name: "0.2.0",
-        fingerprint: "7223e81241b10ad4b885461129752cbfd296cbab86524a37e8660ccc182b8b91",
+        fingerprint: "7257afd3dfb2ccd84439f8e92417dd2f983e95e38bafdb328f858eb8d9321a2c",
     },
 ];
 

@@ -1,6 +1,6 @@
 //! Control messages by kind alone, as the conversation orders them.
 
-use crate::protocol::control::{ErrorCode, HaveItem, Message, SessionRequest};
+use crate::protocol::control::{DaemonInfo, ErrorCode, HaveItem, Message, SessionRequest};
 use crate::protocol::handshake::{Auth, Challenge, Hello, Welcome};
 
 pub use crate::protocol::catalogue::{kind_of, Kind};
@@ -138,10 +138,10 @@ fn later(k: Kind) -> Message {
             oldest: 14,
             newest: 15,
         },
-        Kind::DaemonInfo => Message::DaemonInfo {
+        Kind::DaemonInfo => Message::DaemonInfo(DaemonInfo {
             release: String::new(),
-            oldest: 12,
-            newest: 13,
+            protocol_oldest: 12,
+            protocol_newest: 13,
             streams_max: 1,
             sessions_max: 1,
             sessions_running: 0,
@@ -149,8 +149,8 @@ fn later(k: Kind) -> Message {
             block_max: 4096,
             pull_only: false,
             encryption_required: false,
-            root_free: 0,
-        },
+            root_free_bytes: 0,
+        }),
         Kind::UdpCounts => Message::UdpCounts {
             done: true,
             foreign: 0,

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::protocol::control::{Direction, Message, SessionRequest};
+use crate::protocol::control::{DaemonInfo, Direction, Message, SessionRequest};
 use crate::session::link::conn::recv_msg;
 use crate::session::SessionError;
 
@@ -14,18 +14,9 @@ use super::config::SendConfig;
 /// What the daemon said of itself, and the version this session spoke.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DaemonAbout {
-    pub release: String,
-    pub protocol_oldest: u16,
-    pub protocol_newest: u16,
+    #[serde(flatten)]
+    pub info: DaemonInfo,
     pub protocol_spoken: u16,
-    pub streams_max: u16,
-    pub sessions_max: u32,
-    pub sessions_running: u32,
-    pub files_max: u32,
-    pub block_max: u32,
-    pub pull_only: bool,
-    pub encryption_required: bool,
-    pub root_free_bytes: u64,
 }
 
 /// Ask the daemon of `cfg` what it is.
@@ -45,31 +36,9 @@ pub fn ask(cfg: &SendConfig) -> Result<DaemonAbout, SessionError> {
     let mut ctl = begun.ctl;
     let spoken = ctl.protocol();
     match recv_msg(&mut ctl)? {
-        Message::DaemonInfo {
-            release,
-            oldest,
-            newest,
-            streams_max,
-            sessions_max,
-            sessions_running,
-            files_max,
-            block_max,
-            pull_only,
-            encryption_required,
-            root_free,
-        } => Ok(DaemonAbout {
-            release,
-            protocol_oldest: oldest,
-            protocol_newest: newest,
+        Message::DaemonInfo(info) => Ok(DaemonAbout {
+            info,
             protocol_spoken: spoken,
-            streams_max,
-            sessions_max,
-            sessions_running,
-            files_max,
-            block_max,
-            pull_only,
-            encryption_required,
-            root_free_bytes: root_free,
         }),
         _ => Err(SessionError::Protocol(
             "expected what the daemon is (DaemonInfo)".into(),

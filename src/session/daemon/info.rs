@@ -6,7 +6,9 @@
 use std::sync::atomic::Ordering;
 
 use crate::datapath::sys;
-use crate::protocol::control::{Message, PROTOCOL_NEWEST, PROTOCOL_OLDEST, STREAMS_MAX};
+use crate::protocol::control::{
+    DaemonInfo, Message, PROTOCOL_NEWEST, PROTOCOL_OLDEST, STREAMS_MAX,
+};
 use crate::protocol::frame::FRAME_PAYLOAD_MAX;
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::SessionError;
@@ -17,10 +19,10 @@ use super::registry::Registry;
 /// What the daemon says of itself.
 pub(super) fn daemon_info(cfg: &RecvConfig, registry: &Registry) -> Message {
     let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    Message::DaemonInfo {
+    Message::DaemonInfo(DaemonInfo {
         release: env!("CARGO_PKG_VERSION").to_string(),
-        oldest: PROTOCOL_OLDEST,
-        newest: PROTOCOL_NEWEST,
+        protocol_oldest: PROTOCOL_OLDEST,
+        protocol_newest: PROTOCOL_NEWEST,
         streams_max: cfg.limits.streams.min(STREAMS_MAX),
         sessions_max: clamp(cfg.limits.sessions),
         sessions_running: clamp(registry.stats.sessions_active.load(Ordering::Acquire)),
@@ -28,8 +30,8 @@ pub(super) fn daemon_info(cfg: &RecvConfig, registry: &Registry) -> Message {
         block_max: FRAME_PAYLOAD_MAX,
         pull_only: cfg.pull_only,
         encryption_required: cfg.require_encryption,
-        root_free: sys::free_bytes(&cfg.root).ok().flatten().unwrap_or(0),
-    }
+        root_free_bytes: sys::free_bytes(&cfg.root).ok().flatten().unwrap_or(0),
+    })
 }
 
 /// Answer an `Info` request.
