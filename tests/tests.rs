@@ -24,6 +24,7 @@ mod house;
 mod lanes;
 mod limits;
 mod linters;
+mod many_files;
 mod names;
 mod net;
 mod paths;
