@@ -130,7 +130,7 @@ pub const KEYS: &[(&str, Option<&str>)] = &[
     ("udp_time_max", Some("\"10m\"")),
     ("cc", Some("\"auto\"")),
     ("lanes", Some("\"auto\"")),
-    ("max_manifest_memory", Some("\"1G\"")),
+    ("max_manifest_memory", Some("\"2G\"")),
     ("min_rate", Some("\"8kbit\"")),
     ("part_max_age", Some("\"7d\"")),
 ];
@@ -526,7 +526,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             "max_manifest_memory",
             a.max_manifest_memory,
             f.max_manifest_memory,
-            1 << 30,
+            2 << 30,
         )?,
         min_rate: src.parsed(
             "min_rate",
@@ -760,7 +760,7 @@ mod tests {
         let s = with_file(include_str!("../../tuning/urmove.toml"), &[]).unwrap();
         assert_eq!(s.root, PathBuf::from("/srv/urmove"));
         assert_eq!(s.max_buffer_memory, 2 << 30);
-        assert_eq!(s.max_manifest_memory, 1 << 30);
+        assert_eq!(s.max_manifest_memory, 2 << 30);
         assert_eq!(s.min_rate.bytes_per_s, 1000.0);
         assert_eq!(s.state_dir, PathBuf::from("/var/lib/urmove"));
         assert_eq!(s.unsafe_links, LinksArg::Keep);

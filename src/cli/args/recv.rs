@@ -152,8 +152,8 @@ pub struct RecvArgs {
     #[arg(long, value_name = "N|auto", value_parser = parse::lanes)]
     pub lanes: Option<crate::session::link::lanes::Lanes>,
 
-    /// Memory the manifests of all sessions may take together
-    /// [default: 1G].
+    /// Memory the manifests of all sessions may take together (about 1 KiB
+    /// an entry and three times its name) [default: 2G].
     #[arg(long, value_name = "SIZE", value_parser = parse::size)]
     pub max_manifest_memory: Option<u64>,
 

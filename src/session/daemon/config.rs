@@ -82,7 +82,7 @@ impl Default for Limits {
             streams: 64,
             files: crate::protocol::manifest::ENTRIES_MAX,
             buffer_bytes: 4 << 30,
-            manifest_bytes: 1 << 30,
+            manifest_bytes: 2 << 30,
             min_rate_bytes_per_s: crate::session::MIN_RATE_BYTES_PER_S,
         }
     }
