@@ -131,9 +131,9 @@ fn manifests_of_all_sessions_count_against_the_daemon_wide_budget() {
         Path::new("/var/tmp"),
         &["--max-manifest-memory", "4M"],
     );
-    // 4000 entries with 100-byte names: about 2.4 MiB of the 4 each.
+    // 2000 entries with 100-byte names: about 2.6 MiB of the 4 each.
     let many = |prefix: &str| -> Vec<Entry> {
-        (0..4000)
+        (0..2000)
             .map(|i| file(&format!("{prefix}{i:099}"), 1))
             .collect()
     };
