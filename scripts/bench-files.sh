@@ -576,6 +576,6 @@ if pairs and measured:
     doc.append("(files/s, medians; the issue's goals at 1,000,000 files: 3x the rsync daemon, 1.5x tar | tar)")
 text = "\n".join(doc) + "\n"
 open(out, "w").write(text)
-print(text)
+sys.stdout.write(text)
 EOF
 log "report in $OUT; every round in $ROUNDS_TSV"
