@@ -8,6 +8,7 @@ mod attack2;
 mod attack3;
 mod attack4;
 mod attack5;
+mod bench_files;
 mod budgets;
 mod cli_errors;
 mod commit_race;
