@@ -30,13 +30,25 @@ pub fn sync_all(fds: &[BorrowedFd<'_>]) -> Vec<io::Result<()>> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            *slot = IoUring::new(IN_FLIGHT).ok();
+            *slot = ring();
         }
         match slot.as_mut() {
             Some(ring) => through(ring, fds),
             None => fds.iter().map(|fd| one(*fd)).collect(),
         }
     })
+}
+
+/// A ring whose syncs all run at once: the kernel runs each on a worker
+/// of its own, and by default allows a ring only four per CPU, which would
+/// make waves of a batch's syncs, one journal commit each.
+fn ring() -> Option<IoUring> {
+    let ring = IoUring::new(IN_FLIGHT).ok()?;
+    // Where it cannot be raised (an older kernel), the syncs come in waves.
+    let _ = ring
+        .submitter()
+        .register_iowq_max_workers(&mut [IN_FLIGHT, 0]);
+    Some(ring)
 }
 
 /// One `fsync`, as `File::sync_all` does it.

@@ -34,8 +34,11 @@ use crate::session::SessionError;
 use super::book::{Job, JobDone};
 use super::commit::{self, FinalJob, Outcome};
 
-/// Jobs a finalizer takes at once, at most.
-pub(crate) const BATCH_MAX: usize = 64;
+/// Jobs a finalizer takes at once, at most: a share of the files that may
+/// wait for the finalizers (`FINALIZE_BACKLOG_MAX`), so that while one
+/// batch syncs the others (and the lanes) go on, and none waits for a
+/// single batch holding every file in hand.
+pub(crate) const BATCH_MAX: usize = 16;
 /// A file this large or smaller commits in a batch; a larger one alone,
 /// its sync its own.
 pub(crate) const BATCH_FILE_MAX: u64 = 1 << 20;
@@ -176,4 +179,90 @@ fn sync_renamed(root: &Root, renamed: &[FinalJob]) -> Vec<Done> {
 /// The directory `rel` is in, under the root.
 fn parent(rel: &str) -> &str {
     rel.rsplit_once('/').map_or(".", |(d, _)| d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::beneath::FileId;
+    use crate::protocol::manifest::{Entry, EntryKind};
+    use crate::session::sink::file::RecvFile;
+    use crate::session::sink::rules::Rules;
+
+    /// A written part of `bytes` at `rel`'s part name, agreed on, taken
+    /// for its commit.
+    fn job(dir: &std::path::Path, rules: &Rules, index: u32, rel: &str, bytes: &[u8]) -> FinalJob {
+        let e = Entry {
+            path: rel.into(),
+            kind: EntryKind::File,
+            size: bytes.len() as u64,
+            mode: 0o640,
+            ..Default::default()
+        };
+        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        let path = dir.join(format!("{rel}.urmove.part"));
+        std::fs::write(&path, bytes).unwrap();
+        let part = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        (f.part_id, f.part) = (Some(FileId::of(&part).unwrap()), Some(part));
+        (f.digest, f.sender_digest) = (index as u64 + 7, Some(index as u64 + 7));
+        FinalJob::take(index, &mut f, rules)
+    }
+
+    /// A batch commits each of its files under its final name (its bytes,
+    /// its mode, its stamp), in two directories; one whose part name was
+    /// replaced meanwhile by another file is refused alone and its final
+    /// name never made, the other file left where it was.
+    #[test]
+    fn a_batch_commits_each_file_and_refuses_a_replaced_part_alone() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = Rules::plain([5; 32], 1 << 20);
+        for d in ["a", "b"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let names = ["a/f0", "a/f1", "b/f2", "b/f3", "a/f4"];
+        let jobs: Vec<FinalJob> = names
+            .iter()
+            .enumerate()
+            .map(|(i, rel)| job(dir.path(), &rules, i as u32, rel, &[i as u8; 3000]))
+            .collect();
+        // Another file now holds f3's part name.
+        let stranger = dir.path().join("b/other");
+        std::fs::write(&stranger, b"not ours").unwrap();
+        std::fs::rename(&stranger, dir.path().join("b/f3.urmove.part")).unwrap();
+        let mut done = commit_all(&root, jobs);
+        done.sort_by_key(|r| match r {
+            Ok(Outcome::Committed(i, _)) | Err((i, _)) => *i,
+            Ok(other) => panic!("{other:?}"),
+        });
+        for (i, r) in done.iter().enumerate() {
+            let path = dir.path().join(names[i]);
+            if i == 3 {
+                assert!(r.is_err(), "{r:?}");
+                assert!(!path.exists());
+                let left = std::fs::read(dir.path().join("b/f3.urmove.part")).unwrap();
+                assert_eq!(left, b"not ours");
+                continue;
+            }
+            assert_eq!(
+                r.as_ref().ok(),
+                Some(&Outcome::Committed(i as u32, i as u64 + 7))
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), [i as u8; 3000]);
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o7777, 0o640);
+            let f = std::fs::File::open(&path).unwrap();
+            let stamp = crate::datapath::sys::get_xattr(&f, c"user.urmove");
+            assert_eq!(stamp.map(|s| s.len()), Some(42), "{}", names[i]);
+            assert!(!dir
+                .path()
+                .join(format!("{}.urmove.part", names[i]))
+                .exists());
+        }
+    }
 }
