@@ -16,11 +16,12 @@
 //! 5. only then each file's result goes to the control thread, which tells
 //!    the sender it is verified.
 //!
-//! A crash before 3 leaves a synced part (resumed, never counted
-//! complete); within 3 and 4, a file under its name whose bytes are
+//! A crash before 3 leaves a part (continued where its journal allows,
+//! else sent again; never counted complete); within 3 and 4, a file under its name whose bytes are
 //! durable and complete, and whose stamp may be lost (read again by the
 //! next run, which finds it complete by content). Large files, pieces of
-//! split files and rejected ones commit one by one, as `commit::run` does.
+//! split files and rejected ones commit one by one after the batch, as
+//! `commit::run` does; journals of files still arriving are written first.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -52,34 +53,36 @@ pub(super) fn finalizer(
     done: mpsc::Sender<JobDone>,
     waker: &Waker,
 ) {
+    let post = |r: JobDone| done.send(r).map(|()| waker.wake()).is_ok();
     while let Some(taken) = take(jobs) {
-        let mut small = Vec::new();
+        let (mut small, mut alone) = (Vec::new(), Vec::new());
         for job in taken {
-            let r = match job {
-                Job::Finish(job) if job.batches(BATCH_FILE_MAX) => {
-                    small.push(job);
-                    continue;
-                }
-                Job::Finish(job) => {
-                    let index = job.index();
-                    JobDone::Finished(commit::run(root, job).map_err(|e| (index, e)))
-                }
+            match job {
+                Job::Finish(job) if job.batches(BATCH_FILE_MAX) => small.push(job),
+                Job::Finish(job) => alone.push(job),
                 Job::Journal(j) => {
                     let index = j.index;
-                    JobDone::Journaled(index, commit::write_journal(root, j))
+                    if !post(JobDone::Journaled(index, commit::write_journal(root, j))) {
+                        return;
+                    }
                 }
-            };
-            if done.send(r).is_err() {
-                return;
             }
-            waker.wake();
         }
+        // The small ones first: a large file's sync may take long.
         for r in commit_all(root, small) {
             if done.send(JobDone::Finished(r)).is_err() {
                 return;
             }
         }
         waker.wake();
+        for job in alone {
+            let index = job.index();
+            if !post(JobDone::Finished(
+                commit::run(root, job).map_err(|e| (index, e)),
+            )) {
+                return;
+            }
+        }
     }
 }
 
