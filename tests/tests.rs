@@ -35,6 +35,7 @@ mod protocol_io;
 mod sealed;
 mod service;
 mod shards;
+mod small_files;
 mod sparse;
 mod stamps;
 mod summaries;

@@ -14,6 +14,7 @@ pub mod direct;
 pub mod disk;
 pub mod error;
 pub mod file;
+pub mod fsyncs;
 pub mod growth;
 pub mod host;
 pub mod ids;

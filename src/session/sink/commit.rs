@@ -380,33 +380,15 @@ fn exactly(bits: &[u64], blocks: std::ops::Range<u64>) -> bool {
 /// attributes gone, synced; then given to its owner and renamed to its
 /// final name in an order in which nobody but this receiver can open it
 /// to write before its bytes are final and its stamp can tell any later
-/// change (see [`dress_settled`], [`dress_renamed`]). Returns the file's
-/// index and digest.
+/// change (see [`Way`]). Returns the file's index and digest. Many small
+/// files commit together instead (see `batch`), through the same steps.
 pub(crate) fn finish(root: &Root, job: FinalJob) -> Result<(u32, u64), SessionError> {
-    assert_eq!(job.digest, job.sender_digest, "only agreed files commit");
-    let ctx = |what: &str| format!("{what} {}", job.final_rel);
-    let part = &job.part;
-    part.set_len(job.size)
-        .map_err(|e| SessionError::io(ctx("truncating"), e))?;
-    part.set_times(mtime_now_accessed(job.mtime))
-        .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
-    if job.live {
-        // A committed file is whole: no reader needs its prefix.
-        crate::datapath::sys::remove_xattr(part, super::file::LIVE_XATTR)
-            .map_err(|e| SessionError::io(ctx("clearing the live attribute of"), e))?;
-    }
-    // The part's tag is the part's, not the file's.
-    crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
-        .map_err(|e| SessionError::io(ctx("untagging"), e))?;
-    // Still this receiver's alone (mode 0600, no ACL): a write lease keeps
-    // every other open out from here until its stamp's settling time.
-    match super::lease::hold(part) {
-        Some(lease) => dress_settled(root, &job, Some(lease))?,
-        // No lease here (a filesystem without them): as well, where the
-        // file dressed lets nobody but this receiver's user write it.
-        None if !job.others_may_write() => dress_settled(root, &job, None)?,
-        None => dress_renamed(root, &job)?,
-    }
+    let way = ready(&job).and_then(|way| before_sync(&job, way))?;
+    let way = sync_part(&job, way)?;
+    after_sync(root, &job, way)?;
+    job.part
+        .sync_all()
+        .map_err(|e| SessionError::io(format!("syncing {}", job.final_rel), e))?;
     Ok((job.index, job.digest))
 }
 
@@ -424,36 +406,133 @@ impl FinalJob {
                 .iter()
                 .any(|(name, _)| name.starts_with("system."))
     }
+
+    /// Whether it commits with others (see `batch`): an agreed whole file
+    /// (no piece of a split one) of at most `size_max` bytes.
+    pub(super) fn batches(&self, size_max: u64) -> bool {
+        self.digest == self.sender_digest && self.piece.is_none() && self.size <= size_max
+    }
+
+    /// Its part, open.
+    pub(super) fn part(&self) -> &File {
+        &self.part
+    }
+
+    /// Its final name under the root.
+    pub(super) fn final_rel(&self) -> &str {
+        &self.final_rel
+    }
+
+    /// The digest it commits with.
+    pub(super) fn digest(&self) -> u64 {
+        self.digest
+    }
 }
 
-/// Under a write lease (or where only this receiver's user may write the
-/// file): the owner and attributes, the long sync, then the stamp, the
-/// mode and the rename, each within the stamp's settling time of the
-/// moment it is written (a lease lets go only once the clock is past it,
-/// so whatever changes the file later shows a later ctime), then a sync
-/// of what they changed.
-fn dress_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(), SessionError> {
+/// How an agreed file is dressed around its rename.
+pub(super) enum Way {
+    /// Under a write lease (or where only this receiver's user may write
+    /// the file): the owner and attributes, the long sync, then the stamp,
+    /// the mode and the rename, each within the stamp's settling time of
+    /// the moment it is written (a lease lets go only once the clock is
+    /// past it, so whatever changes the file later shows a later ctime),
+    /// then a sync of what they changed.
+    Settled(Option<File>),
+    /// Without a lease (another opening of the part exists, or the
+    /// filesystem has none) for a file others may write once dressed:
+    /// synced and stamped with no settling time (the next run reads it
+    /// again), renamed while still this receiver's alone (mode 0600, no
+    /// ACL), and only then given its owner, attributes and mode: whoever
+    /// may write it then writes a committed file. Then synced.
+    Renamed,
+}
+
+impl Way {
+    /// Let go of its lease at once (the commit stopped on an error).
+    pub(super) fn abandon(self) {
+        if let Way::Settled(Some(l)) = self {
+            crate::datapath::sys::end_lease(&l);
+        }
+    }
+}
+
+/// An agreed file cut to size, given its mtime, rid of its part's own
+/// attributes, and how it is to be dressed.
+pub(super) fn ready(job: &FinalJob) -> Result<Way, SessionError> {
+    assert_eq!(job.digest, job.sender_digest, "only agreed files commit");
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let part = &job.part;
-    let undo = |e: SessionError| {
-        if let Some(l) = &lease {
-            crate::datapath::sys::end_lease(l);
-        }
-        e
-    };
-    job.dress
-        .put_on(part)
-        .map_err(|e| {
-            SessionError::local(
+    part.set_len(job.size)
+        .map_err(|e| SessionError::io(ctx("truncating"), e))?;
+    part.set_times(mtime_now_accessed(job.mtime))
+        .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
+    if job.live {
+        // A committed file is whole: no reader needs its prefix.
+        crate::datapath::sys::remove_xattr(part, super::file::LIVE_XATTR)
+            .map_err(|e| SessionError::io(ctx("clearing the live attribute of"), e))?;
+    }
+    // The part's tag is the part's, not the file's.
+    crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
+        .map_err(|e| SessionError::io(ctx("untagging"), e))?;
+    // Still this receiver's alone (mode 0600, no ACL): a write lease keeps
+    // every other open out from here until its stamp's settling time.
+    Ok(match super::lease::hold(part) {
+        Some(lease) => Way::Settled(Some(lease)),
+        // No lease here (a filesystem without them): as well, where the
+        // file dressed lets nobody but this receiver's user write it.
+        None if !job.others_may_write() => Way::Settled(None),
+        None => Way::Renamed,
+    })
+}
+
+/// What goes before the long sync: a settled file's owner and attributes.
+pub(super) fn before_sync(job: &FinalJob, way: Way) -> Result<Way, SessionError> {
+    if let Way::Settled(_) = way {
+        if let Err(e) = job.dress.put_on(&job.part) {
+            way.abandon();
+            return Err(SessionError::local(
                 crate::session::ErrorCode::Io,
                 format!("{}: {e}", job.final_rel),
-            )
-        })
-        .and_then(|()| {
-            part.sync_all()
-                .map_err(|e| SessionError::io(ctx("syncing"), e))
-        })
-        .map_err(undo)?;
+            ));
+        }
+    }
+    Ok(way)
+}
+
+/// The part synced (alone), or its lease let go on an error.
+fn sync_part(job: &FinalJob, way: Way) -> Result<Way, SessionError> {
+    synced(job, way, job.part.sync_all())
+}
+
+/// `way` on, after the part's sync came back with `r`.
+pub(super) fn synced(
+    job: &FinalJob,
+    way: Way,
+    r: std::io::Result<()>,
+) -> Result<Way, SessionError> {
+    match r {
+        Ok(()) => Ok(way),
+        Err(e) => {
+            way.abandon();
+            Err(SessionError::io(format!("syncing {}", job.final_rel), e))
+        }
+    }
+}
+
+/// What goes between the long sync and the last: stamped, given its mode
+/// and renamed (see [`Way`]); the part's sync of what they changed is
+/// still to come.
+pub(super) fn after_sync(root: &Root, job: &FinalJob, way: Way) -> Result<(), SessionError> {
+    match way {
+        Way::Settled(lease) => stamp_settled(root, job, lease),
+        Way::Renamed => rename_dressed(root, job),
+    }
+}
+
+/// Under a write lease (see [`Way::Settled`]), synced and dressed: the
+/// stamp, the mode and the rename within the settling time.
+fn stamp_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(), SessionError> {
+    let part = &job.part;
     let mut settled = settle_by();
     // Before the mode: a read-only mode would forbid setting the stamp.
     // Without a stamp a later resume sends the file again: not an error.
@@ -461,7 +540,7 @@ fn dress_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(),
     let (secret, owner) = (&job.secret, job.owner);
     let _ = super::stamp::stamp(named, job.digest, secret, owner, Some(settled));
     let renamed = set_mode(part, job.mode)
-        .map_err(|e| SessionError::io(ctx("setting the mode of"), e))
+        .map_err(|e| SessionError::io(format!("setting the mode of {}", job.final_rel), e))
         .and_then(|()| rename_part(root, job));
     // A slow filesystem (FUSE, a network's) may have taken longer than the
     // settling time: stamped again, with a later one, where it may be.
@@ -472,21 +551,14 @@ fn dress_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(),
     if let Some(l) = lease {
         super::lease::release_after(l, settled);
     }
-    renamed?;
-    part.sync_all()
-        .map_err(|e| SessionError::io(ctx("syncing"), e))
+    renamed
 }
 
-/// Without a lease (another opening of the part exists, or the filesystem
-/// has none) for a file others may write once dressed: synced and stamped
-/// with no settling time (the next run reads it again), renamed while still this receiver's alone (mode 0600, no
-/// ACL), and only then given its owner, attributes and mode: whoever may
-/// write it then writes a committed file.
-fn dress_renamed(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
+/// Without a lease, for a file others may write (see [`Way::Renamed`]),
+/// synced: stamped, renamed, then dressed.
+fn rename_dressed(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let part = &job.part;
-    part.sync_all()
-        .map_err(|e| SessionError::io(ctx("syncing"), e))?;
     let _ = super::stamp::stamp(job.named(), job.digest, &job.secret, job.owner, None);
     rename_part(root, job)?;
     job.dress.put_on(part).map_err(|e| {
@@ -495,9 +567,7 @@ fn dress_renamed(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
             format!("{}: {e}", job.final_rel),
         )
     })?;
-    set_mode(part, job.mode).map_err(|e| SessionError::io(ctx("setting the mode of"), e))?;
-    part.sync_all()
-        .map_err(|e| SessionError::io(ctx("syncing"), e))
+    set_mode(part, job.mode).map_err(|e| SessionError::io(ctx("setting the mode of"), e))
 }
 
 /// Whether the file's ctime, as its filesystem says it now, is later

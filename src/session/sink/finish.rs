@@ -1,6 +1,8 @@
 //! A receive's end: every file committed or skipped, further names
 //! (`-H`) linked, directories synced and given their mode and mtime.
 
+use std::os::fd::AsFd;
+
 use crate::datapath::beneath::FileId;
 use crate::protocol::control::ErrorCode;
 use crate::protocol::manifest::EntryKind;
@@ -9,6 +11,9 @@ use super::file::FileState;
 use super::incoming::{join, mtime_of, Incoming};
 use crate::session::link::refused::{Refused, Why};
 use crate::session::SessionError;
+
+/// Directories synced together at the end (each open meanwhile).
+const DIRS_AT_ONCE: usize = 32;
 
 /// What a receive's end found: files and bytes committed, and the entries
 /// refused while finishing (see `Incoming::finish`).
@@ -150,26 +155,34 @@ impl Incoming {
     }
 
     /// Make the renames durable: sync every directory that gained an entry
-    /// (once each) before the summary says the session is done.
+    /// (once each, all at once: see `datapath::fsyncs`) before the summary
+    /// says the session is done.
     pub(crate) fn sync_dirs(&self) -> Result<(), SessionError> {
-        let mut dirs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        for e in &self.entries {
-            let rel = join(&self.dest, &e.path);
-            dirs.insert(
-                rel.rsplit_once('/')
-                    .map_or(".".to_string(), |(d, _)| d.to_string()),
-            );
+        let mut dirs: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+        let rels: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| join(&self.dest, &e.path))
+            .collect();
+        for rel in &rels {
+            dirs.insert(rel.rsplit_once('/').map_or(".", |(d, _)| d));
         }
-        for d in &dirs {
-            if let Ok(dir) = self
-                .root
-                .open_file(d, libc::O_RDONLY | libc::O_DIRECTORY, 0)
-            {
-                dir.sync_all()
-                    .map_err(|e| SessionError::io(format!("syncing directory {d}"), e))?;
-            }
-        }
-        Ok(())
+        let dirs: Vec<&str> = dirs.into_iter().collect();
+        // A few dozen open at a time: a tree may have many.
+        dirs.chunks(DIRS_AT_ONCE).try_for_each(|chunk| {
+            let opened: Vec<(&str, std::fs::File)> = chunk
+                .iter()
+                .filter_map(|&d| {
+                    let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+                    self.root.open_file(d, flags, 0).ok().map(|f| (d, f))
+                })
+                .collect();
+            let fds: Vec<_> = opened.iter().map(|(_, f)| f.as_fd()).collect();
+            let synced = crate::datapath::fsyncs::sync_all(&fds);
+            opened.iter().zip(synced).try_for_each(|((d, _), r)| {
+                r.map_err(|e| SessionError::io(format!("syncing directory {d}"), e))
+            })
+        })
     }
 
     /// Directories' mode and mtime, deepest first, through no symlink and

@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::datapath::beneath::Root;
 use crate::datapath::net::NetReceiver;
 use crate::datapath::sys::{self, Waker};
 use crate::protocol::control::ErrorCode;
@@ -27,7 +26,7 @@ use crate::protocol::frame::FrameKey;
 use crate::protocol::manifest::Entry;
 
 use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
-use super::commit::{self, Outcome};
+use super::commit::Outcome;
 use super::incoming::Incoming;
 use super::intake::{Intake, LaneStatus};
 use super::journal::Timestamp;
@@ -36,7 +35,7 @@ use crate::session::link::lanes::{self, Lane, LaneReport, Lanes};
 use crate::session::link::streams::Sealing;
 use crate::session::SessionError;
 
-/// Threads that sync and rename complete files.
+/// Threads that sync and rename complete files (see `batch`).
 const FINALIZERS: usize = 4;
 /// Files written through one lane's ring at once (registered slots).
 const FILE_SLOTS: u32 = 64;
@@ -213,7 +212,7 @@ impl Incoming {
         let (result, tally) = std::thread::scope(|scope| {
             for _ in 0..FINALIZERS {
                 let (job_rx, done_tx, waker) = (&job_rx, done_tx.clone(), &*peer.waker);
-                scope.spawn(move || finalizer(root, job_rx, done_tx, waker));
+                scope.spawn(move || super::batch::finalizer(root, job_rx, done_tx, waker));
             }
             drop(done_tx);
             let book = Mutex::new(book);
@@ -260,34 +259,6 @@ impl Incoming {
 /// The receiver of a single lane.
 fn one(rxs: Vec<NetReceiver>) -> NetReceiver {
     rxs.into_iter().next().expect("a lane has its receiver")
-}
-
-/// A finalizer thread: take jobs until there are none, post each result
-/// and ring the receive loop awake for it.
-fn finalizer(
-    root: &Root,
-    jobs: &Mutex<mpsc::Receiver<Job>>,
-    done: mpsc::Sender<JobDone>,
-    waker: &Waker,
-) {
-    loop {
-        let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        let r = match job {
-            Ok(Job::Finish(job)) => {
-                let index = job.index();
-                JobDone::Finished(commit::run(root, job).map_err(|e| (index, e)))
-            }
-            Ok(Job::Journal(j)) => {
-                let index = j.index;
-                JobDone::Journaled(index, commit::write_journal(root, j))
-            }
-            Err(_) => return,
-        };
-        if done.send(r).is_err() {
-            return;
-        }
-        waker.wake();
-    }
 }
 
 /// What the receiving lanes on threads of their own share: the book, the

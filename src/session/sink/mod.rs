@@ -7,12 +7,13 @@
 //! - the data: each lane's `intake` of frames under the session's
 //!   `landing`, into the `book` of files (`book_follow`, `book_journal`);
 //! - on disk: `part`s (and a split file's shared part, `pieces`) named
-//!   `beside` their files, `journal`s, the `commit` under a `lease`, the
+//!   `beside` their files, `journal`s, the `commit` under a `lease` (small files in a `batch`), the
 //!   `stamp`, split files' `receipt`s, `--delete` (`prune`) and the
 //!   daemon's `sweep` of old parts.
 //!
 //! Uses `plan` and `link`; never the source.
 
+pub(crate) mod batch;
 pub(crate) mod beside;
 pub(crate) mod book;
 pub(crate) mod book_follow;

@@ -1,0 +1,271 @@
+//! Small files committed together. A finalizer takes every job ready when
+//! it wakes (at most [`BATCH_MAX`]; never waiting for more: a lone file
+//! commits alone, at once) and commits the small agreed files among them
+//! through the very steps of `commit::finish`, each step for all of them
+//! before the next, so that their syncs are in flight together and the
+//! filesystem's journal commits them as one group:
+//!
+//! 1. each cut to size, given its mtime, rid of its part's attributes,
+//!    leased and dressed (`commit::ready`, `commit::before_sync`);
+//! 2. every part synced at once: its bytes and inode durable;
+//! 3. each stamped, given its mode and renamed from its part name (only
+//!    while that name holds this session's inode), each within its own
+//!    stamp's settling time (`commit::after_sync`);
+//! 4. every part synced again and every directory a rename went into
+//!    synced once, all at once: the stamp, the mode and the name durable;
+//! 5. only then each file's result goes to the control thread, which tells
+//!    the sender it is verified.
+//!
+//! A crash before 3 leaves a part (continued where its journal allows,
+//! else sent again; never counted complete); within 3 and 4, a file under its name whose bytes are
+//! durable and complete, and whose stamp may be lost (read again by the
+//! next run, which finds it complete by content). Large files, pieces of
+//! split files and rejected ones commit one by one after the batch, as
+//! `commit::run` does; journals of files still arriving are written first.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::sync::{mpsc, Mutex};
+
+use crate::datapath::beneath::Root;
+use crate::datapath::fsyncs;
+use crate::datapath::sys::Waker;
+use crate::session::SessionError;
+
+use super::book::{Job, JobDone};
+use super::commit::{self, FinalJob, Outcome};
+
+/// Jobs a finalizer takes at once, at most: a share of the files that may
+/// wait for the finalizers (`FINALIZE_BACKLOG_MAX`), so that while one
+/// batch syncs the others (and the lanes) go on, and none waits for a
+/// single batch holding every file in hand.
+pub(crate) const BATCH_MAX: usize = 16;
+/// A file this large or smaller commits in a batch; a larger one alone,
+/// its sync its own.
+pub(crate) const BATCH_FILE_MAX: u64 = 1 << 20;
+
+/// A finalizer thread: take the jobs ready (waiting for the first), do
+/// them, post each result and ring the receive loop awake for them; until
+/// there are none.
+pub(super) fn finalizer(
+    root: &Root,
+    jobs: &Mutex<mpsc::Receiver<Job>>,
+    done: mpsc::Sender<JobDone>,
+    waker: &Waker,
+) {
+    let post = |r: JobDone| done.send(r).map(|()| waker.wake()).is_ok();
+    while let Some(taken) = take(jobs) {
+        let (mut small, mut alone) = (Vec::new(), Vec::new());
+        for job in taken {
+            match job {
+                Job::Finish(job) if job.batches(BATCH_FILE_MAX) => small.push(job),
+                Job::Finish(job) => alone.push(job),
+                Job::Journal(j) => {
+                    let index = j.index;
+                    if !post(JobDone::Journaled(index, commit::write_journal(root, j))) {
+                        return;
+                    }
+                }
+            }
+        }
+        // The small ones first: a large file's sync may take long.
+        for r in commit_all(root, small) {
+            if done.send(JobDone::Finished(r)).is_err() {
+                return;
+            }
+        }
+        waker.wake();
+        for job in alone {
+            let index = job.index();
+            if !post(JobDone::Finished(
+                commit::run(root, job).map_err(|e| (index, e)),
+            )) {
+                return;
+            }
+        }
+    }
+}
+
+/// The first job (waiting for it) and every other ready now, up to
+/// [`BATCH_MAX`]; `None` once the jobs end.
+fn take(jobs: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
+    let rx = jobs.lock().unwrap_or_else(|p| p.into_inner());
+    let mut taken = vec![rx.recv().ok()?];
+    while taken.len() < BATCH_MAX {
+        match rx.try_recv() {
+            Ok(job) => taken.push(job),
+            Err(_) => break,
+        }
+    }
+    Some(taken)
+}
+
+/// Each finished file's result (see the module's steps).
+type Done = Result<Outcome, (u32, SessionError)>;
+
+/// Commit `jobs` (agreed whole files, see `FinalJob::batches`) together,
+/// in the module's steps. Each file's result, in no particular order.
+pub(super) fn commit_all(root: &Root, jobs: Vec<FinalJob>) -> Vec<Done> {
+    let mut out = Vec::with_capacity(jobs.len());
+    // 1: each readied and dressed.
+    let mut dressed = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        match commit::ready(&job).and_then(|way| commit::before_sync(&job, way)) {
+            Ok(way) => dressed.push((job, way)),
+            Err(e) => out.push(Err((job.index(), e))),
+        }
+    }
+    // 2: every part synced at once.
+    let fds: Vec<_> = dressed.iter().map(|(job, _)| job.part().as_fd()).collect();
+    let synced = fsyncs::sync_all(&fds);
+    drop(fds);
+    // 3: each stamped, given its mode and renamed.
+    let mut renamed = Vec::with_capacity(dressed.len());
+    for ((job, way), r) in dressed.into_iter().zip(synced) {
+        match commit::synced(&job, way, r).and_then(|way| commit::after_sync(root, &job, way)) {
+            Ok(()) => renamed.push(job),
+            Err(e) => out.push(Err((job.index(), e))),
+        }
+    }
+    // 4: the parts and their directories synced at once.
+    out.extend(sync_renamed(root, &renamed));
+    out
+}
+
+/// Sync every file of `renamed` and every directory one went into, all at
+/// once: each file's result, an error where its sync or its directory's
+/// failed. A directory that cannot be opened is left to the end of the
+/// receive (`Incoming::sync_dirs`), as before.
+fn sync_renamed(root: &Root, renamed: &[FinalJob]) -> Vec<Done> {
+    let mut dirs: BTreeMap<&str, Option<std::fs::File>> = BTreeMap::new();
+    for job in renamed {
+        let dir = parent(job.final_rel());
+        dirs.entry(dir).or_insert_with(|| {
+            root.open_file(dir, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+                .ok()
+        });
+    }
+    let opened: Vec<(&str, &std::fs::File)> = dirs
+        .iter()
+        .filter_map(|(d, f)| f.as_ref().map(|f| (*d, f)))
+        .collect();
+    let mut fds: Vec<_> = renamed.iter().map(|job| job.part().as_fd()).collect();
+    fds.extend(opened.iter().map(|(_, f)| f.as_fd()));
+    let mut results = fsyncs::sync_all(&fds);
+    let dir_results: BTreeMap<&str, std::io::Result<()>> = opened
+        .iter()
+        .map(|(d, _)| *d)
+        .zip(results.split_off(renamed.len()))
+        .collect();
+    renamed
+        .iter()
+        .zip(results)
+        .map(|(job, r)| {
+            let dir = parent(job.final_rel());
+            let (what, r) = match (r, dir_results.get(dir)) {
+                (Err(e), _) => ("syncing", Err(e)),
+                (Ok(()), Some(Err(e))) => {
+                    let e = std::io::Error::new(e.kind(), format!("its directory: {e}"));
+                    ("syncing", Err(e))
+                }
+                (Ok(()), _) => ("", Ok(())),
+            };
+            r.map(|()| Outcome::Committed(job.index(), job.digest()))
+                .map_err(|e| {
+                    let e = SessionError::io(format!("{what} {}", job.final_rel()), e);
+                    (job.index(), e)
+                })
+        })
+        .collect()
+}
+
+/// The directory `rel` is in, under the root.
+fn parent(rel: &str) -> &str {
+    rel.rsplit_once('/').map_or(".", |(d, _)| d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::beneath::FileId;
+    use crate::protocol::manifest::{Entry, EntryKind};
+    use crate::session::sink::file::RecvFile;
+    use crate::session::sink::rules::Rules;
+
+    /// A written part of `bytes` at `rel`'s part name, agreed on, taken
+    /// for its commit.
+    fn job(dir: &std::path::Path, rules: &Rules, index: u32, rel: &str, bytes: &[u8]) -> FinalJob {
+        let e = Entry {
+            path: rel.into(),
+            kind: EntryKind::File,
+            size: bytes.len() as u64,
+            mode: 0o640,
+            ..Default::default()
+        };
+        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        let path = dir.join(format!("{rel}.urmove.part"));
+        std::fs::write(&path, bytes).unwrap();
+        let part = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        (f.part_id, f.part) = (Some(FileId::of(&part).unwrap()), Some(part));
+        (f.digest, f.sender_digest) = (index as u64 + 7, Some(index as u64 + 7));
+        FinalJob::take(index, &mut f, rules)
+    }
+
+    /// A batch commits each of its files under its final name (its bytes,
+    /// its mode, its stamp), in two directories; one whose part name was
+    /// replaced meanwhile by another file is refused alone and its final
+    /// name never made, the other file left where it was.
+    #[test]
+    fn a_batch_commits_each_file_and_refuses_a_replaced_part_alone() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = Rules::plain([5; 32], 1 << 20);
+        for d in ["a", "b"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let names = ["a/f0", "a/f1", "b/f2", "b/f3", "a/f4"];
+        let jobs: Vec<FinalJob> = names
+            .iter()
+            .enumerate()
+            .map(|(i, rel)| job(dir.path(), &rules, i as u32, rel, &[i as u8; 3000]))
+            .collect();
+        // Another file now holds f3's part name.
+        let stranger = dir.path().join("b/other");
+        std::fs::write(&stranger, b"not ours").unwrap();
+        std::fs::rename(&stranger, dir.path().join("b/f3.urmove.part")).unwrap();
+        let mut done = commit_all(&root, jobs);
+        done.sort_by_key(|r| match r {
+            Ok(Outcome::Committed(i, _)) | Err((i, _)) => *i,
+            Ok(other) => panic!("{other:?}"),
+        });
+        for (i, r) in done.iter().enumerate() {
+            let path = dir.path().join(names[i]);
+            if i == 3 {
+                assert!(r.is_err(), "{r:?}");
+                assert!(!path.exists());
+                let left = std::fs::read(dir.path().join("b/f3.urmove.part")).unwrap();
+                assert_eq!(left, b"not ours");
+                continue;
+            }
+            assert_eq!(
+                r.as_ref().ok(),
+                Some(&Outcome::Committed(i as u32, i as u64 + 7))
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), [i as u8; 3000]);
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o7777, 0o640);
+            let f = std::fs::File::open(&path).unwrap();
+            let stamp = crate::datapath::sys::get_xattr(&f, c"user.urmove");
+            assert_eq!(stamp.map(|s| s.len()), Some(42), "{}", names[i]);
+            assert!(!dir
+                .path()
+                .join(format!("{}.urmove.part", names[i]))
+                .exists());
+        }
+    }
+}
