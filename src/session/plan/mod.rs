@@ -13,3 +13,4 @@ pub(crate) mod route;
 pub mod shard;
 pub mod tree;
 pub mod unsendable;
+pub mod walk;
