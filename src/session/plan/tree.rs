@@ -382,7 +382,7 @@ pub(crate) fn scan_new(rules: &ScanRules, rel: &str, source: &Path) -> Tree {
 /// order a tree gives: each start in turn, depth first, a directory's
 /// names sorted; under `-H` a file's first name is then its first in that
 /// order. Also: where each start's entries begin.
-fn gather<P: walk::Place>(
+pub(super) fn gather<P: walk::Place>(
     place: &P,
     rules: &ScanRules,
     starts: Vec<Start<P::Source>>,
@@ -406,7 +406,11 @@ fn gather<P: walk::Place>(
     let mut first = Vec::with_capacity(start_count as usize);
     // Each open directory: its entries and what it left out, both in its
     // listing's order, and how many of its entries are taken.
-    type Open = (std::vec::IntoIter<Found>, std::vec::IntoIter<(usize, Skipped)>, usize);
+    type Open = (
+        std::vec::IntoIter<Found>,
+        std::vec::IntoIter<(usize, Skipped)>,
+        usize,
+    );
     let mut open_dir = |dir: u64| -> Open {
         let mut batches = by_dir.remove(&dir).unwrap_or_default();
         batches.sort_by_key(|b| b.seq);

@@ -538,3 +538,261 @@ pub(super) fn beneath(rel: &str, name: &str) -> String {
         _ => format!("{rel}/{name}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Local paths, but a directory named `locked` cannot be listed and
+    /// anything named `gone` vanished before it was stat'ed.
+    struct Faulty;
+
+    impl Place for Faulty {
+        type Source = PathBuf;
+        type Held = ();
+        fn look(&self, s: &PathBuf) -> std::io::Result<(std::fs::Metadata, ())> {
+            match s.ends_with("gone") {
+                true => Err(std::io::Error::from_raw_os_error(libc::ENOENT)),
+                false => Local.look(s),
+            }
+        }
+        fn read_link(&self, s: &PathBuf) -> std::io::Result<String> {
+            Local.read_link(s)
+        }
+        fn open_read(&self, s: &PathBuf) -> std::io::Result<std::fs::File> {
+            Local.open_read(s)
+        }
+        fn xattrs(
+            &self,
+            s: &PathBuf,
+            _: &(),
+            keep: &dyn Fn(&str) -> bool,
+            max: usize,
+        ) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+            Local.xattrs(s, &(), keep, max)
+        }
+        fn list(&self, s: &PathBuf) -> std::io::Result<Vec<(String, PathBuf)>> {
+            match s.ends_with("locked") {
+                true => Err(std::io::Error::from_raw_os_error(libc::EACCES)),
+                false => Local.list(s),
+            }
+        }
+        fn shown(&self, s: &PathBuf) -> String {
+            Local.shown(s)
+        }
+        fn path(&self, s: &PathBuf) -> PathBuf {
+            Local.path(s)
+        }
+    }
+
+    /// A tree of `dirs` directories of `files` files each, nested three
+    /// deep, with names that sort differently as whole paths (`a.x` comes
+    /// before `a/...` as a path, after `a` as a name).
+    fn make_tree(top: &Path, dirs: usize, files: usize) {
+        for d in 0..dirs {
+            let dir = top.join(format!("d{}/s{}/t{d}", d % 3, d % 5));
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..files {
+                std::fs::write(dir.join(format!("f{f}")), [d as u8, f as u8]).unwrap();
+            }
+            std::fs::write(top.join(format!("d{}.x", d % 3)), b"x").unwrap();
+        }
+    }
+
+    /// Every batch in the order it went out.
+    fn stream<P: Place>(place: &P, rules: &ScanRules, start: Start<P::Source>) -> Vec<Batch> {
+        let mut out = Vec::new();
+        let how = Walk {
+            threads: 4,
+            name_links: true,
+        };
+        walk(place, rules, vec![start], how, &mut |b| {
+            out.push(b);
+            ControlFlow::Continue(())
+        });
+        out
+    }
+
+    fn paths(t: &super::super::tree::Tree) -> Vec<&str> {
+        t.entries.iter().map(|e| e.path.as_str()).collect()
+    }
+
+    #[test]
+    fn a_directory_goes_out_before_anything_beneath_it_and_every_entry_once() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        make_tree(&top, 40, 150);
+        let start = Start::Itself {
+            rel: "top".to_string(),
+            source: top.clone(),
+        };
+        let batches = stream(&Local, &ScanRules::default(), start);
+        let mut out: Vec<String> = Vec::new();
+        for b in &batches {
+            assert!(b.found.len() <= CHUNK_ENTRIES);
+            for f in &b.found {
+                let parent = f.entry.path.rsplit_once('/').map(|(p, _)| p);
+                if let Some(p) = parent {
+                    assert!(out.iter().any(|o| o == p), "{} before {p}", f.entry.path);
+                }
+                out.push(f.entry.path.clone());
+            }
+        }
+        let tree = super::super::tree::scan(&[top], &ScanRules::default()).unwrap();
+        let mut whole: Vec<String> = paths(&tree).iter().map(|p| p.to_string()).collect();
+        // 1 + 3 + 3*5 (at most) + 40 directories, 40*150 + 3 files.
+        assert_eq!(tree.file_count(), 40 * 150 + 3);
+        whole.sort();
+        out.sort();
+        assert_eq!(out, whole);
+    }
+
+    /// The tree's order is depth first, names sorted: what one thread
+    /// reading it alone gives, every time.
+    #[test]
+    fn a_whole_tree_comes_back_in_one_order_however_many_threads_read_it() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        make_tree(&top, 30, 100);
+        let first =
+            super::super::tree::scan(std::slice::from_ref(&top), &ScanRules::default()).unwrap();
+        let p = paths(&first);
+        let d0 = p.iter().position(|p| *p == "top/d0").unwrap();
+        let d0x = p.iter().position(|p| *p == "top/d0.x").unwrap();
+        // Everything beneath d0 between it and d0.x.
+        assert!(p[d0 + 1..d0x].iter().all(|p| p.starts_with("top/d0/")));
+        assert_eq!(p[d0 + 1..d0x].len(), 5 + 10 + 10 * 100);
+        // Depth first, names sorted, by a walk of our own.
+        fn dfs(at: &Path, rel: &str, out: &mut Vec<String>) {
+            out.push(rel.to_string());
+            if !at.is_dir() {
+                return;
+            }
+            let mut names: Vec<_> = std::fs::read_dir(at)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            for n in names {
+                let name = n.to_str().unwrap();
+                dfs(&at.join(name), &format!("{rel}/{name}"), out);
+            }
+        }
+        let mut want = Vec::new();
+        dfs(&top, "top", &mut want);
+        assert_eq!(p, want);
+        for _ in 0..5 {
+            let again = super::super::tree::scan(std::slice::from_ref(&top), &ScanRules::default())
+                .unwrap();
+            assert_eq!(first.entries, again.entries);
+            assert_eq!(first.sources, again.sources);
+            assert_eq!(first.ids, again.ids);
+        }
+    }
+
+    /// Under `-H` a file's first name goes out before its further names,
+    /// streamed or gathered; gathered, the first is the first in the
+    /// tree's order.
+    #[test]
+    fn a_files_first_name_comes_before_its_further_names() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        make_tree(&top, 12, 70);
+        for d in 0..12 {
+            let at = top.join(format!("d{}/s{}/t{d}", d % 3, d % 5));
+            std::fs::hard_link(top.join("d0/s0/t0/f1"), at.join("link")).unwrap();
+        }
+        std::fs::hard_link(top.join("d0/s0/t0/f1"), top.join("a-first")).unwrap();
+        let rules = ScanRules {
+            hard_links: true,
+            ..Default::default()
+        };
+        let start = Start::Itself {
+            rel: "top".to_string(),
+            source: top.clone(),
+        };
+        let mut out: Vec<&Found> = Vec::new();
+        let batches = stream(&Local, &rules, start);
+        for f in batches.iter().flat_map(|b| &b.found) {
+            if f.entry.kind == EntryKind::HardLink {
+                let first = f.entry.link.as_deref().unwrap();
+                let met = out.iter().find(|o| o.entry.path == first).unwrap();
+                assert_eq!(met.entry.kind, EntryKind::File);
+                assert!(f.id.is_none() && f.ctime.is_none() && f.entry.size == 0);
+            }
+            out.push(f);
+        }
+        let links = out
+            .iter()
+            .filter(|f| f.entry.kind == EntryKind::HardLink)
+            .count();
+        assert_eq!(links, 13);
+        let tree = super::super::tree::scan(&[top], &rules).unwrap();
+        assert_eq!(tree.hard_links(), 13);
+        let first = tree
+            .entries
+            .iter()
+            .find(|e| e.path == "top/a-first")
+            .unwrap();
+        assert_eq!((first.kind, first.size), (EntryKind::File, 2));
+        let f1 = tree
+            .entries
+            .iter()
+            .find(|e| e.path == "top/d0/s0/t0/f1")
+            .unwrap();
+        assert_eq!(f1.link.as_deref(), Some("top/a-first"));
+    }
+
+    /// A directory that cannot be listed is sent (empty) and named once;
+    /// an entry that vanished is named; both where the tree's order puts
+    /// them, among excluded entries counted.
+    #[test]
+    fn faults_and_exclusions_are_told_in_the_trees_order() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        for d in ["a/locked/x", "b/gone", "c"] {
+            std::fs::create_dir_all(top.join(d)).unwrap();
+        }
+        for f in [
+            "a/1",
+            "a/locked/2",
+            "b/gone/3",
+            "b/4",
+            "c/5.tmp",
+            "c/6",
+            "a/gone",
+        ] {
+            std::fs::write(top.join(f), b"f").unwrap();
+        }
+        let mut filter = super::super::filter::Filter::default();
+        filter
+            .push(super::super::filter::Verdict::Exclude, "*.tmp")
+            .unwrap();
+        let rules = ScanRules {
+            filter,
+            ..Default::default()
+        };
+        let start = Start::Contents(top.clone());
+        let (tree, first) =
+            super::super::tree::gather(&Faulty, &rules, vec![start], Walk::default());
+        assert_eq!(first, [0]);
+        assert_eq!(
+            paths(&tree),
+            ["a", "a/1", "a/locked", "b", "b/4", "c", "c/6"]
+        );
+        assert_eq!(tree.excluded, 1);
+        let skipped: Vec<(&str, &str)> = tree
+            .skipped
+            .iter()
+            .map(|s| (s.path.as_str(), s.reason.as_str()))
+            .collect();
+        let gone = "vanished or unreadable while scanned: No such file or directory (os error 2)";
+        let locked = "its contents cannot be listed: Permission denied (os error 13)";
+        assert_eq!(
+            skipped,
+            [("a/gone", gone), ("a/locked", locked), ("b/gone", gone)]
+        );
+        assert!(tree.skipped.iter().all(|s| !s.by_rule));
+    }
+}
