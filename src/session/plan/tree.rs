@@ -331,6 +331,11 @@ pub(super) fn add_xattrs(
 /// always in one order: depth first, each directory's names sorted. Two
 /// sources whose entries would land on one path are refused.
 pub fn scan(sources: &[PathBuf], rules: &ScanRules) -> Result<Tree, SessionError> {
+    scan_with(sources, rules, Walk::default())
+}
+
+/// [`scan`], read as `how` says (its threads).
+pub fn scan_with(sources: &[PathBuf], rules: &ScanRules, how: Walk) -> Result<Tree, SessionError> {
     let mut starts = Vec::with_capacity(sources.len());
     for s in sources {
         let m = std::fs::symlink_metadata(s)
@@ -354,7 +359,7 @@ pub fn scan(sources: &[PathBuf], rules: &ScanRules) -> Result<Tree, SessionError
             source: s.clone(),
         });
     }
-    let (tree, first) = gather(&walk::Local, rules, starts, Walk::default());
+    let (tree, first) = gather(&walk::Local, rules, starts, how);
     let given: Vec<_> = first
         .into_iter()
         .zip(sources.iter().map(|s| s.display().to_string()))
