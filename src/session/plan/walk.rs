@@ -317,6 +317,8 @@ struct Out<'e> {
     users: HashMap<u32, String>,
     groups: HashMap<u32, String>,
     first_names: Option<HashMap<FileId, String>>,
+    /// `emit` broke: nothing more goes out.
+    broke: bool,
 }
 
 /// A user or group name that fits the wire, else none (the number is sent).
@@ -393,6 +395,7 @@ pub fn walk<P: Place>(
             users: HashMap::new(),
             groups: HashMap::new(),
             first_names: (how.name_links && rules.hard_links).then(HashMap::new),
+            broke: false,
         }),
     };
     if how.threads <= 1 {
@@ -407,6 +410,8 @@ pub fn walk<P: Place>(
 
 impl<P: Place> Shared<'_, '_, P> {
     fn work(&self) {
+        // A thread that panics stops the others: none waits for its jobs.
+        let _stop = StopOnPanic(self);
         while let Some(job) = self.take() {
             match job {
                 Job::List { dir, rel, source } => self.list(dir, &rel, &source),
@@ -516,6 +521,9 @@ impl<P: Place> Shared<'_, '_, P> {
     /// names decided, in the order batches go out.
     fn emit(&self, mut batch: Batch) {
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.broke {
+            return;
+        }
         for f in &mut batch.found {
             out.dress(&mut f.entry);
             if let Some(first) = out.first_names.as_mut() {
@@ -523,10 +531,24 @@ impl<P: Place> Shared<'_, '_, P> {
             }
         }
         if (out.emit)(batch).is_break() {
+            out.broke = true;
             drop(out);
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.stop = true;
             self.ready.notify_all();
+        }
+    }
+}
+
+/// Stops a walk when dropped by a panicking thread.
+struct StopOnPanic<'s, 'a, 'e, P: Place>(&'s Shared<'a, 'e, P>);
+
+impl<P: Place> Drop for StopOnPanic<'_, '_, '_, P> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.stop = true;
+            self.0.ready.notify_all();
         }
     }
 }
@@ -542,6 +564,7 @@ pub(super) fn beneath(rel: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::plan::{filter, tree};
     use std::path::Path;
 
     /// Local paths, but a directory named `locked` cannot be listed and
@@ -614,7 +637,7 @@ mod tests {
         out
     }
 
-    fn paths(t: &super::super::tree::Tree) -> Vec<&str> {
+    fn paths(t: &tree::Tree) -> Vec<&str> {
         t.entries.iter().map(|e| e.path.as_str()).collect()
     }
 
@@ -639,7 +662,7 @@ mod tests {
                 out.push(f.entry.path.clone());
             }
         }
-        let tree = super::super::tree::scan(&[top], &ScanRules::default()).unwrap();
+        let tree = tree::scan(&[top], &ScanRules::default()).unwrap();
         let mut whole: Vec<String> = paths(&tree).iter().map(|p| p.to_string()).collect();
         // 1 + 3 + 3*5 (at most) + 40 directories, 40*150 + 3 files.
         assert_eq!(tree.file_count(), 40 * 150 + 3);
@@ -655,8 +678,7 @@ mod tests {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let top = dir.path().join("top");
         make_tree(&top, 30, 100);
-        let first =
-            super::super::tree::scan(std::slice::from_ref(&top), &ScanRules::default()).unwrap();
+        let first = tree::scan(std::slice::from_ref(&top), &ScanRules::default()).unwrap();
         let p = paths(&first);
         let d0 = p.iter().position(|p| *p == "top/d0").unwrap();
         let d0x = p.iter().position(|p| *p == "top/d0.x").unwrap();
@@ -683,8 +705,7 @@ mod tests {
         dfs(&top, "top", &mut want);
         assert_eq!(p, want);
         for _ in 0..5 {
-            let again = super::super::tree::scan(std::slice::from_ref(&top), &ScanRules::default())
-                .unwrap();
+            let again = tree::scan(std::slice::from_ref(&top), &ScanRules::default()).unwrap();
             assert_eq!(first.entries, again.entries);
             assert_eq!(first.sources, again.sources);
             assert_eq!(first.ids, again.ids);
@@ -728,7 +749,7 @@ mod tests {
             .filter(|f| f.entry.kind == EntryKind::HardLink)
             .count();
         assert_eq!(links, 13);
-        let tree = super::super::tree::scan(&[top], &rules).unwrap();
+        let tree = tree::scan(&[top], &rules).unwrap();
         assert_eq!(tree.hard_links(), 13);
         let first = tree
             .entries
@@ -765,17 +786,14 @@ mod tests {
         ] {
             std::fs::write(top.join(f), b"f").unwrap();
         }
-        let mut filter = super::super::filter::Filter::default();
-        filter
-            .push(super::super::filter::Verdict::Exclude, "*.tmp")
-            .unwrap();
+        let mut filter = filter::Filter::default();
+        filter.push(filter::Verdict::Exclude, "*.tmp").unwrap();
         let rules = ScanRules {
             filter,
             ..Default::default()
         };
         let start = Start::Contents(top.clone());
-        let (tree, first) =
-            super::super::tree::gather(&Faulty, &rules, vec![start], Walk::default());
+        let (tree, first) = tree::gather(&Faulty, &rules, vec![start], Walk::default());
         assert_eq!(first, [0]);
         assert_eq!(
             paths(&tree),
@@ -794,5 +812,41 @@ mod tests {
             [("a/gone", gone), ("a/locked", locked), ("b/gone", gone)]
         );
         assert!(tree.skipped.iter().all(|s| !s.by_rule));
+    }
+
+    /// A batch taken badly (a panic) ends the walk with that panic, every
+    /// thread stopped, none left waiting; a batch refused ends it quietly.
+    #[test]
+    fn a_walk_ends_when_its_batches_are_refused_or_panic() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("top");
+        make_tree(&top, 20, 100);
+        let how = Walk {
+            threads: 4,
+            name_links: false,
+        };
+        let start = || Start::Contents(top.clone());
+        let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            walk(
+                &Local,
+                &ScanRules::default(),
+                vec![start()],
+                how,
+                &mut |_| panic!("taken badly"),
+            )
+        }));
+        assert!(walked.is_err());
+        let mut taken = 0;
+        walk(
+            &Local,
+            &ScanRules::default(),
+            vec![start()],
+            how,
+            &mut |_| {
+                taken += 1;
+                ControlFlow::Break(())
+            },
+        );
+        assert_eq!(taken, 1);
     }
 }
