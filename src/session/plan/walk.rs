@@ -27,9 +27,12 @@ use crate::session::link::refused::Why;
 
 use super::tree::{add_xattrs, entry_from, ScanRules, Skipped};
 
-/// Threads a walk takes at least and at most.
-pub const THREADS_MIN: usize = 2;
+/// Threads a walk takes at least and at most, and a CPU: a cold walk
+/// waits on the disk more than it computes (on 2 CPUs, cold, 200,000
+/// files: 4 threads 1.9-2.0 s, 2 threads 2.2-2.7 s, one 2.7-5.1 s).
+pub const THREADS_MIN: usize = 4;
 pub const THREADS_MAX: usize = 16;
+pub const THREADS_PER_CPU: usize = 2;
 /// Names stat'ed as one job, and emitted as one batch.
 pub const CHUNK_ENTRIES: usize = 64;
 
@@ -45,11 +48,11 @@ pub struct Walk {
 }
 
 impl Default for Walk {
-    /// One thread a CPU, within [`THREADS_MIN`]..=[`THREADS_MAX`].
+    /// [`THREADS_PER_CPU`] a CPU, within [`THREADS_MIN`]..=[`THREADS_MAX`].
     fn default() -> Walk {
-        let cpus = std::thread::available_parallelism().map_or(THREADS_MIN, |n| n.get());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Walk {
-            threads: cpus.clamp(THREADS_MIN, THREADS_MAX),
+            threads: (cpus * THREADS_PER_CPU).clamp(THREADS_MIN, THREADS_MAX),
             name_links: false,
         }
     }
