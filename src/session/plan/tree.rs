@@ -5,7 +5,9 @@
 //! cannot be moved (a FIFO, a socket, a device node, a reserved name, a
 //! directory that cannot be listed, something that vanished while walked)
 //! is left out and named with its reason; the rest goes on. Names are
-//! carried as bytes, UTF-8 or not ([`names`]).
+//! carried as bytes, UTF-8 or not ([`names`]). The reading is done by
+//! several threads ([`walk`]); the tree comes back in one order all the
+//! same: depth first, each directory's names sorted.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
