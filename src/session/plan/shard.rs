@@ -321,11 +321,12 @@ mod tests {
 
     fn tree(entries: Vec<Entry>) -> Tree {
         let n = entries.len();
-        let mut t = Tree::default();
-        t.entries = entries;
-        t.sources = vec![std::path::PathBuf::new(); n];
-        t.ids = vec![None; n];
-        t
+        Tree {
+            entries,
+            sources: vec![std::path::PathBuf::new(); n],
+            ids: vec![None; n],
+            ..Default::default()
+        }
     }
 
     /// Every file in exactly one shard, split files in all, shares near

@@ -5,17 +5,23 @@
 //! cannot be moved (a FIFO, a socket, a device node, a reserved name, a
 //! directory that cannot be listed, something that vanished while walked)
 //! is left out and named with its reason; the rest goes on. Names are
-//! carried as bytes, UTF-8 or not ([`names`]).
+//! carried as bytes, UTF-8 or not ([`names`]). The reading is done by
+//! several threads ([`walk`]); the tree comes back in one order all the
+//! same: depth first, each directory's names sorted.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::datapath::beneath::FileId;
 use crate::protocol::control::UNLISTED;
-use crate::protocol::manifest::{check_path, is_reserved, Entry, EntryKind};
+use crate::protocol::manifest::{check_path, Entry, EntryKind};
 use crate::protocol::names;
 
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
 use super::filter::Filter;
+use super::walk::{self, Batch, Found, Start, Walk};
 use crate::session::link::refused::Why;
 
 use crate::session::SessionError;
@@ -52,12 +58,6 @@ pub struct Tree {
     pub excluded: u64,
     /// Device nodes left out, as asked (no `-D`).
     pub devices_left: u64,
-    /// Files with more than one name, by identity: the path of the first
-    /// name met (`-H`).
-    first_names: std::collections::HashMap<FileId, String>,
-    /// User and group names met, by number.
-    users: std::collections::HashMap<u32, String>,
-    groups: std::collections::HashMap<u32, String>,
 }
 
 /// What a scan carries besides the tree itself.
@@ -185,42 +185,6 @@ impl Tree {
             .collect()
     }
 
-    /// Fill in what the metadata alone does not say: the owner's names,
-    /// and under `-H` whether a file is a further name of one already met.
-    fn dress(&mut self, e: &mut Entry, m: &std::fs::Metadata, rules: &ScanRules) {
-        let user = self
-            .users
-            .entry(m.uid())
-            .or_insert_with(|| known_name(crate::datapath::ids::user_name(m.uid())));
-        let group = self
-            .groups
-            .entry(m.gid())
-            .or_insert_with(|| known_name(crate::datapath::ids::group_name(m.gid())));
-        e.owner = crate::protocol::manifest::Owner {
-            uid: m.uid(),
-            gid: m.gid(),
-            user: user.clone(),
-            group: group.clone(),
-        };
-        if !(rules.hard_links && e.kind == EntryKind::File && m.nlink() > 1) {
-            return;
-        }
-        let id = FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-        };
-        match self.first_names.get(&id) {
-            Some(first) => {
-                e.kind = EntryKind::HardLink;
-                e.link = Some(first.clone());
-                (e.size, e.data) = (0, 0);
-            }
-            None => {
-                self.first_names.insert(id, e.path.clone());
-            }
-        }
-    }
-
     /// Regular files that are further names of another (`-H`).
     pub fn hard_links(&self) -> usize {
         self.entries
@@ -229,47 +193,13 @@ impl Tree {
             .count()
     }
 
-    fn push(&mut self, e: Entry, source: PathBuf, m: &std::fs::Metadata) {
-        let file = e.kind == EntryKind::File;
-        let id = file.then(|| FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-        });
-        self.ctimes
-            .push(file.then(|| (m.ctime(), m.ctime_nsec() as u32)));
-        self.entries.push(e);
-        self.sources.push(source);
-        self.ids.push(id);
+    /// Take `f` as the next entry (its first name decided, under `-H`).
+    pub fn take(&mut self, f: super::walk::Found) {
+        self.entries.push(f.entry);
+        self.sources.push(f.source);
+        self.ids.push(f.id);
+        self.ctimes.push(f.ctime);
     }
-
-    /// Whether `m` is a device node `rules` leave out (no `-D`, as rsync
-    /// without --devices): counted, not named.
-    fn left_as_device(&mut self, m: &std::fs::Metadata, rules: &ScanRules) -> bool {
-        let t = m.file_type();
-        let left = (t.is_block_device() || t.is_char_device()) && !rules.devices;
-        self.devices_left += u64::from(left);
-        left
-    }
-
-    /// `path` is not moved for a fault (vanished, unreadable).
-    fn skip(&mut self, path: &str, reason: impl Into<String>) {
-        self.left_out(path, crate::session::link::refused::Why::fault(reason));
-    }
-
-    /// `path` is not moved for `why`.
-    fn left_out(&mut self, path: &str, why: crate::session::link::refused::Why) {
-        self.skipped.push(Skipped {
-            path: names::shown(path).into_owned(),
-            reason: why.text,
-            by_rule: why.rule,
-        });
-    }
-}
-
-/// A user or group name that fits the wire, else none (the number is sent).
-fn known_name(name: Option<String>) -> String {
-    name.filter(|n| n.len() <= crate::protocol::manifest::OWNER_NAME_MAX)
-        .unwrap_or_default()
 }
 
 /// The kind of entry `ft` makes, or why it is not moved.
@@ -295,7 +225,7 @@ fn kind_of(ft: &std::fs::FileType) -> Result<EntryKind, Why> {
 
 /// The manifest entry for `path`, from its (not followed) metadata; a
 /// symlink's target comes from `read_link`. Err: why it is not moved.
-fn entry_from(
+pub(super) fn entry_from(
     path: &str,
     m: &std::fs::Metadata,
     read_link: impl FnOnce() -> std::io::Result<String>,
@@ -324,88 +254,6 @@ fn entry_from(
         rdev: if kind.is_device() { m.rdev() } else { 0 },
         ..Default::default()
     })
-}
-
-fn walk(tree: &mut Tree, f: &ScanRules, rel: &str, source: &Path) -> Result<(), SessionError> {
-    let m = match std::fs::symlink_metadata(source) {
-        Ok(m) => m,
-        Err(e) => {
-            tree.skip(rel, format!("vanished or unreadable while scanned: {e}"));
-            return Ok(());
-        }
-    };
-    if !f.filter.admits(rel, m.is_dir()) {
-        tree.excluded += 1;
-        return Ok(());
-    }
-    if tree.left_as_device(&m, f) {
-        return Ok(());
-    }
-    let e = entry_from(rel, &m, || {
-        std::fs::read_link(source).map(|t| names::from_os(t.as_os_str()))
-    });
-    let mut e = match e {
-        Ok(e) => e,
-        Err(why) => {
-            tree.left_out(rel, why);
-            return Ok(());
-        }
-    };
-    tree.dress(&mut e, &m, f);
-    if e.kind == EntryKind::File && e.data < e.size {
-        // Holes, or fewer blocks than the size: what its frames carry.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(source);
-        if let Ok(file) = opened {
-            e.data = super::extents::data_of(&file, e.size);
-        }
-    }
-    let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list(source, keep, max);
-    if let Err(why) = add_xattrs(&mut e, read, f) {
-        tree.skip(rel, why.to_string());
-        return Ok(());
-    }
-    let is_dir = e.kind == EntryKind::Dir;
-    tree.push(e, source.to_path_buf(), &m);
-    if is_dir {
-        walk_children(tree, f, rel, source)?;
-    }
-    Ok(())
-}
-
-fn walk_children(
-    tree: &mut Tree,
-    f: &ScanRules,
-    rel: &str,
-    source: &Path,
-) -> Result<(), SessionError> {
-    let listed = std::fs::read_dir(source).and_then(|d| d.collect::<Result<Vec<_>, _>>());
-    let mut children = match listed {
-        Ok(c) => c,
-        Err(e) => {
-            // The top of a DIR/ source is named as given.
-            let shown = source.display().to_string();
-            let named = if rel.is_empty() { &shown } else { rel };
-            tree.skip(named, format!("its contents cannot be listed: {e}"));
-            return Ok(());
-        }
-    };
-    children.sort_by_key(|c| c.file_name());
-    for c in children {
-        let name = names::from_os(&c.file_name());
-        walk(tree, f, &beneath(rel, &name), &c.path())?;
-    }
-    Ok(())
-}
-
-/// `name` in directory `rel` of the manifest (`rel` empty: at its top).
-fn beneath(rel: &str, name: &str) -> String {
-    match rel {
-        "" => name.to_string(),
-        _ => format!("{rel}/{name}"),
-    }
 }
 
 /// Whether source `s` names a directory's contents rather than the
@@ -450,7 +298,7 @@ fn check_landing(
 
 /// Why an entry's extended attributes cannot go as asked.
 #[derive(Debug, thiserror::Error)]
-enum XattrsRefused {
+pub(super) enum XattrsRefused {
     #[error("its extended attributes cannot be read: {0}")]
     Unreadable(std::io::Error),
     #[error("it has {0} extended attributes to carry, more than {max}", max = crate::protocol::manifest::XATTRS_MAX)]
@@ -460,7 +308,7 @@ enum XattrsRefused {
 /// The extended attributes `rules` carry, as `read` finds them (not on
 /// symlinks, which Linux gives no user attributes). Err: why the entry
 /// cannot be sent as asked.
-fn add_xattrs(
+pub(super) fn add_xattrs(
     e: &mut Entry,
     read: impl Fn(&dyn Fn(&str) -> bool, usize) -> std::io::Result<Vec<(String, Vec<u8>)>>,
     rules: &ScanRules,
@@ -481,17 +329,21 @@ fn add_xattrs(
 
 /// Build the manifest of `sources` (files, directories, symlinks; a
 /// directory is copied as itself, recursively, or given as `DIR/` its
-/// contents are), as `rules` say. Two sources whose entries would land on
-/// one path are refused.
-pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionError> {
-    let mut tree = Tree::default();
-    let mut given = Vec::with_capacity(sources.len());
+/// contents are), as `rules` say, read by several threads ([`walk`]) and
+/// always in one order: depth first, each directory's names sorted. Two
+/// sources whose entries would land on one path are refused.
+pub fn scan(sources: &[PathBuf], rules: &ScanRules) -> Result<Tree, SessionError> {
+    scan_with(sources, rules, Walk::default())
+}
+
+/// [`scan`], read as `how` says (its threads).
+pub fn scan_with(sources: &[PathBuf], rules: &ScanRules, how: Walk) -> Result<Tree, SessionError> {
+    let mut starts = Vec::with_capacity(sources.len());
     for s in sources {
-        given.push((tree.entries.len(), s.display().to_string()));
         let m = std::fs::symlink_metadata(s)
             .map_err(|e| SessionError::io(s.display().to_string(), e))?;
         if is_contents(s) && m.is_dir() {
-            walk_children(&mut tree, filter, "", s)?;
+            starts.push(Start::Contents(s.clone()));
             continue;
         }
         let trimmed = s.components().as_path();
@@ -504,8 +356,16 @@ pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionErro
                 ),
             )
         })?;
-        walk(&mut tree, filter, &name, s)?;
+        starts.push(Start::Itself {
+            rel: name,
+            source: s.clone(),
+        });
     }
+    let (tree, first) = gather(&walk::Local, rules, starts, how);
+    let given: Vec<_> = first
+        .into_iter()
+        .zip(sources.iter().map(|s| s.display().to_string()))
+        .collect();
     check_landing(&tree.entries, &given, "sources")?;
     Ok(tree)
 }
@@ -514,10 +374,83 @@ pub fn scan(sources: &[PathBuf], filter: &ScanRules) -> Result<Tree, SessionErro
 /// (`rel` under the destination, `source` here), as `rules` say: itself,
 /// and beneath it when it is a directory.
 pub(crate) fn scan_new(rules: &ScanRules, rel: &str, source: &Path) -> Tree {
+    let start = Start::Itself {
+        rel: rel.to_string(),
+        source: source.to_path_buf(),
+    };
+    let how = Walk {
+        threads: 1,
+        ..Walk::default()
+    };
+    gather(&walk::Local, rules, vec![start], how).0
+}
+
+/// Walk `starts` in `place` and put what the threads found in the one
+/// order a tree gives: each start in turn, depth first, a directory's
+/// names sorted; under `-H` a file's first name is then its first in that
+/// order. Also: where each start's entries begin.
+pub(super) fn gather<P: walk::Place>(
+    place: &P,
+    rules: &ScanRules,
+    starts: Vec<Start<P::Source>>,
+    how: Walk,
+) -> (Tree, Vec<usize>) {
+    let start_count = starts.len() as u64;
     let mut tree = Tree::default();
-    // A local scan fails only on what it reports as skipped.
-    let _ = walk(&mut tree, rules, rel, source);
-    tree
+    let mut by_dir: HashMap<u64, Vec<Batch>> = HashMap::new();
+    let mut keep = |b: Batch| {
+        tree.excluded += b.excluded;
+        tree.devices_left += b.devices_left;
+        by_dir.entry(b.dir).or_default().push(b);
+        ControlFlow::Continue(())
+    };
+    let how = Walk {
+        name_links: false,
+        ..how
+    };
+    walk::walk(place, rules, starts, how, &mut keep);
+    let mut first_names = HashMap::new();
+    let mut first = Vec::with_capacity(start_count as usize);
+    // Each open directory: its entries and what it left out, both in its
+    // listing's order, and how many of its entries are taken.
+    type Open = (
+        std::vec::IntoIter<Found>,
+        std::vec::IntoIter<(usize, Skipped)>,
+        usize,
+    );
+    let mut open_dir = |dir: u64| -> Open {
+        let mut batches = by_dir.remove(&dir).unwrap_or_default();
+        batches.sort_by_key(|b| b.seq);
+        let (mut found, mut skipped) = (Vec::new(), Vec::new());
+        for b in batches {
+            let at = found.len();
+            skipped.extend(b.skipped.into_iter().map(|(i, s)| (at + i, s)));
+            found.extend(b.found);
+        }
+        (found.into_iter(), skipped.into_iter(), 0)
+    };
+    for start in 0..start_count {
+        first.push(tree.entries.len());
+        let mut stack = vec![open_dir(start)];
+        while let Some((found, skipped, taken)) = stack.last_mut() {
+            while let Some((_, s)) = skipped.as_slice().first().filter(|(i, _)| i <= taken) {
+                tree.skipped.push(s.clone());
+                skipped.next();
+            }
+            let Some(mut f) = found.next() else {
+                stack.pop();
+                continue;
+            };
+            *taken += 1;
+            walk::name_link(&mut first_names, &mut f);
+            let below = f.below;
+            tree.take(f);
+            if let Some(dir) = below {
+                stack.push(open_dir(dir));
+            }
+        }
+    }
+    (tree, first)
 }
 
 /// The daemon's side of a pull: the manifest of `paths` under `root`, each
@@ -531,10 +464,8 @@ pub fn scan_beneath(
     rules: &ScanRules,
 ) -> Result<Tree, SessionError> {
     use crate::protocol::control::ErrorCode;
-    let mut tree = Tree::default();
-    let mut given = Vec::with_capacity(paths.len());
+    let mut starts = Vec::with_capacity(paths.len());
     for p in paths {
-        given.push((tree.entries.len(), p.to_string()));
         let (p, contents) = match p.strip_suffix('/') {
             Some(dir) => (dir, true),
             None => (*p, false),
@@ -553,80 +484,21 @@ pub fn scan_beneath(
                 format!("{p}/: not a directory (leave out the / to pull it as itself)"),
             ));
         }
-        let scan = BeneathScan { root, rules };
-        match contents {
-            true => scan.walk_children(&mut tree, "", p),
-            false => {
-                let name = p.rsplit('/').next().unwrap_or(p);
-                scan.walk(&mut tree, name, p);
-            }
-        }
+        starts.push(match contents {
+            true => Start::Contents(p.to_string()),
+            false => Start::Itself {
+                rel: p.rsplit('/').next().unwrap_or(p).to_string(),
+                source: p.to_string(),
+            },
+        });
     }
+    let (tree, first) = gather(&walk::Beneath(root), rules, starts, Walk::default());
+    let given: Vec<_> = first
+        .into_iter()
+        .zip(paths.iter().map(|p| p.to_string()))
+        .collect();
     check_landing(&tree.entries, &given, "paths")?;
     Ok(tree)
-}
-
-/// A scan beneath a root: the root and the rules it walks by.
-struct BeneathScan<'a> {
-    root: &'a crate::datapath::beneath::Root,
-    rules: &'a ScanRules,
-}
-
-impl BeneathScan<'_> {
-    /// `source` (`rel` in the manifest) and, a directory, what it holds.
-    fn walk(&self, tree: &mut Tree, rel: &str, source: &str) {
-        let (root, rules) = (self.root, self.rules);
-        // One descriptor for its metadata and its attributes: one inode.
-        let held = root
-            .open_path(source)
-            .and_then(|at| at.metadata().map(|m| (at, m)));
-        let (at, m) = match held {
-            Ok(held) => held,
-            Err(e) => return tree.skip(rel, format!("vanished or unreadable while scanned: {e}")),
-        };
-        if !rules.filter.admits(rel, m.is_dir()) {
-            tree.excluded += 1;
-            return;
-        }
-        if tree.left_as_device(&m, rules) {
-            return;
-        }
-        let mut e = match entry_from(rel, &m, || root.read_link(source)) {
-            Ok(e) => e,
-            Err(why) => return tree.left_out(rel, why),
-        };
-        tree.dress(&mut e, &m, rules);
-        if e.kind == EntryKind::File && e.data < e.size {
-            if let Ok(file) = root.open_read(source) {
-                e.data = super::extents::data_of(&file, e.size);
-            }
-        }
-        let read = |keep: &dyn Fn(&str) -> bool, max| crate::datapath::ids::list_fd(&at, keep, max);
-        if let Err(why) = add_xattrs(&mut e, read, rules).map_err(|w| w.to_string()) {
-            return tree.skip(rel, why);
-        }
-        let kind = e.kind;
-        tree.push(e, PathBuf::from(source), &m);
-        if kind == EntryKind::Dir {
-            self.walk_children(tree, rel, source);
-        }
-    }
-
-    /// What directory `source` (`rel` in the manifest, empty at its top)
-    /// holds, beneath the root.
-    fn walk_children(&self, tree: &mut Tree, rel: &str, source: &str) {
-        let names = match self.root.read_dir(source) {
-            Ok(n) => n,
-            // The top of a DIR/ path is named as asked.
-            Err(e) => {
-                let named = if rel.is_empty() { source } else { rel };
-                return tree.skip(named, format!("its contents cannot be listed: {e}"));
-            }
-        };
-        for name in names.iter().filter(|n| !is_reserved(n)) {
-            self.walk(tree, &beneath(rel, name), &format!("{source}/{name}"));
-        }
-    }
 }
 
 /// The time `s` seconds and `ns` nanoseconds from the epoch.

@@ -57,6 +57,12 @@ pub(super) struct Made {
     pub(super) dir: String,
     pub(super) name_max: usize,
     pub(super) unmade: std::collections::HashMap<String, Why>,
+    /// Directories that held nothing when first looked into (or were not
+    /// there), with the names given since to entries in them, ASCII
+    /// lowercased: a file of a plain name among them that no other shares
+    /// (whatever the case) finds nothing in its way and nothing held, with
+    /// no look of its own ([`Made::fresh`]).
+    pub(super) empty: std::collections::HashMap<String, Option<HashSet<String>>>,
 }
 
 impl Made {
@@ -74,6 +80,63 @@ impl Made {
         }
         None
     }
+
+    /// Whether entry `rel` (in directory `dir`, beneath `root`) is the
+    /// only one of its name in a directory that held nothing when first
+    /// looked into: then nothing of its name can be there, nor urmove's
+    /// part and journal of it. Its name is noted either way. Names other
+    /// than plain ASCII (which a strict or case-folding filesystem may
+    /// refuse, or take for another) are never fresh, nor is anything in a
+    /// directory since given one.
+    pub(super) fn fresh(&mut self, root: &Root, dir: &str, rel: &str) -> bool {
+        let name = rel.rsplit_once('/').map_or(rel, |(_, n)| n);
+        let names = self
+            .empty
+            .entry(dir.to_string())
+            .or_insert_with(|| holds_nothing(root, dir).then(HashSet::new));
+        let Some(seen) = names else { return false };
+        if !is_plain(name) || name.len() > self.name_max {
+            *names = None;
+            return false;
+        }
+        seen.insert(name.to_ascii_lowercase())
+    }
+
+    /// Note entry `rel`'s name in its directory, if that is one held empty.
+    pub(super) fn note(&mut self, rel: &str) {
+        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        if let Some(names) = self.empty.get_mut(dir) {
+            match names.as_mut().filter(|_| is_plain(name)) {
+                Some(seen) => {
+                    seen.insert(name.to_ascii_lowercase());
+                }
+                None => *names = None,
+            }
+        }
+    }
+}
+
+/// A name of letters, digits and `._-+,=@~` only: one every filesystem
+/// holds as it is, and folds (if at all) only by ASCII case.
+fn is_plain(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-+,=@~".contains(&b))
+}
+
+/// Whether directory `dir` beneath `root` holds nothing, or is not there
+/// (nor then anything beneath it): its first name read, no more.
+fn holds_nothing(root: &Root, dir: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let at = if dir.is_empty() { "." } else { dir };
+    let fd = match root.openat(at, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+        Ok(fd) => fd,
+        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
+    };
+    // Opened beneath the root; its /proc name reads that directory only.
+    std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .is_ok_and(|mut names| names.next().is_none())
 }
 
 /// Whether `err` says the filesystem cannot hold a name as it is: too long
@@ -248,6 +311,9 @@ impl Incoming {
             self.refuse_entry(i, why);
             return Ok(None);
         }
+        if e.kind != EntryKind::File {
+            made.note(&rel);
+        }
         match e.kind {
             EntryKind::Dir if self.rules.dry_run => Ok(None),
             EntryKind::Dir => {
@@ -300,7 +366,13 @@ impl Incoming {
             made.dir = dir.to_string();
             made.name_max = self.root.name_max(dir);
         }
+        let fresh = made.fresh(&self.root, dir, &rel);
         let mut f = RecvFile::new(e, rel, made.name_max, self.block, &self.rules);
+        if fresh {
+            // Nothing in its way, nothing held: no look needed.
+            self.prepare_new_file(i, &mut f)?;
+            return Ok(Some(f));
+        }
         if let Some(why) = self.in_the_way(&f) {
             // Told to the sender before the data; its frames dropped.
             f.state = FileState::Skipped;
@@ -525,6 +597,15 @@ impl Incoming {
                 });
             }
         }
+        self.prepare_new_file(i, f)
+    }
+
+    /// `f`, holding nothing yet: an empty file is finished now.
+    pub(super) fn prepare_new_file(
+        &mut self,
+        i: u32,
+        f: &mut RecvFile,
+    ) -> Result<(), SessionError> {
         if f.size == 0 && !f.growing && !self.rules.dry_run {
             // Nothing to wait for: an empty file's digest is 0 on both sides.
             open_part(&self.root, self.direct, &self.rules, f)?;
@@ -695,5 +776,89 @@ mod tests {
         };
         journal::store(&root, &f.journal_rel(), &mine, &rules.secret).unwrap();
         busy(&mut f);
+    }
+
+    /// A plain name in a directory that held nothing is fresh, once per
+    /// name whatever its case; a name not plain, or too long, ends that
+    /// for its directory; a directory that holds something is never.
+    #[test]
+    fn only_plain_names_alone_in_a_directory_that_held_nothing_are_fresh() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        for d in ["a", "b/x", "d", "e"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let mut made = Made {
+            name_max: 12,
+            ..Default::default()
+        };
+        assert!(made.fresh(&root, "a", "a/f1"));
+        assert!(!made.fresh(&root, "a", "a/F1"), "one name in another case");
+        assert!(made.fresh(&root, "a", "a/f2"));
+        assert!(!made.fresh(&root, "b", "b/y"), "b holds x");
+        assert!(made.fresh(&root, "c", "c/z"), "c is not there");
+        assert!(made.fresh(&root, "d", "d/f"));
+        made.note("d/Sub");
+        assert!(!made.fresh(&root, "d", "d/sub"), "a directory made since");
+        assert!(made.fresh(&root, "d", "d/g"));
+        assert!(!made.fresh(&root, "d", "d/\u{e9}t\u{e9}"), "not plain");
+        assert!(!made.fresh(&root, "d", "d/h"), "d is no longer known");
+        assert!(!made.fresh(&root, "e", "e/longer-than-12"));
+        assert!(!made.fresh(&root, "e", "e/i"));
+    }
+
+    /// A fresh directory's files need no look; one that holds something
+    /// still finds what is in the way (a directory where a file goes, a
+    /// directory at urmove's part name), resuming or not.
+    #[test]
+    fn what_is_in_the_way_is_found_beside_fresh_directories() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        std::fs::create_dir_all(dir.path().join("full/f")).unwrap();
+        std::fs::create_dir_all(dir.path().join("full/g.urmove.part")).unwrap();
+        std::fs::create_dir_all(dir.path().join("empty")).unwrap();
+        let file = |path: &str, size| Entry {
+            path: path.into(),
+            kind: EntryKind::File,
+            size,
+            mode: 0o644,
+            ..Default::default()
+        };
+        for resume in [
+            None,
+            Some(Resume {
+                checksum: false,
+                key: crate::protocol::frame::FrameKey { k0: 1, k1: 2 },
+            }),
+        ] {
+            let entries = vec![
+                file("empty/a", 5),
+                file("empty/b", 0),
+                file("full/f", 5),
+                file("full/g", 5),
+                file("full/h", 5),
+                file("new/i", 5),
+            ];
+            let root = Root::open_for_writing(dir.path()).unwrap();
+            let dest = Destination {
+                root,
+                dest: String::new(),
+            };
+            let inc = Incoming::prepare(
+                dest,
+                entries,
+                4096,
+                DirectMode::Off,
+                rules(),
+                resume,
+                &mut || {},
+            )
+            .unwrap();
+            let refused: Vec<u32> = inc.refused.iter().map(|r| r.entry).collect();
+            assert_eq!(refused, [2, 3], "{:?}", inc.refused);
+            assert_eq!(inc.done_at_start.len(), 1);
+            assert!(inc.have.is_empty());
+            assert_eq!(std::fs::read(dir.path().join("empty/b")).unwrap(), b"");
+            std::fs::remove_file(dir.path().join("empty/b")).unwrap();
+        }
     }
 }
