@@ -40,6 +40,9 @@ use super::commit::{self, FinalJob, Outcome};
 /// batch syncs the others (and the lanes) go on, and none waits for a
 /// single batch holding every file in hand.
 pub(crate) const BATCH_MAX: usize = 16;
+/// Empty files a receiver commits together while it prepares (each holds
+/// a descriptor until then).
+pub(crate) const EMPTY_BATCH: usize = 64;
 /// A file this large or smaller commits in a batch; a larger one alone,
 /// its sync its own.
 pub(crate) const BATCH_FILE_MAX: u64 = 1 << 20;
@@ -98,6 +101,32 @@ fn take(jobs: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
         }
     }
     Some(taken)
+}
+
+impl super::incoming::Incoming {
+    /// Commit the empty files prepared so far together (their syncs in
+    /// flight at once, as the finalizers' batches), each of them among
+    /// `files` already: each is done at the start; the first failure fails
+    /// the session, as a single one did.
+    pub(super) fn commit_empty(&mut self) -> Result<(), SessionError> {
+        let jobs = std::mem::take(&mut self.empty);
+        for r in commit_all(&self.root, jobs) {
+            match r {
+                Ok(Outcome::Committed(i, digest)) => {
+                    if let Some(Some(f)) = self.files.get_mut(i as usize) {
+                        f.state = super::file::FileState::Done;
+                    }
+                    self.done_at_start.push((i, digest));
+                }
+                Ok(other) => {
+                    let m = format!("an empty file was not committed: {other:?}");
+                    return Err(SessionError::local(crate::session::ErrorCode::Io, m));
+                }
+                Err((_, e)) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Each finished file's result (see the module's steps).

@@ -184,6 +184,8 @@ pub(crate) struct Incoming {
     pub(super) resume: Option<Resume>,
     /// Files finished while preparing (empty ones): (entry, digest).
     pub(super) done_at_start: Vec<(u32, u64)>,
+    /// Empty files ready to commit, committed together (`batch`).
+    pub(super) empty: Vec<super::commit::FinalJob>,
     /// What the receiver holds already, for the sender (resume).
     pub(super) have: Vec<HaveItem>,
     /// Entries this side refused to create (unsafe links, names it cannot
@@ -274,6 +276,7 @@ impl Incoming {
             rules,
             resume,
             done_at_start: Vec::new(),
+            empty: Vec::new(),
             have: Vec::new(),
             refused: Vec::new(),
             complete_before: Vec::new(),
@@ -291,9 +294,20 @@ impl Incoming {
         let mut made = Made::default();
         for (i, e) in entries.iter().enumerate() {
             tick();
-            let file = inc.prepare_entry(i as u32, e, &mut made, tick)?;
+            let file = match inc.prepare_entry(i as u32, e, &mut made, tick) {
+                Ok(file) => file,
+                Err(e) => {
+                    // The empty files ready are whole: committed still.
+                    let _ = inc.commit_empty();
+                    return Err(e);
+                }
+            };
             inc.files.push(file);
+            if inc.empty.len() >= super::batch::EMPTY_BATCH {
+                inc.commit_empty()?;
+            }
         }
+        inc.commit_empty()?;
         inc.entries = entries;
         inc.done_files = inc.done_at_start.len();
         Ok(inc)
@@ -600,7 +614,8 @@ impl Incoming {
         self.prepare_new_file(i, f)
     }
 
-    /// `f`, holding nothing yet: an empty file is finished now.
+    /// `f`, holding nothing yet: an empty file is finished now (with
+    /// others: see `commit_empty`).
     pub(super) fn prepare_new_file(
         &mut self,
         i: u32,
@@ -610,10 +625,8 @@ impl Incoming {
             // Nothing to wait for: an empty file's digest is 0 on both sides.
             open_part(&self.root, self.direct, &self.rules, f)?;
             f.sender_digest = Some(0);
-            let job = super::commit::FinalJob::take(i, f, &self.rules);
-            let (idx, digest) = super::commit::finish(&self.root, job)?;
-            f.state = FileState::Done;
-            self.done_at_start.push((idx, digest));
+            self.empty
+                .push(super::commit::FinalJob::take(i, f, &self.rules));
         }
         Ok(())
     }
