@@ -2,7 +2,8 @@
 //! with SIGKILL halfway through a tree and run again sends only what was
 //! not committed; four such sessions at once keep the daemon's memory
 //! within the manifest budget it was given. The trees' sizes come from
-//! `URMOVE_MANY_FILES` (the ignored runs CI makes use 1,000,000).
+//! `URMOVE_MANY_FILES` (the ignored run CI makes uses 200,000; the
+//! issue's million: `URMOVE_MANY_FILES=1000000 cargo test --release`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -155,11 +156,11 @@ fn a_sender_killed_halfway_through_a_tree_resumes_with_only_what_was_not_committ
     killed_halfway_then_resumed(sized(20_000));
 }
 
-/// The size: a million files (CI runs it; `URMOVE_MANY_FILES` sets it).
+/// A larger tree: 200,000 files (CI runs it; `URMOVE_MANY_FILES` sets it).
 #[test]
-#[ignore = "a million files: minutes; CI runs it"]
-fn a_million_file_tree_killed_halfway_resumes_with_only_what_was_not_committed() {
-    killed_halfway_then_resumed(sized(1_000_000));
+#[ignore = "200,000 files or more: minutes; CI runs it"]
+fn a_large_tree_killed_halfway_resumes_with_only_what_was_not_committed() {
+    killed_halfway_then_resumed(sized(200_000));
 }
 
 /// The daemon's peak resident memory (VmHWM), in bytes.
