@@ -886,7 +886,8 @@ fn pull_excludes_deletes_and_dry_runs_as_send_does() {
         before,
         "the dry run changed this side"
     );
-    assert!(d.log().contains("a dry run of"), "{}", d.log());
+    let log = d.log_until("a dry run of");
+    assert!(log.contains("a dry run of"), "{log}");
     let v = json(&pull(
         &[&dry[..], &["--json"]].concat(),
         &["127.0.0.1:run"],

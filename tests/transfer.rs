@@ -108,19 +108,24 @@ pub struct Twin {
 impl Twin {
     /// Its log lines until one holds `what` (at most 10 s), or all so far.
     pub fn log_until(&self, what: &str) -> String {
-        let mut lines = Vec::new();
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
-            let Ok(line) = self.log.recv_timeout(left) else {
-                break;
-            };
-            lines.push(line);
-            if lines.last().is_some_and(|l| l.contains(what)) {
-                break;
-            }
-        }
-        lines.join("\n")
+        lines_until(&self.log, what)
     }
+}
+
+/// Lines of `log` until one holds `what` (at most 10 s), or all so far.
+fn lines_until(log: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    let mut lines = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+        let Ok(line) = log.recv_timeout(left) else {
+            break;
+        };
+        lines.push(line);
+        if lines.last().is_some_and(|l| l.contains(what)) {
+            break;
+        }
+    }
+    lines.join("\n")
 }
 
 impl Drop for Twin {
@@ -259,6 +264,12 @@ impl Daemon {
     /// Log lines so far.
     pub fn log(&self) -> String {
         self.log.try_iter().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Its log lines until one holds `what` (at most 10 s: the daemon may
+    /// log a session's end after its client ended), or all so far.
+    pub fn log_until(&self, what: &str) -> String {
+        lines_until(&self.log, what)
     }
 
     pub fn alive(&mut self) -> bool {
