@@ -90,10 +90,12 @@ impl Made {
     /// directory since given one.
     pub(super) fn fresh(&mut self, root: &Root, dir: &str, rel: &str) -> bool {
         let name = rel.rsplit_once('/').map_or(rel, |(_, n)| n);
-        let names = self
-            .empty
-            .entry(dir.to_string())
-            .or_insert_with(|| holds_nothing(root, dir).then(HashSet::new));
+        if !self.empty.contains_key(dir) {
+            // Looked into once: the directory's name is copied only then.
+            let held = holds_nothing(root, dir).then(HashSet::new);
+            self.empty.insert(dir.to_string(), held);
+        }
+        let names = self.empty.get_mut(dir).expect("inserted above");
         let Some(seen) = names else { return false };
         if !is_plain(name) || name.len() > self.name_max {
             *names = None;
