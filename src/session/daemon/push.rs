@@ -71,8 +71,11 @@ pub(super) fn push_session(
             &registry.stats,
             peer,
             cfg.interval,
-            // A follow's files grow: no percent of a total.
-            (!req.has(crate::protocol::control::REQ_FOLLOW)).then(|| incoming.data_missing()),
+            // A follow's files grow, a streamed push's walk goes on: no
+            // percent of a total.
+            (!req.has(crate::protocol::control::REQ_FOLLOW)
+                && !req.has(crate::protocol::control::REQ_STREAM))
+            .then(|| incoming.data_missing()),
         ),
         ctl: s.try_clone()?,
         last_beat: Instant::now(),
@@ -293,6 +296,7 @@ pub(super) fn prepare_push<'r>(
     let resume = req.has(REQ_RESUME).then_some(Resume {
         checksum: req.has(REQ_CHECKSUM),
         key: frame_key(keys),
+        stamps_only: false,
     });
     // A dry run holds no name: it never keeps a push from one.
     let claims = match req.has(crate::protocol::control::REQ_DRY_RUN) {
@@ -405,6 +409,10 @@ impl crate::session::sink::landing::Landing for DaemonLanding<'_, '_> {
 
     fn admitted(&mut self, upto: u32) -> Result<(), SessionError> {
         send_msg(&mut self.ctl, &Message::Admitted { upto })
+    }
+
+    fn held(&mut self, items: Vec<crate::protocol::control::HaveItem>) -> Result<(), SessionError> {
+        crate::session::plan::held::Held::send_items(&mut self.ctl, items).map(|_| ())
     }
 
     fn progress(&mut self, bytes: u64) {

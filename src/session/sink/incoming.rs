@@ -578,6 +578,8 @@ impl Incoming {
             }
             let continued = match f.size {
                 0 => None,
+                // Started over: no verdict comes on what a part holds.
+                _ if r.stamps_only => None,
                 _ => self.continue_part(f, &r.key, tick)?,
             };
             if let Some(keyed) = continued {
@@ -828,6 +830,7 @@ mod tests {
             Some(Resume {
                 checksum: false,
                 key: crate::protocol::frame::FrameKey { k0: 1, k1: 2 },
+                stamps_only: false,
             }),
         ] {
             let entries = vec![

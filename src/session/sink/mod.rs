@@ -17,6 +17,7 @@ pub(crate) mod beside;
 pub(crate) mod book;
 pub(crate) mod book_follow;
 pub(crate) mod book_journal;
+pub(crate) mod book_stream;
 pub(crate) mod commit;
 pub(crate) mod file;
 pub(crate) mod finish;
