@@ -127,6 +127,10 @@ impl SessionRequest {
             self.time_ms = 0;
             self.flags &= !REQ_VERIFY;
         }
+        if v < 14 {
+            // A peer of 13 takes the manifest whole.
+            self.flags &= !REQ_STREAM;
+        }
         self
     }
 

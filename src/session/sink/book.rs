@@ -94,6 +94,8 @@ pub(in crate::session) struct Book<'s> {
     /// How the manifest was resumed (a streamed push's windows are so
     /// too, by stamps only).
     pub(super) resume: Option<super::rules::Resume>,
+    /// The directories the manifest's preparation made (and its windows').
+    pub(super) made: &'s mut super::incoming::Made,
     /// Bytes of block tables its growing files may still add.
     pub(super) growth_left: u64,
     pub(super) jobs: mpsc::Sender<Job>,
@@ -211,6 +213,7 @@ impl<'s> Book<'s> {
             dest,
             entries,
             resume,
+            made,
             ..
         } = incoming;
         let rules: &Rules = rules;
@@ -232,6 +235,7 @@ impl<'s> Book<'s> {
             paths: None,
             adding: rules.follow || rules.stream,
             resume: *resume,
+            made,
             growth_left: match rules.follow {
                 true => super::file::FOLLOW_BITMAP_BYTES,
                 false => 0,

@@ -97,8 +97,13 @@ impl Book<'_> {
             root,
             dest: self.dest.to_string(),
         };
-        let (block, direct, rules) = (self.block, self.direct, self.rules.clone());
-        let mut inc = Incoming::prepare(at, entries, block, direct, rules, resume, &mut || {})?;
+        let how = (self.block, self.direct, self.rules.clone(), resume);
+        let made = std::mem::take(self.made);
+        let mut inc = Incoming::prepare_from(at, entries, how, made, &mut || {})?;
+        *self.made = std::mem::take(&mut inc.made);
+        // What it holds unchanged is done: no verdict comes on it.
+        inc.apply_verdict(&std::collections::HashSet::new())?;
+        self.tally.done_files += inc.done_files;
         for f in std::mem::take(&mut inc.files) {
             let receiving = f.as_ref().is_some_and(|f| f.state == FileState::Receiving);
             self.remaining += usize::from(receiving);
@@ -118,7 +123,6 @@ impl Book<'_> {
             .into_iter()
             .map(|(i, d)| (i + first, d))
             .collect();
-        self.tally.done_files += done.len();
         let have = inc.take_have().into_iter().map(|h| shifted(h, first));
         self.tally.added.append(&mut inc.entries);
         Ok(Window {

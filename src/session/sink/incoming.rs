@@ -210,6 +210,9 @@ pub(crate) struct Incoming {
     /// Under `-H`: how many names each linked file has in the manifest, by
     /// the final path of its first name.
     pub(super) names: std::collections::HashMap<String, u64>,
+    /// The directories its preparation made (a streamed push's windows
+    /// go on from there).
+    pub(super) made: Made,
 }
 
 /// Where a manifest of one file that may take its destination's name
@@ -259,6 +262,24 @@ impl Incoming {
         resume: Option<Resume>,
         tick: &mut dyn FnMut(),
     ) -> Result<Self, SessionError> {
+        let how = (block, direct, rules, resume);
+        Incoming::prepare_from(
+            Destination { root, dest },
+            entries,
+            how,
+            Made::default(),
+            tick,
+        )
+    }
+
+    /// [`Incoming::prepare`], from what an earlier preparation `made`.
+    pub(super) fn prepare_from(
+        Destination { root, dest }: Destination,
+        entries: Vec<Entry>,
+        (block, direct, rules, resume): (u64, DirectMode, Rules, Option<Resume>),
+        mut made: Made,
+        tick: &mut dyn FnMut(),
+    ) -> Result<Self, SessionError> {
         check_entries(&entries, block, rules.follow)?;
         if !dest.is_empty() && !rules.dry_run {
             root.mkdir_all(&dest, 0o755)
@@ -287,8 +308,8 @@ impl Incoming {
             peer_summary: None,
             routed: false,
             names: names_of_links(&dest, &entries),
+            made: Made::default(),
         };
-        let mut made = Made::default();
         for (i, e) in entries.iter().enumerate() {
             tick();
             let file = inc.prepare_entry(i as u32, e, &mut made, tick)?;
@@ -296,6 +317,7 @@ impl Incoming {
         }
         inc.entries = entries;
         inc.done_files = inc.done_at_start.len();
+        inc.made = made;
         Ok(inc)
     }
 
