@@ -35,6 +35,7 @@ mod service;
 mod shards;
 mod sparse;
 mod stamps;
+mod stream;
 mod summaries;
 mod transfer;
 mod trust;

@@ -162,7 +162,7 @@ fn walk_sources(cfg: &SendConfig) -> Result<(Tree, Option<Walking>), SessionErro
     }
     let mut walking = Walking::start(&cfg.sources, &cfg.scan)?;
     let mut tree = Tree::default();
-    let first = Instant::now() + crate::session::source::stream::FIRST_WINDOW;
+    let first = Instant::now() + crate::session::source::stream::first_window();
     walking.fill(&mut tree, Some(first));
     if !walking.ended {
         return Ok((tree, Some(walking)));
@@ -175,10 +175,12 @@ fn walk_sources(cfg: &SendConfig) -> Result<(Tree, Option<Walking>), SessionErro
 /// Whether a push may stream its manifest (protocol 14): one source, no
 /// `-H` (a file's first name must come before its links, in one window),
 /// no shard (its manifest digest is the whole tree's), no `--follow`, no
-/// `--checksum` (a window's held files count by their stamp alone).
+/// `--checksum` (a window's held files count by their stamp alone), not
+/// one file to rename (its manifest must hold it).
 /// `URMOVE_NO_STREAM` set: never.
 fn streams(cfg: &SendConfig) -> bool {
     cfg.sources.len() == 1
+        && !cfg.one_file
         && !cfg.scan.hard_links
         && cfg.shard.is_none()
         && cfg.follow.is_none()

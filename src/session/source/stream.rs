@@ -36,6 +36,15 @@ use crate::session::SessionError;
 
 /// How long the first window waits for the walk.
 pub(crate) const FIRST_WINDOW: Duration = Duration::from_millis(50);
+/// How long the first window waits: [`FIRST_WINDOW`], or
+/// `URMOVE_STREAM_FIRST_MS` (tests: 0 streams even a small tree).
+pub(crate) fn first_window() -> Duration {
+    std::env::var("URMOVE_STREAM_FIRST_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(FIRST_WINDOW, Duration::from_millis)
+}
+
 /// How long each later window gathers, at most.
 pub(crate) const WINDOW: Duration = Duration::from_millis(50);
 /// Entries in one window, at most.
