@@ -592,6 +592,9 @@ impl<'s> Control<'s> {
     fn hear_peer(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
         while self.peer_open {
             match self.peer.events.try_recv() {
+                // A window prepared is a step's work: the finalizers'
+                // results and the progress are taken before the next.
+                Ok(ev @ PeerEvent::Added(..)) => return self.on_peer(book, ev),
                 Ok(ev) => self.on_peer(book, ev)?,
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => self.peer_open = false,
@@ -627,6 +630,9 @@ impl<'s> Control<'s> {
                     self.out.held(w.have)?;
                 }
                 self.out.admitted(w.upto)?;
+                // The time it took is this side's, not the sender's.
+                (self.window.start, self.window.bytes_at_start) =
+                    (Instant::now(), self.tcp_bytes());
             }
             PeerEvent::Added(first, entries) => {
                 self.out.admit(&entries)?;
