@@ -91,14 +91,11 @@ pub fn run_send(
     let growing = follow.as_ref().map(|f| f.gauge);
     let expect =
         Expect::transfer(to_send, true).following(growing.or(stream.as_ref().map(|s| s.gauge)));
-    let (data, mut report, receipts) = push.transfer(
-        cfg,
-        expect,
-        &acks,
-        (follow.as_ref(), stream.as_ref()),
-        interrupt,
-        obs,
-    )?;
+    let adding = Adding {
+        follow: follow.as_ref(),
+        stream: stream.as_ref(),
+    };
+    let (data, mut report, receipts) = push.transfer(cfg, expect, &acks, adding, interrupt, obs)?;
     let entries = [tree.entries.as_slice(), &added.entries()].concat();
     report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
     report.bytes_skipped = skipped;
@@ -132,9 +129,8 @@ pub fn run_send(
         report.files_verified = done.saturating_sub(report.files_unchanged);
     }
     report.judge_rate();
-    let compare = push.compare;
     let setup = opened.saturating_sub(scanned);
-    report.time_phases(scanned, setup, compare, began.elapsed());
+    report.time_phases(scanned, setup, push.compare, began.elapsed());
     if let (Some(p), Some(walked)) = (report.phases.as_mut(), walked) {
         p.walk_s = walked;
         let first = acks.first_ack.get();
@@ -346,6 +342,13 @@ pub(super) fn open_push<'t>(
     })
 }
 
+/// What a push adds after its manifest: a follow's entries, or a
+/// streamed push's later windows.
+pub(super) struct Adding<'f> {
+    pub(super) follow: Option<&'f FollowCtx<'f>>,
+    pub(super) stream: Option<&'f StreamCtx<'f>>,
+}
+
 /// What a push's data phase comes back with: the lanes' outcome, the
 /// report of the run, and the receiver's acknowledgements.
 pub(super) type Moved = (
@@ -364,7 +367,7 @@ impl Push<'_> {
         cfg: &SendConfig,
         expect: Expect<'_>,
         acked: &Acks,
-        (follow, stream): (Option<&FollowCtx<'_>>, Option<&StreamCtx<'_>>),
+        adding: Adding<'_>,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Moved, SessionError> {
@@ -372,6 +375,7 @@ impl Push<'_> {
         reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
         let announce_on = self.ctl.try_clone()?;
         let txs = std::mem::take(&mut self.txs);
+        let Adding { follow, stream } = adding;
         let added = follow.map(|f| f.added).or(stream.map(|s| s.added));
         let open = |i: usize| match self.tree.sources.get(i) {
             Some(path) => open_source(path, self.tree.ids[i], cfg.direct),

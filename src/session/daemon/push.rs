@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{
-    ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
+    ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_FOLLOW,
+    REQ_RESUME, REQ_STREAM,
 };
 use crate::protocol::manifest::check_path;
 
@@ -73,9 +74,7 @@ pub(super) fn push_session(
             cfg.interval,
             // A follow's files grow, a streamed push's walk goes on: no
             // percent of a total.
-            (!req.has(crate::protocol::control::REQ_FOLLOW)
-                && !req.has(crate::protocol::control::REQ_STREAM))
-            .then(|| incoming.data_missing()),
+            (!req.has(REQ_FOLLOW | REQ_STREAM)).then(|| incoming.data_missing()),
         ),
         ctl: s.try_clone()?,
         last_beat: Instant::now(),

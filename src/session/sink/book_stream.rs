@@ -12,7 +12,7 @@ use crate::protocol::manifest::{check_entry, Entry};
 
 use super::book::Book;
 use super::file::FileState;
-use super::incoming::{Destination, Incoming};
+use super::incoming::{Destination, Incoming, Preparing};
 use super::rules::Resume;
 use crate::session::link::refused::Refused;
 use crate::session::SessionError;
@@ -97,7 +97,12 @@ impl Book<'_> {
             root,
             dest: self.dest.to_string(),
         };
-        let how = (self.block, self.direct, self.rules.clone(), resume);
+        let how = Preparing {
+            block: self.block,
+            direct: self.direct,
+            rules: self.rules.clone(),
+            resume,
+        };
         let made = std::mem::take(self.made);
         let mut inc = Incoming::prepare_from(at, entries, how, made, &mut || {})?;
         *self.made = std::mem::take(&mut inc.made);

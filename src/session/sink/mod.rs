@@ -26,6 +26,7 @@ pub(crate) mod intake;
 pub(crate) mod journal;
 pub(crate) mod landing;
 pub(crate) mod lease;
+pub(crate) mod made;
 pub(crate) mod manifest;
 pub(crate) mod part;
 pub(crate) mod pieces;
