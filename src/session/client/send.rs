@@ -71,11 +71,12 @@ pub fn run_send(
         .walking
         .take()
         .map(|w| StreamCtx::new(w, &added, &gauge));
-    let opened = began.elapsed();
     let (skipped, kept) = note_held(tree, &push.held, cfg.block_size, obs);
     let block = u64::from(cfg.block_size);
     let room = room_after_manifest(cfg, stream.is_some());
     let acks = Acks::new(tree, &push.held, room, cfg.streams, &push.refused);
+    // (A streamed push's tables are set up by now.)
+    let opened = began.elapsed();
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
     let share = tree.data_bytes_in(block);
     let refused = push.held.refused_bytes(tree, block);
@@ -158,8 +159,8 @@ fn walk_sources(cfg: &SendConfig) -> Result<(Tree, Option<Walking>), SessionErro
     }
     let mut walking = Walking::start(&cfg.sources, &cfg.scan)?;
     let mut tree = Tree::default();
-    let first = Instant::now() + crate::session::source::stream::first_window();
-    walking.fill(&mut tree, Some(first));
+    let (wait, least) = crate::session::source::stream::first_window();
+    walking.fill(&mut tree, Some(Instant::now() + wait), least);
     if !walking.ended {
         return Ok((tree, Some(walking)));
     }
@@ -307,7 +308,7 @@ pub(super) fn open_push<'t>(
     let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
         // A peer of 13 takes the manifest whole: the walk ends first.
         if let Some(mut w) = walking.take_if(|_| ctl.protocol() < 14) {
-            w.fill(tree, None);
+            w.fill(tree, None, 0);
         }
         let tree: &Tree = tree;
         let local =

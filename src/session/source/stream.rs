@@ -36,13 +36,22 @@ use crate::session::SessionError;
 
 /// How long the first window waits for the walk.
 pub(crate) const FIRST_WINDOW: Duration = Duration::from_millis(50);
-/// How long the first window waits: [`FIRST_WINDOW`], or
-/// `URMOVE_STREAM_FIRST_MS` (tests: 0 streams even a small tree).
-pub(crate) fn first_window() -> Duration {
+/// Names the first window waits for at least (kept or left out), however long the walk
+/// takes: a tree smaller than this never streams (a busy machine's walk
+/// of three files may take longer than [`FIRST_WINDOW`]).
+pub(crate) const FIRST_WINDOW_MIN: usize = 4096;
+
+/// How long the first window waits and for how many entries at least:
+/// [`FIRST_WINDOW`] and [`FIRST_WINDOW_MIN`], or with
+/// `URMOVE_STREAM_FIRST_MS` set (tests) that long and none (0 streams
+/// even a small tree, all of it in later windows).
+pub(crate) fn first_window() -> (Duration, usize) {
     std::env::var("URMOVE_STREAM_FIRST_MS")
         .ok()
         .and_then(|ms| ms.parse().ok())
-        .map_or(FIRST_WINDOW, Duration::from_millis)
+        .map_or((FIRST_WINDOW, FIRST_WINDOW_MIN), |ms| {
+            (Duration::from_millis(ms), 0)
+        })
 }
 
 /// How long each later window gathers, at most.
@@ -51,6 +60,8 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(50);
 pub(crate) const WINDOW_ENTRIES: usize = 16_384;
 /// Entries a streamed push adds after its first window, at most.
 pub(crate) const STREAM_ROOM: usize = 1 << 20;
+/// The shortest wait for the walk's next batch.
+const WAIT_MIN: Duration = Duration::from_millis(1);
 /// How often the streamer tells the receiver it is there.
 const BEAT_EVERY: Duration = Duration::from_secs(1);
 
@@ -104,13 +115,15 @@ impl Walking {
         }
     }
 
-    /// What the walk gives until `until` (to its end without one), into
-    /// `tree`.
-    pub(crate) fn fill(&mut self, tree: &mut Tree, until: Option<Instant>) {
+    /// What the walk gives until `until` and it met `least` names (kept
+    /// or left out), to its end without `until`, into `tree`.
+    pub(crate) fn fill(&mut self, tree: &mut Tree, until: Option<Instant>, least: usize) {
         while !self.ended {
+            let met = tree.entries.len() + tree.skipped.len();
+            let met = met as u64 + tree.excluded + tree.devices_left;
             let wait = match until {
-                Some(t) if Instant::now() >= t => return,
-                Some(t) => t - Instant::now(),
+                Some(t) if Instant::now() >= t && met >= least as u64 => return,
+                Some(t) => t.saturating_duration_since(Instant::now()).max(WAIT_MIN),
                 None => Duration::from_secs(3600),
             };
             if let Some(b) = self.next(wait) {
