@@ -58,6 +58,12 @@ pub(crate) fn first_window() -> (Duration, usize) {
 pub(crate) const WINDOW: Duration = Duration::from_millis(50);
 /// Entries in one window, at most.
 pub(crate) const WINDOW_ENTRIES: usize = 16_384;
+/// Entries sent and not yet admitted by the receiver, at most: the
+/// streamer waits beyond (the receiver prepares them one window a step).
+pub(crate) const UNADMITTED_MAX: usize = 4 * WINDOW_ENTRIES;
+/// Batches the walk may make ahead of the streamer (of at most
+/// `walk::CHUNK_ENTRIES` entries each): beyond, it waits.
+const BATCHES_AHEAD: usize = 256;
 /// Entries a streamed push adds after its first window, at most.
 pub(crate) const STREAM_ROOM: usize = 1 << 20;
 /// The shortest wait for the walk's next batch.
@@ -81,7 +87,7 @@ impl Walking {
     pub(crate) fn start(sources: &[PathBuf], rules: &ScanRules) -> Result<Walking, SessionError> {
         let starts = starts_of(sources)?;
         let rules = rules.clone();
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(BATCHES_AHEAD);
         let thread = std::thread::Builder::new()
             .name("urmove-walk".into())
             .spawn(move || {
@@ -228,13 +234,16 @@ impl<'a> Streamer<'a> {
             if stop.load(Ordering::Relaxed) || self.work.failed() || gone {
                 return Ok(());
             }
-            let found = self.window();
+            let found = match self.unadmitted() < UNADMITTED_MAX {
+                true => self.window(),
+                false => Vec::new(),
+            };
             if !found.is_empty() {
                 self.add(found)?;
             } else if !told_end && self.walk_ended() {
                 send_msg(&mut self.ctl, &Message::AddedEnd)?;
                 told_end = true;
-            } else if told_end {
+            } else if told_end || self.walk_ended() || self.unadmitted() >= UNADMITTED_MAX {
                 std::thread::sleep(Duration::from_millis(2));
             }
             self.admit_pending();
@@ -243,6 +252,13 @@ impl<'a> Streamer<'a> {
                 return Ok(());
             }
         }
+    }
+
+    /// Entries sent that the receiver has not admitted yet.
+    fn unadmitted(&self) -> usize {
+        let sent = self.ctx.added.base + self.ctx.added.len();
+        let ready = self.acks.map_or(u32::MAX, |a| a.admitted()) as usize;
+        sent.saturating_sub(ready)
     }
 
     fn walk_ended(&self) -> bool {
