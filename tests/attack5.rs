@@ -10,7 +10,7 @@ use std::time::Duration;
 use urmove::protocol::control::{
     encode, encode_at, DaemonInfo, Direction, ErrorCode, Limit, Message, SessionRequest,
 };
-use urmove::protocol::handshake::{ClientHandshake, Hello, SessionKeys};
+use urmove::protocol::handshake::{ClientHandshake, Hello, SessionKeys, VERSION};
 use urmove::protocol::negotiate::{Answer, Range, OURS};
 use urmove::session::link::conn::{recv_any, Control};
 
@@ -124,7 +124,7 @@ fn early_streams_of_one_session_do_not_starve_the_next_from_its_address() {
     // Session A, as urmove 0.2.0 opens it: request, then as many early
     // streams as the room allows while its (large) manifest is made.
     let (mut a, _keys, answer) = open(d.port, &d.key, OURS);
-    assert_eq!(answer.chosen, 13);
+    assert_eq!(answer.chosen, VERSION);
     send_sealed(&mut a, &push_request(8, 1 << 20));
     // Half the room, as a client of 13 takes at most.
     let early: Vec<TcpStream> = (0..8.min(answer.room / 2))
@@ -440,7 +440,7 @@ fn the_verdict_follows_items_named_not_ranges() {
     std::fs::write(d.root.path().join("p/f"), crate::util::noise(3 << 20, 2)).unwrap();
     let pull = |have: Vec<HaveItem>| {
         let (mut c, _, a) = open(d.port, &d.key, OURS);
-        assert_eq!(a.chosen, 13);
+        assert_eq!(a.chosen, VERSION);
         let mut req = request(Direction::Pull, 1, "p");
         req.flags = REQ_RESUME;
         send_sealed(&mut c, &Message::Request(req));
@@ -600,7 +600,7 @@ fn a_sessions_own_early_streams_do_not_count_against_its_admission() {
         &["--max-connections", "10"],
     );
     let (mut c, _keys, answer) = open(d.port, &d.key, OURS);
-    assert_eq!(answer.chosen, 13);
+    assert_eq!(answer.chosen, VERSION);
     let early: Vec<TcpStream> = (0..8.min(answer.room - 1))
         .map(|_| connect(d.port))
         .collect();

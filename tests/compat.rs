@@ -467,10 +467,10 @@ fn a_new_only_feature_asked_of_the_old_daemon_is_refused_by_name() {
     assert_eq!(v["release"], env!("CARGO_PKG_VERSION"), "{v}");
     assert_eq!(
         (v["protocol_oldest"].as_u64(), v["protocol_newest"].as_u64()),
-        (Some(12), Some(13)),
+        (Some(12), Some(14)),
         "{v}"
     );
-    assert_eq!(v["protocol_spoken"], 13, "{v}");
+    assert_eq!(v["protocol_spoken"], 14, "{v}");
     assert_eq!(v["streams_max"], 5, "{v}");
 }
 

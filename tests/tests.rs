@@ -38,6 +38,7 @@ mod shards;
 mod small_files;
 mod sparse;
 mod stamps;
+mod stream;
 mod summaries;
 mod transfer;
 mod trust;

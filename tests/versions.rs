@@ -37,8 +37,8 @@ fn info_reports_the_release_protocols_and_limits() {
     let v = json(&o);
     assert_eq!(v["release"], env!("CARGO_PKG_VERSION"), "{v}");
     assert_eq!(v["protocol_oldest"], 12, "{v}");
-    assert_eq!(v["protocol_newest"], 13, "{v}");
-    assert_eq!(v["protocol_spoken"], 13, "{v}");
+    assert_eq!(v["protocol_newest"], 14, "{v}");
+    assert_eq!(v["protocol_spoken"], 14, "{v}");
     assert_eq!(v["streams_max"], 5, "{v}");
     assert_eq!(v["sessions_max"], 3, "{v}");
     assert_eq!(v["sessions_running"], 0, "{v}");
@@ -50,7 +50,7 @@ fn info_reports_the_release_protocols_and_limits() {
     let text = stdout(&o);
     for want in [
         &format!("release              urmove {}", env!("CARGO_PKG_VERSION"))[..],
-        "protocols            12-13 (this session: 13)",
+        "protocols            12-14 (this session: 14)",
         "streams              at most 5 per session",
         "sessions             0 running, at most 3",
         "pull only            yes",
@@ -60,20 +60,20 @@ fn info_reports_the_release_protocols_and_limits() {
     assert!(d.log().contains("info asked"), "{}", d.log());
 }
 
-/// A client of a release to come that speaks only protocols 14 and 15 is
+/// A client of a release to come that speaks only protocols 15 and 16 is
 /// answered with the versions this daemon speaks, as fields
 /// (`VersionRefused`), before any challenge: nothing to parse.
 #[test]
 fn an_offer_with_no_common_version_gets_the_daemons_versions() {
     let d = Daemon::start();
-    let (_, hello) = ClientHandshake::speaking(key_of(&d.key), [3; 32], Range { min: 14, max: 15 });
+    let (_, hello) = ClientHandshake::speaking(key_of(&d.key), [3; 32], Range { min: 15, max: 16 });
     let mut s = connect(d.port);
     s.write_all(&encode(&Message::Hello(hello))).unwrap();
     assert_eq!(
         read_msg(&mut s),
         Message::VersionRefused {
             oldest: 12,
-            newest: 13
+            newest: 14
         }
     );
 }

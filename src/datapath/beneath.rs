@@ -118,6 +118,16 @@ impl Root {
         })
     }
 
+    /// Another handle on the same root directory (its descriptor
+    /// duplicated, its rules kept).
+    pub fn try_clone(&self) -> io::Result<Root> {
+        Ok(Root {
+            dir: self.dir.try_clone()?,
+            path: self.path.clone(),
+            no_symlinks: self.no_symlinks,
+        })
+    }
+
     /// The identity of the root directory itself.
     pub fn id(&self) -> io::Result<FileId> {
         // SAFETY: dup of a descriptor we own; the new one is ours alone.

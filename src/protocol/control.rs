@@ -16,7 +16,7 @@ pub use super::catalogue::{
 pub use super::catalogue::{
     REQ_ACLS, REQ_CHECKSUM, REQ_CONTENTS, REQ_DELETE, REQ_DEVICES, REQ_DRY_RUN, REQ_ENCRYPT,
     REQ_FOLLOW, REQ_HARD_LINKS, REQ_LIVE_PARTS, REQ_NUMERIC_IDS, REQ_ONE_FILE, REQ_RESUME,
-    REQ_SHARD, REQ_SPARSE, REQ_VERIFY, REQ_XATTRS,
+    REQ_SHARD, REQ_SPARSE, REQ_STREAM, REQ_VERIFY, REQ_XATTRS,
 };
 use super::handshake::VERSION;
 use super::wire::DecodeError;
@@ -126,6 +126,10 @@ impl SessionRequest {
             }
             self.time_ms = 0;
             self.flags &= !REQ_VERIFY;
+        }
+        if v < 14 {
+            // A peer of 13 takes the manifest whole.
+            self.flags &= !REQ_STREAM;
         }
         self
     }

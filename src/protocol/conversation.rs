@@ -23,7 +23,7 @@ pub use render::render;
 pub use trips::{round_trips, way, RoundTrips};
 
 use crate::protocol::control::{
-    Direction, Message, SessionRequest, REQ_DRY_RUN, REQ_FOLLOW, REQ_RESUME, REQ_SHARD,
+    Direction, Message, SessionRequest, REQ_DRY_RUN, REQ_FOLLOW, REQ_RESUME, REQ_SHARD, REQ_STREAM,
 };
 use table::{Next, Rule, Who, ROWS};
 
@@ -64,6 +64,9 @@ pub enum Role {
     Push,
     PushDryRun,
     FollowPush,
+    /// A push whose manifest streams as its source walks (protocol 14,
+    /// `REQ_STREAM`): entries added while the data flows.
+    StreamPush,
     Pull,
     PullDryRun,
     ShardPull,
@@ -76,10 +79,11 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 11] = [
+    pub const ALL: [Role; 12] = [
         Role::Push,
         Role::PushDryRun,
         Role::FollowPush,
+        Role::StreamPush,
         Role::Pull,
         Role::PullDryRun,
         Role::ShardPull,
@@ -97,6 +101,7 @@ impl Role {
         match req.direction {
             Direction::Push if dry => Role::PushDryRun,
             Direction::Push if req.has(REQ_FOLLOW) => Role::FollowPush,
+            Direction::Push if req.has(REQ_STREAM) => Role::StreamPush,
             Direction::Push => Role::Push,
             Direction::Pull if dry => Role::PullDryRun,
             Direction::Pull if req.has(REQ_SHARD) => Role::ShardPull,
@@ -118,6 +123,7 @@ impl Role {
             Role::Push => "push",
             Role::PushDryRun => "push dry run",
             Role::FollowPush => "follow push",
+            Role::StreamPush => "streamed push",
             Role::Pull => "pull",
             Role::PullDryRun => "pull dry run",
             Role::ShardPull => "shard pull",
@@ -135,6 +141,7 @@ impl Role {
             Role::Push => "push",
             Role::PushDryRun => "push-dry-run",
             Role::FollowPush => "follow-push",
+            Role::StreamPush => "stream-push",
             Role::Pull => "pull",
             Role::PullDryRun => "pull-dry-run",
             Role::ShardPull => "shard-pull",
@@ -149,9 +156,12 @@ impl Role {
     /// The side that sends the manifest and the data.
     pub fn source(self) -> Side {
         match self {
-            Role::Push | Role::PushDryRun | Role::FollowPush | Role::Bench | Role::Udp => {
-                Side::Client
-            }
+            Role::Push
+            | Role::PushDryRun
+            | Role::FollowPush
+            | Role::StreamPush
+            | Role::Bench
+            | Role::Udp => Side::Client,
             Role::Pull
             | Role::PullDryRun
             | Role::ShardPull
@@ -173,6 +183,7 @@ impl Role {
             Role::Push
                 | Role::PushDryRun
                 | Role::FollowPush
+                | Role::StreamPush
                 | Role::Pull
                 | Role::PullDryRun
                 | Role::ShardPull
@@ -300,8 +311,12 @@ pub const V13: Dialect = Dialect {
     verdict_when_nothing_held: false,
 };
 
+/// Protocol 14: 13's order; a push may stream its manifest
+/// (`REQ_STREAM`, [`Role::StreamPush`]).
+pub const V14: Dialect = Dialect { version: 14, ..V13 };
+
 pub fn dialect(version: u16) -> Option<Dialect> {
-    [V12, V13].into_iter().find(|d| d.version == version)
+    [V12, V13, V14].into_iter().find(|d| d.version == version)
 }
 
 /// One expected message: who sends it and its kind.
@@ -549,6 +564,7 @@ pub fn request_of(role: Role, resume: bool) -> SessionRequest {
         Role::Push => (D::Push, 0),
         Role::PushDryRun => (D::Push, REQ_DRY_RUN),
         Role::FollowPush => (D::Push, REQ_FOLLOW),
+        Role::StreamPush => (D::Push, REQ_STREAM),
         Role::Pull => (D::Pull, 0),
         Role::PullDryRun => (D::Pull, REQ_DRY_RUN),
         Role::ShardPull => (D::Pull, REQ_SHARD),

@@ -28,7 +28,7 @@ use sha2::Sha256;
 
 /// The newest protocol version this build speaks (the handshake's
 /// messages are the same in every version it speaks).
-pub const VERSION: u16 = 13;
+pub const VERSION: u16 = 14;
 pub const NONCE_LEN: usize = 32;
 pub const PROOF_LEN: usize = 32;
 pub const SESSION_ID_LEN: usize = 16;
@@ -459,14 +459,14 @@ mod tests {
     }
 
     #[test]
-    fn two_builds_of_this_release_speak_13_without_a_welcome() {
+    fn two_builds_of_this_release_speak_their_newest_without_a_welcome() {
         let (mut c, hello) = ClientHandshake::new(K, [1; 32]);
         let mut s = ServerHandshake::new(K, [2; 32], 9);
         let ch = s.on_hello(&hello).unwrap();
-        assert_eq!(s.version(), 13);
+        assert_eq!(s.version(), VERSION);
         let auth = c.on_challenge(&ch).unwrap();
         let a = c.answer().unwrap();
-        assert_eq!((a.chosen, a.room, a.daemon), (13, 9, negotiate::OURS));
+        assert_eq!((a.chosen, a.room, a.daemon), (VERSION, 9, negotiate::OURS));
         let (w, sk) = s.on_auth(&auth, [3; 16]).unwrap();
         assert!(w.is_none());
         let ck = c.keys_now().unwrap();
@@ -544,7 +544,14 @@ mod tests {
 
     #[test]
     fn no_common_version_is_refused_by_name() {
-        let (_, hello) = ClientHandshake::speaking(K, [1; 32], Range { min: 14, max: 15 });
+        let (_, hello) = ClientHandshake::speaking(
+            K,
+            [1; 32],
+            Range {
+                min: VERSION + 1,
+                max: VERSION + 2,
+            },
+        );
         let mut s = ServerHandshake::new(K, [2; 32], 4);
         let e = s.on_hello(&hello).unwrap_err();
         assert!(matches!(e, AuthError::NoCommonVersion(_)), "{e:?}");

@@ -63,6 +63,14 @@ wire_bits! { u32, REQUEST_FLAGS;
     /// `bench --net --verify`: the data frames carry checksums the
     /// receiving side checks (protocol 12 said it in the request's path).
     REQ_VERIFY = 65536, since 13;
+    /// A push whose manifest streams while the source's walk goes on: the
+    /// manifest (`Manifest` parts, `ManifestEnd`) is the walk's first
+    /// window, the rest comes as `Added` parts of any entry kind while the
+    /// data flows (each prepared as the manifest's, what is held by its
+    /// stamp named in `Have` items before that window's `Admitted`), and
+    /// `AddedEnd` when the walk ended. A directory's entry always comes
+    /// before anything beneath it.
+    REQ_STREAM = 131072, since 14;
 }
 
 wire_bits! { u16, FRAME_FLAGS;

@@ -44,6 +44,11 @@ pub const RELEASES: &[Release] = &[
         name: "0.2.0",
         fingerprint: "7257afd3dfb2ccd84439f8e92417dd2f983e95e38bafdb328f858eb8d9321a2c",
     },
+    Release {
+        protocol: 14,
+        name: "0.3.0",
+        fingerprint: "cc728e0848b358c5233712b6defebd6f9d104e249eeb17644c722151e31dbf42",
+    },
 ];
 
 fn bits_at(out: &mut String, what: &str, table: &[Bit], v: u16) {

@@ -54,7 +54,7 @@ const fn bits(roles: &[Role]) -> Roles {
 
 /// Every role (and the handshake, before a request names one).
 pub const ANY: Roles = Roles::MAX;
-const PUSH_WET: Roles = bits(&[Role::Push, Role::FollowPush]);
+const PUSH_WET: Roles = bits(&[Role::Push, Role::FollowPush, Role::StreamPush]);
 const PULL_WET: Roles = bits(&[Role::Pull, Role::ShardPull]);
 const PULLS: Roles = PULL_WET | bits(&[Role::PullDryRun]);
 const SHARDS: Roles = bits(&[Role::ShardPull, Role::PullDryRun]);
@@ -219,6 +219,22 @@ pub const ROWS: &[Row] = &[
         bits(&[Role::FollowPush]),
         Sink,
         &[K::Admitted],
+        Stay,
+    ),
+    // A streamed push (protocol 14): the rest of the walk as it comes,
+    // each window made ready (what is held by its stamp said first).
+    row(
+        S::Data,
+        bits(&[Role::StreamPush]),
+        Source,
+        &[K::Added, K::AddedEnd],
+        Stay,
+    ),
+    row(
+        S::Data,
+        bits(&[Role::StreamPush]),
+        Sink,
+        &[K::Have, K::Admitted],
         Stay,
     ),
     // A UDP test: its plan, the daemon's port, the counts.

@@ -29,7 +29,7 @@ const RANGES: [Range; 4] = [
     negotiate::OURS,
     Range { min: 12, max: 12 },
     Range { min: 13, max: 13 },
-    Range { min: 14, max: 15 },
+    Range { min: 15, max: 16 },
 ];
 
 /// The daemon's room for unauthenticated connections, as told.

@@ -288,6 +288,7 @@ fn open_pull(
         let resume = (cfg.resume || cfg.checksum).then_some(Resume {
             checksum: cfg.checksum,
             key: *key,
+            stamps_only: false,
         });
         let (root, dest) = local_root(local, &mut entries, cfg.one_file, rules.dry_run)?;
         let (at, block) = (Destination { root, dest }, u64::from(cfg.block_size));
@@ -565,6 +566,7 @@ pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         ids: Arc::default(),
         dry_run: false,
         follow: false,
+        stream: false,
         live_parts: false,
         // What `--exclude` leaves out is kept by `--delete`, as rsync keeps
         // it (`--delete-excluded`: nothing is).

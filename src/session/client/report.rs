@@ -28,6 +28,13 @@ pub struct Phases {
     pub compare_s: f64,
     pub data_s: f64,
     pub commit_s: f64,
+    /// A streamed push (protocol 14): when its walk ended, from the start
+    /// (the data began after its first window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub walk_s: Option<f64>,
+    /// When the receiver first acknowledged a file, from the start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_commit_s: Option<f64>,
 }
 
 /// What a receiving side kept of an unfinished run: the files whose
@@ -347,6 +354,8 @@ impl SendReport {
             compare_s: compare.as_secs_f64(),
             data_s: data,
             commit_s: (self.elapsed_s - data).max(0.0),
+            walk_s: None,
+            first_commit_s: None,
         });
     }
 

@@ -37,6 +37,7 @@ use crate::session::plan::held::{held_counts, held_text, HeldCounts};
 use crate::session::plan::unsendable::Unsendable;
 pub use crate::session::source::follow::FollowUntil;
 use crate::session::source::follow::{Added, FollowCtx, Gauge};
+use crate::session::source::stream::{StreamCtx, Walking};
 
 /// Run a push. Setup failures (connection, authentication, refusal) come
 /// back as `Err`; a transfer that started reports its outcome in the report.
@@ -46,7 +47,7 @@ pub fn run_send(
     obs: &mut dyn SendObserver,
 ) -> Result<SendReport, SessionError> {
     let began = Instant::now();
-    let mut tree = scan_sources(cfg)?;
+    let (mut tree, walking) = walk_sources(cfg)?;
     let scanned = began.elapsed();
     // This side's buffers are registered before the receiver hears of us.
     let (fit_cfg, buffers) = fit(cfg, 4, 4, "--block", obs)?;
@@ -63,19 +64,22 @@ pub fn run_send(
         (s, m)
     });
     mark_followed(cfg, &mut tree, obs);
+    let mut push = open_push(cfg, &mut tree, walking, *fitted, obs)?;
+    let tree = push.tree;
     let (gauge, added) = (Gauge::default(), Added::new(tree.entries.len()));
-    let mut push = open_push(cfg, &tree, *fitted, obs)?;
-    let opened = began.elapsed();
-    let (skipped, kept) = note_held(&tree, &push.held, cfg.block_size, obs);
+    let stream = push
+        .walking
+        .take()
+        .map(|w| StreamCtx::new(w, &added, &gauge));
+    let (skipped, kept) = note_held(tree, &push.held, cfg.block_size, obs);
     let block = u64::from(cfg.block_size);
-    let room = cfg
-        .follow
-        .as_ref()
-        .map_or(0, |_| crate::session::source::follow::ADDED_MAX);
-    let acks = Acks::new(&tree, &push.held, room, cfg.streams, &push.refused);
+    let room = room_after_manifest(cfg, stream.is_some());
+    let acks = Acks::new(tree, &push.held, room, cfg.streams, &push.refused);
+    // (A streamed push's tables are set up by now.)
+    let opened = began.elapsed();
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
     let share = tree.data_bytes_in(block);
-    let refused = push.held.refused_bytes(&tree, block);
+    let refused = push.held.refused_bytes(tree, block);
     let to_send = share.saturating_sub(skipped + refused);
     gauge.total.store(to_send, Ordering::Release);
     let follow = cfg.follow.as_ref().map(|f| FollowCtx {
@@ -85,14 +89,20 @@ pub fn run_send(
         added: &added,
         rules: &cfg.scan,
     });
-    let expect = Expect::transfer(to_send, true).following(follow.as_ref().map(|f| f.gauge));
-    let (data, mut report, receipts) =
-        push.transfer(cfg, expect, &acks, follow.as_ref(), interrupt, obs)?;
+    let growing = follow.as_ref().map(|f| f.gauge);
+    let expect =
+        Expect::transfer(to_send, true).following(growing.or(stream.as_ref().map(|s| s.gauge)));
+    let adding = Adding {
+        follow: follow.as_ref(),
+        stream: stream.as_ref(),
+    };
+    let (data, mut report, receipts) = push.transfer(cfg, expect, &acks, adding, interrupt, obs)?;
     let entries = [tree.entries.as_slice(), &added.entries()].concat();
     report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
     report.bytes_skipped = skipped;
     report.set_held(kept);
-    describe_tree(&mut report, &tree, &push.refused);
+    describe_tree(&mut report, tree, &push.refused);
+    let walked = stream.as_ref().map(|s| note_stream(&mut report, s, began));
     // Followed files count as large as they grew.
     let grew = gauge.total.load(Ordering::Acquire).saturating_sub(to_send);
     report.bytes_total = share + grew;
@@ -120,10 +130,68 @@ pub fn run_send(
         report.files_verified = done.saturating_sub(report.files_unchanged);
     }
     report.judge_rate();
-    let compare = push.compare;
     let setup = opened.saturating_sub(scanned);
-    report.time_phases(scanned, setup, compare, began.elapsed());
+    report.time_phases(scanned, setup, push.compare, began.elapsed());
+    if let (Some(p), Some(walked)) = (report.phases.as_mut(), walked) {
+        p.walk_s = walked;
+        let first = acks.first_ack.get();
+        p.first_commit_s = first.map(|t| t.duration_since(began).as_secs_f64());
+    }
     Ok(report)
+}
+
+/// Entries a push may add after its manifest: a follow's, or a streamed
+/// push's later windows.
+fn room_after_manifest(cfg: &SendConfig, streamed: bool) -> usize {
+    match (&cfg.follow, streamed) {
+        (Some(_), _) => crate::session::source::follow::ADDED_MAX,
+        (None, true) => crate::session::source::stream::STREAM_ROOM,
+        (None, false) => 0,
+    }
+}
+
+/// The sources' manifest, or (a push that may stream: see
+/// [`streams`]) what the walk found within its first window, with the walk
+/// going on when it did not end by then.
+fn walk_sources(cfg: &SendConfig) -> Result<(Tree, Option<Walking>), SessionError> {
+    if !streams(cfg) {
+        return scan_sources(cfg).map(|t| (t, None));
+    }
+    let mut walking = Walking::start(&cfg.sources, &cfg.scan)?;
+    let mut tree = Tree::default();
+    let (wait, least) = crate::session::source::stream::first_window();
+    walking.fill(&mut tree, Some(Instant::now() + wait), least);
+    if !walking.ended {
+        return Ok((tree, Some(walking)));
+    }
+    // Over within its first window: a manifest as any.
+    drop(walking);
+    scan_sources(cfg).map(|t| (t, None))
+}
+
+/// Whether a push may stream its manifest (protocol 14): one source, no
+/// `-H` (a file's first name must come before its links, in one window),
+/// no shard (its manifest digest is the whole tree's), no `--follow`, no
+/// `--checksum` (a window's held files count by their stamp alone), not
+/// one file to rename (its manifest must hold it).
+/// `URMOVE_NO_STREAM` set: never.
+fn streams(cfg: &SendConfig) -> bool {
+    cfg.sources.len() == 1
+        && !cfg.one_file
+        && !cfg.scan.hard_links
+        && cfg.shard.is_none()
+        && cfg.follow.is_none()
+        && !cfg.checksum
+        && std::env::var_os("URMOVE_NO_STREAM").is_none()
+}
+
+/// What a streamed push's later windows left out, in `report`; when its
+/// walk ended (from `began`), if it did.
+fn note_stream(report: &mut SendReport, s: &StreamCtx<'_>, began: Instant) -> Option<f64> {
+    report.files_excluded += s.excluded.load(Ordering::Relaxed);
+    report.devices_left_out += s.devices_left.load(Ordering::Relaxed);
+    let w = s.walking.lock().unwrap_or_else(|p| p.into_inner());
+    w.ended_at.map(|t| t.duration_since(began).as_secs_f64())
 }
 
 /// The manifest of the sources, or why there is nothing to send.
@@ -190,6 +258,8 @@ pub(super) fn describe_tree(report: &mut SendReport, tree: &Tree, refused: &[Ref
 /// side's lanes with their senders.
 pub(super) struct Push<'t> {
     pub(super) tree: &'t Tree,
+    /// A streamed push (protocol 14): its walk, still going.
+    pub(super) walking: Option<Walking>,
     pub(super) held: Held,
     pub(super) refused: Vec<Refused>,
     pub(super) route: route::Route,
@@ -207,7 +277,8 @@ pub(super) struct Push<'t> {
 /// resuming, what the receiver holds checked), the frames keyed and routed.
 pub(super) fn open_push<'t>(
     cfg: &SendConfig,
-    tree: &'t Tree,
+    tree: &'t mut Tree,
+    mut walking: Option<Walking>,
     buffers: usize,
     obs: &mut dyn SendObserver,
 ) -> Result<Push<'t>, SessionError> {
@@ -226,20 +297,29 @@ pub(super) fn open_push<'t>(
             ));
             [0; 32]
         });
-    let req = cfg.push_request(owner);
+    let mut req = cfg.push_request(owner);
+    if walking.is_some() {
+        req.flags |= crate::protocol::control::REQ_STREAM;
+    }
     let block = u64::from(cfg.block_size);
-    let local =
-        |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
     let resume = cfg.resume || cfg.checksum;
     let mut held = Held::default();
     let mut compare = Duration::ZERO;
     let (ctl, streams, keys, before) = open_session(cfg, req, plan.len(), &mut |ctl, key| {
+        // A peer of 13 takes the manifest whole: the walk ends first.
+        if let Some(mut w) = walking.take_if(|_| ctl.protocol() < 14) {
+            w.fill(tree, None, 0);
+        }
+        let tree: &Tree = tree;
+        let local =
+            |i: usize| open_source(&tree.sources[i], tree.ids[i], DirectMode::Off).map(|(f, _)| f);
         let key = resume.then_some((key, cfg.checksum));
         let t = Instant::now();
         held = offer(ctl, tree, block, key, &local, &mut |_| Ok(()))?;
         compare = t.elapsed();
         Ok(())
     })?;
+    let tree: &'t Tree = tree;
     held.refuse(&before.refused);
     let mut params = push_params(cfg, buffers);
     params.key_with(keys, cfg.encrypt.then_some(SealDirection::ClientToServer));
@@ -250,6 +330,7 @@ pub(super) fn open_push<'t>(
     let route = route::for_source(before.placement, shape, &plan, tree.to_send(&held))?;
     Ok(Push {
         tree,
+        walking,
         held,
         refused: before.refused,
         route,
@@ -260,6 +341,13 @@ pub(super) fn open_push<'t>(
         txs,
         compare,
     })
+}
+
+/// What a push adds after its manifest: a follow's entries, or a
+/// streamed push's later windows.
+pub(super) struct Adding<'f> {
+    pub(super) follow: Option<&'f FollowCtx<'f>>,
+    pub(super) stream: Option<&'f StreamCtx<'f>>,
 }
 
 /// What a push's data phase comes back with: the lanes' outcome, the
@@ -280,7 +368,7 @@ impl Push<'_> {
         cfg: &SendConfig,
         expect: Expect<'_>,
         acked: &Acks,
-        follow: Option<&FollowCtx<'_>>,
+        adding: Adding<'_>,
         interrupt: &AtomicBool,
         obs: &mut dyn SendObserver,
     ) -> Result<Moved, SessionError> {
@@ -288,7 +376,8 @@ impl Push<'_> {
         reader.set_read_timeout(Some(cfg.timeout.max(Duration::from_secs(1))))?;
         let announce_on = self.ctl.try_clone()?;
         let txs = std::mem::take(&mut self.txs);
-        let added = follow.map(|f| f.added);
+        let Adding { follow, stream } = adding;
+        let added = follow.map(|f| f.added).or(stream.map(|s| s.added));
         let open = |i: usize| match self.tree.sources.get(i) {
             Some(path) => open_source(path, self.tree.ids[i], cfg.direct),
             None => match added.and_then(|a| a.source(i)) {
@@ -310,6 +399,7 @@ impl Push<'_> {
                 announce_on: &announce_on,
                 route: &self.route,
                 follow,
+                stream,
             };
             let (data, report) = drive(cfg, expect, &self.streams, interrupt, obs, |c, stop| {
                 let on = DataStreams {
@@ -354,7 +444,11 @@ pub(super) fn settle_push(
             // The receiver's reason (no space, a failed write) is the one
             // to report: the lost streams only follow from it.
             let e = match acks {
-                Err(refused @ SessionError::Refused { .. }) if e.is_connection_loss() => refused,
+                Err(refused @ (SessionError::Refused { .. } | SessionError::Limit(_)))
+                    if e.is_connection_loss() =>
+                {
+                    refused
+                }
                 Ok(Receipts { kept, .. }) => {
                     report.kept = kept;
                     e
@@ -408,6 +502,8 @@ pub(super) struct Receipts {
     pub(super) kept: Option<Kept>,
     /// Files the receiver refused while the data came, and why.
     pub(super) refused: Vec<Refused>,
+    /// A streamed push's files held unchanged (entry, plain digest).
+    pub(super) unchanged: Vec<(u32, u64)>,
 }
 
 /// Paths of a `--delete` kept for the report; the rest are counted.
@@ -421,6 +517,7 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
     loop {
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
+                state.first_ack.get_or_init(Instant::now);
                 state.acknowledged(file_index);
                 got.acks.push((file_index, digest))
             }
@@ -443,6 +540,20 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
             }
             Message::Admitted { upto } => {
                 state.admitted.fetch_max(upto, Ordering::AcqRel);
+            }
+            // A streamed push's window: files held unchanged by their
+            // stamp (said before the window's `Admitted`).
+            Message::Have(items) => {
+                for it in items {
+                    let crate::protocol::control::HaveItem::Unchanged { file_index, digest } = it
+                    else {
+                        return Err(SessionError::Protocol(
+                            "a window's held file named other than unchanged".into(),
+                        ));
+                    };
+                    state.acknowledged(file_index);
+                    got.unchanged.push((file_index, digest));
+                }
             }
             Message::Deleted(paths) => {
                 got.deleted_count += paths.len() as u64;
@@ -498,6 +609,16 @@ pub(super) fn check_acks(
     for &i in held.complete.keys() {
         acked[i as usize] = true;
         report.files_verified += u64::from(!held.unchanged.contains(&i));
+    }
+    for &(file_index, _) in &got.unchanged {
+        let i = file_index as usize;
+        if i >= entries.len() || entries[i].kind != EntryKind::File || acked[i] {
+            return Err(SessionError::Protocol(format!(
+                "entry {i} named held unchanged, which is no file of a window or was named before"
+            )));
+        }
+        acked[i] = true;
+        report.files_unchanged += 1;
     }
     for &(file_index, digest) in &got.acks {
         let i = file_index as usize;

@@ -132,6 +132,7 @@ pub fn survey_pull(
     let resume = (cfg.resume || cfg.checksum).then(|| Resume {
         checksum: cfg.checksum,
         key: crate::protocol::seal::frame_key(&keys),
+        stamps_only: false,
     });
     let block = u64::from(cfg.block_size);
     let (direct, tick) = (DirectMode::Off, &mut || {});

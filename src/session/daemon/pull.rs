@@ -114,6 +114,7 @@ pub(super) fn pull_session(
         announce_on: s,
         route: &route,
         follow: None,
+        stream: None,
     };
     // The daemon stopping (its drain time over) stops the lanes.
     let stop = &registry.closing;

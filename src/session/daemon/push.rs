@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
 use crate::protocol::control::{
-    ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_RESUME,
+    ErrorCode, Message, PieceDone, SessionRequest, REQ_CHECKSUM, REQ_ENCRYPT, REQ_FOLLOW,
+    REQ_RESUME, REQ_STREAM,
 };
 use crate::protocol::manifest::check_path;
 
@@ -71,8 +72,9 @@ pub(super) fn push_session(
             &registry.stats,
             peer,
             cfg.interval,
-            // A follow's files grow: no percent of a total.
-            (!req.has(crate::protocol::control::REQ_FOLLOW)).then(|| incoming.data_missing()),
+            // A follow's files grow, a streamed push's walk goes on: no
+            // percent of a total.
+            (!req.has(REQ_FOLLOW | REQ_STREAM)).then(|| incoming.data_missing()),
         ),
         ctl: s.try_clone()?,
         last_beat: Instant::now(),
@@ -293,6 +295,7 @@ pub(super) fn prepare_push<'r>(
     let resume = req.has(REQ_RESUME).then_some(Resume {
         checksum: req.has(REQ_CHECKSUM),
         key: frame_key(keys),
+        stamps_only: false,
     });
     // A dry run holds no name: it never keeps a push from one.
     let claims = match req.has(crate::protocol::control::REQ_DRY_RUN) {
@@ -405,6 +408,10 @@ impl crate::session::sink::landing::Landing for DaemonLanding<'_, '_> {
 
     fn admitted(&mut self, upto: u32) -> Result<(), SessionError> {
         send_msg(&mut self.ctl, &Message::Admitted { upto })
+    }
+
+    fn held(&mut self, items: Vec<crate::protocol::control::HaveItem>) -> Result<(), SessionError> {
+        crate::session::plan::held::Held::send_items(&mut self.ctl, items).map(|_| ())
     }
 
     fn progress(&mut self, bytes: u64) {

@@ -40,6 +40,7 @@ pub(super) fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         ids: Arc::default(),
         dry_run: false,
         follow: false,
+        stream: false,
         live_parts: false,
         keep: Default::default(),
         keep_setid: cfg.keep_setid,
@@ -71,6 +72,7 @@ pub(super) fn owned_by(rules: &Rules, req: &SessionRequest) -> Result<Rules, Ses
         dry_run: req.has(crate::protocol::control::REQ_DRY_RUN),
         keep: filter_of(&req.filter)?,
         follow: req.has(crate::protocol::control::REQ_FOLLOW),
+        stream: req.has(crate::protocol::control::REQ_STREAM),
         live_parts: req.has(crate::protocol::control::REQ_FOLLOW)
             && req.has(crate::protocol::control::REQ_LIVE_PARTS),
         ..rules.clone()

@@ -256,6 +256,16 @@ impl Held {
     /// whether any item went (a part with no ranges says nothing, and the
     /// sender's verdict follows only what it heard).
     pub(crate) fn send(ctl: &mut Control, items: Vec<HaveItem>) -> Result<bool, SessionError> {
+        let named = Held::send_items(ctl, items)?;
+        send_msg(ctl, &Message::HaveEnd)?;
+        Ok(named)
+    }
+
+    /// `items` in `Have` parts (no end): whether any was named.
+    pub(crate) fn send_items(
+        ctl: &mut Control,
+        items: Vec<HaveItem>,
+    ) -> Result<bool, SessionError> {
         use crate::protocol::control::{HAVE_PART_RANGES_MAX, LIST_PART_ITEMS_MAX};
         let mut part: Vec<HaveItem> = Vec::new();
         let mut ranges_in_part = 0u32;
@@ -280,7 +290,6 @@ impl Held {
         if !part.is_empty() {
             send_msg(ctl, &Message::Have(part))?;
         }
-        send_msg(ctl, &Message::HaveEnd)?;
         Ok(named)
     }
 }

@@ -338,6 +338,19 @@ pub fn scan(sources: &[PathBuf], rules: &ScanRules) -> Result<Tree, SessionError
 
 /// [`scan`], read as `how` says (its threads).
 pub fn scan_with(sources: &[PathBuf], rules: &ScanRules, how: Walk) -> Result<Tree, SessionError> {
+    let starts = starts_of(sources)?;
+    let (tree, first) = gather(&walk::Local, rules, starts, how);
+    let given: Vec<_> = first
+        .into_iter()
+        .zip(sources.iter().map(|s| s.display().to_string()))
+        .collect();
+    check_landing(&tree.entries, &given, "sources")?;
+    Ok(tree)
+}
+
+/// Where a walk of `sources` begins: each a directory's contents (given
+/// as `DIR/`), or itself under its last component's name.
+pub(crate) fn starts_of(sources: &[PathBuf]) -> Result<Vec<Start<PathBuf>>, SessionError> {
     let mut starts = Vec::with_capacity(sources.len());
     for s in sources {
         let m = std::fs::symlink_metadata(s)
@@ -361,13 +374,7 @@ pub fn scan_with(sources: &[PathBuf], rules: &ScanRules, how: Walk) -> Result<Tr
             source: s.clone(),
         });
     }
-    let (tree, first) = gather(&walk::Local, rules, starts, how);
-    let given: Vec<_> = first
-        .into_iter()
-        .zip(sources.iter().map(|s| s.display().to_string()))
-        .collect();
-    check_landing(&tree.entries, &given, "sources")?;
-    Ok(tree)
+    Ok(starts)
 }
 
 /// The entries of one path that appeared under a followed directory

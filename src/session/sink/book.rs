@@ -88,8 +88,14 @@ pub(in crate::session) struct Book<'s> {
     pub(super) manifest: &'s [Entry],
     /// Paths of the entries, once a follow first adds one.
     pub(super) paths: Option<HashSet<String>>,
-    /// A follow may add entries yet (until its sender's `AddedEnd`).
+    /// A follow may add entries yet (until its sender's `AddedEnd`), or
+    /// a streamed push's walk goes on.
     pub(in crate::session) adding: bool,
+    /// How the manifest was resumed (a streamed push's windows are so
+    /// too, by stamps only).
+    pub(super) resume: Option<super::rules::Resume>,
+    /// The directories the manifest's preparation made (and its windows').
+    pub(super) made: &'s mut super::incoming::Made,
     /// Bytes of block tables its growing files may still add.
     pub(super) growth_left: u64,
     pub(super) jobs: mpsc::Sender<Job>,
@@ -206,6 +212,8 @@ impl<'s> Book<'s> {
             files,
             dest,
             entries,
+            resume,
+            made,
             ..
         } = incoming;
         let rules: &Rules = rules;
@@ -225,7 +233,9 @@ impl<'s> Book<'s> {
             dest,
             manifest: entries,
             paths: None,
-            adding: rules.follow,
+            adding: rules.follow || rules.stream,
+            resume: *resume,
+            made,
             growth_left: match rules.follow {
                 true => super::file::FOLLOW_BITMAP_BYTES,
                 false => 0,

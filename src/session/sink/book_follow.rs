@@ -107,6 +107,11 @@ impl<'s> Book<'s> {
         self.adding || (self.rules.follow && self.files.iter().flatten().any(growing))
     }
 
+    /// The session's manifest streams (`REQ_STREAM`).
+    pub(in crate::session) fn streams(&self) -> bool {
+        self.rules.stream
+    }
+
     /// The session follows growing files (`send --follow`).
     pub(in crate::session) fn follows(&self) -> bool {
         self.rules.follow

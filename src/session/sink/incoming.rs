@@ -27,6 +27,8 @@ use crate::session::link::refused::{Refused, Why};
 use crate::session::plan::tree::mtime_at;
 use crate::session::SessionError;
 
+pub(super) use super::made::Made;
+
 pub(crate) fn join(dest: &str, path: &str) -> String {
     if dest.is_empty() {
         path.to_string()
@@ -47,98 +49,6 @@ pub(super) fn no_room(bytes: u64, free: u64) -> SessionError {
         free,
         0,
     ))
-}
-
-/// The directories a manifest's preparation made: the last a file went
-/// into (and the longest name its filesystem takes), and those it could
-/// not make, with why.
-#[derive(Debug, Default)]
-pub(super) struct Made {
-    pub(super) dir: String,
-    pub(super) name_max: usize,
-    pub(super) unmade: std::collections::HashMap<String, Why>,
-    /// Directories that held nothing when first looked into (or were not
-    /// there), with the names given since to entries in them, ASCII
-    /// lowercased: a file of a plain name among them that no other shares
-    /// (whatever the case) finds nothing in its way and nothing held, with
-    /// no look of its own ([`Made::fresh`]).
-    pub(super) empty: std::collections::HashMap<String, Option<HashSet<String>>>,
-}
-
-impl Made {
-    /// Why `rel` cannot be made: a directory above it could not be.
-    pub(super) fn beneath_unmade(&self, rel: &str) -> Option<Why> {
-        if self.unmade.is_empty() {
-            return None;
-        }
-        let mut at = rel;
-        while let Some((dir, _)) = at.rsplit_once('/') {
-            if let Some(why) = self.unmade.get(dir) {
-                return Some(why.clone());
-            }
-            at = dir;
-        }
-        None
-    }
-
-    /// Whether entry `rel` (in directory `dir`, beneath `root`) is the
-    /// only one of its name in a directory that held nothing when first
-    /// looked into: then nothing of its name can be there, nor urmove's
-    /// part and journal of it. Its name is noted either way. Names other
-    /// than plain ASCII (which a strict or case-folding filesystem may
-    /// refuse, or take for another) are never fresh, nor is anything in a
-    /// directory since given one.
-    pub(super) fn fresh(&mut self, root: &Root, dir: &str, rel: &str) -> bool {
-        let name = rel.rsplit_once('/').map_or(rel, |(_, n)| n);
-        if !self.empty.contains_key(dir) {
-            // Looked into once: the directory's name is copied only then.
-            let held = holds_nothing(root, dir).then(HashSet::new);
-            self.empty.insert(dir.to_string(), held);
-        }
-        let names = self.empty.get_mut(dir).expect("inserted above");
-        let Some(seen) = names else { return false };
-        if !is_plain(name) || name.len() > self.name_max {
-            *names = None;
-            return false;
-        }
-        seen.insert(name.to_ascii_lowercase())
-    }
-
-    /// Note entry `rel`'s name in its directory, if that is one held empty.
-    pub(super) fn note(&mut self, rel: &str) {
-        let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-        if let Some(names) = self.empty.get_mut(dir) {
-            match names.as_mut().filter(|_| is_plain(name)) {
-                Some(seen) => {
-                    seen.insert(name.to_ascii_lowercase());
-                }
-                None => *names = None,
-            }
-        }
-    }
-}
-
-/// A name of letters, digits and `._-+,=@~` only: one every filesystem
-/// holds as it is, and folds (if at all) only by ASCII case.
-fn is_plain(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-+,=@~".contains(&b))
-}
-
-/// Whether directory `dir` beneath `root` holds nothing, or is not there
-/// (nor then anything beneath it): its first name read, no more.
-fn holds_nothing(root: &Root, dir: &str) -> bool {
-    use std::os::fd::AsRawFd;
-    let at = if dir.is_empty() { "." } else { dir };
-    let fd = match root.openat(at, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
-        Ok(fd) => fd,
-        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
-    };
-    // Opened beneath the root; its /proc name reads that directory only.
-    std::fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .is_ok_and(|mut names| names.next().is_none())
 }
 
 /// Whether `err` says the filesystem cannot hold a name as it is: too long
@@ -172,6 +82,15 @@ pub(super) fn unholdable(err: &std::io::Error) -> Why {
 pub(crate) struct Destination {
     pub(crate) root: Root,
     pub(crate) dest: String,
+}
+
+/// How a manifest's entries are prepared: its block size, O_DIRECT, the
+/// receiver's rules, and whether (and how) it resumes.
+pub(super) struct Preparing {
+    pub(super) block: u64,
+    pub(super) direct: DirectMode,
+    pub(super) rules: Rules,
+    pub(super) resume: Option<Resume>,
 }
 
 /// A manifest being received beneath a root.
@@ -214,6 +133,9 @@ pub(crate) struct Incoming {
     /// Under `-H`: how many names each linked file has in the manifest, by
     /// the final path of its first name.
     pub(super) names: std::collections::HashMap<String, u64>,
+    /// The directories its preparation made (a streamed push's windows
+    /// go on from there).
+    pub(super) made: Made,
 }
 
 /// Where a manifest of one file that may take its destination's name
@@ -263,6 +185,30 @@ impl Incoming {
         resume: Option<Resume>,
         tick: &mut dyn FnMut(),
     ) -> Result<Self, SessionError> {
+        let how = Preparing {
+            block,
+            direct,
+            rules,
+            resume,
+        };
+        let at = Destination { root, dest };
+        Incoming::prepare_from(at, entries, how, Made::default(), tick)
+    }
+
+    /// [`Incoming::prepare`], from what an earlier preparation `made`.
+    pub(super) fn prepare_from(
+        Destination { root, dest }: Destination,
+        entries: Vec<Entry>,
+        how: Preparing,
+        mut made: Made,
+        tick: &mut dyn FnMut(),
+    ) -> Result<Self, SessionError> {
+        let Preparing {
+            block,
+            direct,
+            rules,
+            resume,
+        } = how;
         check_entries(&entries, block, rules.follow)?;
         if !dest.is_empty() && !rules.dry_run {
             root.mkdir_all(&dest, 0o755)
@@ -292,8 +238,8 @@ impl Incoming {
             peer_summary: None,
             routed: false,
             names: names_of_links(&dest, &entries),
+            made: Made::default(),
         };
-        let mut made = Made::default();
         for (i, e) in entries.iter().enumerate() {
             tick();
             let file = match inc.prepare_entry(i as u32, e, &mut made, tick) {
@@ -312,6 +258,7 @@ impl Incoming {
         inc.commit_empty()?;
         inc.entries = entries;
         inc.done_files = inc.done_at_start.len();
+        inc.made = made;
         Ok(inc)
     }
 
@@ -594,6 +541,8 @@ impl Incoming {
             }
             let continued = match f.size {
                 0 => None,
+                // Started over: no verdict comes on what a part holds.
+                _ if r.stamps_only => None,
                 _ => self.continue_part(f, &r.key, tick)?,
             };
             if let Some(keyed) = continued {
@@ -843,6 +792,7 @@ mod tests {
             Some(Resume {
                 checksum: false,
                 key: crate::protocol::frame::FrameKey { k0: 1, k1: 2 },
+                stamps_only: false,
             }),
         ] {
             let entries = vec![

@@ -117,6 +117,14 @@ pub(crate) trait Landing {
     fn admitted(&mut self, _upto: u32) -> Result<(), SessionError> {
         Ok(())
     }
+    /// A streamed push's window holds these files already: tell the
+    /// sender (before the window's `admitted`).
+    fn held(
+        &mut self,
+        _items: Vec<crate::protocol::control::HaveItem>,
+    ) -> Result<(), SessionError> {
+        Ok(())
+    }
     /// This side's user stopped the receive (a pull's Ctrl-C).
     fn stopped(&self) -> bool {
         false
@@ -555,6 +563,9 @@ impl<'s> Control<'s> {
     fn hear_peer(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
         while self.peer_open {
             match self.peer.events.try_recv() {
+                // A window prepared is a step's work: the finalizers'
+                // results and the progress are taken before the next.
+                Ok(ev @ PeerEvent::Added(..)) => return self.on_peer(book, ev),
                 Ok(ev) => self.on_peer(book, ev)?,
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => self.peer_open = false,
@@ -579,6 +590,21 @@ impl<'s> Control<'s> {
             PeerEvent::Alive => {}
             PeerEvent::AddedEnd => book::lock(book).adding = false,
             PeerEvent::DirTimes(list) => book::lock(book).dir_times(list)?,
+            PeerEvent::Added(first, entries) if book::lock(book).streams() => {
+                self.out.admit(&entries)?;
+                let w = book::lock(book).add_window(first, entries)?;
+                for (i, digest) in w.done {
+                    self.out.committed(i, digest)?;
+                }
+                w.refused.iter().try_for_each(|r| self.out.refused(r))?;
+                if !w.have.is_empty() {
+                    self.out.held(w.have)?;
+                }
+                self.out.admitted(w.upto)?;
+                // The time it took is this side's, not the sender's.
+                (self.window.start, self.window.bytes_at_start) =
+                    (Instant::now(), self.tcp_bytes());
+            }
             PeerEvent::Added(first, entries) => {
                 self.out.admit(&entries)?;
                 let upto = book::lock(book).add(first, entries)?;
@@ -656,9 +682,12 @@ impl<'s> Control<'s> {
             return self.check_confirmations(book, now);
         }
         let bytes = self.tcp_bytes();
-        // A follow's files may be idle for long: its sender's heartbeats
-        // say it is there.
-        let follow = book::lock(book).follows();
+        // A follow's files may be idle for long, a streamed push's walk
+        // slow: its sender's heartbeats say it is there.
+        let follow = {
+            let b = book::lock(book);
+            b.follows() || b.adding
+        };
         if follow && now.duration_since(self.peer_heard) < self.pace.timeout {
             (self.window.start, self.window.bytes_at_start) = (now, bytes);
             return Ok(());

@@ -70,6 +70,9 @@ impl Incoming {
         if let Some(s) = stamp.filter(|s| s.untouched && ours(s) && dressed) {
             return Some(HeldFile::Unchanged(s.digest));
         }
+        if r.stamps_only {
+            return None;
+        }
         let on_disk =
             crate::session::plan::digest::content_digests(&file, f.size, &r.key, tick).ok()?;
         stamp

@@ -70,6 +70,9 @@ pub struct Rules {
     pub keep: Filter,
     /// A `--follow` push: its manifest may hold growing files.
     pub follow: bool,
+    /// A streamed push (`REQ_STREAM`): entries of any kind are added while
+    /// the data comes, each prepared as the manifest's.
+    pub stream: bool,
     /// `--live-parts`: growing files' parts readable as they grow, with
     /// their checked prefix in [`LIVE_XATTR`].
     pub live_parts: bool,
@@ -243,6 +246,7 @@ impl Rules {
             ids: Default::default(),
             dry_run: false,
             follow: false,
+            stream: false,
             live_parts: false,
             devices: Devices::default(),
             keep: Default::default(),
@@ -300,4 +304,8 @@ pub(crate) struct Resume {
     /// The session's frame key: what is held is told to the sender by its
     /// digest keyed with it (`crate::session::plan::digest::HeldDigest`).
     pub(crate) key: FrameKey,
+    /// Only files held unchanged by their stamp count as held (nothing is
+    /// read again, no part continued): a streamed push's added windows,
+    /// which have no verdict of the source's to wait for.
+    pub(crate) stamps_only: bool,
 }

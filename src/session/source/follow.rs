@@ -109,11 +109,11 @@ impl Added {
         list.iter().map(|a| a.entry.clone()).collect()
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    fn push(&self, a: AddedEntry) {
+    pub(crate) fn push(&self, a: AddedEntry) {
         self.list.write().unwrap_or_else(|p| p.into_inner()).push(a);
     }
 }

@@ -78,6 +78,8 @@ pub(crate) struct Acks {
     pub(crate) admitted: std::sync::atomic::AtomicU32,
     /// Files the receiver refused while the data came: not sent further.
     pub(crate) refused: Vec<AtomicBool>,
+    /// When the receiver first acknowledged a file.
+    pub(crate) first_ack: std::sync::OnceLock<std::time::Instant>,
 }
 
 impl Acks {
@@ -115,6 +117,7 @@ impl Acks {
             refused: (0..tree.entries.len() + added)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
+            first_ack: std::sync::OnceLock::new(),
         }
     }
 

@@ -11,4 +11,5 @@ pub(crate) mod pusher;
 pub(crate) mod reads;
 pub(crate) mod repair;
 pub(crate) mod sending;
+pub(crate) mod stream;
 pub(crate) mod work;

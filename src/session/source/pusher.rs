@@ -148,6 +148,9 @@ pub(super) fn push_lane(
 pub(super) struct Pusher<'a> {
     pub(super) params: &'a PushParams,
     pub(super) tree: &'a Tree,
+    /// Entries past the tree are a streamed push's (whole files), not a
+    /// follow's (growing).
+    pub(super) streamed: bool,
     pub(super) held: &'a Held,
     pub(super) open: &'a Opener<'a>,
     pub(super) counters: &'a WorkerCounters,
@@ -210,6 +213,7 @@ impl<'a> Pusher<'a> {
         Ok(Pusher {
             params,
             tree: from.tree,
+            streamed: from.stream.is_some(),
             held: from.held,
             open: from.open,
             counters,
@@ -585,6 +589,7 @@ mod tests {
             announce_on: &ctl,
             route: &route,
             follow: None,
+            stream: None,
         };
         let params = plain_params(BLOCK);
         let (out, mut sink) = pair();

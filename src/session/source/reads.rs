@@ -195,9 +195,12 @@ impl<'a> Pusher<'a> {
     }
 
     /// Whether entry `i` was followed as it grew (the manifest's growing
-    /// files, and every file a follow added).
+    /// files, and every file a follow added; none a streamed push added).
     pub(super) fn is_growing(&self, i: usize) -> bool {
-        self.tree.entries.get(i).is_none_or(|e| e.growing)
+        match self.tree.entries.get(i) {
+            Some(e) => e.growing,
+            None => !self.streamed,
+        }
     }
 
     /// Drop entry `i`: the receiver is told and stops waiting for it (by

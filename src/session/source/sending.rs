@@ -175,6 +175,8 @@ pub(crate) struct Sources<'a> {
     pub(crate) route: &'a Route,
     /// `send --follow`: how it follows.
     pub(crate) follow: Option<&'a super::follow::FollowCtx<'a>>,
+    /// A streamed push (protocol 14): the walk that goes on.
+    pub(crate) stream: Option<&'a super::stream::StreamCtx<'a>>,
 }
 
 /// The data streams a push goes out on: the lanes of its plan, the
@@ -200,12 +202,20 @@ pub(crate) fn push_data(
 ) -> Result<Pushed, SessionError> {
     let DataStreams { plan, streams, txs } = on;
     let block = u64::from(params.block_size);
-    let added = from.follow.map(|_| super::follow::ADDED_MAX);
+    let added = match (from.follow, from.stream) {
+        (Some(_), _) => Some(super::follow::ADDED_MAX),
+        (None, Some(_)) => Some(super::stream::STREAM_ROOM),
+        (None, None) => None,
+    };
     let work = Work::routed(from.tree, from.held, plan, from.route, block, added);
     let fds = crate::session::link::streams::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
     let mut follower = match from.follow {
         Some(ctx) => Some(Follower::new(from, ctx, &work, block)?),
+        None => None,
+    };
+    let mut streamer = match from.stream {
+        Some(ctx) => Some(super::stream::Streamer::new(from, ctx, &work)?),
         None => None,
     };
     let shared = LanesShare {
@@ -216,15 +226,18 @@ pub(crate) fn push_data(
     };
     let (results, followed) = std::thread::scope(|scope| {
         let followed = follower.as_mut().map(|f| scope.spawn(|| f.run(stop)));
+        let streamed = streamer.as_mut().map(|s| scope.spawn(|| s.run(stop)));
         let results = lanes::run(&plan, txs, &|lane, tx| {
             let others = lanes::StopOthers(work.failed_flag());
             others.on(push_lane(params, from, lane, &shared, tx))
         });
-        let followed = followed.map(|h| {
+        let joined = |h: std::thread::ScopedJoinHandle<'_, _>, who: &str| {
             h.join()
-                .unwrap_or_else(|_| Err(SessionError::Protocol("the follower panicked".into())))
-        });
-        (results, followed)
+                .unwrap_or_else(|_| Err(SessionError::Protocol(format!("the {who} panicked"))))
+        };
+        let followed = followed.map(|h| joined(h, "follower"));
+        let streamed = streamed.map(|h| joined(h, "streamer"));
+        (results, followed.or(streamed))
     });
     // The follower's error (a file truncated) is why the lanes stopped.
     if let Some(Err(e)) = followed {
@@ -237,7 +250,11 @@ pub(crate) fn push_data(
         resent: 0,
         skipped: Vec::new(),
         lanes: Vec::new(),
-        follow_skipped: follower.map(|f| f.skipped).unwrap_or_default(),
+        follow_skipped: match (follower, streamer) {
+            (Some(f), _) => f.skipped,
+            (None, Some(s)) => s.skipped,
+            (None, None) => Vec::new(),
+        },
     };
     let mut stats = Vec::new();
     let mut first_error = None;
