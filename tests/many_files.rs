@@ -228,3 +228,60 @@ fn four_sessions_of_many_files_keep_the_daemon_within_its_manifest_budget() {
         BUDGET >> 20
     );
 }
+
+/// A streamed push of ten times the files grows the daemon by no more
+/// than a little: it prepares no window while `URMOVE_STREAM_IN_FLIGHT`
+/// entries are in flight, and lets go of each file once committed (its
+/// state, its claim, its memory in the budget). Every byte lands.
+#[test]
+fn a_streamed_push_keeps_the_daemon_flat_however_many_files() {
+    let d = Daemon::start_full(
+        &["env", "URMOVE_STREAM_IN_FLIGHT=1000"],
+        "127.0.0.1",
+        Path::new("/var/tmp"),
+        &[],
+    );
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let push = |top: &Path, dest: &str| {
+        let o = urmove()
+            .env("URMOVE_STREAM_FIRST_MS", "0")
+            .args(["send", "--json", "-P", "1", "--block", "64k", "-p"])
+            .arg(d.port.to_string())
+            .arg("--key-file")
+            .arg(&d.key)
+            .arg(top)
+            .arg(format!("127.0.0.1:{dest}/"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}\n{}", stderr(&o), d.log());
+        let v = crate::util::json(&o);
+        assert!(v["phases"]["walk_s"].is_number(), "streamed: {v}");
+        peak(d.pid())
+    };
+    let small = push(&many_files(&src.path().join("s"), 2_000, 3), "s");
+    let n = sized(20_000);
+    let top = many_files(&src.path().join("b"), n, 4);
+    let large = push(&top, "b");
+    let grew = large.saturating_sub(small);
+    eprintln!(
+        "{n} files after 2,000: the daemon grew by {} KiB",
+        grew >> 10
+    );
+    // Held whole, they would take about 1 KiB each.
+    assert!(
+        grew < (n as u64) * 1024 / 2,
+        "{n} files grew the daemon by {} KiB after 2,000 files",
+        grew >> 10
+    );
+    let dest = d.root.path().join("b/t");
+    let mut all = final_files(&dest);
+    assert_eq!(all.len(), n);
+    all.sort();
+    for p in all {
+        let rel = p.strip_prefix(&dest).unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            std::fs::read(top.join(rel)).unwrap()
+        );
+    }
+}

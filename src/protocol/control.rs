@@ -27,6 +27,12 @@ pub const MAGIC: [u8; 4] = *b"URMV";
 pub const CONTROL_LEN_MAX: u32 = 4 << 20;
 /// Most entries in one manifest part.
 pub const MANIFEST_PART_ENTRIES_MAX: u32 = 4096;
+/// A streamed push (protocol 14): most entries in one window of `Added`
+/// parts, and most entries a sender has sent and the receiver not yet
+/// admitted when it sends one. A sender past them is refused as
+/// malformed: what a receiver holds decoded stays bounded.
+pub const STREAM_WINDOW_ENTRIES: usize = 4096;
+pub const STREAM_UNADMITTED_MAX: usize = 2 * STREAM_WINDOW_ENTRIES;
 /// Longest error text.
 pub const ERROR_TEXT_MAX: usize = 4096;
 /// Most data streams in one session.

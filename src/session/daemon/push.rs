@@ -80,13 +80,7 @@ pub(super) fn push_session(
         last_beat: Instant::now(),
         stats: &registry.stats,
         closing: &registry.closing,
-        follow: Follow {
-            dest: incoming.dest.clone(),
-            claims,
-            memory,
-            block: u64::from(req.block_size),
-            entries_left: u64::from(cfg.limits.files).saturating_sub(incoming.entries.len() as u64),
-        },
+        follow: Follow::new(incoming, claims, memory, req, cfg.limits.files),
     };
     let check = FrameCheck {
         key: frame_key(keys),
@@ -288,6 +282,10 @@ pub(super) fn prepare_push<'r>(
         false => dest,
     };
     memory.reserve(bitmap_bytes(&entries, u64::from(req.block_size)))?;
+    if req.has(REQ_STREAM) {
+        // The windows its sender may add before this side prepares them.
+        memory.reserve(crate::session::sink::rules::stream_ahead_bytes())?;
+    }
     if req.has(crate::protocol::control::REQ_FOLLOW) {
         // The block tables its files may add as they grow.
         memory.reserve(crate::session::sink::file::FOLLOW_BITMAP_BYTES)?;
@@ -303,7 +301,7 @@ pub(super) fn prepare_push<'r>(
         false => claim_names(registry, &dest, &entries)?,
     };
     let mut beat = crate::session::link::conn::Beat::new(s)?;
-    let incoming = Incoming::prepare(
+    let mut incoming = Incoming::prepare(
         Destination { root, dest },
         entries,
         u64::from(req.block_size),
@@ -312,6 +310,8 @@ pub(super) fn prepare_push<'r>(
         resume,
         &mut || beat.tick(),
     )?;
+    // `--delete` prunes what no entry names: a streamed push keeps them.
+    incoming.settled.every_entry = req.has(crate::protocol::control::REQ_DELETE);
     Ok(PreparedPush {
         incoming,
         claims,
@@ -361,28 +361,70 @@ pub(super) struct Follow<'a, 'r> {
     pub(super) block: u64,
     /// Entries it may add still (`max_files` less the manifest's).
     pub(super) entries_left: u64,
+    /// A streamed push's windows admitted and not yet settled, oldest
+    /// first: (entries up to, manifest memory, names claimed, entries),
+    /// given back once every entry below settled (see `Landing::settled`):
+    /// `max_files` and the memory then bound what is in flight.
+    pub(super) windows: std::collections::VecDeque<(u32, u64, usize, u64)>,
+    /// Entries so far (the manifest's and every window's admitted).
+    pub(super) upto: u32,
+    /// A streamed push: its windows wait for room (see `admit`).
+    pub(super) streamed: bool,
 }
 
-impl Follow<'_, '_> {
+impl<'a, 'r> Follow<'a, 'r> {
+    /// What `incoming`'s session (`req`) holds: a streamed push's manifest
+    /// is its first window (given back as its files settle, as the next).
+    pub(super) fn new(
+        incoming: &Incoming,
+        claims: &'a mut Claims<'r>,
+        memory: &'a mut ManifestMemory<'r>,
+        req: &SessionRequest,
+        max_files: u32,
+    ) -> Self {
+        let count = incoming.entries.len();
+        let streamed = req.has(REQ_STREAM);
+        let first = (count as u32, memory.bytes, claims.names.len(), count as u64);
+        Follow {
+            dest: incoming.dest.clone(),
+            block: u64::from(req.block_size),
+            entries_left: u64::from(max_files).saturating_sub(count as u64),
+            windows: streamed.then_some(first).into_iter().collect(),
+            upto: count as u32,
+            streamed,
+            claims,
+            memory,
+        }
+    }
+
     /// Count `entries`' memory and claim their names (at once: one of them
-    /// another session receives now refuses the lot).
+    /// another session receives now refuses the lot, or for a streamed
+    /// push, `false`: the window waits, as when the files in flight hold
+    /// `max_files` or the daemon's manifest memory; what is in flight
+    /// settles and gives them back).
     pub(super) fn admit(
         &mut self,
         entries: &[crate::protocol::manifest::Entry],
-    ) -> Result<(), SessionError> {
-        self.entries_left = self
-            .entries_left
-            .checked_sub(entries.len() as u64)
-            .ok_or_else(|| {
-                SessionError::local(
+    ) -> Result<bool, SessionError> {
+        let count = entries.len() as u64;
+        let Some(left) = self.entries_left.checked_sub(count) else {
+            return match self.streamed && !self.windows.is_empty() {
+                true => Ok(false),
+                false => Err(SessionError::local(
                     ErrorCode::TooLarge,
-                    "the follow added more entries than one session takes (max_files)",
-                )
-            })?;
+                    "entries added past what one session takes (max_files)",
+                )),
+            };
+        };
         let text: u64 = entries.iter().map(|e| e.text_len() as u64).sum();
         let cost = entries.len() as u64 * crate::session::sink::rules::ENTRY_COST_BYTES + text;
-        self.memory
-            .reserve(cost.saturating_add(bitmap_bytes(entries, self.block)))?;
+        let cost = cost.saturating_add(bitmap_bytes(entries, self.block));
+        match self.memory.reserve(cost) {
+            Err(SessionError::Limit(_)) if self.streamed && cost <= self.memory.limit => {
+                return Ok(false)
+            }
+            r => r?,
+        }
         let names: Vec<String> = entries
             .iter()
             .filter(|e| e.kind != crate::protocol::manifest::EntryKind::Dir)
@@ -390,24 +432,56 @@ impl Follow<'_, '_> {
             .collect();
         let mut set = self.claims.set.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(busy) = names.iter().find(|n| set.contains(*n)) {
-            return Err(SessionError::Contended(Contended::Receiving {
-                rel: busy.clone(),
-            }));
+            drop(set);
+            self.memory.release(cost);
+            return match self.streamed {
+                true => Ok(false),
+                false => Err(SessionError::Contended(Contended::Receiving {
+                    rel: busy.clone(),
+                })),
+            };
         }
         set.extend(names.iter().cloned());
         drop(set);
+        self.entries_left = left;
+        self.upto += entries.len() as u32;
+        self.windows
+            .push_back((self.upto, cost, names.len(), count));
         self.claims.names.extend(names);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Every entry below `upto` settled: the windows wholly below it give
+    /// back their memory and their names. (The manifest's claims come
+    /// first in the names and stay: only windows' are counted here.)
+    pub(super) fn settled(&mut self, upto: u32) {
+        let windows: usize = self.windows.iter().map(|w| w.2).sum();
+        let manifest = self.claims.names.len() - windows;
+        let mut names = 0;
+        while let Some(&(_, bytes, n, count)) = self.windows.front().filter(|w| w.0 <= upto) {
+            self.windows.pop_front();
+            self.memory.release(bytes);
+            self.entries_left += count;
+            names += n;
+        }
+        self.claims.release(manifest, names);
     }
 }
 
 impl crate::session::sink::landing::Landing for DaemonLanding<'_, '_> {
-    fn admit(&mut self, entries: &[crate::protocol::manifest::Entry]) -> Result<(), SessionError> {
+    fn admit(
+        &mut self,
+        entries: &[crate::protocol::manifest::Entry],
+    ) -> Result<bool, SessionError> {
         self.follow.admit(entries)
     }
 
     fn admitted(&mut self, upto: u32) -> Result<(), SessionError> {
         send_msg(&mut self.ctl, &Message::Admitted { upto })
+    }
+
+    fn settled(&mut self, upto: u32) {
+        self.follow.settled(upto);
     }
 
     fn held(&mut self, items: Vec<crate::protocol::control::HaveItem>) -> Result<(), SessionError> {

@@ -65,6 +65,14 @@ pub(super) struct ManifestMemory<'a> {
 }
 
 impl ManifestMemory<'_> {
+    /// Give back `bytes` of what it holds (a streamed push's window whose
+    /// entries all settled).
+    pub(super) fn release(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.bytes);
+        self.total.fetch_sub(bytes, Ordering::AcqRel);
+        self.bytes -= bytes;
+    }
+
     /// Take `bytes` more within the daemon's budget, or refuse.
     pub(super) fn reserve(&mut self, bytes: u64) -> Result<(), SessionError> {
         let limit = self.limit;
@@ -226,6 +234,19 @@ pub(super) struct Claims<'a> {
 }
 
 impl<'a> Claims<'a> {
+    /// Let go of `n` names claimed from the `at`th on (a streamed push's
+    /// windows whose files are all committed or given up).
+    pub(super) fn release(&mut self, at: usize, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let end = (at + n).min(self.names.len());
+        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
+        for name in self.names.drain(at.min(end)..end) {
+            set.remove(&name);
+        }
+    }
+
     /// Claims of no name.
     pub(super) fn none(set: &'a Mutex<BTreeSet<String>>) -> Self {
         Claims {

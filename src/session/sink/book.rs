@@ -21,7 +21,7 @@ use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::{
     payload_checksum, zero_terms, FrameHeader, FrameKey, FLAG_SEALED, FRAME_HEADER_LEN,
 };
-use crate::protocol::manifest::Entry;
+use crate::protocol::manifest::{Entry, EntryKind};
 use crate::protocol::sparse;
 
 use super::book_follow::{grow_for, show_live};
@@ -81,7 +81,7 @@ pub(in crate::session) struct Book<'s> {
     pub(super) direct: DirectMode,
     pub(super) rules: &'s Rules,
     pub(in crate::session) block: u64,
-    pub(super) files: &'s mut Vec<Option<RecvFile>>,
+    pub(super) files: &'s mut Vec<Option<Box<RecvFile>>>,
     /// The destination, and the manifest's entries (a follow's added ones
     /// are checked against them).
     pub(super) dest: &'s str,
@@ -96,6 +96,8 @@ pub(in crate::session) struct Book<'s> {
     pub(super) resume: Option<super::rules::Resume>,
     /// The directories the manifest's preparation made (and its windows').
     pub(super) made: &'s mut super::incoming::Made,
+    /// Files let go once committed (a streamed push's).
+    pub(super) settled: &'s mut super::book_stream::Settled,
     /// Bytes of block tables its growing files may still add.
     pub(super) growth_left: u64,
     pub(super) jobs: mpsc::Sender<Job>,
@@ -214,9 +216,12 @@ impl<'s> Book<'s> {
             entries,
             resume,
             made,
+            settled,
             ..
         } = incoming;
         let rules: &Rules = rules;
+        // (Links name their first file's state when the session ends.)
+        settled.on = rules.stream && !entries.iter().any(|e| e.kind == EntryKind::HardLink);
         Book {
             root,
             direct: *direct,
@@ -236,6 +241,7 @@ impl<'s> Book<'s> {
             adding: rules.follow || rules.stream,
             resume: *resume,
             made,
+            settled,
             growth_left: match rules.follow {
                 true => super::file::FOLLOW_BITMAP_BYTES,
                 false => 0,
@@ -246,6 +252,12 @@ impl<'s> Book<'s> {
             last_sweep: Instant::now(),
             tally: Tally::default(),
         }
+    }
+
+    /// Entries below which all are settled, when that moved (a streamed
+    /// push's: see `Settled`).
+    pub(in crate::session) fn settled_upto(&mut self) -> Option<u32> {
+        self.settled.advance(self.files)
     }
 
     /// What the receive counted, once it is over.
@@ -297,6 +309,10 @@ impl<'s> Book<'s> {
         data_terms: Option<u64>,
     ) -> Result<Accepted, SessionError> {
         let (block, growth) = (self.block, &mut self.growth_left);
+        if self.settled.has(header.file_index as usize) {
+            // Committed and let go: a block that came again.
+            return Ok(Accepted::Drop);
+        }
         let a = accept_frame(self.files, block, growth, header, data_terms)?;
         match self.ensure_open(header.file_index as usize, &a)? {
             true => Ok(a),
@@ -580,6 +596,7 @@ impl<'s> Book<'s> {
                     Outcome::Committed(i, _) | Outcome::Piece(i, _) => {
                         self.file(i as usize).state = FileState::Done;
                         self.tally.done_files += 1;
+                        self.settled.let_go(self.files, i as usize);
                     }
                     Outcome::Rejected(i, _) => {
                         self.file(i as usize).state = FileState::Rejected;
@@ -609,7 +626,7 @@ impl<'s> Book<'s> {
 /// mark it seen; its checksum is checked already (`data_terms`, `None` for
 /// a hole). The write itself is the caller's.
 pub(super) fn accept_frame(
-    files: &mut [Option<RecvFile>],
+    files: &mut [Option<Box<RecvFile>>],
     block: u64,
     growth: &mut u64,
     header: &FrameHeader,

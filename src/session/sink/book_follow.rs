@@ -53,7 +53,7 @@ impl<'s> Book<'s> {
         for e in &entries {
             let f = self.prepare_added(e)?;
             self.remaining += usize::from(f.is_some());
-            self.files.push(f);
+            self.files.push(f.map(Box::new));
         }
         self.tally.added.extend(entries);
         Ok(self.files.len() as u32)
@@ -104,7 +104,7 @@ impl<'s> Book<'s> {
     /// A follow may add entries, or a file of it still grows.
     pub(in crate::session) fn grows(&self) -> bool {
         let growing = |f: &RecvFile| f.growing && f.state == FileState::Receiving;
-        self.adding || (self.rules.follow && self.files.iter().flatten().any(growing))
+        self.adding || (self.rules.follow && self.files.iter().flatten().any(|f| growing(f)))
     }
 
     /// The session's manifest streams (`REQ_STREAM`).

@@ -31,7 +31,10 @@ impl<'s> Book<'s> {
 
     /// Journal file `index` if it is due; whether it stays dirty.
     pub(super) fn journal(&mut self, index: usize, now: Instant) -> bool {
-        let f = self.files[index].as_mut().expect("dirty entries are files");
+        // (A file committed since was let go: nothing to journal.)
+        let Some(f) = self.files[index].as_mut() else {
+            return false;
+        };
         if f.state != FileState::Receiving || !f.dirty {
             return false;
         }

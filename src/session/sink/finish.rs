@@ -36,7 +36,8 @@ impl Incoming {
                 .rejected
                 .iter()
                 .take(5)
-                .map(|&i| self.entries[i as usize].path.as_str())
+                .filter_map(|&i| self.files.get(i as usize)?.as_deref())
+                .map(|f| f.final_rel.as_str())
                 .collect();
             return Err(SessionError::local(
                 ErrorCode::Io,
@@ -164,8 +165,12 @@ impl Incoming {
             .iter()
             .map(|e| join(&self.dest, &e.path))
             .collect();
-        for rel in &rels {
+        for (rel, e) in rels.iter().zip(&self.entries) {
             dirs.insert(rel.rsplit_once('/').map_or(".", |(d, _)| d));
+            // (A streamed push keeps only its directories' entries.)
+            if e.kind == EntryKind::Dir {
+                dirs.insert(rel);
+            }
         }
         let dirs: Vec<&str> = dirs.into_iter().collect();
         // A few dozen open at a time: a tree may have many.

@@ -98,7 +98,7 @@ pub(crate) struct Incoming {
     pub(crate) root: Root,
     pub(crate) dest: String,
     pub(crate) entries: Vec<Entry>,
-    pub(crate) files: Vec<Option<RecvFile>>,
+    pub(crate) files: Vec<Option<Box<RecvFile>>>,
     pub(crate) block: u64,
     pub(crate) direct: DirectMode,
     pub(crate) rules: Rules,
@@ -136,6 +136,8 @@ pub(crate) struct Incoming {
     /// The directories its preparation made (a streamed push's windows
     /// go on from there).
     pub(super) made: Made,
+    /// Files let go once settled (a streamed push's: see [`Settled`]).
+    pub(crate) settled: super::book_stream::Settled,
 }
 
 /// Where a manifest of one file that may take its destination's name
@@ -239,6 +241,7 @@ impl Incoming {
             routed: false,
             names: names_of_links(&dest, &entries),
             made: Made::default(),
+            settled: Default::default(),
         };
         for (i, e) in entries.iter().enumerate() {
             tick();
@@ -250,7 +253,7 @@ impl Incoming {
                     return Err(e);
                 }
             };
-            inc.files.push(file);
+            inc.files.push(file.map(Box::new));
             if inc.empty.len() >= super::batch::EMPTY_BATCH {
                 inc.commit_empty()?;
             }

@@ -13,6 +13,7 @@
 //! its tick and the control step in turn, as a session always did.
 
 use crate::protocol::control::PieceDone;
+use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,10 +105,11 @@ pub(crate) trait Landing {
     /// At least every second: each stream's delivered bytes and whether a
     /// receive waits on it (for heartbeats).
     fn tick(&mut self, streams: &[(u64, bool)]) -> Result<(), SessionError>;
-    /// A follow added `entries` (paths under the destination): claim their
-    /// names and count their memory, or refuse. Only a daemon's push
-    /// follows.
-    fn admit(&mut self, _entries: &[Entry]) -> Result<(), SessionError> {
+    /// A follow or a streamed push added `entries` (paths under the
+    /// destination): claim their names and count their memory, or refuse;
+    /// `false`: a streamed push's window waits (what is in flight holds
+    /// what it needs). Only a daemon's push adds.
+    fn admit(&mut self, _entries: &[Entry]) -> Result<bool, SessionError> {
         Err(SessionError::local(
             ErrorCode::Malformed,
             "entries added to a session that follows none",
@@ -117,6 +119,9 @@ pub(crate) trait Landing {
     fn admitted(&mut self, _upto: u32) -> Result<(), SessionError> {
         Ok(())
     }
+    /// Every entry below `upto` of a streamed push is settled (committed,
+    /// given up, or no file) and let go: what was held for them may be too.
+    fn settled(&mut self, _upto: u32) {}
     /// A streamed push's window holds these files already: tell the
     /// sender (before the window's `admitted`).
     fn held(
@@ -351,7 +356,16 @@ struct Control<'s> {
     /// Payload bytes reported to `out` so far.
     reported: u64,
     reported_unsent: u64,
+    /// A streamed push's windows (and the end of them) not prepared yet,
+    /// while too many entries are in flight (`Book::window_waits`).
+    waiting: VecDeque<PeerEvent>,
+    /// When a window refused for now (see `Landing::admit`) is tried again.
+    retry_at: Instant,
 }
+
+/// How long a streamed push's window refused for now waits to be tried
+/// again.
+const WINDOW_RETRY: Duration = Duration::from_millis(20);
 
 impl<'s> Control<'s> {
     fn new(
@@ -383,6 +397,8 @@ impl<'s> Control<'s> {
             states: vec![(0, false); fds.len()],
             reported: 0,
             reported_unsent: 0,
+            waiting: VecDeque::new(),
+            retry_at: now,
         }
     }
 
@@ -561,8 +577,26 @@ impl<'s> Control<'s> {
 
     /// Handle everything the peer said since the last step.
     fn hear_peer(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
+        let due = Instant::now() >= self.retry_at;
+        if !self.waiting.is_empty() && due && !book::lock(book).window_waits() {
+            // A window prepared is a step's work (below).
+            let ev = self.waiting.pop_front().expect("one waits");
+            self.on_peer(book, ev)?;
+            if matches!(self.waiting.front(), Some(PeerEvent::AddedEnd)) {
+                let end = self.waiting.pop_front().expect("the end waits");
+                self.on_peer(book, end)?;
+            }
+            return Ok(());
+        }
         while self.peer_open {
             match self.peer.events.try_recv() {
+                // Later than a window that waits, or one that must wait.
+                Ok(ev @ (PeerEvent::Added(..) | PeerEvent::AddedEnd))
+                    if !self.waiting.is_empty() || book::lock(book).window_waits() =>
+                {
+                    self.waiting.push_back(ev);
+                    self.bound_waiting()?;
+                }
                 // A window prepared is a step's work: the finalizers'
                 // results and the progress are taken before the next.
                 Ok(ev @ PeerEvent::Added(..)) => return self.on_peer(book, ev),
@@ -570,6 +604,30 @@ impl<'s> Control<'s> {
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => self.peer_open = false,
             }
+        }
+        Ok(())
+    }
+
+    /// A sender never has more than [`UNADMITTED_MAX`] entries sent and not
+    /// admitted when it sends a window (of at most [`WINDOW_ENTRIES`]):
+    /// one with more is refused (protocol 14), so what waits here stays
+    /// bounded.
+    fn bound_waiting(&self) -> Result<(), SessionError> {
+        use crate::protocol::control::{
+            STREAM_UNADMITTED_MAX as UNADMITTED_MAX, STREAM_WINDOW_ENTRIES as WINDOW_ENTRIES,
+        };
+        let waiting: usize = (self.waiting.iter())
+            .map(|ev| match ev {
+                PeerEvent::Added(_, entries) => entries.len(),
+                _ => 0,
+            })
+            .sum();
+        let most = UNADMITTED_MAX + WINDOW_ENTRIES;
+        if waiting > most {
+            let m = format!(
+                "the sender added {waiting} entries this side has not admitted (at most {most})"
+            );
+            return Err(SessionError::local(ErrorCode::Malformed, m));
         }
         Ok(())
     }
@@ -591,7 +649,12 @@ impl<'s> Control<'s> {
             PeerEvent::AddedEnd => book::lock(book).adding = false,
             PeerEvent::DirTimes(list) => book::lock(book).dir_times(list)?,
             PeerEvent::Added(first, entries) if book::lock(book).streams() => {
-                self.out.admit(&entries)?;
+                if !self.out.admit(&entries)? {
+                    // It waits for what is in flight to settle.
+                    self.waiting.push_front(PeerEvent::Added(first, entries));
+                    self.retry_at = Instant::now() + WINDOW_RETRY;
+                    return Ok(());
+                }
                 let w = book::lock(book).add_window(first, entries)?;
                 for (i, digest) in w.done {
                     self.out.committed(i, digest)?;
@@ -601,12 +664,18 @@ impl<'s> Control<'s> {
                     self.out.held(w.have)?;
                 }
                 self.out.admitted(w.upto)?;
+                if let Some(upto) = book::lock(book).settled_upto() {
+                    self.out.settled(upto);
+                }
                 // The time it took is this side's, not the sender's.
                 (self.window.start, self.window.bytes_at_start) =
                     (Instant::now(), self.tcp_bytes());
             }
             PeerEvent::Added(first, entries) => {
-                self.out.admit(&entries)?;
+                if !self.out.admit(&entries)? {
+                    let m = "a follow's entries cannot wait to be admitted";
+                    return Err(SessionError::Protocol(m.into()));
+                }
                 let upto = book::lock(book).add(first, entries)?;
                 self.out.admitted(upto)?;
             }
@@ -645,7 +714,14 @@ impl<'s> Control<'s> {
     /// A finalizer's job came back: the book updated, then the peer told
     /// (outside the lock: telling may block on the connection).
     fn settle(&mut self, book: &Mutex<Book>, r: JobDone) -> Result<(), SessionError> {
-        let outcome = book::lock(book).settle(r)?;
+        let (outcome, settled) = {
+            let mut b = book::lock(book);
+            let outcome = b.settle(r)?;
+            (outcome, b.settled_upto())
+        };
+        if let Some(upto) = settled {
+            self.out.settled(upto);
+        }
         match outcome {
             Some(Outcome::Committed(i, digest)) => self.out.committed(i, digest),
             Some(Outcome::Rejected(i, digest)) => self.out.rejected(i, digest),

@@ -22,7 +22,14 @@ pub(super) struct Made {
     /// (whatever the case) finds nothing in its way and nothing held, with
     /// no look of its own ([`Made::fresh`]).
     pub(super) empty: std::collections::HashMap<String, Option<HashSet<String>>>,
+    /// Names held in `empty`'s sets: past [`NAMES_MAX`], every set is
+    /// given up (its directory's later files look for themselves), so a
+    /// tree of millions of files costs no name each.
+    pub(super) names: usize,
 }
+
+/// Names [`Made`] keeps at most.
+pub(super) const NAMES_MAX: usize = 1 << 16;
 
 impl Made {
     /// Why `rel` cannot be made: a directory above it could not be.
@@ -60,7 +67,18 @@ impl Made {
             *names = None;
             return false;
         }
-        seen.insert(name.to_ascii_lowercase())
+        let fresh = seen.insert(name.to_ascii_lowercase());
+        self.names += usize::from(fresh);
+        if self.names > NAMES_MAX {
+            self.forget();
+        }
+        fresh
+    }
+
+    /// Give up every directory's names (see [`Made::names`]).
+    fn forget(&mut self) {
+        self.empty.values_mut().for_each(|names| *names = None);
+        self.names = 0;
     }
 
     /// Note entry `rel`'s name in its directory, if that is one held empty.
@@ -69,9 +87,12 @@ impl Made {
         if let Some(names) = self.empty.get_mut(dir) {
             match names.as_mut().filter(|_| is_plain(name)) {
                 Some(seen) => {
-                    seen.insert(name.to_ascii_lowercase());
+                    self.names += usize::from(seen.insert(name.to_ascii_lowercase()));
                 }
                 None => *names = None,
+            }
+            if self.names > NAMES_MAX {
+                self.forget();
             }
         }
     }

@@ -375,11 +375,11 @@ impl Incoming {
 
     /// Number of regular files in the manifest.
     pub(crate) fn file_count(&self) -> usize {
-        self.files.iter().flatten().count()
+        self.files.iter().flatten().count() + self.settled.count()
     }
 
     /// Bytes the files hold in total.
     pub(crate) fn file_bytes(&self) -> u64 {
-        self.files.iter().flatten().map(RecvFile::want).sum()
+        self.files.iter().flatten().map(|f| f.want()).sum()
     }
 }

@@ -23,6 +23,21 @@ use crate::session::plan::filter::Filter;
 /// to its budget).
 pub(crate) const ENTRY_COST_BYTES: u64 = 1024;
 
+/// What an entry a streamed push's sender added costs a receiver while
+/// it waits, decoded, for its window to be prepared. A sender has at most
+/// `UNADMITTED_MAX` + `WINDOW_ENTRIES` entries waiting so (protocol 14):
+/// their cost is counted for the whole session from its start
+/// ([`stream_ahead_bytes`]).
+pub(crate) const WAITING_ENTRY_BYTES: u64 = 512;
+
+/// What a streamed push's windows waiting to be prepared may take.
+pub(crate) fn stream_ahead_bytes() -> u64 {
+    use crate::protocol::control::{
+        STREAM_UNADMITTED_MAX as UNADMITTED_MAX, STREAM_WINDOW_ENTRIES as WINDOW_ENTRIES,
+    };
+    (UNADMITTED_MAX + WINDOW_ENTRIES) as u64 * WAITING_ENTRY_BYTES
+}
+
 /// What to do with a symlink whose target is absolute or climbs out of the
 /// root (`--unsafe-links`). The receiver never follows a link when it
 /// writes, so keeping them as they are (as `rsync -a` and `cp -a` do) is

@@ -57,10 +57,10 @@ pub(crate) fn first_window() -> (Duration, usize) {
 /// How long each later window gathers, at most.
 pub(crate) const WINDOW: Duration = Duration::from_millis(50);
 /// Entries in one window, at most.
-pub(crate) const WINDOW_ENTRIES: usize = 16_384;
+pub(crate) const WINDOW_ENTRIES: usize = crate::protocol::control::STREAM_WINDOW_ENTRIES;
 /// Entries sent and not yet admitted by the receiver, at most: the
 /// streamer waits beyond (the receiver prepares them one window a step).
-pub(crate) const UNADMITTED_MAX: usize = 4 * WINDOW_ENTRIES;
+pub(crate) const UNADMITTED_MAX: usize = crate::protocol::control::STREAM_UNADMITTED_MAX;
 /// Batches the walk may make ahead of the streamer (of at most
 /// `walk::CHUNK_ENTRIES` entries each): beyond, it waits.
 const BATCHES_AHEAD: usize = 256;
