@@ -380,8 +380,18 @@ impl<'s> Book<'s> {
     /// Close a file's part while it waits or is dropped (no write of it
     /// is in flight).
     pub(super) fn close(&mut self, index: usize) {
+        let root = self.root;
         let f = self.file(index);
         let Some(part) = f.part.take() else { return };
+        // Closed with no name, its bytes would be gone: named first, or
+        // kept open.
+        if f.unnamed
+            && f.state == FileState::Receiving
+            && !super::part::name_unnamed(root, f, &part)
+        {
+            f.part = Some(part);
+            return;
+        }
         // A lane's ring may hold this opening a while yet (its registered
         // slot): a piece's range is let go of now, not when that closes.
         if f.piece.is_some() {
@@ -442,7 +452,11 @@ impl<'s> Book<'s> {
     }
 
     /// Close the open part idle longest (no write or journal in flight).
+    /// A small file written whole into a part with no name waits only for
+    /// its digest, and closing it would name it: up to [`OPEN_PARTS_MAX`]
+    /// of them stay open beyond the others.
     pub(super) fn close_idle_part(&mut self) {
+        let mut spared = 0;
         for _ in 0..self.open_order.len() {
             let Some(i) = self.open_order.pop_front() else {
                 return;
@@ -451,6 +465,11 @@ impl<'s> Book<'s> {
                 continue;
             };
             if f.writing.is_empty() && !f.journaling && f.state == FileState::Receiving {
+                if f.unnamed && f.is_written() && spared < 8 * OPEN_PARTS_MAX {
+                    spared += 1;
+                    self.open_order.push_back(i);
+                    continue;
+                }
                 self.close(i);
                 return;
             }
