@@ -453,27 +453,28 @@ impl<'s> Book<'s> {
 
     /// Close the open part idle longest (no write or journal in flight).
     /// A small file written whole into a part with no name waits only for
-    /// its digest, and closing it would name it: up to [`OPEN_PARTS_MAX`]
-    /// of them stay open beyond the others.
+    /// its digest, and closing it would name it: such parts are closed
+    /// only when no other can be (the budget stays [`OPEN_PARTS_MAX`]).
     pub(super) fn close_idle_part(&mut self) {
-        let mut spared = 0;
-        for _ in 0..self.open_order.len() {
-            let Some(i) = self.open_order.pop_front() else {
-                return;
-            };
-            let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
-                continue;
-            };
-            if f.writing.is_empty() && !f.journaling && f.state == FileState::Receiving {
-                if f.unnamed && f.is_written() && spared < 8 * OPEN_PARTS_MAX {
-                    spared += 1;
-                    self.open_order.push_back(i);
+        for spare_unnamed in [true, false] {
+            for _ in 0..self.open_order.len() {
+                let Some(i) = self.open_order.pop_front() else {
+                    return;
+                };
+                let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
                     continue;
+                };
+                let spared = spare_unnamed && f.unnamed && f.is_written();
+                if f.writing.is_empty()
+                    && !f.journaling
+                    && f.state == FileState::Receiving
+                    && !spared
+                {
+                    self.close(i);
+                    return;
                 }
-                self.close(i);
-                return;
+                self.open_order.push_back(i);
             }
-            self.open_order.push_back(i);
         }
     }
 
