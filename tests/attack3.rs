@@ -117,6 +117,12 @@ const PART_BLOCKS: u64 = 8;
 /// journal, then its own bytes for block 7 (from `seed`), and it hangs up
 /// before any journal names that block. The part and its journal stay.
 fn key_holders_part(d: &Daemon, name: &str, seed: u64) {
+    // A directory that holds something: a small new file in an empty one
+    // arrives with no name at all (an unnamed O_TMPFILE), which a hang-up
+    // leaves nothing of; here its part is named and journaled.
+    let hand = d.root.path().join("hand");
+    std::fs::create_dir_all(&hand).unwrap();
+    std::fs::write(hand.join("other"), b"held before").unwrap();
     let size = PART_BLOCK * PART_BLOCKS;
     let e = entry(name, EntryKind::File, size, 0o644);
     let (ctl, keys) = hand_push(d.port, &d.key, vec![e], 1, PART_BLOCK as u32).expect("ready");

@@ -230,7 +230,7 @@ impl Root {
         // Opened first, O_DIRECT set after: a filesystem that refuses it
         // refuses the flag, not the open (which may have made the file).
         let f = self.open_file(rel, flags, mode)?;
-        super::direct::set(f, direct)
+        super::direct::set_opened(f, direct, flags)
     }
 
     /// A new regular file with no name yet (`O_TMPFILE`) in directory
@@ -245,8 +245,9 @@ impl Root {
         direct: super::DirectMode,
     ) -> io::Result<Option<(File, bool)>> {
         let at = if dir.is_empty() { "." } else { dir };
-        match self.open_file(at, libc::O_TMPFILE | libc::O_WRONLY, mode) {
-            Ok(f) => super::direct::set(f, direct).map(Some),
+        let flags = libc::O_TMPFILE | libc::O_WRONLY;
+        match self.open_file(at, flags, mode) {
+            Ok(f) => super::direct::set_opened(f, direct, flags).map(Some),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => Ok(None),
             Err(e) => Err(e),
         }

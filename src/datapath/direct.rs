@@ -198,12 +198,31 @@ pub fn set(f: File, mode: DirectMode) -> io::Result<(File, bool)> {
     if mode == DirectMode::Off {
         return Ok((f, false));
     }
-    // SAFETY: F_GETFL and F_SETFL on a descriptor this function owns
-    // read and set its status flags; no memory is passed.
-    let set = unsafe {
-        let now = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        now >= 0 && libc::fcntl(f.as_raw_fd(), libc::F_SETFL, now | libc::O_DIRECT) == 0
-    };
+    // SAFETY: F_GETFL on a descriptor this function owns reads its status
+    // flags; no memory is passed.
+    let now = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    if now < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    set_over(f, mode, now)
+}
+
+/// [`set`] for a file just opened with `flags` (its status flags then,
+/// which need not be read again): one `fcntl` the less.
+pub fn set_opened(f: File, mode: DirectMode, flags: i32) -> io::Result<(File, bool)> {
+    if mode == DirectMode::Off {
+        return Ok((f, false));
+    }
+    set_over(f, mode, flags)
+}
+
+/// `f`, whose status flags are `now`, with O_DIRECT set as `mode` asks
+/// (not `Off`). F_SETFL changes only the flags it may (O_APPEND, O_ASYNC,
+/// O_DIRECT, O_NOATIME, O_NONBLOCK) and ignores the others.
+fn set_over(f: File, mode: DirectMode, now: i32) -> io::Result<(File, bool)> {
+    // SAFETY: F_SETFL on a descriptor this function owns sets its status
+    // flags; no memory is passed.
+    let set = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, now | libc::O_DIRECT) == 0 };
     if set {
         return Ok((f, true));
     }

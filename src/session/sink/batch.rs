@@ -244,6 +244,120 @@ mod tests {
         FinalJob::take(index, &mut f, rules)
     }
 
+    /// A written part of `bytes` with no name (`O_TMPFILE`) for `rel`, new
+    /// in a fresh directory, agreed on, taken for its commit.
+    fn unnamed_job(root: &Root, rules: &Rules, index: u32, rel: &str, bytes: &[u8]) -> RecvFile {
+        use std::os::unix::fs::FileExt;
+        let e = Entry {
+            path: rel.into(),
+            kind: EntryKind::File,
+            size: bytes.len() as u64,
+            mode: 0o640,
+            ..Default::default()
+        };
+        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        f.fresh = true;
+        let off = crate::datapath::DirectMode::Off;
+        crate::session::sink::part::open_part(root, off, rules, &mut f).unwrap();
+        assert!(f.unnamed, "a small fresh file's part has no name");
+        let part = f.part.as_ref().unwrap();
+        let links = crate::datapath::sys::fresh_links_and_ctime(part).unwrap().0;
+        assert_eq!(links, 0);
+        part.write_all_at(bytes, 0).unwrap();
+        (f.digest, f.sender_digest) = (index as u64 + 7, Some(index as u64 + 7));
+        f
+    }
+
+    /// Files written into parts with no name commit straight under their
+    /// final names (bytes, mode, stamp), no part name ever made; one whose
+    /// final name something took since it was prepared replaces that (as
+    /// a rename does), leaving no name of its own behind; one rejected
+    /// leaves nothing at all.
+    #[test]
+    fn unnamed_parts_are_linked_at_their_final_names_replacing_what_came_there() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = Rules::plain([5; 32], 1 << 20);
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let names = ["a/f0", "a/f1", "a/f2"];
+        let jobs: Vec<FinalJob> = names
+            .iter()
+            .enumerate()
+            .map(|(i, rel)| {
+                let mut f = unnamed_job(&root, &rules, i as u32, rel, &[i as u8 + 1; 5000]);
+                FinalJob::take(i as u32, &mut f, &rules)
+            })
+            .collect();
+        // Nothing under any name while they wait.
+        assert_eq!(std::fs::read_dir(dir.path().join("a")).unwrap().count(), 0);
+        std::fs::write(dir.path().join("a/f1"), b"came meanwhile").unwrap();
+        let mut done = commit_all(&root, jobs);
+        done.sort_by_key(|r| match r {
+            Ok(Outcome::Committed(i, _)) | Err((i, _)) => *i,
+            Ok(other) => panic!("{other:?}"),
+        });
+        for (i, r) in done.iter().enumerate() {
+            let want = Some(&Outcome::Committed(i as u32, i as u64 + 7));
+            assert_eq!(r.as_ref().ok(), want, "{}", names[i]);
+            let path = dir.path().join(names[i]);
+            assert_eq!(std::fs::read(&path).unwrap(), [i as u8 + 1; 5000]);
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let m = std::fs::metadata(&path).unwrap();
+            assert_eq!((m.permissions().mode() & 0o7777, m.nlink()), (0o640, 1));
+            let f = std::fs::File::open(&path).unwrap();
+            let stamp = crate::datapath::sys::get_xattr(&f, c"user.urmove");
+            assert_eq!(stamp.map(|s| s.len()), Some(42), "{}", names[i]);
+            let tag =
+                crate::datapath::sys::get_xattr(&f, crate::session::sink::journal::PART_TAG_XATTR);
+            assert_eq!(tag, None);
+        }
+        let mut left: Vec<_> = std::fs::read_dir(dir.path().join("a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["f0", "f1", "f2"]);
+        // A rejected one: nothing made, nothing left.
+        let mut f = unnamed_job(&root, &rules, 9, "a/g", b"differs");
+        f.sender_digest = Some(17);
+        let job = FinalJob::take(9, &mut f, &rules);
+        assert_eq!(commit::run(&root, job).unwrap(), Outcome::Rejected(9, 16));
+        assert_eq!(std::fs::read_dir(dir.path().join("a")).unwrap().count(), 3);
+    }
+
+    /// An unnamed part about to be closed before its commit gets its part
+    /// name (so it can be opened again by it), then commits from there as
+    /// any named part does.
+    #[test]
+    fn an_unnamed_part_named_before_its_close_commits_by_rename() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = Rules::plain([5; 32], 1 << 20);
+        let mut f = unnamed_job(&root, &rules, 0, "f", &[3; 700]);
+        let part = f.part.take().unwrap();
+        assert!(crate::session::sink::part::name_unnamed(
+            &root, &mut f, &part
+        ));
+        drop(part);
+        assert!(!f.unnamed);
+        assert_eq!(
+            std::fs::read(dir.path().join("f.urmove.part")).unwrap(),
+            [3; 700]
+        );
+        crate::session::sink::part::open_part(
+            &root,
+            crate::datapath::DirectMode::Off,
+            &rules,
+            &mut f,
+        )
+        .unwrap();
+        let done = commit_all(&root, vec![FinalJob::take(0, &mut f, &rules)]);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].as_ref().ok(), Some(&Outcome::Committed(0, 7)));
+        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), [3; 700]);
+        assert!(!dir.path().join("f.urmove.part").exists());
+    }
+
     /// A batch commits each of its files under its final name (its bytes,
     /// its mode, its stamp), in two directories; one whose part name was
     /// replaced meanwhile by another file is refused alone and its final

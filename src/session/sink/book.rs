@@ -406,8 +406,18 @@ impl<'s> Book<'s> {
     /// Close a file's part while it waits or is dropped (no write of it
     /// is in flight).
     pub(super) fn close(&mut self, index: usize) {
+        let root = self.root;
         let f = self.file(index);
         let Some(part) = f.part.take() else { return };
+        // Closed with no name, its bytes would be gone: named first, or
+        // kept open.
+        if f.unnamed
+            && f.state == FileState::Receiving
+            && !super::part::name_unnamed(root, f, &part)
+        {
+            f.part = Some(part);
+            return;
+        }
         // A lane's ring may hold this opening a while yet (its registered
         // slot): a piece's range is let go of now, not when that closes.
         if f.piece.is_some() {
@@ -468,19 +478,29 @@ impl<'s> Book<'s> {
     }
 
     /// Close the open part idle longest (no write or journal in flight).
+    /// A small file written whole into a part with no name waits only for
+    /// its digest, and closing it would name it: such parts are closed
+    /// only when no other can be (the budget stays [`OPEN_PARTS_MAX`]).
     pub(super) fn close_idle_part(&mut self) {
-        for _ in 0..self.open_order.len() {
-            let Some(i) = self.open_order.pop_front() else {
-                return;
-            };
-            let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
-                continue;
-            };
-            if f.writing.is_empty() && !f.journaling && f.state == FileState::Receiving {
-                self.close(i);
-                return;
+        for spare_unnamed in [true, false] {
+            for _ in 0..self.open_order.len() {
+                let Some(i) = self.open_order.pop_front() else {
+                    return;
+                };
+                let Some(f) = self.files[i].as_ref().filter(|f| f.part.is_some()) else {
+                    continue;
+                };
+                let spared = spare_unnamed && f.unnamed && f.is_written();
+                if f.writing.is_empty()
+                    && !f.journaling
+                    && f.state == FileState::Receiving
+                    && !spared
+                {
+                    self.close(i);
+                    return;
+                }
+                self.open_order.push_back(i);
             }
-            self.open_order.push_back(i);
         }
     }
 

@@ -42,6 +42,11 @@ pub(crate) struct FinalJob {
     dress: super::rules::Dress,
     /// A live part (`--live-parts`): its attribute goes before the commit.
     live: bool,
+    /// Its part has no name (see `RecvFile::unnamed`): linked at its final
+    /// name, untagged, with no journal.
+    unnamed: bool,
+    /// The owner its part was made with, when this session made it.
+    made_owner: Option<(u32, u32)>,
     journal_rel: String,
     /// A piece of a split file: what it takes to journal it complete and
     /// to find whether every piece is.
@@ -77,6 +82,8 @@ impl FinalJob {
             owner: rules.owner,
             dress: std::mem::take(&mut f.dress),
             live: rules.live_parts && f.prefix > 0,
+            unnamed: f.unnamed,
+            made_owner: f.made_owner,
             journal_rel: f.journal_rel(),
             piece: f.piece.map(|piece| PieceOf {
                 piece,
@@ -142,6 +149,10 @@ fn reject(root: &Root, job: FinalJob) {
     let rel = job.part_rel();
     let shared = job.piece.is_some();
     drop(job.part);
+    if job.unnamed {
+        // Never on disk by any name: gone with its last descriptor.
+        return;
+    }
     if !shared {
         let _ = root.unlink_file(&rel, job.part_id);
     }
@@ -471,9 +482,11 @@ pub(super) fn ready(job: &FinalJob) -> Result<Way, SessionError> {
         crate::datapath::sys::remove_xattr(part, super::file::LIVE_XATTR)
             .map_err(|e| SessionError::io(ctx("clearing the live attribute of"), e))?;
     }
-    // The part's tag is the part's, not the file's.
-    crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
-        .map_err(|e| SessionError::io(ctx("untagging"), e))?;
+    // The part's tag is the part's, not the file's (an unnamed one has none).
+    if !job.unnamed {
+        crate::datapath::sys::remove_xattr(part, journal::PART_TAG_XATTR)
+            .map_err(|e| SessionError::io(ctx("untagging"), e))?;
+    }
     // Still this receiver's alone (mode 0600, no ACL): a write lease keeps
     // every other open out from here until its stamp's settling time.
     Ok(match super::lease::hold(part) {
@@ -488,7 +501,7 @@ pub(super) fn ready(job: &FinalJob) -> Result<Way, SessionError> {
 /// What goes before the long sync: a settled file's owner and attributes.
 pub(super) fn before_sync(job: &FinalJob, way: Way) -> Result<Way, SessionError> {
     if let Way::Settled(_) = way {
-        if let Err(e) = job.dress.put_on(&job.part) {
+        if let Err(e) = job.dress.put_on_made(&job.part, job.made_owner) {
             way.abandon();
             return Err(SessionError::local(
                 crate::session::ErrorCode::Io,
@@ -561,7 +574,7 @@ fn rename_dressed(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
     let part = &job.part;
     let _ = super::stamp::stamp(job.named(), job.digest, &job.secret, job.owner, None);
     rename_part(root, job)?;
-    job.dress.put_on(part).map_err(|e| {
+    job.dress.put_on_made(part, job.made_owner).map_err(|e| {
         SessionError::local(
             crate::session::ErrorCode::Io,
             format!("{}: {e}", job.final_rel),
@@ -579,10 +592,37 @@ fn changed_after(file: &File, settled: i128) -> bool {
 /// The journal goes first: a crash between the two leaves a part with no
 /// journal (sent again), never a journal beside a finished file. The
 /// rename moves the very part this session wrote.
+///
+/// An unnamed part (see `RecvFile::unnamed`) has no journal: it is linked
+/// at its final name instead, which nothing held when it was prepared.
+/// Should something hold it now, the file replaces it as a rename would:
+/// linked at a name of its own beside it and renamed from there (only
+/// while that name holds it), that name gone if the rename fails.
 fn rename_part(root: &Root, job: &FinalJob) -> Result<(), SessionError> {
+    let io = |e| SessionError::io(format!("renaming {}", job.final_rel), e);
+    if job.unnamed {
+        match root.link_unnamed(&job.part, &job.final_rel) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            other => return other.map_err(io),
+        }
+        let mut r = [0u8; 8];
+        crate::datapath::sys::random_bytes(&mut r).map_err(io)?;
+        let tmp = format!(
+            "{}.{:016x}{}",
+            job.beside().stem(),
+            u64::from_le_bytes(r),
+            crate::session::PART_SUFFIX
+        );
+        root.link_unnamed(&job.part, &tmp).map_err(io)?;
+        let renamed = root.rename_file(&tmp, &job.final_rel, job.part_id);
+        if renamed.is_err() {
+            let _ = root.unlink_file(&tmp, job.part_id);
+        }
+        return renamed.map_err(io);
+    }
     journal::remove(root, &job.journal_rel);
     root.rename_file(&job.part_rel(), &job.final_rel, job.part_id)
-        .map_err(|e| SessionError::io(format!("renaming {}", job.final_rel), e))
+        .map_err(io)
 }
 
 fn set_mode(file: &File, mode: u32) -> std::io::Result<()> {
@@ -710,8 +750,17 @@ pub(crate) struct JournalJob {
 }
 
 /// Returns the journal's bytes.
+///
+/// A part with no name (an unnamed one, see `RecvFile::unnamed`, or one
+/// unlinked since) gets none: no run could find it again by a journal.
 pub(crate) fn write_journal(root: &Root, j: JournalJob) -> Result<u64, SessionError> {
     let ctx = |what: &str| format!("{what} {}", j.final_rel);
+    let links = crate::datapath::sys::fresh_links_and_ctime(&j.part)
+        .map_err(|e| SessionError::io(ctx("looking at"), e))?
+        .0;
+    if links == 0 {
+        return Ok(0);
+    }
     j.part
         .sync_data()
         .map_err(|e| SessionError::io(ctx("syncing"), e))?;

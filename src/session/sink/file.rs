@@ -84,6 +84,19 @@ pub(crate) struct RecvFile {
     /// The part was continued from an earlier session: blocks it has not
     /// written in this one may hold old bytes (holes are punched).
     pub(crate) stale: bool,
+    /// Nothing was at its name, nor any part or journal of urmove's beside
+    /// it, when it was prepared (its directory held nothing then and no
+    /// other entry shares its name): see `Made::fresh`.
+    pub(crate) fresh: bool,
+    /// Its part has no name yet (`part::create_part`): a small new file
+    /// written whole into an `O_TMPFILE`, named only at its commit (its
+    /// final name, linked) or when its part is closed before (its part
+    /// name, see `part::name_unnamed`). Nothing of it is on disk until
+    /// then, so nothing is left to resume: it is sent again.
+    pub(crate) unnamed: bool,
+    /// The owner (uid, gid) its part was made with, when this session made
+    /// it: a dress giving it that very owner changes nothing.
+    pub(crate) made_owner: Option<(u32, u32)>,
     /// The final file found complete by reading it: its identity and
     /// ctime when read (only that file, unchanged, is stamped later).
     pub(crate) held_seen: Option<(FileId, (i64, i64))>,
@@ -171,6 +184,9 @@ impl RecvFile {
             journaling: false,
             journaled: false,
             stale: false,
+            fresh: false,
+            unnamed: false,
+            made_owner: None,
         }
     }
 

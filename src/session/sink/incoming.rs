@@ -336,6 +336,7 @@ impl Incoming {
         let mut f = RecvFile::new(e, rel, made.name_max, self.block, &self.rules);
         if fresh {
             // Nothing in its way, nothing held: no look needed.
+            f.fresh = true;
             self.prepare_new_file(i, &mut f)?;
             return Ok(Some(f));
         }

@@ -192,6 +192,9 @@ pub(super) fn create_part(
     rules: &Rules,
     f: &mut RecvFile,
 ) -> Result<(), SessionError> {
+    if may_go_unnamed(rules, f) && create_unnamed(root, direct, rules, f)? {
+        return Ok(());
+    }
     let rel = f.part_rel();
     let io = |e| SessionError::io(rel.clone(), e);
     let mut tries = 0;
@@ -206,8 +209,10 @@ pub(super) fn create_part(
             Err(e) => return Err(io(e)),
         }
     };
-    let id = FileId::of(&part).map_err(io)?;
+    let made = part.metadata().map_err(io)?;
+    let id = FileId::of_metadata(&made);
     claim(rules, &rel, id)?;
+    f.made_owner = Some(owner_of(&made));
     if rules.live_parts && f.growing {
         // Readable as the file will be, but writable by this user alone
         // while it is received (and its setid bits never).
@@ -222,6 +227,77 @@ pub(super) fn create_part(
     f.opened = f.opened.wrapping_add(1);
     f.direct = is_direct;
     Ok(())
+}
+
+/// Whether `f` may be written into a part with no name (see
+/// [`RecvFile::unnamed`]): a small whole file (no piece, not growing, no
+/// live part to show), new in a place where nothing of its name was.
+fn may_go_unnamed(rules: &Rules, f: &RecvFile) -> bool {
+    f.fresh
+        && f.piece.is_none()
+        && !f.growing
+        && !rules.live_parts
+        && f.size <= super::batch::BATCH_FILE_MAX
+}
+
+/// A new part for `f` with no name (`O_TMPFILE`), untagged (no journal
+/// names it), claimed by device and inode; false where the filesystem
+/// makes no such files (a named one is made instead). Nothing was beside
+/// it when prepared: no journal to clear.
+fn create_unnamed(
+    root: &Root,
+    direct: DirectMode,
+    rules: &Rules,
+    f: &mut RecvFile,
+) -> Result<bool, SessionError> {
+    let io = |e| SessionError::io(f.final_rel.clone(), e);
+    let dir = f.final_rel.rsplit_once('/').map_or("", |(d, _)| d);
+    let Some((part, is_direct)) = root.open_unnamed(dir, 0o600, direct).map_err(io)? else {
+        return Ok(false);
+    };
+    let made = part.metadata().map_err(io)?;
+    let id = FileId::of_metadata(&made);
+    claim(rules, &f.final_rel, id)?;
+    f.part_id = Some(id);
+    f.part_tag = [0; 16];
+    f.unnamed = true;
+    f.made_owner = Some(owner_of(&made));
+    f.part = Some(part);
+    f.opened = f.opened.wrapping_add(1);
+    f.direct = is_direct;
+    Ok(true)
+}
+
+/// Give `f`'s unnamed part (open as `part`) its part name, as a part made
+/// named has (untagged: its journal is found by that name), so that it
+/// may be closed and opened again by name; whatever sat there goes, as
+/// [`create_part`] clears it. False when it could not be named: it must
+/// stay open (closed, its bytes would be gone).
+pub(crate) fn name_unnamed(root: &Root, f: &mut RecvFile, part: &File) -> bool {
+    let rel = f.part_rel();
+    for _ in 0..3 {
+        match root.link_unnamed(part, &rel) {
+            Ok(()) => {
+                f.unnamed = false;
+                journal::remove(root, &f.journal_rel());
+                return true;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                forget_pieces(root, f.beside());
+                if clear_name(root, &rel).is_err() {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// The owner (uid, gid) `m` names.
+fn owner_of(m: &std::fs::Metadata) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    (m.uid(), m.gid())
 }
 
 /// Remove the journals of a file's `count` pieces.

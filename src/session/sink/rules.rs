@@ -179,8 +179,18 @@ impl Dress {
     /// Give an open file or directory its dress: the owner first (a chown
     /// drops setuid bits, and the mode is set after), then the attributes.
     pub(crate) fn put_on(&self, file: &File) -> Result<(), DressFailed> {
+        self.put_on_made(file, None)
+    }
+
+    /// [`put_on`](Self::put_on) a file made with owner `made` (when known):
+    /// giving it that very owner changes nothing, and is left out.
+    pub(crate) fn put_on_made(
+        &self,
+        file: &File,
+        made: Option<(u32, u32)>,
+    ) -> Result<(), DressFailed> {
         use crate::datapath::ids;
-        if let Some((uid, gid)) = self.owner {
+        if let Some((uid, gid)) = self.owner.filter(|&o| Some(o) != made) {
             ids::fchown(file, uid, gid).map_err(|source| DressFailed::Owner {
                 uid,
                 gid,

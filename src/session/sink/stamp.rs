@@ -95,7 +95,7 @@ impl<'a> Bound<'a> {
     fn of(named: Named<'a>, m: &std::fs::Metadata) -> std::io::Result<Self> {
         Ok(Bound {
             rel: named.rel,
-            id: FileId::of(named.file)?,
+            id: FileId::of_metadata(m),
             size: m.len(),
             mtime: Timestamp::mtime_of(m),
         })
