@@ -169,11 +169,14 @@ impl Acks {
         });
     }
 
-    /// Drop the added entries settled, up to the first one not: returns
-    /// it (every entry below is settled).
+    /// Drop the added entries settled and admitted (what the receiver
+    /// refuses of a window it says before admitting it: a refusal finds
+    /// its entry still kept), up to the first one not: returns it (every
+    /// entry below is settled).
     pub(crate) fn retire(&self) -> usize {
+        let admitted = self.admitted() as usize;
         let mut w = self.window.write().unwrap_or_else(|p| p.into_inner());
-        w.retire_while(|a| a.settled.load(Ordering::Acquire))
+        w.retire_while(admitted, |a| a.settled.load(Ordering::Acquire))
     }
 
     /// Added entries not settled yet (or not yet dropped).

@@ -44,6 +44,11 @@ pub(crate) const FIRST_WINDOW: Duration = Duration::from_millis(50);
 /// of three files may take longer than [`FIRST_WINDOW`]).
 pub(crate) const FIRST_WINDOW_MIN: usize = 4096;
 
+/// Entries the first window (the manifest, kept whole for the session)
+/// takes at most, however fast the walk: the rest comes in later windows,
+/// whose entries are dropped once settled.
+pub(crate) const FIRST_WINDOW_MAX: usize = 65_536;
+
 /// How long the first window waits and for how many entries at least:
 /// [`FIRST_WINDOW`] and [`FIRST_WINDOW_MIN`], or with
 /// `URMOVE_STREAM_FIRST_MS` set (tests) that long and none (0 streams
@@ -122,14 +127,16 @@ impl Walking {
         }
     }
 
-    /// What the walk gives until `until` and it met `least` names (kept
-    /// or left out), to its end without `until`, into `tree`.
+    /// What the walk gives until `until` (or [`FIRST_WINDOW_MAX`]
+    /// entries) and it met `least` names (kept or left out), to its end
+    /// without `until`, into `tree`.
     pub(crate) fn fill(&mut self, tree: &mut Tree, until: Option<Instant>, least: usize) {
         while !self.ended {
             let met = tree.entries.len() + tree.skipped.len();
             let met = met as u64 + tree.excluded + tree.devices_left;
+            let full = tree.entries.len() >= FIRST_WINDOW_MAX;
             let wait = match until {
-                Some(t) if Instant::now() >= t && met >= least as u64 => return,
+                Some(t) if (full || Instant::now() >= t) && met >= least as u64 => return,
                 Some(t) => t.saturating_duration_since(Instant::now()).max(WAIT_MIN),
                 None => Duration::from_secs(3600),
             };
@@ -455,17 +462,25 @@ mod tests {
         };
         let mut s = Streamer::new(&from, &ctx, &work).unwrap();
         s.bound = 100;
-        // The receiver has every window ready at once.
-        acks.admitted.store(u32::MAX, Ordering::Release);
         let until = Instant::now() + Duration::from_secs(30);
         while s.room() > 0 {
             assert!(Instant::now() < until, "the walk gave too little");
             let found = s.window(s.room());
             s.add(found).unwrap();
         }
-        // The directory and 99 files: the directory settled at once, and
-        // dropped as soon as the streamer looked again.
-        assert_eq!(added.len(), 101, "added up to the bound");
+        // The directory and 99 files: the directory is settled at once,
+        // but kept until the receiver admitted it (a refusal of it would
+        // come first and find its name).
+        assert_eq!(added.len(), 100, "added up to the bound");
+        assert_eq!(s.room(), 0);
+        assert!(added.name(0).is_some_and(|(_, file)| !file));
+        // The receiver has every window ready: the directory is dropped.
+        acks.admitted.store(u32::MAX, Ordering::Release);
+        assert_eq!(s.room(), 1);
+        assert_eq!(added.name(0), None);
+        let found = s.window(1);
+        s.add(found).unwrap();
+        assert_eq!(added.len(), 101);
         assert_eq!(acks.unsettled(), 100);
         assert!(s.skipped.is_empty(), "nothing skipped: {:?}", s.skipped);
         assert!(s.window(s.room()).is_empty(), "no room, nothing taken");

@@ -82,10 +82,10 @@ impl<T> Window<T> {
         self.base += n;
     }
 
-    /// Drop the front slots for as long as `settled` says so: returns the
-    /// new base.
-    pub(crate) fn retire_while(&mut self, settled: impl Fn(&T) -> bool) -> usize {
-        while self.slots.front().is_some_and(&settled) {
+    /// Drop the front slots below `upto` for as long as `settled` says
+    /// so: returns the new base.
+    pub(crate) fn retire_while(&mut self, upto: usize, settled: impl Fn(&T) -> bool) -> usize {
+        while self.base < upto && self.slots.front().is_some_and(&settled) {
             self.slots.pop_front();
             self.base += 1;
         }
@@ -240,12 +240,13 @@ mod tests {
         assert_eq!(w.get(102), Some(&false));
         assert_eq!(w.get(105), None, "not pushed yet");
         // Entries 100 and 101 are settled, 102 is not: it holds the base.
-        assert_eq!(w.retire_while(|s| *s), 102);
+        assert_eq!(w.retire_while(101, |s| *s), 101, "not past upto");
+        assert_eq!(w.retire_while(usize::MAX, |s| *s), 102);
         assert_eq!(w.len(), 3);
         assert_eq!(w.get(101), None, "dropped once settled");
         assert_eq!(w.get(103), Some(&true), "indexes keep their entry");
         *w.get_mut(102).unwrap() = true;
-        assert_eq!(w.retire_while(|s| *s), 104);
+        assert_eq!(w.retire_while(usize::MAX, |s| *s), 104);
         assert_eq!(w.iter().map(|(i, _)| i).collect::<Vec<_>>(), vec![104]);
         // Another table retires up to what this one settled.
         let mut other: Window<u8> = Window::new(100);
