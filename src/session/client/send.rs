@@ -533,6 +533,29 @@ impl AddedFaultAt {
 }
 
 impl Receipts {
+    /// A window's files the receiver holds unchanged by their stamp.
+    fn held_unchanged(
+        &mut self,
+        state: &Acks,
+        added: Option<&Added>,
+        items: Vec<crate::protocol::control::HaveItem>,
+    ) -> Result<(), SessionError> {
+        for it in items {
+            let crate::protocol::control::HaveItem::Unchanged { file_index, digest } = it else {
+                return Err(SessionError::Protocol(
+                    "a window's held file named other than unchanged".into(),
+                ));
+            };
+            if state.is_added(file_index) {
+                self.added_done(state, added, file_index, None);
+                continue;
+            }
+            state.acknowledged(file_index);
+            self.unchanged.push((file_index, digest));
+        }
+        Ok(())
+    }
+
     /// The receiver committed (`digest`) or holds unchanged (none) added
     /// file `i`: counted when it stands, else its fault kept.
     fn added_done(&mut self, state: &Acks, added: Option<&Added>, i: u32, digest: Option<u64>) {
@@ -614,22 +637,7 @@ pub(super) fn read_acks(
             }
             // A streamed push's window: files held unchanged by their
             // stamp (said before the window's `Admitted`).
-            Message::Have(items) => {
-                for it in items {
-                    let crate::protocol::control::HaveItem::Unchanged { file_index, digest } = it
-                    else {
-                        return Err(SessionError::Protocol(
-                            "a window's held file named other than unchanged".into(),
-                        ));
-                    };
-                    if state.is_added(file_index) {
-                        got.added_done(state, added, file_index, None);
-                        continue;
-                    }
-                    state.acknowledged(file_index);
-                    got.unchanged.push((file_index, digest));
-                }
-            }
+            Message::Have(items) => got.held_unchanged(state, added, items)?,
             Message::Deleted(paths) => {
                 got.deleted_count += paths.len() as u64;
                 let room = DELETED_KEPT.saturating_sub(got.deleted.len());
