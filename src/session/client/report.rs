@@ -259,14 +259,22 @@ impl SendReport {
     /// Note entries skipped by either side: (entry, path when the entry
     /// is not in the manifest, why).
     pub(crate) fn skip(&mut self, entries: &[crate::protocol::manifest::Entry], list: &[Refused]) {
+        let name = |i: u32| {
+            let e = entries.get(i as usize)?;
+            Some((e.path.clone(), e.kind == EntryKind::File))
+        };
+        self.skip_named(&name, list);
+    }
+
+    /// [`skip`](Self::skip), each entry's name and whether it is a file
+    /// told by `name` (none: the entry is unlisted, named by its path).
+    pub(crate) fn skip_named(
+        &mut self,
+        name: &dyn Fn(u32) -> Option<(String, bool)>,
+        list: &[Refused],
+    ) {
         for r in list {
-            let path = match entries.get(r.entry as usize) {
-                Some(e) => e.path.clone(),
-                None => r.path.clone(),
-            };
-            let is_file = entries
-                .get(r.entry as usize)
-                .is_some_and(|e| e.kind == EntryKind::File);
+            let (path, is_file) = name(r.entry).unwrap_or_else(|| (r.path.clone(), false));
             self.listed_files_skipped += u64::from(is_file);
             self.files_skipped += 1;
             self.skipped.push(Skipped {

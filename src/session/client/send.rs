@@ -37,6 +37,7 @@ use crate::session::plan::held::{held_counts, held_text, HeldCounts};
 use crate::session::plan::unsendable::Unsendable;
 pub use crate::session::source::follow::FollowUntil;
 use crate::session::source::follow::{Added, FollowCtx, Gauge};
+use crate::session::source::ledger::AddedFault;
 use crate::session::source::stream::{StreamCtx, Walking};
 
 /// Run a push. Setup failures (connection, authentication, refusal) come
@@ -73,8 +74,7 @@ pub fn run_send(
         .map(|w| StreamCtx::new(w, &added, &gauge));
     let (skipped, kept) = note_held(tree, &push.held, cfg.block_size, obs);
     let block = u64::from(cfg.block_size);
-    let room = room_after_manifest(cfg, stream.is_some());
-    let acks = Acks::new(tree, &push.held, room, cfg.streams, &push.refused);
+    let acks = Acks::new(tree, &push.held, cfg.streams, &push.refused);
     // (A streamed push's tables are set up by now.)
     let opened = began.elapsed();
     obs.files(Arc::clone(&acks.files_done), tree.file_count() as u64);
@@ -97,8 +97,13 @@ pub fn run_send(
         stream: stream.as_ref(),
     };
     let (data, mut report, receipts) = push.transfer(cfg, expect, &acks, adding, interrupt, obs)?;
-    let entries = [tree.entries.as_slice(), &added.entries()].concat();
-    report.files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
+    // The entries added after the manifest were counted and checked as
+    // they settled: only the names of those skipped are kept.
+    report.files = tree.file_count() as u64 + added.files();
+    let name = |i: u32| match tree.entries.get(i as usize) {
+        Some(e) => Some((e.path.clone(), e.kind == EntryKind::File)),
+        None => added.name(i),
+    };
     report.bytes_skipped = skipped;
     report.set_held(kept);
     describe_tree(&mut report, tree, &push.refused);
@@ -108,19 +113,12 @@ pub fn run_send(
     report.bytes_total = share + grew;
     report.bytes_apparent = tree.file_bytes_in(block) + grew;
     let interrupted = interrupt.load(Ordering::Relaxed);
-    let pieces = settle_push(
-        &push,
-        &entries,
-        data,
-        receipts,
-        interrupted,
-        &mut report,
-        obs,
-    );
+    let pieces = settle_push(&push, &name, data, receipts, interrupted, &mut report, obs);
     if let Some((s, m)) = whole {
         let acked = pieces.with_held(push.held.complete.keys().copied());
         let skipped = report.skipped.as_slice();
-        let shard = ShardReport::of(s, m, cfg, &entries, skipped, &acked, started);
+        // (A shard neither follows nor streams: its entries are the tree's.)
+        let shard = ShardReport::of(s, m, cfg, &tree.entries, skipped, &acked, started);
         report.shard = Some(shard);
     }
     if !matches!(report.status, "ok" | "partial") {
@@ -138,16 +136,6 @@ pub fn run_send(
         p.first_commit_s = first.map(|t| t.duration_since(began).as_secs_f64());
     }
     Ok(report)
-}
-
-/// Entries a push may add after its manifest: a follow's, or a streamed
-/// push's later windows.
-fn room_after_manifest(cfg: &SendConfig, streamed: bool) -> usize {
-    match (&cfg.follow, streamed) {
-        (Some(_), _) => crate::session::source::follow::ADDED_MAX,
-        (None, true) => crate::session::source::stream::STREAM_ROOM,
-        (None, false) => 0,
-    }
 }
 
 /// The sources' manifest, or (a push that may stream: see
@@ -387,7 +375,7 @@ impl Push<'_> {
         };
         Ok(std::thread::scope(|scope| {
             let acks = scope.spawn(move || {
-                let r = read_acks(&mut reader, acked);
+                let r = read_acks(&mut reader, acked, added);
                 acked.ended.store(true, Ordering::Release);
                 r
             });
@@ -431,7 +419,7 @@ impl Push<'_> {
 /// file acknowledged with a digest that must match ours.
 pub(super) fn settle_push(
     push: &Push<'_>,
-    entries: &[crate::protocol::manifest::Entry],
+    name: &dyn Fn(u32) -> Option<(String, bool)>,
     data: Result<crate::session::source::sending::Pushed, SessionError>,
     acks: Result<Receipts, SessionError>,
     interrupted: bool,
@@ -472,14 +460,21 @@ pub(super) fn settle_push(
         .iter()
         .map(|(i, why)| Refused::entry(*i, crate::session::link::refused::Why::fault(why.clone())))
         .collect();
-    report.skip(entries, &skipped);
-    report.skip(entries, &pushed.follow_skipped);
+    report.skip_named(name, &skipped);
+    report.skip_named(name, &pushed.follow_skipped);
     report.close();
     let mut acked = super::shard_report::Acked::default();
     let checked = acks.and_then(|a| {
-        report.skip(entries, &a.refused);
+        report.skip_named(name, &a.refused);
         acked = super::shard_report::Acked::from_acks(&a.acks, &a.pieces, &pushed.digests);
-        check_acks(entries, &pushed.digests, &push.held, &a, report)
+        check_acks(
+            &push.tree.entries,
+            name,
+            &pushed.digests,
+            &push.held,
+            &a,
+            report,
+        )
     });
     if let Err(e) = checked {
         report.fail(&e, false);
@@ -504,6 +499,85 @@ pub(super) struct Receipts {
     pub(super) refused: Vec<Refused>,
     /// A streamed push's files held unchanged (entry, plain digest).
     pub(super) unchanged: Vec<(u32, u64)>,
+    /// Files added after the manifest committed with this side's digest,
+    /// and held unchanged (checked as they came: see [`Added`]).
+    pub(super) added_verified: u64,
+    pub(super) added_unchanged: u64,
+    /// The first word of the receiver's on an added entry that did not
+    /// stand.
+    pub(super) added_fault: Option<AddedFaultAt>,
+}
+
+/// A word of the receiver's on an added entry that did not stand: the
+/// entry, its name when known, and how.
+#[derive(Debug)]
+pub(super) struct AddedFaultAt {
+    entry: u32,
+    name: Option<String>,
+    fault: AddedFault,
+}
+
+impl AddedFaultAt {
+    fn error(&self) -> SessionError {
+        let i = self.entry;
+        match (&self.fault, &self.name) {
+            (AddedFault::Differs, Some(path)) => SessionError::local(
+                ErrorCode::Io,
+                format!("{path}: the receiver's digest does not match"),
+            ),
+            _ => SessionError::Protocol(format!(
+                "unexpected acknowledgement for entry {i} (no file added and unsettled, or a piece)"
+            )),
+        }
+    }
+}
+
+impl Receipts {
+    /// A window's files the receiver holds unchanged by their stamp.
+    fn held_unchanged(
+        &mut self,
+        state: &Acks,
+        added: Option<&Added>,
+        items: Vec<crate::protocol::control::HaveItem>,
+    ) -> Result<(), SessionError> {
+        for it in items {
+            let crate::protocol::control::HaveItem::Unchanged { file_index, digest } = it else {
+                return Err(SessionError::Protocol(
+                    "a window's held file named other than unchanged".into(),
+                ));
+            };
+            if state.is_added(file_index) {
+                self.added_done(state, added, file_index, None);
+                continue;
+            }
+            state.acknowledged(file_index);
+            self.unchanged.push((file_index, digest));
+        }
+        Ok(())
+    }
+
+    /// The receiver committed (`digest`) or holds unchanged (none) added
+    /// file `i`: counted when it stands, else its fault kept.
+    fn added_done(&mut self, state: &Acks, added: Option<&Added>, i: u32, digest: Option<u64>) {
+        let fault = match state.added_done(i, digest) {
+            Ok(()) => {
+                match digest {
+                    Some(_) => self.added_verified += 1,
+                    None => self.added_unchanged += 1,
+                }
+                return;
+            }
+            Err(f) => f,
+        };
+        // (Settled only now: its name is still there.)
+        let name = added.and_then(|a| a.name(i)).map(|(p, _)| p);
+        state.settle(i);
+        self.added_fault.get_or_insert(AddedFaultAt {
+            entry: i,
+            name,
+            fault,
+        });
+    }
 }
 
 /// Paths of a `--delete` kept for the report; the rest are counted.
@@ -512,14 +586,31 @@ pub(super) const DELETED_KEPT: usize = 100_000;
 /// Read acknowledgements until the receiver's summary. Each acknowledged
 /// (or rejected) entry is marked in `state` (its frames need not be kept
 /// for re-sending); heartbeats only show the receiver is alive.
-pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, SessionError> {
+pub(super) fn read_acks(
+    ctl: &mut Control,
+    state: &Acks,
+    added: Option<&Added>,
+) -> Result<Receipts, SessionError> {
     let mut got = Receipts::default();
     loop {
         match recv_msg(ctl)? {
             Message::FileAck { file_index, digest } => {
                 state.first_ack.get_or_init(Instant::now);
+                if state.is_added(file_index) {
+                    got.added_done(state, added, file_index, Some(digest));
+                    continue;
+                }
                 state.acknowledged(file_index);
                 got.acks.push((file_index, digest))
+            }
+            Message::PieceAck { file_index, .. } if state.is_added(file_index) => {
+                // An added file is never a piece.
+                state.settle(file_index);
+                got.added_fault.get_or_insert(AddedFaultAt {
+                    entry: file_index,
+                    name: None,
+                    fault: AddedFault::Unexpected,
+                });
             }
             Message::PieceAck { file_index, done } => {
                 state.acknowledged(file_index);
@@ -527,6 +618,9 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
                 got.acks.push((file_index, done.digest))
             }
             Message::FileRejected { file_index, digest } => {
+                if let Some(a) = added {
+                    a.remember(file_index);
+                }
                 state.settle(file_index);
                 got.rejected.push((file_index, digest));
             }
@@ -543,18 +637,7 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
             }
             // A streamed push's window: files held unchanged by their
             // stamp (said before the window's `Admitted`).
-            Message::Have(items) => {
-                for it in items {
-                    let crate::protocol::control::HaveItem::Unchanged { file_index, digest } = it
-                    else {
-                        return Err(SessionError::Protocol(
-                            "a window's held file named other than unchanged".into(),
-                        ));
-                    };
-                    state.acknowledged(file_index);
-                    got.unchanged.push((file_index, digest));
-                }
-            }
+            Message::Have(items) => got.held_unchanged(state, added, items)?,
             Message::Deleted(paths) => {
                 got.deleted_count += paths.len() as u64;
                 let room = DELETED_KEPT.saturating_sub(got.deleted.len());
@@ -566,6 +649,9 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
                 reason,
                 rule,
             } => {
+                if let Some(a) = added {
+                    a.remember(file_index);
+                }
                 state.refuse(file_index);
                 got.refused.push(Refused {
                     entry: file_index,
@@ -594,6 +680,7 @@ pub(super) fn read_acks(ctl: &mut Control, state: &Acks) -> Result<Receipts, Ses
 /// computed of its source: only then is it counted verified.
 pub(super) fn check_acks(
     entries: &[crate::protocol::manifest::Entry],
+    name: &dyn Fn(u32) -> Option<(String, bool)>,
     digests: &[u64],
     held: &Held,
     got: &Receipts,
@@ -641,10 +728,15 @@ pub(super) fn check_acks(
         acked[i] = true;
         report.files_verified += 1;
     }
+    if let Some(f) = &got.added_fault {
+        return Err(f.error());
+    }
+    report.files_verified += got.added_verified;
+    report.files_unchanged += got.added_unchanged;
     if let Some(&(i, _)) = got.rejected.first() {
-        let name = entries.get(i as usize).map_or("?", |e| e.path.as_str());
+        let name = name(i).map_or_else(|| "?".to_string(), |(p, _)| p);
         let count = got.rejected.len();
-        return Err(differed(count, name, "on the receiver", "send"));
+        return Err(differed(count, &name, "on the receiver", "send"));
     }
     if report.files_verified + report.files_unchanged + report.listed_files_skipped != report.files
     {

@@ -22,7 +22,6 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::RwLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::datapath::beneath::FileId;
@@ -72,51 +71,7 @@ pub enum FollowUntil {
     Marker(PathBuf),
 }
 
-/// One entry a follow added.
-#[derive(Debug)]
-pub(crate) struct AddedEntry {
-    pub(crate) entry: Entry,
-    pub(crate) source: PathBuf,
-    pub(crate) id: Option<FileId>,
-}
-
-/// The entries a follow adds after the manifest's `base`: the follower
-/// appends, the lanes open them.
-#[derive(Debug, Default)]
-pub(crate) struct Added {
-    pub(crate) base: usize,
-    list: RwLock<Vec<AddedEntry>>,
-}
-
-impl Added {
-    pub(crate) fn new(base: usize) -> Added {
-        Added {
-            base,
-            list: RwLock::default(),
-        }
-    }
-
-    /// Entry `i`'s source and identity, if a follow added it.
-    pub(crate) fn source(&self, i: usize) -> Option<(PathBuf, Option<FileId>)> {
-        let list = self.list.read().unwrap_or_else(|p| p.into_inner());
-        let a = list.get(i.checked_sub(self.base)?)?;
-        Some((a.source.clone(), a.id))
-    }
-
-    /// Every entry added, in order.
-    pub(crate) fn entries(&self) -> Vec<Entry> {
-        let list = self.list.read().unwrap_or_else(|p| p.into_inner());
-        list.iter().map(|a| a.entry.clone()).collect()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.list.read().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    pub(crate) fn push(&self, a: AddedEntry) {
-        self.list.write().unwrap_or_else(|p| p.into_inner()).push(a);
-    }
-}
+pub(crate) use super::window::{Added, AddedEntry};
 
 /// How a push follows: `--follow-idle`, `--follow-until`, what the
 /// coordinator reads, the entries added, and the scan's rules for them.
@@ -343,6 +298,9 @@ impl<'a> Follower<'a> {
                 return Ok(());
             }
             let news = self.wait();
+            if let Some(a) = self.acks {
+                super::window::retire(a, self.work, self.ctx.added);
+            }
             self.look()?;
             self.admit_pending()?;
             if self.adding() {
@@ -545,6 +503,9 @@ impl<'a> Follower<'a> {
     fn confirmed(&mut self, i: usize, verdict: Verdict) -> Result<(), SessionError> {
         match verdict {
             Ok(digest) => {
+                if let Some(a) = self.acks {
+                    a.ours(i as u32, digest);
+                }
                 let m = Message::SourceDigests(vec![(i as u32, digest)]);
                 send_msg(&mut self.ctl, &m)
             }
@@ -608,20 +569,24 @@ impl Follower<'_> {
             let path = found.sources[k].clone();
             self.known.insert(path.clone());
             let Some(i) = self.room(&e) else { continue };
+            let file = e.kind != EntryKind::Dir;
+            // Its slots: acknowledged once committed (a file).
+            self.work.add(i, None);
+            if let Some(a) = self.acks {
+                a.add(i as u32, file);
+            }
             match e.kind {
                 EntryKind::Dir => self.follow_dir(i, &path, &e),
                 _ => {
                     grow_from_whole_blocks(&mut e, self.block);
-                    // Held open until it ends; acknowledged once committed.
+                    // Held open until it ends.
                     self.work.hold(i);
-                    if let Some(a) = self.acks {
-                        a.unsettle(i as u32);
-                    }
                     self.pending.push(i);
                 }
             }
             self.ctx.added.push(AddedEntry {
-                entry: e.clone(),
+                path: e.path.clone(),
+                file,
                 source: path,
                 id: found.ids[k],
             });
@@ -685,6 +650,7 @@ impl Follower<'_> {
     /// (its part is kept only with journaled data), the run reports why.
     fn drop_file(&mut self, i: usize, why: String) -> Result<(), SessionError> {
         self.work.drop_file(i);
+        self.ctx.added.remember(i as u32);
         if let Some(a) = self.acks {
             a.settle(i as u32);
         }

@@ -3,11 +3,12 @@
 //! receiver's acknowledgements as the lanes share them (`Acks`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use crate::protocol::frame::FRAME_HEADER_LEN;
 use crate::protocol::manifest::EntryKind;
 
+use super::window::Window;
 use crate::session::plan::held::Held;
 use crate::session::plan::tree::Tree;
 
@@ -62,10 +63,12 @@ pub(super) struct Ledger<'a> {
 }
 
 /// Which files the receiver acknowledged, shared with the reader of its
-/// acknowledgements.
+/// acknowledgements: the manifest's entries in tables of their own, those
+/// added after it (a streamed push's later windows, a follow's) in a
+/// [`Window`] that drops them once settled.
 pub(crate) struct Acks {
     /// Acknowledged, rejected, or needing no acknowledgement.
-    pub(crate) acked: Vec<AtomicBool>,
+    acked: Vec<AtomicBool>,
     /// Files acknowledged or complete before the run, for progress.
     pub(crate) files_done: Arc<AtomicU64>,
     /// The reader stopped (summary, error or silence): wait no more.
@@ -77,9 +80,30 @@ pub(crate) struct Acks {
     /// Entries below this the receiver has ready (a follow's `Admitted`).
     pub(crate) admitted: std::sync::atomic::AtomicU32,
     /// Files the receiver refused while the data came: not sent further.
-    pub(crate) refused: Vec<AtomicBool>,
+    refused: Vec<AtomicBool>,
+    /// The entries added after the manifest, not yet settled.
+    window: RwLock<Window<AddedAck>>,
     /// When the receiver first acknowledged a file.
     pub(crate) first_ack: std::sync::OnceLock<std::time::Instant>,
+}
+
+/// What is known of an entry added after the manifest until it settles.
+#[derive(Debug, Default)]
+struct AddedAck {
+    settled: AtomicBool,
+    refused: AtomicBool,
+    file: bool,
+    /// This side's digest of it, once announced.
+    ours: AtomicU64,
+}
+
+/// Why the receiver's word on an added entry does not stand.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AddedFault {
+    /// It names no file added and unsettled.
+    Unexpected,
+    /// Its digest is not this side's.
+    Differs,
 }
 
 impl Acks {
@@ -88,7 +112,6 @@ impl Acks {
     pub(crate) fn new(
         tree: &Tree,
         held: &Held,
-        added: usize,
         streams: u16,
         refused: &[crate::session::link::refused::Refused],
     ) -> Acks {
@@ -104,8 +127,6 @@ impl Acks {
                         || refused.iter().any(|r| r.entry == i),
                 )
             })
-            // Room for what a follow adds: settled until it is added.
-            .chain((0..added).map(|_| AtomicBool::new(true)))
             .collect();
         Acks {
             acked,
@@ -114,27 +135,106 @@ impl Acks {
             received: (0..streams).map(|_| AtomicU64::new(0)).collect(),
             waiting: (0..streams).map(|_| AtomicBool::new(false)).collect(),
             admitted: std::sync::atomic::AtomicU32::new(tree.entries.len() as u32),
-            refused: (0..tree.entries.len() + added)
+            refused: (0..tree.entries.len())
                 .map(|_| AtomicBool::new(false))
                 .collect(),
+            window: RwLock::new(Window::new(tree.entries.len())),
             first_ack: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn window(&self) -> RwLockReadGuard<'_, Window<AddedAck>> {
+        self.window.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `f` of added entry `entry`'s state, while it is kept.
+    fn added<R>(&self, entry: u32, f: impl FnOnce(&AddedAck) -> R) -> Option<R> {
+        self.window().get(entry as usize).map(f)
+    }
+
+    /// Whether `entry` was added after the manifest.
+    pub(crate) fn is_added(&self, entry: u32) -> bool {
+        entry as usize >= self.acked.len()
+    }
+
+    /// Entry `entry` is added after the manifest (the next one): a file
+    /// waits for its acknowledgement, anything else is settled.
+    pub(crate) fn add(&self, entry: u32, file: bool) {
+        let mut w = self.window.write().unwrap_or_else(|p| p.into_inner());
+        debug_assert_eq!(w.end(), entry as usize, "added in order");
+        w.push(AddedAck {
+            settled: AtomicBool::new(!file),
+            file,
+            ..AddedAck::default()
+        });
+    }
+
+    /// Drop the added entries settled and admitted (what the receiver
+    /// refuses of a window it says before admitting it: a refusal finds
+    /// its entry still kept), up to the first one not: returns it (every
+    /// entry below is settled).
+    pub(crate) fn retire(&self) -> usize {
+        let admitted = self.admitted() as usize;
+        let mut w = self.window.write().unwrap_or_else(|p| p.into_inner());
+        w.retire_while(admitted, |a| a.settled.load(Ordering::Acquire))
+    }
+
+    /// Added entries not settled yet (or not yet dropped).
+    pub(crate) fn unsettled(&self) -> usize {
+        self.window().len()
+    }
+
+    /// This side announced `digest` for added file `entry`.
+    pub(crate) fn ours(&self, entry: u32, digest: u64) {
+        self.added(entry, |a| a.ours.store(digest, Ordering::Release));
+    }
+
+    /// The receiver committed added file `entry` with `digest`, or (none)
+    /// holds it unchanged: it is settled, when it was a file unsettled
+    /// and (committed) the digest is this side's (one whose digest differs
+    /// is left for the caller to settle).
+    pub(crate) fn added_done(&self, entry: u32, digest: Option<u64>) -> Result<(), AddedFault> {
+        let fault = self.added(entry, |a| {
+            if !a.file || a.settled.load(Ordering::Acquire) {
+                return Some(AddedFault::Unexpected);
+            }
+            if digest.is_some_and(|d| d != a.ours.load(Ordering::Acquire)) {
+                // Left unsettled: the caller takes its name first.
+                return Some(AddedFault::Differs);
+            }
+            if a.settled.swap(true, Ordering::AcqRel) {
+                return Some(AddedFault::Unexpected);
+            }
+            self.files_done.fetch_add(1, Ordering::Relaxed);
+            None
+        });
+        match fault {
+            None => Err(AddedFault::Unexpected),
+            Some(Some(f)) => Err(f),
+            Some(None) => Ok(()),
         }
     }
 
     /// The receiver refused file `entry` while the data came: it waits for
     /// nothing more of it, and nothing more of it is sent.
     pub(crate) fn refuse(&self, entry: u32) {
-        if let Some(r) = self.refused.get(entry as usize) {
-            r.store(true, Ordering::Release);
+        match self.refused.get(entry as usize) {
+            Some(r) => r.store(true, Ordering::Release),
+            None => {
+                self.added(entry, |a| a.refused.store(true, Ordering::Release));
+            }
         }
         self.settle(entry);
     }
 
     /// Whether the receiver refused file `entry`.
     pub(crate) fn is_refused(&self, entry: usize) -> bool {
-        self.refused
-            .get(entry)
-            .is_some_and(|r| r.load(Ordering::Acquire))
+        match self.refused.get(entry) {
+            Some(r) => r.load(Ordering::Acquire),
+            None => self
+                .added(entry as u32, |a| a.refused.load(Ordering::Acquire))
+                .unwrap_or(false),
+        }
     }
 
     /// Entries below this the receiver has ready.
@@ -142,19 +242,23 @@ impl Acks {
         self.admitted.load(Ordering::Acquire)
     }
 
-    /// Entry `entry`, added by a follow, waits for its acknowledgement.
-    pub(crate) fn unsettle(&self, entry: u32) {
-        if let Some(a) = self.acked.get(entry as usize) {
-            a.store(false, Ordering::Release);
+    /// Whether entry `entry` needs nothing more from this side (an added
+    /// entry dropped once settled, or not added yet, does not).
+    pub(crate) fn has(&self, entry: u32) -> bool {
+        match self.acked.get(entry as usize) {
+            Some(a) => a.load(Ordering::Relaxed),
+            None => self
+                .added(entry, |a| a.settled.load(Ordering::Relaxed))
+                .unwrap_or(true),
         }
-    }
-
-    pub(super) fn has(&self, entry: u32) -> bool {
-        self.acked[entry as usize].load(Ordering::Relaxed)
     }
 
     pub(super) fn all(&self) -> bool {
         self.acked.iter().all(|a| a.load(Ordering::Relaxed))
+            && self
+                .window()
+                .iter()
+                .all(|(_, a)| a.settled.load(Ordering::Relaxed))
     }
 
     pub(super) fn received_by(&self, stream: u32) -> u64 {
@@ -171,17 +275,24 @@ impl Acks {
 
     /// Entry `entry` was acknowledged: settled, and counted done once.
     pub(crate) fn acknowledged(&self, entry: u32) {
-        if let Some(a) = self.acked.get(entry as usize) {
-            if !a.swap(true, Ordering::Relaxed) {
-                self.files_done.fetch_add(1, Ordering::Relaxed);
-            }
+        let first = match self.acked.get(entry as usize) {
+            Some(a) => !a.swap(true, Ordering::Relaxed),
+            None => self
+                .added(entry, |a| !a.settled.swap(true, Ordering::Relaxed))
+                .unwrap_or(false),
+        };
+        if first {
+            self.files_done.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Entry `entry` needs nothing more from this side.
     pub(crate) fn settle(&self, entry: u32) {
-        if let Some(a) = self.acked.get(entry as usize) {
-            a.store(true, Ordering::Relaxed);
+        match self.acked.get(entry as usize) {
+            Some(a) => a.store(true, Ordering::Relaxed),
+            None => {
+                self.added(entry, |a| a.settled.store(true, Ordering::Relaxed));
+            }
         }
     }
 }

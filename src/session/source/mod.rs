@@ -12,4 +12,5 @@ pub(crate) mod reads;
 pub(crate) mod repair;
 pub(crate) mod sending;
 pub(crate) mod stream;
+pub(crate) mod window;
 pub(crate) mod work;

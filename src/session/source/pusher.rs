@@ -9,7 +9,7 @@
 //! steps: issue reads, take finished reads, repair lost streams, close
 //! sources read through.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -174,8 +174,12 @@ pub(super) struct Pusher<'a> {
     pub(super) pacer: Pacer<'a>,
     pub(super) ledger: Ledger<'a>,
     pub(super) repair: Repair,
-    /// This lane's digest terms of each entry, not yet added to the work's.
-    pub(super) digests: Vec<u64>,
+    /// This lane's digest terms of each entry it reads, not yet added to
+    /// the work's.
+    pub(super) digests: HashMap<usize, u64>,
+    /// The entries a follow or a streamed push adds (their names are kept
+    /// for the report when they are skipped).
+    pub(super) added: Option<&'a super::follow::Added>,
     pub(super) reads: Vec<Option<Read>>,
     pub(super) free_tokens: Vec<u32>,
     pub(super) reads_max: usize,
@@ -244,7 +248,11 @@ impl<'a> Pusher<'a> {
                 records_max: SENT_RECORDS_MAX / work.lanes(),
             },
             repair: Repair::default(),
-            digests: vec![0u64; work.slots()],
+            digests: HashMap::with_capacity(2 * reads_max + 8),
+            added: from
+                .follow
+                .map(|f| f.added)
+                .or(from.stream.map(|s| s.added)),
             reads: vec![None; reads_max],
             free_tokens: (0..reads_max as u32).rev().collect(),
             reads_max,
@@ -572,7 +580,7 @@ mod tests {
             crate::session::plan::tree::scan(std::slice::from_ref(&path), &Default::default())
                 .unwrap();
         let held = Held::default();
-        let acks = Acks::new(&tree, &held, 0, 1, &[]);
+        let acks = Acks::new(&tree, &held, 1, &[]);
         let open = |_: usize| {
             File::open(&path)
                 .map(|f| (f, false))

@@ -209,6 +209,9 @@ impl<'a> Pusher<'a> {
         if !self.work.drop_file(i) {
             return;
         }
+        if let Some(added) = self.added {
+            added.remember(i as u32);
+        }
         self.announce.skipped(i as u32, &why);
         if let Some(acks) = self.ledger.acked {
             acks.settle(i as u32);
@@ -312,7 +315,8 @@ impl<'a> Pusher<'a> {
         lease: Lease,
     ) {
         let h = FrameHeader::hole(&self.params.key, i as u32, offset);
-        self.digests[i] = digest_add(self.digests[i], zero_terms(offset, n as u64));
+        let d = self.digests.entry(i).or_default();
+        *d = digest_add(*d, zero_terms(offset, n as u64));
         let r = Sent {
             entry: i as u32,
             offset,
@@ -404,7 +408,8 @@ impl<'a> Pusher<'a> {
             return;
         }
         let (h, r, terms) = frame_block(&self.params.key, b, map, &mut lease);
-        self.digests[b.entry] = digest_add(self.digests[b.entry], terms);
+        let d = self.digests.entry(b.entry).or_default();
+        *d = digest_add(*d, terms);
         self.make_ready(lease, h, r);
         self.counters.add(r.data_bytes(), 1);
         self.counters
@@ -464,7 +469,7 @@ impl<'a> Pusher<'a> {
     /// file's digest, when the file is unchanged and was not dropped.
     pub(super) fn piece_read(&mut self, k: usize) {
         let i = self.sources[k].entry;
-        let terms = std::mem::take(&mut self.digests[i]);
+        let terms = self.digests.remove(&i).unwrap_or_default();
         if self.sources[k].dropped || self.work.is_dropped(i) {
             return;
         }
@@ -480,6 +485,9 @@ impl<'a> Pusher<'a> {
                 // Checked against the file as it ended, by its follower.
                 self.work.finish_growing(i, digest);
             } else {
+                if let Some(acks) = self.ledger.acked {
+                    acks.ours(i as u32, digest);
+                }
                 self.announce.digest(i as u32, digest);
             }
         }

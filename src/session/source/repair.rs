@@ -136,12 +136,7 @@ impl<'a> Pusher<'a> {
     /// receiver still wants (not dropped, not acknowledged).
     pub(super) fn carried_wanted(&self, s: u32) -> bool {
         let id = self.tx.stream_id(s);
-        let acked = |entry: u32| {
-            self.ledger
-                .acked
-                .and_then(|a| a.acked.get(entry as usize))
-                .is_some_and(|a| a.load(Ordering::Relaxed))
-        };
+        let acked = |entry: u32| self.ledger.acked.is_some_and(|a| a.has(entry));
         self.ledger.sent[s as usize].iter().any(|r| {
             self.ledger.undelivered(id, r)
                 && !self.work.is_dropped(r.entry as usize)

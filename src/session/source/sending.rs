@@ -202,12 +202,8 @@ pub(crate) fn push_data(
 ) -> Result<Pushed, SessionError> {
     let DataStreams { plan, streams, txs } = on;
     let block = u64::from(params.block_size);
-    let added = match (from.follow, from.stream) {
-        (Some(_), _) => Some(super::follow::ADDED_MAX),
-        (None, Some(_)) => Some(super::stream::STREAM_ROOM),
-        (None, None) => None,
-    };
-    let work = Work::routed(from.tree, from.held, plan, from.route, block, added);
+    let adding = from.follow.is_some() || from.stream.is_some();
+    let work = Work::routed(from.tree, from.held, plan, from.route, block, adding);
     let fds = crate::session::link::streams::fds_of(streams);
     let plan = lanes::near_nic(plan, &fds);
     let mut follower = match from.follow {

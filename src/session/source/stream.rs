@@ -9,10 +9,12 @@
 //! already (empty ones). `AddedEnd` says the walk ended; the lanes leave
 //! once every window's files are queued and sent.
 //!
-//! The work and the acknowledgements keep one slot an entry, sized when
-//! the data starts: a streamed push adds at most [`STREAM_ROOM`] entries
-//! after its first window (more are reported skipped: a later run sends
-//! them).
+//! The work, the acknowledgements and the entries added keep a slot for
+//! each entry added only until it is settled (acknowledged, held, refused,
+//! dropped, or no file: [`super::window`]): the streamer waits for the
+//! receiver while [`unsettled_max`] entries are unsettled, and the walk
+//! waits for the streamer, so the sender's memory is bounded by what is in
+//! flight, not by the tree.
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -27,6 +29,7 @@ use crate::protocol::manifest::EntryKind;
 use super::follow::{Added, AddedEntry, Gauge};
 use super::ledger::Acks;
 use super::sending::Sources;
+use super::window::unsettled_max;
 use super::work::{End, Work};
 use crate::session::link::conn::{send_msg, Control};
 use crate::session::link::refused::Refused;
@@ -40,6 +43,11 @@ pub(crate) const FIRST_WINDOW: Duration = Duration::from_millis(50);
 /// takes: a tree smaller than this never streams (a busy machine's walk
 /// of three files may take longer than [`FIRST_WINDOW`]).
 pub(crate) const FIRST_WINDOW_MIN: usize = 4096;
+
+/// Entries the first window (the manifest, kept whole for the session)
+/// takes at most, however fast the walk: the rest comes in later windows,
+/// whose entries are dropped once settled.
+pub(crate) const FIRST_WINDOW_MAX: usize = 65_536;
 
 /// How long the first window waits and for how many entries at least:
 /// [`FIRST_WINDOW`] and [`FIRST_WINDOW_MIN`], or with
@@ -64,8 +72,6 @@ pub(crate) const UNADMITTED_MAX: usize = crate::protocol::control::STREAM_UNADMI
 /// Batches the walk may make ahead of the streamer (of at most
 /// `walk::CHUNK_ENTRIES` entries each): beyond, it waits.
 const BATCHES_AHEAD: usize = 256;
-/// Entries a streamed push adds after its first window, at most.
-pub(crate) const STREAM_ROOM: usize = 1 << 20;
 /// The shortest wait for the walk's next batch.
 const WAIT_MIN: Duration = Duration::from_millis(1);
 /// How often the streamer tells the receiver it is there.
@@ -121,14 +127,16 @@ impl Walking {
         }
     }
 
-    /// What the walk gives until `until` and it met `least` names (kept
-    /// or left out), to its end without `until`, into `tree`.
+    /// What the walk gives until `until` (or [`FIRST_WINDOW_MAX`]
+    /// entries) and it met `least` names (kept or left out), to its end
+    /// without `until`, into `tree`.
     pub(crate) fn fill(&mut self, tree: &mut Tree, until: Option<Instant>, least: usize) {
         while !self.ended {
             let met = tree.entries.len() + tree.skipped.len();
             let met = met as u64 + tree.excluded + tree.devices_left;
+            let full = tree.entries.len() >= FIRST_WINDOW_MAX;
             let wait = match until {
-                Some(t) if Instant::now() >= t && met >= least as u64 => return,
+                Some(t) if (full || Instant::now() >= t) && met >= least as u64 => return,
                 Some(t) => t.saturating_duration_since(Instant::now()).max(WAIT_MIN),
                 None => Duration::from_secs(3600),
             };
@@ -192,6 +200,11 @@ pub(crate) struct Streamer<'a> {
     /// Added files waiting for their window to be ready: (entry, size,
     /// data bytes).
     pending: VecDeque<(usize, u64, u64)>,
+    /// What the walk gave beyond the room of the last window: the next
+    /// window's first.
+    left: VecDeque<Found>,
+    /// Entries added and not settled, at most ([`unsettled_max`]).
+    bound: usize,
     beat: Instant,
     /// What the walk could not list or the session could not add.
     pub(crate) skipped: Vec<Refused>,
@@ -210,6 +223,8 @@ impl<'a> Streamer<'a> {
             acks: from.acked,
             ctl: from.announce_on.try_clone()?,
             pending: VecDeque::new(),
+            left: VecDeque::new(),
+            bound: unsettled_max(),
             beat: Instant::now(),
             skipped: Vec::new(),
         })
@@ -234,16 +249,17 @@ impl<'a> Streamer<'a> {
             if stop.load(Ordering::Relaxed) || self.work.failed() || gone {
                 return Ok(());
             }
-            let found = match self.unadmitted() < UNADMITTED_MAX {
-                true => self.window(),
+            let room = self.room();
+            let found = match room > 0 {
+                true => self.window(room),
                 false => Vec::new(),
             };
             if !found.is_empty() {
                 self.add(found)?;
-            } else if !told_end && self.walk_ended() {
+            } else if !told_end && self.walked() {
                 send_msg(&mut self.ctl, &Message::AddedEnd)?;
                 told_end = true;
-            } else if told_end || self.walk_ended() || self.unadmitted() >= UNADMITTED_MAX {
+            } else if told_end || self.walked() || room == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
             self.admit_pending();
@@ -254,11 +270,31 @@ impl<'a> Streamer<'a> {
         }
     }
 
+    /// Entries the next window may add: none while [`UNADMITTED_MAX`]
+    /// wait for the receiver's `Admitted` or `bound` are not settled (the
+    /// settled ones dropped first).
+    fn room(&self) -> usize {
+        let unsettled = match self.acks {
+            Some(a) => {
+                super::window::retire(a, self.work, self.ctx.added);
+                a.unsettled()
+            }
+            None => 0,
+        };
+        let settling = self.bound.saturating_sub(unsettled);
+        settling.min(UNADMITTED_MAX.saturating_sub(self.unadmitted()))
+    }
+
     /// Entries sent that the receiver has not admitted yet.
     fn unadmitted(&self) -> usize {
-        let sent = self.ctx.added.base + self.ctx.added.len();
+        let sent = self.ctx.added.end();
         let ready = self.acks.map_or(u32::MAX, |a| a.admitted()) as usize;
         sent.saturating_sub(ready)
+    }
+
+    /// The walk ended and all it gave was added.
+    fn walked(&self) -> bool {
+        self.left.is_empty() && self.walk_ended()
     }
 
     fn walk_ended(&self) -> bool {
@@ -269,12 +305,20 @@ impl<'a> Streamer<'a> {
             .ended
     }
 
-    /// What the walk gives within [`WINDOW`] (at most [`WINDOW_ENTRIES`]).
-    fn window(&mut self) -> Vec<Found> {
+    /// What the walk gives within [`WINDOW`] (at most [`WINDOW_ENTRIES`]
+    /// and `room`), what it gave beyond the last window first.
+    fn window(&mut self, room: usize) -> Vec<Found> {
+        let most = room.min(WINDOW_ENTRIES);
+        let mut found: Vec<Found> = Vec::new();
+        while found.len() < most {
+            match self.left.pop_front() {
+                Some(f) => found.push(f),
+                None => break,
+            }
+        }
         let mut walking = self.ctx.walking.lock().unwrap_or_else(|p| p.into_inner());
         let until = Instant::now() + WINDOW;
-        let mut found = Vec::new();
-        while found.len() < WINDOW_ENTRIES && !walking.ended {
+        while found.len() < most && !walking.ended {
             let now = Instant::now();
             if now >= until {
                 break;
@@ -294,6 +338,10 @@ impl<'a> Streamer<'a> {
                 }));
             found.extend(b.found);
         }
+        if found.len() > most {
+            // The rest waits for room.
+            self.left.extend(found.drain(most..));
+        }
         found
     }
 
@@ -301,39 +349,32 @@ impl<'a> Streamer<'a> {
     /// files waiting for the receiver's `Admitted`.
     fn add(&mut self, found: Vec<Found>) -> Result<(), SessionError> {
         let added = self.ctx.added;
-        let first = (added.base + added.len()) as u32;
+        let first = added.end() as u32;
         let mut entries = Vec::with_capacity(found.len());
         for f in found {
-            if added.len() >= STREAM_ROOM {
-                self.skipped.push(Refused {
-                    entry: UNLISTED,
-                    path: f.entry.path,
-                    reason: format!("listed past the {STREAM_ROOM} entries a streamed push adds after its first window; send again"),
-                    rule: true,
-                });
-                continue;
-            }
-            let i = added.base + added.len();
+            let i = added.end();
             let e = &f.entry;
-            if e.kind == EntryKind::File {
-                let end = End {
-                    size: e.size,
-                    mtime_s: e.mtime_s,
-                    mtime_ns: e.mtime_ns,
-                };
-                self.work.set_end(i, end);
-                // Acknowledged once committed (or held, refused).
-                if let Some(a) = self.acks {
-                    a.unsettle(i as u32);
-                }
+            let file = e.kind == EntryKind::File;
+            let end = file.then_some(End {
+                size: e.size,
+                mtime_s: e.mtime_s,
+                mtime_ns: e.mtime_ns,
+            });
+            self.work.add(i, end);
+            // A file is acknowledged once committed (or held, refused).
+            if let Some(a) = self.acks {
+                a.add(i as u32, file);
+            }
+            if file {
                 self.pending.push_back((i, e.size, e.data));
             }
-            entries.push(f.entry.clone());
             added.push(AddedEntry {
-                entry: f.entry,
+                path: f.entry.path.clone(),
+                file,
                 source: f.source,
                 id: f.id,
             });
+            entries.push(f.entry);
         }
         let part_max = MANIFEST_PART_ENTRIES_MAX as usize;
         for (n, part) in entries.chunks(part_max).enumerate() {
@@ -374,5 +415,110 @@ impl<'a> Streamer<'a> {
             send_msg(&mut self.ctl, &m)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::plan::held::Held;
+    use crate::session::plan::route::Route;
+
+    /// The streamer adds entries until `bound` of them are unsettled and
+    /// then waits (no room, nothing skipped); as the receiver settles the
+    /// first ones, their slots are dropped everywhere and exactly that
+    /// much room comes back, what the walk gave beyond kept for the next
+    /// window.
+    #[test]
+    fn the_streamer_waits_at_its_bound_and_goes_on_as_entries_settle() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let top = dir.path().join("t");
+        std::fs::create_dir(&top).unwrap();
+        for i in 0..300 {
+            std::fs::write(top.join(format!("f{i:03}")), b"x").unwrap();
+        }
+        let walking = Walking::start(std::slice::from_ref(&top), &ScanRules::default()).unwrap();
+        let tree = Tree::default();
+        let held = Held::default();
+        let (added, gauge) = (Added::new(0), Gauge::default());
+        let ctx = StreamCtx::new(walking, &added, &gauge);
+        let acks = Acks::new(&tree, &held, 1, &[]);
+        let work = Work::new(&tree, &held, 1, 4096);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ctl = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _peer = l.accept().unwrap().0;
+        let ctl = Control::new(ctl);
+        let open = |i: usize| Err(crate::session::plan::unsendable::Unsendable::NoSource(i));
+        let route = Route::none();
+        let from = Sources {
+            tree: &tree,
+            held: &held,
+            acked: Some(&acks),
+            open: &open,
+            announce_on: &ctl,
+            route: &route,
+            follow: None,
+            stream: Some(&ctx),
+        };
+        let mut s = Streamer::new(&from, &ctx, &work).unwrap();
+        s.bound = 100;
+        let until = Instant::now() + Duration::from_secs(30);
+        while s.room() > 0 {
+            assert!(Instant::now() < until, "the walk gave too little");
+            let found = s.window(s.room());
+            s.add(found).unwrap();
+        }
+        // The directory and 99 files: the directory is settled at once,
+        // but kept until the receiver admitted it (a refusal of it would
+        // come first and find its name).
+        assert_eq!(added.len(), 100, "added up to the bound");
+        assert_eq!(s.room(), 0);
+        assert!(added.name(0).is_some_and(|(_, file)| !file));
+        // The receiver has every window ready: the directory is dropped.
+        acks.admitted.store(u32::MAX, Ordering::Release);
+        assert_eq!(s.room(), 1);
+        assert_eq!(added.name(0), None);
+        let found = s.window(1);
+        s.add(found).unwrap();
+        assert_eq!(added.len(), 101);
+        assert_eq!(acks.unsettled(), 100);
+        assert!(s.skipped.is_empty(), "nothing skipped: {:?}", s.skipped);
+        assert!(s.window(s.room()).is_empty(), "no room, nothing taken");
+        // The first 30 files are acknowledged (entries 1..=30).
+        let first = (1..=30).map(|i| i as u32);
+        assert!(added.source(1).is_some() && !work.is_dropped(1));
+        first.clone().for_each(|i| acks.acknowledged(i));
+        assert_eq!(s.room(), 30, "room for what settled");
+        assert_eq!(acks.unsettled(), 70);
+        for i in first {
+            assert!(added.source(i as usize).is_none(), "{i}: source dropped");
+            assert!(work.is_dropped(i as usize), "{i}: work dropped");
+            assert!(acks.has(i), "{i}: settled");
+        }
+        assert!(added.source(31).is_some() && !acks.has(31));
+        // A file after the 31st settled: its slot waits for the base.
+        acks.acknowledged(40);
+        assert_eq!(s.room(), 30);
+        let found = s.window(s.room());
+        assert_eq!(found.len(), 30, "exactly the room");
+        s.add(found).unwrap();
+        assert_eq!(added.len(), 131);
+        assert_eq!(s.room(), 0, "the 40th settled, but the base waits below it");
+        // The rest of the walk (170 files) still comes, none skipped.
+        acks.admitted.store(u32::MAX, Ordering::Release);
+        for i in 31..131 {
+            acks.acknowledged(i);
+        }
+        while !s.walked() {
+            assert!(Instant::now() < until, "the walk never ended");
+            let found = s.window(s.room());
+            s.add(found).unwrap();
+            for i in 0..added.end() as u32 {
+                acks.acknowledged(i);
+            }
+        }
+        assert_eq!(added.len(), 301);
+        assert_eq!(added.files(), 300);
+        assert!(s.skipped.is_empty());
     }
 }

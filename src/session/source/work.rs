@@ -9,12 +9,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use crate::protocol::manifest::EntryKind;
 
 use super::sending::Sent;
+use super::window::Window;
 use crate::session::link::lanes::Lane;
 use crate::session::plan::held::Held;
 use crate::session::plan::route::Route;
@@ -40,6 +41,14 @@ struct FileShare {
     pieces_left: AtomicU32,
     /// Skipped (unreadable or changed): announced once, by whoever saw it.
     dropped: AtomicBool,
+}
+
+/// An entry added after the manifest, while it is not settled: its
+/// share, and where it ends (a growing file's once it ended).
+#[derive(Debug, Default)]
+struct AddedShare {
+    share: FileShare,
+    end: Option<End>,
 }
 
 /// Where a file ends: its size and mtime (a growing file's once it ended).
@@ -78,7 +87,12 @@ pub(crate) struct Work {
     serves: Vec<Vec<bool>>,
     /// Each entry's class.
     route: Route,
+    /// The manifest's files.
     files: Vec<FileShare>,
+    /// The entries added after the manifest (a follow's, a streamed
+    /// push's later windows), dropped once settled: one dropped counts as
+    /// skipped (nothing more of it is sent).
+    added: RwLock<Window<AddedShare>>,
     /// Orphaned frames wait (read on every tick without the lock).
     orphaned: AtomicBool,
     /// A lane ever handed work back (pieces or frames): only then can
@@ -88,7 +102,7 @@ pub(crate) struct Work {
     failed: AtomicBool,
     /// Payload bytes every lane let out under `--rate-limit`, since `start`.
     paced: AtomicU64,
-    /// Where each file ends: the manifest's, or (a growing file) none
+    /// Where each of the manifest's files ends, or (a growing file) none
     /// until its follower says.
     ends: Mutex<Vec<Option<End>>>,
     /// Each file's ctime when scanned (none for a growing one): no
@@ -126,26 +140,29 @@ impl Work {
     #[cfg(test)]
     pub(crate) fn new(tree: &Tree, held: &Held, lanes: usize, block: u64) -> Work {
         let plan = crate::session::link::lanes::place(lanes.max(1), lanes.max(1), &[], &[]);
-        Work::routed(tree, held, &plan, &Route::none(), block, None)
+        Work::routed(tree, held, &plan, &Route::none(), block, false)
     }
 
     /// The files of `tree` still to send (not held complete, not empty),
     /// for the lanes of `plan` reading `block`-byte blocks: whole files for
     /// one lane and one class, pieces of at most [`PIECE_BLOCKS`] blocks
     /// otherwise, each in the queue of its class on `route`. Each digest
-    /// starts from what the receiver holds. A push that follows files may add up to `added` entries after the
-    /// manifest's (`Some`: lanes wait for the follower to say it is done).
+    /// starts from what the receiver holds. A push that follows files or
+    /// streams may add entries after the manifest's ([`add`](Self::add);
+    /// `following`: lanes wait for the follower or streamer to say it is
+    /// done).
     pub(crate) fn routed(
         tree: &Tree,
         held: &Held,
         plan: &[Lane],
         route: &Route,
         block: u64,
-        added: Option<usize>,
+        following: bool,
     ) -> Work {
         let lanes = plan.len().max(1);
-        let slots = tree.entries.len() + added.unwrap_or(0);
-        let files: Vec<FileShare> = (0..slots).map(|_| FileShare::default()).collect();
+        let files: Vec<FileShare> = (0..tree.entries.len())
+            .map(|_| FileShare::default())
+            .collect();
         for (&i, (digest, _)) in &held.partial {
             files[i as usize].digest.store(*digest, Ordering::Relaxed);
         }
@@ -196,6 +213,7 @@ impl Work {
             serves,
             route: route.clone(),
             files,
+            added: RwLock::new(Window::new(tree.entries.len())),
             orphaned: AtomicBool::new(false),
             handed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -210,7 +228,6 @@ impl Work {
                             mtime_ns: e.mtime_ns,
                         })
                     })
-                    .chain(std::iter::repeat_n(None, slots - tree.entries.len()))
                     .collect(),
             ),
             ctimes: tree
@@ -219,12 +236,43 @@ impl Work {
                 .zip(&tree.ctimes)
                 .map(|(e, c)| c.filter(|_| !e.growing))
                 .collect(),
-            following: AtomicBool::new(added.is_some()),
+            following: AtomicBool::new(following),
             deferred: Mutex::default(),
             finished: Mutex::default(),
             piece_bytes: piece,
             start: Instant::now(),
             lanes,
+        }
+    }
+
+    /// `f` of entry `entry`'s share: the manifest's, or an added one's
+    /// while it is kept (none once settled and dropped).
+    fn share<R>(&self, entry: usize, f: impl FnOnce(&FileShare) -> R) -> Option<R> {
+        if let Some(s) = self.files.get(entry) {
+            return Some(f(s));
+        }
+        let added = self.added.read().unwrap_or_else(|p| p.into_inner());
+        added.get(entry).map(|a| f(&a.share))
+    }
+
+    /// Entry `entry` is added after the manifest (the next one): a file
+    /// ending at `end` (a growing one: none until it ends), or anything
+    /// else (`None`, never read).
+    pub(crate) fn add(&self, entry: usize, end: Option<End>) {
+        let mut added = self.added.write().unwrap_or_else(|p| p.into_inner());
+        debug_assert_eq!(added.end(), entry, "added in order");
+        added.push(AddedShare {
+            share: FileShare::default(),
+            end,
+        });
+    }
+
+    /// The added entries below `upto` are settled: their shares are
+    /// dropped (their pieces still queued are passed over).
+    pub(crate) fn retire(&self, upto: usize) {
+        let mut added = self.added.write().unwrap_or_else(|p| p.into_inner());
+        if upto > added.base() {
+            added.retire(upto);
         }
     }
 
@@ -286,9 +334,7 @@ impl Work {
     /// The unread rest of a piece a lane cannot finish becomes a piece of
     /// its own, first in line.
     pub(crate) fn split_off(&self, rest: Piece) {
-        self.files[rest.entry]
-            .pieces_left
-            .fetch_add(1, Ordering::AcqRel);
+        self.share(rest.entry, |f| f.pieces_left.fetch_add(1, Ordering::AcqRel));
         self.queue().pieces[self.route.of_entry(rest.entry)].push_front(rest);
         self.handed.store(true, Ordering::Release);
     }
@@ -300,7 +346,7 @@ impl Work {
         let class = self.route.of_entry(entry);
         while start < end {
             let stop = start.saturating_add(self.piece_bytes).min(end);
-            self.files[entry].pieces_left.fetch_add(1, Ordering::AcqRel);
+            self.share(entry, |f| f.pieces_left.fetch_add(1, Ordering::AcqRel));
             q.pieces[class].push_back(Piece {
                 entry,
                 start,
@@ -313,24 +359,30 @@ impl Work {
 
     /// Added file `entry` is held open by its follower until it ends.
     pub(crate) fn hold(&self, entry: usize) {
-        self.files[entry].pieces_left.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Entries the work has room for (the manifest's, and a follow's).
-    pub(crate) fn slots(&self) -> usize {
-        self.files.len()
+        self.share(entry, |f| f.pieces_left.fetch_add(1, Ordering::AcqRel));
     }
 
     /// Growing file `entry` ends (`end`: its size and mtime): pieces
     /// taken from now on check its last block against it. Its follower
     /// lets go of it with [`piece_done`](Self::piece_done).
     pub(crate) fn set_end(&self, entry: usize, end: End) {
-        self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry] = Some(end);
+        if entry < self.files.len() {
+            self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry] = Some(end);
+            return;
+        }
+        let mut added = self.added.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = added.get_mut(entry) {
+            a.end = Some(end);
+        }
     }
 
     /// Where `entry` ends, when known (a growing file's: once it ended).
     pub(crate) fn end_of(&self, entry: usize) -> Option<End> {
-        self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry]
+        if entry < self.files.len() {
+            return self.ends.lock().unwrap_or_else(|p| p.into_inner())[entry];
+        }
+        let added = self.added.read().unwrap_or_else(|p| p.into_inner());
+        added.get(entry).and_then(|a| a.end)
     }
 
     /// `entry`'s ctime when it was scanned (none for a growing file, or
@@ -342,9 +394,7 @@ impl Work {
     /// The rest of a growing file's piece is not on disk yet: the follower
     /// queues it again later ([`retry_deferred`](Self::retry_deferred)).
     pub(crate) fn defer(&self, rest: Piece) {
-        self.files[rest.entry]
-            .pieces_left
-            .fetch_add(1, Ordering::AcqRel);
+        self.share(rest.entry, |f| f.pieces_left.fetch_add(1, Ordering::AcqRel));
         self.deferred
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -383,27 +433,34 @@ impl Work {
 
     /// Add a lane's digest terms for entry `entry`.
     pub(crate) fn add_digest(&self, entry: usize, terms: u64) {
-        self.files[entry].digest.fetch_add(terms, Ordering::AcqRel);
+        self.share(entry, |f| f.digest.fetch_add(terms, Ordering::AcqRel));
     }
 
     /// A piece of `entry` is read through (its terms added): the file's
     /// digest when it was the last.
     pub(crate) fn piece_done(&self, entry: usize) -> Option<u64> {
-        let f = &self.files[entry];
-        (f.pieces_left.fetch_sub(1, Ordering::AcqRel) == 1)
-            .then(|| f.digest.load(Ordering::Acquire))
+        self.share(entry, |f| {
+            (f.pieces_left.fetch_sub(1, Ordering::AcqRel) == 1)
+                .then(|| f.digest.load(Ordering::Acquire))
+        })
+        .flatten()
     }
 
-    /// Skip entry `entry`: true for the first to say so (who announces it).
+    /// Skip entry `entry`: true for the first to say so (who announces
+    /// it); an added entry settled and dropped is nobody's to announce.
     pub(crate) fn drop_file(&self, entry: usize) -> bool {
-        !self.files[entry].dropped.swap(true, Ordering::AcqRel)
+        self.share(entry, |f| !f.dropped.swap(true, Ordering::AcqRel))
+            .unwrap_or(false)
     }
 
+    /// Whether entry `entry` is skipped, or (added) settled and dropped.
     pub(crate) fn is_dropped(&self, entry: usize) -> bool {
-        self.files[entry].dropped.load(Ordering::Acquire)
+        self.share(entry, |f| f.dropped.load(Ordering::Acquire))
+            .unwrap_or(true)
     }
 
-    /// Every entry's digest (meaningful for files read through).
+    /// Each of the manifest's entries' digest (meaningful for files read
+    /// through; an added file's is announced as it is read through).
     pub(crate) fn digests(&self) -> Vec<u64> {
         self.files
             .iter()
@@ -691,7 +748,7 @@ mod tests {
         let block = 1 << 20;
         // One lane on every stream: pieces of both classes in turn.
         let one = crate::session::link::lanes::place(1, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), &one, &route, block, None);
+        let w = Work::routed(&t, &Held::default(), &one, &route, block, false);
         let classes: Vec<usize> = std::iter::from_fn(|| w.take(0))
             .map(|p| route.of_entry(p.entry))
             .collect();
@@ -699,7 +756,7 @@ mod tests {
         assert_eq!(classes.len(), 6, "pieces of 4 blocks: 2 + 2 + 1 + 1");
         // Two lanes, each on one class's streams.
         let two = crate::session::link::lanes::place(2, 4, &[], &[]);
-        let w = Work::routed(&t, &Held::default(), &two, &route, block, None);
+        let w = Work::routed(&t, &Held::default(), &two, &route, block, false);
         let mut taken = Vec::new();
         while let Some(p) = w.take(0) {
             taken.push(p.entry);
@@ -722,7 +779,7 @@ mod tests {
         let route =
             Route::from_placement(Placement::new(vec![0, 1, 0], vec![(0, 0), (1, 1)]), 4, 3)
                 .unwrap();
-        let w = Work::routed(&t, &Held::default(), &three, &route, block, None);
+        let w = Work::routed(&t, &Held::default(), &three, &route, block, false);
         let first = w.take(0).unwrap();
         while w.take(2).is_some() {}
         while w.take(1).is_some() {}
