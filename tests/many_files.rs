@@ -101,8 +101,10 @@ fn killed_halfway_then_resumed(n: usize) {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    // The daemon notices and ends the session; what it committed stays.
-    std::thread::sleep(Duration::from_millis(500));
+    // The daemon notices and ends the session (its parts then free for
+    // the next run); what it committed stays.
+    let log = d.log_until("push session failed");
+    assert!(log.contains("push session failed"), "{log}");
     let dest = d.root.path().join("in/t");
     let committed = final_files(&dest);
     assert!(
