@@ -60,6 +60,21 @@ fn final_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `n` files under their final names in `dest`, each the bytes of its
+/// namesake under `top`.
+fn assert_all_landed(dest: &Path, top: &Path, n: usize) {
+    let mut all = final_files(dest);
+    assert_eq!(all.len(), n);
+    all.sort();
+    for p in all {
+        let rel = p.strip_prefix(dest).unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            std::fs::read(top.join(rel)).unwrap()
+        );
+    }
+}
+
 fn send_json(d: &Daemon, src: &Path) -> Child {
     send_json_to(d, src, "in/", &[])
 }
@@ -142,16 +157,7 @@ fn killed_halfway_then_resumed(n: usize) {
         verified <= n - committed.len(),
         "committed files sent again"
     );
-    let mut all = final_files(&dest);
-    assert_eq!(all.len(), n);
-    all.sort();
-    for p in all {
-        let rel = p.strip_prefix(&dest).unwrap();
-        assert_eq!(
-            std::fs::read(&p).unwrap(),
-            std::fs::read(top.join(rel)).unwrap()
-        );
-    }
+    assert_all_landed(&dest, &top, n);
 }
 
 #[test]
@@ -277,14 +283,5 @@ fn a_streamed_push_keeps_the_daemon_flat_however_many_files() {
         grew >> 10
     );
     let dest = d.root.path().join("b/t");
-    let mut all = final_files(&dest);
-    assert_eq!(all.len(), n);
-    all.sort();
-    for p in all {
-        let rel = p.strip_prefix(&dest).unwrap();
-        assert_eq!(
-            std::fs::read(&p).unwrap(),
-            std::fs::read(top.join(rel)).unwrap()
-        );
-    }
+    assert_all_landed(&dest, &top, n);
 }

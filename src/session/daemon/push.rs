@@ -445,18 +445,19 @@ impl<'a, 'r> Follow<'a, 'r> {
         drop(set);
         self.entries_left = left;
         self.upto += entries.len() as u32;
-        self.windows
-            .push_back((self.upto, cost, names.len(), count));
+        if self.streamed {
+            // Given back once settled (a follow's stay to its end).
+            let window = (self.upto, cost, names.len(), count);
+            self.windows.push_back(window);
+        }
         self.claims.names.extend(names);
         Ok(true)
     }
 
-    /// Every entry below `upto` settled: the windows wholly below it give
-    /// back their memory and their names. (The manifest's claims come
-    /// first in the names and stay: only windows' are counted here.)
+    /// Every entry below `upto` settled: the windows wholly below it (a
+    /// streamed push's manifest first) give back their memory, their
+    /// entries and their names, which come in the same order.
     pub(super) fn settled(&mut self, upto: u32) {
-        let windows: usize = self.windows.iter().map(|w| w.2).sum();
-        let manifest = self.claims.names.len() - windows;
         let mut names = 0;
         while let Some(&(_, bytes, n, count)) = self.windows.front().filter(|w| w.0 <= upto) {
             self.windows.pop_front();
@@ -464,7 +465,7 @@ impl<'a, 'r> Follow<'a, 'r> {
             self.entries_left += count;
             names += n;
         }
-        self.claims.release(manifest, names);
+        self.claims.release_first(names);
     }
 }
 

@@ -234,15 +234,15 @@ pub(super) struct Claims<'a> {
 }
 
 impl<'a> Claims<'a> {
-    /// Let go of `n` names claimed from the `at`th on (a streamed push's
-    /// windows whose files are all committed or given up).
-    pub(super) fn release(&mut self, at: usize, n: usize) {
+    /// Let go of the first `n` names claimed (a streamed push's windows
+    /// whose files are all committed or given up).
+    pub(super) fn release_first(&mut self, n: usize) {
         if n == 0 {
             return;
         }
-        let end = (at + n).min(self.names.len());
+        let n = n.min(self.names.len());
         let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
-        for name in self.names.drain(at.min(end)..end) {
+        for name in self.names.drain(..n) {
             set.remove(&name);
         }
     }

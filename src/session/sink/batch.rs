@@ -221,17 +221,22 @@ mod tests {
     use crate::session::sink::file::RecvFile;
     use crate::session::sink::rules::Rules;
 
-    /// A written part of `bytes` at `rel`'s part name, agreed on, taken
-    /// for its commit.
-    fn job(dir: &std::path::Path, rules: &Rules, index: u32, rel: &str, bytes: &[u8]) -> FinalJob {
+    /// The state of file `rel` of `size` bytes (mode 0640) as received.
+    fn small_file(rules: &Rules, rel: &str, size: usize) -> RecvFile {
         let e = Entry {
             path: rel.into(),
             kind: EntryKind::File,
-            size: bytes.len() as u64,
+            size: size as u64,
             mode: 0o640,
             ..Default::default()
         };
-        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        RecvFile::new(&e, rel.into(), 255, 4096, rules)
+    }
+
+    /// A written part of `bytes` at `rel`'s part name, agreed on, taken
+    /// for its commit.
+    fn job(dir: &std::path::Path, rules: &Rules, index: u32, rel: &str, bytes: &[u8]) -> FinalJob {
+        let mut f = small_file(rules, rel, bytes.len());
         let path = dir.join(format!("{rel}.urmove.part"));
         std::fs::write(&path, bytes).unwrap();
         let part = std::fs::OpenOptions::new()
@@ -248,14 +253,7 @@ mod tests {
     /// in a fresh directory, agreed on, taken for its commit.
     fn unnamed_job(root: &Root, rules: &Rules, index: u32, rel: &str, bytes: &[u8]) -> RecvFile {
         use std::os::unix::fs::FileExt;
-        let e = Entry {
-            path: rel.into(),
-            kind: EntryKind::File,
-            size: bytes.len() as u64,
-            mode: 0o640,
-            ..Default::default()
-        };
-        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        let mut f = small_file(rules, rel, bytes.len());
         f.fresh = true;
         let off = crate::datapath::DirectMode::Off;
         crate::session::sink::part::open_part(root, off, rules, &mut f).unwrap();
