@@ -44,6 +44,7 @@ pub(crate) fn open_part(
     if f.part.is_some() {
         return Ok(());
     }
+    let direct = write_mode(direct, f);
     match (f.part_id, f.piece) {
         (Some(id), None) => reopen_part(root, direct, f, id),
         (Some(id), Some(_)) => {
@@ -57,6 +58,22 @@ pub(crate) fn open_part(
         }
         (None, Some(p)) => join_piece(root, &rules.secret, direct, f, p),
         (None, None) => create_part(root, direct, rules, f),
+    }
+}
+
+/// A file this large or smaller is written through the page cache
+/// (`--direct auto`): its last block is then written at its true length,
+/// where an O_DIRECT write pads it to a whole page and the commit cuts it
+/// back, which makes the filesystem read that page from the disk again to
+/// zero its tail (a read per file, synchronous). Its sync writes it.
+pub(crate) const BUFFERED_FILE_MAX: u64 = 256 << 10;
+
+/// How `f`'s part is opened: buffered where `direct` leaves the choice
+/// (`auto`) and the file is small ([`BUFFERED_FILE_MAX`]).
+fn write_mode(direct: DirectMode, f: &RecvFile) -> DirectMode {
+    match direct {
+        DirectMode::Auto if f.size <= BUFFERED_FILE_MAX => DirectMode::Off,
+        other => other,
     }
 }
 
@@ -355,4 +372,62 @@ pub(super) fn reopen_part(
 pub(crate) fn is_own_file(m: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
     m.is_file() && m.nlink() == 1 && m.uid() == crate::datapath::sys::effective_uid()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::manifest::{Entry, EntryKind};
+
+    /// The part of a new file of `size` bytes at `rel`, opened as `direct`
+    /// asks: whether it was opened O_DIRECT. The file is kept in `open`
+    /// (its inode claimed, and not to be reused by the next while it is).
+    fn opened_direct(
+        (root, rules): (&Root, &Rules),
+        open: &mut Vec<RecvFile>,
+        rel: &str,
+        size: u64,
+        direct: DirectMode,
+    ) -> bool {
+        let e = Entry {
+            path: rel.into(),
+            kind: EntryKind::File,
+            size,
+            mode: 0o644,
+            ..Default::default()
+        };
+        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        f.fresh = true;
+        open_part(root, direct, rules, &mut f).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: F_GETFL on a descriptor the file holds open.
+        let flags = unsafe { libc::fcntl(f.part.as_ref().unwrap().as_raw_fd(), libc::F_GETFL) };
+        assert!(flags >= 0);
+        assert_eq!(f.direct, flags & libc::O_DIRECT != 0, "{rel}: as noted");
+        open.push(f);
+        open.last().unwrap().direct
+    }
+
+    /// Under `--direct auto` a small file is written through the page cache
+    /// (its last block at its true length: no page read back to cut it), a
+    /// larger one O_DIRECT; `required` writes every file O_DIRECT.
+    #[test]
+    fn small_files_are_written_buffered_unless_direct_is_required() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = Rules::plain([5; 32], 1 << 20);
+        let (auto, required) = (DirectMode::Auto, DirectMode::Required);
+        let mut open = Vec::new();
+        let at = (&root, &rules);
+        assert!(!opened_direct(at, &mut open, "a", 5000, auto));
+        assert!(!opened_direct(at, &mut open, "b", BUFFERED_FILE_MAX, auto));
+        assert!(opened_direct(
+            at,
+            &mut open,
+            "c",
+            BUFFERED_FILE_MAX + 1,
+            auto
+        ));
+        assert!(opened_direct(at, &mut open, "d", 5000, required));
+    }
 }
