@@ -489,11 +489,14 @@ pub(super) fn ready(job: &FinalJob) -> Result<Way, SessionError> {
     }
     // Still this receiver's alone (mode 0600, no ACL): a write lease keeps
     // every other open out from here until its stamp's settling time.
+    // Where the file dressed lets nobody but this receiver's user write
+    // it, nobody else can write it meanwhile: no lease needed.
+    if !job.others_may_write() {
+        return Ok(Way::Settled(None));
+    }
     Ok(match super::lease::hold(part) {
         Some(lease) => Way::Settled(Some(lease)),
-        // No lease here (a filesystem without them): as well, where the
-        // file dressed lets nobody but this receiver's user write it.
-        None if !job.others_may_write() => Way::Settled(None),
+        // No lease here (a filesystem without them).
         None => Way::Renamed,
     })
 }
