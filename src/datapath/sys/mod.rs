@@ -30,7 +30,7 @@ pub use locks::{
 };
 pub use process::{
     effective_uid, has_cap_ipc_lock, ignore_sigio, ignore_sigxfsz, io_uring_disabled,
-    kernel_release, memlock_limit, raise_nofile_limit, random_bytes,
+    kernel_release, memlock_limit, nofile_limit, raise_nofile_limit, random_bytes,
 };
 pub(crate) use socket::get_opt;
 pub use socket::{

@@ -93,6 +93,18 @@ pub fn raise_nofile_limit() {
     }
 }
 
+/// The soft RLIMIT_NOFILE: descriptors this process may hold (1024 where
+/// it cannot be read).
+pub fn nofile_limit() -> u64 {
+    let mut rl = MaybeUninit::<libc::rlimit>::zeroed();
+    // SAFETY: `rl` is a valid, writable rlimit buffer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, rl.as_mut_ptr()) } != 0 {
+        return 1024;
+    }
+    // SAFETY: getrlimit returned 0, so the buffer is initialised.
+    unsafe { rl.assume_init() }.rlim_cur
+}
+
 /// Fill `buf` with random bytes from the kernel (getrandom(2)), for nonces,
 /// session ids and keys.
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {

@@ -1,5 +1,5 @@
 //! Small files committed together. A finalizer takes every job ready when
-//! it wakes (at most [`BATCH_MAX`]; never waiting for more: a lone file
+//! it wakes (at most [`batch_max`]; never waiting for more: a lone file
 //! commits alone, at once) and commits the small agreed files among them
 //! through the very steps of `commit::finish`, each step for all of them
 //! before the next, so that their syncs are in flight together and the
@@ -35,11 +35,13 @@ use crate::session::SessionError;
 use super::book::{Job, JobDone};
 use super::commit::{self, FinalJob, Outcome};
 
-/// Jobs a finalizer takes at once, at most: a share of the files that may
-/// wait for the finalizers (`FINALIZE_BACKLOG_MAX`), so that while one
-/// batch syncs the others (and the lanes) go on, and none waits for a
-/// single batch holding every file in hand.
-pub(crate) const BATCH_MAX: usize = 16;
+/// Jobs a finalizer takes at once, at most: its share of the files that
+/// may wait for the finalizers (`book::finalize_backlog_max`), so that
+/// while one batch syncs the others (and the lanes) go on, and none waits
+/// for a single batch holding every file in hand.
+fn batch_max() -> usize {
+    super::book::finalize_backlog_max() / super::landing::FINALIZERS
+}
 /// Empty files a receiver commits together while it prepares (each holds
 /// a descriptor until then).
 pub(crate) const EMPTY_BATCH: usize = 64;
@@ -90,11 +92,11 @@ pub(super) fn finalizer(
 }
 
 /// The first job (waiting for it) and every other ready now, up to
-/// [`BATCH_MAX`]; `None` once the jobs end.
+/// [`batch_max`]; `None` once the jobs end.
 fn take(jobs: &Mutex<mpsc::Receiver<Job>>) -> Option<Vec<Job>> {
     let rx = jobs.lock().unwrap_or_else(|p| p.into_inner());
     let mut taken = vec![rx.recv().ok()?];
-    while taken.len() < BATCH_MAX {
+    while taken.len() < batch_max() {
         match rx.try_recv() {
             Ok(job) => taken.push(job),
             Err(_) => break,

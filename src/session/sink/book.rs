@@ -31,8 +31,18 @@ use super::incoming::Incoming;
 use super::rules::Rules;
 use crate::session::SessionError;
 
-/// Complete files waiting for a finalizer, at most.
-pub(in crate::session) const FINALIZE_BACKLOG_MAX: usize = 64;
+/// Complete files waiting for a finalizer, at most: an eighth of the
+/// descriptors the process may hold (each holds its part open until it
+/// is committed), within 16..=256. The more wait, the larger the batches
+/// the finalizers commit together (see `batch`): 20,000 files of 4 KiB
+/// into a fresh ext4, 64 waiting at most: 4,700 files/s; 256: 5,400-6,900.
+pub(in crate::session) fn finalize_backlog_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        let nofile = crate::datapath::sys::nofile_limit();
+        (nofile / 8).clamp(16, 256) as usize
+    })
+}
 
 /// Part files one session holds open at once (descriptors).
 pub(super) const OPEN_PARTS_MAX: usize = 128;
@@ -272,7 +282,7 @@ impl<'s> Book<'s> {
     /// As many files wait for the finalizers as may: lanes take no more
     /// frames until some are done (each holds a descriptor).
     pub(in crate::session) fn backlogged(&self) -> bool {
-        self.pending >= FINALIZE_BACKLOG_MAX
+        self.pending >= finalize_backlog_max()
     }
 
     /// Whether file `index` is still being received (blocks may come).

@@ -26,7 +26,7 @@ use crate::protocol::control::ErrorCode;
 use crate::protocol::frame::FrameKey;
 use crate::protocol::manifest::Entry;
 
-use super::book::{self, Book, Job, JobDone, Tally, FINALIZE_BACKLOG_MAX};
+use super::book::{self, finalize_backlog_max, Book, Job, JobDone, Tally};
 use super::commit::Outcome;
 use super::incoming::Incoming;
 use super::intake::{Intake, LaneStatus};
@@ -37,7 +37,7 @@ use crate::session::link::streams::Sealing;
 use crate::session::SessionError;
 
 /// Threads that sync and rename complete files (see `batch`).
-const FINALIZERS: usize = 4;
+pub(super) const FINALIZERS: usize = 4;
 /// Files written through one lane's ring at once (registered slots).
 const FILE_SLOTS: u32 = 64;
 /// How often the sender's rate is looked at.
@@ -694,7 +694,7 @@ impl<'s> Control<'s> {
     /// Bound the files waiting for their fsync (each holds a descriptor):
     /// wait for the finalizers when too many do.
     fn bound_backlog(&mut self, book: &Mutex<Book>) -> Result<(), SessionError> {
-        while book::lock(book).pending >= FINALIZE_BACKLOG_MAX {
+        while book::lock(book).pending >= finalize_backlog_max() {
             match self.results.recv_timeout(Duration::from_secs(1)) {
                 Ok(r) => self.settle(book, r)?,
                 Err(mpsc::RecvTimeoutError::Timeout) => self.tick()?,
@@ -773,7 +773,7 @@ impl<'s> Control<'s> {
         let starved = shown(|l| l.starved.load(Ordering::Relaxed));
         // This side is the slow one (its buffers all in writes, its
         // finalizers behind): the sender is not to blame.
-        if !waiting || starved || pending >= FINALIZE_BACKLOG_MAX {
+        if !waiting || starved || pending >= finalize_backlog_max() {
             (self.window.start, self.window.bytes_at_start) = (now, bytes);
             return Ok(());
         }
