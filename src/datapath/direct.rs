@@ -207,6 +207,17 @@ pub fn set(f: File, mode: DirectMode) -> io::Result<(File, bool)> {
     set_over(f, mode, now)
 }
 
+/// Whether `f` is open with O_DIRECT now.
+pub fn is_direct(f: &File) -> io::Result<bool> {
+    // SAFETY: F_GETFL on a descriptor `f` holds open reads its status
+    // flags; no memory is passed.
+    let now = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    if now < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(now & libc::O_DIRECT != 0)
+}
+
 /// [`set`] for a file just opened with `flags` (its status flags then,
 /// which need not be read again): one `fcntl` the less.
 pub fn set_opened(f: File, mode: DirectMode, flags: i32) -> io::Result<(File, bool)> {

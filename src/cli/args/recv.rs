@@ -38,7 +38,10 @@ pub struct RecvArgs {
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
 
-    /// O_DIRECT for received files: auto, required, or off [default: auto].
+    /// O_DIRECT for received files: auto (files of 256 KiB or less through
+    /// the page cache, then synced; larger ones O_DIRECT where the
+    /// filesystem allows), required (every file O_DIRECT), or off
+    /// [default: auto].
     #[arg(long, value_enum, value_name = "WHEN")]
     pub direct: Option<DirectArg>,
 

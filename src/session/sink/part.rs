@@ -380,15 +380,9 @@ mod tests {
     use crate::protocol::manifest::{Entry, EntryKind};
 
     /// The part of a new file of `size` bytes at `rel`, opened as `direct`
-    /// asks: whether it was opened O_DIRECT. The file is kept in `open`
-    /// (its inode claimed, and not to be reused by the next while it is).
-    fn opened_direct(
-        (root, rules): (&Root, &Rules),
-        open: &mut Vec<RecvFile>,
-        rel: &str,
-        size: u64,
-        direct: DirectMode,
-    ) -> bool {
+    /// asks (claimed in a session of its own): whether it was opened
+    /// O_DIRECT.
+    fn opened_direct(root: &Root, rel: &str, size: u64, direct: DirectMode) -> bool {
         let e = Entry {
             path: rel.into(),
             kind: EntryKind::File,
@@ -396,16 +390,13 @@ mod tests {
             mode: 0o644,
             ..Default::default()
         };
-        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, rules);
+        let rules = Rules::plain([5; 32], 1 << 20);
+        let mut f = RecvFile::new(&e, rel.into(), 255, 4096, &rules);
         f.fresh = true;
-        open_part(root, direct, rules, &mut f).unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: F_GETFL on a descriptor the file holds open.
-        let flags = unsafe { libc::fcntl(f.part.as_ref().unwrap().as_raw_fd(), libc::F_GETFL) };
-        assert!(flags >= 0);
-        assert_eq!(f.direct, flags & libc::O_DIRECT != 0, "{rel}: as noted");
-        open.push(f);
-        open.last().unwrap().direct
+        open_part(root, direct, &rules, &mut f).unwrap();
+        let flags = crate::datapath::direct::is_direct(f.part.as_ref().unwrap());
+        assert_eq!(flags.unwrap(), f.direct, "{rel}: as noted");
+        f.direct
     }
 
     /// Under `--direct auto` a small file is written through the page cache
@@ -415,19 +406,10 @@ mod tests {
     fn small_files_are_written_buffered_unless_direct_is_required() {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let root = Root::open_for_writing(dir.path()).unwrap();
-        let rules = Rules::plain([5; 32], 1 << 20);
         let (auto, required) = (DirectMode::Auto, DirectMode::Required);
-        let mut open = Vec::new();
-        let at = (&root, &rules);
-        assert!(!opened_direct(at, &mut open, "a", 5000, auto));
-        assert!(!opened_direct(at, &mut open, "b", BUFFERED_FILE_MAX, auto));
-        assert!(opened_direct(
-            at,
-            &mut open,
-            "c",
-            BUFFERED_FILE_MAX + 1,
-            auto
-        ));
-        assert!(opened_direct(at, &mut open, "d", 5000, required));
+        assert!(!opened_direct(&root, "a", 5000, auto));
+        assert!(!opened_direct(&root, "b", BUFFERED_FILE_MAX, auto));
+        assert!(opened_direct(&root, "c", BUFFERED_FILE_MAX + 1, auto));
+        assert!(opened_direct(&root, "d", 5000, required));
     }
 }
