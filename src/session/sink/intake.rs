@@ -18,6 +18,7 @@ use crate::datapath::Lease;
 use crate::protocol::frame::{FrameHeader, FrameKey};
 
 use super::book::{self, Accepted, Book};
+use super::part::BUFFERED_FILE_MAX;
 use crate::session::SessionError;
 
 /// What a lane shows the control thread.
@@ -353,14 +354,19 @@ impl<'a> Intake<'a> {
             stale: f.stale,
             direct: f.direct,
         });
-        // A sparse block is written piece by piece, here, after the lock.
-        let slot = match sparse {
-            Some(_) => None,
-            None => self.slot_for(index, f.opened, part.as_raw_fd()),
+        // A sparse block is written piece by piece, here, after the lock;
+        // a small part's through the page cache too: a copy, cheaper here
+        // than through the ring (which hands a buffered write to a worker
+        // thread) and needing no registered slot.
+        let here = sparse.is_some() || (!f.direct && f.size <= BUFFERED_FILE_MAX);
+        let slot = match here {
+            true => None,
+            false => self.slot_for(index, f.opened, part.as_raw_fd()),
         };
         let Some(at) = slot else {
-            // Every slot busy: a pwrite after the lock, from a second
-            // descriptor (the part stays open while its write is noted).
+            // Written here, or every slot busy: a pwrite after the lock,
+            // from a second descriptor (the part stays open while its
+            // write is noted).
             let part = match part.try_clone() {
                 Ok(p) => p,
                 Err(e) => {
