@@ -138,6 +138,9 @@ pub(crate) struct Incoming {
     pub(super) made: Made,
     /// Files let go once settled (a streamed push's: see [`Settled`]).
     pub(crate) settled: super::book_stream::Settled,
+    /// Milliseconds this session may still wait for parts another session
+    /// holds (see `Incoming::claim_held_part`).
+    pub(super) claim_wait_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Where a manifest of one file that may take its destination's name
@@ -242,6 +245,7 @@ impl Incoming {
             names: names_of_links(&dest, &entries),
             made: Made::default(),
             settled: Default::default(),
+            claim_wait_ms: (super::resume::CLAIM_WAIT.as_millis() as u64).into(),
         };
         for (i, e) in entries.iter().enumerate() {
             tick();

@@ -4,6 +4,8 @@
 //! a run reports.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use crate::datapath::beneath::FileId;
 use crate::protocol::control::{HaveItem, Message};
@@ -19,7 +21,38 @@ use super::rules::Resume;
 use crate::session::link::refused::Refused;
 use crate::session::SessionError;
 
+/// How long a session waits, in all, for parts whose journals it continues
+/// while another session holds them: one whose client was killed a moment
+/// ago holds its parts until the daemon has noticed and ended it.
+pub(super) const CLAIM_WAIT: Duration = Duration::from_secs(10);
+/// How often a waiting claim looks again.
+const CLAIM_POLL: Duration = Duration::from_millis(20);
+
 impl Incoming {
+    /// Claim part `id` (at `rel`) to continue it. Held by another session,
+    /// it is waited for while this session's [`CLAIM_WAIT`] lasts (a
+    /// session that ended lets its parts go at once), then busy; `tick`
+    /// beats while it waits.
+    pub(super) fn claim_held_part(
+        &self,
+        rel: &str,
+        id: FileId,
+        tick: &mut dyn FnMut(),
+    ) -> Result<(), SessionError> {
+        loop {
+            let left = self.claim_wait_ms.load(Ordering::Relaxed);
+            match claim(&self.rules, rel, id) {
+                Err(SessionError::Contended(_)) if left > 0 => {
+                    let step = (CLAIM_POLL.as_millis() as u64).min(left);
+                    std::thread::sleep(Duration::from_millis(step));
+                    tick();
+                    self.claim_wait_ms.fetch_sub(step, Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// `f`'s final file when it is complete already: unchanged when its
     /// stamp (ours, on this very file, for this size and mtime) says
     /// nothing touched it since its commit for this session's owner;
@@ -128,7 +161,7 @@ impl Incoming {
         };
         // A piece's part is shared: its range is locked when opened.
         if !self.rules.dry_run && f.piece.is_none() {
-            claim(&self.rules, &rel, j.part)?;
+            self.claim_held_part(&rel, j.part, tick)?;
         }
         // Opened again (for writing) when its next block comes.
         f.part_id = Some(j.part);
@@ -381,5 +414,67 @@ impl Incoming {
     /// Bytes the files hold in total.
     pub(crate) fn file_bytes(&self) -> u64 {
         self.files.iter().flatten().map(|f| f.want()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::beneath::Root;
+    use crate::datapath::DirectMode;
+    use crate::session::sink::incoming::Destination;
+    use crate::session::sink::rules::Rules;
+    use std::time::Instant;
+
+    /// A session receiving nothing beneath `dir`, sharing `rules`' claims.
+    fn session(dir: &std::path::Path, rules: &Rules) -> Incoming {
+        let root = Root::open_for_writing(dir).unwrap();
+        let dest = String::new();
+        let off = DirectMode::Off;
+        let (rules, block) = (rules.clone(), 1 << 16);
+        Incoming::prepare(
+            Destination { root, dest },
+            Vec::new(),
+            block,
+            off,
+            rules,
+            None,
+            &mut || {},
+        )
+        .unwrap()
+    }
+
+    /// A part another session holds is claimed once that session lets it
+    /// go (a session of a killed client ending a moment later); one held
+    /// past this session's wait is busy, and the wait is spent for good.
+    #[test]
+    fn a_held_part_is_waited_for_within_the_sessions_wait_then_busy() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let rules = Rules::plain([3; 32], 1 << 20);
+        let id = FileId::of(&std::fs::File::open(dir.path()).unwrap()).unwrap();
+        let inc = session(dir.path(), &rules);
+        assert!(lock_claims(&rules).insert(id), "the other session's claim");
+        let claims = std::sync::Arc::clone(&rules.claims);
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            claims.lock().unwrap().remove(&id);
+        });
+        let started = Instant::now();
+        inc.claim_held_part("p", id, &mut || {}).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        other.join().unwrap();
+        // Now this session's: another claim of it waits out what is left.
+        inc.claim_wait_ms.store(100, Ordering::Relaxed);
+        let started = Instant::now();
+        let busy = inc.claim_held_part("p", id, &mut || {}).unwrap_err();
+        assert!(matches!(busy, SessionError::Contended(_)), "{busy}");
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(inc.claim_wait_ms.load(Ordering::Relaxed), 0);
+        let started = Instant::now();
+        assert!(inc.claim_held_part("p", id, &mut || {}).is_err());
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "no wait left"
+        );
     }
 }
