@@ -473,8 +473,13 @@ pub(super) fn ready(job: &FinalJob) -> Result<Way, SessionError> {
     assert_eq!(job.digest, job.sender_digest, "only agreed files commit");
     let ctx = |what: &str| format!("{what} {}", job.final_rel);
     let part = &job.part;
-    part.set_len(job.size)
-        .map_err(|e| SessionError::io(ctx("truncating"), e))?;
+    // Cut to size where it is not (an O_DIRECT part's last page padded, or
+    // holes at its end never written); one already its size is left as it
+    // is (a truncate to the same size still changes and logs the inode).
+    if part.metadata().map_or(true, |m| m.len() != job.size) {
+        part.set_len(job.size)
+            .map_err(|e| SessionError::io(ctx("truncating"), e))?;
+    }
     part.set_times(mtime_now_accessed(job.mtime))
         .map_err(|e| SessionError::io(ctx("setting the mtime of"), e))?;
     if job.live {
