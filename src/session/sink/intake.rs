@@ -19,6 +19,11 @@ use crate::protocol::frame::{FrameHeader, FrameKey};
 
 use super::book::{self, Accepted, Book};
 use super::part::BUFFERED_FILE_MAX;
+
+/// Small parts' blocks one batch of frames writes on the lane, after the
+/// lock, at most (each holds a second descriptor of its part until then);
+/// more go through the ring.
+const HERE_MAX: usize = 16;
 use crate::session::SessionError;
 
 /// What a lane shows the control thread.
@@ -355,10 +360,12 @@ impl<'a> Intake<'a> {
             direct: f.direct,
         });
         // A sparse block is written piece by piece, here, after the lock;
-        // a small part's through the page cache too: a copy, cheaper here
-        // than through the ring (which hands a buffered write to a worker
-        // thread) and needing no registered slot.
-        let here = sparse.is_some() || (!f.direct && f.size <= BUFFERED_FILE_MAX);
+        // a small part's through the page cache too (at most [`HERE_MAX`]
+        // a batch, each a second descriptor meanwhile): a copy, cheaper
+        // here than through the ring (which hands a buffered write to a
+        // worker thread) and needing no registered slot.
+        let small = !f.direct && f.size <= BUFFERED_FILE_MAX;
+        let here = sparse.is_some() || (small && self.deferred.len() < HERE_MAX);
         let slot = match here {
             true => None,
             false => self.slot_for(index, f.opened, part.as_raw_fd()),
