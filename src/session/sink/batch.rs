@@ -117,6 +117,7 @@ impl super::incoming::Incoming {
                 Ok(Outcome::Committed(i, digest)) => {
                     if let Some(Some(f)) = self.files.get_mut(i as usize) {
                         f.state = super::file::FileState::Done;
+                        super::part::release_claim(&self.rules, f);
                     }
                     self.done_at_start.push((i, digest));
                 }

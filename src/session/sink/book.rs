@@ -624,12 +624,18 @@ impl<'s> Book<'s> {
                 };
                 match outcome {
                     Outcome::Committed(i, _) | Outcome::Piece(i, _) => {
-                        self.file(i as usize).state = FileState::Done;
+                        let rules = self.rules;
+                        let f = self.file(i as usize);
+                        f.state = FileState::Done;
+                        super::part::release_claim(rules, f);
                         self.tally.done_files += 1;
                         self.settled.let_go(self.files, i as usize);
                     }
                     Outcome::Rejected(i, _) => {
-                        self.file(i as usize).state = FileState::Rejected;
+                        let rules = self.rules;
+                        let f = self.file(i as usize);
+                        f.state = FileState::Rejected;
+                        super::part::release_claim(rules, f);
                         self.tally.rejected.push(i);
                     }
                 }

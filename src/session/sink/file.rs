@@ -50,6 +50,9 @@ pub(crate) struct RecvFile {
     pub(crate) part: Option<File>,
     /// The part file this session made or continues, claimed.
     pub(crate) part_id: Option<FileId>,
+    /// Its claim was let go when it was committed (see
+    /// `part::release_claim`): the session's end leaves it be.
+    pub(crate) released: bool,
     pub(crate) final_rel: String,
     pub(crate) size: u64,
     pub(crate) mode: u32,
@@ -153,6 +156,7 @@ impl RecvFile {
             held_seen: None,
             part: None,
             part_id: None,
+            released: false,
             final_rel,
             size: e.size,
             mode: rules.mode(e.mode),

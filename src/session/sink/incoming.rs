@@ -603,7 +603,9 @@ impl Drop for Incoming {
         let mut claims = self.rules.claims.lock().unwrap_or_else(|p| p.into_inner());
         for f in self.files.iter_mut().flatten() {
             let Some(id) = f.part_id.take() else { continue };
-            claims.remove(&id);
+            if !f.released {
+                claims.remove(&id);
+            }
             let open = matches!(f.state, FileState::Receiving | FileState::Skipped);
             // A shared part may hold the other pieces: it stays (swept
             // once nobody touched it for the sweep's age).

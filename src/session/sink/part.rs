@@ -21,6 +21,18 @@ pub(super) fn lock_claims(rules: &Rules) -> std::sync::MutexGuard<'_, HashSet<Fi
     rules.claims.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Let go of `f`'s claim on its part, now committed whole under its final
+/// name (or, rejected, gone): no session writes it as a part again, and
+/// its inode's number may be given to another session's new part, whose
+/// claim must not find it taken. Once only: the session's end (or a
+/// later session's claim of the reused number) is not disturbed again.
+pub(super) fn release_claim(rules: &Rules, f: &mut RecvFile) {
+    if let (Some(id), false, None) = (f.part_id, f.released, f.piece) {
+        lock_claims(rules).remove(&id);
+        f.released = true;
+    }
+}
+
 /// Claim the file `id` for this session; another session has it: busy.
 pub(super) fn claim(rules: &Rules, rel: &str, id: FileId) -> Result<(), SessionError> {
     let mut set = lock_claims(rules);
@@ -411,5 +423,32 @@ mod tests {
         assert!(!opened_direct(&root, "b", BUFFERED_FILE_MAX, auto));
         assert!(opened_direct(&root, "c", BUFFERED_FILE_MAX + 1, auto));
         assert!(opened_direct(&root, "d", 5000, required));
+    }
+
+    /// A committed part's claim goes at once, and once only: the inode's
+    /// number, reused by another session's new part, is then that
+    /// session's to claim, and this session's end does not take it back.
+    #[test]
+    fn a_committed_parts_claim_is_let_go_once() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let root = Root::open_for_writing(dir.path()).unwrap();
+        let rules = Rules::plain([5; 32], 1 << 20);
+        let e = Entry {
+            path: "a".into(),
+            kind: EntryKind::File,
+            size: 10,
+            mode: 0o644,
+            ..Default::default()
+        };
+        let mut f = RecvFile::new(&e, "a".into(), 255, 4096, &rules);
+        f.fresh = true;
+        open_part(&root, DirectMode::Off, &rules, &mut f).unwrap();
+        let id = f.part_id.unwrap();
+        assert!(lock_claims(&rules).contains(&id), "claimed when made");
+        release_claim(&rules, &mut f);
+        assert!(!lock_claims(&rules).contains(&id), "let go when committed");
+        claim(&rules, "another session's", id).unwrap();
+        release_claim(&rules, &mut f);
+        assert!(lock_claims(&rules).contains(&id), "the other's claim stays");
     }
 }
