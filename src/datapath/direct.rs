@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
 use super::sys;
@@ -198,24 +198,24 @@ pub fn set(f: File, mode: DirectMode) -> io::Result<(File, bool)> {
     if mode == DirectMode::Off {
         return Ok((f, false));
     }
-    // SAFETY: F_GETFL on a descriptor this function owns reads its status
-    // flags; no memory is passed.
-    let now = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
-    if now < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let now = status_flags(f.as_fd())?;
     set_over(f, mode, now)
 }
 
 /// Whether `f` is open with O_DIRECT now.
 pub fn is_direct(f: &File) -> io::Result<bool> {
-    // SAFETY: F_GETFL on a descriptor `f` holds open reads its status
+    Ok(status_flags(f.as_fd())? & libc::O_DIRECT != 0)
+}
+
+/// The status flags of `fd` (F_GETFL).
+fn status_flags(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    // SAFETY: F_GETFL on a borrowed, open descriptor reads its status
     // flags; no memory is passed.
-    let now = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    let now = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
     if now < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(now & libc::O_DIRECT != 0)
+    Ok(now)
 }
 
 /// [`set`] for a file just opened with `flags` (its status flags then,

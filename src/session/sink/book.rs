@@ -622,22 +622,20 @@ impl<'s> Book<'s> {
                     }
                     r => r.map_err(|(_, e)| e)?,
                 };
-                match outcome {
-                    Outcome::Committed(i, _) | Outcome::Piece(i, _) => {
-                        let rules = self.rules;
-                        let f = self.file(i as usize);
-                        f.state = FileState::Done;
-                        super::part::release_claim(rules, f);
+                let (i, state) = match outcome {
+                    Outcome::Committed(i, _) | Outcome::Piece(i, _) => (i, FileState::Done),
+                    Outcome::Rejected(i, _) => (i, FileState::Rejected),
+                };
+                let rules = self.rules;
+                let f = self.file(i as usize);
+                f.state = state;
+                super::part::release_claim(rules, f);
+                match state {
+                    FileState::Done => {
                         self.tally.done_files += 1;
                         self.settled.let_go(self.files, i as usize);
                     }
-                    Outcome::Rejected(i, _) => {
-                        let rules = self.rules;
-                        let f = self.file(i as usize);
-                        f.state = FileState::Rejected;
-                        super::part::release_claim(rules, f);
-                        self.tally.rejected.push(i);
-                    }
+                    _ => self.tally.rejected.push(i),
                 }
                 Ok(Some(outcome))
             }

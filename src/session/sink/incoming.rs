@@ -591,6 +591,34 @@ impl Incoming {
     }
 }
 
+#[cfg(test)]
+impl Incoming {
+    /// A receive of `entries` into the whole of `dir` (buffered, nothing
+    /// to resume), for the tests of the rooms that work on one.
+    pub(crate) fn beneath(
+        dir: &std::path::Path,
+        entries: Vec<Entry>,
+        block: u64,
+        rules: Rules,
+    ) -> Self {
+        let root = Root::open_for_writing(dir).unwrap();
+        let dest = Destination {
+            root,
+            dest: String::new(),
+        };
+        Incoming::prepare(
+            dest,
+            entries,
+            block,
+            DirectMode::Off,
+            rules,
+            None,
+            &mut || {},
+        )
+        .unwrap()
+    }
+}
+
 impl Drop for Incoming {
     /// A session that ends (done, failed or cut off) leaves no empty part
     /// files: parts without journaled data are removed; parts with data and

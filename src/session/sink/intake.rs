@@ -19,12 +19,12 @@ use crate::protocol::frame::{FrameHeader, FrameKey};
 
 use super::book::{self, Accepted, Book};
 use super::part::BUFFERED_FILE_MAX;
+use crate::session::SessionError;
 
 /// Small parts' blocks one batch of frames writes on the lane, after the
 /// lock, at most (each holds a second descriptor of its part until then);
 /// more go through the ring.
 const HERE_MAX: usize = 16;
-use crate::session::SessionError;
 
 /// What a lane shows the control thread.
 #[derive(Debug, Default)]
@@ -468,10 +468,8 @@ mod tests {
 
     use super::*;
     use crate::datapath::alloc_count::allocations_during;
-    use crate::datapath::beneath::Root;
-    use crate::datapath::DirectMode;
     use crate::protocol::manifest::{Entry, EntryKind};
-    use crate::session::sink::incoming::{Destination, Incoming};
+    use crate::session::sink::incoming::Incoming;
     use crate::session::sink::rules::Rules;
 
     const BLOCK: u64 = 64 << 10;
@@ -490,22 +488,7 @@ mod tests {
             link: None,
             ..Default::default()
         }];
-        let rules = Rules::plain([7; 32], 64 << 20);
-        let root = Root::open_for_writing(dir).unwrap();
-        let (off, block) = (DirectMode::Off, BLOCK);
-        Incoming::prepare(
-            Destination {
-                root,
-                dest: String::new(),
-            },
-            entries,
-            block,
-            off,
-            rules,
-            None,
-            &mut || {},
-        )
-        .unwrap()
+        Incoming::beneath(dir, entries, BLOCK, Rules::plain([7; 32], 64 << 20))
     }
 
     /// The file's frames, written to `to` by a thread of their own.

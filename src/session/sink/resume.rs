@@ -420,29 +420,8 @@ impl Incoming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datapath::beneath::Root;
-    use crate::datapath::DirectMode;
-    use crate::session::sink::incoming::Destination;
     use crate::session::sink::rules::Rules;
     use std::time::Instant;
-
-    /// A session receiving nothing beneath `dir`, sharing `rules`' claims.
-    fn session(dir: &std::path::Path, rules: &Rules) -> Incoming {
-        let root = Root::open_for_writing(dir).unwrap();
-        let dest = String::new();
-        let off = DirectMode::Off;
-        let (rules, block) = (rules.clone(), 1 << 16);
-        Incoming::prepare(
-            Destination { root, dest },
-            Vec::new(),
-            block,
-            off,
-            rules,
-            None,
-            &mut || {},
-        )
-        .unwrap()
-    }
 
     /// A part another session holds is claimed once that session lets it
     /// go (a session of a killed client ending a moment later); one held
@@ -452,7 +431,7 @@ mod tests {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let rules = Rules::plain([3; 32], 1 << 20);
         let id = FileId::of(&std::fs::File::open(dir.path()).unwrap()).unwrap();
-        let inc = session(dir.path(), &rules);
+        let inc = Incoming::beneath(dir.path(), Vec::new(), 1 << 16, rules.clone());
         assert!(lock_claims(&rules).insert(id), "the other session's claim");
         let claims = std::sync::Arc::clone(&rules.claims);
         let other = std::thread::spawn(move || {
