@@ -153,6 +153,7 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
         congestion: Default::default(),
         lanes: Default::default(),
         part_max_age: None,
+        over_ssh: false,
     };
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {

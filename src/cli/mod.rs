@@ -100,6 +100,7 @@ pub fn main() -> ExitCode {
         Command::Keygen { file } => keys::keygen(&file).map(|()| 0).map_err(Failure::Usage),
         Command::Completions { shell } => shell::completions(shell),
         Command::Man { dir } => shell::man(dir.as_deref()),
+        Command::Serve(a) => transfer::serve(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -18,4 +18,5 @@ pub mod names;
 pub mod negotiate;
 pub mod seal;
 pub mod sparse;
+pub mod ssh;
 pub mod wire;

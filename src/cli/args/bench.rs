@@ -25,7 +25,8 @@ pub struct BenchArgs {
     pub disk: bool,
 
     /// Benchmark the network, memory to memory, against `urmove recv` on
-    /// HOST (iperf3's role; needs --key-file). No disk is touched.
+    /// HOST (iperf3's role), or through ssh on [user@]HOST with no key file.
+    /// No disk is touched.
     #[arg(long, value_name = "HOST")]
     pub net: Option<String>,
 
@@ -47,9 +48,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto", requires = "net", value_parser = parse::lanes, value_name = "N|auto")]
     pub lanes: crate::session::link::lanes::Lanes,
 
-    /// bench --net: the pre-shared key (the receiver's).
+    /// bench --net: the pre-shared key (the receiver's); without it,
+    /// [user@]HOST is reached through ssh and its receiver started there.
     #[arg(long, value_name = "FILE", requires = "net")]
     pub key_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub ssh: super::SshArgs,
 
     /// bench --net: the daemon sends and this side receives.
     #[arg(long, requires = "net")]

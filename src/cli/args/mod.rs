@@ -5,6 +5,7 @@
 
 mod bench;
 mod recv;
+mod ssh;
 mod transfer;
 mod tune;
 
@@ -16,6 +17,7 @@ use super::parse;
 
 pub use bench::{BenchArgs, ModeArg, UnitsArg};
 pub use recv::{LinksArg, LogFormatArg, RecvArgs};
+pub use ssh::{ServeArgs, SshArgs};
 pub use transfer::{
     FidelityArgs, PullArgs, ReportArgs, ResumeArgs, SendArgs, TransferArgs, TreeArgs,
 };
@@ -92,6 +94,10 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// The remote side of `send`/`pull`/`bench --net` through ssh, which
+    /// the client starts itself.
+    #[command(hide = true)]
+    Serve(ServeArgs),
 }
 
 /// How progress shows while a run goes (`--progress`).

@@ -144,7 +144,8 @@ const SEND_WORDS: &[Words] = &[
     },
     Words {
         id: "key_file",
-        help: "Pre-shared key (the same file as the receiver's)",
+        help: "Pre-shared key (the same file as the receiver's daemon); without it, \
+               [user@]HOST:DEST is reached through ssh (see --ssh)",
     },
     Words {
         id: "state_dir",
@@ -241,7 +242,8 @@ const PULL_WORDS: &[Words] = &[
     },
     Words {
         id: "key_file",
-        help: "Pre-shared key (the same file as the daemon's)",
+        help: "Pre-shared key (the same file as the daemon's); without it, \
+               [user@]HOST:PATH is reached through ssh (see --ssh)",
     },
     Words {
         id: "state_dir",
@@ -319,7 +321,10 @@ pub struct TransferArgs {
 
     // The pre-shared key (the daemon's).
     #[arg(long, value_name = "FILE")]
-    pub key_file: PathBuf,
+    pub key_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub ssh: super::SshArgs,
 
     // Where this side keeps its secret.
     #[arg(long, value_name = "DIR")]
@@ -389,6 +394,12 @@ pub struct ResumeArgs {
     /// after the handshake, file names and sizes included.
     #[arg(long)]
     pub encrypt: bool,
+
+    /// Through ssh, where frames are sealed by default: leave the data
+    /// frames unsealed (a network trusted end to end). The control
+    /// connection stays sealed.
+    #[arg(long, conflicts_with = "encrypt")]
+    pub no_encrypt: bool,
 }
 
 /// What of each entry arrives besides its bytes, mode and times, as

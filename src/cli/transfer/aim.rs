@@ -99,12 +99,15 @@ pub(super) struct SendAim {
     pub sources: Vec<PathBuf>,
 }
 
-/// What `a` sends where, its rates checked.
-pub(super) fn send_what(a: &SendArgs) -> Result<SendAim, Failure> {
+/// What `a` sends where, its rates checked; `over_ssh`, DEST may be
+/// absolute (scp's way).
+pub(super) fn send_what(a: &SendArgs, over_ssh: bool) -> Result<SendAim, Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let (target, sources) = a.args.split_last().expect("clap requires two or more");
     let (host, dest) = split_target(target).ok_or_else(|| no_target(target, sources))?;
-    beneath_root(&host, &dest, &SEND_DEST)?;
+    if !over_ssh {
+        beneath_root(&host, &dest, &SEND_DEST)?;
+    }
     let mut sources: Vec<PathBuf> = sources.iter().map(PathBuf::from).collect();
     if let Some(list) = &a.transfer.files_from {
         // A listed path is itself: a trailing / changes nothing there.
@@ -180,8 +183,8 @@ pub(super) struct PullAim {
     pub one_file: bool,
 }
 
-/// What `a` pulls from where.
-pub(super) fn pull_what(a: &PullArgs) -> Result<PullAim, Failure> {
+/// What `a` pulls from where; `over_ssh`, a PATH may be absolute.
+pub(super) fn pull_what(a: &PullArgs, over_ssh: bool) -> Result<PullAim, Failure> {
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     let mut host = None;
     let mut paths = Vec::new();
@@ -192,7 +195,9 @@ pub(super) fn pull_what(a: &PullArgs) -> Result<PullAim, Failure> {
                 "all HOST:PATH arguments of one pull name the same host"
             )));
         }
-        beneath_root(&h, &p, &PULL_PATH)?;
+        if !over_ssh {
+            beneath_root(&h, &p, &PULL_PATH)?;
+        }
         host = Some(h);
         let contents = if p.ends_with('/') { "/" } else { "" };
         paths.push(format!("{}{contents}", p.trim_end_matches('/')));

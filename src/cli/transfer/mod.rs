@@ -9,6 +9,7 @@ mod aim;
 mod printer;
 mod recv;
 mod run;
+mod ssh;
 mod summary;
 
 use std::path::PathBuf;
@@ -34,6 +35,9 @@ use run::{fewer_if_refused, net_plot, run_plotted};
 
 pub(crate) use printer::SendPrinter;
 pub use recv::recv;
+pub use ssh::serve;
+
+use crate::session::client::ssh::SshRemote;
 pub(crate) use summary::finish_send;
 
 /// A frame size the receiver accepts: a multiple of 4096 up to the limit.
@@ -84,13 +88,33 @@ struct Shared {
 /// Resolve `t` for a transfer with `host` (a list of hosts when sharded;
 /// `fixed` when its manifest is, as `--shard` needs), in this order: the
 /// block size, the shard and its host, the plot's file, the key.
-fn shared(t: &TransferArgs, filter: Filter, host: &str, fixed: bool) -> Result<Shared, Failure> {
+fn shared(
+    t: &TransferArgs,
+    filter: Filter,
+    host: &str,
+    fixed: bool,
+    remote: Option<&SshRemote>,
+) -> Result<Shared, Failure> {
     check_block("--block", t.block)?;
     let (host, shard) = shard_host(t.shard.as_deref(), fixed, host)?;
     let plot_file = t.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&t.key_file).map_err(Failure::Usage)?;
+    let (to, block) = match remote {
+        Some(r) => {
+            let (host, port) = r.endpoint();
+            let block = ssh::fitted_block(r, t.block as u32, 16);
+            (SendConfig::to(host, port, r.key), block)
+        }
+        None => {
+            let file = t
+                .key_file
+                .as_deref()
+                .expect("a daemon's run has a key file");
+            let key = keys::load(file).map_err(Failure::Usage)?;
+            (SendConfig::to(host.clone(), t.port, key), t.block as u32)
+        }
+    };
     let cfg = SendConfig {
-        block_size: t.block as u32,
+        block_size: block,
         direct: direct(t.direct),
         interval: t.interval,
         sock_buf: t.sock_buf.map(|b| b as usize),
@@ -100,7 +124,8 @@ fn shared(t: &TransferArgs, filter: Filter, host: &str, fixed: bool) -> Result<S
         resume: !t.resume.ignore_times,
         checksum: t.resume.checksum,
         timeout: t.resume.timeout,
-        encrypt: t.resume.encrypt,
+        // Through ssh, sealed unless --no-encrypt (scp users expect it).
+        encrypt: t.resume.encrypt || (remote.is_some() && !t.resume.no_encrypt),
         state_dir: t
             .state_dir
             .clone()
@@ -112,7 +137,7 @@ fn shared(t: &TransferArgs, filter: Filter, host: &str, fixed: bool) -> Result<S
         delete_excluded: t.tree.delete_excluded,
         shard,
         split_over: t.split_over,
-        ..SendConfig::to(host, t.port, key)
+        ..to
     };
     let format = Format::pick(t.json, t.json_stream);
     Ok(Shared {
@@ -144,17 +169,24 @@ fn watch(
 
 pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
     let t = &a.transfer;
-    let aim = send_what(&a)?;
+    let over = ssh::wanted(t.key_file.as_deref(), &t.ssh);
+    let aim = send_what(&a, over)?;
+    ssh::no_login_unless(over, &aim.host)?;
     let shape = send_shape(&a, &aim)?;
     let fixed = !(a.follow || deletes(t));
+    let remote = over.then(|| ssh::start(&t.ssh, &aim.host)).transpose()?;
     let Shared {
         cfg,
         plot_file,
         format,
-    } = shared(t, filter, &aim.host, fixed)?;
+    } = shared(t, filter, &aim.host, fixed, remote.as_ref())?;
+    let dest = match &remote {
+        Some(r) => ssh::remote_path(&r.ready.home, &aim.dest)?,
+        None => aim.dest.clone(),
+    };
     let (streams, auto_streams) = auto_unless_limited(a.streams, cfg.rate_limit_bytes_per_s);
     let cfg = SendConfig {
-        dest: aim.dest.trim_end_matches('/').to_string(),
+        dest: dest.trim_end_matches('/').to_string(),
         sources: aim.sources,
         streams,
         auto_streams,
@@ -240,10 +272,7 @@ fn auto_unless_limited(p: super::parse::Streams, limit: Option<f64>) -> (u16, bo
 pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let usage = |m: String| Failure::Usage(anyhow::anyhow!(m));
     let host = a.net.clone().expect("bench_net is called with --net");
-    let key_file = a
-        .key_file
-        .clone()
-        .ok_or_else(|| usage("bench --net needs --key-file (the receiver's key)".into()))?;
+
     if a.rate.is_some() {
         return Err(usage(
             "--rate paces --udp datagrams (and --disk writes); TCP streams take --rate-limit"
@@ -255,7 +284,24 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     check_block("--bs", block)?;
     let rate_limit = above_zero("--rate-limit", a.rate_limit)?;
     let plot_file = a.plot.as_deref().map(PlotFile::check).transpose()?;
-    let key = keys::load(&key_file).map_err(Failure::Usage)?;
+    let over = ssh::wanted(a.key_file.as_deref(), &a.ssh);
+    ssh::no_login_unless(over, &host)?;
+    let remote = over.then(|| ssh::start(&a.ssh, &host)).transpose()?;
+    let (to, block) = match &remote {
+        Some(r) => {
+            let (host, port) = r.endpoint();
+            let block = ssh::fitted_block(r, block as u32, 16);
+            (SendConfig::to(host, port, r.key), block)
+        }
+        None => {
+            let file = a
+                .key_file
+                .as_deref()
+                .expect("a daemon's run has a key file");
+            let key = keys::load(file).map_err(Failure::Usage)?;
+            (SendConfig::to(host, a.port, key), block as u32)
+        }
+    };
     let format = Format::pick(a.json, a.json_stream);
     let (streams, auto_streams) = match auto_unless_limited(a.streams, rate_limit) {
         // Reversed, the daemon sends: it takes a fixed count.
@@ -265,7 +311,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let cfg = SendConfig {
         streams,
         auto_streams,
-        block_size: block as u32,
+        block_size: block,
         zerocopy: zerocopy(a.zerocopy),
         direct: DirectMode::Off,
         interval: a.interval,
@@ -273,7 +319,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         congestion: a.cc.clone(),
         rate_limit_bytes_per_s: rate_limit,
         lanes: a.lanes,
-        ..SendConfig::to(host, a.port, key)
+        ..to
     };
     let time = a.time.unwrap_or(Duration::from_secs(10));
     let interrupt = interrupt_flag().map_err(Failure::Run)?;
@@ -303,12 +349,20 @@ pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
     let t = &a.transfer;
     let (local, remotes) = a.args.split_last().expect("clap requires two or more");
     above_zero("--rate-limit", t.rate_limit)?;
-    let aim = pull_what(&a)?;
+    let over = ssh::wanted(t.key_file.as_deref(), &t.ssh);
+    let mut aim = pull_what(&a, over)?;
+    ssh::no_login_unless(over, &aim.host)?;
+    let remote = over.then(|| ssh::start(&t.ssh, &aim.host)).transpose()?;
+    if let Some(r) = &remote {
+        aim.paths = (aim.paths.iter())
+            .map(|p| ssh::remote_path(&r.ready.home, p))
+            .collect::<Result<_, _>>()?;
+    }
     let Shared {
         cfg,
         plot_file,
         format,
-    } = shared(t, filter, &aim.host, !deletes(t))?;
+    } = shared(t, filter, &aim.host, !deletes(t), remote.as_ref())?;
     let into = std::path::absolute(local).unwrap_or_else(|_| PathBuf::from(local));
     let cfg = SendConfig {
         transfer: format!("{} -> {}", remotes.join(" "), into.display()),

@@ -72,6 +72,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         congestion: set.cc.clone(),
         lanes: set.lanes,
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
+        over_ssh: false,
     };
     let log = service::logger(set.log_format);
     let stats = Arc::new(crate::session::daemon::DaemonStats::default());

@@ -29,8 +29,9 @@ pub use locks::{
     end_lease, lock_in_the_way, lock_range, lock_whole, take_write_lease, unlock_range,
 };
 pub use process::{
-    effective_uid, has_cap_ipc_lock, ignore_sigio, ignore_sigxfsz, io_uring_disabled,
-    kernel_release, memlock_limit, nofile_limit, raise_nofile_limit, random_bytes,
+    die_with_parent, effective_uid, has_cap_ipc_lock, ignore_sigio, ignore_sigxfsz,
+    io_uring_disabled, kernel_release, memlock_limit, nofile_limit, raise_nofile_limit,
+    random_bytes,
 };
 pub(crate) use socket::get_opt;
 pub use socket::{

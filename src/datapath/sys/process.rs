@@ -124,3 +124,17 @@ pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Ask the kernel to send this process `SIGKILL` when the thread that
+/// started it ends (`PR_SET_PDEATHSIG`), then check that parent is still
+/// there: false when it is gone already (`urmove serve`, whose sshd or
+/// ssh wrapper may die without closing its stdin).
+pub fn die_with_parent() -> bool {
+    // SAFETY: getppid has no arguments and cannot fail.
+    let parent = unsafe { libc::getppid() };
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; the other arguments
+    // are unused and passed as 0.
+    let set = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } == 0;
+    // SAFETY: as above.
+    set && unsafe { libc::getppid() } == parent
+}

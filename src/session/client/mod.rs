@@ -11,5 +11,6 @@ pub mod pull;
 pub mod report;
 pub mod send;
 pub mod shard_report;
+pub mod ssh;
 pub mod survey;
 pub(crate) mod watch;

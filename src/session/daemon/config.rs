@@ -48,6 +48,11 @@ pub struct RecvConfig {
     pub part_max_age: Option<Duration>,
     /// Threads of each session's data path (`--lanes`), each with its ring.
     pub lanes: crate::session::link::lanes::Lanes,
+    /// Serving one ssh user (`urmove serve --stdio`, started through ssh):
+    /// the root is `/` and the user's own rights bound it, the state
+    /// directory may lie beneath it, and a tight locked-memory limit is
+    /// fitted to rather than refused.
+    pub over_ssh: bool,
 }
 
 /// What the daemon takes on at most; past each, it refuses with a reason.

@@ -18,9 +18,11 @@ pub(crate) mod registry;
 pub(crate) mod server;
 pub(crate) mod startup;
 pub(crate) mod stats;
+pub(crate) mod stdio;
 pub(crate) mod streams;
 
 pub use config::{Limits, RecvConfig};
 pub use log::{Level, Log};
 pub use server::serve;
 pub use stats::{DaemonStats, SessionStat};
+pub use stdio::{quiet_log, serve_stdio};

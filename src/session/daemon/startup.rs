@@ -18,10 +18,11 @@ use crate::session::SessionError;
 /// root. Returns the rules every session receives by.
 pub(super) fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
     let root = Root::open_for_writing(&cfg.root).map_err(|e| SessionError::io("--root", e))?;
-    if !cfg.pull_only {
+    if !cfg.pull_only && !cfg.over_ssh {
         check_writable(&root, &cfg.root)?;
     }
-    if beneath_root(&root, &cfg.state_dir)? {
+    // Over ssh the one key holder is the user whose state it is.
+    if !cfg.over_ssh && beneath_root(&root, &cfg.state_dir)? {
         return Err(SessionError::local(
             ErrorCode::BadRequest,
             format!(
@@ -110,7 +111,8 @@ pub(super) fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionE
     let block = 4 << 20;
     let want = crate::session::buffer_count(usize::from(BUFFER_STREAMS_MAX), block, 4, 4);
     let need = crate::session::locked_bytes(want, block);
-    if limit < need {
+    // Over ssh the client fits its frames to the limit it is told.
+    if limit < need && !cfg.over_ssh {
         let kib = need.div_ceil(1024);
         return Err(SessionError::local(
             ErrorCode::BadRequest,
@@ -120,7 +122,7 @@ pub(super) fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionE
             ),
         ));
     }
-    if limit < cfg.limits.buffer_bytes {
+    if limit < cfg.limits.buffer_bytes && !cfg.over_ssh {
         log(
             Level::Warn,
             &format!(

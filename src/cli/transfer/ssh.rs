@@ -1,0 +1,119 @@
+//! The ssh way on the command line: whether a run takes it, the remote
+//! side started (`session::client::ssh`), remote paths read as scp reads
+//! them, frames fitted to the remote's locked memory, and `serve --stdio`.
+
+use crate::cli::args::{ServeArgs, SshArgs};
+use crate::cli::Failure;
+use crate::protocol::ssh::Mode;
+use crate::session::client::ssh::{SshRemote, SshSpec};
+
+/// Whether a run with `key_file` reaches its host through ssh: without a
+/// key file, or with `--ssh`.
+pub(super) fn wanted(key_file: Option<&std::path::Path>, ssh: &SshArgs) -> bool {
+    ssh.ssh || key_file.is_none()
+}
+
+/// A `user@` names an ssh login: refused for a daemon.
+pub(super) fn no_login_unless(over: bool, host: &str) -> Result<(), Failure> {
+    if !over && host.contains('@') {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{host}: a user@ is an ssh login, and --key-file reaches a daemon: leave out --key-file (or add --ssh) to go through ssh"
+        )));
+    }
+    Ok(())
+}
+
+/// Start the remote side on `host` (`[user@]host`).
+pub(super) fn start(ssh: &SshArgs, host: &str) -> Result<SshRemote, Failure> {
+    let rsh = ssh
+        .rsh
+        .clone()
+        .or_else(|| std::env::var("URMOVE_RSH").ok().filter(|r| !r.is_empty()))
+        .unwrap_or_else(|| "ssh".into());
+    let words = shlex::split(&rsh)
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| Failure::Usage(anyhow::anyhow!("-e {rsh}: not a command")))?;
+    let spec = SshSpec {
+        rsh: words,
+        remote_path: ssh.remote_path.clone(),
+        host: host.to_string(),
+        mode: Mode::Tcp,
+    };
+    crate::session::client::ssh::start(&spec).map_err(|e| Failure::Run(anyhow::anyhow!("{e}")))
+}
+
+/// A remote `path` as the daemon rooted at `/` takes it: relative to the
+/// remote `home` (scp's way), `~` and `~/` too, absolute as given; a
+/// trailing `/` kept. `~user` is refused.
+pub(super) fn remote_path(home: &str, path: &str) -> Result<String, Failure> {
+    let home = home.trim_matches('/');
+    let under_home = |rest: &str| match (home, rest) {
+        ("", rest) => rest.to_string(),
+        (home, "") => home.to_string(),
+        (home, rest) => format!("{home}/{rest}"),
+    };
+    if path == "~" {
+        return Ok(under_home(""));
+    }
+    if let Some(rest) = path.strip_prefix("~/") {
+        return Ok(under_home(rest));
+    }
+    if path.starts_with('~') {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "{path}: another user's home (~user) is not expanded: give the path"
+        )));
+    }
+    match path.strip_prefix('/') {
+        Some(abs) => Ok(abs.to_string()),
+        None => Ok(under_home(path)),
+    }
+}
+
+/// The frame size to ask for where the remote's locked memory is limited
+/// (an ssh login has 8 MiB on many systems, and no CAP_IPC_LOCK): the
+/// largest that leaves it enough registered buffers, said on stderr when
+/// lowered.
+pub(super) fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> u32 {
+    let streams = usize::from(streams.min(8));
+    let want = crate::session::buffer_count(streams, block, 4, 4);
+    match crate::session::fit_buffers(want, block, remote.ready.memlock, "--block") {
+        Ok(fit) if fit.block < block => {
+            eprintln!(
+                "urmove: the remote side's locked memory is {} KiB (RLIMIT_MEMLOCK of the ssh login): frames of {} KiB (asked for {} KiB)",
+                remote.ready.memlock.unwrap_or(0) >> 10,
+                fit.block >> 10,
+                block >> 10
+            );
+            fit.block
+        }
+        _ => block,
+    }
+}
+
+/// `urmove serve --stdio`: serve the client that started this process
+/// through ssh. Never exits 255 (ssh's own failure).
+pub fn serve(a: ServeArgs) -> Result<u8, Failure> {
+    let log = crate::session::daemon::quiet_log();
+    crate::session::daemon::serve_stdio(a.bind, log)
+        .map(|()| 0)
+        .map_err(|e| Failure::Run(anyhow::anyhow!("urmove serve: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths_read_as_scp_reads_them() {
+        let p = |path| remote_path("/home/u", path).unwrap();
+        assert_eq!(p("in"), "home/u/in");
+        assert_eq!(p(""), "home/u");
+        assert_eq!(p("in/"), "home/u/in/");
+        assert_eq!(p("~"), "home/u");
+        assert_eq!(p("~/a/b"), "home/u/a/b");
+        assert_eq!(p("/data/x"), "data/x");
+        assert_eq!(p("/"), "");
+        assert_eq!(remote_path("/", "in").unwrap(), "in");
+        assert!(remote_path("/home/u", "~root/x").is_err());
+    }
+}

@@ -1,0 +1,333 @@
+//! The remote side started through the system `ssh` (`urmove send SRC
+//! user@host:DEST` with no key file): ssh runs `urmove serve --stdio`
+//! there, the two sides open as `protocol::ssh` says (the session key
+//! goes over the ssh channel, made fresh for this run), and the session
+//! then runs on urmove's own TCP streams to the port the remote opened.
+//! The remote lives as long as the ssh channel: dropping [`SshRemote`]
+//! closes it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::protocol::handshake::Key;
+use crate::protocol::ssh::{Greeting, Mode, Opening, Ready, GREETING_MARK, OPENING_VERSION};
+use crate::session::SessionError;
+
+/// How the remote side is reached.
+#[derive(Debug, Clone)]
+pub struct SshSpec {
+    /// The ssh command's words (`-e`), e.g. `["ssh", "-p", "2222"]`.
+    pub rsh: Vec<String>,
+    /// What runs remotely instead of `urmove` (`--remote-path`), verbatim.
+    pub remote_path: String,
+    /// `[user@]host` as given.
+    pub host: String,
+    pub mode: Mode,
+}
+
+/// A remote side started and ready: where its session listens, the home
+/// its relative paths start from, and the key of this run.
+pub struct SshRemote {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stderr: Option<std::thread::JoinHandle<()>>,
+    pub greeting: Greeting,
+    pub ready: Ready,
+    pub key: Key,
+}
+
+/// The most a login shell may print before the greeting.
+const NOISE_MAX: usize = 64 << 10;
+/// How long the remote gets to leave once its channel is closed.
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
+/// The words of the ssh command run: `spec.rsh`, options that keep a
+/// user's ssh_config from adding a terminal, a remote command or
+/// forwardings (scp's own), the host, and fixed words for the remote: no
+/// path, option or secret of the run is on any command line.
+pub fn command_line(spec: &SshSpec) -> Vec<String> {
+    let mut words = spec.rsh.clone();
+    words.extend(
+        [
+            "-x",
+            "-oPermitLocalCommand=no",
+            "-oClearAllForwardings=yes",
+            "-oRemoteCommand=none",
+            "-oRequestTTY=no",
+            "-oForwardAgent=no",
+            "--",
+        ]
+        .map(String::from),
+    );
+    words.push(spec.host.clone());
+    words.push(format!("{} serve --stdio", spec.remote_path));
+    words
+}
+
+/// Start the remote side and open the session's way to it.
+pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
+    let words = command_line(spec);
+    let mut child = Command::new(&words[0])
+        .args(&words[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| SessionError::io(format!("starting {}", words[0]), e))?;
+    let said = Arc::new(Mutex::new(String::new()));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|e| relay_stderr(e, host_name(&spec.host), Arc::clone(&said)));
+    let stdin = child.stdin.take();
+    let mut remote = SshRemote {
+        child,
+        stdin,
+        stderr,
+        greeting: Greeting::ours(),
+        ready: Ready {
+            addr: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            port: 0,
+            home: String::new(),
+            memlock: None,
+        },
+        key: super::connect::random()?,
+    };
+    let mut out = remote.child.stdout.take().expect("stdout is piped");
+    match remote.open(spec, &mut out) {
+        Ok(()) => Ok(remote),
+        Err(e) => Err(remote.failed(spec, e, &said)),
+    }
+}
+
+impl SshRemote {
+    /// Greeting, opening, ready.
+    fn open(&mut self, spec: &SshSpec, out: &mut ChildStdout) -> Result<(), SessionError> {
+        let mut out = BufReader::new(out);
+        self.greeting = greeting(&mut out, &spec.host)?;
+        if self.greeting.opening != OPENING_VERSION {
+            return Err(SessionError::Protocol(format!(
+                "{}: {} speaks the ssh opening {} (release {}), this urmove {} (release {}): install the same release on both hosts",
+                spec.host, spec.remote_path, self.greeting.opening, self.greeting.release,
+                OPENING_VERSION, env!("CARGO_PKG_VERSION")
+            )));
+        }
+        let opening = Opening {
+            mode: spec.mode,
+            key: self.key,
+        };
+        let stdin = self.stdin.as_mut().expect("stdin is piped");
+        stdin
+            .write_all(&opening.encode())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| SessionError::io("sending the session key through ssh", e))?;
+        self.ready = ready(&mut out)?;
+        Ok(())
+    }
+
+    /// What to say when the opening failed: ssh's exit and what the
+    /// remote said name the cause.
+    fn failed(&mut self, spec: &SshSpec, e: SessionError, said: &Mutex<String>) -> SessionError {
+        self.stdin.take();
+        let status = wait_for(&mut self.child, LEAVE_WAIT);
+        if let Some(h) = self.stderr.take() {
+            let _ = h.join();
+        }
+        let said = said.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let code = status.and_then(|s| s.code());
+        match why_not_started(spec, code, &said) {
+            Some(why) => SessionError::Protocol(why),
+            None => e,
+        }
+    }
+
+    /// The host's address and port of the session's connections.
+    pub fn endpoint(&self) -> (String, u16) {
+        (self.ready.addr.to_string(), self.ready.port)
+    }
+}
+
+impl Drop for SshRemote {
+    /// Close the channel (the remote ends), wait for ssh, kill it past
+    /// [`LEAVE_WAIT`].
+    fn drop(&mut self) {
+        self.stdin.take();
+        if wait_for(&mut self.child, LEAVE_WAIT).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(h) = self.stderr.take() {
+            let _ = h.join();
+        }
+        self.key.fill(0);
+    }
+}
+
+/// ssh's exit status within `limit`, or None if it runs on.
+fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => return None,
+        }
+    }
+}
+
+/// `user@host` without the user.
+fn host_name(host: &str) -> String {
+    host.rsplit_once('@').map_or(host, |(_, h)| h).to_string()
+}
+
+/// ssh's stderr (and the remote's), each line printed as `host: line`
+/// and kept (the first 64 KiB) for the reason of a failed start.
+fn relay_stderr(
+    e: std::process::ChildStderr,
+    host: String,
+    said: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(e).lines().map_while(Result::ok) {
+            eprintln!("{host}: {line}");
+            let mut s = said.lock().unwrap_or_else(|p| p.into_inner());
+            if s.len() < NOISE_MAX {
+                s.push_str(&line);
+                s.push('\n');
+            }
+        }
+    })
+}
+
+/// The remote's greeting, past what a login shell printed first (warned
+/// of once).
+fn greeting(out: &mut impl BufRead, host: &str) -> Result<Greeting, SessionError> {
+    let mut skipped = 0;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = out
+            .take(crate::protocol::ssh::GREETING_MAX as u64)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| SessionError::io("reading the remote's greeting", e))?;
+        if n == 0 {
+            return Err(SessionError::Protocol(format!(
+                "{host}: the remote side ended before it greeted"
+            )));
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Some(g) = text
+            .starts_with(GREETING_MARK)
+            .then(|| Greeting::parse(&text))
+        {
+            return g.ok_or_else(|| {
+                SessionError::Protocol(format!(
+                    "{host}: a greeting this urmove cannot read: {text}"
+                ))
+            });
+        }
+        if skipped == 0 {
+            eprintln!(
+                "urmove: {host} printed before urmove started (a login script?), skipped: {}",
+                text.trim_end()
+            );
+        }
+        skipped += n;
+        if skipped > NOISE_MAX {
+            return Err(SessionError::Protocol(format!(
+                "{host}: more than 64 KiB of output before urmove's greeting: is the remote shell's startup quiet?"
+            )));
+        }
+    }
+}
+
+/// The remote's ready record.
+fn ready(out: &mut impl Read) -> Result<Ready, SessionError> {
+    let mut b = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        match Ready::decode(&b) {
+            Ok((r, _)) => return Ok(r),
+            Err(crate::protocol::wire::DecodeError::Short { .. }) if b.len() < 16 << 10 => {}
+            Err(e) => return Err(SessionError::Decode(e)),
+        }
+        let n = out
+            .read(&mut chunk)
+            .map_err(|e| SessionError::io("reading where the remote listens", e))?;
+        if n == 0 {
+            return Err(SessionError::Protocol(
+                "the remote side ended before it listened (its reason is above)".into(),
+            ));
+        }
+        b.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Why the remote side did not start, from ssh's exit code and what was
+/// said on stderr; None where neither tells.
+fn why_not_started(spec: &SshSpec, code: Option<i32>, said: &str) -> Option<String> {
+    let (host, path) = (&spec.host, &spec.remote_path);
+    if said.contains("unrecognized subcommand 'serve'") {
+        return Some(format!(
+            "{host}: {path} is an urmove without the ssh way (release 0.3.0 or older, {} here): install this release there, or give --remote-path",
+            env!("CARGO_PKG_VERSION")
+        ));
+    }
+    match code {
+        Some(127) => Some(format!(
+            "{host}: {path} was not found there (exit 127): ssh runs commands with the remote's default PATH (often /usr/local/bin:/usr/bin:/bin; ~/.profile is not read): install urmove on it, or give --remote-path /path/to/urmove"
+        )),
+        Some(126) => Some(format!(
+            "{host}: {path} is there but cannot be run (exit 126): check its mode and the mount's noexec"
+        )),
+        Some(255) => Some(format!(
+            "ssh to {host} failed (exit 255, ssh's reason above): urmove did not start there"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SshSpec {
+        SshSpec {
+            rsh: vec!["ssh".into(), "-p".into(), "2222".into()],
+            remote_path: "bin/urmove".into(),
+            host: "u@dtn2".into(),
+            mode: Mode::Tcp,
+        }
+    }
+
+    #[test]
+    fn the_command_line_holds_fixed_words_and_no_secret() {
+        let w = command_line(&spec());
+        assert_eq!(&w[..3], ["ssh", "-p", "2222"]);
+        assert!(w.contains(&"-oRequestTTY=no".to_string()));
+        assert_eq!(w[w.len() - 2..], ["u@dtn2", "bin/urmove serve --stdio"]);
+    }
+
+    #[test]
+    fn a_greeting_is_found_past_a_login_shells_noise() {
+        let text = format!("Welcome\nlast login\n{}", Greeting::ours().line());
+        let g = greeting(&mut std::io::Cursor::new(text), "h").unwrap();
+        assert_eq!(g, Greeting::ours());
+        let e = greeting(&mut std::io::Cursor::new("motd only\n"), "h").unwrap_err();
+        assert!(e.to_string().contains("ended before it greeted"), "{e}");
+    }
+
+    #[test]
+    fn a_failed_start_is_named_by_its_cause() {
+        let s = spec();
+        let why = |code, said| why_not_started(&s, code, said).unwrap_or_default();
+        assert!(why(Some(127), "bash: urmove: command not found").contains("was not found there"));
+        assert!(why(Some(255), "Host key verification failed.").contains("ssh to u@dtn2 failed"));
+        assert!(
+            why(Some(2), "error: unrecognized subcommand 'serve'").contains("without the ssh way")
+        );
+        assert!(why_not_started(&s, Some(1), "").is_none());
+    }
+}

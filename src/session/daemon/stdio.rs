@@ -1,0 +1,150 @@
+//! `urmove serve --stdio`: the receiver a client starts through ssh
+//! (`urmove send SRC user@host:DEST`). It greets on stdout, takes the
+//! session key on stdin (`protocol::ssh`), listens on the address the ssh
+//! connection arrived on, says where, and serves the client's sessions as
+//! the daemon would, with the ssh user's rights and root `/`. It lives as
+//! long as its stdin: when the client or its ssh is gone, so is it.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::protocol::ssh::{Greeting, Mode, Opening, Ready, OPENING_LEN};
+
+use super::config::{Limits, RecvConfig};
+use super::log::{Level, Log};
+use super::stats::DaemonStats;
+use crate::session::SessionError;
+
+/// How long a session still running when stdin ends gets to finish (its
+/// client closed ssh just after the summary) before the process exits.
+const LAST_WORDS: Duration = Duration::from_secs(2);
+
+/// Serve one client over ssh until its stdin ends. `bind` is the address
+/// to listen on where `$SSH_CONNECTION` does not give one.
+pub fn serve_stdio(bind: Option<IpAddr>, log: Log) -> Result<(), SessionError> {
+    let io = |what: &'static str| move |e| SessionError::io(what, e);
+    // A dead sshd or wrapper ends this process, even with stdin held open.
+    if !crate::datapath::sys::die_with_parent() {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(Greeting::ours().line().as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(io("writing the greeting"))?;
+    let mut b = [0u8; OPENING_LEN];
+    std::io::stdin()
+        .read_exact(&mut b)
+        .map_err(io("reading the client's opening"))?;
+    let opening = Opening::decode(&b).map_err(SessionError::Decode)?;
+    b.fill(0);
+    if opening.mode == Mode::ThroughSsh {
+        return Err(SessionError::Protocol(
+            "this urmove does not carry sessions inside ssh (--through-ssh)".into(),
+        ));
+    }
+    let addr = bind.or_else(ssh_server_addr).ok_or_else(|| {
+        SessionError::Protocol(
+            "no address to listen on: $SSH_CONNECTION is not set (not started by sshd); give --bind ADDR".into(),
+        )
+    })?;
+    let home = home()?;
+    let cfg = config(SocketAddr::new(addr, 0), opening.key);
+    let stats = Arc::new(DaemonStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    watch_stdin(Arc::clone(&stop), Arc::clone(&stats));
+    let mut answered = Ok(());
+    super::serve(cfg, &stop, log, stats, &mut |bound| {
+        let ready = Ready {
+            addr: bound.ip(),
+            port: bound.port(),
+            home: home.to_string_lossy().into_owned(),
+            memlock: crate::session::memlock_budget(),
+        };
+        answered = out.write_all(&ready.encode()).and_then(|()| out.flush());
+    })?;
+    answered.map_err(io("answering the client"))
+}
+
+/// The local address of the ssh connection this process was started
+/// through (`$SSH_CONNECTION`'s third word): the client reached it.
+fn ssh_server_addr() -> Option<IpAddr> {
+    let c = std::env::var("SSH_CONNECTION").ok()?;
+    c.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The directory relative paths start from, as scp's: the user's home
+/// (sshd starts the command there), without links.
+fn home() -> Result<PathBuf, SessionError> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .map_or_else(std::env::current_dir, Ok)
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| SessionError::io("the home directory", e))?;
+    Ok(home)
+}
+
+/// A daemon's configuration for one ssh user's sessions: root `/`, the
+/// session key, one session at a time, the daemon's safety defaults, no
+/// sweeping of old parts.
+fn config(listen: SocketAddr, key: crate::protocol::handshake::Key) -> RecvConfig {
+    RecvConfig {
+        listen,
+        root: PathBuf::from("/"),
+        key,
+        direct: crate::datapath::DirectMode::Auto,
+        handshake_timeout: Duration::from_secs(10),
+        stream_wait: Duration::from_secs(30),
+        interval: None,
+        timeout: Duration::from_secs(60),
+        limits: Limits {
+            sessions: 1,
+            connections: 256,
+            ..Limits::default()
+        },
+        require_encryption: false,
+        state_dir: crate::session::link::secret::default_state_dir(),
+        keep_setid: false,
+        devices: false,
+        unsafe_links: Default::default(),
+        pull_only: false,
+        udp: false,
+        udp_time_max: Duration::from_secs(600),
+        congestion: Default::default(),
+        lanes: Default::default(),
+        part_max_age: None,
+        over_ssh: true,
+    }
+}
+
+/// A thread that ends this process when stdin ends (the client or its ssh
+/// is gone): sessions stop, one still running gets [`LAST_WORDS`], then
+/// the process exits. What was cut off keeps its parts and journals for
+/// the next run to resume.
+fn watch_stdin(stop: Arc<AtomicBool>, stats: Arc<DaemonStats>) {
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        stop.store(true, Ordering::Release);
+        let until = Instant::now() + LAST_WORDS;
+        while stats.sessions_active.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::process::exit(0);
+    });
+}
+
+/// The log of a serve: warnings and errors on stderr, which ssh carries
+/// to the client.
+pub fn quiet_log() -> Log {
+    Arc::new(|level, m: &str| {
+        if matches!(level, Level::Warn | Level::Error) {
+            let _ = writeln!(std::io::stderr(), "{m}");
+        }
+    })
+}
