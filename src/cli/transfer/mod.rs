@@ -102,7 +102,11 @@ fn shared(
         Some(r) => {
             let (host, port) = r.endpoint();
             let block = ssh::fitted_block(r, t.block as u32, 16);
-            (SendConfig::to(host, port, r.key), block)
+            let to = SendConfig {
+                login: Some(r.login.clone()),
+                ..SendConfig::to(host, port, r.key)
+            };
+            (to, block)
         }
         None => {
             let file = t
@@ -172,6 +176,11 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
     let over = ssh::wanted(t.key_file.as_deref(), &t.ssh);
     let aim = send_what(&a, over)?;
     ssh::no_login_unless(over, &aim.host)?;
+    if over && t.shard.is_some() {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "--shard spreads a transfer over daemons (--key-file): through ssh, run one send per host"
+        )));
+    }
     let shape = send_shape(&a, &aim)?;
     let fixed = !(a.follow || deletes(t));
     let remote = over.then(|| ssh::start(&t.ssh, &aim.host)).transpose()?;
@@ -210,9 +219,11 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
         echo_gate(&mut printer, r, a.window);
     }
     let plot = net_plot(plot_file, "send to", &cfg);
-    run_plotted(&mut printer, "send", plot, |obs| {
+    let ran = run_plotted(&mut printer, "send", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
-    })
+    });
+    ssh::after(remote, &ran);
+    ran
 }
 
 /// What `--follow` asks for, if given.
@@ -336,13 +347,15 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
         "bench --net"
     };
     let plot = net_plot(plot_file, what, &cfg);
-    run_plotted(&mut printer, "bench --net", plot, |obs| {
+    let ran = run_plotted(&mut printer, "bench --net", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| {
             crate::session::probe::bench_net::run_bench_net(
                 c, time, a.verify, a.reverse, &interrupt, obs,
             )
         })
-    })
+    });
+    ssh::after(remote, &ran);
+    ran
 }
 
 pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
@@ -378,9 +391,11 @@ pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
     printer.direction = "Net In";
     echo_limit(&mut printer, t.rate_limit);
     let plot = net_plot(plot_file, "pull from", &cfg);
-    run_plotted(&mut printer, "pull", plot, |obs| {
+    let ran = run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::client::pull::run_pull(&cfg, &aim.paths, &local, &interrupt, obs)
-    })
+    });
+    ssh::after(remote, &ran);
+    ran
 }
 
 /// A rate option's value in bytes per second, refused unless above zero.

@@ -90,6 +90,16 @@ pub(super) fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> u32 
     }
 }
 
+/// The end of a run through ssh: where it failed and ssh ended under it,
+/// said so; then the remote side is let go (its channel closed).
+pub(super) fn after(remote: Option<SshRemote>, ran: &Result<u8, Failure>) {
+    if let Some(mut r) = remote {
+        if !matches!(ran, Ok(0) | Ok(23)) {
+            r.say_if_gone();
+        }
+    }
+}
+
 /// `urmove serve --stdio`: serve the client that started this process
 /// through ssh. Never exits 255 (ssh's own failure).
 pub fn serve(a: ServeArgs) -> Result<u8, Failure> {

@@ -39,6 +39,9 @@ pub struct Follow {
 pub struct SendConfig {
     pub host: String,
     pub port: u16,
+    /// Through ssh, the login (`[user@]host`): the peer this side's owner
+    /// tokens name, since the session's port is new each run.
+    pub login: Option<String>,
     /// Destination directory under the receiver's root.
     pub dest: String,
     pub sources: Vec<PathBuf>,
@@ -110,6 +113,15 @@ pub struct SendConfig {
 }
 
 impl SendConfig {
+    /// The peer this side's owner tokens name: the daemon's `host:port`,
+    /// or through ssh the login.
+    pub fn peer(&self) -> (String, u16) {
+        match &self.login {
+            Some(login) => (format!("ssh:{login}"), 0),
+            None => (self.host.clone(), self.port),
+        }
+    }
+
     /// A configuration for `host:port` with `key` and the defaults: 4
     /// streams, 4 MiB blocks, zero-copy and O_DIRECT where they pay,
     /// 1 s intervals, no rate limit, resuming.
@@ -117,6 +129,7 @@ impl SendConfig {
         SendConfig {
             host,
             port,
+            login: None,
             dest: String::new(),
             sources: Vec::new(),
             streams: 4,

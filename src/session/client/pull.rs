@@ -553,13 +553,14 @@ fn wait_summary(rx: &mpsc::Receiver<PeerEvent>) -> Option<(u64, u64, bool)> {
 pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
     let secret = crate::session::link::secret::Secret::load_or_create(&cfg.state_dir)
         .map_err(|e| SessionError::io("the state directory (--state-dir)", e))?;
+    let (peer, port) = cfg.peer();
     Ok(Rules {
         // Files pulled from one daemon are not taken for another's.
         owner: Some(secret.mac(&[
             b"urmove owner: pulled from",
-            cfg.host.as_bytes(),
+            peer.as_bytes(),
             b"\0",
-            &cfg.port.to_le_bytes(),
+            &port.to_le_bytes(),
         ])),
         secret,
         owners: crate::session::sink::rules::Owners::for_this_process(cfg.numeric_ids),

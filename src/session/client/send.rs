@@ -278,13 +278,14 @@ pub(super) fn open_push<'t>(
         };
         prepare_senders(cfg.lanes, cfg.streams, carrying, &push_params(cfg, n))
     })?;
-    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.host, cfg.port)
-        .unwrap_or_else(|e| {
-            obs.info(&format!(
+    let owner =
+        crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.peer().0, cfg.peer().1)
+            .unwrap_or_else(|e| {
+                obs.info(&format!(
                 "no state directory ({e}): the files the receiver holds are read again to compare"
             ));
-            [0; 32]
-        });
+                [0; 32]
+            });
     let mut req = cfg.push_request(owner);
     if walking.is_some() {
         req.flags |= crate::protocol::control::REQ_STREAM;

@@ -36,6 +36,8 @@ pub struct SshRemote {
     pub greeting: Greeting,
     pub ready: Ready,
     pub key: Key,
+    /// `[user@]host` as given.
+    pub login: String,
 }
 
 /// The most a login shell may print before the greeting.
@@ -94,6 +96,7 @@ pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
             memlock: None,
         },
         key: super::connect::random()?,
+        login: spec.host.clone(),
     };
     let mut out = remote.child.stdout.take().expect("stdout is piped");
     match remote.open(spec, &mut out) {
@@ -108,7 +111,7 @@ impl SshRemote {
         let mut out = BufReader::new(out);
         self.greeting = greeting(&mut out, &spec.host)?;
         if self.greeting.opening != OPENING_VERSION {
-            return Err(SessionError::Protocol(format!(
+            return Err(not_started(format!(
                 "{}: {} speaks the ssh opening {} (release {}), this urmove {} (release {}): install the same release on both hosts",
                 spec.host, spec.remote_path, self.greeting.opening, self.greeting.release,
                 OPENING_VERSION, env!("CARGO_PKG_VERSION")
@@ -138,8 +141,19 @@ impl SshRemote {
         let said = said.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let code = status.and_then(|s| s.code());
         match why_not_started(spec, code, &said) {
-            Some(why) => SessionError::Protocol(why),
+            Some(why) => not_started(why),
             None => e,
+        }
+    }
+
+    /// Say on stderr whether ssh ended under the run (killed, or its
+    /// connection lost): the remote side ended with it.
+    pub fn say_if_gone(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            eprintln!(
+                "urmove: the ssh connection to {} ended during the run ({status}), and the remote side with it",
+                self.login
+            );
         }
     }
 
@@ -175,6 +189,11 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
             _ => return None,
         }
     }
+}
+
+/// A start that failed, saying why.
+fn not_started(why: impl Into<String>) -> SessionError {
+    SessionError::local(crate::protocol::control::ErrorCode::BadRequest, why)
 }
 
 /// `user@host` without the user.
@@ -213,7 +232,7 @@ fn greeting(out: &mut impl BufRead, host: &str) -> Result<Greeting, SessionError
             .read_until(b'\n', &mut line)
             .map_err(|e| SessionError::io("reading the remote's greeting", e))?;
         if n == 0 {
-            return Err(SessionError::Protocol(format!(
+            return Err(not_started(format!(
                 "{host}: the remote side ended before it greeted"
             )));
         }
@@ -223,7 +242,7 @@ fn greeting(out: &mut impl BufRead, host: &str) -> Result<Greeting, SessionError
             .then(|| Greeting::parse(&text))
         {
             return g.ok_or_else(|| {
-                SessionError::Protocol(format!(
+                not_started(format!(
                     "{host}: a greeting this urmove cannot read: {text}"
                 ))
             });
@@ -236,7 +255,7 @@ fn greeting(out: &mut impl BufRead, host: &str) -> Result<Greeting, SessionError
         }
         skipped += n;
         if skipped > NOISE_MAX {
-            return Err(SessionError::Protocol(format!(
+            return Err(not_started(format!(
                 "{host}: more than 64 KiB of output before urmove's greeting: is the remote shell's startup quiet?"
             )));
         }
@@ -257,8 +276,8 @@ fn ready(out: &mut impl Read) -> Result<Ready, SessionError> {
             .read(&mut chunk)
             .map_err(|e| SessionError::io("reading where the remote listens", e))?;
         if n == 0 {
-            return Err(SessionError::Protocol(
-                "the remote side ended before it listened (its reason is above)".into(),
+            return Err(not_started(
+                "the remote side ended before it listened (its reason is above)",
             ));
         }
         b.extend_from_slice(&chunk[..n]);
@@ -271,7 +290,7 @@ fn why_not_started(spec: &SshSpec, code: Option<i32>, said: &str) -> Option<Stri
     let (host, path) = (&spec.host, &spec.remote_path);
     if said.contains("unrecognized subcommand 'serve'") {
         return Some(format!(
-            "{host}: {path} is an urmove without the ssh way (release 0.3.0 or older, {} here): install this release there, or give --remote-path",
+            "{host}: {path} is an older urmove, without the ssh way (`urmove serve`; this one is release {}): install the same release there, or give --remote-path",
             env!("CARGO_PKG_VERSION")
         ));
     }

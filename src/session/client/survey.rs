@@ -34,8 +34,9 @@ pub struct Survey {
 
 /// Ask the receiver of `cfg` what a push of `tree` would do.
 pub fn survey(cfg: &SendConfig, tree: &Tree) -> Result<Survey, SessionError> {
-    let owner = crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.host, cfg.port)
-        .unwrap_or([0; 32]);
+    let owner =
+        crate::session::link::secret::owner_token(&cfg.state_dir, &cfg.peer().0, cfg.peer().1)
+            .unwrap_or([0; 32]);
     let mut req = cfg.push_request(owner);
     req.flags |= REQ_DRY_RUN;
     let block = u64::from(cfg.block_size);
