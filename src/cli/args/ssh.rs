@@ -20,6 +20,13 @@ pub struct SshArgs {
     /// --rsync-path, verbatim: `sudo -n urmove` works).
     #[arg(long, value_name = "PROGRAM", default_value = "urmove")]
     pub remote_path: String,
+
+    /// Carry the session's connections inside the ssh connection, for a
+    /// host whose firewall admits only ssh: ssh's cipher and window then
+    /// set the rate (about one core's worth), and the frames are not
+    /// sealed again (--encrypt to have them sealed too).
+    #[arg(long)]
+    pub through_ssh: bool,
 }
 
 /// `serve --stdio`: the remote side of the ssh way, started by the

@@ -117,6 +117,9 @@ fn shared(
             (SendConfig::to(host.clone(), t.port, key), t.block as u32)
         }
     };
+    if remote.is_some() && t.resume.no_encrypt {
+        eprintln!("urmove: --no-encrypt: the data frames cross the network unsealed (the control connection stays sealed)");
+    }
     let cfg = SendConfig {
         block_size: block,
         direct: direct(t.direct),
@@ -128,8 +131,10 @@ fn shared(
         resume: !t.resume.ignore_times,
         checksum: t.resume.checksum,
         timeout: t.resume.timeout,
-        // Through ssh, sealed unless --no-encrypt (scp users expect it).
-        encrypt: t.resume.encrypt || (remote.is_some() && !t.resume.no_encrypt),
+        // Through ssh, sealed unless --no-encrypt (scp users expect it),
+        // or inside ssh's own encryption (--through-ssh).
+        encrypt: t.resume.encrypt
+            || (remote.is_some() && !t.resume.no_encrypt && !t.ssh.through_ssh),
         state_dir: t
             .state_dir
             .clone()

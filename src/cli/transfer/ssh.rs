@@ -37,9 +37,37 @@ pub(super) fn start(ssh: &SshArgs, host: &str) -> Result<SshRemote, Failure> {
         rsh: words,
         remote_path: ssh.remote_path.clone(),
         host: host.to_string(),
-        mode: Mode::Tcp,
+        mode: match ssh.through_ssh {
+            true => Mode::ThroughSsh,
+            false => Mode::Tcp,
+        },
     };
-    crate::session::client::ssh::start(&spec).map_err(|e| Failure::Run(anyhow::anyhow!("{e}")))
+    if ssh.through_ssh {
+        eprintln!(
+            "urmove: --through-ssh: the session's connections go inside ssh's own, whose cipher and window set the rate (often 1-3 Gb/s, one core); without it urmove's own streams go to a port the remote opens"
+        );
+    }
+    let remote = crate::session::client::ssh::start(&spec)
+        .map_err(|e| Failure::Run(anyhow::anyhow!("{e}")))?;
+    if !ssh.through_ssh {
+        reachable(&remote, host)?;
+    }
+    Ok(remote)
+}
+
+/// Whether the port the remote opened can be reached from here, tried
+/// once before the session (a firewall that admits only ssh is common on
+/// data-transfer nodes): if not, say what to do.
+fn reachable(remote: &SshRemote, host: &str) -> Result<(), Failure> {
+    let addr = std::net::SocketAddr::new(remote.ready.addr, remote.ready.port);
+    match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(10)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Failure::Run(anyhow::anyhow!(
+            "connecting to {host} ({}) port {}, which urmove opened there: {e}; a firewall there may admit only ssh: --through-ssh carries the session inside the ssh connection",
+            remote.ready.addr,
+            remote.ready.port
+        ))),
+    }
 }
 
 /// A remote `path` as the daemon rooted at `/` takes it: relative to the

@@ -7,12 +7,13 @@
 //! closes it.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::protocol::handshake::Key;
 use crate::protocol::ssh::{Greeting, Mode, Opening, Ready, GREETING_MARK, OPENING_VERSION};
+use crate::session::link::relay::{self, PipeOut};
 use crate::session::SessionError;
 
 /// How the remote side is reached.
@@ -31,7 +32,12 @@ pub struct SshSpec {
 /// its relative paths start from, and the key of this run.
 pub struct SshRemote {
     child: Child,
-    stdin: Option<ChildStdin>,
+    /// ssh's stdin: the opening, then under `--through-ssh` the relay's
+    /// frames; let go (closed) to end the remote side.
+    stdin: PipeOut,
+    /// Under `--through-ssh`, the loopback port the relay takes the
+    /// session's connections on.
+    relay_port: Option<u16>,
     stderr: Option<std::thread::JoinHandle<()>>,
     pub greeting: Greeting,
     pub ready: Ready,
@@ -83,10 +89,13 @@ pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
         .stderr
         .take()
         .map(|e| relay_stderr(e, host_name(&spec.host), Arc::clone(&said)));
-    let stdin = child.stdin.take();
+    let stdin: PipeOut = Arc::new(Mutex::new(
+        (child.stdin.take()).map(|s| Box::new(s) as Box<dyn Write + Send>),
+    ));
     let mut remote = SshRemote {
         child,
         stdin,
+        relay_port: None,
         stderr,
         greeting: Greeting::ours(),
         ready: Ready {
@@ -99,10 +108,18 @@ pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
         login: spec.host.clone(),
     };
     let mut out = remote.child.stdout.take().expect("stdout is piped");
-    match remote.open(spec, &mut out) {
-        Ok(()) => Ok(remote),
-        Err(e) => Err(remote.failed(spec, e, &said)),
+    if let Err(e) = remote.open(spec, &mut out) {
+        return Err(remote.failed(spec, e, &said));
     }
+    if spec.mode == Mode::ThroughSsh {
+        let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| Ok((l.local_addr()?.port(), l)))
+            .map_err(|e| SessionError::io("listening for the relay through ssh", e))?;
+        remote.relay_port = Some(listener.0);
+        let pipe = Arc::clone(&remote.stdin);
+        std::thread::spawn(move || relay::run(out, pipe, relay::Side::Accept(listener.1)));
+    }
+    Ok(remote)
 }
 
 impl SshRemote {
@@ -121,7 +138,8 @@ impl SshRemote {
             mode: spec.mode,
             key: self.key,
         };
-        let stdin = self.stdin.as_mut().expect("stdin is piped");
+        let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+        let stdin = stdin.as_mut().expect("stdin is piped");
         stdin
             .write_all(&opening.encode())
             .and_then(|()| stdin.flush())
@@ -133,7 +151,7 @@ impl SshRemote {
     /// What to say when the opening failed: ssh's exit and what the
     /// remote said name the cause.
     fn failed(&mut self, spec: &SshSpec, e: SessionError, said: &Mutex<String>) -> SessionError {
-        self.stdin.take();
+        self.let_go();
         let status = wait_for(&mut self.child, LEAVE_WAIT);
         if let Some(h) = self.stderr.take() {
             let _ = h.join();
@@ -157,9 +175,18 @@ impl SshRemote {
         }
     }
 
-    /// The host's address and port of the session's connections.
+    /// The host's address and port of the session's connections (under
+    /// `--through-ssh`, the relay's on this host's loopback).
     pub fn endpoint(&self) -> (String, u16) {
-        (self.ready.addr.to_string(), self.ready.port)
+        match self.relay_port {
+            Some(port) => (std::net::Ipv4Addr::LOCALHOST.to_string(), port),
+            None => (self.ready.addr.to_string(), self.ready.port),
+        }
+    }
+
+    /// Close ssh's stdin: the remote side ends.
+    fn let_go(&mut self) {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 }
 
@@ -167,7 +194,7 @@ impl Drop for SshRemote {
     /// Close the channel (the remote ends), wait for ssh, kill it past
     /// [`LEAVE_WAIT`].
     fn drop(&mut self) {
-        self.stdin.take();
+        self.let_go();
         if wait_for(&mut self.child, LEAVE_WAIT).is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();

@@ -31,22 +31,21 @@ pub fn serve_stdio(bind: Option<IpAddr>, log: Log) -> Result<(), SessionError> {
     if !crate::datapath::sys::die_with_parent() {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
+    // Unbuffered: under --through-ssh both carry the relay's frames.
+    let (mut stdin, mut out) = std_pipes().map_err(io("stdin and stdout"))?;
     out.write_all(Greeting::ours().line().as_bytes())
-        .and_then(|()| out.flush())
         .map_err(io("writing the greeting"))?;
     let mut b = [0u8; OPENING_LEN];
-    std::io::stdin()
+    stdin
         .read_exact(&mut b)
         .map_err(io("reading the client's opening"))?;
     let opening = Opening::decode(&b).map_err(SessionError::Decode)?;
     b.fill(0);
-    if opening.mode == Mode::ThroughSsh {
-        return Err(SessionError::Protocol(
-            "this urmove does not carry sessions inside ssh (--through-ssh)".into(),
-        ));
-    }
-    let addr = bind.or_else(ssh_server_addr).ok_or_else(|| {
+    let addr = match opening.mode {
+        Mode::ThroughSsh => Some(IpAddr::from(std::net::Ipv4Addr::LOCALHOST)),
+        Mode::Tcp => bind.or_else(ssh_server_addr),
+    };
+    let addr = addr.ok_or_else(|| {
         SessionError::Protocol(
             "no address to listen on: $SSH_CONNECTION is not set (not started by sshd); give --bind ADDR".into(),
         )
@@ -55,18 +54,31 @@ pub fn serve_stdio(bind: Option<IpAddr>, log: Log) -> Result<(), SessionError> {
     let cfg = config(SocketAddr::new(addr, 0), opening.key);
     let stats = Arc::new(DaemonStats::default());
     let stop = Arc::new(AtomicBool::new(false));
-    watch_stdin(Arc::clone(&stop), Arc::clone(&stats));
     let mut answered = Ok(());
-    super::serve(cfg, &stop, log, stats, &mut |bound| {
+    let mut pipes = Some((stdin, out));
+    super::serve(cfg, &stop, log, Arc::clone(&stats), &mut |bound| {
+        let Some((stdin, mut out)) = pipes.take() else {
+            return;
+        };
         let ready = Ready {
             addr: bound.ip(),
             port: bound.port(),
             home: home.to_string_lossy().into_owned(),
             memlock: crate::session::memlock_budget(),
         };
-        answered = out.write_all(&ready.encode()).and_then(|()| out.flush());
+        answered = out.write_all(&ready.encode());
+        let carry = (opening.mode == Mode::ThroughSsh).then_some((bound, out));
+        until_stdin_ends(stdin, carry, Arc::clone(&stop), Arc::clone(&stats));
     })?;
     answered.map_err(io("answering the client"))
+}
+
+/// This process's stdin and stdout, unbuffered (duplicated descriptors).
+fn std_pipes() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
+    Ok((stdin.into(), stdout.into()))
 }
 
 /// The local address of the ssh connection this process was started
@@ -124,12 +136,26 @@ fn config(listen: SocketAddr, key: crate::protocol::handshake::Key) -> RecvConfi
 /// A thread that ends this process when stdin ends (the client or its ssh
 /// is gone): sessions stop, one still running gets [`LAST_WORDS`], then
 /// the process exits. What was cut off keeps its parts and journals for
-/// the next run to resume.
-fn watch_stdin(stop: Arc<AtomicBool>, stats: Arc<DaemonStats>) {
+/// the next run to resume. Under `--through-ssh` (`carry`: the listener's
+/// address and stdout) stdin carries the session's connections meanwhile.
+fn until_stdin_ends(
+    mut stdin: std::fs::File,
+    carry: Option<(SocketAddr, std::fs::File)>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<DaemonStats>,
+) {
+    use crate::session::link::relay;
     std::thread::spawn(move || {
-        let mut sink = [0u8; 256];
-        let mut stdin = std::io::stdin();
-        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        match carry {
+            Some((bound, out)) => {
+                let out: relay::PipeOut = Arc::new(std::sync::Mutex::new(Some(Box::new(out))));
+                relay::run(stdin, out, relay::Side::Connect(bound));
+            }
+            None => {
+                let mut sink = [0u8; 256];
+                while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            }
+        }
         stop.store(true, Ordering::Release);
         let until = Instant::now() + LAST_WORDS;
         while stats.sessions_active.load(Ordering::Acquire) > 0 && Instant::now() < until {

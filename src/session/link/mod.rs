@@ -8,5 +8,6 @@
 pub mod conn;
 pub mod lanes;
 pub(crate) mod refused;
+pub mod relay;
 pub mod secret;
 pub(crate) mod streams;
