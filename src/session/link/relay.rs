@@ -23,6 +23,9 @@ pub const QUEUE_CHUNKS: usize = 64;
 /// `None` once the relay is closed (the ssh channel let go).
 pub type PipeOut = Arc<Mutex<Option<Box<dyn Write + Send>>>>;
 
+/// Each open channel's queue to the writer of its connection.
+type Channels = Arc<Mutex<HashMap<u32, SyncSender<Vec<u8>>>>>;
+
 /// Which side of the channel this relay is.
 pub enum Side {
     /// The client: its session connects to this listener, each connection
@@ -35,7 +38,7 @@ pub enum Side {
 /// Carry connections over `pipe_in`/`out` until `pipe_in` ends (the other
 /// side or ssh is gone). Every connection is then shut down.
 pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
-    let chans: Arc<Mutex<HashMap<u32, SyncSender<Vec<u8>>>>> = Arc::default();
+    let chans: Channels = Arc::default();
     let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
     let connect_to = match side {
         Side::Accept(listener) => {
@@ -89,7 +92,7 @@ pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
 /// The client side's accept loop: each connection a channel.
 fn accept(
     listener: TcpListener,
-    chans: &Arc<Mutex<HashMap<u32, SyncSender<Vec<u8>>>>>,
+    chans: &Channels,
     conns: &Arc<Mutex<Vec<TcpStream>>>,
     out: &PipeOut,
 ) {
@@ -109,7 +112,7 @@ fn accept(
 fn open(
     chan: u32,
     s: TcpStream,
-    chans: &Arc<Mutex<HashMap<u32, SyncSender<Vec<u8>>>>>,
+    chans: &Channels,
     conns: &Arc<Mutex<Vec<TcpStream>>>,
     out: &PipeOut,
 ) -> SyncSender<Vec<u8>> {
