@@ -19,7 +19,7 @@
 //! --apply` to a profile file of its own, not loaded (`--no-load`), its
 //! `--target` on a loop device. `a|b|c` runs each alternative.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -265,6 +265,9 @@ struct Sandbox {
     /// `/dev/sdc` and the `tune --apply` target, where the machine can.
     loop_dev: Option<crate::util::LoopDev>,
     loop_fs: Option<crate::util::LoopFs>,
+    /// An sshd in a namespace for the commands that go through ssh,
+    /// started at the first.
+    sshd: Option<crate::sshd::Sshd>,
 }
 
 impl Sandbox {
@@ -310,6 +313,7 @@ impl Sandbox {
             port,
             daemon,
             keygens: 0,
+            sshd: None,
         }
     }
 
@@ -375,6 +379,64 @@ fn start_recv(args: &[&str]) -> (Child, u16) {
     let _ = child.kill();
     let _ = child.wait();
     panic!("urmove recv {args:?} never said where it listens");
+}
+
+/// Whether a documented command goes through ssh: a transfer or a
+/// network test with no key file.
+fn over_ssh(words: &[String]) -> bool {
+    let sub = words[1].as_str();
+    let net = sub == "send" || sub == "pull" || words.iter().any(|w| w == "--net");
+    net && !words.iter().any(|w| w == "--key-file")
+}
+
+/// A documented command through ssh, mapped onto the sandbox's sshd in a
+/// namespace: the host (`dtn2`, `user@dtn2`) is its alias, a remote path
+/// lies in its instance directory (relative ones under the home, as
+/// there), `-e` and `--remote-path` added; a pull's remote source is made
+/// there first. None where this machine has no sshd to run it on.
+fn ssh_mapped(sb: &mut Sandbox, words: &[String]) -> Option<Vec<String>> {
+    if sb.sshd.is_none() {
+        sb.sshd = Some(crate::sshd::Sshd::start()?);
+    }
+    let s = sb.sshd.as_ref().expect("started");
+    let sub = words[1].clone();
+    let mut out = vec![sub.clone(), "-e".into(), s.rsh(), "--remote-path".into()];
+    out.extend([s.remote_urmove(), "--state-dir".into()]);
+    out.push(sb.dir.path().join("client-state").to_string_lossy().into_owned());
+    let mut remote_sources = Vec::new();
+    let mut prev = String::new();
+    for w in &words[2..] {
+        let host = w.split(':').next().unwrap_or("");
+        let host = host.rsplit('@').next().unwrap_or("");
+        let word = match (["dtn2", "HOST"].contains(&host), w.split_once(':')) {
+            (true, Some((_, path))) => {
+                let there = match path.strip_prefix('/') {
+                    Some(abs) => s.home_dir().join(abs).to_string_lossy().into_owned(),
+                    None => format!("{}/{path}", s.home_rel()),
+                };
+                remote_sources.push(there.clone());
+                format!("{}:{there}", s.host())
+            }
+            (true, None) if prev == "--net" => s.host().to_string(),
+            _ => map_word(sb, &sub, &prev, w),
+        };
+        out.push(word);
+        prev = w.clone();
+    }
+    let s = sb.sshd.as_ref().expect("started");
+    if sub == "pull" {
+        for src in remote_sources {
+            let at = match src.starts_with('/') {
+                true => PathBuf::from(src.trim_end_matches('/')),
+                false => Path::new("/home").join(s.user()).join(src.trim_end_matches('/')),
+            };
+            if !at.exists() {
+                make_run(&at);
+                s.chown_to_user(&s.home_dir());
+            }
+        }
+    }
+    Some(out)
 }
 
 /// The words of a documented command, mapped onto `sb`.
@@ -478,7 +540,13 @@ fn tune_target(sb: &Sandbox) -> String {
 
 /// Run one mapped command (a daemon for `recv`) and check how it ended.
 fn run_documented(sb: &mut Sandbox, doc: &str, words: &[String]) -> Result<(), String> {
-    let args = mapped(sb, words);
+    let args = match over_ssh(words) {
+        true => match ssh_mapped(sb, words) {
+            Some(args) => args,
+            None => return Ok(()),
+        },
+        false => mapped(sb, words),
+    };
     if args[0] == "recv" {
         return run_daemon(sb, &args);
     }

@@ -16,11 +16,14 @@ use crate::cli::parse;
       urmove send --key-file k big.dat dtn2:ingest/big-copy.dat   one file takes the name given where no directory has it\n  \
       urmove send -P 8 --key-file k big.dat dtn2:           8 streams, into the root itself\n  \
       urmove send --follow --follow-until 8h --key-file k /data/run42 dtn2:corr   files as they are written, new ones for 8 h\n  \
-      urmove send --shard 1/2 --key-file k /data/run42 dtn2:ingest   this host's half (another runs --shard 0/2)")]
+      urmove send --shard 1/2 --key-file k /data/run42 dtn2:ingest   this host's half (another runs --shard 0/2)\n  \
+      urmove send -aHAX /data/run42 alice@dtn2:ingest   through ssh (no key file): into ~alice/ingest/run42 on dtn2\n  \
+      urmove send --through-ssh /data/run42 dtn2:/data/in   inside the ssh connection, for a host that admits only ssh")]
 #[command(mut_args(send_words))]
 pub struct SendArgs {
     /// Files or directories to send, then HOST:DEST (DEST under the
-    /// receiver's root, never absolute). As rsync reads them: a directory
+    /// receiver's root, never absolute; through ssh, [user@]HOST:DEST
+    /// relative to the remote home or absolute, as scp's). As rsync reads them: a directory
     /// arrives as DEST/DIR, or given as DIR/ its contents arrive in DEST
     /// (DEST keeps its own mode and mtime); one file arrives as DEST itself
     /// where the receiver has no directory DEST and DEST ends in no /.
@@ -172,10 +175,12 @@ fn send_words(arg: Arg) -> Arg {
       urmove pull --key-file k dtn2:ingest/run42/a.dat /data/a-copy.dat   one file takes the name given where no directory has it\n  \
       urmove pull -H -X -A --numeric-ids --key-file k dtn2:ingest/run42 /data   the same, as rsync -aHAX keeps it\n  \
       urmove pull --delete --exclude '*.tmp' --key-file k dtn2:ingest/run42 /data   also removes what run42 lost, keeping *.tmp\n  \
-      urmove pull -n --delete --key-file k dtn2:ingest/run42 /data   what that would fetch and remove, doing nothing")]
+      urmove pull -n --delete --key-file k dtn2:ingest/run42 /data   what that would fetch and remove, doing nothing\n  \
+      urmove pull alice@dtn2:ingest/run42 /data            through ssh (no key file), relative to alice's home there")]
 #[command(mut_args(pull_words))]
 pub struct PullArgs {
-    /// HOST:PATH (PATH under the daemon's root, never absolute; one
+    /// HOST:PATH (PATH under the daemon's root, never absolute; through
+    /// ssh, [user@]HOST:PATH relative to the remote home or absolute; one
     /// host), then LOCAL_DIR. As rsync reads them: a directory arrives as
     /// LOCAL_DIR/DIR, or given as DIR/ its contents arrive in LOCAL_DIR
     /// (which keeps its own mode and mtime); one file arrives as LOCAL_DIR
@@ -407,6 +412,12 @@ pub struct ResumeArgs {
 /// (the sender of a push, the daemon of a pull) reads what is asked for.
 #[derive(Debug, Clone, Copy, Args)]
 pub struct FidelityArgs {
+    /// Accepted for rsync's habit (-aHAX): what -a keeps (the tree,
+    /// symlinks, modes, times, FIFOs and sockets, and owners where the
+    /// receiving side runs as root) is kept with or without it.
+    #[arg(short = 'a', long)]
+    pub archive: bool,
+
     /// Keep hard links: a file's further names under the sources arrive as
     /// hard links to its first (rsync's -H), not as copies.
     #[arg(short = 'H', long)]
