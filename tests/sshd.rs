@@ -92,18 +92,33 @@ fn quietly(words: &[&str]) {
         .status();
 }
 
+/// Slot `slot`'s claim, unless another instance holds it.
+fn try_claim(slot: u32) -> Option<UnixListener> {
+    let name = format!("urmove-sshd-slot-{slot}");
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).expect("an abstract name");
+    UnixListener::bind_addr(&addr).ok()
+}
+
 /// Claim the first free slot from a start that differs between processes.
 fn claim() -> (u32, UnixListener) {
     let start = std::process::id() % SLOTS;
-    for i in 0..SLOTS {
-        let slot = (start + i) % SLOTS;
-        let name = format!("urmove-sshd-slot-{slot}");
-        let addr = UnixAddr::from_abstract_name(name.as_bytes()).expect("an abstract name");
-        if let Ok(l) = UnixListener::bind_addr(&addr) {
-            return (slot, l);
+    (0..SLOTS)
+        .map(|i| (start + i) % SLOTS)
+        .find_map(|slot| Some((slot, try_claim(slot)?)))
+        .unwrap_or_else(|| panic!("all {SLOTS} sshd slots are taken"))
+}
+
+/// Remove what killed runs left in slots no instance holds now.
+fn sweep() {
+    for slot in 0..SLOTS {
+        let ns = Path::new("/run/netns").join(format!("urssh-{slot}"));
+        let conf = Path::new(&format!("/var/tmp/urmove-sshd-{slot}")).to_path_buf();
+        if ns.exists() || conf.exists() {
+            if let Some(claim) = try_claim(slot) {
+                drop(Sshd::at(slot, claim));
+            }
         }
     }
-    panic!("all {SLOTS} sshd slots are taken");
 }
 
 /// The test user (made once, under a file lock), its `.ssh`, and its uid.
@@ -226,8 +241,21 @@ impl Sshd {
             eprintln!("sshd harness skipped: {why}");
             return None;
         }
+        sweep();
         let (slot, claim) = claim();
-        let mut s = Sshd {
+        let mut s = Sshd::at(slot, claim);
+        // A killed run's leftovers in this slot.
+        s.teardown();
+        s.uid = ensure_user();
+        s.network();
+        s.files();
+        s.run_sshd();
+        Some(s)
+    }
+
+    /// The instance of `slot` (nothing made yet).
+    fn at(slot: u32, claim: UnixListener) -> Sshd {
+        Sshd {
             slot,
             _claim: claim,
             ns: format!("urssh-{slot}"),
@@ -236,14 +264,7 @@ impl Sshd {
             dir: PathBuf::from(format!("{HOME}/t-{slot}")),
             uid: 0,
             sshd: None,
-        };
-        // A killed run's leftovers in this slot.
-        s.teardown();
-        s.uid = ensure_user();
-        s.network();
-        s.files();
-        s.run_sshd();
-        Some(s)
+        }
     }
 
     fn veth(&self) -> String {
