@@ -1,5 +1,6 @@
 //! urmove's integration tests: one binary, built once (as ripgrep does).
 
+mod sshd;
 mod util;
 
 mod admin;
