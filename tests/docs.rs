@@ -398,26 +398,39 @@ fn ssh_mapped(sb: &mut Sandbox, words: &[String]) -> Option<Vec<String>> {
     if sb.sshd.is_none() {
         sb.sshd = Some(crate::sshd::Sshd::start()?);
     }
-    let s = sb.sshd.as_ref().expect("started");
+    let (rsh, bin) = {
+        let s = sb.sshd.as_ref().expect("started");
+        (s.rsh(), s.remote_urmove())
+    };
+    let (host, home_dir, home_rel) = {
+        let s = sb.sshd.as_ref().expect("started");
+        (s.host().to_string(), s.home_dir(), s.home_rel())
+    };
     let sub = words[1].clone();
-    let mut out = vec![sub.clone(), "-e".into(), s.rsh(), "--remote-path".into()];
-    out.extend([s.remote_urmove(), "--state-dir".into()]);
-    out.push(sb.dir.path().join("client-state").to_string_lossy().into_owned());
+    let mut out = vec![sub.clone(), "-e".into(), rsh, "--remote-path".into()];
+    out.extend([bin, "--state-dir".into()]);
+    out.push(
+        sb.dir
+            .path()
+            .join("client-state")
+            .to_string_lossy()
+            .into_owned(),
+    );
     let mut remote_sources = Vec::new();
     let mut prev = String::new();
     for w in &words[2..] {
-        let host = w.split(':').next().unwrap_or("");
-        let host = host.rsplit('@').next().unwrap_or("");
-        let word = match (["dtn2", "HOST"].contains(&host), w.split_once(':')) {
+        let named = w.split(':').next().unwrap_or("");
+        let named = named.rsplit('@').next().unwrap_or("");
+        let word = match (["dtn2", "HOST"].contains(&named), w.split_once(':')) {
             (true, Some((_, path))) => {
                 let there = match path.strip_prefix('/') {
-                    Some(abs) => s.home_dir().join(abs).to_string_lossy().into_owned(),
-                    None => format!("{}/{path}", s.home_rel()),
+                    Some(abs) => home_dir.join(abs).to_string_lossy().into_owned(),
+                    None => format!("{home_rel}/{path}"),
                 };
                 remote_sources.push(there.clone());
-                format!("{}:{there}", s.host())
+                format!("{host}:{there}")
             }
-            (true, None) if prev == "--net" => s.host().to_string(),
+            (true, None) if prev == "--net" => host.clone(),
             _ => map_word(sb, &sub, &prev, w),
         };
         out.push(word);
@@ -428,7 +441,9 @@ fn ssh_mapped(sb: &mut Sandbox, words: &[String]) -> Option<Vec<String>> {
         for src in remote_sources {
             let at = match src.starts_with('/') {
                 true => PathBuf::from(src.trim_end_matches('/')),
-                false => Path::new("/home").join(s.user()).join(src.trim_end_matches('/')),
+                false => Path::new("/home")
+                    .join(s.user())
+                    .join(src.trim_end_matches('/')),
             };
             if !at.exists() {
                 make_run(&at);

@@ -94,18 +94,27 @@ fn nothing_left(s: &Sshd) {
 #[test]
 fn a_tricky_tree_goes_and_comes_back_through_ssh_as_rsync_would_have_it() {
     let tools = ["rsync", "setfattr", "setfacl"];
-    require!(tools.iter().all(|t| crate::util::have(t)), "needs rsync, attr, acl");
+    crate::require!(
+        tools.iter().all(|t| crate::util::have(t)),
+        "needs rsync, attr, acl"
+    );
     let Some(s) = Sshd::start() else { return };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = tricky_tree(src.path());
     // Relative to the remote home, as scp reads it; sealed by default.
     let dest = format!("{}:{}/in", s.host(), s.home_rel());
-    let o = run(&s, &["send", "-aHAX", "--json", top.to_str().unwrap(), &dest]);
+    let o = run(
+        &s,
+        &["send", "-aHAX", "--json", top.to_str().unwrap(), &dest],
+    );
     let v = json(&o);
     assert_eq!(v["status"], "ok", "{v}\n{}", stderr(&o));
     let landed = s.home_dir().join("in/run");
     assert_eq!(rsync_changes(&top, &landed), "", "after the push");
-    assert!(blocks(&landed.join("sparse")) < 1024, "the sparse file stayed sparse");
+    assert!(
+        blocks(&landed.join("sparse")) < 1024,
+        "the sparse file stayed sparse"
+    );
     let meta = std::fs::metadata(&landed).unwrap();
     let uid = std::os::unix::fs::MetadataExt::uid(&meta);
     assert_eq!(uid, s.uid(), "the remote side writes as the ssh user");
@@ -113,37 +122,76 @@ fn a_tricky_tree_goes_and_comes_back_through_ssh_as_rsync_would_have_it() {
 
     // The second run finds every file as it left it (the login, not the
     // session's port, names this client's files).
-    let v = json(&run(&s, &["send", "-aHAX", "--json", top.to_str().unwrap(), &dest]));
-    assert_eq!((v["bytes"].as_u64(), v["files_unchanged"].as_u64()), (Some(0), v["files"].as_u64()), "{v}");
+    let v = json(&run(
+        &s,
+        &["send", "-aHAX", "--json", top.to_str().unwrap(), &dest],
+    ));
+    assert_eq!(
+        (v["bytes"].as_u64(), v["files_unchanged"].as_u64()),
+        (Some(0), v["files"].as_u64()),
+        "{v}"
+    );
 
     // Pulled back by its absolute path, with user@host.
     let back = tempfile::tempdir_in("/var/tmp").unwrap();
-    let from = format!("{}@{}:{}/", s.user(), s.host(), landed.display());
-    let o = run(&s, &["pull", "-aHAX", "--json", &from, back.path().to_str().unwrap()]);
+    let from = format!("{}@{}:{}", s.user(), s.host(), landed.display());
+    let o = run(
+        &s,
+        &[
+            "pull",
+            "-aHAX",
+            "--json",
+            &from,
+            back.path().to_str().unwrap(),
+        ],
+    );
     assert_eq!(json(&o)["status"], "ok", "{}", stderr(&o));
-    assert_eq!(rsync_changes(&top, back.path()), "", "after the pull");
+    assert_eq!(
+        rsync_changes(&top, &back.path().join("run")),
+        "",
+        "after the pull"
+    );
     nothing_left(&s);
 }
 
 /// A send of `file` to `dest`, slowed so it can be cut.
 fn slow_send(s: &Sshd, file: &Path, dest: &str) -> Child {
-    let mut c = via(s, &["send", "--rate-limit", "200M", "-q", file.to_str().unwrap(), dest]);
-    c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    let mut c = via(
+        s,
+        &[
+            "send",
+            "--rate-limit",
+            "200M",
+            "-q",
+            file.to_str().unwrap(),
+            dest,
+        ],
+    );
+    c.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
-/// Wait until the part file under `dir` holds some bytes.
+/// Wait until the receiver under `dir` has journaled some of its part
+/// (journals are written about once a second), and a second more.
 fn part_grows(dir: &Path) {
     let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let part = std::fs::read_dir(dir).ok().and_then(|mut d| {
-            d.find_map(|e| e.ok().filter(|e| e.file_name().to_string_lossy().ends_with(".urmove.part")))
-        });
-        if part.is_some_and(|p| p.metadata().is_ok_and(|m| m.len() > 8 << 20)) {
-            return;
-        }
-        assert!(Instant::now() < until, "no part file grew in {}", dir.display());
+    let journaled = || {
+        std::fs::read_dir(dir).ok().is_some_and(|mut d| {
+            d.any(|e| {
+                e.is_ok_and(|e| {
+                    e.file_name().to_string_lossy().ends_with(".urmove.journal")
+                        && e.metadata().is_ok_and(|m| m.len() > 0)
+                })
+            })
+        })
+    };
+    while !journaled() {
+        assert!(Instant::now() < until, "no journal in {}", dir.display());
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::thread::sleep(Duration::from_millis(1200));
 }
 
 /// Kill -9 what `victim` picks while a send runs, then the same command
@@ -178,10 +226,15 @@ fn line_of(pid: i32) -> String {
 fn pids_with(needle: &str) -> Vec<i32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         let line = line_of(pid);
         let state = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let zombie = state.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'));
+        let zombie = state
+            .rsplit(") ")
+            .next()
+            .is_some_and(|r| r.starts_with('Z'));
         if line.contains(needle) && !zombie && pid != std::process::id() as i32 {
             out.push(pid);
         }
@@ -204,10 +257,17 @@ fn a_kill_of_either_side_or_of_ssh_leaves_nothing_and_the_next_run_resumes() {
     // The ssh the client started (not the client, whose line names it).
     cut_and_resume(&s, "ssh", &|s, _| {
         let ssh = pids_with(&s.rsh());
-        kill9(&ssh.into_iter().filter(|&p| line_of(p).starts_with(&s.rsh())).collect::<Vec<_>>())
+        kill9(
+            &ssh.into_iter()
+                .filter(|&p| line_of(p).starts_with(&s.rsh()))
+                .collect::<Vec<_>>(),
+        )
     });
     cut_and_resume(&s, "remote", &|s, _| {
-        let serve = s.remote_processes().into_iter().filter(|p| p.1.contains("serve --stdio"));
+        let serve = s
+            .remote_processes()
+            .into_iter()
+            .filter(|p| p.1.contains("serve --stdio"));
         kill9(&serve.map(|p| p.0 as i32).collect::<Vec<_>>())
     });
 }
@@ -252,10 +312,22 @@ fn a_remote_without_urmove_or_with_an_older_one_is_named() {
     s.chown_to_user(&there);
     let mut c = urmove();
     let remote = there.to_str().unwrap();
-    c.args(["send", "-e", &s.rsh(), "--remote-path", remote, f.to_str().unwrap(), &dest]);
+    c.args([
+        "send",
+        "-e",
+        &s.rsh(),
+        "--remote-path",
+        remote,
+        f.to_str().unwrap(),
+        &dest,
+    ]);
     let o = output_within(c, LIMIT);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("is an older urmove, without the ssh way"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is an older urmove, without the ssh way"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -269,17 +341,36 @@ fn through_ssh_crosses_a_host_that_admits_only_ssh() {
     let dest = format!("{}:{}/in", s.host(), s.home_rel());
     let o = run(&s, &["send", &from, &dest]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("--through-ssh carries the session"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--through-ssh carries the session"),
+        "{}",
+        stderr(&o)
+    );
     nothing_left(&s);
     let o = run(&s, &["send", "--through-ssh", "--json", &from, &dest]);
     assert_eq!(json(&o)["status"], "ok", "{}", stderr(&o));
     let back = tempfile::tempdir_in("/var/tmp").unwrap();
-    let o = run(&s, &["pull", "--through-ssh", "--json", &format!("{dest}/"), back.path().to_str().unwrap()]);
+    let o = run(
+        &s,
+        &[
+            "pull",
+            "--through-ssh",
+            "--json",
+            &format!("{dest}/"),
+            back.path().to_str().unwrap(),
+        ],
+    );
     assert_eq!(json(&o)["status"], "ok", "{}", stderr(&o));
     for name in ["big", "small"] {
         let want = std::fs::read(src.path().join(name)).unwrap();
-        assert!(std::fs::read(s.home_dir().join("in").join(name)).unwrap() == want, "{name} pushed");
-        assert!(std::fs::read(back.path().join(name)).unwrap() == want, "{name} pulled");
+        assert!(
+            std::fs::read(s.home_dir().join("in").join(name)).unwrap() == want,
+            "{name} pushed"
+        );
+        assert!(
+            std::fs::read(back.path().join(name)).unwrap() == want,
+            "{name} pulled"
+        );
     }
     nothing_left(&s);
 }
@@ -315,7 +406,10 @@ fn no_secret_is_on_a_command_line_or_in_an_environment_on_either_host() {
         if line.contains("serve --stdio") {
             seen += 1;
             let path = format!("{}/in", s.home_rel());
-            assert!(!line.contains(&path), "a path of the run on a command line: {line}");
+            assert!(
+                !line.contains(&path),
+                "a path of the run on a command line: {line}"
+            );
         }
     }
     assert!(seen >= 2, "the ssh and the remote urmove serve were seen");
@@ -326,7 +420,19 @@ fn no_secret_is_on_a_command_line_or_in_an_environment_on_either_host() {
 #[test]
 fn bench_net_starts_its_receiver_through_ssh() {
     let Some(s) = Sshd::start() else { return };
-    let o = run(&s, &["bench", "--net", s.host(), "--time", "2", "-P", "4", "--json"]);
+    let o = run(
+        &s,
+        &[
+            "bench",
+            "--net",
+            s.host(),
+            "--time",
+            "2",
+            "-P",
+            "4",
+            "--json",
+        ],
+    );
     let v = json(&o);
     assert_eq!(v["status"], "ok", "{v}\n{}", stderr(&o));
     assert!(v["bytes"].as_u64().unwrap() > 0, "{v}");

@@ -433,6 +433,11 @@ impl Sshd {
         USER
     }
 
+    /// The test user's uid.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
     /// sshd's address, in the namespace.
     pub fn addr(&self) -> Ipv4Addr {
         self.addr

@@ -38,6 +38,7 @@ mod service;
 mod shards;
 mod small_files;
 mod sparse;
+mod ssh;
 mod stamps;
 mod stream;
 mod summaries;
