@@ -324,7 +324,7 @@ fn a_remote_without_urmove_or_with_an_older_one_is_named() {
     let o = output_within(c, LIMIT);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("is an older urmove, without the ssh way"),
+        stderr(&o).contains("is an older urmove (urmove 0.1.0), without the ssh way"),
         "{}",
         stderr(&o)
     );

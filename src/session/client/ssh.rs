@@ -158,7 +158,7 @@ impl SshRemote {
         }
         let said = said.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let code = status.and_then(|s| s.code());
-        match why_not_started(spec, code, &said) {
+        match why_not_started(spec, code, &said, &|| remote_version(spec)) {
             Some(why) => not_started(why),
             None => e,
         }
@@ -311,13 +311,37 @@ fn ready(out: &mut impl Read) -> Result<Ready, SessionError> {
     }
 }
 
+/// What `PATH --version` says on the remote host (a second ssh login,
+/// only when the first found an urmove too old to serve).
+fn remote_version(spec: &SshSpec) -> String {
+    let mut words = spec.rsh.clone();
+    words.extend(["-oRequestTTY=no", "--"].map(String::from));
+    words.extend([spec.host.clone(), format!("{} --version", spec.remote_path)]);
+    let said = Command::new(&words[0])
+        .args(&words[1..])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    match said {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => "its release unknown".into(),
+    }
+}
+
 /// Why the remote side did not start, from ssh's exit code and what was
 /// said on stderr; None where neither tells.
-fn why_not_started(spec: &SshSpec, code: Option<i32>, said: &str) -> Option<String> {
+/// `version` says what the remote urmove is, asked only for an older one.
+fn why_not_started(
+    spec: &SshSpec,
+    code: Option<i32>,
+    said: &str,
+    version: &dyn Fn() -> String,
+) -> Option<String> {
     let (host, path) = (&spec.host, &spec.remote_path);
     if said.contains("unrecognized subcommand 'serve'") {
         return Some(format!(
-            "{host}: {path} is an older urmove, without the ssh way (`urmove serve`; this one is release {}): install the same release there, or give --remote-path",
+            "{host}: {path} is an older urmove ({}), without the ssh way (`urmove serve`; this one is release {}): install the same release there, or give --remote-path",
+            version(),
             env!("CARGO_PKG_VERSION")
         ));
     }
@@ -368,12 +392,13 @@ mod tests {
     #[test]
     fn a_failed_start_is_named_by_its_cause() {
         let s = spec();
-        let why = |code, said| why_not_started(&s, code, said).unwrap_or_default();
+        let old = || "urmove 0.1.0".to_string();
+        let why = |code, said| why_not_started(&s, code, said, &old).unwrap_or_default();
         assert!(why(Some(127), "bash: urmove: command not found").contains("was not found there"));
         assert!(why(Some(255), "Host key verification failed.").contains("ssh to u@dtn2 failed"));
         assert!(
             why(Some(2), "error: unrecognized subcommand 'serve'").contains("without the ssh way")
         );
-        assert!(why_not_started(&s, Some(1), "").is_none());
+        assert!(why_not_started(&s, Some(1), "", &old).is_none());
     }
 }
