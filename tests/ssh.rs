@@ -438,3 +438,45 @@ fn bench_net_starts_its_receiver_through_ssh() {
     assert!(v["bytes"].as_u64().unwrap() > 0, "{v}");
     nothing_left(&s);
 }
+
+#[test]
+fn a_dry_run_names_the_remote_paths_and_delete_and_exclude_work_through_ssh() {
+    let Some(s) = Sshd::start() else { return };
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let x = src.path().join("x");
+    std::fs::create_dir_all(&x).unwrap();
+    std::fs::write(x.join("a"), b"a").unwrap();
+    std::fs::write(x.join("b.tmp"), b"b").unwrap();
+    let dest = format!("{}:{}/dl", s.host(), s.home_rel());
+    let o = run(&s, &["send", "-n", x.to_str().unwrap(), &dest]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let said = crate::util::stdout(&o);
+    let there = s.home_dir().join("dl");
+    let want = format!("would send 2 files, 2 B to srv:{}", there.display());
+    assert!(said.contains(&want), "{said}");
+    assert!(!there.exists(), "a dry run wrote nothing");
+    assert_eq!(
+        run(&s, &["send", x.to_str().unwrap(), &dest]).status.code(),
+        Some(0)
+    );
+    std::fs::write(there.join("x/extra"), b"e").unwrap();
+    let o = run(
+        &s,
+        &[
+            "send",
+            "--delete",
+            "--exclude",
+            "*.tmp",
+            "--json",
+            x.to_str().unwrap(),
+            &dest,
+        ],
+    );
+    assert_eq!(json(&o)["status"], "ok", "{}", stderr(&o));
+    assert!(
+        !there.join("x/extra").exists(),
+        "--delete removed the extra"
+    );
+    assert!(there.join("x/b.tmp").exists(), "an excluded name is kept");
+    nothing_left(&s);
+}

@@ -259,20 +259,26 @@ fn summary(cfg: &SendConfig, run: &DryRun<'_>) -> String {
     };
     let files = units::count(run.files, "file");
     let bytes = units::bytes_both(run.bytes);
+    // Through ssh the paths are the remote's own, from its `/`.
+    let (host, lead) = match &cfg.login {
+        Some(login) => (login.as_str(), "/"),
+        None => (cfg.host.as_str(), ""),
+    };
     let whither = match (run.command, run.paths) {
         ("pull", Some(paths)) => format!(
-            "would pull {files}, {bytes} from {}:{} into {}",
-            cfg.host,
-            paths.join(" "),
+            "would pull {files}, {bytes} from {host}:{} into {}",
+            paths
+                .iter()
+                .map(|p| format!("{lead}{p}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             run.dest
         ),
         _ => format!(
-            "would send {files}, {bytes} to {}:{}",
-            cfg.host,
-            if run.dest.is_empty() {
-                "(its root)"
-            } else {
-                run.dest
+            "would send {files}, {bytes} to {host}:{}",
+            match (run.dest.is_empty(), lead) {
+                (true, "") => "(its root)".to_string(),
+                _ => format!("{lead}{}", run.dest),
             }
         ),
     };

@@ -226,6 +226,7 @@ pub fn send(a: SendArgs, filter: Filter) -> Result<u8, Failure> {
     let plot = net_plot(plot_file, "send to", &cfg);
     let ran = run_plotted(&mut printer, "send", plot, |obs| {
         fewer_if_refused(&cfg, obs, &mut |c, obs| run_send(c, &interrupt, obs))
+            .map_err(|e| ssh::explained(remote.as_ref(), e))
     });
     ssh::after(remote, &ran);
     ran
@@ -358,6 +359,7 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
                 c, time, a.verify, a.reverse, &interrupt, obs,
             )
         })
+        .map_err(|e| ssh::explained(remote.as_ref(), e))
     });
     ssh::after(remote, &ran);
     ran
@@ -398,6 +400,7 @@ pub fn pull(a: PullArgs, filter: Filter) -> Result<u8, Failure> {
     let plot = net_plot(plot_file, "pull from", &cfg);
     let ran = run_plotted(&mut printer, "pull", plot, |obs| {
         crate::session::client::pull::run_pull(&cfg, &aim.paths, &local, &interrupt, obs)
+            .map_err(|e| ssh::explained(remote.as_ref(), e))
     });
     ssh::after(remote, &ran);
     ran

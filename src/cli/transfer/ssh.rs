@@ -47,27 +47,7 @@ pub(super) fn start(ssh: &SshArgs, host: &str) -> Result<SshRemote, Failure> {
             "urmove: --through-ssh: the session's connections go inside ssh's own, whose cipher and window set the rate (often 1-3 Gb/s, one core); without it urmove's own streams go to a port the remote opens"
         );
     }
-    let remote = crate::session::client::ssh::start(&spec)
-        .map_err(|e| Failure::Run(anyhow::anyhow!("{e}")))?;
-    if !ssh.through_ssh {
-        reachable(&remote, host)?;
-    }
-    Ok(remote)
-}
-
-/// Whether the port the remote opened can be reached from here, tried
-/// once before the session (a firewall that admits only ssh is common on
-/// data-transfer nodes): if not, say what to do.
-fn reachable(remote: &SshRemote, host: &str) -> Result<(), Failure> {
-    let addr = std::net::SocketAddr::new(remote.ready.addr, remote.ready.port);
-    match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(10)) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(Failure::Run(anyhow::anyhow!(
-            "connecting to {host} ({}) port {}, which urmove opened there: {e}; a firewall there may admit only ssh: --through-ssh carries the session inside the ssh connection",
-            remote.ready.addr,
-            remote.ready.port
-        ))),
-    }
+    crate::session::client::ssh::start(&spec).map_err(|e| Failure::Run(anyhow::anyhow!("{e}")))
 }
 
 /// A remote `path` as the daemon rooted at `/` takes it: relative to the
@@ -115,6 +95,17 @@ pub(super) fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> u32 
             fit.block
         }
         _ => block,
+    }
+}
+
+/// A session's error, explained where the remote's port was not reached.
+pub(super) fn explained(
+    remote: Option<&SshRemote>,
+    e: crate::session::SessionError,
+) -> crate::session::SessionError {
+    match remote {
+        Some(r) => r.explain(e),
+        None => e,
     }
 }
 

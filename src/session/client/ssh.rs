@@ -184,6 +184,22 @@ impl SshRemote {
         }
     }
 
+    /// `e` of a session through this remote, explained where it is a
+    /// connection refused or timed out to the port the remote opened: a
+    /// firewall there may admit only ssh.
+    pub fn explain(&self, e: SessionError) -> SessionError {
+        let port = format!("connecting to {}:{}", self.ready.addr, self.ready.port);
+        match &e {
+            SessionError::Io { context, .. } if self.relay_port.is_none() && context.starts_with(&port) => {
+                not_started(format!(
+                    "{}: {e}, a port urmove opened there; a firewall there may admit only ssh: --through-ssh carries the session inside the ssh connection",
+                    self.login
+                ))
+            }
+            _ => e,
+        }
+    }
+
     /// Close ssh's stdin: the remote side ends.
     fn let_go(&mut self) {
         self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
