@@ -14,6 +14,8 @@
 #   lanes    scripts/bench-scaling.sh (urmove's lanes vs iperf3 and fio)
 #   shards   scripts/bench-shards.sh (send --shard over 1, 2, 4 shards)
 #   wan      scripts/bench-wan.sh    (long paths through urmove-delayline)
+#   ssh      scripts/bench-ssh.sh    (urmove through ssh vs scp, rsync -e ssh,
+#                                     sftp: a 2 GiB file and 20,000 small ones)
 # How long, at the defaults on a 2-core VM (counted from the runs each part
 # makes, not timed whole): about 30 min without wan (bench-net about 18,
 # lanes 8, disk 3, shards 2), and wan about 70 more (3 paths x 3 losses x 14
@@ -42,6 +44,7 @@
 #   bench-disk.sh:  DISK_SIZE_MB=2048 RAND_S=15 DISK_DIR=/var/tmp/urmove-bench-disk
 #   bench-scaling:  LANES_SIZE_MB=2048 LANES= MODES= (its defaults: all)
 #   bench-shards:   SHARDS_SIZE_MB=2048 SHARD_FILES=2000 SHARDS="1 2 4"
+#   bench-ssh.sh:   SSH_BIG_MIB=2048 SSH_FILES=20000
 #   bench-wan.sh:   WAN_PATHS="1Gbit:100ms 10Gbit:20ms 2Gbit:100ms"
 #                   WAN_LOSSES="0 0.001 0.015" WAN_FILE_MB=2048
 #                   WAN_SWEEP="1 4 8 12" WAN_IPERF_P="1 4 8" WAN_IPERF_PROCS=8
@@ -60,7 +63,7 @@ die() { echo "bench-all: $*" >&2; exit 1; }
 log() { echo "bench-all: $(date +%H:%M:%S) $*" >&2; }
 
 NET_PARTS=(net veth file tree scale mem crypt udp)
-ALL_PARTS=("${NET_PARTS[@]}" disk lanes shards wan)
+ALL_PARTS=("${NET_PARTS[@]}" disk lanes shards wan ssh)
 declare -A RUN=()
 only=() skip=()
 for a in "$@"; do
@@ -88,7 +91,8 @@ command -v python3 >/dev/null || die "python3 not found"
 GIVEN_STREAMS=${STREAMS:-}
 declare -A DEFAULTS=([ROUNDS]=3 [DUR]=10 [STREAMS]=4 [BIG_MB]=4096 [TREE_FILES]=10000
     [TREE_KB]=64 [MEM_SMALL_MB]=1024 [MEM_BIG_MB]=8192 [DISK_SIZE_MB]=2048 [RAND_S]=15
-    [LANES_SIZE_MB]=2048 [SHARDS_SIZE_MB]=2048 [SHARD_FILES]=2000 [WAN_FILE_MB]=2048)
+    [LANES_SIZE_MB]=2048 [SHARDS_SIZE_MB]=2048 [SHARD_FILES]=2000 [WAN_FILE_MB]=2048
+    [SSH_BIG_MIB]=2048 [SSH_FILES]=20000)
 for v in "${!DEFAULTS[@]}"; do
     printf -v "$v" '%s' "${!v:-${DEFAULTS[$v]}}"
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
@@ -133,8 +137,13 @@ fi
 [ -x "$URMOVE" ] || die "urmove binary not executable: $URMOVE"
 export URMOVE
 
+COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")
+if [ -n "$(cd "$ROOT" && git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    COMMIT="$COMMIT with uncommitted changes"
+fi
+
 # The rows each part writes to the TSV carry its script's tag.
-declare -A TAG=([net]=net [disk]=disk [lanes]=scaling [shards]=shards [wan]=wan)
+declare -A TAG=([net]=net [disk]=disk [lanes]=scaling [shards]=shards [wan]=wan [ssh]=ssh)
 if [ -n "${RESUME:-}" ]; then
     RUNDIR=$RESUME
     [ -f "$RUNDIR/status.tsv" ] && [ -f "$RUNDIR/results.tsv" ] \
@@ -178,7 +187,8 @@ part() {
     t0=$(date +%s)
     env "${env[@]}" TSV="$TSV" ROUNDS="$ROUNDS" URMOVE="$URMOVE" "$ROOT/scripts/$script" "$@" \
         >"$RUNDIR/$name.md" 2> >(tee "$RUNDIR/$name.log" >&2) || rc=$?
-    printf '%s\t%s\t%s\t%s\n' "$name" "$script" "$rc" $(( $(date +%s) - t0 )) >>"$STATUS"
+    # The commit each part measured (a resumed run's parts may differ).
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$script" "$rc" $(( $(date +%s) - t0 )) "$COMMIT" >>"$STATUS"
     [ "$rc" = 0 ] || log "part $name: $script exited $rc (see $RUNDIR/$name.log); going on"
 }
 
@@ -198,6 +208,9 @@ if want lanes; then
 fi
 if want shards; then
     part shards bench-shards.sh SIZE_MB="$SHARDS_SIZE_MB" FILES="$SHARD_FILES" SHARDS="$SHARDS" --
+fi
+if want ssh; then
+    part ssh bench-ssh.sh BIG_MIB="$SSH_BIG_MIB" FILES="$SSH_FILES" OUT="$RUNDIR/ssh-report.md" --
 fi
 if want wan; then
     part wan bench-wan.sh DUR="$DUR" PATHS="$WAN_PATHS" LOSSES="$WAN_LOSSES" FILE_MB="$WAN_FILE_MB" \
@@ -221,20 +234,25 @@ disk_of() { # disk_of DIR: its filesystem, device and what the device is
     echo "$fs on $src${info:+ ($info)}"
 }
 ver() { "$@" 2>&1 | head -1 || true; }
-COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo "?")
-if [ -n "$(cd "$ROOT" && git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-    COMMIT="$COMMIT with uncommitted changes"
-fi
 MACHINE=$RUNDIR/machine.tsv
+# A resumed run's parts kept from before were measured by the urmove its
+# machine table named then (runs before the commit column).
+EARLIER=$(awk -F'\t' '$1 == "urmove" { print $2 }' "$MACHINE" 2>/dev/null || true)
+NOW="$COMMIT ($("$URMOVE" --version 2>/dev/null | head -1))"
+URMOVE_ROW=$(awk -F'\t' -v earlier="${EARLIER:-unrecorded}" -v commit="$COMMIT" -v now="$NOW" '
+    { c = ($5 == "") ? earlier : ($5 == commit) ? now : $5
+      if (!(c in parts)) order[n++] = c; parts[c] = parts[c] (parts[c] ? ", " : "") $1 }
+    END { if (n <= 1) { print now; exit }
+          for (i = 0; i < n; i++) printf "%s%s for %s", (i ? "; " : ""), order[i], parts[order[i]]; print "" }' "$STATUS")
 {
     printf 'Date\t%s (took %s min; load %s at start, %s at end)%s\n' "$DATE" $(( (ELAPSED + 59) / 60 )) \
-        "$LOAD_START" "$LOAD_END" "${RESUMED:+; interrupted, and resumed at $(date -Is) for:$RESUMED}"
+        "$LOAD_START" "$LOAD_END" "${RESUMED:+; resumed at $(date -Is) for the parts it had not finished or did not have:$RESUMED}"
     printf 'CPUs\t%s (nproc), %s\n' "$(nproc)" "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
     printf 'Memory\t%s\n' "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
     printf 'Kernel\t%s\n' "$(uname -r)"
     printf 'Disk (bench-net, lanes, shards, wan work dirs under /var/tmp)\t%s\n' "$(disk_of /var/tmp)"
     printf 'Disk (bench-disk, %s)\t%s\n' "$DISK_DIR" "$(disk_of "$DISK_DIR")"
-    printf 'urmove\t%s (%s)\n' "$COMMIT" "$("$URMOVE" --version 2>/dev/null | head -1)"
+    printf 'urmove\t%s\n' "$URMOVE_ROW"
     printf 'iperf3\t%s\n' "$(ver iperf3 --version)"
     printf 'rsync\t%s\n' "$(ver rsync --version)"
     printf 'OpenSSH (scp, sshd)\t%s\n' "$(ver ssh -V)"
@@ -313,7 +331,7 @@ doc.append("")
 
 titles = {"net": "Network and transfers: `scripts/bench-net.sh`", "disk": "Disk: `scripts/bench-disk.sh`",
           "lanes": "Lanes: `scripts/bench-scaling.sh`", "shards": "Sharded sends: `scripts/bench-shards.sh`",
-          "wan": "Long paths: `scripts/bench-wan.sh`"}
+          "wan": "Long paths: `scripts/bench-wan.sh`", "ssh": "Over ssh: `scripts/bench-ssh.sh`"}
 
 def shifted(md, top):
     """Markdown with its headings moved so that the biggest is level `top`."""
@@ -336,7 +354,7 @@ def shifted(md, top):
         out.append(l)
     return "\n".join(out)
 
-for name, script, rc, secs in status:
+for name, script, rc, secs, *_ in status:
     doc.append(f"## {titles.get(name, name)}")
     doc.append("")
     path = os.path.join(run, f"{name}.md")

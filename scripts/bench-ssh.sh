@@ -38,6 +38,8 @@
 #   KEEP_SRC=1   0: delete the sources at the end
 #   RESERVE_MB=2048   free space left to others
 #   OUT=results/bench-ssh-DATE.md   the report (relative: to the repository)
+#   TSV=       also append the comparison rows, every round and the peers'
+#              versions to this file (scripts/bench-all.sh's part "ssh")
 #   TIMEOUT=3600  seconds before one run counts as hung
 #   NS=urssh-bench ADDR=10.75.1.2 OUTSIDE=10.75.1.1   the namespace (ssh-netns.sh)
 set -euo pipefail
@@ -231,6 +233,7 @@ COMMIT=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo "?")
 } >"$LOGS/host.txt"
 
 mkdir -p "$(dirname "$OUT")"
+TSV="${TSV:-}" RSYNC_V="$(ver rsync --version | sed 's/  */ /g')" SSH_V="$(ver ssh -V)" \
 SMOKE=$SMOKE ROUNDS=$ROUNDS TOOLS="$TOOLS" WORKLOADS="$WORKLOADS" BIG_MIB=$BIG_MIB FILES=$FILES \
 DIRS=$DIRS FILE_KIB=$FILE_KIB python3 - "$LOGS" "$OUT" <<'PY'
 import os, sys
@@ -300,6 +303,24 @@ if "urmove" in tools and peers:
             line.append(f"{w}: -")
     doc.append("urmove against the best peer of this run (time of the best peer / urmove's; "
                "the issue's goal: at least 3x on both): " + "; ".join(line))
+if E.get("TSV") and "urmove" in tools and peers:
+    version = {"scp": E["SSH_V"], "sftp": E["SSH_V"], "rsync": E["RSYNC_V"]}
+    jobs = {"big": f"one {int(E['BIG_MIB'])} MiB file over ssh, cold cache, synced",
+            "tree": f"{files} files of {E['FILE_KIB']} KiB over ssh, cold cache, synced"}
+    def rate(w, t):
+        s = med[(w, t)]
+        return f"{big_bytes * 8 / s / 1e9:.2f} Gbit/s" if w == "big" else f"{files / s:.0f} files/s"
+    with open(E["TSV"], "a") as f:
+        for r in rows:
+            f.write("\t".join(["round", "ssh"] + r) + "\n")
+        for w in works:
+            ok = [p for p in peers if med[(w, p)] is not None]
+            if not ok or med[(w, "urmove")] is None:
+                continue
+            best = min(ok, key=lambda p: med[(w, p)])
+            f.write("\t".join(["cmp", "ssh", jobs[w], f"`send` through ssh (encrypted): {rate(w, 'urmove')}",
+                               f"{names[best]} ({version[best]}): {rate(w, best)}",
+                               f"{med[(w, best)] / med[(w, 'urmove')]:.2f}"]) + "\n")
 text = "\n".join(doc) + "\n"
 open(out, "w").write(text)
 sys.stdout.write(text)
