@@ -304,7 +304,12 @@ if "urmove" in tools and peers:
     doc.append("urmove against the best peer of this run (time of the best peer / urmove's; "
                "the issue's goal: at least 3x on both): " + "; ".join(line))
 if E.get("TSV") and "urmove" in tools and peers:
-    version = {"scp": E["SSH_V"], "sftp": E["SSH_V"], "rsync": E["RSYNC_V"]}
+    import re
+    ssh_v = re.search(r"OpenSSH_([0-9.p]+)", E["SSH_V"])
+    ssh_v = f"OpenSSH {ssh_v.group(1)}" if ssh_v else E["SSH_V"]
+    rsync_v = re.search(r"version ([0-9.]+) +protocol version ([0-9]+)", E["RSYNC_V"])
+    rsync_v = f"rsync {rsync_v.group(1)} (protocol {rsync_v.group(2)})" if rsync_v else E["RSYNC_V"]
+    version = {"scp": ssh_v, "sftp": ssh_v, "rsync": rsync_v}
     jobs = {"big": f"one {int(E['BIG_MIB'])} MiB file over ssh, cold cache, synced",
             "tree": f"{files} files of {E['FILE_KIB']} KiB over ssh, cold cache, synced"}
     def rate(w, t):

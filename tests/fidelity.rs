@@ -746,8 +746,15 @@ fn rsync_tree(parent: &Path) -> PathBuf {
 /// match. The receiver's own stamp (`user.urmove`, see the README) is left
 /// out of the comparison.
 fn rsync_changes(want: &Path, got: &Path) -> String {
+    rsync_changes_with(&["-aHAX", "--numeric-ids"], want, got)
+}
+
+/// What `rsync FLAGS --dry-run --itemize-changes` would change to make
+/// `got` match `want`, the receiver's stamp left out; empty when equal.
+pub fn rsync_changes_with(flags: &[&str], want: &Path, got: &Path) -> String {
     let o = std::process::Command::new("rsync")
-        .args(["-aHAX", "--numeric-ids", "--dry-run", "--itemize-changes"])
+        .args(flags)
+        .args(["--dry-run", "--itemize-changes"])
         .arg("--filter=-x user.urmove")
         .arg(format!("{}/", want.display()))
         .arg(format!("{}/", got.display()))

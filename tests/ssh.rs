@@ -25,19 +25,10 @@ fn run(s: &Sshd, args: &[&str]) -> Output {
     output_within(via(s, args), LIMIT)
 }
 
-/// What `rsync -rlptHAX --specials --dry-run --itemize-changes` would
-/// change to make `got` match `want` (owners left out: the remote side is
-/// an ordinary user), the receiver's stamp left out; empty when equal.
+/// What rsync would change to make `got` match `want`, owners left out
+/// (the remote side is an ordinary user); empty when equal.
 fn rsync_changes(want: &Path, got: &Path) -> String {
-    let o = Command::new("rsync")
-        .args(["-rlptHAX", "--specials", "--dry-run", "--itemize-changes"])
-        .arg("--filter=-x user.urmove")
-        .arg(format!("{}/", want.display()))
-        .arg(format!("{}/", got.display()))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "rsync: {}", stderr(&o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    crate::fidelity::rsync_changes_with(&["-rlptHAX", "--specials"], want, got)
 }
 
 /// A tree with what tripped movers before: names of 255 bytes, a sparse

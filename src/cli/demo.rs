@@ -13,7 +13,7 @@ use anyhow::Context;
 
 use crate::coord::units;
 use crate::datapath::disk::fill_random;
-use crate::datapath::{sys, DirectMode};
+use crate::datapath::sys;
 use crate::session::client::config::SendConfig;
 use crate::session::client::send::run_send;
 use crate::session::daemon::{serve, RecvConfig};
@@ -132,29 +132,8 @@ fn demo_in(a: &DemoArgs, work: &Path) -> Result<u8, Failure> {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     // The receiver's secret lives beside its root, and goes with the demo.
     let state_dir = work.join("state");
-    let recv_cfg = RecvConfig {
-        listen: "127.0.0.1:0".parse().expect("a valid address"),
-        root: root.clone(),
-        key,
-        direct: DirectMode::Auto,
-        handshake_timeout: Duration::from_secs(10),
-        stream_wait: Duration::from_secs(30),
-        interval: None,
-        timeout: Duration::from_secs(60),
-        limits: Default::default(),
-        require_encryption: false,
-        state_dir: state_dir.clone(),
-        keep_setid: false,
-        devices: false,
-        unsafe_links: Default::default(),
-        pull_only: false,
-        udp: false,
-        udp_time_max: Duration::from_secs(600),
-        congestion: Default::default(),
-        lanes: Default::default(),
-        part_max_age: None,
-        over_ssh: false,
-    };
+    let listen = "127.0.0.1:0".parse().expect("a valid address");
+    let recv_cfg = RecvConfig::private(listen, root.clone(), key, state_dir.clone());
     let daemon_stop = Arc::clone(&stop);
     let daemon = std::thread::spawn(move || {
         let log: crate::session::daemon::log::Log = Arc::new(|_, m: &str| {

@@ -29,7 +29,7 @@ use super::args::{DirectArg, ProgressArgs, PullArgs, SendArgs, TransferArgs, Zer
 use super::plot::PlotFile;
 use super::progress::Show;
 use super::render::Format;
-use super::{interrupt_flag, keys, Failure};
+use super::{interrupt_flag, Failure};
 use aim::{pull_what, send_shape, send_what};
 use run::{fewer_if_refused, net_plot, run_plotted};
 
@@ -98,25 +98,12 @@ fn shared(
     check_block("--block", t.block)?;
     let (host, shard) = shard_host(t.shard.as_deref(), fixed, host)?;
     let plot_file = t.plot.as_deref().map(PlotFile::check).transpose()?;
-    let (to, block) = match remote {
-        Some(r) => {
-            let (host, port) = r.endpoint();
-            let block = ssh::fitted_block(r, t.block as u32, 16);
-            let to = SendConfig {
-                login: Some(r.login.clone()),
-                ..SendConfig::to(host, port, r.key)
-            };
-            (to, block)
-        }
-        None => {
-            let file = t
-                .key_file
-                .as_deref()
-                .expect("a daemon's run has a key file");
-            let key = keys::load(file).map_err(Failure::Usage)?;
-            (SendConfig::to(host.clone(), t.port, key), t.block as u32)
-        }
+    let daemon = ssh::Daemon {
+        host: &host,
+        port: t.port,
+        key_file: t.key_file.as_deref(),
     };
+    let (to, block) = ssh::peer(remote, daemon, t.block as u32)?;
     if remote.is_some() && t.resume.no_encrypt {
         eprintln!("urmove: --no-encrypt: the data frames cross the network unsealed (the control connection stays sealed)");
     }
@@ -304,21 +291,12 @@ pub fn bench_net(a: super::args::BenchArgs) -> Result<u8, Failure> {
     let over = ssh::wanted(a.key_file.as_deref(), &a.ssh);
     ssh::no_login_unless(over, &host)?;
     let remote = over.then(|| ssh::start(&a.ssh, &host)).transpose()?;
-    let (to, block) = match &remote {
-        Some(r) => {
-            let (host, port) = r.endpoint();
-            let block = ssh::fitted_block(r, block as u32, 16);
-            (SendConfig::to(host, port, r.key), block)
-        }
-        None => {
-            let file = a
-                .key_file
-                .as_deref()
-                .expect("a daemon's run has a key file");
-            let key = keys::load(file).map_err(Failure::Usage)?;
-            (SendConfig::to(host, a.port, key), block as u32)
-        }
+    let daemon = ssh::Daemon {
+        host: &host,
+        port: a.port,
+        key_file: a.key_file.as_deref(),
     };
+    let (to, block) = ssh::peer(remote.as_ref(), daemon, block as u32)?;
     let format = Format::pick(a.json, a.json_stream);
     let (streams, auto_streams) = match auto_unless_limited(a.streams, rate_limit) {
         // Reversed, the daemon sends: it takes a fixed count.

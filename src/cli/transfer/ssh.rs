@@ -5,6 +5,7 @@
 use crate::cli::args::{ServeArgs, SshArgs};
 use crate::cli::Failure;
 use crate::protocol::ssh::Mode;
+use crate::session::client::config::SendConfig;
 use crate::session::client::ssh::{SshRemote, SshSpec};
 
 /// Whether a run with `key_file` reaches its host through ssh: without a
@@ -77,11 +78,44 @@ pub(super) fn remote_path(home: &str, path: &str) -> Result<String, Failure> {
     }
 }
 
+/// A daemon a run reaches without ssh, and the key file it takes.
+pub(super) struct Daemon<'a> {
+    pub(super) host: &'a str,
+    pub(super) port: u16,
+    pub(super) key_file: Option<&'a std::path::Path>,
+}
+
+/// The configuration of a run's peer and the frame size it asks for:
+/// through ssh the remote side started (its endpoint, the run's key,
+/// frames fitted to its locked memory), else the `daemon`.
+pub(super) fn peer(
+    remote: Option<&SshRemote>,
+    daemon: Daemon,
+    block: u32,
+) -> Result<(SendConfig, u32), Failure> {
+    let Daemon {
+        host,
+        port,
+        key_file,
+    } = daemon;
+    if let Some(r) = remote {
+        let (host, port) = r.endpoint();
+        let to = SendConfig {
+            login: Some(r.login.clone()),
+            ..SendConfig::to(host, port, r.key)
+        };
+        return Ok((to, fitted_block(r, block, 16)));
+    }
+    let file = key_file.expect("a daemon's run has a key file");
+    let key = crate::cli::keys::load(file).map_err(Failure::Usage)?;
+    Ok((SendConfig::to(host.to_string(), port, key), block))
+}
+
 /// The frame size to ask for where the remote's locked memory is limited
 /// (an ssh login has 8 MiB on many systems, and no CAP_IPC_LOCK): the
 /// largest that leaves it enough registered buffers, said on stderr when
 /// lowered.
-pub(super) fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> u32 {
+fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> u32 {
     let streams = usize::from(streams.min(8));
     let want = crate::session::buffer_count(streams, block, 4, 4);
     match crate::session::fit_buffers(want, block, remote.ready.memlock, "--block") {

@@ -55,6 +55,38 @@ pub struct RecvConfig {
     pub over_ssh: bool,
 }
 
+impl RecvConfig {
+    /// A daemon of one program's own (`urmove demo`, `serve --stdio`) on
+    /// `listen` over `root` with `key`, its secret in `state_dir`, and the
+    /// safe defaults: O_DIRECT where it works, no UDP, no setid bits or
+    /// devices, no sweep of old parts, the default limits.
+    pub fn private(listen: SocketAddr, root: PathBuf, key: Key, state_dir: PathBuf) -> Self {
+        RecvConfig {
+            listen,
+            root,
+            key,
+            direct: DirectMode::Auto,
+            handshake_timeout: Duration::from_secs(10),
+            stream_wait: Duration::from_secs(30),
+            interval: None,
+            timeout: Duration::from_secs(60),
+            limits: Limits::default(),
+            require_encryption: false,
+            state_dir,
+            keep_setid: false,
+            devices: false,
+            unsafe_links: Default::default(),
+            pull_only: false,
+            udp: false,
+            udp_time_max: Duration::from_secs(600),
+            congestion: Default::default(),
+            lanes: Default::default(),
+            part_max_age: None,
+            over_ssh: false,
+        }
+    }
+}
+
 /// What the daemon takes on at most; past each, it refuses with a reason.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

@@ -104,32 +104,15 @@ fn home() -> Result<PathBuf, SessionError> {
 /// session key, one session at a time, the daemon's safety defaults, no
 /// sweeping of old parts.
 fn config(listen: SocketAddr, key: crate::protocol::handshake::Key) -> RecvConfig {
+    let state_dir = crate::session::link::secret::default_state_dir();
     RecvConfig {
-        listen,
-        root: PathBuf::from("/"),
-        key,
-        direct: crate::datapath::DirectMode::Auto,
-        handshake_timeout: Duration::from_secs(10),
-        stream_wait: Duration::from_secs(30),
-        interval: None,
-        timeout: Duration::from_secs(60),
         limits: Limits {
             sessions: 1,
             connections: 256,
             ..Limits::default()
         },
-        require_encryption: false,
-        state_dir: crate::session::link::secret::default_state_dir(),
-        keep_setid: false,
-        devices: false,
-        unsafe_links: Default::default(),
-        pull_only: false,
-        udp: false,
-        udp_time_max: Duration::from_secs(600),
-        congestion: Default::default(),
-        lanes: Default::default(),
-        part_max_age: None,
         over_ssh: true,
+        ..RecvConfig::private(listen, PathBuf::from("/"), key, state_dir)
     }
 }
 
