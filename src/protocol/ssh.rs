@@ -120,9 +120,10 @@ fn invalid(what: &'static str, value: u64) -> DecodeError {
     DecodeError::Invalid { what, value }
 }
 
-/// serve's answer: where it listens (port 0 under `--through-ssh`), the
-/// directory relative paths start from, and its locked-memory limit for
-/// registered buffers (None: unlimited or CAP_IPC_LOCK).
+/// serve's answer: where it listens (on loopback under `--through-ssh`),
+/// the directory relative paths start from, and the locked memory left
+/// for registered buffers: its RLIMIT_MEMLOCK less what its user's
+/// processes have pinned (None: unlimited or CAP_IPC_LOCK).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ready {
     pub addr: std::net::IpAddr,

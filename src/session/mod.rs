@@ -136,6 +136,28 @@ pub fn fit_buffers(
     }
 }
 
+/// Register `buffers` with `make(count)`, halving the count while the
+/// kernel refuses them for want of locked memory: it counts RLIMIT_MEMLOCK
+/// per user, so the same user's other transfers (two runs through ssh to
+/// one host, say) may hold part of what the fit counted on. `halved` is
+/// told each new count; the count registered comes back too.
+pub fn register_halving<T>(
+    buffers: usize,
+    halved: &mut dyn FnMut(usize),
+    make: impl Fn(usize) -> Result<T, SessionError>,
+) -> Result<(T, usize), SessionError> {
+    let mut n = buffers;
+    loop {
+        match make(n) {
+            Err(SessionError::Data(e)) if e.is_locked_memory_short() && n / 2 >= BUFFERS_MIN => {
+                n /= 2;
+                halved(n);
+            }
+            other => return other.map(|t| (t, n)),
+        }
+    }
+}
+
 /// This process's locked-memory limit for registered buffers: `None` when
 /// unlimited or exempt (CAP_IPC_LOCK).
 pub fn memlock_budget() -> Option<u64> {

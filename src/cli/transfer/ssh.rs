@@ -104,7 +104,7 @@ pub(super) fn peer(
             login: Some(r.login.clone()),
             ..SendConfig::to(host, port, r.key)
         };
-        return Ok((to, fitted_block(r, block, 16)));
+        return Ok((to, fitted_block(r, block, 16)?));
     }
     let file = key_file.expect("a daemon's run has a key file");
     let key = crate::cli::keys::load(file).map_err(Failure::Usage)?;
@@ -112,24 +112,29 @@ pub(super) fn peer(
 }
 
 /// The frame size to ask for where the remote's locked memory is limited
-/// (an ssh login has 8 MiB on many systems, and no CAP_IPC_LOCK): the
-/// largest that leaves it enough registered buffers, said on stderr when
-/// lowered.
-fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> u32 {
+/// (an ssh login has 8 MiB on many systems, and no CAP_IPC_LOCK, and the
+/// remote says what the user's other runs leave of it): the largest that
+/// leaves enough registered buffers, said on stderr when lowered.
+fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> Result<u32, Failure> {
     let streams = usize::from(streams.min(8));
     let want = crate::session::buffer_count(streams, block, 4, 4);
-    match crate::session::fit_buffers(want, block, remote.ready.memlock, "--block") {
-        Ok(fit) if fit.block < block => {
-            eprintln!(
-                "urmove: the remote side's locked memory is {} KiB (RLIMIT_MEMLOCK of the ssh login): frames of {} KiB (asked for {} KiB)",
-                remote.ready.memlock.unwrap_or(0) >> 10,
-                fit.block >> 10,
-                block >> 10
-            );
-            fit.block
-        }
-        _ => block,
+    let left = remote.ready.memlock;
+    let fit = crate::session::fit_buffers(want, block, left, "--block").map_err(|e| {
+        Failure::Run(anyhow::anyhow!(
+            "{}: the remote side has {} KiB of locked memory left (RLIMIT_MEMLOCK of the ssh login, less what the user's other runs hold): {e}",
+            remote.login,
+            left.unwrap_or(0) >> 10
+        ))
+    })?;
+    if fit.block < block {
+        eprintln!(
+            "urmove: the remote side has {} KiB of locked memory left (RLIMIT_MEMLOCK of the ssh login, less what the user's other runs hold): frames of {} KiB (asked for {} KiB)",
+            left.unwrap_or(0) >> 10,
+            fit.block >> 10,
+            block >> 10
+        );
     }
+    Ok(fit.block)
 }
 
 /// A session's error, explained where the remote's port was not reached.

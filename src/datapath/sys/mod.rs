@@ -30,8 +30,8 @@ pub use locks::{
 };
 pub use process::{
     die_with_parent, effective_uid, has_cap_ipc_lock, ignore_sigio, ignore_sigxfsz,
-    io_uring_disabled, kernel_release, memlock_limit, nofile_limit, raise_nofile_limit,
-    random_bytes,
+    io_uring_disabled, kernel_release, memlock_limit, nofile_limit, pinned_by_this_user,
+    raise_nofile_limit, random_bytes,
 };
 pub(crate) use socket::get_opt;
 pub use socket::{

@@ -138,3 +138,39 @@ pub fn die_with_parent() -> bool {
     // SAFETY: as above.
     set && unsafe { libc::getppid() } == parent
 }
+
+/// Bytes this user's processes have pinned (the sum of `VmPin` of every
+/// process with this real uid that `/proc` shows): registered buffers
+/// count there, and against RLIMIT_MEMLOCK, which the kernel keeps per
+/// user. What another run of the same user holds is not this run's.
+pub fn pinned_by_this_user() -> u64 {
+    let me = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| status_field(&s, "Uid:"));
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter(|s| me.is_some() && status_field(s, "Uid:") == me)
+        .filter_map(|s| status_field(&s, "VmPin:"))
+        .map(|kib| kib * 1024)
+        .sum()
+}
+
+/// The first number of a `/proc/PID/status` line that starts with `name`.
+fn status_field(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}

@@ -365,20 +365,12 @@ pub(crate) fn register_fitted<T>(
     obs: &mut dyn SendObserver,
     make: impl Fn(usize) -> Result<T, SessionError>,
 ) -> Result<(T, usize), SessionError> {
-    let mut n = buffers;
-    loop {
-        match make(n) {
-            Err(SessionError::Data(e))
-                if e.is_locked_memory_short() && n / 2 >= crate::session::BUFFERS_MIN =>
-            {
-                n /= 2;
-                obs.notice(&format!(
-                    "locked memory is shared by this user's processes (the kernel counts RLIMIT_MEMLOCK per user) and others hold part of it: going on with {n} buffers"
-                ));
-            }
-            other => return other.map(|t| (t, n)),
-        }
-    }
+    let mut halved = |n: usize| {
+        obs.notice(&format!(
+            "locked memory is shared by this user's processes (the kernel counts RLIMIT_MEMLOCK per user) and others hold part of it: going on with {n} buffers"
+        ))
+    };
+    crate::session::register_halving(buffers, &mut halved, make)
 }
 
 pub(crate) fn note_zero_copy(

@@ -78,14 +78,16 @@ pub(super) fn bench_send_back(
     } = *session;
     // Rings and buffers before the streams connect (ready for their data).
     let params = daemon_push_params(req, buffers, keys, cfg);
-    let (plan, mut txs) = bench_senders(
-        cfg.lanes,
-        req.streams,
-        req.streams,
-        buffers,
-        req.block_size,
-        params.zerocopy,
-    )?;
+    let (plan, mut txs) = session.register(|n| {
+        bench_senders(
+            cfg.lanes,
+            req.streams,
+            req.streams,
+            n,
+            req.block_size,
+            params.zerocopy,
+        )
+    })?;
     txs.iter_mut().for_each(fill_bench_buffers);
     let streams = collect_streams(s, session)?;
     pace_as_asked(req, &streams)?;
@@ -115,15 +117,10 @@ pub(super) fn bench_take(
 ) -> Result<u64, SessionError> {
     use crate::session::probe::bench_net::{bench_receivers, discard_on_lanes};
     use crate::session::sink::landing::FrameCheck;
-    let Session {
-        req,
-        buffers,
-        keys,
-        cfg,
-        ..
-    } = *session;
+    let Session { req, keys, cfg, .. } = *session;
     // Rings and buffers before the streams connect (ready for their data).
-    let (plan, rxs) = bench_receivers(cfg.lanes, req.streams, buffers, req.block_size)?;
+    let (plan, rxs) =
+        session.register(|n| bench_receivers(cfg.lanes, req.streams, n, req.block_size))?;
     let streams = collect_streams(s, session)?;
     let check = FrameCheck {
         key: frame_key(keys),

@@ -162,6 +162,7 @@ pub(super) fn control(
         keys: &keys,
         cfg,
         registry,
+        log,
     };
     let run = run_session(s, &session, peer, log);
     match run {
@@ -503,6 +504,27 @@ pub(super) struct Session<'a> {
     pub(super) keys: &'a SessionKeys,
     pub(super) cfg: &'a RecvConfig,
     pub(super) registry: &'a Registry,
+    pub(super) log: &'a Log,
+}
+
+impl Session<'_> {
+    /// Register the session's buffers with `make(count)`: fewer, halved
+    /// and logged, while the same user's other processes hold part of the
+    /// locked memory (a non-root daemon, or `serve` through ssh).
+    pub(super) fn register<T>(
+        &self,
+        make: impl Fn(usize) -> Result<T, SessionError>,
+    ) -> Result<T, SessionError> {
+        let mut halved = |n: usize| {
+            (self.log)(
+                Level::Warn,
+                &format!(
+                    "locked memory is shared by this user's processes (the kernel counts RLIMIT_MEMLOCK per user) and others hold part of it: the session goes on with {n} buffers"
+                ),
+            )
+        };
+        crate::session::register_halving(self.buffers, &mut halved, make).map(|(t, _)| t)
+    }
 }
 
 /// Run an admitted session (from `peer`, logged to `log`) on its control
@@ -519,6 +541,7 @@ pub(super) fn run_session(
         keys,
         cfg,
         registry,
+        ..
     } = *session;
     match Kind::of(req) {
         Kind::Bench => {

@@ -68,10 +68,10 @@ pub(super) fn pull_session(
     use crate::session::source::sending::{open_source_beneath, push_data, DataStreams, Sources};
     let Session {
         req,
-        buffers,
         keys,
         cfg,
         registry,
+        ..
     } = *session;
     // (The memory stays counted until the session ends.)
     let OfferedPull {
@@ -88,14 +88,17 @@ pub(super) fn pull_session(
     let entries = tree.entries.len();
     let before = hear(s, Until::Placement { entries })?;
     held.refuse(&before.refused);
-    let params = daemon_push_params(req, buffers, keys, cfg);
     // Ring and buffers before the streams connect (ready for their data).
-    let (plan, txs) = crate::session::source::sending::prepare_senders(
-        cfg.lanes,
-        req.streams,
-        req.streams,
-        &params,
-    )?;
+    let ((plan, txs), params) = session.register(|n| {
+        let params = daemon_push_params(req, n, keys, cfg);
+        let sending = crate::session::source::sending::prepare_senders(
+            cfg.lanes,
+            req.streams,
+            req.streams,
+            &params,
+        );
+        sending.map(|sent| (sent, params))
+    })?;
     let shape = crate::session::plan::route::Shape {
         entries,
         streams: req.streams,

@@ -41,7 +41,7 @@ pub(super) fn push_session(
     peer: SocketAddr,
     log: &Log,
 ) -> Result<(u64, u64), SessionError> {
-    let (req, buffers, keys) = (session.req, session.buffers, session.keys);
+    let (req, keys) = (session.req, session.keys);
     let (cfg, registry) = (session.cfg, session.registry);
     let mut prepared = prepare_push(s, session)?;
     let PreparedPush {
@@ -52,12 +52,14 @@ pub(super) fn push_session(
     crate::session::roles::settle_held(s, incoming)?;
     // Ring and registered buffers before the streams: they are ready when
     // the first frame comes, however long the streams take to connect.
-    let pool = crate::session::sink::landing::prepare_receivers(
-        cfg.lanes,
-        req.streams,
-        buffers,
-        req.block_size as usize,
-    )?;
+    let pool = session.register(|n| {
+        crate::session::sink::landing::prepare_receivers(
+            cfg.lanes,
+            req.streams,
+            n,
+            req.block_size as usize,
+        )
+    })?;
     // What is refused, and each device under the root its own lanes and
     // streams: the sender is told.
     let mut beat = crate::session::link::conn::Beat::new(s)?;

@@ -108,11 +108,14 @@ pub(super) fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionE
     let Some(limit) = crate::session::memlock_budget() else {
         return Ok(cfg.limits.buffer_bytes);
     };
+    // Over ssh the client fits its frames to what is left of the limit.
+    if cfg.over_ssh {
+        return Ok(limit.min(cfg.limits.buffer_bytes));
+    }
     let block = 4 << 20;
     let want = crate::session::buffer_count(usize::from(BUFFER_STREAMS_MAX), block, 4, 4);
     let need = crate::session::locked_bytes(want, block);
-    // Over ssh the client fits its frames to the limit it is told.
-    if limit < need && !cfg.over_ssh {
+    if limit < need {
         let kib = need.div_ceil(1024);
         return Err(SessionError::local(
             ErrorCode::BadRequest,
@@ -122,7 +125,7 @@ pub(super) fn buffer_budget(cfg: &RecvConfig, log: &Log) -> Result<u64, SessionE
             ),
         ));
     }
-    if limit < cfg.limits.buffer_bytes && !cfg.over_ssh {
+    if limit < cfg.limits.buffer_bytes {
         log(
             Level::Warn,
             &format!(
