@@ -1,0 +1,83 @@
+//! The ssh way attacked: a malicious or broken remote (an `-e` command
+//! that plays one, no sshd needed) and strangers on the remote host
+//! against `urmove serve --stdio` (tests/sshd.rs).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{stderr, urmove, wait_output_within};
+
+/// An `-e` command that plays the remote with `body` (sh), whatever ssh's
+/// words it is given; it leaves when the client closes its stdin.
+fn fake_remote(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("fake-ssh");
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\ncat >/dev/null\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn send_through(dir: &Path, rsh: &Path) -> Command {
+    let f = dir.join("f");
+    std::fs::write(&f, b"data").unwrap();
+    let mut c = urmove();
+    c.arg("send")
+        .arg("-e")
+        .arg(rsh)
+        .arg(&f)
+        .arg("u@remote:dst")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A remote that greets and then never says where it listens (a hung
+/// serve, a stuck home directory) must not hold the client forever: the
+/// login is done by then, so no password prompt can be what it waits for.
+#[test]
+fn a_remote_that_greets_and_never_answers_does_not_hold_the_client_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let rsh = fake_remote(
+        dir.path(),
+        "printf 'URMOVE-SERVE 1 release=0.3.0 protocol=1-99\\n'",
+    );
+    let child = send_through(dir.path(), &rsh).spawn().unwrap();
+    let o = wait_output_within(child, Duration::from_secs(90)).unwrap_or_else(|e| {
+        panic!(
+            "the client still waits for the remote's ready record after 90 s; stderr: {}",
+            String::from_utf8_lossy(&e)
+        )
+    });
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("remote"), "{}", stderr(&o));
+}
+
+/// What the remote writes on stderr is relayed line by line: one endless
+/// line (no newline) must not grow the client's memory without bound.
+#[test]
+fn an_endless_stderr_line_of_the_remote_does_not_grow_the_clients_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // 300 MB of one line, then silence (no greeting).
+    let rsh = fake_remote(dir.path(), "head -c 300000000 /dev/zero | tr '\\0' a >&2");
+    let mut child = send_through(dir.path(), &rsh).spawn().unwrap();
+    let pid = child.id();
+    let vm = |field: &str| -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = s.lines().find(|l| l.starts_with(field))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < until && child.try_wait().unwrap().is_none() {
+        most = most.max(vm("VmHWM:").unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        most < 100 << 10,
+        "the client's resident memory reached {most} KiB on one stderr line of the remote"
+    );
+}
