@@ -81,3 +81,95 @@ fn an_endless_stderr_line_of_the_remote_does_not_grow_the_clients_memory() {
         "the client's resident memory reached {most} KiB on one stderr line of the remote"
     );
 }
+
+/// TCP connections from inside `ns` to `to`, from each of `sources`, as
+/// many as the remote takes (at most `each` a source), held open.
+fn connections_in_ns(
+    ns: &str,
+    sources: Vec<std::net::Ipv4Addr>,
+    to: std::net::SocketAddr,
+    each: usize,
+) -> Vec<std::net::TcpStream> {
+    let ns = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(&ns).unwrap();
+        // SAFETY: setns on this thread only, with a namespace file we hold.
+        let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+        let mut held = Vec::new();
+        for src in sources {
+            for _ in 0..each {
+                let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .unwrap();
+                sock.bind(&std::net::SocketAddr::new(src.into(), 0).into())
+                    .unwrap();
+                if sock.connect(&to.into()).is_err() {
+                    break;
+                }
+                held.push(sock.into());
+            }
+        }
+        held
+    })
+    .join()
+    .unwrap()
+}
+
+/// Another user on the remote host (or anyone on its network) sees the
+/// port serve opened (`ss -ltn`) and fills it with silent connections
+/// from a few source addresses (127/8 is all theirs): the one client the
+/// port was opened for must still get its session.
+#[test]
+fn strangers_holding_serves_port_do_not_deny_the_client_its_session() {
+    let Some(s) = crate::sshd::Sshd::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    // The real ssh, with the ready record held back 4 s: the stranger's
+    // time to find the port (a slow link's round trips give as much).
+    let rsh = fake_remote(
+        dir.path(),
+        &format!(
+            "{} \"$@\" | {{ IFS= read -r l; printf '%s\\n' \"$l\"; sleep 4; cat; }}\nexit",
+            s.rsh()
+        ),
+    );
+    let f = dir.path().join("f");
+    std::fs::write(&f, crate::util::noise(100_000, 3)).unwrap();
+    let dest = format!("{}:{}/got", s.host(), s.home_rel());
+    let mut c = urmove();
+    c.args(["send", "--json", "-e"])
+        .arg(&rsh)
+        .args(["--remote-path", &s.remote_urmove()])
+        .arg(&f)
+        .arg(&dest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let client = c.spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let port = loop {
+        if let Some(&p) = s.listening_ports().first() {
+            break p;
+        }
+        assert!(Instant::now() < until, "serve never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let sources = vec![s.addr(), [127, 0, 0, 1].into(), [127, 0, 0, 2].into()];
+    let held = connections_in_ns(s.ns(), sources, (s.addr(), port).into(), 144);
+    assert!(!held.is_empty(), "no connection to serve's port");
+    let n = held.len();
+    let o = wait_output_within(client, Duration::from_secs(120)).expect("the client hung");
+    drop(held);
+    assert!(
+        o.status.success(),
+        "{} silent strangers' connections denied the client: {}",
+        n,
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(s.home_dir().join("got")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+}
