@@ -173,3 +173,88 @@ fn strangers_holding_serves_port_do_not_deny_the_client_its_session() {
         std::fs::read(&f).unwrap()
     );
 }
+
+/// The threads of process `pid`.
+fn threads(pid: u32) -> usize {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = s.lines().find(|l| l.starts_with("Threads:"));
+    line.and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The loopback ports process `pid` listens on.
+fn loopback_ports_of(pid: u32) -> Vec<u16> {
+    let o = Command::new("ss").args(["-ltnpH"]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!("pid={pid},")) && l.contains("127.0.0.1:"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Under `--through-ssh` the client's relay listens on this host's
+/// loopback, open to every local user: each connection to it is carried
+/// to the remote (two threads and a 64 KiB buffer each side, without a
+/// limit). Another user's 400 held connections must not cost the client
+/// hundreds of threads.
+#[test]
+fn strangers_on_the_clients_relay_port_cost_it_no_thread_each() {
+    let Some(s) = crate::sshd::Sshd::start() else {
+        return;
+    };
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let f = src.path().join("big");
+    std::fs::write(&f, crate::util::noise(60 << 20, 7)).unwrap();
+    let dest = format!("{}:{}/got", s.host(), s.home_rel());
+    let mut c = urmove();
+    c.args([
+        "send",
+        "--through-ssh",
+        "--rate-limit",
+        "6M",
+        "-q",
+        "-e",
+        &s.rsh(),
+    ])
+    .args(["--remote-path", &s.remote_urmove()])
+    .arg(&f)
+    .arg(&dest)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let client = c.spawn().unwrap();
+    let pid = client.id();
+    let until = Instant::now() + Duration::from_secs(30);
+    let port = loop {
+        if let Some(&p) = loopback_ports_of(pid).first() {
+            break p;
+        }
+        assert!(Instant::now() < until, "no relay port");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let before = threads(pid);
+    let held: Vec<_> = (0..400)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let during = threads(pid);
+    drop(held);
+    let o = wait_output_within(client, Duration::from_secs(120)).expect("the client hung");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(s.home_dir().join("got")).unwrap(),
+        std::fs::read(&f).unwrap()
+    );
+    assert!(
+        during < before + 64,
+        "400 strangers' connections to the relay port took the client from {before} to {during} threads"
+    );
+}
