@@ -39,6 +39,7 @@ mod shards;
 mod small_files;
 mod sparse;
 mod ssh;
+mod ssh_attack;
 mod stamps;
 mod stream;
 mod summaries;
