@@ -471,3 +471,35 @@ fn a_dry_run_names_the_remote_paths_and_delete_and_exclude_work_through_ssh() {
     assert!(there.join("x/b.tmp").exists(), "an excluded name is kept");
     nothing_left(&s);
 }
+
+/// Two runs of one user to one host at once: the kernel counts the
+/// ssh login's locked memory per user, so the second finds only what the
+/// first left; both arrive, the second with smaller frames.
+#[test]
+fn two_runs_of_one_user_at_once_share_its_locked_memory() {
+    let Some(s) = Sshd::start() else { return };
+    let src = tempfile::tempdir_in("/var/tmp").unwrap();
+    let file = src.path().join("big");
+    std::fs::write(&file, noise(48 << 20, 6)).unwrap();
+    let runs: Vec<_> = ["one", "two"]
+        .iter()
+        .map(|name| {
+            let dest = format!("{}:{}/{name}/", s.host(), s.home_rel());
+            let mut c = via(&s, &["send", "--rate-limit", "100M", "--json"]);
+            c.arg(&file)
+                .arg(&dest)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let child = c.spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
+            child
+        })
+        .collect();
+    for (child, name) in runs.into_iter().zip(["one", "two"]) {
+        let o = crate::util::wait_output_within(child, LIMIT).expect("a run hung");
+        assert_eq!(json(&o)["status"], "ok", "{name}: {}", stderr(&o));
+        let got = std::fs::read(s.home_dir().join(name).join("big")).unwrap();
+        assert!(got == noise(48 << 20, 6), "{name} differs");
+    }
+    nothing_left(&s);
+}

@@ -73,6 +73,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         lanes: set.lanes,
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
         over_ssh: false,
+        only_from: None,
     };
     let log = service::logger(set.log_format);
     let stats = Arc::new(crate::session::daemon::DaemonStats::default());

@@ -29,9 +29,9 @@ pub use locks::{
     end_lease, lock_in_the_way, lock_range, lock_whole, take_write_lease, unlock_range,
 };
 pub use process::{
-    die_with_parent, effective_uid, has_cap_ipc_lock, ignore_sigio, ignore_sigxfsz,
-    io_uring_disabled, kernel_release, memlock_limit, nofile_limit, pinned_by_this_user,
-    raise_nofile_limit, random_bytes,
+    connected_from_this_process, die_with_parent, effective_uid, has_cap_ipc_lock, ignore_sigio,
+    ignore_sigxfsz, io_uring_disabled, kernel_release, memlock_limit, nofile_limit,
+    pinned_by_this_user, raise_nofile_limit, random_bytes,
 };
 pub(crate) use socket::get_opt;
 pub use socket::{

@@ -174,3 +174,87 @@ fn status_field(status: &str, name: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// Whether the loopback TCP connection from `peer` to `local` (an accepted
+/// one) was made by this process: the connecting socket, found by its
+/// ports in `/proc/net/tcp` (or `tcp6`), is one of this process's
+/// descriptors. A relay on loopback takes its own connections so and no
+/// other local user's.
+pub fn connected_from_this_process(
+    peer: std::net::SocketAddr,
+    local: std::net::SocketAddr,
+) -> bool {
+    let table = match peer {
+        std::net::SocketAddr::V4(_) => "/proc/net/tcp",
+        std::net::SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let Ok(text) = std::fs::read_to_string(table) else {
+        return false;
+    };
+    let (from, to) = (proc_net_addr(peer), proc_net_addr(local));
+    let inode = text.lines().skip(1).find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let ours = w.get(1) == Some(&from.as_str()) && w.get(2) == Some(&to.as_str());
+        ours.then(|| w.get(9).map(|i| i.to_string()))?
+    });
+    let Some(inode) = inode.filter(|i| i != "0") else {
+        return false;
+    };
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir("/proc/self/fd").is_ok_and(|d| {
+        d.flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
+    })
+}
+
+/// An address as `/proc/net/tcp` writes it: the address's 32-bit words in
+/// host order, then the port, in upper-case hex.
+fn proc_net_addr(a: std::net::SocketAddr) -> String {
+    let octets: Vec<u8> = match a.ip() {
+        std::net::IpAddr::V4(ip) => ip.octets().to_vec(),
+        std::net::IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    let words: String = octets
+        .chunks(4)
+        .map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+        .collect();
+    format!("{words}:{:04X}", a.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback connection this process made is its own; one another
+    /// process made to the same listener is not.
+    #[test]
+    fn a_connection_is_known_for_this_process_or_another() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = l.local_addr().unwrap();
+        let _mine = std::net::TcpStream::connect(local).unwrap();
+        let (_, peer) = l.accept().unwrap();
+        assert!(connected_from_this_process(peer, local));
+        let script = format!("exec 3<>/dev/tcp/127.0.0.1/{}; sleep 2", local.port());
+        let mut other = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .spawn()
+            .unwrap();
+        let (_, peer) = l.accept().unwrap();
+        assert!(!connected_from_this_process(peer, local));
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+
+    #[test]
+    fn proc_files_are_read_as_the_kernel_writes_them() {
+        assert_eq!(
+            proc_net_addr("127.0.0.1:80".parse().unwrap()),
+            format!("{:08X}:0050", u32::from_ne_bytes([127, 0, 0, 1]))
+        );
+        assert_eq!(
+            status_field("Name:\tx\nVmPin:\t  1848 kB\n", "VmPin:"),
+            Some(1848)
+        );
+        assert_eq!(status_field("Name:\tx\n", "VmPin:"), None);
+    }
+}

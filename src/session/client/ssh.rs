@@ -244,23 +244,63 @@ fn host_name(host: &str) -> String {
     host.rsplit_once('@').map_or(host, |(_, h)| h).to_string()
 }
 
+/// The longest line of ssh's stderr relayed whole; the rest of a longer
+/// one is left out.
+const STDERR_LINE_MAX: usize = 4096;
+
 /// ssh's stderr (and the remote's), each line printed as `host: line`
-/// and kept (the first 64 KiB) for the reason of a failed start.
+/// (at most [`STDERR_LINE_MAX`] bytes of it) and kept (the first 64 KiB)
+/// for the reason of a failed start.
 fn relay_stderr(
     e: std::process::ChildStderr,
     host: String,
     said: Arc<Mutex<String>>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        for line in BufReader::new(e).lines().map_while(Result::ok) {
-            eprintln!("{host}: {line}");
+        let mut r = BufReader::new(e);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let Ok(n) = (&mut r)
+                .take(STDERR_LINE_MAX as u64)
+                .read_until(b'\n', &mut line)
+            else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            if line.last() != Some(&b'\n') {
+                skip_line(&mut r);
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end();
+            eprintln!("{host}: {text}");
             let mut s = said.lock().unwrap_or_else(|p| p.into_inner());
             if s.len() < NOISE_MAX {
-                s.push_str(&line);
+                s.push_str(text);
                 s.push('\n');
             }
         }
     })
+}
+
+/// Read past the rest of a line, keeping nothing of it.
+fn skip_line(r: &mut impl BufRead) {
+    loop {
+        let Ok(buf) = r.fill_buf() else { return };
+        if buf.is_empty() {
+            return;
+        }
+        let (used, end) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        r.consume(used);
+        if end {
+            return;
+        }
+    }
 }
 
 /// The remote's greeting, past what a login shell printed first (warned
@@ -305,8 +345,14 @@ fn greeting(out: &mut impl BufRead, host: &str) -> Result<Greeting, SessionError
     }
 }
 
-/// The remote's ready record.
-fn ready(out: &mut impl Read) -> Result<Ready, SessionError> {
+/// How long the remote may take to answer once the login is done and it
+/// has greeted (its home on a slow filesystem, its state directory).
+const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// The remote's ready record, within [`READY_WAIT`].
+fn ready(out: &mut BufReader<&mut ChildStdout>) -> Result<Ready, SessionError> {
+    use std::os::fd::AsRawFd;
+    let until = Instant::now() + READY_WAIT;
     let mut b = Vec::new();
     let mut chunk = [0u8; 512];
     loop {
@@ -314,6 +360,14 @@ fn ready(out: &mut impl Read) -> Result<Ready, SessionError> {
             Ok((r, _)) => return Ok(r),
             Err(crate::protocol::wire::DecodeError::Short { .. }) if b.len() < 16 << 10 => {}
             Err(e) => return Err(SessionError::Decode(e)),
+        }
+        let left = until.saturating_duration_since(Instant::now()).as_millis() as i32;
+        let fd = out.get_ref().as_raw_fd();
+        if out.buffer().is_empty() && !crate::datapath::sys::wait_readable(fd, left) {
+            return Err(not_started(format!(
+                "the remote side greeted but did not say where it listens within {} s",
+                READY_WAIT.as_secs()
+            )));
         }
         let n = out
             .read(&mut chunk)
@@ -333,14 +387,25 @@ fn remote_version(spec: &SshSpec) -> String {
     let mut words = spec.rsh.clone();
     words.extend(["-oRequestTTY=no", "--"].map(String::from));
     words.extend([spec.host.clone(), format!("{} --version", spec.remote_path)]);
-    let said = Command::new(&words[0])
+    let child = Command::new(&words[0])
         .args(&words[1..])
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output();
-    match said {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        _ => "its release unknown".into(),
+        .spawn();
+    let Ok(mut child) = child else {
+        return "its release unknown".into();
+    };
+    // One line is all a version takes: no more is read.
+    let mut said = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out.take(256)).read_until(b'\n', &mut said);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    match String::from_utf8_lossy(&said).trim() {
+        "" => "its release unknown".into(),
+        v => v.to_string(),
     }
 }
 

@@ -53,6 +53,28 @@ pub struct RecvConfig {
     /// directory may lie beneath it, and a tight locked-memory limit is
     /// fitted to rather than refused.
     pub over_ssh: bool,
+    /// Take connections only from there (None: from anyone).
+    pub only_from: Option<OnlyFrom>,
+}
+
+/// Where a daemon that serves one client takes connections from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnlyFrom {
+    /// This address: the ssh client's (`$SSH_CONNECTION`).
+    Address(std::net::IpAddr),
+    /// This process's own loopback connections (its `--through-ssh`
+    /// relay), no other local user's.
+    ThisProcess,
+}
+
+impl OnlyFrom {
+    /// Whether the connection from `peer` accepted on `local` may be let in.
+    pub fn admits(self, peer: SocketAddr, local: SocketAddr) -> bool {
+        match self {
+            OnlyFrom::Address(a) => peer.ip() == a,
+            OnlyFrom::ThisProcess => crate::datapath::sys::connected_from_this_process(peer, local),
+        }
+    }
 }
 
 impl RecvConfig {
@@ -83,6 +105,7 @@ impl RecvConfig {
             lanes: Default::default(),
             part_max_age: None,
             over_ssh: false,
+            only_from: None,
         }
     }
 }

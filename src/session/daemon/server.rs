@@ -219,6 +219,22 @@ impl Door {
         log: &Log,
     ) {
         let stats = &registry.stats;
+        if let Some(only) = cfg.only_from {
+            let local = s.local_addr().unwrap_or(cfg.listen);
+            if !only.admits(peer, local) {
+                stats
+                    .unauthenticated_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                self.unauthenticated_refusals.log(
+                    log,
+                    Level::Warn,
+                    &format!(
+                        "{peer}: refused: this receiver takes connections from its one client only"
+                    ),
+                );
+                return;
+            }
+        }
         let max = cfg.limits.unauthenticated_per_address;
         let Some(unauthenticated) = Unauthenticated::take(stats, peer.ip(), max) else {
             // Counted apart (unauthenticated_refused), no session's error.

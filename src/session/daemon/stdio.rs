@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::protocol::ssh::{Greeting, Mode, Opening, Ready, OPENING_LEN};
 
-use super::config::{Limits, RecvConfig};
+use super::config::{Limits, OnlyFrom, RecvConfig};
 use super::log::{Level, Log};
 use super::stats::DaemonStats;
 use crate::session::SessionError;
@@ -51,7 +51,16 @@ pub fn serve_stdio(bind: Option<IpAddr>, log: Log) -> Result<(), SessionError> {
         )
     })?;
     let home = home()?;
-    let cfg = config(SocketAddr::new(addr, 0), opening.key);
+    // Connections only from the ssh client, or under --through-ssh from
+    // this process's relay: strangers who see the port take no slot.
+    let only_from = match opening.mode {
+        Mode::ThroughSsh => Some(OnlyFrom::ThisProcess),
+        Mode::Tcp => ssh_client_addr().map(OnlyFrom::Address),
+    };
+    let cfg = RecvConfig {
+        only_from,
+        ..config(SocketAddr::new(addr, 0), opening.key)
+    };
     let stats = Arc::new(DaemonStats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut answered = Ok(());
@@ -87,8 +96,18 @@ fn std_pipes() -> std::io::Result<(std::fs::File, std::fs::File)> {
 /// The local address of the ssh connection this process was started
 /// through (`$SSH_CONNECTION`'s third word): the client reached it.
 fn ssh_server_addr() -> Option<IpAddr> {
+    ssh_connection_word(2)
+}
+
+/// The ssh client's address (`$SSH_CONNECTION`'s first word): the
+/// session's connections come from there.
+fn ssh_client_addr() -> Option<IpAddr> {
+    ssh_connection_word(0)
+}
+
+fn ssh_connection_word(n: usize) -> Option<IpAddr> {
     let c = std::env::var("SSH_CONNECTION").ok()?;
-    c.split_whitespace().nth(2)?.parse().ok()
+    c.split_whitespace().nth(n)?.parse().ok()
 }
 
 /// The directory relative paths start from, as scp's: the user's home

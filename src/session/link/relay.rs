@@ -26,6 +26,9 @@ pub type PipeOut = Arc<Mutex<Option<Box<dyn Write + Send>>>>;
 /// Each open channel's queue to the writer of its connection.
 type Channels = Arc<Mutex<HashMap<u32, SyncSender<Vec<u8>>>>>;
 
+/// Each open channel's connection, to shut down when the relay ends.
+type Conns = Arc<Mutex<HashMap<u32, TcpStream>>>;
+
 /// Which side of the channel this relay is.
 pub enum Side {
     /// The client: its session connects to this listener, each connection
@@ -39,7 +42,7 @@ pub enum Side {
 /// side or ssh is gone). Every connection is then shut down.
 pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
     let chans: Channels = Arc::default();
-    let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let conns: Conns = Arc::default();
     let connect_to = match side {
         Side::Accept(listener) => {
             let (chans, conns, out) = (Arc::clone(&chans), Arc::clone(&conns), Arc::clone(&out));
@@ -74,6 +77,10 @@ pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&chan);
+                conns
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&chan);
                 if len > 0 {
                     send_frame(&out, chan, &[]);
                 }
@@ -84,23 +91,29 @@ pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
         }
     }
     chans.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    for c in conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+    for c in conns.lock().unwrap_or_else(|p| p.into_inner()).values() {
         let _ = c.shutdown(Shutdown::Both);
     }
 }
 
-/// The client side's accept loop: each connection a channel.
-fn accept(
-    listener: TcpListener,
-    chans: &Channels,
-    conns: &Arc<Mutex<Vec<TcpStream>>>,
-    out: &PipeOut,
-) {
+/// The client side's accept loop: each connection a channel, if this
+/// process made it (the listener is on loopback, open to every local
+/// user: another's connection is closed at once, at no thread's cost).
+fn accept(listener: TcpListener, chans: &Channels, conns: &Conns, out: &PipeOut) {
     let mut next = 1u32;
+    let Ok(local) = listener.local_addr() else {
+        return;
+    };
     for s in listener.incoming() {
         let Ok(s) = s else { continue };
         if out.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
             return;
+        }
+        let ours = s
+            .peer_addr()
+            .is_ok_and(|peer| crate::datapath::sys::connected_from_this_process(peer, local));
+        if !ours {
+            continue;
         }
         open(next, s, chans, conns, out);
         next = next.wrapping_add(1);
@@ -113,7 +126,7 @@ fn open(
     chan: u32,
     s: TcpStream,
     chans: &Channels,
-    conns: &Arc<Mutex<Vec<TcpStream>>>,
+    conns: &Conns,
     out: &PipeOut,
 ) -> SyncSender<Vec<u8>> {
     let _ = s.set_nodelay(true);
@@ -123,7 +136,10 @@ fn open(
         .unwrap_or_else(|p| p.into_inner())
         .insert(chan, tx.clone());
     if let Ok(c) = s.try_clone() {
-        conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(chan, c);
     }
     if let Ok(mut w) = s.try_clone() {
         std::thread::spawn(move || {
