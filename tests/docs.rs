@@ -396,7 +396,7 @@ fn over_ssh(words: &[String]) -> bool {
 /// there first. None where this machine has no sshd to run it on.
 fn ssh_mapped(sb: &mut Sandbox, words: &[String]) -> Option<Vec<String>> {
     if sb.sshd.is_none() {
-        sb.sshd = Some(crate::sshd::Sshd::start()?);
+        sb.sshd = Some(crate::sshd::Sshd::start_alone()?);
     }
     let (rsh, bin) = {
         let s = sb.sshd.as_ref().expect("started");

@@ -89,7 +89,7 @@ fn a_tricky_tree_goes_and_comes_back_through_ssh_as_rsync_would_have_it() {
         tools.iter().all(|t| crate::util::have(t)),
         "needs rsync, attr, acl"
     );
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let top = tricky_tree(src.path());
     // Relative to the remote home, as scp reads it; sealed by default.
@@ -243,7 +243,7 @@ fn kill9(pids: &[i32]) {
 
 #[test]
 fn a_kill_of_either_side_or_of_ssh_leaves_nothing_and_the_next_run_resumes() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     cut_and_resume(&s, "client", &|_, child| child.kill().unwrap());
     // The ssh the client started (not the client, whose line names it).
     cut_and_resume(&s, "ssh", &|s, _| {
@@ -265,7 +265,7 @@ fn a_kill_of_either_side_or_of_ssh_leaves_nothing_and_the_next_run_resumes() {
 
 #[test]
 fn a_changed_host_key_is_refused_as_ssh_refuses_it() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     s.known_hosts_mismatch();
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     std::fs::write(src.path().join("f"), b"x").unwrap();
@@ -280,7 +280,7 @@ fn a_changed_host_key_is_refused_as_ssh_refuses_it() {
 
 #[test]
 fn a_remote_without_urmove_or_with_an_older_one_is_named() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let f = src.path().join("f");
     std::fs::write(&f, b"x").unwrap();
@@ -323,7 +323,7 @@ fn a_remote_without_urmove_or_with_an_older_one_is_named() {
 
 #[test]
 fn through_ssh_crosses_a_host_that_admits_only_ssh() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     s.firewall_only_ssh();
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     std::fs::write(src.path().join("big"), noise(24 << 20, 3)).unwrap();
@@ -374,7 +374,7 @@ fn has_hex_key(text: &str) -> bool {
 
 #[test]
 fn no_secret_is_on_a_command_line_or_in_an_environment_on_either_host() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let file = src.path().join("big");
     std::fs::write(&file, noise(96 << 20, 2)).unwrap();
@@ -410,7 +410,7 @@ fn no_secret_is_on_a_command_line_or_in_an_environment_on_either_host() {
 
 #[test]
 fn bench_net_starts_its_receiver_through_ssh() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     let o = run(
         &s,
         &[
@@ -432,7 +432,7 @@ fn bench_net_starts_its_receiver_through_ssh() {
 
 #[test]
 fn a_dry_run_names_the_remote_paths_and_delete_and_exclude_work_through_ssh() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let x = src.path().join("x");
     std::fs::create_dir_all(&x).unwrap();
@@ -477,7 +477,7 @@ fn a_dry_run_names_the_remote_paths_and_delete_and_exclude_work_through_ssh() {
 /// first left; both arrive, the second with smaller frames.
 #[test]
 fn two_runs_of_one_user_at_once_share_its_locked_memory() {
-    let Some(s) = Sshd::start() else { return };
+    let Some(s) = Sshd::start_alone() else { return };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();
     let file = src.path().join("big");
     std::fs::write(&file, noise(48 << 20, 6)).unwrap();

@@ -122,7 +122,7 @@ fn connections_in_ns(
 /// port was opened for must still get its session.
 #[test]
 fn strangers_holding_serves_port_do_not_deny_the_client_its_session() {
-    let Some(s) = crate::sshd::Sshd::start() else {
+    let Some(s) = crate::sshd::Sshd::start_alone() else {
         return;
     };
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -206,7 +206,7 @@ fn loopback_ports_of(pid: u32) -> Vec<u16> {
 /// hundreds of threads.
 #[test]
 fn strangers_on_the_clients_relay_port_cost_it_no_thread_each() {
-    let Some(s) = crate::sshd::Sshd::start() else {
+    let Some(s) = crate::sshd::Sshd::start_alone() else {
         return;
     };
     let src = tempfile::tempdir_in("/var/tmp").unwrap();

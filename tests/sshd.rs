@@ -48,7 +48,15 @@ pub struct Sshd {
     dir: PathBuf,
     uid: u32,
     sshd: Option<Child>,
+    /// Held by [`Sshd::start_alone`]'s instances for their lives.
+    _alone: Option<std::sync::MutexGuard<'static, ()>>,
 }
+
+/// One urmove run at a time as the test user in this process: the kernel
+/// counts the user's locked memory (RLIMIT_MEMLOCK) together, so runs of
+/// other tests would change the frames a run fits (and a resumed part
+/// continues only with the frames it began with).
+static USER_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Why this machine cannot run an sshd in a namespace, if it cannot.
 fn missing() -> Option<&'static str> {
@@ -236,6 +244,15 @@ impl Sshd {
     /// A running sshd in a namespace of its own, or `None` (the reason
     /// printed) where this machine cannot make one; a setup that fails
     /// where it could panics (and what was made is removed).
+    /// [`Sshd::start`], and no other instance started so runs at once in
+    /// this process (see [`USER_RUNS`]).
+    pub fn start_alone() -> Option<Sshd> {
+        let alone = USER_RUNS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = Sshd::start()?;
+        s._alone = Some(alone);
+        Some(s)
+    }
+
     pub fn start() -> Option<Sshd> {
         if let Some(why) = missing() {
             eprintln!("sshd harness skipped: {why}");
@@ -264,6 +281,7 @@ impl Sshd {
             dir: PathBuf::from(format!("{HOME}/t-{slot}")),
             uid: 0,
             sshd: None,
+            _alone: None,
         }
     }
 

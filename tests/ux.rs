@@ -265,8 +265,10 @@ fn bench_net_forced_bar_counts_time() {
 }
 
 fn subcommands() -> Vec<String> {
+    // `serve` is hidden: started through ssh by urmove itself, never typed.
     urmove::cli::args::Cli::command()
         .get_subcommands()
+        .filter(|c| !c.is_hide_set())
         .map(|c| c.get_name().to_string())
         .collect()
 }

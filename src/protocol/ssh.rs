@@ -130,6 +130,10 @@ pub struct Ready {
     pub port: u16,
     pub home: String,
     pub memlock: Option<u64>,
+    /// The limit itself (RLIMIT_MEMLOCK; None: unlimited or exempt), so a
+    /// client picks the same frames run after run when nothing else holds
+    /// any (a resumed part continues only with the frames it began with).
+    pub memlock_limit: Option<u64>,
 }
 
 /// The longest address or home directory a ready record carries.
@@ -141,6 +145,7 @@ impl Ready {
         w.bytes(&RECORD_MARK)
             .u16(self.port)
             .u64(self.memlock.unwrap_or(u64::MAX))
+            .u64(self.memlock_limit.unwrap_or(u64::MAX))
             .str16(&self.addr.to_string())
             .name16(&self.home);
         w.buf
@@ -155,6 +160,7 @@ impl Ready {
         }
         let port = r.u16()?;
         let memlock = Some(r.u64()?).filter(|&m| m != u64::MAX);
+        let memlock_limit = Some(r.u64()?).filter(|&m| m != u64::MAX);
         let addr = r.str16("ready address", TEXT_MAX)?;
         let addr = addr.parse().map_err(|_| invalid("ready address", 0))?;
         let home = r.name16("home directory", TEXT_MAX)?;
@@ -163,6 +169,7 @@ impl Ready {
             port,
             home,
             memlock,
+            memlock_limit,
         };
         Ok((ready, b.len() - r.remaining()))
     }
@@ -201,7 +208,8 @@ mod tests {
             addr: "10.77.0.2".parse().unwrap(),
             port: 40001,
             home: "/home/a b".into(),
-            memlock: Some(8 << 20),
+            memlock: Some(6 << 20),
+            memlock_limit: Some(8 << 20),
         };
         let e = r.encode();
         assert_eq!(Ready::decode(&e).unwrap(), (r, e.len()));

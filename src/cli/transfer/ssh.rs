@@ -118,23 +118,33 @@ pub(super) fn peer(
 fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> Result<u32, Failure> {
     let streams = usize::from(streams.min(8));
     let want = crate::session::buffer_count(streams, block, 4, 4);
-    let left = remote.ready.memlock;
-    let fit = crate::session::fit_buffers(want, block, left, "--block").map_err(|e| {
+    let (left, limit) = (remote.ready.memlock, remote.ready.memlock_limit);
+    let fit = |block: u32, memory: Option<u64>| {
+        crate::session::fit_buffers(want, block, memory, "--block").map(|f| f.block)
+    };
+    // The frames the whole limit fits, the same run after run, where what
+    // the user's other runs leave still fits them; else smaller.
+    let alone = fit(block, limit).unwrap_or(block);
+    let chosen = match fit(alone, left) {
+        Ok(b) if b == alone => Ok(alone),
+        _ => fit(block, left),
+    };
+    let chosen = chosen.map_err(|e| {
         Failure::Run(anyhow::anyhow!(
             "{}: the remote side has {} KiB of locked memory left (RLIMIT_MEMLOCK of the ssh login, less what the user's other runs hold): {e}",
             remote.login,
             left.unwrap_or(0) >> 10
         ))
     })?;
-    if fit.block < block {
+    if chosen < block {
         eprintln!(
             "urmove: the remote side has {} KiB of locked memory left (RLIMIT_MEMLOCK of the ssh login, less what the user's other runs hold): frames of {} KiB (asked for {} KiB)",
             left.unwrap_or(0) >> 10,
-            fit.block >> 10,
+            chosen >> 10,
             block >> 10
         );
     }
-    Ok(fit.block)
+    Ok(chosen)
 }
 
 /// A session's error, explained where the remote's port was not reached.

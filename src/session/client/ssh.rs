@@ -103,6 +103,7 @@ pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
             port: 0,
             home: String::new(),
             memlock: None,
+            memlock_limit: None,
         },
         key: super::connect::random()?,
         login: spec.host.clone(),

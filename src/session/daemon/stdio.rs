@@ -77,6 +77,7 @@ pub fn serve_stdio(bind: Option<IpAddr>, log: Log) -> Result<(), SessionError> {
             // is not this run's: the kernel counts the limit per user.
             memlock: crate::session::memlock_budget()
                 .map(|l| l.saturating_sub(crate::datapath::sys::pinned_by_this_user())),
+            memlock_limit: crate::session::memlock_budget(),
         };
         answered = out.write_all(&ready.encode());
         let carry = (opening.mode == Mode::ThroughSsh).then_some((bound, out));
