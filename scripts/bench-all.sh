@@ -237,7 +237,16 @@ ver() { "$@" 2>&1 | head -1 || true; }
 MACHINE=$RUNDIR/machine.tsv
 # A resumed run's parts kept from before were measured by the urmove its
 # machine table named then (runs before the commit column).
-EARLIER=$(awk -F'\t' '$1 == "urmove" { print $2 }' "$MACHINE" 2>/dev/null || true)
+# The first machine table's urmove, kept once: later tables name several.
+if [ ! -f "$RUNDIR/urmove-first" ]; then
+    awk -F'\t' '$1 == "urmove" { print $2 }' "$MACHINE" >"$RUNDIR/urmove-first" 2>/dev/null || true
+fi
+EARLIER=$(cat "$RUNDIR/urmove-first" 2>/dev/null || true)
+# Every resume of this run, kept: the parts each ran again or added.
+if [ -n "$RESUMED" ]; then
+    echo "resumed at $(date -Is) for:$RESUMED" >>"$RUNDIR/resumes"
+fi
+RESUMES=$(paste -sd ';' "$RUNDIR/resumes" 2>/dev/null | sed 's/;/; /g' || true)
 NOW="$COMMIT ($("$URMOVE" --version 2>/dev/null | head -1))"
 URMOVE_ROW=$(awk -F'\t' -v earlier="${EARLIER:-unrecorded}" -v commit="$COMMIT" -v now="$NOW" '
     { c = ($5 == "") ? earlier : ($5 == commit) ? now : $5
@@ -246,7 +255,7 @@ URMOVE_ROW=$(awk -F'\t' -v earlier="${EARLIER:-unrecorded}" -v commit="$COMMIT" 
           for (i = 0; i < n; i++) printf "%s%s for %s", (i ? "; " : ""), order[i], parts[order[i]]; print "" }' "$STATUS")
 {
     printf 'Date\t%s (took %s min; load %s at start, %s at end)%s\n' "$DATE" $(( (ELAPSED + 59) / 60 )) \
-        "$LOAD_START" "$LOAD_END" "${RESUMED:+; resumed at $(date -Is) for the parts it had not finished or did not have:$RESUMED}"
+        "$LOAD_START" "$LOAD_END" "${RESUMES:+; $RESUMES (parts it had not finished or did not have)}"
     printf 'CPUs\t%s (nproc), %s\n' "$(nproc)" "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
     printf 'Memory\t%s\n' "$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
     printf 'Kernel\t%s\n' "$(uname -r)"
