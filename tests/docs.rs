@@ -407,15 +407,11 @@ fn ssh_mapped(sb: &mut Sandbox, words: &[String]) -> Option<Vec<String>> {
         (s.host().to_string(), s.home_dir(), s.home_rel())
     };
     let sub = words[1].clone();
-    let mut out = vec![sub.clone(), "-e".into(), rsh, "--remote-path".into()];
-    out.extend([bin, "--state-dir".into()]);
-    out.push(
-        sb.dir
-            .path()
-            .join("client-state")
-            .to_string_lossy()
-            .into_owned(),
-    );
+    let mut out = vec![sub.clone(), "-e".into(), rsh, "--remote-path".into(), bin];
+    if sub == "send" || sub == "pull" {
+        let state = sb.dir.path().join("client-state");
+        out.extend(["--state-dir".into(), state.to_string_lossy().into_owned()]);
+    }
     let mut remote_sources = Vec::new();
     let mut prev = String::new();
     for w in &words[2..] {
