@@ -148,14 +148,7 @@ fn strangers_holding_serves_port_do_not_deny_the_client_its_session() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let client = c.spawn().unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    let port = loop {
-        if let Some(&p) = s.listening_ports().first() {
-            break p;
-        }
-        assert!(Instant::now() < until, "serve never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let port = crate::sshd::first_port_within("serve never listened", || s.listening_ports());
     let sources = vec![s.addr(), [127, 0, 0, 1].into(), [127, 0, 0, 2].into()];
     let held = connections_in_ns(s.ns(), sources, (s.addr(), port).into(), 144);
     assert!(!held.is_empty(), "no connection to serve's port");
@@ -188,14 +181,7 @@ fn loopback_ports_of(pid: u32) -> Vec<u16> {
     String::from_utf8_lossy(&o.stdout)
         .lines()
         .filter(|l| l.contains(&format!("pid={pid},")) && l.contains("127.0.0.1:"))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(3)?
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter_map(crate::sshd::ss_port)
         .collect()
 }
 
@@ -231,14 +217,7 @@ fn strangers_on_the_clients_relay_port_cost_it_no_thread_each() {
     .stderr(Stdio::piped());
     let client = c.spawn().unwrap();
     let pid = client.id();
-    let until = Instant::now() + Duration::from_secs(30);
-    let port = loop {
-        if let Some(&p) = loopback_ports_of(pid).first() {
-            break p;
-        }
-        assert!(Instant::now() < until, "no relay port");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let port = crate::sshd::first_port_within("no relay port", || loopback_ports_of(pid));
     std::thread::sleep(Duration::from_secs(1));
     let before = threads(pid);
     let held: Vec<_> = (0..400)

@@ -550,14 +550,7 @@ impl Sshd {
         assert!(o.status.success(), "ss failed: {}", stderr(&o));
         let mut ports: Vec<u16> = stdout(&o)
             .lines()
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .nth(3)?
-                    .rsplit(':')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
+            .filter_map(ss_port)
             .filter(|&p| p != 22)
             .collect();
         ports.sort_unstable();
@@ -568,6 +561,29 @@ impl Sshd {
     /// Give `path` (recursively) to the user, for trees placed remotely.
     pub fn chown_to_user(&self, path: &Path) {
         must(cmd(&["chown", "-R", &format!("{USER}:{USER}")]).arg(path));
+    }
+}
+
+/// The local port of a line of `ss -ltn` output.
+pub fn ss_port(line: &str) -> Option<u16> {
+    line.split_whitespace()
+        .nth(3)?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The first of the ports `ports()` gives, waited for up to 30 s (`what`
+/// names it when none comes).
+pub fn first_port_within(what: &str, ports: impl Fn() -> Vec<u16>) -> u16 {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(&p) = ports().first() {
+            return p;
+        }
+        assert!(std::time::Instant::now() < until, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

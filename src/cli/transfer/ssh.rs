@@ -104,7 +104,7 @@ pub(super) fn peer(
             login: Some(r.login.clone()),
             ..SendConfig::to(host, port, r.key)
         };
-        return Ok((to, fitted_block(r, block, 16)?));
+        return Ok((to, fitted_block(r, block)?));
     }
     let file = key_file.expect("a daemon's run has a key file");
     let key = crate::cli::keys::load(file).map_err(Failure::Usage)?;
@@ -115,9 +115,9 @@ pub(super) fn peer(
 /// (an ssh login has 8 MiB on many systems, and no CAP_IPC_LOCK, and the
 /// remote says what the user's other runs leave of it): the largest that
 /// leaves enough registered buffers, said on stderr when lowered.
-fn fitted_block(remote: &SshRemote, block: u32, streams: u16) -> Result<u32, Failure> {
-    let streams = usize::from(streams.min(8));
-    let want = crate::session::buffer_count(streams, block, 4, 4);
+fn fitted_block(remote: &SshRemote, block: u32) -> Result<u32, Failure> {
+    // A receiver sizes its buffers for 8 streams at most, however many.
+    let want = crate::session::buffer_count(8, block, 4, 4);
     let (left, limit) = (remote.ready.memlock, remote.ready.memlock_limit);
     let fit = |block: u32, memory: Option<u64>| {
         crate::session::fit_buffers(want, block, memory, "--block").map(|f| f.block)

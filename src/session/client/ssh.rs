@@ -39,7 +39,6 @@ pub struct SshRemote {
     /// session's connections on.
     relay_port: Option<u16>,
     stderr: Option<std::thread::JoinHandle<()>>,
-    pub greeting: Greeting,
     pub ready: Ready,
     pub key: Key,
     /// `[user@]host` as given.
@@ -51,11 +50,12 @@ const NOISE_MAX: usize = 64 << 10;
 /// How long the remote gets to leave once its channel is closed.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
 
-/// The words of the ssh command run: `spec.rsh`, options that keep a
-/// user's ssh_config from adding a terminal, a remote command or
-/// forwardings (scp's own), the host, and fixed words for the remote: no
-/// path, option or secret of the run is on any command line.
-pub fn command_line(spec: &SshSpec) -> Vec<String> {
+/// The words of the ssh command that runs `what` (`serve --stdio`) with
+/// `spec.remote_path`: `spec.rsh`, options that keep a user's ssh_config
+/// from adding a terminal, a remote command or forwardings (scp's own),
+/// the host, and fixed words for the remote: no path, option or secret
+/// of the run is on any command line.
+pub fn command_line(spec: &SshSpec, what: &str) -> Vec<String> {
     let mut words = spec.rsh.clone();
     words.extend(
         [
@@ -70,13 +70,13 @@ pub fn command_line(spec: &SshSpec) -> Vec<String> {
         .map(String::from),
     );
     words.push(spec.host.clone());
-    words.push(format!("{} serve --stdio", spec.remote_path));
+    words.push(format!("{} {what}", spec.remote_path));
     words
 }
 
 /// Start the remote side and open the session's way to it.
 pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
-    let words = command_line(spec);
+    let words = command_line(spec, "serve --stdio");
     let mut child = Command::new(&words[0])
         .args(&words[1..])
         .stdin(Stdio::piped())
@@ -97,7 +97,6 @@ pub fn start(spec: &SshSpec) -> Result<SshRemote, SessionError> {
         stdin,
         relay_port: None,
         stderr,
-        greeting: Greeting::ours(),
         ready: Ready {
             addr: std::net::Ipv4Addr::UNSPECIFIED.into(),
             port: 0,
@@ -127,11 +126,11 @@ impl SshRemote {
     /// Greeting, opening, ready.
     fn open(&mut self, spec: &SshSpec, out: &mut ChildStdout) -> Result<(), SessionError> {
         let mut out = BufReader::new(out);
-        self.greeting = greeting(&mut out, &spec.host)?;
-        if self.greeting.opening != OPENING_VERSION {
+        let greeting = greeting(&mut out, &spec.host)?;
+        if greeting.opening != OPENING_VERSION {
             return Err(not_started(format!(
                 "{}: {} speaks the ssh opening {} (release {}), this urmove {} (release {}): install the same release on both hosts",
-                spec.host, spec.remote_path, self.greeting.opening, self.greeting.release,
+                spec.host, spec.remote_path, greeting.opening, greeting.release,
                 OPENING_VERSION, env!("CARGO_PKG_VERSION")
             )));
         }
@@ -385,9 +384,7 @@ fn ready(out: &mut BufReader<&mut ChildStdout>) -> Result<Ready, SessionError> {
 /// What `PATH --version` says on the remote host (a second ssh login,
 /// only when the first found an urmove too old to serve).
 fn remote_version(spec: &SshSpec) -> String {
-    let mut words = spec.rsh.clone();
-    words.extend(["-oRequestTTY=no", "--"].map(String::from));
-    words.extend([spec.host.clone(), format!("{} --version", spec.remote_path)]);
+    let words = command_line(spec, "--version");
     let child = Command::new(&words[0])
         .args(&words[1..])
         .stdin(Stdio::null())
@@ -456,7 +453,7 @@ mod tests {
 
     #[test]
     fn the_command_line_holds_fixed_words_and_no_secret() {
-        let w = command_line(&spec());
+        let w = command_line(&spec(), "serve --stdio");
         assert_eq!(&w[..3], ["ssh", "-p", "2222"]);
         assert!(w.contains(&"-oRequestTTY=no".to_string()));
         assert_eq!(w[w.len() - 2..], ["u@dtn2", "bin/urmove serve --stdio"]);

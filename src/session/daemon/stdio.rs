@@ -69,15 +69,15 @@ pub fn serve_stdio(bind: Option<IpAddr>, log: Log) -> Result<(), SessionError> {
         let Some((stdin, mut out)) = pipes.take() else {
             return;
         };
+        let limit = crate::session::memlock_budget();
         let ready = Ready {
             addr: bound.ip(),
             port: bound.port(),
             home: home.to_string_lossy().into_owned(),
             // What this user's other processes (another run) have pinned
             // is not this run's: the kernel counts the limit per user.
-            memlock: crate::session::memlock_budget()
-                .map(|l| l.saturating_sub(crate::datapath::sys::pinned_by_this_user())),
-            memlock_limit: crate::session::memlock_budget(),
+            memlock: limit.map(|l| l.saturating_sub(crate::datapath::sys::pinned_by_this_user())),
+            memlock_limit: limit,
         };
         answered = out.write_all(&ready.encode());
         let carry = (opening.mode == Mode::ThroughSsh).then_some((bound, out));

@@ -23,11 +23,19 @@ pub const QUEUE_CHUNKS: usize = 64;
 /// `None` once the relay is closed (the ssh channel let go).
 pub type PipeOut = Arc<Mutex<Option<Box<dyn Write + Send>>>>;
 
-/// Each open channel's queue to the writer of its connection.
-type Channels = Arc<Mutex<HashMap<u32, SyncSender<Vec<u8>>>>>;
+/// An open channel: the queue to its connection's writer, and the
+/// connection, shut down when the relay ends.
+struct Channel {
+    tx: SyncSender<Vec<u8>>,
+    conn: TcpStream,
+}
 
-/// Each open channel's connection, to shut down when the relay ends.
-type Conns = Arc<Mutex<HashMap<u32, TcpStream>>>;
+/// The open channels by number.
+type Channels = Arc<Mutex<HashMap<u32, Channel>>>;
+
+fn lock(chans: &Channels) -> std::sync::MutexGuard<'_, HashMap<u32, Channel>> {
+    chans.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Which side of the channel this relay is.
 pub enum Side {
@@ -42,11 +50,10 @@ pub enum Side {
 /// side or ssh is gone). Every connection is then shut down.
 pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
     let chans: Channels = Arc::default();
-    let conns: Conns = Arc::default();
     let connect_to = match side {
         Side::Accept(listener) => {
-            let (chans, conns, out) = (Arc::clone(&chans), Arc::clone(&conns), Arc::clone(&out));
-            std::thread::spawn(move || accept(listener, &chans, &conns, &out));
+            let (chans, out) = (Arc::clone(&chans), Arc::clone(&out));
+            std::thread::spawn(move || accept(listener, &chans, &out));
             None
         }
         Side::Connect(addr) => Some(addr),
@@ -59,28 +66,17 @@ pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
         if len > CHUNK || pipe_in.read_exact(&mut bytes).is_err() {
             break;
         }
-        let known = chans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&chan)
-            .cloned();
+        let known = lock(&chans).get(&chan).map(|c| c.tx.clone());
         let sender = match (known, connect_to) {
             (Some(s), _) => Some(s),
             (None, Some(addr)) if len > 0 => TcpStream::connect(addr)
                 .ok()
-                .map(|s| open(chan, s, &chans, &conns, &out)),
+                .and_then(|s| open(chan, s, &chans, &out)),
             _ => None,
         };
         match (sender, len) {
             (Some(_), 0) | (None, _) => {
-                chans
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&chan);
-                conns
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&chan);
+                lock(&chans).remove(&chan);
                 if len > 0 {
                     send_frame(&out, chan, &[]);
                 }
@@ -90,16 +86,15 @@ pub fn run(mut pipe_in: impl Read, out: PipeOut, side: Side) {
             }
         }
     }
-    chans.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    for c in conns.lock().unwrap_or_else(|p| p.into_inner()).values() {
-        let _ = c.shutdown(Shutdown::Both);
+    for (_, c) in lock(&chans).drain() {
+        let _ = c.conn.shutdown(Shutdown::Both);
     }
 }
 
 /// The client side's accept loop: each connection a channel, if this
 /// process made it (the listener is on loopback, open to every local
 /// user: another's connection is closed at once, at no thread's cost).
-fn accept(listener: TcpListener, chans: &Channels, conns: &Conns, out: &PipeOut) {
+fn accept(listener: TcpListener, chans: &Channels, out: &PipeOut) {
     let mut next = 1u32;
     let Ok(local) = listener.local_addr() else {
         return;
@@ -115,42 +110,31 @@ fn accept(listener: TcpListener, chans: &Channels, conns: &Conns, out: &PipeOut)
         if !ours {
             continue;
         }
-        open(next, s, chans, conns, out);
+        open(next, s, chans, out);
         next = next.wrapping_add(1);
     }
 }
 
 /// Start carrying connection `s` as channel `chan`: a reader that frames
-/// what it sends onto the pipe, and a writer of what arrives for it.
-fn open(
-    chan: u32,
-    s: TcpStream,
-    chans: &Channels,
-    conns: &Conns,
-    out: &PipeOut,
-) -> SyncSender<Vec<u8>> {
+/// what it sends onto the pipe, and a writer of what arrives for it. None
+/// when the connection cannot be shared between the two.
+fn open(chan: u32, s: TcpStream, chans: &Channels, out: &PipeOut) -> Option<SyncSender<Vec<u8>>> {
     let _ = s.set_nodelay(true);
+    let (mut w, conn) = (s.try_clone().ok()?, s.try_clone().ok()?);
     let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE_CHUNKS);
-    chans
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(chan, tx.clone());
-    if let Ok(c) = s.try_clone() {
-        conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(chan, c);
-    }
-    if let Ok(mut w) = s.try_clone() {
-        std::thread::spawn(move || {
-            for bytes in rx {
-                if w.write_all(&bytes).is_err() {
-                    break;
-                }
+    let channel = Channel {
+        tx: tx.clone(),
+        conn,
+    };
+    lock(chans).insert(chan, channel);
+    std::thread::spawn(move || {
+        for bytes in rx {
+            if w.write_all(&bytes).is_err() {
+                break;
             }
-            let _ = w.shutdown(Shutdown::Write);
-        });
-    }
+        }
+        let _ = w.shutdown(Shutdown::Write);
+    });
     let (out, mut r) = (Arc::clone(out), s);
     std::thread::spawn(move || {
         let mut buf = vec![0u8; CHUNK];
@@ -166,7 +150,7 @@ fn open(
         }
         send_frame(&out, chan, &[]);
     });
-    tx
+    Some(tx)
 }
 
 /// Write one frame; false once the pipe is closed or broken.
