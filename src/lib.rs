@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cli       L4  argument parsing, host probes into configs, rendering (anyhow lives here)
+//! http      L3  recv's HTTPS WebDAV front: third-party copy, checksums, tokens (uses session)
 //! session   L3  send / recv orchestration
 //! bench     L3  bench --disk (datapath + coord only)
 //! datapath  L2  rings, registered buffers, op slots, O_DIRECT files; the only unsafe room
@@ -16,5 +17,6 @@ pub mod bench;
 pub mod cli;
 pub mod coord;
 pub mod datapath;
+pub mod http;
 pub mod protocol;
 pub mod session;

@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-const ROOMS: [&str; 6] = ["cli", "session", "bench", "datapath", "protocol", "coord"];
+const ROOMS: [&str; 7] = [
+    "cli", "http", "session", "bench", "datapath", "protocol", "coord",
+];
 
 fn sources(room: &str) -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(room);
@@ -75,8 +77,9 @@ fn check_room(room: &str, allowed: &[&str]) {
 fn rooms_use_only_rooms_below() {
     check_room(
         "cli",
-        &["session", "bench", "datapath", "protocol", "coord"],
+        &["http", "session", "bench", "datapath", "protocol", "coord"],
     );
+    check_room("http", &["session", "datapath", "protocol", "coord"]);
     check_room("session", &["datapath", "protocol", "coord"]);
     check_room("bench", &["datapath", "protocol", "coord"]);
     check_room("datapath", &["protocol", "coord"]);
@@ -198,7 +201,7 @@ fn has_unsafe(line: &str) -> bool {
 
 #[test]
 fn unsafe_only_in_datapath_and_each_block_explained() {
-    for room in ["cli", "session", "bench", "protocol", "coord"] {
+    for room in ["cli", "http", "session", "bench", "protocol", "coord"] {
         for (path, text) in sources(room) {
             let c = code(&text);
             assert!(
@@ -232,7 +235,7 @@ fn unsafe_only_in_datapath_and_each_block_explained() {
 
 #[test]
 fn anyhow_only_in_cli() {
-    for room in ["session", "bench", "datapath", "protocol", "coord"] {
+    for room in ["http", "session", "bench", "datapath", "protocol", "coord"] {
         for (path, text) in sources(room) {
             assert!(
                 !code(&text).contains("anyhow"),

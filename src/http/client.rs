@@ -1,0 +1,1 @@
+//! The HTTPS client (filled by the client work of issue 37).

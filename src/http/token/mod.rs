@@ -1,0 +1,1 @@
+//! WLCG bearer tokens (filled by the token work of issue 37).
