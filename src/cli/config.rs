@@ -46,6 +46,12 @@ pub struct RecvSettings {
     /// `min_rate`, in the unit given.
     pub min_rate: parse::Rate,
     pub part_max_age: Duration,
+    /// The HTTPS front (`--http` and its companions), when asked for.
+    pub http: Option<String>,
+    pub http_cert: Option<PathBuf>,
+    pub http_key: Option<PathBuf>,
+    pub http_ca: Option<PathBuf>,
+    pub token_issuers: Option<PathBuf>,
 }
 
 /// The daemon's `min_rate` unless one is given: 8 kbit/s.
@@ -97,6 +103,11 @@ struct RecvFile {
     max_manifest_memory: Option<Spanned<Amount>>,
     min_rate: Option<Spanned<String>>,
     part_max_age: Option<Spanned<Amount>>,
+    http: Option<Spanned<String>>,
+    http_cert: Option<Spanned<PathBuf>>,
+    http_key: Option<Spanned<PathBuf>>,
+    http_ca: Option<Spanned<PathBuf>>,
+    token_issuers: Option<Spanned<PathBuf>>,
 }
 
 /// Every key of the file (each a field of [`RecvFile`], and the `recv`
@@ -133,6 +144,11 @@ pub const KEYS: &[(&str, Option<&str>)] = &[
     ("max_manifest_memory", Some("\"2G\"")),
     ("min_rate", Some("\"8kbit\"")),
     ("part_max_age", Some("\"7d\"")),
+    ("http", None),
+    ("http_cert", None),
+    ("http_key", None),
+    ("http_ca", None),
+    ("token_issuers", None),
 ];
 
 /// A refusal naming the file, the line and the reason.
@@ -541,6 +557,11 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             f.part_max_age,
             Duration::from_secs(7 * 86400),
         )?,
+        http: either(a.http.clone(), f.http),
+        http_cert: either(a.http_cert.clone(), f.http_cert),
+        http_key: either(a.http_key.clone(), f.http_key),
+        http_ca: either(a.http_ca.clone(), f.http_ca),
+        token_issuers: either(a.token_issuers.clone(), f.token_issuers),
     })
 }
 

@@ -10,9 +10,19 @@
 //! - `token`: WLCG JWT access tokens: signatures against trusted issuers'
 //!   keys, audience, expiry, and the storage scopes bound to path prefixes.
 
+pub mod auth;
 pub mod client;
+pub mod dav;
+pub mod path;
+pub mod propfind;
+pub mod server;
+pub mod stats;
+pub mod store;
+pub mod sums;
 pub mod tls;
 pub mod token;
+pub mod tpc;
+pub mod wire;
 
 /// Why an HTTP-front operation failed.
 #[derive(Debug, thiserror::Error)]

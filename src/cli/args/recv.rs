@@ -15,7 +15,7 @@ use crate::cli::parse;
 with underscores (listen, root, key_file, direct, interval, handshake_timeout, timeout, \
 max_sessions, max_connections, max_unauthenticated_per_address, max_streams, max_files, \
 max_buffer_memory, require_encryption, metrics, log_format, state_dir, unsafe_links, keep_setid, \
-devices, pull_only, udp, udp_time_max, cc, lanes, max_manifest_memory, min_rate, part_max_age); options on the command line win, and both are held to \
+devices, pull_only, udp, udp_time_max, cc, lanes, max_manifest_memory, min_rate, part_max_age, http, http_cert, http_key, http_ca, token_issuers); options on the command line win, and both are held to \
 the same ranges."
 )]
 pub struct RecvArgs {
@@ -171,6 +171,31 @@ pub struct RecvArgs {
     /// --resume) untouched for this long; 0 keeps them [default: 7d].
     #[arg(long, value_name = "DURATION", value_parser = parse::duration)]
     pub part_max_age: Option<Duration>,
+
+    /// Also serve HTTPS WebDAV with third-party copy (what FTS3 and gfal2
+    /// drive) on ADDR:PORT, over the same root; needs --http-cert,
+    /// --http-key and --token-issuers (every request carries a WLCG token).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<String>,
+
+    /// The HTTPS front's certificate chain (PEM, leaf first).
+    #[arg(long, value_name = "FILE")]
+    pub http_cert: Option<PathBuf>,
+
+    /// The private key of --http-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub http_key: Option<PathBuf>,
+
+    /// CAs a third-party copy trusts in the other endpoint: a PEM file or a
+    /// directory of them [default: the system's bundle and
+    /// /etc/grid-security/certificates].
+    #[arg(long, value_name = "PATH")]
+    pub http_ca: Option<PathBuf>,
+
+    /// The WLCG token issuers the HTTPS front trusts, their keys and the
+    /// audiences it answers to (a TOML file: see docs/http.md).
+    #[arg(long, value_name = "FILE")]
+    pub token_issuers: Option<PathBuf>,
 }
 
 /// `--unsafe-links`: what the daemon does with symlinks leaving its root.

@@ -6,6 +6,7 @@
 //! it runs and at its end is in [`printer`] and [`summary`].
 
 mod aim;
+mod http;
 mod printer;
 mod recv;
 mod run;

@@ -86,8 +86,19 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
             &format!("metrics at http://{bound}/metrics"),
         );
     }
-    let served = serve(cfg, &stop, Arc::clone(&log), stats, &mut |addr| {
-        listening(addr, set.min_rate, &log);
+    let front = super::http::front(&set, &cfg, &log).map_err(usage)?;
+    let served = std::thread::scope(|scope| {
+        let http = front
+            .map(|(front, http_stats)| super::http::spawn(scope, front, http_stats, &stop, &log));
+        let served = serve(cfg, &stop, Arc::clone(&log), stats, &mut |addr| {
+            listening(addr, set.min_rate, &log);
+        });
+        // The daemon ended (stopped, or failed to start): so does the front.
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = http {
+            let _ = h.join();
+        }
+        served
     });
     service::sd_notify("STOPPING=1");
     metrics_stop.store(true, std::sync::atomic::Ordering::Relaxed);
