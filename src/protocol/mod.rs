@@ -8,6 +8,7 @@
 
 pub mod block;
 pub mod catalogue;
+pub mod checksum;
 pub mod control;
 pub mod conversation;
 pub mod frame;
