@@ -161,7 +161,8 @@ fn route(req: &mut Request, conn: &mut Conn, kind: BodyKind, keep: &mut bool) ->
         "MKCOL" => super::store::mkcol(req),
         "PROPFIND" => super::propfind::propfind(req, &body),
         "COPY" => super::tpc::copy(req, conn),
-        "MOVE" | "PROPPATCH" | "LOCK" | "UNLOCK" | "POST" | "PATCH" => {
+        "POST" => super::tpc::native::post(req, conn),
+        "MOVE" | "PROPPATCH" | "LOCK" | "UNLOCK" | "PATCH" => {
             Ok(Answer::text(405, "not supported by this endpoint").with("Allow", ALLOW))
         }
         m => Ok(Answer::text(501, &format!("{m}: not implemented"))),
@@ -178,6 +179,7 @@ fn options() -> Answer {
         .with("DAV", "1")
         .with("Accept-Ranges", "bytes")
         .with("Content-Length", "0")
+        .with(super::tpc::native::HEADER, super::tpc::native::offered())
 }
 
 /// A body of a method other than PUT, read whole (small, or refused).

@@ -7,6 +7,7 @@
 //!   the CAs a client trusts).
 //! - `client`: an HTTPS/1.1 client with a pool of kept-alive connections
 //!   (third-party copies, JWKS fetches).
+//! - `url`: the http(s) URLs it speaks to (gfal's dav/davs too).
 //! - `token`: WLCG JWT access tokens: signatures against trusted issuers'
 //!   keys, audience, expiry, and the storage scopes bound to path prefixes.
 
@@ -22,6 +23,7 @@ pub mod sums;
 pub mod tls;
 pub mod token;
 pub mod tpc;
+pub mod url;
 pub mod wire;
 
 /// Why an HTTP-front operation failed.

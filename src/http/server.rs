@@ -78,7 +78,10 @@ impl Front {
                 e,
             )
         })?;
-        let client = super::client::Client::new(super::tls::client_config(&config.cas)?);
+        let client = super::client::Client::new(
+            super::tls::client_config(&config.cas)?,
+            super::client::ClientOptions::default(),
+        );
         let auth = super::auth::Auth::load(&config.issuers, &client)?;
         Ok(Front {
             config,

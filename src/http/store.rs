@@ -150,7 +150,7 @@ impl Upload {
             arena,
             filled: 0,
             size: 0,
-            running: Running::new(),
+            running: Running::new(super::sums::wants_md5(req.head)),
         })
     }
 
@@ -222,7 +222,7 @@ impl Upload {
             .set_len(self.size)
             .map_err(|e| io("cutting to size", e))?;
         self.file.sync_all().map_err(|e| io("syncing", e))?;
-        Ok(self.running.finish(self.size))
+        Ok(self.running.finish())
     }
 
     /// Named at `rel` (replacing what is there when `replaces`), its
@@ -234,34 +234,52 @@ impl Upload {
         sums: &Sums,
         replaces: bool,
     ) -> Result<(), Answer> {
-        let root = &req.front.root;
         super::sums::keep(req.front, &self.file, rel, sums);
-        let fail = |e: std::io::Error| Answer::text(500, &format!("/{rel}: naming the file: {e}"));
-        match root.link_unnamed(&self.file, rel) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && replaces => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Made by another writer since the check: this one is not
-                // allowed to replace it.
-                return Err(Answer::text(412, &format!("/{rel}: appeared meanwhile")));
-            }
-            Err(e) => return Err(fail(e)),
-        }
-        let mut r = [0u8; 8];
-        crate::datapath::sys::random_bytes(&mut r).map_err(fail)?;
-        let tmp = format!(
-            "{}.{:016x}{}",
-            rel,
-            u64::from_le_bytes(r),
-            crate::session::PART_SUFFIX
-        );
-        root.link_unnamed(&self.file, &tmp).map_err(fail)?;
-        let renamed = root.rename_file(&tmp, rel, self.id);
-        if renamed.is_err() {
-            let _ = root.unlink_file(&tmp, self.id);
-        }
-        renamed.map_err(fail)
+        name_file(&req.front.root, &self.file, self.id, rel, replaces).map_err(|e| match e {
+            Naming::Appeared => Answer::text(412, &format!("/{rel}: appeared meanwhile")),
+            Naming::Failed(e) => Answer::text(500, &format!("/{rel}: naming the file: {e}")),
+        })
     }
+}
+
+/// Why a finished file did not get its name.
+#[derive(Debug)]
+pub enum Naming {
+    /// Something was made at the name since the check, and this writer
+    /// may not replace it.
+    Appeared,
+    Failed(std::io::Error),
+}
+
+/// Give the unnamed, synced `file` (identity `id`) the name `rel`,
+/// replacing what is there only when `replaces`: linked at a name of its
+/// own beside it and renamed from there (only while that name holds it).
+pub fn name_file(
+    root: &crate::datapath::beneath::Root,
+    file: &File,
+    id: FileId,
+    rel: &str,
+    replaces: bool,
+) -> Result<(), Naming> {
+    match root.link_unnamed(file, rel) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && replaces => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(Naming::Appeared),
+        Err(e) => return Err(Naming::Failed(e)),
+    }
+    let mut r = [0u8; 8];
+    crate::datapath::sys::random_bytes(&mut r).map_err(Naming::Failed)?;
+    let tmp = format!(
+        "{rel}.{:016x}{}",
+        u64::from_le_bytes(r),
+        crate::session::PART_SUFFIX
+    );
+    root.link_unnamed(file, &tmp).map_err(Naming::Failed)?;
+    let renamed = root.rename_file(&tmp, rel, id);
+    if renamed.is_err() {
+        let _ = root.unlink_file(&tmp, id);
+    }
+    renamed.map_err(Naming::Failed)
 }
 
 /// DELETE: a file or link, or an empty directory.
