@@ -9,6 +9,7 @@ mod dry_run;
 mod filters;
 mod info;
 pub mod keys;
+mod metrics_http;
 pub mod parse;
 pub mod plot;
 mod progress;

@@ -154,6 +154,8 @@ const SCRAPE_HEAD_LEN_MAX: usize = 2048;
 /// and how many are being answered now.
 struct Scrapes {
     stats: Arc<DaemonStats>,
+    /// The HTTPS front's, when it runs.
+    http: Option<Arc<crate::http::stats::HttpStats>>,
     rate: Mutex<RateState>,
     busy: AtomicUsize,
 }
@@ -190,6 +192,7 @@ impl Drop for Scrape {
 pub fn serve_metrics(
     addr: &str,
     stats: Arc<DaemonStats>,
+    http: Option<Arc<crate::http::stats::HttpStats>>,
     stop: Arc<AtomicBool>,
 ) -> Result<SocketAddr, String> {
     let listener = TcpListener::bind(addr).map_err(|e| format!("--metrics {addr}: {e}"))?;
@@ -201,6 +204,7 @@ pub fn serve_metrics(
         .map_err(|e| format!("--metrics {addr}: {e}"))?;
     let shared = Arc::new(Scrapes {
         stats,
+        http,
         rate: Mutex::new(RateState {
             at: Instant::now(),
             bytes: 0,
@@ -227,7 +231,7 @@ fn start_scrape(s: TcpStream, shared: &Arc<Scrapes>) {
     };
     let _ = std::thread::Builder::new()
         .name("urmove-metrics".into())
-        .spawn(move || answer(s, &scrape.shared.stats, &scrape.shared.rate));
+        .spawn(move || answer(s, &scrape.shared));
 }
 
 /// The request head, read until its blank line, [`SCRAPE_HEAD_LEN_MAX`]
@@ -256,7 +260,7 @@ fn read_head(s: &mut TcpStream) -> String {
 
 /// Answer one HTTP request: `/metrics` gets the text format, `/` a pointer
 /// to it, anything else 404.
-fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
+fn answer(mut s: TcpStream, shared: &Scrapes) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_write_timeout(Some(SCRAPE_WRITE_TIMEOUT));
     let head = read_head(&mut s);
@@ -265,7 +269,7 @@ fn answer(mut s: TcpStream, stats: &DaemonStats, state: &Mutex<RateState>) {
         "/metrics" => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            exposition(stats, state),
+            exposition(&shared.stats, &shared.rate, shared.http.as_deref()),
         ),
         "/" => (
             "200 OK",
@@ -294,7 +298,11 @@ fn gauge(reg: &mut Registry, name: &str, help: &str, v: i64) {
 }
 
 /// The metrics now, in the Prometheus text format.
-fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
+fn exposition(
+    stats: &DaemonStats,
+    state: &Mutex<RateState>,
+    http: Option<&crate::http::stats::HttpStats>,
+) -> String {
     let mut reg = Registry::with_prefix("urmove");
     let received = stats.bytes_received.load(Ordering::Relaxed);
     moved(&mut reg, stats, received);
@@ -325,6 +333,9 @@ fn exposition(stats: &DaemonStats, state: &Mutex<RateState>) -> String {
         stats.preauth_failures(),
     );
     per_session(&mut reg, stats);
+    if let Some(h) = http {
+        super::metrics_http::register(&mut reg, h);
+    }
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {
         let _ = writeln!(out, "# encoding failed");

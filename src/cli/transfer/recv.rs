@@ -78,15 +78,16 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
     let log = service::logger(set.log_format);
     let stats = Arc::new(crate::session::daemon::DaemonStats::default());
     let metrics_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let front = super::http::front(&set, &cfg, &log).map_err(usage)?;
+    let http_stats = front.as_ref().map(|(_, s)| Arc::clone(s));
     if let Some(addr) = &set.metrics {
-        let bound = service::serve_metrics(addr, Arc::clone(&stats), Arc::clone(&metrics_stop))
+        let bound = service::serve_metrics(addr, Arc::clone(&stats), http_stats, Arc::clone(&metrics_stop))
             .map_err(|e| usage(anyhow::anyhow!(e)))?;
         log(
             crate::session::daemon::log::Level::Info,
             &format!("metrics at http://{bound}/metrics"),
         );
     }
-    let front = super::http::front(&set, &cfg, &log).map_err(usage)?;
     let served = std::thread::scope(|scope| {
         let http = front
             .map(|(front, http_stats)| super::http::spawn(scope, front, http_stats, &stop, &log));

@@ -117,7 +117,9 @@ fn push(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
         .ok_or("the destination ended its answer before it was ready")?
         .map_err(|e| e.to_string())?;
     let (port, key) = parse_ready(&ready)?;
-    let name = copy.rel.rsplit('/').next().unwrap_or("").to_string();
+    // The destination stages the file under its own path's name.
+    let theirs = crate::http::path::rel_of(copy.remote.path()).map_err(|r| r.reason)?;
+    let name = theirs.rsplit('/').next().unwrap_or("").to_string();
     std::thread::scope(|scope| {
         let talk = scope.spawn(|| follow_lines(&mut lines, Some(progress)));
         let to = SocketAddr::new(remote.ip(), port);

@@ -64,6 +64,9 @@ pub(in crate::session) enum JobDone {
 pub(in crate::session) struct Tally {
     pub(in crate::session) done_files: usize,
     pub(in crate::session) bytes: u64,
+    /// Payload bytes whose writes completed (what the progress shows:
+    /// moved and written, not only received).
+    pub(in crate::session) written: u64,
     pub(in crate::session) skipped: Vec<crate::session::link::refused::Refused>,
     pub(in crate::session) rejected: Vec<u32>,
     pub(in crate::session) lost_streams: Vec<String>,
@@ -388,6 +391,7 @@ impl<'s> Book<'s> {
         if live {
             show_live(f, block);
         }
+        self.tally.written += wire;
         Ok(index)
     }
 

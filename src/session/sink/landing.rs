@@ -532,16 +532,14 @@ impl<'s> Control<'s> {
     /// The lanes' new bytes, and what was settled without a payload, to
     /// `out`.
     fn report_progress(&mut self, book: &Mutex<Book>) {
-        let total: u64 = self
-            .lanes
-            .iter()
-            .map(|l| l.bytes.load(Ordering::Relaxed))
-            .sum();
+        let (total, unsent) = {
+            let b = book::lock(book);
+            (b.tally.written, b.tally.unsent)
+        };
         if total > self.reported {
             self.out.progress(total - self.reported);
             self.reported = total;
         }
-        let unsent = book::lock(book).tally.unsent;
         if unsent > self.reported_unsent {
             self.out.unsent(unsent - self.reported_unsent);
             self.reported_unsent = unsent;
