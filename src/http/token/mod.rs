@@ -182,23 +182,24 @@ impl Authorizer {
     pub fn new(config: TokenConfig, fetch: Option<Fetcher>) -> Result<Authorizer, HttpError> {
         let mut issuers = Vec::with_capacity(config.issuers.len());
         for issuer in config.issuers {
-            let keys = match &issuer.jwks {
-                Some(path) => {
-                    let text = std::fs::read(path).map_err(|e| {
-                        HttpError::io(format!("JWKS of {}: {}", issuer.iss, path.display()), e)
-                    })?;
-                    KeySource::File(
-                        KeySet::parse(&text).map_err(|e| {
+            let keys =
+                match &issuer.jwks {
+                    Some(path) => {
+                        let text = std::fs::read(path).map_err(|e| {
+                            HttpError::io(format!("JWKS of {}: {}", issuer.iss, path.display()), e)
+                        })?;
+                        KeySource::File(KeySet::parse(&text).map_err(|e| {
                             HttpError::Config(format!("JWKS {}: {e}", path.display()))
-                        })?,
-                    )
-                }
-                None if fetch.is_none() => return Err(HttpError::Config(format!(
+                        })?)
+                    }
+                    None if fetch.is_none() => {
+                        return Err(HttpError::Config(format!(
                     "issuer {} has no jwks file and this endpoint cannot fetch keys: give it one",
                     issuer.iss
-                ))),
-                None => KeySource::fetched(),
-            };
+                )))
+                    }
+                    None => KeySource::fetched(),
+                };
             issuers.push(Issuer {
                 config: issuer,
                 keys,

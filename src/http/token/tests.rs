@@ -290,3 +290,34 @@ fn values_from_tokens_are_escaped_and_cut_for_logs() {
     let long = "x".repeat(500);
     assert_eq!(printable(&long).len(), SHOWN_CHARS_MAX + 3);
 }
+
+#[test]
+fn every_one_character_change_and_truncation_of_a_token_is_refused() {
+    let s = Signer::new();
+    let f = fixture("/", Some(s.jwks("k1")));
+    let token = s.token("k1", ISS, "storage.read:/");
+    let check = |t: &str| f.auth.check(Some(&bearer_of(t)), Op::Read, "/f", at(NOW));
+    check(&token).unwrap();
+    for i in 0..token.len() {
+        let mut changed = token.clone().into_bytes();
+        changed[i] = if changed[i] == b'A' { b'B' } else { b'A' };
+        let changed = String::from_utf8(changed).unwrap();
+        assert!(check(&changed).is_err(), "byte {i} changed");
+        assert!(check(&token[..i]).is_err(), "cut at {i}");
+    }
+}
+
+#[test]
+fn concurrent_first_requests_share_one_fetch() {
+    fn shared<T: Send + Sync>(_: &T) {}
+    let s = Signer::new();
+    let f = fixture("/", Some(s.jwks("k1")));
+    shared(&f.auth);
+    let h = bearer_of(&s.token("k1", ISS, "storage.read:/"));
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| f.auth.check(Some(&h), Op::Read, "/f", at(NOW)).unwrap());
+        }
+    });
+    assert_eq!(f.fetched.load(Ordering::SeqCst), 1);
+}
