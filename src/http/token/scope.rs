@@ -70,7 +70,14 @@ pub struct Scope {
 
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:/{}", self.authz.name(), self.components.join("/"))?;
+        // Escaped: a decoded path may hold a newline, and this goes to logs.
+        let path: String = self
+            .components
+            .join("/")
+            .chars()
+            .flat_map(char::escape_debug)
+            .collect();
+        write!(f, "{}:/{path}", self.authz.name())?;
         if self.dir {
             write!(f, "/")?;
         }
@@ -252,6 +259,10 @@ mod tests {
         assert_eq!(s.to_string(), "storage.read:/data set/run");
         assert!(s.covers(Op::Read, &path("/data set/run/f")));
         assert!(!s.covers(Op::Read, &path("/data%20set/run/f")));
+        assert_eq!(
+            one("storage.read:/a%0Ab").to_string(),
+            "storage.read:/a\\nb"
+        );
     }
 
     #[test]
