@@ -43,6 +43,7 @@ mod ssh_attack;
 mod stamps;
 mod stream;
 mod summaries;
+mod tokens;
 mod transfer;
 mod trust;
 mod tune;
