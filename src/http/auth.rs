@@ -2,21 +2,17 @@
 //! token (`token`), checked for the operation on the path it names.
 
 use std::path::Path;
+use std::time::SystemTime;
 
 use super::client::Client;
+use super::token::{Authorizer, TokenConfig};
 use super::wire::Head;
 use super::HttpError;
 
-/// What a request does to a path, as the WLCG scopes divide it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// GET, HEAD, PROPFIND, being the source of a third-party copy.
-    Read,
-    /// A new file or directory (PUT, MKCOL, a copy's new destination).
-    Create,
-    /// Changing or removing what exists (overwrite, DELETE).
-    Modify,
-}
+pub use super::token::Op;
+
+/// Most bytes of an issuer's discovery document or JWKS taken.
+const KEYS_BYTES_MAX: u64 = 1 << 20;
 
 /// Who a request was let in as, for the access log (never the token).
 #[derive(Debug, Clone, Default)]
@@ -28,8 +24,8 @@ pub struct Who {
     pub scope: String,
 }
 
-/// A request refused: its status (401 or 403), the reason for the log and
-/// the client, and the WWW-Authenticate value with a 401.
+/// A request refused: its status (400, 401, 403 or 503), the reason for
+/// the log and the client, and the WWW-Authenticate value.
 #[derive(Debug, Clone)]
 pub struct Denial {
     pub status: u16,
@@ -39,20 +35,42 @@ pub struct Denial {
 
 /// The token rules of this front.
 pub struct Auth {
-    authorizer: super::token::Authorizer,
+    authorizer: Authorizer,
 }
 
 impl Auth {
-    /// The issuers file read (its JWKS fetched through `client` where it
-    /// names none).
+    /// The issuers file read; an issuer without a JWKS file has its keys
+    /// fetched through `client` (its CA checked, as every copy's).
     pub fn load(issuers: &Path, client: &Client) -> Result<Auth, HttpError> {
-        let authorizer = super::token::Authorizer::load(issuers, client)?;
-        Ok(Auth { authorizer })
+        let config = TokenConfig::load(issuers)?;
+        let client = client.clone();
+        let fetch: super::token::Fetcher = Box::new(move |url: &str| {
+            let url = super::url::Url::parse(url)?;
+            let r = client.get(&url, &[])?.error_for_status()?;
+            r.text(KEYS_BYTES_MAX).map(String::into_bytes)
+        });
+        Ok(Auth {
+            authorizer: Authorizer::new(config, Some(fetch))?,
+        })
     }
 
     /// Whether the request's token allows `op` on `rel` (beneath the root).
     pub fn check(&self, head: &Head, op: Op, rel: &str) -> Result<Who, Denial> {
-        self.authorizer
-            .allows(head.header("authorization"), op, rel)
+        let path = format!("/{rel}");
+        match self
+            .authorizer
+            .check(head.header("authorization"), op, &path, SystemTime::now())
+        {
+            Ok(g) => Ok(Who {
+                subject: g.subject,
+                token_id: g.token_id.to_string(),
+                scope: g.scope,
+            }),
+            Err(d) => Err(Denial {
+                status: d.status(),
+                reason: d.reason.clone(),
+                challenge: d.www_authenticate().map(str::to_string),
+            }),
+        }
     }
 }

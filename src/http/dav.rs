@@ -200,7 +200,8 @@ fn small_body(conn: &mut Conn, kind: BodyKind) -> Result<Vec<u8>, Answer> {
 
 /// HEAD or GET of a file (a range of it with `Range: bytes=...`).
 fn get(req: &mut Request, with_body: bool) -> Result<Answer, Answer> {
-    req.allow(Op::Read, &req.rel.clone())?;
+    let op = if with_body { Op::Read } else { Op::Stat };
+    req.allow(op, &req.rel.clone())?;
     let file = open_existing(req)?;
     let meta = file
         .metadata()

@@ -27,7 +27,7 @@ pub fn propfind(req: &mut Request, _body: &[u8]) -> Result<Answer, Answer> {
         }
     };
     let rel = req.rel.clone();
-    req.allow(Op::Read, &rel)?;
+    req.allow(if depth == 0 { Op::Stat } else { Op::Read }, &rel)?;
     let file = open_existing(req)?;
     let meta = file
         .metadata()

@@ -314,7 +314,7 @@ pub fn mkcol(req: &mut Request) -> Result<Answer, Answer> {
     if existing(req, &rel).is_some() {
         return Err(Answer::text(405, &format!("/{rel}: exists")));
     }
-    req.allow(Op::Create, &rel)?;
+    req.allow(Op::CreateDir, &rel)?;
     let parent = parent_of(&rel);
     if !parent.is_empty() && existing(req, parent) != Some(true) {
         return Err(Answer::text(409, &format!("/{parent}: no such directory")));
