@@ -1,7 +1,9 @@
 //! urmove's integration tests: one binary, built once (as ripgrep does).
 
+mod pki;
 mod sshd;
 mod util;
+mod xrootd;
 
 mod admin;
 mod alloc_count;
@@ -21,6 +23,7 @@ mod docs;
 mod faults;
 mod fidelity;
 mod follow;
+mod gfal;
 mod hostile;
 mod house;
 mod lanes;
