@@ -90,12 +90,20 @@ impl Endpoint {
 
     /// `davs://localhost:PORT/path` (gfal's spelling).
     pub fn davs(&self, path: &str) -> String {
-        format!("davs://localhost:{}/{}", self.http, path.trim_start_matches('/'))
+        format!(
+            "davs://localhost:{}/{}",
+            self.http,
+            path.trim_start_matches('/')
+        )
     }
 
     /// `https://localhost:PORT/path`.
     pub fn https(&self, path: &str) -> String {
-        format!("https://localhost:{}/{}", self.http, path.trim_start_matches('/'))
+        format!(
+            "https://localhost:{}/{}",
+            self.http,
+            path.trim_start_matches('/')
+        )
     }
 
     /// Where `path` is on disk.
@@ -123,7 +131,9 @@ impl Endpoint {
 }
 
 fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = format!("{prefix}{}", e.file_name().to_string_lossy());
         if e.file_type().is_ok_and(|t| t.is_dir()) {

@@ -1,5 +1,6 @@
 //! urmove's integration tests: one binary, built once (as ripgrep does).
 
+mod endpoint;
 mod pki;
 mod sshd;
 mod util;
@@ -26,6 +27,7 @@ mod follow;
 mod gfal;
 mod hostile;
 mod house;
+mod http;
 mod lanes;
 mod limits;
 mod linters;

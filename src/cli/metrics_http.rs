@@ -46,14 +46,23 @@ pub fn register(reg: &mut Registry, s: &HttpStats) {
             .get_or_create(&vec![("outcome".into(), o.into())])
             .inc_by(v.load(Ordering::Relaxed));
     }
-    reg.register("http_tpc_done", "Third-party copies ended, by outcome", outcomes);
+    reg.register(
+        "http_tpc_done",
+        "Third-party copies ended, by outcome",
+        outcomes,
+    );
     count(
         reg,
         "http_tpc_bytes",
         "Bytes third-party copies moved and wrote at the destination, as their markers said",
         tpc.bytes.load(Ordering::Relaxed),
     );
-    count(reg, "http_tpc_markers", "Performance markers sent", tpc.markers.load(Ordering::Relaxed));
+    count(
+        reg,
+        "http_tpc_markers",
+        "Performance markers sent",
+        tpc.markers.load(Ordering::Relaxed),
+    );
     count(
         reg,
         "http_unauthorized",
@@ -96,6 +105,14 @@ fn per_method(reg: &mut Registry, s: &HttpStats) {
             }
         }
     }
-    reg.register("http_requests", "HTTPS front requests answered, by method and status class", requests);
-    reg.register("http_bytes", "HTTPS front body bytes, by method and direction", bytes);
+    reg.register(
+        "http_requests",
+        "HTTPS front requests answered, by method and status class",
+        requests,
+    );
+    reg.register(
+        "http_bytes",
+        "HTTPS front body bytes, by method and direction",
+        bytes,
+    );
 }

@@ -81,8 +81,13 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
     let front = super::http::front(&set, &cfg, &log).map_err(usage)?;
     let http_stats = front.as_ref().map(|(_, s)| Arc::clone(s));
     if let Some(addr) = &set.metrics {
-        let bound = service::serve_metrics(addr, Arc::clone(&stats), http_stats, Arc::clone(&metrics_stop))
-            .map_err(|e| usage(anyhow::anyhow!(e)))?;
+        let bound = service::serve_metrics(
+            addr,
+            Arc::clone(&stats),
+            http_stats,
+            Arc::clone(&metrics_stop),
+        )
+        .map_err(|e| usage(anyhow::anyhow!(e)))?;
         log(
             crate::session::daemon::log::Level::Info,
             &format!("metrics at http://{bound}/metrics"),
