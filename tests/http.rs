@@ -17,6 +17,8 @@ pub struct Site {
     pub issuer: TestIssuer,
     pub endpoint: Endpoint,
     pub token: String,
+    /// The issuers file every endpoint of the site trusts.
+    pub issuers: std::path::PathBuf,
 }
 
 /// The scopes of a token that may do everything beneath the root.
@@ -34,6 +36,7 @@ impl Site {
             issuer,
             endpoint,
             token,
+            issuers,
         }
     }
 

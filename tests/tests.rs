@@ -49,6 +49,7 @@ mod stamps;
 mod stream;
 mod summaries;
 mod tokens;
+mod tpc;
 mod transfer;
 mod trust;
 mod tune;
