@@ -7,12 +7,14 @@
 //!   the CAs a client trusts).
 //! - `client`: an HTTPS/1.1 client with a pool of kept-alive connections
 //!   (third-party copies, JWKS fetches).
+//! - `url`: the http(s) URLs it speaks to (gfal's dav/davs too).
 //! - `token`: WLCG JWT access tokens: signatures against trusted issuers'
 //!   keys, audience, expiry, and the storage scopes bound to path prefixes.
 
 pub mod client;
 pub mod tls;
 pub mod token;
+pub mod url;
 
 /// Why an HTTP-front operation failed.
 #[derive(Debug, thiserror::Error)]
