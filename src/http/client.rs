@@ -1,1 +1,0 @@
-//! The HTTPS client (filled by the client work of issue 37).
