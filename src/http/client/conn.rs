@@ -194,6 +194,11 @@ fn read_stream(stream: &mut Stream, out: &mut [u8]) -> io::Result<usize> {
         };
         match r {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // A socket read timeout is EAGAIN: said as what it is.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let why = "no data within the read timeout";
+                return Err(io::Error::new(io::ErrorKind::TimedOut, why));
+            }
             r => return r,
         }
     }

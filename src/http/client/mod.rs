@@ -271,7 +271,13 @@ impl Client {
                 origin.host
             )));
         }
-        if let Some(conn) = inner.pool.take(&origin) {
+        // A pooled connection's response may have had its read timeout
+        // changed (`Response::set_read_timeout`).
+        let pooled = inner
+            .pool
+            .take(&origin)
+            .filter(|c| c.set_read_timeout(inner.options.io_timeout).is_ok());
+        if let Some(conn) = pooled {
             match self.exchange(conn, req) {
                 Ok(r) => return Ok(r),
                 Err(f) if f.retry && idempotent(&req.method) => {}
