@@ -202,6 +202,9 @@ impl Response {
                 crlf: false,
             }
         } else if let Some(len) = h.get("content-length") {
+            if h.get_all("content-length").any(|l| l != len) {
+                return Err(HttpError::Malformed("Content-Lengths that differ".into()));
+            }
             let left = len.parse::<u64>().map_err(|_| {
                 HttpError::Malformed(format!("Content-Length {len:?} is not a number"))
             })?;
