@@ -194,8 +194,20 @@ fn read_stream(stream: &mut Stream, out: &mut [u8]) -> io::Result<usize> {
         };
         match r {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => return r,
+            r => return said_timeout(r, "no data within the read timeout"),
         }
+    }
+}
+
+const WRITE_TIMEOUT: &str = "the peer took nothing within the write timeout";
+
+/// A socket timeout is EAGAIN: said as what it is.
+fn said_timeout<T>(r: io::Result<T>, why: &str) -> io::Result<T> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Err(io::Error::new(io::ErrorKind::TimedOut, why.to_string()))
+        }
+        r => r,
     }
 }
 
@@ -218,17 +230,19 @@ impl Read for Conn {
 
 impl Write for Conn {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        match &mut self.stream {
+        let r = match &mut self.stream {
             Stream::Plain(s) => s.write(data),
             Stream::Tls(s) => s.write(data),
-        }
+        };
+        said_timeout(r, WRITE_TIMEOUT)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &mut self.stream {
+        let r = match &mut self.stream {
             Stream::Plain(s) => s.flush(),
             Stream::Tls(s) => s.flush(),
-        }
+        };
+        said_timeout(r, WRITE_TIMEOUT)
     }
 }
 

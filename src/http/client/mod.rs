@@ -271,7 +271,13 @@ impl Client {
                 origin.host
             )));
         }
-        if let Some(conn) = inner.pool.take(&origin) {
+        // A pooled connection's response may have had its read timeout
+        // changed (`Response::set_read_timeout`).
+        let pooled = inner
+            .pool
+            .take(&origin)
+            .filter(|c| c.set_read_timeout(inner.options.io_timeout).is_ok());
+        if let Some(conn) = pooled {
             match self.exchange(conn, req) {
                 Ok(r) => return Ok(r),
                 Err(f) if f.retry && idempotent(&req.method) => {}
@@ -299,50 +305,22 @@ impl Client {
             small.extend_from_slice(b);
         }
         let request = format!("{} {}", req.method, req.url.redacted());
-        let at = |what: &str| format!("{what} {request}");
-        write_all(&mut conn, &small).map_err(|e| stale(HttpError::io(at("sending"), e), false))?;
-        let mut body_sent = !expect;
-        let mut closing = false;
-        let mut early = None;
-        if expect {
-            match wait_continue(&mut conn, options) {
-                Ok(None) => {}
-                Ok(Some(head)) if head.status == 100 => {}
-                // A final answer before the body: the server will not read
-                // it, and the connection cannot serve again without it.
-                Ok(Some(head)) => {
-                    early = Some(head);
-                    closing = true;
-                }
-                Err(e) => return Err(stale(e, false)),
-            }
-        }
-        if early.is_none() && expect {
-            body_sent = true;
-            if let Err(e) = send_body(&mut conn, &mut req.body) {
-                // A server refusing in the middle of a body may have said
-                // why before closing: that answer is the one to give.
-                match read_final(&mut conn) {
-                    Ok(head) => {
-                        early = Some(head);
-                        closing = true;
-                    }
-                    Err(_) => return Err(stale(HttpError::io(at("sending the body of"), e), true)),
-                }
-            }
-        } else if early.is_none() {
-            if let Body::Reader { .. } = req.body {
-                send_body(&mut conn, &mut req.body)
-                    .map_err(|e| stale(HttpError::io(at("sending the body of"), e), true))?;
-            }
-        }
-        let head = match early {
-            Some(head) => head,
+        write_all(&mut conn, &small)
+            .map_err(|e| stale(HttpError::io(format!("sending {request}"), e), false))?;
+        let sent = send_rest(&mut conn, req, expect, options)
+            .map_err(|(e, body_sent)| stale(e, body_sent))?;
+        let (head, closing) = match sent.early {
+            Some(head) => (head, true),
             None => {
                 let replayable = !matches!(req.body, Body::Reader { .. });
-                read_final(&mut conn).map_err(|e| stale(e, body_sent && !replayable))?
+                let head = read_final(&mut conn);
+                (
+                    head.map_err(|e| stale(e, sent.body_sent && !replayable))?,
+                    false,
+                )
             }
         };
+        let body_sent = sent.body_sent;
         let parts = Parts {
             head,
             url: req.url.clone(),
@@ -357,6 +335,70 @@ impl Client {
         })?;
         Ok((response, body_sent))
     }
+}
+
+/// What became of a request's body once its head was sent.
+struct Sent {
+    /// A final answer the server gave before or while the body went: the
+    /// connection is left owing (part of) a body and is not kept.
+    early: Option<Head>,
+    body_sent: bool,
+}
+
+/// Sends the body of a request whose head went: after a 100 Continue (or
+/// `continue_wait` without an answer) when `expect`, unless a final answer
+/// came first. A Bytes body without `expect` went with the head. An error
+/// says whether the body (or part of it) was sent.
+fn send_rest(
+    conn: &mut Conn,
+    req: &mut Request<'_>,
+    expect: bool,
+    options: &ClientOptions,
+) -> Result<Sent, (HttpError, bool)> {
+    let failed = |e, req: &Request<'_>| {
+        let what = format!("sending the body of {} {}", req.method, req.url.redacted());
+        (HttpError::io(what, e), true)
+    };
+    if !expect {
+        if let Body::Reader { .. } = req.body {
+            if let Err(e) = send_body(conn, &mut req.body) {
+                return Err(failed(e, req));
+            }
+        }
+        let early = None;
+        return Ok(Sent {
+            early,
+            body_sent: true,
+        });
+    }
+    match wait_continue(conn, options) {
+        Ok(None) => {}
+        Ok(Some(head)) if head.status == 100 => {}
+        // A final answer before the body: the server will not read it.
+        Ok(Some(head)) => {
+            let early = Some(head);
+            return Ok(Sent {
+                early,
+                body_sent: false,
+            });
+        }
+        Err(e) => return Err((e, false)),
+    }
+    if let Err(e) = send_body(conn, &mut req.body) {
+        // A server refusing in the middle of a body may have said why
+        // before closing: that answer is the one to give.
+        return match read_final(conn) {
+            Ok(head) => Ok(Sent {
+                early: Some(head),
+                body_sent: true,
+            }),
+            Err(_) => Err(failed(e, req)),
+        };
+    }
+    Ok(Sent {
+        early: None,
+        body_sent: true,
+    })
 }
 
 fn is_redirect(status: u16) -> bool {

@@ -37,7 +37,8 @@ impl Client {
     /// short is an error, never a short success. Returns the bytes given
     /// to the sink (`size` on success). The first request follows
     /// redirects; the other chunks go straight to where it ended (with
-    /// credentials only if that is the same origin).
+    /// credentials only if that is the same origin), following any further
+    /// redirect by the same rules.
     pub fn get_ranges(
         &self,
         url: &Url,
@@ -121,10 +122,9 @@ impl Job<'_> {
 
     fn one(&self, offset: u64, len: u64) -> Result<(), HttpError> {
         let range = format!("bytes={offset}-{}", offset + len - 1);
-        let mut req = Request::new("GET", &self.url)
+        let req = Request::new("GET", &self.url)
             .headers(&self.headers)
             .header("Range", &range);
-        req.follow_redirects = false;
         let mut response = self.client.request(req)?;
         check_range(&response, offset, len, self.size)?;
         deliver(&mut response, offset, len, self.sink)

@@ -112,18 +112,17 @@ pub(super) fn read_head(conn: &mut Conn) -> Result<Head, HttpError> {
             }
             Err(e) => return Err(HttpError::Malformed(format!("response head: {e}"))),
         }
-        let before = conn.buffered().len();
+        let what = match conn.buffered().len() {
+            0 => "before a response",
+            _ => "in a response head",
+        };
         match conn.fill() {
             Ok(0) => {
                 let e = io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed");
-                let what = match before {
-                    0 => "before a response",
-                    _ => "in a response head",
-                };
                 return Err(HttpError::io(what, e));
             }
             Ok(_) => {}
-            Err(e) => return Err(HttpError::io("reading a response", e)),
+            Err(e) => return Err(HttpError::io(what, e)),
         }
     }
 }
@@ -203,6 +202,9 @@ impl Response {
                 crlf: false,
             }
         } else if let Some(len) = h.get("content-length") {
+            if h.get_all("content-length").any(|l| l != len) {
+                return Err(HttpError::Malformed("Content-Lengths that differ".into()));
+            }
             let left = len.parse::<u64>().map_err(|_| {
                 HttpError::Malformed(format!("Content-Length {len:?} is not a number"))
             })?;
@@ -268,6 +270,16 @@ impl Response {
     pub fn discard(mut self, max: u64) {
         let mut sink = io::sink();
         let _ = io::copy(&mut (&mut self).take(max), &mut sink);
+    }
+
+    /// The longest wait for each read of the body from now on (a marker
+    /// stream's markers may come further apart than the client's
+    /// `io_timeout`).
+    pub fn set_read_timeout(&self, timeout: std::time::Duration) -> io::Result<()> {
+        match &self.conn {
+            Some(conn) => conn.set_read_timeout(timeout),
+            None => Ok(()),
+        }
     }
 
     /// The body line by line as it comes (a `text/perf-marker-stream`):

@@ -259,6 +259,14 @@ fn hello() -> Arc<Handler> {
 }
 
 #[test]
+fn a_client_is_shared_between_threads_and_a_response_moves_between_them() {
+    fn shared<T: Clone + Send + Sync + 'static>() {}
+    fn sent<T: Send + 'static>() {}
+    shared::<Client>();
+    sent::<Response>();
+}
+
+#[test]
 fn several_requests_share_one_kept_alive_connection_plain_and_tls() {
     for tls in [false, true] {
         let server = Server::start(tls, hello());
@@ -499,10 +507,16 @@ fn a_server_silent_on_100_continue_gets_the_body_after_the_wait() {
 
 #[test]
 fn a_pooled_connection_the_server_closed_is_retried_once_when_idempotent() {
+    for tls in [false, true] {
+        stale_retried(tls);
+    }
+}
+
+fn stale_retried(tls: bool) {
     // The server answers the first request of a connection, then reads the
     // next one and closes without a word: a keep-alive race lost.
     let server = Server::start(
-        false,
+        tls,
         Arc::new(|req, io| {
             read_body(req, io)?;
             if req.nth > 0 {
@@ -512,8 +526,8 @@ fn a_pooled_connection_the_server_closed_is_retried_once_when_idempotent() {
             Ok(true)
         }),
     );
-    let client = client(false);
-    let url = server.url(false, "/r");
+    let client = client(tls);
+    let url = server.url(tls, "/r");
     assert_eq!(client.get(&url, &[]).unwrap().text(10).unwrap(), "ok");
     assert_eq!(client.get(&url, &[]).unwrap().text(10).unwrap(), "ok");
     assert_eq!(server.conns.load(Ordering::SeqCst), 2);
@@ -523,14 +537,34 @@ fn a_pooled_connection_the_server_closed_is_retried_once_when_idempotent() {
     // Not idempotent: the failure is the caller's to see.
     let post = Request::new("POST", &url).body(Body::Bytes(b"abc"));
     let e = client.request(post).unwrap_err().to_string();
-    assert!(e.contains("before a response"), "{e}");
+    assert!(e.contains("before a response"), "tls {tls}: {e}");
     assert_eq!(server.conns.load(Ordering::SeqCst), 3);
 }
 
-/// A server that sends half a body and closes.
-fn cutting_server(chunked: bool) -> Server {
-    Server::start(
+#[test]
+fn a_body_without_length_is_read_to_the_close_and_not_pooled() {
+    let server = Server::start(
         false,
+        Arc::new(|_req, io| {
+            io.get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")?;
+            Ok(false)
+        }),
+    );
+    let client = client(false);
+    let text = client
+        .get(&server.url(false, "/"), &[])
+        .unwrap()
+        .text(100)
+        .unwrap();
+    assert_eq!(text, "until the end");
+    assert_eq!(client.idle_count(), 0);
+}
+
+/// A server that sends half a body and closes.
+fn cutting_server(tls: bool, chunked: bool) -> Server {
+    Server::start(
+        tls,
         Arc::new(move |_req, io| {
             let w = io.get_mut();
             if chunked {
@@ -548,10 +582,10 @@ fn cutting_server(chunked: bool) -> Server {
 
 #[test]
 fn a_body_cut_short_is_an_error_never_a_short_success() {
-    for chunked in [false, true] {
-        let server = cutting_server(chunked);
-        let client = client(false);
-        let mut r = client.get(&server.url(false, "/cut"), &[]).unwrap();
+    for (tls, chunked) in [(false, false), (false, true), (true, false), (true, true)] {
+        let server = cutting_server(tls, chunked);
+        let client = client(tls);
+        let mut r = client.get(&server.url(tls, "/cut"), &[]).unwrap();
         let mut body = Vec::new();
         let e = r.read_to_end(&mut body).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
@@ -597,4 +631,25 @@ fn credentials_never_show_in_debug_or_errors() {
         !shown.contains("very-secret") && !shown.contains("tok-in-query"),
         "{shown}"
     );
+}
+
+#[test]
+fn a_server_that_never_answers_times_out() {
+    let server = Server::start(
+        false,
+        Arc::new(|_req, io| {
+            // Holds the connection without a word until the client leaves.
+            let _ = io.read_to_end(&mut Vec::new());
+            Ok(false)
+        }),
+    );
+    let client = Client::plain(ClientOptions {
+        io_timeout: Duration::from_millis(300),
+        ..ClientOptions::default()
+    });
+    let e = client.get(&server.url(false, "/"), &[]).unwrap_err();
+    match e {
+        HttpError::Io { source, .. } => assert_eq!(source.kind(), io::ErrorKind::TimedOut),
+        e => panic!("{e}"),
+    }
 }
