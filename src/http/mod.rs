@@ -7,10 +7,13 @@
 //!   the CAs a client trusts).
 //! - `client`: an HTTPS/1.1 client with a pool of kept-alive connections
 //!   (third-party copies, JWKS fetches).
+//! - `kept`: a file's storage checksums kept with it under its stamp, so a
+//!   later `Want-Digest` does not read it again.
 //! - `token`: WLCG JWT access tokens: signatures against trusted issuers'
 //!   keys, audience, expiry, and the storage scopes bound to path prefixes.
 
 pub mod client;
+pub mod kept;
 pub mod tls;
 pub mod token;
 
