@@ -123,21 +123,56 @@ pub fn load(named: Named<'_>, secret: &Secret) -> Option<Sums> {
     })
 }
 
-/// The sums of `file` by reading it (from its start to its end, through
-/// the page cache), md5 too if `with_md5`.
+/// The sums of `file` by reading it from its start to its end (md5 too
+/// if `with_md5`): with O_DIRECT where its filesystem takes it, so a
+/// large file read for its sums does not push others out of the page
+/// cache; through the cache elsewhere, and for an unaligned tail that
+/// grew after its end was read.
 pub fn compute(file: &File, with_md5: bool) -> io::Result<Sums> {
     use std::os::unix::fs::FileExt;
     let mut h = Hasher::new(with_md5);
-    let mut buf = vec![0u8; READ_BYTES];
+    let mut store = vec![0u8; READ_BYTES + DIRECT_ALIGN];
+    let at = store.as_ptr().align_offset(DIRECT_ALIGN);
+    let mut direct = (at < DIRECT_ALIGN).then(|| direct_reopen(file)).flatten();
+    let buf = &mut store[at.min(DIRECT_ALIGN)..][..READ_BYTES];
     loop {
-        let n = match file.read_at(&mut buf, h.len()) {
+        let via_direct = direct.is_some() && h.len().is_multiple_of(DIRECT_ALIGN as u64);
+        let from = match &direct {
+            Some(d) if via_direct => d,
+            _ => file,
+        };
+        let n = match from.read_at(buf, h.len()) {
             Ok(0) => return Ok(h.finish()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if via_direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                direct = None;
+                continue;
+            }
             Err(e) => return Err(e),
         };
         h.update(&buf[..n]);
     }
+}
+
+/// What [`compute`] aligns its O_DIRECT reads to (buffer and offsets).
+const DIRECT_ALIGN: usize = crate::datapath::direct::TRANSFER_ALIGN;
+
+/// `file` opened anew to read with O_DIRECT (through its `/proc/self/fd`
+/// link: the same inode), if its filesystem takes the flag with an
+/// alignment [`DIRECT_ALIGN`] meets.
+fn direct_reopen(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()?;
+    let m = f.metadata().ok()?;
+    let align = crate::datapath::direct::alignment(&f, true, false, m.dev());
+    let fits = |a: u32| a > 0 && DIRECT_ALIGN.is_multiple_of(a as usize);
+    (fits(align.mem) && fits(align.offset)).then_some(f)
 }
 
 /// The sums of `named`: kept, when a trusted record has them all (md5

@@ -203,3 +203,39 @@ fn sums_kept_after_the_commit_leave_the_stamp_untouched() {
     assert!(!keep_after(named, &secret, &read));
     assert_eq!(load(named, &secret), None);
 }
+
+/// Read with O_DIRECT where the filesystem takes it (here, under
+/// /var/tmp), through the cache where not: the same sums either way, for
+/// sizes around the alignment and the read size.
+#[test]
+fn a_read_gives_the_same_sums_direct_or_through_the_cache() {
+    let dirs = [
+        tempfile::tempdir_in("/var/tmp").unwrap(),
+        tempfile::tempdir_in("/dev/shm").unwrap(),
+    ];
+    for dir in &dirs {
+        for (i, len) in [
+            0,
+            1,
+            4095,
+            4096,
+            4097,
+            READ_BYTES,
+            READ_BYTES + 1,
+            2 * READ_BYTES + 4099,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let bytes = data(len, i as u8);
+            let f = file_with(dir.path(), &format!("f{i}"), &bytes);
+            assert_eq!(compute(&f, true).unwrap(), sums_of(&bytes, true), "{len}");
+            // Where the path opens with O_DIRECT, so does the file.
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut direct = std::fs::OpenOptions::new();
+            direct.read(true).custom_flags(libc::O_DIRECT);
+            let takes_it = direct.open(dir.path().join(format!("f{i}"))).is_ok();
+            assert_eq!(direct_reopen(&f).is_some(), takes_it, "{:?}", dir.path());
+        }
+    }
+}
