@@ -4,11 +4,14 @@
 //! now (those terms and the keyed checksum terms, SipHash-2-4 per piece,
 //! in one pass), against one xxh3-64 over the whole 4 MiB frame (the
 //! checksum protocol v2 used): `cargo bench --bench digest`. Prints each
-//! and its ratio to the whole-frame hash.
+//! and its ratio to the whole-frame hash. Then the checksums storage
+//! systems speak (adler32, crc32c, md5: `protocol::checksum`), each alone
+//! and in one pass, and what combining two pieces' values costs.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use urmove::protocol::checksum::{adler32, adler32_combine, crc32c_combine, Hasher};
 use urmove::protocol::frame::{content_terms, frame_terms, zero_terms, FrameKey};
 
 const FRAME_BYTES: usize = 4 << 20;
@@ -70,5 +73,52 @@ fn main() {
         "a 4 MiB hole's terms: {:.1} us ({:.0} GB/s of hole)",
         1e6 / per_s,
         per_s * FRAME_BYTES as f64 / 1e9
+    );
+    storage_checksums(&payload);
+}
+
+/// A checksum of a frame, folded to a u64 (so it cannot be optimized away).
+type Sum = dyn Fn(&[u8]) -> u64;
+
+/// GB/s of each storage checksum over `payload`, and the cost of a
+/// combine (one per block of a file arriving over parallel streams).
+fn storage_checksums(payload: &[u8]) {
+    let md5 = |p: &[u8]| {
+        use md5::Digest;
+        u64::from(md5::Md5::digest(p)[0])
+    };
+    let one_pass = |with_md5: bool| {
+        move |p: &[u8]| {
+            let mut h = Hasher::new(with_md5);
+            h.update(p);
+            u64::from(h.finish().adler32)
+        }
+    };
+    let rows: [(&str, &Sum); 5] = [
+        ("adler32 (simd-adler32)     ", &|p| u64::from(adler32(p))),
+        ("crc32c (SSE4.2)            ", &|p| {
+            u64::from(crc32c::crc32c(p))
+        }),
+        ("md5                        ", &md5),
+        ("Hasher: adler32 + crc32c   ", &one_pass(false)),
+        ("Hasher: adler32+crc32c+md5 ", &one_pass(true)),
+    ];
+    for (name, f) in rows {
+        let r = rate(payload, f);
+        println!("{name} {r:6.2} GB/s = {:5.1} Gbit/s", r * 8.0);
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    let mut acc = (1u32, 0u32);
+    while start.elapsed() < RUN_TIME {
+        let len = black_box(FRAME_BYTES as u64 + n);
+        acc.0 = adler32_combine(acc.0, black_box(0x1234_5678), len);
+        acc.1 = crc32c_combine(acc.1, black_box(0x9abc_def0), len);
+        n += 1;
+    }
+    black_box(acc);
+    println!(
+        "combining a 4 MiB piece's adler32 and crc32c: {:.2} us",
+        start.elapsed().as_secs_f64() * 1e6 / n as f64
     );
 }

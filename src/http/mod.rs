@@ -3,17 +3,26 @@
 //! storage systems speak and WLCG bearer tokens. It may use `session` (whose
 //! engine does the copies), `datapath`, `protocol` and `coord`.
 //!
-//! - `tls`: rustls configs from PEM files (the server's certificate and key,
-//!   the CAs a client trusts).
-//! - `client`: an HTTPS/1.1 client with a pool of kept-alive connections
-//!   (third-party copies, JWKS fetches).
-//! - `url`: the http(s) URLs it speaks to (gfal's dav/davs too).
-//! - `token`: WLCG JWT access tokens: signatures against trusted issuers'
-//!   keys, audience, expiry, and the storage scopes bound to path prefixes.
+//! - the server: `server` (TLS connections, a thread each), `wire` (HTTP/1.1
+//!   heads and bodies), `path` (a request's path beneath the root), `dav`
+//!   (the methods and the access log), `propfind`, `store` (PUT into an
+//!   unnamed O_DIRECT file named once whole, DELETE, MKCOL), `stats`;
+//! - `tpc`: third-party copy, its markers, and `tpc::native` between two
+//!   urmove endpoints;
+//! - checksums: `sums` (computed as bytes arrive, checked, answered) and
+//!   `kept` (kept with the file under its stamp, so a later `Want-Digest`
+//!   does not read it again);
+//! - who may: `auth` over `token` (WLCG JWT access tokens: signatures
+//!   against trusted issuers' keys, audience, expiry, and the storage
+//!   scopes bound to path prefixes);
+//! - the other side: `client` (HTTPS/1.1 with a pool of kept-alive
+//!   connections: copies, JWKS fetches), `url`, `tls` (rustls configs from
+//!   PEM files).
 
 pub mod auth;
 pub mod client;
 pub mod dav;
+pub mod kept;
 pub mod path;
 pub mod propfind;
 pub mod server;

@@ -266,11 +266,58 @@ pub fn adler32_combine(a: u32, b: u32, len_b: u64) -> u32 {
     (s1 | (s2 << 16)) as u32
 }
 
+/// CRC-32C's polynomial, bit-reflected.
+const CRC32C_POLY: u32 = 0x82F6_3B78;
+
+/// `a` times `b` modulo the polynomial (bit-reflected: x^0 is the top
+/// bit).
+const fn mul_mod_poly(a: u32, mut b: u32) -> u32 {
+    let (mut m, mut p) = (1u32 << 31, 0u32);
+    while m != 0 {
+        if a & m != 0 {
+            p ^= b;
+        }
+        m >>= 1;
+        b = if b & 1 != 0 {
+            (b >> 1) ^ CRC32C_POLY
+        } else {
+            b >> 1
+        };
+    }
+    p
+}
+
+/// x^(2^k) modulo the polynomial, for every k a shift by a u64 count of
+/// bytes needs (3 to 66; spelled out: for Castagnoli's the powers cycle
+/// every 31, not every 32 as zlib's table of 32 relies on for CRC-32's).
+const X_POW_2K: [u32; 67] = {
+    let mut t = [0u32; 67];
+    let mut p = 1u32 << 30; // x^1
+    let mut k = 0;
+    while k < 67 {
+        t[k] = p;
+        p = mul_mod_poly(p, p);
+        k += 1;
+    }
+    t
+};
+
 /// The crc32c of a concatenation A|B from that of A, that of B and B's
-/// length.
+/// length: A's crc shifted over `len_b` zero bytes (times x^(8 len_b),
+/// by squares), then B's added (zlib's `crc32_combine64` with the
+/// Castagnoli polynomial). A microsecond, where the crate's matrix
+/// squaring takes tens for a 4 MiB block.
 pub fn crc32c_combine(a: u32, b: u32, len_b: u64) -> u32 {
-    // Lengths of a file fit a usize on the 64-bit targets urmove runs on.
-    crc32c::crc32c_combine(a, b, len_b as usize)
+    // x^(8 len_b) = the product of x^(2^k) over the bits k of len_b << 3.
+    let (mut shift, mut n, mut k) = (1u32 << 31, len_b, 3);
+    while n != 0 {
+        if n & 1 != 0 {
+            shift = mul_mod_poly(X_POW_2K[k], shift);
+        }
+        n >>= 1;
+        k += 1;
+    }
+    mul_mod_poly(shift, a) ^ b
 }
 
 /// A block of a file and its adler32 and crc32c.

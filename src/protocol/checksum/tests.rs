@@ -98,6 +98,19 @@ fn combining_equals_the_whole_for_random_splits() {
             crc32c::crc32c(whole)
         );
     }
+    // As the crate's own (matrix) combine, for any values and lengths.
+    for i in 0..2000u64 {
+        let (a, b) = (rng.next() as u32, rng.next() as u32);
+        let len = match i % 3 {
+            0 => rng.below(100),
+            1 => rng.below(1 << 40),
+            _ => rng.next(),
+        };
+        // (An empty B's crc is 0; the crate's returns A's for any B then.)
+        let b = if len == 0 { 0 } else { b };
+        let want = crc32c::crc32c_combine(a, b, len as usize);
+        assert_eq!(crc32c_combine(a, b, len), want, "{a:x} {b:x} {len}");
+    }
     // A second part longer than the modulus, many times over.
     let zeros = vec![0u8; 65521 * 3 + 5];
     let a = adler32(b"head");
