@@ -46,12 +46,29 @@ pub struct RecvSettings {
     /// `min_rate`, in the unit given.
     pub min_rate: parse::Rate,
     pub part_max_age: Duration,
-    /// The HTTPS front (`--http` and its companions), when asked for.
-    pub http: Option<String>,
-    pub http_cert: Option<PathBuf>,
-    pub http_key: Option<PathBuf>,
-    pub http_ca: Option<PathBuf>,
+    /// The HTTPS front (`--http` and its companions).
+    pub http: HttpSettings,
+}
+
+/// `--http` and its companions, each from the command line or the file.
+#[derive(Debug, Clone, Default)]
+pub struct HttpSettings {
+    pub listen: Option<String>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
     pub token_issuers: Option<PathBuf>,
+}
+
+/// The HTTPS front's settings: the command line over the file.
+fn http_settings(a: &RecvArgs, f: &mut RecvFile) -> HttpSettings {
+    HttpSettings {
+        listen: either(a.http.clone(), f.http.take()),
+        cert: either(a.http_cert.clone(), f.http_cert.take()),
+        key: either(a.http_key.clone(), f.http_key.take()),
+        ca: either(a.http_ca.clone(), f.http_ca.take()),
+        token_issuers: either(a.token_issuers.clone(), f.token_issuers.take()),
+    }
 }
 
 /// The daemon's `min_rate` unless one is given: 8 kbit/s.
@@ -463,13 +480,14 @@ fn unquoted_amount(text: &str, offset: usize) -> Option<String> {
 /// Merge the command line `a` over its `--config` file over the defaults.
 pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
     let Loaded {
-        file: f,
+        file: mut f,
         text,
         path,
     } = match &a.config {
         Some(p) => load(p)?,
         None => Loaded::default(),
     };
+    let http = http_settings(a, &mut f);
     let src = Source {
         path: &path,
         text: &text,
@@ -557,11 +575,7 @@ pub fn resolve(a: &RecvArgs) -> Result<RecvSettings, String> {
             f.part_max_age,
             Duration::from_secs(7 * 86400),
         )?,
-        http: either(a.http.clone(), f.http),
-        http_cert: either(a.http_cert.clone(), f.http_cert),
-        http_key: either(a.http_key.clone(), f.http_key),
-        http_ca: either(a.http_ca.clone(), f.http_ca),
-        token_issuers: either(a.token_issuers.clone(), f.token_issuers),
+        http,
     })
 }
 

@@ -515,7 +515,7 @@ mod tests {
             bytes: 0,
             rate: 0.0,
         });
-        let text = exposition(&stats, &state);
+        let text = exposition(&stats, &state, None);
         for name in [
             "urmove_received_bytes_total 123",
             "urmove_sessions_active 0",

@@ -97,7 +97,7 @@ pub fn put(req: &mut Request, conn: &mut Conn, kind: BodyKind, keep: &mut bool) 
         *keep = false;
         return Answer::text(400, &format!("/{rel}: the body did not arrive whole: {e}"));
     }
-    let sums = match upload.finish() {
+    let (sums, digest) = match upload.finish() {
         Ok(s) => s,
         Err(a) => return a,
     };
@@ -105,7 +105,7 @@ pub fn put(req: &mut Request, conn: &mut Conn, kind: BodyKind, keep: &mut bool) 
     if let Err(a) = super::sums::verify_sent(req.head, &sums) {
         return a; // the unnamed file goes with the upload: nothing named
     }
-    match upload.commit(req, &rel, &sums, replaces) {
+    match upload.commit(req, &rel, &sums, digest, replaces) {
         Ok(()) => Answer::new(if replaces { 204 } else { 201 }),
         Err(a) => a,
     }
@@ -205,7 +205,7 @@ impl Upload {
 
     /// The last bytes written, the file cut to its size and synced: its
     /// checksums.
-    pub fn finish(&mut self) -> Result<Sums, Answer> {
+    pub fn finish(&mut self) -> Result<(Sums, u64), Answer> {
         let io = |what: &str, e: std::io::Error| Answer::text(500, &format!("{what}: {e}"));
         let lease = self.arena.take().expect("the upload's one buffer is free");
         // The tail's padding must be zeros on disk until the cut.
@@ -232,13 +232,16 @@ impl Upload {
         req: &Request,
         rel: &str,
         sums: &Sums,
+        digest: u64,
         replaces: bool,
     ) -> Result<(), Answer> {
-        super::sums::keep(req.front, &self.file, rel, sums);
+        super::sums::keep(req.front, &self.file, rel, digest, sums);
         name_file(&req.front.root, &self.file, self.id, rel, replaces).map_err(|e| match e {
             Naming::Appeared => Answer::text(412, &format!("/{rel}: appeared meanwhile")),
             Naming::Failed(e) => Answer::text(500, &format!("/{rel}: naming the file: {e}")),
-        })
+        })?;
+        super::sums::named(req.front, &self.file, rel, digest);
+        Ok(())
     }
 }
 

@@ -5,7 +5,6 @@
 //! `Want-Content-Digest` (RFC 9530).
 
 use std::fs::File;
-use std::io::Read;
 
 use crate::protocol::checksum::{self, Algorithm, Hasher, Value};
 
@@ -15,10 +14,13 @@ use super::wire::Head;
 
 pub use crate::protocol::checksum::Sums;
 
-/// Checksums of a file's bytes as they arrive in order.
+/// Checksums of a file's bytes as they arrive in order, and urmove's own
+/// digest of them (what its stamp names: `protocol::frame`).
 pub struct Running {
     hasher: Option<Hasher>,
     with_md5: bool,
+    digest: u64,
+    at: u64,
 }
 
 impl Running {
@@ -28,21 +30,27 @@ impl Running {
         Running {
             hasher: Some(Hasher::new(with_md5)),
             with_md5,
+            digest: 0,
+            at: 0,
         }
     }
 
+    /// The next bytes (each call but the last a whole number of the
+    /// digest's pieces).
     pub fn update(&mut self, data: &[u8]) {
         if let Some(h) = &mut self.hasher {
             h.update(data);
         }
+        let terms = crate::protocol::frame::content_terms(self.at, data);
+        self.digest = crate::protocol::frame::digest_add(self.digest, terms);
+        self.at += data.len() as u64;
     }
 
-    pub fn finish(&mut self) -> Sums {
-        let h = self
-            .hasher
-            .take()
-            .unwrap_or_else(|| Hasher::new(self.with_md5));
-        h.finish()
+    /// The checksums, and urmove's digest.
+    pub fn finish(&mut self) -> (Sums, u64) {
+        let with_md5 = self.with_md5;
+        let h = self.hasher.take().unwrap_or_else(|| Hasher::new(with_md5));
+        (h.finish(), self.digest)
     }
 }
 
@@ -88,31 +96,59 @@ pub fn verify_sent(head: &Head, sums: &Sums) -> Result<(), Answer> {
     Ok(())
 }
 
-/// Keep the checksums with the file (before it is named), so a later HEAD
-/// does not read it again. A failure to keep them costs only a later read.
-pub fn keep(front: &Front, file: &File, rel: &str, sums: &Sums) {
-    let _ = kept::store(file, rel, &front.secret, sums);
+/// Keep the checksums with the finished, synced file (before it is named
+/// `rel`), then stamp it with urmove's `digest`, as a commit does: the
+/// stamp settles now (the front's files are its own user's alone, mode
+/// 0644, so nobody else writes them meanwhile) and any later change moves
+/// the ctime past it, so neither is trusted after an edit. A failure costs
+/// only a later read.
+pub fn keep(front: &Front, file: &File, rel: &str, digest: u64, sums: &Sums) {
+    use crate::session::sink::stamp::Named;
+    let named = Named { file, rel };
+    if super::kept::store(named, digest, &front.secret, sums).is_ok() {
+        stamp_now(front, file, rel, digest);
+    }
 }
 
-/// The checksums of `file`: kept with it, else read from it (and kept).
+/// Stamp the file with urmove's `digest`, settling 20 ms from now (as the
+/// sink's commit); the settling time.
+fn stamp_now(front: &Front, file: &File, rel: &str, digest: u64) -> i128 {
+    use crate::session::sink::stamp::{self, Named};
+    let settled = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        + std::time::Duration::from_millis(20);
+    let settled = settled.as_nanos() as i128;
+    let _ = stamp::stamp(
+        Named { file, rel },
+        digest,
+        &front.secret,
+        None,
+        Some(settled),
+    );
+    settled
+}
+
+/// After the file took its name (a link changes its ctime): stamped again
+/// when the naming came later than the stamp's settling time (a slow file
+/// system), so the kept checksums stay trusted.
+pub fn named(front: &Front, file: &File, rel: &str, digest: u64) {
+    use crate::session::sink::stamp::{stamped_now, Named};
+    let held = stamped_now(Named { file, rel }, &front.secret);
+    if held.is_some_and(|h| !h.untouched) {
+        stamp_now(front, file, rel, digest);
+    }
+}
+
+/// The checksums of `file` (at `rel`): kept with it, else read from it
+/// (and kept, where its stamp lets them be).
 pub fn of_file(front: &Front, file: &File, rel: &str, md5: bool) -> std::io::Result<Sums> {
-    if let Some(s) = kept::load(file, rel, &front.secret) {
-        if !md5 || s.md5.is_some() {
-            return Ok(s);
-        }
+    use crate::session::sink::stamp::Named;
+    let named = Named { file, rel };
+    let (sums, found) = super::kept::sums(named, &front.secret, md5)?;
+    if found == super::kept::Found::Read {
+        super::kept::keep_after(named, &front.secret, &sums);
     }
-    let mut hasher = Hasher::new(md5);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut r = file;
-    loop {
-        let n = r.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let sums = hasher.finish();
-    let _ = kept::store(file, rel, &front.secret, &sums);
     Ok(sums)
 }
 
@@ -159,19 +195,4 @@ pub fn digest_headers(req: &Request, file: &File, head: &Head) -> Vec<(String, S
         ));
     }
     out
-}
-
-/// Until `http::kept` lands: nothing kept, every answer read.
-mod kept {
-    use super::Sums;
-    use crate::session::link::secret::Secret;
-    use std::fs::File;
-
-    pub fn load(_file: &File, _rel: &str, _secret: &Secret) -> Option<Sums> {
-        None
-    }
-
-    pub fn store(_file: &File, _rel: &str, _secret: &Secret, _sums: &Sums) -> std::io::Result<()> {
-        Ok(())
-    }
 }

@@ -23,11 +23,12 @@ pub(super) fn front(
     cfg: &RecvConfig,
     log: &Log,
 ) -> anyhow::Result<Option<(Front, Arc<HttpStats>)>> {
-    let Some(addr) = &set.http else {
+    let h = &set.http;
+    let Some(addr) = &h.listen else {
         for (given, name) in [
-            (set.http_cert.is_some(), "--http-cert"),
-            (set.http_key.is_some(), "--http-key"),
-            (set.token_issuers.is_some(), "--token-issuers"),
+            (h.cert.is_some(), "--http-cert"),
+            (h.key.is_some(), "--http-key"),
+            (h.token_issuers.is_some(), "--token-issuers"),
         ] {
             if given {
                 bail!("{name} is for the HTTPS front: give --http ADDR:PORT too");
@@ -46,11 +47,11 @@ pub(super) fn front(
         .with_context(|| format!("--http {addr}: no address"))?;
     let config = HttpConfig {
         listen,
-        cert: need(&set.http_cert, "--http-cert (its certificate chain, PEM)")?,
-        key: need(&set.http_key, "--http-key (the certificate's key, PEM)")?,
-        cas: set.http_ca.iter().cloned().collect(),
+        cert: need(&h.cert, "--http-cert (its certificate chain, PEM)")?,
+        key: need(&h.key, "--http-key (the certificate's key, PEM)")?,
+        cas: h.ca.iter().cloned().collect(),
         issuers: need(
-            &set.token_issuers,
+            &h.token_issuers,
             "--token-issuers (the WLCG token issuers it trusts)",
         )?,
         root: cfg.root.clone(),

@@ -21,7 +21,7 @@ pub fn run(
     conn: &mut Conn,
     progress: &Progress,
     stats: &HttpStats,
-    work: impl FnOnce() -> Result<(), String> + Send,
+    work: impl FnOnce() -> Result<(), super::CopyError> + Send,
 ) -> std::io::Result<(u64, bool)> {
     let headers = vec![
         (
@@ -70,7 +70,7 @@ pub fn run(
         said?;
         let end = match &result {
             Ok(()) => format!("{}success: Created\n", marker(progress, bytes)),
-            Err(e) => format!("failure: {}\n", one_line(e)),
+            Err(e) => format!("failure: {}\n", one_line(&e.to_string())),
         };
         say(&mut out, &end, &mut written)?;
         out.finish()?;

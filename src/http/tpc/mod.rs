@@ -111,7 +111,7 @@ pub fn copy(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
 }
 
 /// The copy itself, by whichever way the other endpoint takes.
-fn run(front: &super::server::Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
+fn run(front: &super::server::Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     if let Some(peer) = native::probe(front, copy) {
         return native::run(front, copy, &peer, progress);
     }
@@ -178,8 +178,34 @@ fn forwarded(h: &super::wire::Head) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The text of a failure the other endpoint answered with.
-pub fn remote_failed(status: u16, body: &str) -> String {
-    let body: String = body.chars().filter(|c| !c.is_control()).take(300).collect();
-    format!("Remote side failed with status code {status}; error message: \"{body}\"")
+/// Why a copy failed, as its `failure:` line says it.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The other endpoint answered with an error status.
+    #[error("Remote side failed with status code {status}; error message: \"{text}\"")]
+    Remote { status: u16, text: String },
+    #[error(transparent)]
+    Http(#[from] super::HttpError),
+    /// Anything else, said for the client and the log.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for CopyError {
+    fn from(s: String) -> CopyError {
+        CopyError::Failed(s)
+    }
+}
+
+impl From<&str> for CopyError {
+    fn from(s: &str) -> CopyError {
+        CopyError::Failed(s.to_string())
+    }
+}
+
+/// A failure the other endpoint answered with (its text cut short, no
+/// control characters).
+pub fn remote_failed(status: u16, body: &str) -> CopyError {
+    let text: String = body.chars().filter(|c| !c.is_control()).take(300).collect();
+    CopyError::Remote { status, text }
 }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::protocol::handshake::Key;
 use crate::session::daemon::{DaemonStats, Limits, RecvConfig};
 
-use super::{remote_failed, Copy, Progress};
+use super::{remote_failed, Copy, CopyError, Progress};
 use crate::http::auth::Op;
 use crate::http::dav::{Answer, Reply, Request};
 use crate::http::path::parent_of;
@@ -60,7 +60,7 @@ pub fn probe(front: &Front, copy: &Copy) -> Option<Peer> {
 }
 
 /// Run `copy` with the other urmove endpoint.
-pub fn run(front: &Front, copy: &Copy, peer: &Peer, progress: &Progress) -> Result<(), String> {
+pub fn run(front: &Front, copy: &Copy, peer: &Peer, progress: &Progress) -> Result<(), CopyError> {
     let _ = &peer.protocols;
     front.stats.tpc.native.fetch_add(1, Ordering::Relaxed);
     if copy.pull {
@@ -71,7 +71,7 @@ pub fn run(front: &Front, copy: &Copy, peer: &Peer, progress: &Progress) -> Resu
 }
 
 /// A pull: a private receiver here, the source asked to send into it.
-fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
+fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     let remote = remote_addr(copy)?;
     let here = local_ip_towards(remote)?;
     let receiver = Receiver::open(front, &copy.rel, here)?;
@@ -104,7 +104,7 @@ fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
 }
 
 /// A push: the destination asked for a private receiver, this side sends.
-fn push(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
+fn push(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     let remote = remote_addr(copy)?;
     progress.connected(format!("tcp:{remote}"));
     let mut headers = copy.forward.clone();
@@ -136,7 +136,7 @@ fn ask(
     front: &Front,
     copy: &Copy,
     headers: Vec<(String, String)>,
-) -> Result<crate::http::client::Response, String> {
+) -> Result<crate::http::client::Response, CopyError> {
     let req = crate::http::client::Request::new("POST", &copy.remote).headers(&headers);
     let response = front.client.request(req).map_err(|e| e.to_string())?;
     if response.status != 200 {
@@ -151,14 +151,14 @@ fn ask(
 fn follow(
     response: crate::http::client::Response,
     progress: Option<&Progress>,
-) -> Result<(), String> {
+) -> Result<(), CopyError> {
     follow_lines(&mut response.lines(), progress)
 }
 
 fn follow_lines(
     lines: &mut impl Iterator<Item = std::io::Result<String>>,
     progress: Option<&Progress>,
-) -> Result<(), String> {
+) -> Result<(), CopyError> {
     for line in lines {
         let line = line.map_err(|e| format!("the other endpoint's answer broke off: {e}"))?;
         let line = line.trim();
@@ -166,7 +166,7 @@ fn follow_lines(
             return Ok(());
         }
         if let Some(why) = line.strip_prefix("failed: ") {
-            return Err(why.to_string());
+            return Err(why.into());
         }
         if let (Some(n), Some(p)) = (line.strip_prefix("written "), progress) {
             if let Ok(n) = n.parse::<u64>() {
@@ -177,28 +177,28 @@ fn follow_lines(
     Err("the other endpoint's answer ended without its outcome".into())
 }
 
-fn parse_ready(line: &str) -> Result<(u16, Key), String> {
+fn parse_ready(line: &str) -> Result<(u16, Key), CopyError> {
     let bad = || format!("the destination said {line:?}, not `ready PORT KEY`");
     let mut words = line.split_whitespace();
     if words.next() != Some("ready") {
-        return Err(bad());
+        return Err(bad().into());
     }
     let port = words.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
     let key = words.next().and_then(unhex).ok_or_else(bad)?;
     Ok((port, key))
 }
 
-fn remote_addr(copy: &Copy) -> Result<SocketAddr, String> {
+fn remote_addr(copy: &Copy) -> Result<SocketAddr, CopyError> {
     copy.remote
         .authority()
         .to_socket_addrs()
         .map_err(|e| format!("{}: {e}", copy.remote.redacted()))?
         .next()
-        .ok_or_else(|| format!("{}: no address", copy.remote.redacted()))
+        .ok_or_else(|| format!("{}: no address", copy.remote.redacted()).into())
 }
 
 /// The address this host reaches `remote` from (no packet sent).
-fn local_ip_towards(remote: SocketAddr) -> Result<std::net::IpAddr, String> {
+fn local_ip_towards(remote: SocketAddr) -> Result<std::net::IpAddr, CopyError> {
     let any: SocketAddr = if remote.is_ipv4() {
         "0.0.0.0:0".parse().expect("an address")
     } else {
@@ -206,7 +206,7 @@ fn local_ip_towards(remote: SocketAddr) -> Result<std::net::IpAddr, String> {
     };
     let s = std::net::UdpSocket::bind(any).map_err(|e| e.to_string())?;
     s.connect(remote).map_err(|e| e.to_string())?;
-    s.local_addr().map(|a| a.ip()).map_err(|e| e.to_string())
+    Ok(s.local_addr().map_err(|e| e.to_string())?.ip())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -234,7 +234,7 @@ fn send_file(
     name: &str,
     copy: &Copy,
     cancel: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), CopyError> {
     // The file's directory is opened beneath the root (no link followed)
     // and named through its descriptor: nobody who writes under the root
     // can swap a directory of the path for a link meanwhile.
@@ -263,7 +263,10 @@ fn send_file(
         .map_err(|e| e.to_string())?;
     drop(dir);
     if report.status != "ok" {
-        return Err(report.error.unwrap_or_else(|| report.status.to_string()));
+        return Err(report
+            .error
+            .unwrap_or_else(|| report.status.to_string())
+            .into());
     }
     Ok(())
 }
@@ -294,7 +297,7 @@ pub struct Receiver {
 impl Receiver {
     /// The staging directory made beside `rel`, and its daemon listening
     /// on `ip`.
-    pub fn open(front: &Front, rel: &str, ip: std::net::IpAddr) -> Result<Receiver, String> {
+    pub fn open(front: &Front, rel: &str, ip: std::net::IpAddr) -> Result<Receiver, CopyError> {
         let root = &front.root;
         let parent = parent_of(rel);
         root.mkdir_all(parent, 0o755)
@@ -389,8 +392,8 @@ impl Receiver {
         front: &Front,
         rel: &str,
         replaces: bool,
-        outcome: Result<(), String>,
-    ) -> Result<(), String> {
+        outcome: Result<(), CopyError>,
+    ) -> Result<(), CopyError> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -408,7 +411,7 @@ impl Receiver {
         staged: &str,
         rel: &str,
         replaces: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), CopyError> {
         let root = &front.root;
         let meta = root
             .symlink_metadata(staged)
@@ -425,7 +428,7 @@ impl Receiver {
         } else {
             root.rename_new(staged, rel)
         };
-        renamed.map_err(|e| format!("/{rel}: naming the file: {e}"))
+        renamed.map_err(|e| format!("/{rel}: naming the file: {e}").into())
     }
 }
 
@@ -477,8 +480,8 @@ fn receive(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
         .sock
         .local_addr()
         .map_err(|e| Answer::text(500, &e.to_string()))?;
-    let receiver =
-        Receiver::open(req.front, &rel, local.ip()).map_err(|e| Answer::text(500, &e))?;
+    let receiver = Receiver::open(req.front, &rel, local.ip())
+        .map_err(|e| Answer::text(500, &e.to_string()))?;
     let front = req.front;
     let written = stream_lines(
         conn,
@@ -567,7 +570,7 @@ fn send(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
 fn stream_lines(
     conn: &mut Conn,
     first: &str,
-    work: impl FnOnce(&mut dyn FnMut(&str) -> std::io::Result<()>) -> Result<(), String>,
+    work: impl FnOnce(&mut dyn FnMut(&str) -> std::io::Result<()>) -> Result<(), CopyError>,
 ) -> std::io::Result<Answer> {
     let headers = vec![
         ("Content-Type".to_string(), "text/plain".to_string()),
@@ -587,7 +590,7 @@ fn stream_lines(
     let outcome = work(&mut say);
     let last = match outcome {
         Ok(()) => "ok\n".to_string(),
-        Err(e) => format!("failed: {}\n", e.replace(['\n', '\r'], " ")),
+        Err(e) => format!("failed: {}\n", e.to_string().replace(['\n', '\r'], " ")),
     };
     say(&last)?;
     out.finish()?;

@@ -17,7 +17,7 @@ use crate::datapath::direct::padded;
 use crate::datapath::{Arena, Lease};
 use crate::protocol::checksum::{self, Algorithm, Piece, Pieces, Value};
 
-use super::{remote_failed, Copy, Progress};
+use super::{remote_failed, Copy, CopyError, Progress};
 use crate::http::path::parent_of;
 use crate::http::server::Front;
 use crate::http::sums::Sums;
@@ -28,7 +28,7 @@ const CHUNK_MAX: u64 = 16 << 20;
 const BUFFERS_BYTES_MAX: u64 = 256 << 20;
 
 /// Pull `copy.remote` into `copy.rel`.
-pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
+pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     let (size, theirs) = size_and_sum(front, copy, progress)?;
     if copy.require_checksum && theirs.is_none() {
         return Err(
@@ -60,18 +60,23 @@ pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String
             return Err(format!(
                 "checksum mismatch: the source says adler32 {a:08x}, the bytes received have {:08x}: nothing was written",
                 sums.adler32
-            ));
+            )
+            .into());
         }
     }
-    crate::http::sums::keep(front, &landing.file, &copy.rel, &sums);
-    crate::http::store::name_file(
+    let digest = landing.digest();
+    crate::http::sums::keep(front, &landing.file, &copy.rel, digest, &sums);
+    let named = crate::http::store::name_file(
         &front.root,
         &landing.file,
         landing.id,
         &copy.rel,
         copy.replaces,
     )
-    .map_err(|e| format!("/{}: naming the file: {e:?}", copy.rel))
+    .map_err(|e| format!("/{}: naming the file: {e:?}", copy.rel));
+    named?;
+    crate::http::sums::named(front, &landing.file, &copy.rel, digest);
+    Ok(())
 }
 
 /// The source's size and adler32 (if it gives one), from a HEAD.
@@ -79,7 +84,7 @@ fn size_and_sum(
     front: &Front,
     copy: &Copy,
     progress: &Progress,
-) -> Result<(u64, Option<Value>), String> {
+) -> Result<(u64, Option<Value>), CopyError> {
     let mut headers = copy.forward.clone();
     headers.push(("Want-Digest".into(), "adler32".into()));
     let head = front
@@ -122,6 +127,8 @@ struct State {
     /// Chunks being filled: their buffer and the bytes in it.
     open: HashMap<u64, (Lease, u64)>,
     pieces: Pieces,
+    /// urmove's digest of the chunks written (a sum: any order).
+    digest: u64,
     failed: Option<String>,
 }
 
@@ -132,7 +139,7 @@ impl Landing {
         size: u64,
         chunk: u64,
         streams: usize,
-    ) -> Result<Landing, String> {
+    ) -> Result<Landing, CopyError> {
         let root = &front.root;
         let parent = parent_of(rel);
         root.mkdir_all(parent, 0o755)
@@ -153,6 +160,7 @@ impl Landing {
                 arena,
                 open: HashMap::new(),
                 pieces: Pieces::new(size),
+                digest: 0,
                 failed: None,
             }),
         })
@@ -201,6 +209,7 @@ impl Landing {
     ) -> std::io::Result<()> {
         let n = len as usize;
         let piece = Piece::of(start, &lease.as_slice()[..n]);
+        let terms = crate::protocol::frame::content_terms(start, &lease.as_slice()[..n]);
         let out = if self.direct {
             let end = padded(n);
             lease.as_mut_slice()[n..end].fill(0);
@@ -215,16 +224,22 @@ impl Landing {
         if let Err(e) = st.pieces.add(piece) {
             st.failed.get_or_insert(e.to_string());
         }
+        st.digest = crate::protocol::frame::digest_add(st.digest, terms);
         progress.add(len);
         Ok(())
     }
 
+    /// urmove's digest of the file (once finished).
+    fn digest(&self) -> u64 {
+        self.lock().digest
+    }
+
     /// Cut to size and synced: the whole file's checksums, once every
     /// byte arrived.
-    fn finish(&self) -> Result<Sums, String> {
+    fn finish(&self) -> Result<Sums, CopyError> {
         let st = self.lock();
         if let Some(f) = &st.failed {
-            return Err(f.clone());
+            return Err(f.clone().into());
         }
         let (adler32, crc32c) = st.pieces.whole().map_err(|e| e.to_string())?;
         drop(st);

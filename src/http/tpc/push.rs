@@ -7,12 +7,12 @@ use std::io::Read;
 use std::net::ToSocketAddrs;
 use std::sync::atomic::Ordering;
 
-use super::{remote_failed, Copy, Progress};
+use super::{remote_failed, Copy, CopyError, Progress};
 use crate::http::server::Front;
 use crate::protocol::checksum::{self, Algorithm, Value};
 
 /// Push `copy.rel` to `copy.remote`.
-pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String> {
+pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     let rel = if copy.rel.is_empty() {
         "."
     } else {
@@ -49,7 +49,7 @@ pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), String
 }
 
 /// The destination's adler32 (HEAD, Want-Digest) against this file's.
-fn verify_remote(front: &Front, copy: &Copy, file: &std::fs::File) -> Result<(), String> {
+fn verify_remote(front: &Front, copy: &Copy, file: &std::fs::File) -> Result<(), CopyError> {
     let ours =
         crate::http::sums::of_file(front, file, &copy.rel, false).map_err(|e| e.to_string())?;
     let mut headers = copy.forward.clone();
@@ -69,7 +69,8 @@ fn verify_remote(front: &Front, copy: &Copy, file: &std::fs::File) -> Result<(),
             "checksum mismatch: the destination says {}, the source has adler32 {:08x}",
             checksum::format_digest(&[v]),
             ours.adler32
-        )),
+        )
+        .into()),
         None => Err("RequireChecksumVerification: the destination gives no adler32".into()),
     }
 }
