@@ -220,6 +220,7 @@ fn get(req: &mut Request, with_body: bool) -> Result<Answer, Answer> {
     let size = meta.len();
     let mut a = Answer::new(200)
         .with("Accept-Ranges", "bytes")
+        .with(super::tpc::native::HEADER, super::tpc::native::offered())
         .with("Last-Modified", http_date(meta.mtime()))
         .with("ETag", etag(&meta));
     a.headers

@@ -57,7 +57,7 @@ pub fn run(
                     progress.cancel.store(true, Ordering::Relaxed);
                 }
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(5));
         }
         let result = worker
             .join()

@@ -110,16 +110,28 @@ pub fn copy(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
     Ok(a)
 }
 
-/// The copy itself, by whichever way the other endpoint takes.
+/// The copy itself, by whichever way the other endpoint takes: a file of
+/// [`native::SIZE_MIN`] bytes or more with another urmove on urmove's own
+/// protocol (its session's start costs more than a small file's GET),
+/// anything else over HTTP on the client's kept-alive connections.
 fn run(front: &super::server::Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
-    if let Some(peer) = native::probe(front, copy) {
-        return native::run(front, copy, &peer, progress);
-    }
     if copy.pull {
-        pull::run(front, copy, progress)
-    } else {
-        push::run(front, copy, progress)
+        let first = pull::look(front, copy, progress, false)?;
+        if first.urmove && first.size >= native::SIZE_MIN {
+            return native::run(front, copy, progress);
+        }
+        let source = if first.adler32.is_some() {
+            first
+        } else {
+            pull::look(front, copy, progress, true)?
+        };
+        return pull::run(front, copy, progress, &source);
     }
+    let size = push::size(front, copy)?;
+    if size >= native::SIZE_MIN && native::probe(front, copy) {
+        return native::run(front, copy, progress);
+    }
+    push::run(front, copy, progress)
 }
 
 /// The copy a COPY request asks for, or why it is refused.

@@ -44,24 +44,27 @@ pub const HEADER: &str = "X-Urmove-Tpc";
 const SESSION_WAIT: Duration = Duration::from_secs(60);
 /// How often progress lines go.
 const LINE_EVERY: Duration = Duration::from_secs(1);
+/// How often a waiting side looks whether the other is done.
+const POLL: Duration = Duration::from_millis(5);
 
-/// The other endpoint, as its front described itself.
-pub struct Peer {
-    pub protocols: String,
-}
+/// Files this large or larger go on urmove's own protocol between two
+/// urmove endpoints; smaller ones over HTTP (a session's start, with its
+/// buffers, streams and private receiver, costs about what 32 MiB take).
+pub const SIZE_MIN: u64 = 32 << 20;
 
 /// Whether the other endpoint is urmove (its OPTIONS answer says so).
-pub fn probe(front: &Front, copy: &Copy) -> Option<Peer> {
+pub fn probe(front: &Front, copy: &Copy) -> bool {
     let req = crate::http::client::Request::new("OPTIONS", &copy.remote).headers(&copy.forward);
-    let response = front.client.request(req).ok()?;
-    let protocols = response.headers.get(HEADER)?.to_string();
+    let Ok(response) = front.client.request(req) else {
+        return false;
+    };
+    let urmove = response.headers.get(HEADER).is_some();
     response.discard(64 << 10);
-    Some(Peer { protocols })
+    urmove
 }
 
 /// Run `copy` with the other urmove endpoint.
-pub fn run(front: &Front, copy: &Copy, peer: &Peer, progress: &Progress) -> Result<(), CopyError> {
-    let _ = &peer.protocols;
+pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     front.stats.tpc.native.fetch_add(1, Ordering::Relaxed);
     if copy.pull {
         pull(front, copy, progress)
@@ -94,7 +97,7 @@ fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError
             if progress.cancel.load(Ordering::Relaxed) {
                 receiver.stop.store(true, Ordering::Relaxed);
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(POLL);
         }
         talk.join()
             .unwrap_or_else(|_| Err("the copy panicked".into()))
@@ -395,7 +398,11 @@ impl Receiver {
         outcome: Result<(), CopyError>,
     ) -> Result<(), CopyError> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        // A daemon whose one session ended writes nothing more: it stops
+        // by itself (within its accept loop's wait). One that may still
+        // be writing is waited for, so that its staging goes whole.
+        let idle = self.stats.sessions_active.load(Ordering::Acquire) == 0;
+        if let Some(t) = self.thread.take().filter(|_| !idle) {
             let _ = t.join();
         }
         let name = rel.rsplit('/').next().unwrap_or("");
@@ -505,7 +512,7 @@ fn receive(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
 fn wait_ended(receiver: &Receiver, most: Duration) {
     let until = Instant::now() + most;
     while Instant::now() < until && !receiver.ended() {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(POLL);
     }
 }
 
@@ -550,12 +557,16 @@ fn send(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
     let written = stream_lines(conn, "sending\n", |say| {
         std::thread::scope(|scope| {
             let sending = scope.spawn(|| send_file(front, &rel, to, key, &name, &copy, &cancel));
+            let mut next = Instant::now() + LINE_EVERY;
             while !sending.is_finished() {
-                if say("sending\n").is_err() {
-                    // The asking endpoint went away: so does the send.
-                    cancel.store(true, Ordering::Relaxed);
+                if Instant::now() >= next {
+                    if say("sending\n").is_err() {
+                        // The asking endpoint went away: so does the send.
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                    next = Instant::now() + LINE_EVERY;
                 }
-                std::thread::sleep(LINE_EVERY);
+                std::thread::sleep(POLL);
             }
             sending
                 .join()

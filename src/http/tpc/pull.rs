@@ -27,9 +27,23 @@ const CHUNK_MAX: u64 = 16 << 20;
 /// The chunks in flight of one copy take at most this much memory.
 const BUFFERS_BYTES_MAX: u64 = 256 << 20;
 
-/// Pull `copy.remote` into `copy.rel`.
-pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
-    let (size, theirs) = size_and_sum(front, copy, progress)?;
+/// The source as its HEAD describes it.
+pub struct Source {
+    pub size: u64,
+    /// Its adler32, where it gave one.
+    pub adler32: Option<Value>,
+    /// It is urmove (its `X-Urmove-Tpc` header).
+    pub urmove: bool,
+}
+
+/// Pull `copy.remote` (described by `source`) into `copy.rel`.
+pub fn run(
+    front: &Front,
+    copy: &Copy,
+    progress: &Progress,
+    source: &Source,
+) -> Result<(), CopyError> {
+    let (size, theirs) = (source.size, source.adler32.clone());
     if copy.require_checksum && theirs.is_none() {
         return Err(
             "RequireChecksumVerification: the source gives no adler32 (Want-Digest)".into(),
@@ -79,18 +93,19 @@ pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyEr
     Ok(())
 }
 
-/// The source's size and adler32 (if it gives one), from a HEAD.
-fn size_and_sum(
+/// The source's size, whether it is urmove, and its adler32 when
+/// `want_digest` asks for it (a source may read the whole file for it).
+pub fn look(
     front: &Front,
     copy: &Copy,
     progress: &Progress,
-) -> Result<(u64, Option<Value>), CopyError> {
+    want_digest: bool,
+) -> Result<Source, CopyError> {
     let mut headers = copy.forward.clone();
-    headers.push(("Want-Digest".into(), "adler32".into()));
-    let head = front
-        .client
-        .head(&copy.remote, &headers)
-        .map_err(|e| e.to_string())?;
+    if want_digest {
+        headers.push(("Want-Digest".into(), "adler32".into()));
+    }
+    let head = front.client.head(&copy.remote, &headers)?;
     if let Ok(mut addrs) = head.url.authority().to_socket_addrs() {
         if let Some(a) = addrs.next() {
             progress.connected(format!("tcp:{a}"));
@@ -104,12 +119,17 @@ fn size_and_sum(
         .get("content-length")
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or_else(|| format!("{}: no Content-Length in its HEAD", head.url.redacted()))?;
-    let theirs = head
+    let adler32 = head
         .headers
         .get_all("digest")
         .flat_map(checksum::parse_digest)
         .find(|v| v.algorithm() == Algorithm::Adler32);
-    Ok((size, theirs))
+    let urmove = head.headers.get(super::native::HEADER).is_some();
+    Ok(Source {
+        size,
+        adler32,
+        urmove,
+    })
 }
 
 /// An unnamed file taking chunks at their offsets, from several threads.

@@ -11,6 +11,24 @@ use super::{remote_failed, Copy, CopyError, Progress};
 use crate::http::server::Front;
 use crate::protocol::checksum::{self, Algorithm, Value};
 
+/// The size of the file `copy.rel` names (a regular file, or refused).
+pub fn size(front: &Front, copy: &Copy) -> Result<u64, CopyError> {
+    let rel = if copy.rel.is_empty() {
+        "."
+    } else {
+        copy.rel.as_str()
+    };
+    let file = front
+        .root
+        .open_read(rel)
+        .map_err(|e| format!("/{}: {e}", copy.rel))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(format!("/{}: not a regular file", copy.rel).into());
+    }
+    Ok(meta.len())
+}
+
 /// Push `copy.rel` to `copy.remote`.
 pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     let rel = if copy.rel.is_empty() {
