@@ -43,7 +43,7 @@ pub fn run(
     progress: &Progress,
     source: &Source,
 ) -> Result<(), CopyError> {
-    let (size, theirs) = (source.size, source.adler32.clone());
+    let (size, theirs) = (source.size, source.adler32);
     if copy.require_checksum && theirs.is_none() {
         return Err(
             "RequireChecksumVerification: the source gives no adler32 (Want-Digest)".into(),
