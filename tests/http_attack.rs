@@ -599,3 +599,107 @@ fn the_native_receive_lands_one_file_at_the_tokens_path_only() {
     assert!(!again);
     assert_eq!(e.listing(), vec!["incoming", "incoming/x"]);
 }
+
+/// A private receiver nobody connects to goes with its asker: the POST's
+/// client gone, the staging directory is removed within seconds. A token
+/// that may only create cannot ask for a send (which reads). (Held.)
+#[test]
+fn an_abandoned_receive_is_cleaned_and_a_send_needs_read() {
+    let site = Site::new();
+    let e = &site.endpoint;
+    let create = token(&site, "storage.create:/incoming");
+    let mut c = receive_post(&site, &create, "incoming/x");
+    let mut lines = BufReader::new(c.stdout.take().unwrap());
+    let mut ready = String::new();
+    lines.read_line(&mut ready).unwrap();
+    assert!(ready.starts_with("ready "), "{ready}");
+    assert!(e.listing().iter().any(|n| n.contains(".tpc-")));
+    c.kill().unwrap();
+    c.wait().unwrap();
+    drop(lines);
+    let until = Instant::now() + Duration::from_secs(10);
+    while e.listing().iter().any(|n| n.contains(".tpc-")) {
+        assert!(Instant::now() < until, "staging left: {:?}", e.listing());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    fs::write(e.path("incoming/f"), b"data").unwrap();
+    let (code, body) = site.curl_as(
+        &create,
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "X-Urmove-Tpc: send",
+            "-H",
+            "X-Urmove-To: 127.0.0.1:1",
+            "-H",
+            &format!("X-Urmove-Key: {}", "ab".repeat(32)),
+            "-H",
+            "X-Urmove-Name: f",
+            &e.https("incoming/f"),
+        ],
+    );
+    assert_eq!(code, 403, "{body}");
+}
+
+/// A hostile source that says it is urmove gets a private receiver's key
+/// (it is the one that sends); what it sends there instead of one file (a
+/// link to /etc/passwd at the name, a stowaway beside it) never becomes
+/// visible, and the COPY fails. (Held.)
+#[test]
+fn a_hostile_native_source_lands_nothing_but_one_regular_file() {
+    let site = Site::new();
+    let e = &site.endpoint;
+    let work = Arc::new(tempfile::tempdir_in("/var/tmp").unwrap());
+    let evil = work.path().join("evil");
+    fs::create_dir_all(&evil).unwrap();
+    symlink("/etc/passwd", evil.join("x")).unwrap();
+    fs::write(evil.join("y"), b"stowaway").unwrap();
+    let w = Arc::clone(&work);
+    let delivered = Arc::new(AtomicUsize::new(0));
+    let d = Arc::clone(&delivered);
+    let port = hostile(Arc::new(move |a: &Asked, s: &mut TcpStream| {
+        let answer = match (a.method.as_str(), a.header("x-urmove-tpc")) {
+            ("OPTIONS", _) => {
+                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Urmove-Tpc: 1 protocol=1-99\r\n\r\n"
+                    .to_string()
+            }
+            ("POST", Some("send")) => {
+                let to = a.header("x-urmove-to").unwrap_or("");
+                let (_, port) = to.rsplit_once(':').unwrap_or(("", "0"));
+                let from = format!("{}/", w.path().join("evil").display());
+                let key = a.header("x-urmove-key").unwrap_or("").to_string();
+                let sent = send_to(w.path(), port.parse().unwrap_or(0), &key, &[&from], ".");
+                d.fetch_add(usize::from(sent), Ordering::SeqCst);
+                let body = "sending\nok\n";
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            }
+            _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
+        };
+        s.write_all(answer.as_bytes()).is_ok()
+    }));
+    let (code, markers) = copy_pull(
+        &site,
+        &site.token,
+        &format!("http://127.0.0.1:{port}/f"),
+        "in/x",
+    );
+    assert_eq!(code, 202, "{markers}");
+    assert_eq!(
+        delivered.load(Ordering::SeqCst),
+        1,
+        "the hostile send: {markers}"
+    );
+    assert!(
+        markers.contains("failure: what arrived is not a regular file"),
+        "{markers}"
+    );
+    let listing = e.listing();
+    assert!(
+        listing.iter().all(|n| n == "in"),
+        "visible after a hostile native source: {listing:?}"
+    );
+}
