@@ -703,3 +703,59 @@ fn a_hostile_native_source_lands_nothing_but_one_regular_file() {
         "visible after a hostile native source: {listing:?}"
     );
 }
+
+/// A PUT cut off mid-body leaves nothing visible, and no part beside it.
+/// (Held.)
+#[test]
+fn an_interrupted_put_leaves_nothing() {
+    let site = Site::new();
+    let e = &site.endpoint;
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let part = work.path().join("part");
+    fs::write(&part, noise(1 << 20, 9)).unwrap();
+    let pf = part.to_str().unwrap();
+    for length in ["10000000", "1048577"] {
+        let (code, _) = site.curl_as(
+            &site.token,
+            &[
+                "--max-time",
+                "2",
+                "-X",
+                "PUT",
+                "-H",
+                &format!("Content-Length: {length}"),
+                "--data-binary",
+                &format!("@{pf}"),
+                &e.https("d/cut"),
+            ],
+        );
+        assert_ne!(code / 100, 2, "{length}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let files: Vec<String> = e.listing().into_iter().filter(|n| n != "d").collect();
+    assert!(files.is_empty(), "{files:?}");
+}
+
+/// What a token says of its holder reaches the access log escaped: a
+/// subject with a line break cannot forge a log line. (Held: the access
+/// log gets the subject raw, but the daemon's log escapes control
+/// characters.)
+#[test]
+fn a_token_subject_cannot_forge_a_log_line() {
+    let site = Site::new();
+    let e = &site.endpoint;
+    fs::write(e.path("f"), b"data").unwrap();
+    let mut claims = site.issuer.claims("storage.read:/");
+    claims["sub"] = "eve\nhttp 10.9.8.7:1 DELETE /everything 204 forged".into();
+    let forger = site.issuer.mint(&claims, Key::Ec);
+    let (code, _) = site.curl_as(&forger, &[&e.https("f")]);
+    assert_eq!(code, 200);
+    let log = e.log_text();
+    assert!(log.contains("GET /f 200"), "{log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("http 10.9.8.7")
+            || l.contains("] http 10.9.8.7")
+            || l.trim_start().starts_with("http 10.9.8.7")),
+        "a forged line:\n{log}"
+    );
+}
