@@ -28,6 +28,7 @@ mod gfal;
 mod hostile;
 mod house;
 mod http;
+mod http_attack;
 mod lanes;
 mod limits;
 mod linters;

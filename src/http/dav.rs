@@ -376,7 +376,8 @@ fn finish(
         &format!(
             "http {peer} {} {} {status} in={bytes_in} out={bytes_out} {:.3}s{who}",
             head.method,
-            head.target,
+            // The path only: a query may carry a token (`?authz=`).
+            super::path::path_of(&head.target),
             started.elapsed().as_secs_f64()
         ),
     );

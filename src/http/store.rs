@@ -36,6 +36,9 @@ pub fn may_write(req: &mut Request, rel: &str) -> Result<bool, Answer> {
     if rel.is_empty() {
         return Err(Answer::text(405, "/: the root is a directory"));
     }
+    // Every write needs create (modify includes it), checked before what
+    // is at the path shows in the answer.
+    req.allow(Op::Create, rel)?;
     match existing(req, rel) {
         Some(true) => Err(Answer::text(409, &format!("/{rel}: a directory is there"))),
         Some(false) => {
@@ -314,10 +317,10 @@ pub fn delete(req: &mut Request) -> Result<Answer, Answer> {
 /// MKCOL: a directory whose parent exists.
 pub fn mkcol(req: &mut Request) -> Result<Answer, Answer> {
     let rel = req.rel.clone();
+    req.allow(Op::CreateDir, &rel)?;
     if existing(req, &rel).is_some() {
         return Err(Answer::text(405, &format!("/{rel}: exists")));
     }
-    req.allow(Op::CreateDir, &rel)?;
     let parent = parent_of(&rel);
     if !parent.is_empty() && existing(req, parent) != Some(true) {
         return Err(Answer::text(409, &format!("/{parent}: no such directory")));

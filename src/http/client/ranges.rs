@@ -22,6 +22,9 @@ struct Job<'a> {
     headers: Vec<(String, String)>,
     size: u64,
     chunk: u64,
+    /// The first range's entity tag: every other range must carry the
+    /// same (when it names one), or the file changed while copied.
+    etag: Option<String>,
     next: AtomicU64,
     failed: AtomicBool,
     sink: &'a (dyn Fn(u64, &[u8]) -> io::Result<()> + Sync),
@@ -82,6 +85,7 @@ impl Client {
             headers,
             size,
             chunk,
+            etag: first.headers.get("etag").map(str::to_string),
             next: AtomicU64::new(first_len),
             failed: AtomicBool::new(false),
             sink,
@@ -127,6 +131,14 @@ impl Job<'_> {
             .header("Range", &range);
         let mut response = self.client.request(req)?;
         check_range(&response, offset, len, self.size)?;
+        if let (Some(first), Some(this)) = (&self.etag, response.headers.get("etag")) {
+            if first != this {
+                return Err(HttpError::Malformed(format!(
+                    "{}: the file changed while copied (ETag {first} then {this})",
+                    response.url.redacted()
+                )));
+            }
+        }
         deliver(&mut response, offset, len, self.sink)
     }
 

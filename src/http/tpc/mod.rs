@@ -73,9 +73,11 @@ impl Progress {
 
 /// Answer a COPY.
 pub fn copy(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
-    let copy = asked(req)?;
+    let mut copy = asked(req)?;
     if copy.pull {
-        super::store::may_write(req, &copy.rel)?;
+        // Replacing is what the token allowed for what was there: a file
+        // that appears meanwhile is never replaced by a create-only copy.
+        copy.replaces = super::store::may_write(req, &copy.rel)?;
     } else {
         req.allow(Op::Read, &copy.rel)?;
         let file = super::dav::open_existing(req)?;
