@@ -134,6 +134,11 @@ pub fn handle(
             route(&mut req, conn, kind, &mut keep)
         }
     };
+    // A request refused as malformed or without a good token ends its
+    // connection: it may not hold one open by asking again and again.
+    if matches!(answer.status, 400 | 401) {
+        keep = false;
+    }
     let who = req.who.clone();
     let bytes_in = req.bytes_in;
     finish(front, conn, head, peer, started, answer, who, bytes_in)?;
@@ -369,7 +374,12 @@ fn finish(
         .stats
         .answered(&head.method, status, bytes_in, bytes_out);
     let who = who.map_or_else(String::new, |w| {
-        format!(" sub={} token={} scope={}", w.subject, w.token_id, w.scope)
+        format!(
+            " sub={} token={} scope={}",
+            super::token::printable(&w.subject),
+            w.token_id,
+            super::token::printable(&w.scope)
+        )
     });
     (front.log)(
         Level::Info,

@@ -22,6 +22,7 @@
 pub mod auth;
 pub mod client;
 pub mod dav;
+pub mod deadline;
 pub mod kept;
 pub mod path;
 pub mod propfind;

@@ -2,11 +2,12 @@
 //! (at most [`HttpConfig::connections_max`]), requests read one after
 //! another on a kept-alive connection and handed to `dav`.
 
+use std::collections::HashMap;
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::datapath::beneath::Root;
@@ -60,9 +61,10 @@ pub struct Front {
     pub auth: super::auth::Auth,
     pub client: super::client::Client,
     open: AtomicUsize,
+    pending: Arc<PendingByAddress>,
 }
 
-type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+type Tls = rustls::StreamOwned<rustls::ServerConnection, super::deadline::Deadlined>;
 /// A connection as the handlers see it: reads buffered, writes through.
 pub type Conn = BufReader<Tls>;
 
@@ -93,6 +95,7 @@ impl Front {
             auth,
             client,
             open: AtomicUsize::new(0),
+            pending: Arc::default(),
         })
     }
 }
@@ -128,8 +131,12 @@ pub fn serve(
     Ok(())
 }
 
-/// A connection on a thread of its own, or refused past the limit.
+/// A connection on a thread of its own, or refused past the limits (all
+/// connections, and those of its address without a request yet).
 fn admit(front: &Arc<Front>, s: TcpStream, peer: SocketAddr) {
+    let Some(pending) = front.pending.take(peer.ip()) else {
+        return; // dropped at once: the address holds enough idle ones
+    };
     if front.open.fetch_add(1, Ordering::AcqRel) >= front.config.connections_max {
         front.open.fetch_sub(1, Ordering::AcqRel);
         (front.log)(
@@ -145,7 +152,7 @@ fn admit(front: &Arc<Front>, s: TcpStream, peer: SocketAddr) {
     let spawned = std::thread::Builder::new()
         .name("urmove-http".into())
         .spawn(move || {
-            if let Err(e) = connection(&mine, s, peer) {
+            if let Err(e) = connection(&mine, s, peer, pending) {
                 if !quiet(&e) {
                     (mine.log)(Level::Info, &format!("http {peer}: {e}"));
                 }
@@ -175,15 +182,23 @@ fn quiet(e: &HttpError) -> bool {
 }
 
 /// One connection: its handshake, then request after request.
-fn connection(front: &Front, s: TcpStream, peer: SocketAddr) -> Result<(), HttpError> {
+fn connection(
+    front: &Front,
+    s: TcpStream,
+    peer: SocketAddr,
+    pending: Pending,
+) -> Result<(), HttpError> {
     let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(HANDSHAKE))
-        .map_err(|e| HttpError::io("a connection", e))?;
     s.set_write_timeout(Some(IDLE))
         .map_err(|e| HttpError::io("a connection", e))?;
     let tls = rustls::ServerConnection::new(Arc::clone(&front.tls))
         .map_err(|e| HttpError::Tls(e.to_string()))?;
-    let mut conn: Conn = BufReader::with_capacity(256 << 10, rustls::StreamOwned::new(tls, s));
+    let mut sock = super::deadline::Deadlined::new(s, IDLE);
+    // The handshake and the first head within HANDSHAKE, each later head
+    // within IDLE of the answer before it, however the bytes trickle.
+    sock.set_deadline(Some(Instant::now() + HANDSHAKE));
+    let mut conn: Conn = BufReader::with_capacity(256 << 10, rustls::StreamOwned::new(tls, sock));
+    let mut pending = Some(pending);
     loop {
         let head = match wire::read_head(&mut conn) {
             Ok(Some(h)) => h,
@@ -194,10 +209,10 @@ fn connection(front: &Front, s: TcpStream, peer: SocketAddr) -> Result<(), HttpE
             }
             Err(e) => return Err(e),
         };
-        conn.get_ref()
-            .sock
-            .set_read_timeout(Some(IDLE))
-            .map_err(|e| HttpError::io("a connection", e))?;
+        // A whole head came: the connection no longer counts as one its
+        // address holds open without having asked anything.
+        pending.take();
+        conn.get_mut().sock.set_deadline(None);
         let started = Instant::now();
         let keep = super::dav::handle(front, &mut conn, &head, peer, started)?;
         conn.get_mut()
@@ -207,6 +222,64 @@ fn connection(front: &Front, s: TcpStream, peer: SocketAddr) -> Result<(), HttpE
             conn.get_mut().conn.send_close_notify();
             let _ = conn.get_mut().flush();
             return Ok(());
+        }
+        conn.get_mut()
+            .sock
+            .set_deadline(Some(Instant::now() + IDLE));
+    }
+}
+
+/// Connections an address holds that have not sent a whole request head
+/// yet, at most [`PENDING_PER_ADDRESS`] (IPv6 counted by /64): a client
+/// holding sockets open without asking anything shuts out nobody else.
+#[derive(Default)]
+pub struct PendingByAddress(Mutex<HashMap<IpAddr, usize>>);
+
+/// Of one address, connections without a whole request head yet.
+pub const PENDING_PER_ADDRESS: usize = 32;
+
+/// One connection's place among its address's pending ones, given back
+/// when it drops.
+pub struct Pending {
+    table: Arc<PendingByAddress>,
+    key: IpAddr,
+}
+
+impl PendingByAddress {
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        }
+    }
+
+    /// A place for a connection from `ip`, or None past the limit.
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Pending> {
+        let key = Self::key(ip);
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = t.entry(key).or_default();
+        if *n >= PENDING_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Pending {
+            table: Arc::clone(self),
+            key,
+        })
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut t = self.table.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = t.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.key);
+            }
         }
     }
 }

@@ -189,6 +189,8 @@ fn forwarded(h: &super::wire::Head) -> Vec<(String, String)> {
         .iter()
         .filter(|(n, _)| n.len() > PREFIX.len() && n[..PREFIX.len()].eq_ignore_ascii_case(PREFIX))
         .map(|(n, v)| (n[PREFIX.len()..].to_string(), v.clone()))
+        // The urmove-to-urmove way's own headers are this side's to set.
+        .filter(|(n, _)| !n.to_ascii_lowercase().starts_with("x-urmove"))
         .collect()
 }
 

@@ -91,7 +91,7 @@ fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError
     headers.push(("X-Number-Of-Streams".into(), copy.streams.to_string()));
     let asked = ask(front, copy, headers);
     let outcome = std::thread::scope(|scope| {
-        let talk = scope.spawn(|| asked.and_then(|r| follow(r, None)));
+        let talk = scope.spawn(|| asked.and_then(follow));
         while !talk.is_finished() {
             progress.bytes.store(receiver.written(), Ordering::Relaxed);
             if progress.cancel.load(Ordering::Relaxed) {
@@ -108,6 +108,7 @@ fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError
 
 /// A push: the destination asked for a private receiver, this side sends.
 fn push(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
+    let size = super::push::size(front, copy)?;
     let remote = remote_addr(copy)?;
     progress.connected(format!("tcp:{remote}"));
     let mut headers = copy.forward.clone();
@@ -124,7 +125,7 @@ fn push(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError
     let theirs = crate::http::path::rel_of(copy.remote.path()).map_err(|r| r.reason)?;
     let name = theirs.rsplit('/').next().unwrap_or("").to_string();
     std::thread::scope(|scope| {
-        let talk = scope.spawn(|| follow_lines(&mut lines, Some(progress)));
+        let talk = scope.spawn(|| follow_lines(&mut lines, Some(progress), size));
         let to = SocketAddr::new(remote.ip(), port);
         let sent = send_file(front, &copy.rel, to, key, &name, copy, &progress.cancel);
         let said = talk
@@ -151,16 +152,14 @@ fn ask(
 }
 
 /// Read the other endpoint's lines to its `ok` or `failed: ...`.
-fn follow(
-    response: crate::http::client::Response,
-    progress: Option<&Progress>,
-) -> Result<(), CopyError> {
-    follow_lines(&mut response.lines(), progress)
+fn follow(response: crate::http::client::Response) -> Result<(), CopyError> {
+    follow_lines(&mut response.lines(), None, 0)
 }
 
 fn follow_lines(
     lines: &mut impl Iterator<Item = std::io::Result<String>>,
     progress: Option<&Progress>,
+    most: u64,
 ) -> Result<(), CopyError> {
     for line in lines {
         let line = line.map_err(|e| format!("the other endpoint's answer broke off: {e}"))?;
@@ -173,7 +172,8 @@ fn follow_lines(
         }
         if let (Some(n), Some(p)) = (line.strip_prefix("written "), progress) {
             if let Ok(n) = n.parse::<u64>() {
-                p.bytes.store(n, Ordering::Relaxed);
+                // Never more than the file: the other side's word is not trusted.
+                p.bytes.store(n.min(most), Ordering::Relaxed);
             }
         }
     }
