@@ -88,6 +88,19 @@ impl Endpoint {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log once it holds `needle` (an access-log line is written
+    /// after its answer went: 5 s at most), else as it is.
+    pub fn log_with(&self, needle: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = self.log_text();
+            if text.contains(needle) || Instant::now() > until {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `davs://localhost:PORT/path` (gfal's spelling).
     pub fn davs(&self, path: &str) -> String {
         format!(

@@ -130,7 +130,7 @@ fn urmove_and_xrootd_copy_to_each_other_in_both_modes() {
     for p in ["x/from-u-pushed", "x/from-u-pulled"] {
         assert_eq!(fs::read(x.path(p)).unwrap(), data, "{p}");
     }
-    let log = u.log_text();
+    let log = u.log_with("PUT /from-x-pushed 201");
     assert!(log.contains("COPY /from-x-pulled 202"), "{log}");
     assert!(log.contains("PUT /from-x-pushed 201"), "{log}");
 }
