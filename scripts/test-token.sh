@@ -18,7 +18,7 @@ mkdir -p "$dir"
     -out "$dir/issuer.key" 2>/dev/null
 b64url() { base64 -w0 | tr '+/' '-_' | tr -d '='; }
 modulus=$(openssl rsa -in "$dir/issuer.key" -noout -modulus 2>/dev/null | cut -d= -f2)
-n=$(printf '%s' "$modulus" | xxd -r -p | b64url)
+n=$(python3 -c 'import base64, sys; print(base64.urlsafe_b64encode(bytes.fromhex(sys.argv[1])).decode().rstrip("="))' "$modulus")
 printf '{"keys":[{"kty":"RSA","kid":"test-1","use":"sig","alg":"RS256","n":"%s","e":"AQAB"}]}\n' \
     "$n" > "$dir/issuer.jwks"
 cat > "$dir/issuers.toml" <<TOML

@@ -7,7 +7,7 @@ use std::fs;
 use crate::endpoint::{curl, Endpoint};
 use crate::gfal::Gfal;
 use crate::pki::Pki;
-use crate::tokens::{bearer, write_issuers, Key, TestIssuer, AUDIENCE};
+use crate::tokens::{bearer, Key, TestIssuer, AUDIENCE};
 use crate::util::noise;
 use crate::xrootd::adler32;
 
@@ -248,6 +248,30 @@ fn tokens_with_the_wrong_scope_path_audience_issuer_or_time_write_nothing() {
     );
     assert_eq!(code, 201);
     assert!(e.path("data/x").is_file());
-    let _ = AUDIENCE;
-    let _ = write_issuers;
+}
+
+#[test]
+fn the_test_issuer_script_of_the_docs_makes_a_token_the_front_takes() {
+    let pki = Pki::new();
+    let dir = pki.dir.join("issuer");
+    let o = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/test-token.sh"),
+    )
+    .arg(&dir)
+    .arg(AUDIENCE)
+    .arg("storage.read:/ storage.create:/in")
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let token = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let e = Endpoint::start(&pki, &dir.join("issuers.toml"));
+    let auth = format!("Authorization: Bearer {token}");
+    let f = pki.dir.join("f");
+    fs::write(&f, b"hello").unwrap();
+    let fs_ = f.to_str().unwrap();
+    let (code, body) = curl(&pki, &["-H", &auth, "-T", fs_, &e.https("in/f")]);
+    assert_eq!(code, 201, "{body}");
+    let (code, _) = curl(&pki, &["-H", &auth, "-T", fs_, &e.https("elsewhere/f")]);
+    assert_eq!(code, 403);
+    assert_eq!(fs::read(e.path("in/f")).unwrap(), b"hello");
 }
