@@ -131,10 +131,15 @@ pub fn load(named: Named<'_>, secret: &Secret) -> Option<Sums> {
 pub fn compute(file: &File, with_md5: bool) -> io::Result<Sums> {
     use std::os::unix::fs::FileExt;
     let mut h = Hasher::new(with_md5);
-    let mut store = vec![0u8; READ_BYTES + DIRECT_ALIGN];
+    // A small file takes a buffer of its own size, not READ_BYTES.
+    let len = file.metadata().map_or(READ_BYTES as u64, |m| m.len());
+    let want = (len.max(1) as usize)
+        .next_multiple_of(DIRECT_ALIGN)
+        .min(READ_BYTES);
+    let mut store = vec![0u8; want + DIRECT_ALIGN];
     let at = store.as_ptr().align_offset(DIRECT_ALIGN);
     let mut direct = (at < DIRECT_ALIGN).then(|| direct_reopen(file)).flatten();
-    let buf = &mut store[at.min(DIRECT_ALIGN)..][..READ_BYTES];
+    let buf = &mut store[at.min(DIRECT_ALIGN)..][..want];
     loop {
         let via_direct = direct.is_some() && h.len().is_multiple_of(DIRECT_ALIGN as u64);
         let from = match &direct {

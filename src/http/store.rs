@@ -74,7 +74,7 @@ pub fn put(req: &mut Request, conn: &mut Conn, kind: BodyKind, keep: &mut bool) 
             return a;
         }
     };
-    let mut upload = match Upload::begin(req, &rel) {
+    let mut upload = match Upload::begin(req, &rel, kind) {
         Ok(u) => u,
         Err(a) => {
             *keep = false;
@@ -129,7 +129,7 @@ pub struct Upload {
 impl Upload {
     /// A new unnamed file in the directory `rel` will be named in (made
     /// with its missing parents).
-    pub fn begin(req: &Request, rel: &str) -> Result<Upload, Answer> {
+    pub fn begin(req: &Request, rel: &str, kind: BodyKind) -> Result<Upload, Answer> {
         let root = &req.front.root;
         let parent = parent_of(rel);
         root.mkdir_all(parent, 0o755)
@@ -144,8 +144,13 @@ impl Upload {
             ));
         };
         let id = FileId::of(&file).map_err(|e| Answer::text(500, &format!("/{rel}: {e}")))?;
-        let arena = Arena::new(WRITE_CHUNK, 1)
-            .map_err(|e| Answer::text(500, &format!("a write buffer: {e}")))?;
+        // A body of known length takes a buffer of its own size, at most WRITE_CHUNK.
+        let chunk = match kind {
+            BodyKind::Length(n) => padded((n.max(1)).min(WRITE_CHUNK as u64) as usize),
+            BodyKind::Chunked => WRITE_CHUNK,
+        };
+        let arena =
+            Arena::new(chunk, 1).map_err(|e| Answer::text(500, &format!("a write buffer: {e}")))?;
         Ok(Upload {
             file,
             id,
@@ -171,7 +176,7 @@ impl Upload {
                 }
             };
             self.filled += n;
-            let full = self.filled == WRITE_CHUNK;
+            let full = self.filled == self.arena.buf_size();
             let r = if full { self.flush(&lease) } else { Ok(()) };
             self.arena.give_back(lease);
             r?;

@@ -173,7 +173,22 @@ pub fn digest_headers(req: &Request, file: &File, head: &Head) -> Vec<(String, S
     let Ok(reader) = file.try_clone() else {
         return Vec::new();
     };
-    let Ok(sums) = of_file(req.front, &reader, &req.rel, md5) else {
+    // A urmove peer probing a file it will copy on urmove's own protocol
+    // gets only checksums already kept (nothing read for it).
+    let probe = head.header(super::tpc::native::HEADER).is_some()
+        && file
+            .metadata()
+            .is_ok_and(|m| m.len() >= super::tpc::native::SIZE_MIN);
+    let found = if probe {
+        let named = crate::session::sink::stamp::Named {
+            file: &reader,
+            rel: &req.rel,
+        };
+        super::kept::load(named, &req.front.secret).ok_or(())
+    } else {
+        of_file(req.front, &reader, &req.rel, md5).map_err(|_| ())
+    };
+    let Ok(sums) = found else {
         return Vec::new();
     };
     let values = |asked: &[Algorithm]| -> Vec<Value> {

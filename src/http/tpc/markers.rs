@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Progress;
 use crate::http::server::Conn;
@@ -38,26 +38,34 @@ pub fn run(
     wire::write_head(w, 202, &headers)?;
     w.flush()?;
     std::thread::scope(|scope| {
-        let worker = scope.spawn(work);
+        // The worker says when it is done: markers go every EVERY until
+        // then, and the end goes at once.
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let worker = scope.spawn(move || {
+            let r = work();
+            let _ = done_tx.send(());
+            r
+        });
         let mut out = Chunked::new(conn.get_mut());
         let mut written = 0u64;
         let mut last = 0u64;
-        let mut next = Instant::now();
         let mut said: std::io::Result<()> = Ok(());
-        while !worker.is_finished() {
-            if Instant::now() >= next && said.is_ok() {
+        loop {
+            if said.is_ok() {
                 let bytes = progress.bytes.load(Ordering::Relaxed);
                 said = say(&mut out, &marker(progress, bytes), &mut written);
                 stats.tpc.markers.fetch_add(1, Ordering::Relaxed);
                 stats.tpc.bytes.fetch_add(bytes - last, Ordering::Relaxed);
                 last = bytes;
-                next = Instant::now() + EVERY;
                 if said.is_err() {
                     // The client went away: the copy stops, nothing named.
                     progress.cancel.store(true, Ordering::Relaxed);
                 }
             }
-            std::thread::sleep(Duration::from_millis(5));
+            match done_rx.recv_timeout(EVERY) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                _ => break,
+            }
         }
         let result = worker
             .join()

@@ -118,15 +118,10 @@ pub fn copy(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
 /// anything else over HTTP on the client's kept-alive connections.
 fn run(front: &super::server::Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
     if copy.pull {
-        let first = pull::look(front, copy, progress, false)?;
-        if first.urmove && first.size >= native::SIZE_MIN {
+        let source = pull::look(front, copy, progress)?;
+        if source.urmove && source.size >= native::SIZE_MIN {
             return native::run(front, copy, progress);
         }
-        let source = if first.adler32.is_some() {
-            first
-        } else {
-            pull::look(front, copy, progress, true)?
-        };
         return pull::run(front, copy, progress, &source);
     }
     let size = push::size(front, copy)?;

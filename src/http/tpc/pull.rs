@@ -50,7 +50,10 @@ pub fn run(
         );
     }
     let chunk = (BUFFERS_BYTES_MAX / copy.streams as u64).clamp(1 << 20, CHUNK_MAX);
-    let landing = Landing::begin(front, &copy.rel, size, chunk, copy.streams)?;
+    // A small file takes one buffer of its own size, not a stream's chunks.
+    let chunk = chunk.min((padded(size.max(1) as usize)) as u64);
+    let streams = copy.streams.min(size.div_ceil(chunk).max(1) as usize);
+    let landing = Landing::begin(front, &copy.rel, size, chunk, streams)?;
     let sink = |offset: u64, data: &[u8]| {
         if progress.cancel.load(Ordering::Relaxed) {
             return Err(std::io::Error::other("the client of the COPY went away"));
@@ -93,18 +96,14 @@ pub fn run(
     Ok(())
 }
 
-/// The source's size, whether it is urmove, and its adler32 when
-/// `want_digest` asks for it (a source may read the whole file for it).
-pub fn look(
-    front: &Front,
-    copy: &Copy,
-    progress: &Progress,
-    want_digest: bool,
-) -> Result<Source, CopyError> {
+/// The source's size, whether it is urmove, and its adler32 (which a
+/// source other than urmove may read the whole file for).
+pub fn look(front: &Front, copy: &Copy, progress: &Progress) -> Result<Source, CopyError> {
     let mut headers = copy.forward.clone();
-    if want_digest {
-        headers.push(("Want-Digest".into(), "adler32".into()));
-    }
+    headers.push(("Want-Digest".into(), "adler32".into()));
+    // A urmove source then reads no large file for its checksum (the copy
+    // of one runs on urmove's own protocol, verified block by block).
+    headers.push((super::native::HEADER.into(), "probe".into()));
     let head = front.client.head(&copy.remote, &headers)?;
     if let Ok(mut addrs) = head.url.authority().to_socket_addrs() {
         if let Some(a) = addrs.next() {
