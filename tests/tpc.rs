@@ -65,6 +65,26 @@ fn two_urmove_endpoints_copy_a_file_and_a_tree_in_pull_and_push_mode() {
         .matches("push session done: 1 files, 67108864 bytes")
         .count();
     assert_eq!(sessions, 2, "{}", b.log_text());
+    // Their checksums came from the blocks as they arrived, kept with the
+    // files: a HEAD answers them, and they are right.
+    for p in ["in/pulled", "in/pushed"] {
+        let kept = Command::new("getfattr")
+            .args(["--only-values", "-n", "user.urmove.sums"])
+            .arg(b.path(p))
+            .output()
+            .unwrap();
+        assert!(
+            kept.status.success() && kept.stdout.len() >= 26,
+            "{p}: no sums kept"
+        );
+        let (code, head) = site.curl_as(
+            &site.token,
+            &["-I", "-H", "Want-Digest: adler32", &b.https(p)],
+        );
+        assert_eq!(code, 200);
+        let want = format!("adler32={:08x}", adler32(&data));
+        assert!(head.to_ascii_lowercase().contains(&want), "{p}: {head}");
+    }
 
     fs::create_dir(a.path("t")).unwrap();
     let files = tree(&a.path("t"), 24);

@@ -23,7 +23,6 @@ pub mod auth;
 pub mod client;
 pub mod dav;
 pub mod deadline;
-pub mod kept;
 pub mod path;
 pub mod propfind;
 pub mod server;
@@ -35,6 +34,10 @@ pub mod token;
 pub mod tpc;
 pub mod url;
 pub mod wire;
+
+/// A file's storage checksums kept with it (`session::sink::kept`: the
+/// receiver's commit keeps them too).
+pub use crate::session::sink::kept;
 
 /// Why an HTTP-front operation failed.
 #[derive(Debug, thiserror::Error)]

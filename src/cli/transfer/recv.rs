@@ -74,6 +74,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         part_max_age: (!set.part_max_age.is_zero()).then_some(set.part_max_age),
         over_ssh: false,
         only_from: None,
+        keep_sums: false,
     };
     let log = service::logger(set.log_format);
     let stats = Arc::new(crate::session::daemon::DaemonStats::default());

@@ -331,6 +331,7 @@ impl Receiver {
                 ..Limits::default()
             },
             direct: front.config.direct,
+            keep_sums: true,
             ..RecvConfig::private(
                 SocketAddr::new(ip, 0),
                 PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())),
@@ -429,14 +430,36 @@ impl Receiver {
         if self.stats.files_received.load(Ordering::Relaxed) == 0 {
             return Err("the receiver committed no file".into());
         }
+        // Its checksums, computed by the receiver as the blocks came, and
+        // its stamp go over to the name it takes.
+        let file = root
+            .open_read(staged)
+            .map_err(|e| format!("{staged}: {e}"))?;
+        let digest = rekey(front, &file, staged.rsplit('/').next().unwrap_or(""), rel);
         let renamed = if replaces {
             let id = crate::datapath::beneath::FileId::of_metadata(&meta);
             root.rename_file(staged, rel, id)
         } else {
             root.rename_new(staged, rel)
         };
-        renamed.map_err(|e| format!("/{rel}: naming the file: {e}").into())
+        renamed.map_err(|e| format!("/{rel}: naming the file: {e}"))?;
+        if let Some(digest) = digest {
+            crate::http::sums::named(front, &file, rel, digest);
+        }
+        Ok(())
     }
+}
+
+/// The checksums kept with `file` under its name `old` in the private
+/// receiver's root, kept again (and the file stamped) under `new`, the
+/// name it is about to take beneath the front's root; its digest.
+fn rekey(front: &Front, file: &std::fs::File, old: &str, new: &str) -> Option<u64> {
+    use crate::session::sink::stamp::{stamped_now, Named};
+    let named = Named { file, rel: old };
+    let held = stamped_now(named, &front.secret).filter(|h| h.untouched)?;
+    let sums = crate::http::kept::load(named, &front.secret)?;
+    crate::http::sums::keep(front, file, new, held.digest, &sums);
+    Some(held.digest)
 }
 
 impl Drop for Receiver {

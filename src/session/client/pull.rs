@@ -569,6 +569,7 @@ pub(crate) fn client_rules(cfg: &SendConfig) -> Result<Rules, SessionError> {
         follow: false,
         stream: false,
         live_parts: false,
+        sums: false,
         // What `--exclude` leaves out is kept by `--delete`, as rsync keeps
         // it (`--delete-excluded`: nothing is).
         keep: match cfg.delete_excluded {

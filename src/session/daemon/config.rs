@@ -55,6 +55,9 @@ pub struct RecvConfig {
     pub over_ssh: bool,
     /// Take connections only from there (None: from anyone).
     pub only_from: Option<OnlyFrom>,
+    /// Keep each received file's storage checksums with it (see
+    /// `sink::kept`): the private receiver of an HTTP third-party copy.
+    pub keep_sums: bool,
 }
 
 /// Where a daemon that serves one client takes connections from.
@@ -106,6 +109,7 @@ impl RecvConfig {
             part_max_age: None,
             over_ssh: false,
             only_from: None,
+            keep_sums: false,
         }
     }
 }

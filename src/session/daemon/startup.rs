@@ -43,6 +43,7 @@ pub(super) fn startup_checks(cfg: &RecvConfig) -> Result<Rules, SessionError> {
         follow: false,
         stream: false,
         live_parts: false,
+        sums: cfg.keep_sums,
         keep: Default::default(),
         keep_setid: cfg.keep_setid,
         unsafe_links: cfg.unsafe_links,

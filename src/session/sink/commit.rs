@@ -51,6 +51,8 @@ pub(crate) struct FinalJob {
     /// A piece of a split file: what it takes to journal it complete and
     /// to find whether every piece is.
     piece: Option<PieceOf>,
+    /// Its storage checksums, kept with it at its commit (`Rules::sums`).
+    sums: Option<crate::protocol::checksum::Sums>,
 }
 
 /// A written piece: which, the file's identity, its blocks, its
@@ -85,6 +87,7 @@ impl FinalJob {
             unnamed: f.unnamed,
             made_owner: f.made_owner,
             journal_rel: f.journal_rel(),
+            sums: f.whole_sums(),
             piece: f.piece.map(|piece| PieceOf {
                 piece,
                 id: f.id,
@@ -559,6 +562,10 @@ fn stamp_settled(root: &Root, job: &FinalJob, lease: Option<File>) -> Result<(),
     // Without a stamp a later resume sends the file again: not an error.
     let named = job.named();
     let (secret, owner) = (&job.secret, job.owner);
+    // The checksums before the stamp: both within its settling time.
+    if let Some(sums) = &job.sums {
+        let _ = super::kept::store(named, job.digest, secret, sums);
+    }
     let _ = super::stamp::stamp(named, job.digest, secret, owner, Some(settled));
     let renamed = set_mode(part, job.mode)
         .map_err(|e| SessionError::io(format!("setting the mode of {}", job.final_rel), e))

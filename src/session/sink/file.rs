@@ -100,6 +100,10 @@ pub(crate) struct RecvFile {
     /// The owner (uid, gid) its part was made with, when this session made
     /// it: a dress giving it that very owner changes nothing.
     pub(crate) made_owner: Option<(u32, u32)>,
+    /// Its storage checksums' pieces, block by block as they arrive, when
+    /// the rules keep them (`Rules::sums`); gone (None) once a block comes
+    /// that they cannot take (a hole, a sparse frame, a block sent again).
+    pub(crate) sums: Option<crate::protocol::checksum::Pieces>,
     /// The final file found complete by reading it: its identity and
     /// ctime when read (only that file, unchanged, is stamped later).
     pub(crate) held_seen: Option<(FileId, (i64, i64))>,
@@ -191,7 +195,42 @@ impl RecvFile {
             fresh: false,
             unnamed: false,
             made_owner: None,
+            sums: rules
+                .sums
+                .then(|| crate::protocol::checksum::Pieces::new(e.size)),
         }
+    }
+
+    /// A data frame's block into its checksums' pieces, when they are kept
+    /// (a sparse frame, or one that overlaps another, ends them).
+    pub(crate) fn take_sums(
+        &mut self,
+        header: &crate::protocol::frame::FrameHeader,
+        lease: &crate::datapath::Lease,
+    ) {
+        let Some(pieces) = &mut self.sums else {
+            return;
+        };
+        let taken = !header.is_sparse()
+            && pieces
+                .add(crate::protocol::checksum::Piece::of(
+                    header.offset,
+                    crate::datapath::net::payload(lease, header),
+                ))
+                .is_ok();
+        if !taken {
+            self.sums = None;
+        }
+    }
+
+    /// Its storage checksums, once its pieces cover it whole.
+    pub(crate) fn whole_sums(&self) -> Option<crate::protocol::checksum::Sums> {
+        let (adler32, crc32c) = self.sums.as_ref()?.whole().ok()?;
+        Some(crate::protocol::checksum::Sums {
+            adler32,
+            crc32c,
+            md5: None,
+        })
     }
 
     /// Where its own files go (part, journal).

@@ -342,6 +342,7 @@ impl<'a> Intake<'a> {
         let index = header.file_index as usize;
         let block_no = header.offset / book.block;
         let f = book.file(index);
+        f.take_sums(header, &lease);
         // O_DIRECT writes whole aligned blocks: the tail is padded here and
         // cut back to the true size before the rename.
         let write_len = match f.direct {

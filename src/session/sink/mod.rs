@@ -25,6 +25,7 @@ pub(crate) mod finish;
 pub mod incoming;
 pub(crate) mod intake;
 pub(crate) mod journal;
+pub mod kept;
 pub(crate) mod landing;
 pub(crate) mod lease;
 pub(crate) mod made;

@@ -93,6 +93,10 @@ pub struct Rules {
     pub live_parts: bool,
     /// Whether device nodes of the manifest are made (`-D`).
     pub devices: Devices,
+    /// Keep each file's storage checksums (adler32, crc32c), computed from
+    /// its blocks as they arrive, with the file at its commit (`kept`): a
+    /// third-party copy's private receiver.
+    pub sums: bool,
 }
 
 /// Whether a receiver makes the device nodes a manifest holds (`-D`):
@@ -273,6 +277,7 @@ impl Rules {
             follow: false,
             stream: false,
             live_parts: false,
+            sums: false,
             devices: Devices::default(),
             keep: Default::default(),
             secret: Secret::from_bytes(secret),

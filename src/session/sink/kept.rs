@@ -33,13 +33,13 @@ use std::ffi::CStr;
 use std::fs::File;
 use std::io;
 
+use super::journal::Timestamp;
+use super::stamp::{self, Named};
 use crate::datapath::beneath::FileId;
 use crate::datapath::sys;
 use crate::protocol::checksum::{Hasher, Sums};
 use crate::protocol::wire::{Reader, Writer};
 use crate::session::link::secret::Secret;
-use crate::session::sink::journal::Timestamp;
-use crate::session::sink::stamp::{self, Named};
 
 /// Where the record lives.
 const XATTR: &CStr = c"user.urmove.sums";
@@ -196,7 +196,7 @@ pub fn sums(named: Named<'_>, secret: &Secret, need_md5: bool) -> io::Result<(Su
 /// were kept: not where no lease can be had (another opening of the
 /// file: a reader, a writer) or the stamp does not hold untouched.
 pub fn keep_after(named: Named<'_>, secret: &Secret, sums: &Sums) -> bool {
-    use crate::session::sink::lease;
+    use super::lease;
     let Some(held_lease) = lease::hold(named.file) else {
         return false;
     };
@@ -217,7 +217,7 @@ fn settle_by() -> i128 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    (now + crate::session::sink::lease::SETTLE_MARGIN).as_nanos() as i128
+    (now + super::lease::SETTLE_MARGIN).as_nanos() as i128
 }
 
 #[cfg(test)]
