@@ -101,12 +101,13 @@ pub fn verify_sent(head: &Head, sums: &Sums) -> Result<(), Answer> {
 /// stamp settles now (the front's files are its own user's alone, mode
 /// 0644, so nobody else writes them meanwhile) and any later change moves
 /// the ctime past it, so neither is trusted after an edit. A failure costs
-/// only a later read.
-pub fn keep(front: &Front, file: &File, rel: &str, digest: u64, sums: &Sums) {
+/// only a later read. Returns the stamp's settling time (0: none).
+pub fn keep(front: &Front, file: &File, rel: &str, digest: u64, sums: &Sums) -> i128 {
     use crate::session::sink::stamp::Named;
     let named = Named { file, rel };
-    if super::kept::store(named, digest, &front.secret, sums).is_ok() {
-        stamp_now(front, file, rel, digest);
+    match super::kept::store(named, digest, &front.secret, sums) {
+        Ok(()) => stamp_now(front, file, rel, digest),
+        Err(_) => 0,
     }
 }
 
@@ -141,13 +142,63 @@ pub fn named(front: &Front, file: &File, rel: &str, digest: u64) {
 }
 
 /// The checksums of `file` (at `rel`): kept with it, else read from it
-/// (and kept, where its stamp lets them be).
+/// and kept: under its stamp where urmove wrote it, or (a file put there
+/// by other means) with a stamp of its own, when nothing changed it while
+/// it was read.
 pub fn of_file(front: &Front, file: &File, rel: &str, md5: bool) -> std::io::Result<Sums> {
-    use crate::session::sink::stamp::Named;
+    use crate::session::sink::stamp::{stamped_now, Named};
     let named = Named { file, rel };
-    let (sums, found) = super::kept::sums(named, &front.secret, md5)?;
-    if found == super::kept::Found::Read {
+    if let Some(s) = super::kept::load(named, &front.secret).filter(|s| !md5 || s.md5.is_some()) {
+        return Ok(s);
+    }
+    if stamped_now(named, &front.secret).is_some() {
+        let sums = super::kept::compute(file, md5)?;
         super::kept::keep_after(named, &front.secret, &sums);
+        return Ok(sums);
+    }
+    read_and_keep(front, file, rel, md5)
+}
+
+/// A file's ctime (ns since the epoch).
+fn ctime_ns(file: &File) -> std::io::Result<i128> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    Ok(i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()))
+}
+
+/// Read a file urmove did not write for its checksums and digest; keep
+/// them, stamped, under a write lease, only when its ctime did not move
+/// while it was read (nobody wrote it meanwhile).
+fn read_and_keep(front: &Front, file: &File, rel: &str, md5: bool) -> std::io::Result<Sums> {
+    use std::os::unix::fs::FileExt;
+    let before = ctime_ns(file)?;
+    let mut running = Running::new(md5);
+    let mut buf = vec![0u8; 4 << 20];
+    let mut at = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        // Whole buffers but the last: the digest's pieces stay aligned.
+        let mut got = n;
+        while got < buf.len() {
+            match file.read_at(&mut buf[got..], at + got as u64)? {
+                0 => break,
+                k => got += k,
+            }
+        }
+        running.update(&buf[..got]);
+        at += got as u64;
+    }
+    let (sums, digest) = running.finish();
+    if let Some(lease) = crate::session::sink::lease::hold(file) {
+        let settled = if ctime_ns(file)? == before {
+            keep(front, file, rel, digest, &sums)
+        } else {
+            0
+        };
+        crate::session::sink::lease::release_after(lease, settled);
     }
     Ok(sums)
 }

@@ -529,13 +529,21 @@ impl<'s> Control<'s> {
         refused.iter().try_for_each(|r| self.out.refused(r))
     }
 
-    /// The lanes' new bytes, and what was settled without a payload, to
-    /// `out`.
+    /// The lanes' new bytes (received and written), and what was settled
+    /// without a payload, to `out`.
     fn report_progress(&mut self, book: &Mutex<Book>) {
-        let (total, unsent) = {
+        let received: u64 = self
+            .lanes
+            .iter()
+            .map(|l| l.bytes.load(Ordering::Relaxed))
+            .sum();
+        let (written, unsent) = {
             let b = book::lock(book);
             (b.tally.written, b.tally.unsent)
         };
+        // What is both received and written: a write counts whole blocks
+        // (a sparse frame's holes too), the lanes count data bytes.
+        let total = received.min(written);
         if total > self.reported {
             self.out.progress(total - self.reported);
             self.reported = total;
