@@ -192,7 +192,9 @@ fn read_and_keep(front: &Front, file: &File, rel: &str, md5: bool) -> std::io::R
         at += got as u64;
     }
     let (sums, digest) = running.finish();
-    if let Some(lease) = crate::session::sink::lease::hold(file) {
+    // A read lease: writers wait until the stamp's settling time is past
+    // (an edit then moves the ctime beyond it), a GET of the file does not.
+    if let Some(lease) = crate::session::sink::lease::hold_against_writers(file) {
         let settled = if ctime_ns(file)? == before {
             keep(front, file, rel, digest, &sums)
         } else {

@@ -19,6 +19,20 @@ pub fn take_write_lease(file: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// Take a read lease on `file` (`F_SETLEASE`, `F_RDLCK`; `file` opened
+/// read-only): until it is let go, an open of the file to write (or a
+/// truncate) waits; opens to read go on. Fails where an opening of it to
+/// write exists, or on a filesystem without leases.
+pub fn take_read_lease(file: &File) -> io::Result<()> {
+    // SAFETY: F_SETLEASE on a descriptor the caller owns; no memory is
+    // passed.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Let go of `file`'s lease (a ring holding the opening would keep it
 /// otherwise, and every open of the file would wait the kernel's
 /// lease-break time).

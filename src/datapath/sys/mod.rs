@@ -26,7 +26,8 @@ pub use fs::{
 };
 pub use iface::socket_interface;
 pub use locks::{
-    end_lease, lock_in_the_way, lock_range, lock_whole, take_write_lease, unlock_range,
+    end_lease, lock_in_the_way, lock_range, lock_whole, take_read_lease, take_write_lease,
+    unlock_range,
 };
 pub use process::{
     connected_from_this_process, die_with_parent, effective_uid, has_cap_ipc_lock, ignore_sigio,

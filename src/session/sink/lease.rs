@@ -102,6 +102,16 @@ pub(crate) fn hold(file: &File) -> Option<File> {
     Some(dup)
 }
 
+/// Take a read lease on `file` (opened read-only; a file this receiver
+/// reads but did not write): writers wait while it is held, readers do
+/// not. `None` where someone has the file open to write, or no leases.
+pub(crate) fn hold_against_writers(file: &File) -> Option<File> {
+    let _ = keeper();
+    let dup = file.try_clone().ok()?;
+    sys::take_read_lease(&dup).ok()?;
+    Some(dup)
+}
+
 /// Let `lease` go once the coarse clock is past `until_ns` (ns since the
 /// epoch).
 pub(crate) fn release_after(lease: File, until_ns: i128) {
