@@ -268,6 +268,8 @@ struct Sandbox {
     /// An sshd in a namespace for the commands that go through ssh,
     /// started at the first.
     sshd: Option<crate::sshd::Sshd>,
+    /// The PKI of `recv --http`'s commands, made at the first.
+    pki: Option<crate::pki::Pki>,
 }
 
 impl Sandbox {
@@ -314,11 +316,28 @@ impl Sandbox {
             daemon,
             keygens: 0,
             sshd: None,
+            pki: None,
         }
     }
 
     fn key(&self) -> String {
         self.fs("/etc/urmove/key")
+    }
+
+    /// The test PKI of the HTTPS front's commands.
+    fn https(&mut self) -> &crate::pki::Pki {
+        self.pki.get_or_insert_with(crate::pki::Pki::new)
+    }
+
+    /// A token issuers file for the HTTPS front's commands.
+    fn issuers(&mut self) -> String {
+        let dir = self.dir.path().join("issuers");
+        std::fs::create_dir_all(&dir).unwrap();
+        let issuer = crate::tokens::TestIssuer::new(&dir, "docs", false).expect("an issuer");
+        issuer
+            .write_issuers(&dir, "/")
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// An absolute path of the docs, in the sandbox.
@@ -503,6 +522,12 @@ fn map_word(sb: &mut Sandbox, sub: &str, prev: &str, w: &str) -> String {
             return f.to_string();
         }
         ("--key-file", _) => return sb.key(),
+        // The HTTPS front: on loopback, with the test PKI and a test issuer.
+        ("--http", _) => return "127.0.0.1:0".into(),
+        ("--http-cert", _) => return sb.https().cert.to_string_lossy().into_owned(),
+        ("--http-key", _) => return sb.https().key.to_string_lossy().into_owned(),
+        ("--http-ca", _) => return sb.https().ca_file.to_string_lossy().into_owned(),
+        ("--token-issuers", _) => return sb.issuers(),
         ("--target", "/data") if sub == "tune" => return tune_target(sb),
         _ => {}
     }

@@ -107,6 +107,10 @@ impl KeySource {
             }
         } else if let Some(key) = found {
             return Ok(key);
+        } else if !have_keys {
+            // Another request's fetch may be under way (it marked the try
+            // before it ended): wait for it before reading what it got.
+            drop(fetching.lock().unwrap_or_else(|p| p.into_inner()));
         }
         let c = lock(cache);
         let usable = c
