@@ -42,7 +42,6 @@ pub struct HttpStats {
     /// Requests refused for their token: 401 and 403.
     pub unauthorized: AtomicU64,
     pub forbidden: AtomicU64,
-    pub connections: AtomicU64,
 }
 
 impl HttpStats {

@@ -186,11 +186,6 @@ impl Upload {
         }
     }
 
-    /// Bytes handed over in order (a pulled range at the next offset).
-    pub fn take(&mut self, mut data: &[u8]) -> std::io::Result<()> {
-        self.take_from(&mut data)
-    }
-
     /// The buffer written at the file's end so far (padded to the
     /// alignment when it is the last, partial one).
     fn flush(&mut self, lease: &crate::datapath::Lease) -> std::io::Result<()> {

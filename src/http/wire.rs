@@ -45,11 +45,9 @@ impl std::fmt::Debug for Head {
     }
 }
 
-/// Whether a header's value is a credential (never logged or shown).
-pub fn is_secret(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n == "authorization" || n.starts_with("transferheaderauthorization") || n == "cookie"
-}
+/// Whether a header's value is a credential (never logged or shown): the
+/// client's rule, one for both sides.
+pub use super::client::is_secret;
 
 impl Head {
     /// The first value of header `name` (any case).

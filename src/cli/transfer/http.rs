@@ -22,7 +22,7 @@ pub(super) fn front(
     set: &RecvSettings,
     cfg: &RecvConfig,
     log: &Log,
-) -> anyhow::Result<Option<(Front, Arc<HttpStats>)>> {
+) -> anyhow::Result<Option<Front>> {
     let h = &set.http;
     let Some(addr) = &h.listen else {
         for (given, name) in [
@@ -60,17 +60,15 @@ pub(super) fn front(
         connections_max: CONNECTIONS_MAX,
         daemon: cfg.listen,
     };
-    let stats = Arc::new(HttpStats::default());
-    let front = Front::new(config, Arc::clone(log), Arc::clone(&stats))
+    let front = Front::new(config, Arc::clone(log), Arc::new(HttpStats::default()))
         .map_err(|e| anyhow::anyhow!("--http {addr}: {e}"))?;
-    Ok(Some((front, stats)))
+    Ok(Some(front))
 }
 
 /// The front served on a thread of `scope` until `stop`.
 pub(super) fn spawn<'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     front: Front,
-    _stats: Arc<HttpStats>,
     stop: &'scope AtomicBool,
     log: &Log,
 ) -> std::thread::ScopedJoinHandle<'scope, ()> {

@@ -80,7 +80,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
     let stats = Arc::new(crate::session::daemon::DaemonStats::default());
     let metrics_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let front = super::http::front(&set, &cfg, &log).map_err(usage)?;
-    let http_stats = front.as_ref().map(|(_, s)| Arc::clone(s));
+    let http_stats = front.as_ref().map(|f| Arc::clone(&f.stats));
     if let Some(addr) = &set.metrics {
         let bound = service::serve_metrics(
             addr,
@@ -95,8 +95,7 @@ pub fn recv(a: RecvArgs) -> Result<u8, Failure> {
         );
     }
     let served = std::thread::scope(|scope| {
-        let http = front
-            .map(|(front, http_stats)| super::http::spawn(scope, front, http_stats, &stop, &log));
+        let http = front.map(|front| super::http::spawn(scope, front, &stop, &log));
         let served = serve(cfg, &stop, Arc::clone(&log), stats, &mut |addr| {
             listening(addr, set.min_rate, &log);
         });

@@ -143,7 +143,7 @@ pub fn split_path(path: &str, decode: bool) -> Option<SplitPath> {
     let mut components = Vec::new();
     for raw in rest.split('/').filter(|c| !c.is_empty()) {
         let c = if decode {
-            percent_decode(raw)?
+            crate::http::path::percent_decode(raw)?
         } else {
             raw.to_string()
         };
@@ -155,23 +155,6 @@ pub fn split_path(path: &str, decode: bool) -> Option<SplitPath> {
     // The root is a directory whatever its spelling.
     let dir = path.ends_with('/') && !components.is_empty();
     Some(SplitPath { components, dir })
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 impl Scope {

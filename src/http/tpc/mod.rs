@@ -53,7 +53,6 @@ pub struct Progress {
     pub bytes: AtomicU64,
     /// `tcp:IP:PORT` of each connection to the other endpoint.
     pub connections: Mutex<Vec<String>>,
-    pub done: AtomicBool,
     /// The client that asked went away: the copy stops.
     pub cancel: AtomicBool,
 }
@@ -99,9 +98,7 @@ pub fn copy(req: &mut Request, conn: &mut Conn) -> Result<Answer, Answer> {
     counter.fetch_add(1, Ordering::Relaxed);
     let progress = Arc::new(Progress::default());
     let written = markers::run(conn, &progress, &front.stats, || {
-        let r = run(front, &copy, &progress);
-        progress.done.store(true, Ordering::Release);
-        r
+        run(front, &copy, &progress)
     });
     stats.active.fetch_sub(1, Ordering::Relaxed);
     let (bytes, ok) = written.map_err(|e| Answer::text(500, &e.to_string()))?;
@@ -124,11 +121,11 @@ fn run(front: &super::server::Front, copy: &Copy, progress: &Progress) -> Result
         }
         return pull::run(front, copy, progress, &source);
     }
-    let size = push::size(front, copy)?;
+    let (file, size) = push::open_source(front, copy)?;
     if size >= native::SIZE_MIN && native::probe(front, copy) {
         return native::run(front, copy, progress);
     }
-    push::run(front, copy, progress)
+    push::run(front, copy, progress, &file, size)
 }
 
 /// The copy a COPY request asks for, or why it is refused.

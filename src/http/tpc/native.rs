@@ -108,7 +108,7 @@ fn pull(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError
 
 /// A push: the destination asked for a private receiver, this side sends.
 fn push(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
-    let size = super::push::size(front, copy)?;
+    let (_, size) = super::push::open_source(front, copy)?;
     let remote = remote_addr(copy)?;
     progress.connected(format!("tcp:{remote}"));
     let mut headers = copy.forward.clone();

@@ -11,8 +11,9 @@ use super::{remote_failed, Copy, CopyError, Progress};
 use crate::http::server::Front;
 use crate::protocol::checksum::{self, Algorithm, Value};
 
-/// The size of the file `copy.rel` names (a regular file, or refused).
-pub fn size(front: &Front, copy: &Copy) -> Result<u64, CopyError> {
+/// The file `copy.rel` names, opened to read, and its size (a regular
+/// file, or refused).
+pub fn open_source(front: &Front, copy: &Copy) -> Result<(std::fs::File, u64), CopyError> {
     let rel = if copy.rel.is_empty() {
         "."
     } else {
@@ -26,28 +27,24 @@ pub fn size(front: &Front, copy: &Copy) -> Result<u64, CopyError> {
     if !meta.is_file() {
         return Err(format!("/{}: not a regular file", copy.rel).into());
     }
-    Ok(meta.len())
+    Ok((file, meta.len()))
 }
 
-/// Push `copy.rel` to `copy.remote`.
-pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyError> {
-    let rel = if copy.rel.is_empty() {
-        "."
-    } else {
-        copy.rel.as_str()
-    };
-    let file = front
-        .root
-        .open_read(rel)
-        .map_err(|e| format!("/{}: {e}", copy.rel))?;
-    let size = file.metadata().map_err(|e| e.to_string())?.len();
+/// Push `file` (`size` bytes, at `copy.rel`) to `copy.remote`.
+pub fn run(
+    front: &Front,
+    copy: &Copy,
+    progress: &Progress,
+    file: &std::fs::File,
+    size: u64,
+) -> Result<(), CopyError> {
     if let Ok(mut addrs) = copy.remote.authority().to_socket_addrs() {
         if let Some(a) = addrs.next() {
             progress.connected(format!("tcp:{a}"));
         }
     }
     let mut reader = Counted {
-        inner: &file,
+        inner: file,
         progress,
     };
     let response = front
@@ -61,7 +58,7 @@ pub fn run(front: &Front, copy: &Copy, progress: &Progress) -> Result<(), CopyEr
     }
     response.discard(64 << 10);
     if copy.require_checksum {
-        verify_remote(front, copy, &file)?;
+        verify_remote(front, copy, file)?;
     }
     Ok(())
 }
